@@ -1,0 +1,1 @@
+"""Gambit: reasoning serving with thought-level beam search and Parallel Reconsideration."""

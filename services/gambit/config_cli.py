@@ -1,0 +1,68 @@
+"""One configuration surface: dataclass fields become CLI flags; ``--config FILE.yaml`` sets defaults.
+
+Precedence: explicit flag > YAML file > dataclass default. Validation stays in each dataclass's
+``__post_init__``, so a bad value gets the same clear error from either surface.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from pathlib import Path
+
+import yaml
+
+
+def _base_type(tp):
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0] if args else str
+    return tp
+
+
+def add_dataclass_args(parser: argparse.ArgumentParser, cls, skip: tuple[str, ...] = ()) -> None:
+    """Add ``--field-name`` for each field (default None, so we can tell what was given)."""
+    hints = typing.get_type_hints(cls)
+    parser.add_argument("--config", help="YAML file with values for these options")
+    for f in dataclasses.fields(cls):
+        if f.name in skip or f.name.startswith("_"):
+            continue
+        tp = _base_type(hints[f.name])
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default if f.default is not dataclasses.MISSING else None
+        if tp is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
+                                help=f"(default: {default})")
+        elif tp in (int, float, str):
+            parser.add_argument(flag, type=tp, default=None, help=f"(default: {default})")
+
+
+def from_args(cls, args: argparse.Namespace, **fixed):
+    """Build ``cls`` from YAML (if ``--config``) overlaid by the flags that were given."""
+    values: dict = {}
+    if getattr(args, "config", None):
+        path = Path(args.config)
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except FileNotFoundError:
+            raise SystemExit(f"error: config file {path} does not exist") from None
+        except yaml.YAMLError as e:
+            raise SystemExit(f"error: {path}: malformed YAML: {e}") from None
+        if not isinstance(loaded, dict):
+            raise SystemExit(f"error: {path}: expected a mapping of option names to values")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(loaded) - names)
+        if unknown:
+            raise SystemExit(f"error: {path}: unknown options {unknown}; known: {sorted(names)}")
+        values.update(loaded)
+    for f in dataclasses.fields(cls):
+        v = getattr(args, f.name, None)
+        if v is not None:
+            values[f.name] = v
+    values.update(fixed)
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as e:
+        raise SystemExit(f"error: {e}") from None

@@ -1,0 +1,110 @@
+"""Paged attention over ragged batches, with per-sequence query masks (tree verification).
+
+Each sequence brings ``q`` new tokens that see its ``ctx`` cached tokens plus, among themselves,
+a causal mask or a caller-given ``[q, q]`` mask. New keys/values are first written to their cache
+slots; then each group of sequences (single-token decode rows, multi-token rows) gathers its
+blocks and runs one SDPA call. Metadata is built with tensor ops; Python loops over sequences
+only to flatten their lists, never over tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from gambit.engine.kv_cache import KVCache
+
+
+@dataclass
+class SeqInput:
+    """What one trace brings to a forward."""
+
+    tokens: list[int]
+    positions: list[int]  # RoPE positions (tree nodes share depths, so not always consecutive)
+    ctx: int  # cached tokens every new token sees
+    block_table: list[int]
+    mask: torch.Tensor | None = None  # [q, q] bool among the new tokens; None means causal
+
+    @property
+    def q(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass
+class Group:
+    rows: torch.Tensor  # [B, Qmax] flat row of each query (padding → 0)
+    valid: torch.Tensor  # [B, Qmax] bool
+    flat_valid_rows: torch.Tensor  # rows[valid]
+    blocks: torch.Tensor  # [B, nb] block ids (padding → 0)
+    mask: torch.Tensor  # [B, 1, Qmax, nb * bs] bool
+
+
+def _padded_tables(items: list[SeqInput], block_size: int) -> torch.Tensor:
+    nb = max(-(-(it.ctx + it.q) // block_size) for it in items)
+    return torch.tensor([(it.block_table + [0] * nb)[:nb] for it in items], dtype=torch.long)
+
+
+def _group(items: list[SeqInput], offsets: torch.Tensor, tables: torch.Tensor, block_size: int,
+           device: torch.device) -> Group:
+    qmax = max(it.q for it in items)
+    nb = max(-(-(it.ctx + it.q) // block_size) for it in items)
+    q_len = torch.tensor([it.q for it in items])
+    ctx = torch.tensor([it.ctx for it in items])
+    ar = torch.arange(qmax)
+    valid = ar[None, :] < q_len[:, None]
+    rows = torch.where(valid, offsets[:, None] + ar[None, :], 0)
+    keys = torch.arange(nb * block_size)
+    mask = keys[None, None, :] <= (ctx[:, None, None] + ar[None, :, None])  # causal default
+    for b, it in enumerate(items):
+        if it.mask is not None:
+            mask[b, : it.q, it.ctx: it.ctx + it.q] = it.mask.to(device="cpu", dtype=torch.bool)
+    mask &= valid[:, :, None]
+    mask[:, :, 0] |= ~valid  # padding queries see one key so SDPA yields no NaN
+    return Group(rows.to(device), valid.to(device), rows[valid].to(device), tables[:, :nb].to(device),
+                 mask[:, None].to(device))
+
+
+class PagedAttention:
+    """The ``attention`` function handed to the model for one forward over a ragged batch."""
+
+    def __init__(self, cache: KVCache, items: list[SeqInput], device: torch.device) -> None:
+        self.cache = cache
+        bs = cache.block_size
+        q_len = torch.tensor([it.q for it in items])
+        offsets = torch.cumsum(q_len, 0) - q_len
+        self.num_tokens = int(q_len.sum())
+        tables = _padded_tables(items, bs)
+        # slot of every new token: table[item, pos // bs] * bs + pos % bs, pos = ctx + i
+        item = torch.repeat_interleave(torch.arange(len(items)), q_len)
+        pos = torch.arange(self.num_tokens) - offsets[item] + torch.tensor([it.ctx for it in items])[item]
+        self.slots = (tables[item, pos // bs] * bs + pos % bs).to(device)
+        is_decode = q_len == 1
+        self.groups = []
+        for sel in (is_decode, ~is_decode):
+            idx = sel.nonzero().flatten().tolist()
+            if idx:
+                self.groups.append(_group([items[i] for i in idx], offsets[idx], tables[idx], bs, device))
+
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        kc, vc = self.cache.k[layer], self.cache.v[layer]  # [Hkv, blocks, bs, D]
+        H, D = q.shape[2], q.shape[3]
+        Hkv = k.shape[2]
+        kc.view(Hkv, -1, D)[:, self.slots] = k[0].transpose(0, 1)
+        vc.view(Hkv, -1, D)[:, self.slots] = v[0].transpose(0, 1)
+        qf = q[0]
+        pure_decode = len(self.groups) == 1 and self.groups[0].rows.shape[1] == 1
+        out = None if pure_decode else torch.empty_like(qf)
+        for g in self.groups:
+            B, nb = g.blocks.shape
+            flat = g.blocks.flatten()  # whole blocks per head: [Hkv, B*nb, bs, D] → [B, Hkv, L, D]
+            kg = kc.index_select(1, flat).view(Hkv, B, -1, D).transpose(0, 1)
+            vg = vc.index_select(1, flat).view(Hkv, B, -1, D).transpose(0, 1)
+            qg = (qf.view(B, 1, H, D) if pure_decode else qf[g.rows]).transpose(1, 2)  # [B, H, Qmax, D]
+            o = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=g.mask, enable_gqa=H != Hkv)
+            o = o.transpose(1, 2)  # [B, Qmax, H, D]
+            if out is None:
+                return o.reshape(1, B, H, D)
+            out[g.flat_valid_rows] = o[g.valid]
+        return out.unsqueeze(0)

@@ -1,0 +1,56 @@
+"""Engine configuration: one dataclass, validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+PREEMPTION_MODES = ("recompute", "evict")
+
+
+@dataclass
+class EngineConfig:
+    """How the engine runs a model.
+
+    KV memory: ``kv_memory_bytes`` is what the engine is given (on CUDA, None means the free device
+    memory after loading weights); ``kv_fraction`` (r) of it becomes KV blocks. ``num_blocks`` set
+    explicitly overrides both (tests use it to create memory pressure).
+    """
+
+    model: str = ""
+    device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
+    dtype: str = "auto"  # "auto": float32 on CPU, bfloat16 on CUDA
+    block_size: int = 16
+    kv_memory_bytes: int | None = None
+    kv_fraction: float = 0.9
+    num_blocks: int | None = None
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    preemption: str = "recompute"  # what to do under KV pressure: "recompute" or "evict"
+    seed: int = 0
+    eagle_taps: bool = False  # also return hidden states entering layers (2, L//2, L-3)
+
+    def __post_init__(self) -> None:
+        if self.block_size <= 0 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size must be a positive power of two, got {self.block_size}")
+        if not 0 < self.kv_fraction <= 1:
+            raise ValueError(f"kv_fraction must be in (0, 1], got {self.kv_fraction}")
+        if self.num_blocks is not None and self.num_blocks <= 0:
+            raise ValueError(f"num_blocks must be positive, got {self.num_blocks}")
+        if self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:
+            raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
+        if self.preemption not in PREEMPTION_MODES:
+            raise ValueError(f"preemption must be one of {PREEMPTION_MODES}, got {self.preemption!r}")
+
+    def torch_device(self) -> torch.device:
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+    def torch_dtype(self) -> torch.dtype:
+        from gambit.model.loader import resolve_dtype
+
+        if self.dtype == "auto":
+            return torch.bfloat16 if self.torch_device().type == "cuda" else torch.float32
+        return resolve_dtype(self.dtype)

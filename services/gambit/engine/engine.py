@@ -1,0 +1,299 @@
+"""The engine API everything above uses: add, fork, abort, set_priority, step → events, kv_usage."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable, Sequence
+
+import torch
+
+from gambit.engine.attention import SeqInput
+from gambit.engine.block_manager import BlockManager, OutOfBlocks
+from gambit.engine.config import EngineConfig
+from gambit.engine.events import BoundaryEvent, Event, EvictedEvent, FinishedEvent, TokenEvent
+from gambit.engine.kv_cache import bytes_per_block
+from gambit.engine.model_runner import ModelRunner
+from gambit.engine.sampler import SamplingBatch, mix64, sample, top_logprobs
+from gambit.engine.scheduler import Scheduler
+from gambit.engine.sequence import SamplingParams, Trace, TraceStatus
+from gambit.engine.stats import EngineStats
+from gambit.model.llama import CausalLM
+from gambit.model.tokenizer import Tokenizer
+
+DEFAULT_CPU_KV_BYTES = 1 << 30
+
+
+def derive_seed(*parts: int) -> int:
+    """A non-negative 63-bit seed from integers (engine seed, trace id, ...)."""
+    x = torch.tensor(0, dtype=torch.long)
+    for p in parts:
+        x = mix64(x + int(p))
+    return int(x) & ((1 << 63) - 1)
+
+
+class Engine:
+    def __init__(self, model: CausalLM, tokenizer: Tokenizer, config: EngineConfig | None = None) -> None:
+        self.config = config = config or EngineConfig()
+        self.device = config.torch_device()
+        self.dtype = config.torch_dtype()
+        self.model = model.to(device=self.device, dtype=self.dtype).eval()
+        self.model.rope.cos, self.model.rope.sin = self.model.rope.cos.float(), self.model.rope.sin.float()
+        if any(layer.self_attn.qkv is None for layer in self.model.model.layers):
+            self.model.fuse_projections()
+        self.tokenizer = tokenizer
+        mc = model.config
+        self.max_model_len = mc.max_position_embeddings
+        self.num_blocks = config.num_blocks or self._blocks_from_budget()
+        self.blocks = BlockManager(self.num_blocks, config.block_size)
+        self.scheduler = Scheduler(self.blocks, config.max_num_seqs, config.max_num_batched_tokens,
+                                   config.preemption)
+        self.runner = ModelRunner(self.model, self.num_blocks, config.block_size, self.device, self.dtype)
+        self.traces: dict[int, Trace] = {}
+        self.stats = EngineStats()
+        self._next_id = 0
+        self._pending: list[Event] = []
+        self.eos_ids = set(tokenizer.eos_ids) | set(mc.eos_ids)
+        self.boundary_ids = torch.tensor(sorted(tokenizer.boundary_ids), dtype=torch.long, device=self.device)
+        self.taps = tuple(model.eagle_taps) if config.eagle_taps else ()
+        self.last_taps: dict[int, torch.Tensor] = {}
+
+    @classmethod
+    def from_pretrained(cls, folder: str, config: EngineConfig | None = None) -> Engine:
+        from gambit.model.loader import load_model
+
+        config = config or EngineConfig(model=folder)
+        model, tok = load_model(folder, device=config.torch_device(), dtype=config.torch_dtype())
+        return cls(model, tok, config)
+
+    def _blocks_from_budget(self) -> int:
+        given = self.config.kv_memory_bytes
+        if given is None:
+            if self.device.type == "cuda":
+                given = torch.cuda.mem_get_info(self.device)[0]
+            else:
+                given = DEFAULT_CPU_KV_BYTES
+        per = bytes_per_block(self.model.config, self.config.block_size, self.dtype)
+        n = int(given * self.config.kv_fraction) // per
+        if n < 1:
+            raise ValueError(f"KV budget {given} B x {self.config.kv_fraction} holds no {per}-byte block")
+        return n
+
+    # -- API --------------------------------------------------------------------------------
+    def add(self, prompt: str | Sequence[int], params: SamplingParams | None = None,
+            priority: float = 0.0) -> int:
+        """Queue a new trace; returns its id. Invalid input raises ValueError and changes nothing."""
+        params = params or SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise ValueError("params must be a SamplingParams")
+        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if not ids or (isinstance(prompt, str) and not prompt):
+            raise ValueError("prompt is empty")
+        vocab = self.model.config.vocab_size
+        if any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
+            raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
+        if len(ids) >= self.max_model_len:
+            raise ValueError(f"prompt has {len(ids)} tokens; the context holds {self.max_model_len} "
+                             "including at least one generated token")
+        if self.blocks.blocks_for(len(ids) + 1) > self.num_blocks:
+            raise ValueError(f"prompt of {len(ids)} tokens needs more KV blocks than the cache has "
+                             f"({self.num_blocks})")
+        tid = self._new_id()
+        seed = params.seed if params.seed is not None else derive_seed(self.config.seed, tid)
+        trace = Trace(tid, ids, len(ids), params, seed, float(priority), arrival=tid)
+        self.traces[tid] = trace
+        self.scheduler.add(trace)
+        return tid
+
+    def fork(self, trace_id: int, n: int = 1, seeds: Sequence[int] | None = None,
+             temperatures: Sequence[float] | None = None, priority: float | None = None) -> list[int]:
+        """``n`` children continuing ``trace_id``; each inherits the parent's KV (full blocks shared).
+
+        Each child gets its own seed (given or derived) and optionally its own temperature. A child
+        whose partial block cannot be allocated waits and is re-prefilled instead.
+        """
+        parent = self._live(trace_id)
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        for name, vals in (("seeds", seeds), ("temperatures", temperatures)):
+            if vals is not None and len(vals) != n:
+                raise ValueError(f"{name} has {len(vals)} values for {n} children")
+        params = [dataclasses.replace(parent.params,
+                                      seed=None if seeds is None else seeds[i],
+                                      temperature=parent.params.temperature if temperatures is None
+                                      else temperatures[i]) for i in range(n)]  # validates
+        out = []
+        for i in range(n):
+            cid = self._new_id()
+            seed = params[i].seed if params[i].seed is not None else derive_seed(parent.seed, cid)
+            child = Trace(cid, list(parent.token_ids), parent.prompt_len, params[i], seed,
+                          parent.priority if priority is None else float(priority), arrival=cid,
+                          parent=parent.id)
+            self.traces[cid] = child
+            copied = False
+            if parent.status is TraceStatus.RUNNING and parent.num_cached:
+                try:
+                    pair = self.blocks.fork(parent, child)
+                    if pair:
+                        self.runner.cache.copy_blocks([pair])
+                    copied = True
+                except OutOfBlocks:
+                    pass
+            if copied:
+                self.scheduler.add_running(child)
+            else:
+                self.scheduler.add(child)
+            out.append(cid)
+        self.stats.forks += n
+        return out
+
+    def abort(self, trace_id: int) -> None:
+        """Stop a trace now and free its blocks; a FinishedEvent('abort') follows on the next step."""
+        t = self._live(trace_id)
+        self._finish(t, "abort")
+        self.stats.aborts += 1
+
+    def set_priority(self, trace_id: int, priority: float) -> None:
+        """Higher runs first and is evicted last."""
+        self._live(trace_id).priority = float(priority)
+
+    def kv_usage(self) -> float:
+        return self.blocks.usage()
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_work() or bool(self._pending)
+
+    def get(self, trace_id: int) -> Trace:
+        return self._live(trace_id)
+
+    # -- stepping ---------------------------------------------------------------------------
+    def step(self) -> list[Event]:
+        events, self._pending = self._pending, []
+        batch = self.scheduler.schedule()
+        for t in batch.evicted:
+            events.append(EvictedEvent(t.id, tuple(t.output_ids)))
+            self.traces.pop(t.id, None)
+        self.stats.evictions += len(batch.evicted)
+        self.stats.preemptions += len(batch.preempted)
+        if not batch:
+            self.stats.kv_usage = self.kv_usage()
+            return events
+        items, sample_rows, samplers, row = [], [], [], 0
+        for t, n in zip(batch.traces, batch.num_new, strict=True):
+            start = t.num_cached
+            items.append(SeqInput(t.token_ids[start:start + n], list(range(start, start + n)), start,
+                                  t.block_table))
+            row += n
+            if start + n == len(t.token_ids):
+                sample_rows.append(row - 1)
+                samplers.append(t)
+            if start < t.prompt_len:
+                self.stats.prompt_tokens += min(n, t.prompt_len - start)
+        t0 = time.perf_counter()
+        out = self.runner.forward(items, sample_rows, self.taps)
+        for t, n in zip(batch.traces, batch.num_new, strict=True):
+            t.num_cached += n
+        events.extend(self._boundaries(batch.traces, batch.num_new, out.tokens, out.positions, out.hidden))
+        if self.taps:
+            self.last_taps = out.taps
+        if samplers:
+            events.extend(self._sample(samplers, out.logits))
+        self.stats.forward_seconds += time.perf_counter() - t0
+        self.stats.steps += 1
+        self.stats.batched_traces += len(batch.traces)
+        self.stats.last_batch_size = len(batch.traces)
+        self.stats.max_batch_size = max(self.stats.max_batch_size, len(batch.traces))
+        self.stats.kv_usage = self.kv_usage()
+        return events
+
+    def _boundaries(self, traces, num_new, tokens, positions, hidden) -> list[Event]:
+        if not len(self.boundary_ids):
+            return []
+        prompt_len = torch.repeat_interleave(
+            torch.tensor([t.prompt_len for t in traces], device=self.device),
+            torch.tensor(num_new, device=self.device))
+        hit = torch.isin(tokens, self.boundary_ids) & (positions >= prompt_len)
+        rows = hit.nonzero().flatten().tolist()
+        if not rows:
+            return []
+        owner = torch.repeat_interleave(torch.arange(len(traces)), torch.tensor(num_new)).tolist()
+        states = hidden[rows].float().cpu()
+        pos = positions[rows].tolist()
+        return [BoundaryEvent(traces[owner[r]].id, pos[i], states[i]) for i, r in enumerate(rows)]
+
+    def _sample(self, traces: list[Trace], logits: torch.Tensor) -> list[Event]:
+        p = [t.params for t in traces]
+        sb = SamplingBatch.build([x.temperature for x in p], [x.top_k for x in p], [x.top_p for x in p],
+                                 [t.seed for t in traces], [len(t.token_ids) for t in traces], self.device)
+        tokens = sample(logits, sb)
+        want = max(x.logprobs for x in p)
+        lp = top_logprobs(logits, tokens, want) if want else None
+        token_list = tokens.tolist()
+        if lp is not None:
+            chosen, vals, ids = (x.tolist() for x in lp)
+        events: list[Event] = []
+        for i, (t, tok) in enumerate(zip(traces, token_list, strict=True)):
+            pos = len(t.token_ids)
+            t.token_ids.append(tok)
+            if lp is not None and t.params.logprobs:
+                k = t.params.logprobs
+                events.append(TokenEvent(t.id, tok, pos, chosen[i], tuple(zip(ids[i][:k], vals[i][:k],
+                                                                               strict=True))))
+            else:
+                events.append(TokenEvent(t.id, tok, pos))
+            reason = self._stop_reason(t, tok)
+            if reason:
+                self._finish(t, reason)
+        self.stats.generated_tokens += len(traces)
+        events.extend(self._pending)
+        self._pending = []
+        return events
+
+    def _stop_reason(self, t: Trace, tok: int) -> str | None:
+        if tok in self.eos_ids and not t.params.ignore_eos:
+            return "eos"
+        if t.params.stop:
+            tail = self.tokenizer.decode(t.output_ids[-64:])
+            if any(s in tail for s in t.params.stop):
+                return "stop"
+        if t.num_generated >= t.params.max_tokens or len(t.token_ids) >= self.max_model_len:
+            return "length"
+        return None
+
+    def _finish(self, t: Trace, reason: str) -> None:
+        self.scheduler.remove(t)
+        self.blocks.free(t)
+        t.status = TraceStatus.FINISHED
+        t.finish_reason = reason
+        self.traces.pop(t.id, None)
+        self.stats.finished += 1
+        self._pending.append(FinishedEvent(t.id, reason, tuple(t.output_ids)))
+
+    def _live(self, trace_id: int) -> Trace:
+        t = self.traces.get(trace_id)
+        if t is None or t.is_done:
+            raise ValueError(f"no live trace {trace_id}")
+        return t
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id - 1
+
+    # -- convenience ------------------------------------------------------------------------
+    def generate(self, prompts: Iterable[str | Sequence[int]],
+                 params: SamplingParams | Sequence[SamplingParams], progress=None) -> list[list[int]]:
+        """Run prompts to completion; output token ids per prompt (evicted traces: what they had)."""
+        prompts = list(prompts)
+        plist = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
+        ids = [self.add(p, sp) for p, sp in zip(prompts, plist, strict=True)]
+        index = {tid: i for i, tid in enumerate(ids)}
+        outputs: list[list[int]] = [[] for _ in ids]
+        remaining = len(ids)
+        while remaining:
+            for ev in self.step():
+                if isinstance(ev, FinishedEvent | EvictedEvent) and ev.trace_id in index:
+                    outputs[index[ev.trace_id]] = list(ev.output_ids)
+                    remaining -= 1
+                    if progress is not None:
+                        progress.update(1)
+        return outputs

@@ -1,0 +1,43 @@
+"""What ``Engine.step`` reports, one small record per happening."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    trace_id: int
+    token_id: int
+    position: int  # index of the token in the trace
+    logprob: float | None = None  # model log-probability of the token (when logprobs > 0)
+    top_logprobs: tuple[tuple[int, float], ...] | None = None
+
+
+@dataclass(frozen=True)
+class BoundaryEvent:
+    """A generated thought-boundary token was fed: its post-final-norm hidden state (for a scorer)."""
+
+    trace_id: int
+    position: int
+    hidden: torch.Tensor  # [H]
+
+
+@dataclass(frozen=True)
+class FinishedEvent:
+    trace_id: int
+    reason: str  # "eos" | "length" | "stop" | "abort"
+    output_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class EvictedEvent:
+    """Dropped under memory pressure: holds no blocks and will not run again by itself."""
+
+    trace_id: int
+    output_ids: tuple[int, ...]
+
+
+Event = TokenEvent | BoundaryEvent | FinishedEvent | EvictedEvent

@@ -1,0 +1,105 @@
+"""Continuous batching: which traces run this step and how many tokens each feeds.
+
+Running traces go first in priority order (decode rows, or the rest of a chunked prefill); waiting
+traces are admitted by free blocks while the token budget lasts. When a running trace cannot get
+the block it needs, the lowest-priority running trace is preempted (freed, requeued to recompute)
+or evicted (freed, reported, never requeued) — the caller's choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gambit.engine.block_manager import BlockManager, OutOfBlocks
+from gambit.engine.sequence import Trace, TraceStatus
+
+
+@dataclass
+class ScheduledBatch:
+    traces: list[Trace] = field(default_factory=list)
+    num_new: list[int] = field(default_factory=list)  # tokens each trace feeds this step
+    evicted: list[Trace] = field(default_factory=list)
+    preempted: list[Trace] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.traces)
+
+
+def _rank(t: Trace) -> tuple[float, int]:
+    """Sort key: higher priority first, then earlier arrival."""
+    return (-t.priority, t.arrival)
+
+
+class Scheduler:
+    def __init__(self, blocks: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 preemption: str) -> None:
+        self.blocks = blocks
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.preemption = preemption
+        self.waiting: list[Trace] = []
+        self.running: list[Trace] = []
+
+    def add(self, trace: Trace) -> None:
+        trace.status = TraceStatus.WAITING
+        self.waiting.append(trace)
+
+    def add_running(self, trace: Trace) -> None:
+        trace.status = TraceStatus.RUNNING
+        self.running.append(trace)
+
+    def remove(self, trace: Trace) -> None:
+        for q in (self.waiting, self.running):
+            if trace in q:
+                q.remove(trace)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def _release(self, victim: Trace, batch: ScheduledBatch) -> None:
+        self.running.remove(victim)
+        self.blocks.free(victim)
+        if self.preemption == "evict":
+            victim.status = TraceStatus.EVICTED
+            victim.finish_reason = "evicted"
+            batch.evicted.append(victim)
+        else:
+            self.add(victim)
+            batch.preempted.append(victim)
+
+    def schedule(self) -> ScheduledBatch:
+        batch = ScheduledBatch()
+        budget = self.max_num_batched_tokens
+        self.running.sort(key=_rank)
+        queue = list(self.running)
+        while queue and budget > 0:
+            t = queue.pop(0)
+            n = min(len(t.token_ids) - t.num_cached, budget)
+            while True:
+                try:
+                    self.blocks.ensure(t, t.num_cached + n)
+                    break
+                except OutOfBlocks:
+                    victim = queue.pop() if queue else t  # lowest-ranked not yet scheduled
+                    self._release(victim, batch)
+                    if victim is t:
+                        break
+            if t.status is TraceStatus.RUNNING:
+                batch.traces.append(t)
+                batch.num_new.append(n)
+                budget -= n
+        if batch.evicted or batch.preempted:
+            return batch  # under pressure: admit nobody this step
+        self.waiting.sort(key=_rank)
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            t = self.waiting[0]
+            n = min(len(t.token_ids), budget)
+            if self.blocks.extra_blocks(t, n) > self.blocks.num_free:
+                break
+            self.waiting.pop(0)
+            self.blocks.ensure(t, n)
+            self.add_running(t)
+            batch.traces.append(t)
+            batch.num_new.append(n)
+            budget -= n
+        return batch

@@ -1,0 +1,74 @@
+"""Trace state and sampling parameters."""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SamplingParams:
+    """Per-trace sampling. temperature 0 is greedy; top_k 0 and top_p 1 disable those filters."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+    logprobs: int = 0  # return this many top log-probabilities per token (DeepConf uses 20)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)) \
+                or self.temperature < 0:
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be an integer >= 0, got {self.top_k!r}")
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        if not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= 20:
+            raise ValueError(f"logprobs must be an integer in [0, 20], got {self.logprobs!r}")
+        if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
+            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        self.stop = tuple(self.stop)
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise ValueError("stop strings must be non-empty strings")
+
+
+class TraceStatus(enum.Enum):
+    WAITING = "waiting"  # needs (re)prefill before it can decode
+    RUNNING = "running"  # holds KV blocks for its cached tokens
+    FINISHED = "finished"
+    EVICTED = "evicted"  # dropped under memory pressure; holds nothing, never requeued by itself
+
+
+@dataclass
+class Trace:
+    id: int
+    token_ids: list[int]
+    prompt_len: int
+    params: SamplingParams
+    seed: int
+    priority: float = 0.0
+    arrival: int = 0
+    parent: int | None = None
+    status: TraceStatus = TraceStatus.WAITING
+    block_table: list[int] = field(default_factory=list)
+    num_cached: int = 0  # leading tokens whose KV is in the cache
+    finish_reason: str | None = None
+
+    @property
+    def num_generated(self) -> int:
+        return len(self.token_ids) - self.prompt_len
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.token_ids[self.prompt_len:]
+
+    @property
+    def is_done(self) -> bool:
+        return self.status in (TraceStatus.FINISHED, TraceStatus.EVICTED)

@@ -1,0 +1,104 @@
+"""Load and save models in Hugging Face layout: config.json, *.safetensors, tokenizer.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from gambit.model.config import ModelConfig
+from gambit.model.llama import CausalLM
+from gambit.model.tokenizer import Tokenizer, write_tokenizer_config
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+          "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; choose from {sorted(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def load_state_dict(folder: Path) -> dict[str, torch.Tensor]:
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no *.safetensors weights in the model folder")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        try:
+            state.update(load_file(str(f)))
+        except (SafetensorError, OSError) as e:
+            raise ValueError(f"{f}: unreadable safetensors file: {e}") from None
+    return state
+
+
+def load_model(folder: str | Path, device: str | torch.device = "cpu",
+               dtype: str | torch.dtype = "float32") -> tuple[CausalLM, Tokenizer]:
+    """Model (eval mode) and tokenizer from a Hugging Face folder, with errors naming the file."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: model folder does not exist")
+    config = ModelConfig.from_file(folder / "config.json")
+    tokenizer = Tokenizer.from_file(folder / "tokenizer.json", config.bos_token_id, config.eos_ids)
+    state = load_state_dict(folder)
+    if config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    model = CausalLM(config)
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(k for k in set(state) - set(expected) if "rotary_emb" not in k)
+    if missing or unexpected:
+        raise ValueError(f"{folder}: weights do not match config.json: missing {missing[:5]}, "
+                         f"unexpected {unexpected[:5]}")
+    for k, v in expected.items():
+        if state[k].shape != v.shape:
+            raise ValueError(f"{folder}: weight {k} has shape {tuple(state[k].shape)}, "
+                             f"config.json implies {tuple(v.shape)}")
+    model.load_state_dict({k: state[k] for k in expected}, strict=True)
+    model = model.to(device=device, dtype=resolve_dtype(dtype)).eval()
+    model.rope.cos, model.rope.sin = model.rope.cos.float(), model.rope.sin.float()
+    return model, tokenizer
+
+
+def _is_weights(name: str) -> bool:
+    return name.endswith((".safetensors", ".safetensors.index.json"))
+
+
+def save_model(model: CausalLM, tokenizer: Tokenizer, folder: str | Path) -> None:
+    """Write atomically: a half-written folder never replaces a good one."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()
+                 if not k.startswith("rope.")}
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(model.config.to_hf_dict(), indent=2))
+        tokenizer.save(tmp / "tokenizer.json")
+        write_tokenizer_config(tmp)
+        if folder.exists():
+            for f in folder.iterdir():  # keep files we do not own (model card, eval JSON)
+                if (tmp / f.name).exists() or _is_weights(f.name):  # stale shards would be loaded
+                    continue
+                if f.is_dir() and not f.is_symlink():
+                    shutil.copytree(f, tmp / f.name, symlinks=True)
+                else:
+                    shutil.copy2(f, tmp / f.name, follow_symlinks=False)
+            old = folder.with_name(f".{folder.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(folder, old)
+            os.replace(tmp, folder)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,87 @@
+"""Tokenizer over a Hugging Face ``tokenizer.json``, plus the character-level one we ship.
+
+The thought boundary ``\\n\\n`` must be recognisable from token ids alone: ``boundary_ids`` are
+all tokens whose text contains it (our tokenizer has exactly one; byte-level BPE vocabularies of
+real checkpoints have several).
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from functools import cached_property
+from pathlib import Path
+
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models
+
+PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
+BOUNDARY = "\n\n"
+
+
+class Tokenizer:
+    def __init__(self, tok: HFTokenizer, bos_id: int | None, eos_ids: list[int], pad_id: int | None) -> None:
+        self.tok = tok
+        self.bos_id = bos_id
+        self.eos_ids = eos_ids
+        self.pad_id = pad_id if pad_id is not None else (eos_ids[0] if eos_ids else 0)
+
+    @classmethod
+    def from_file(cls, path: str | Path, bos_id: int | None = None, eos_ids: list[int] | None = None
+                  ) -> Tokenizer:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no tokenizer.json in the model folder")
+        try:
+            tok = HFTokenizer.from_file(str(path))
+        except Exception as e:  # the Rust side raises plain Exceptions
+            raise ValueError(f"{path}: malformed tokenizer: {e}") from None
+        if bos_id is None:
+            bos_id = tok.token_to_id(BOS)
+        if not eos_ids:
+            eos = tok.token_to_id(EOS)
+            eos_ids = [eos] if eos is not None else []
+        return cls(tok, bos_id, eos_ids, tok.token_to_id(PAD))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tok.get_vocab_size()
+
+    def encode(self, text: str, add_bos: bool = True) -> list[int]:
+        ids = self.tok.encode(text, add_special_tokens=False).ids
+        return ([self.bos_id] if add_bos and self.bos_id is not None else []) + ids
+
+    def decode(self, ids: list[int], skip_special: bool = True) -> str:
+        return self.tok.decode(list(ids), skip_special_tokens=skip_special)
+
+    @cached_property
+    def boundary_ids(self) -> frozenset[int]:
+        """Token ids whose decoded text contains the thought boundary ``\\n\\n``."""
+        out = set()
+        for i in range(self.vocab_size):
+            if BOUNDARY in self.tok.decode([i], skip_special_tokens=False):
+                out.add(i)
+        return frozenset(out)
+
+    def save(self, path: str | Path) -> None:
+        self.tok.save(str(path))
+
+
+def build_char_tokenizer() -> Tokenizer:
+    """Characters of printable ASCII plus ``\\n`` and one merged ``\\n\\n`` token; ids 0-2 special."""
+    chars = ["\n"] + [c for c in string.printable if c not in "\n\r\t\x0b\x0c"]
+    vocab = {PAD: 0, BOS: 1, EOS: 2}
+    for c in chars:
+        vocab[c] = len(vocab)
+    vocab[BOUNDARY] = len(vocab)
+    tok = HFTokenizer(models.BPE(vocab=vocab, merges=[("\n", "\n")]))
+    tok.add_special_tokens([PAD, BOS, EOS])
+    tok.decoder = decoders.Fuse()
+    return Tokenizer(tok, 1, [2], 0)
+
+
+def write_tokenizer_config(folder: Path) -> None:
+    """``tokenizer_config.json`` so ``transformers.AutoTokenizer`` loads the folder too."""
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS,
+        "pad_token": PAD, "add_bos_token": False, "model_max_length": 1024}, indent=2))

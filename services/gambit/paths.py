@@ -1,0 +1,6 @@
+"""Where the shipped assets live."""
+
+from pathlib import Path
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+TARGET = ASSETS / "target"

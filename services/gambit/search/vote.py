@@ -1,0 +1,27 @@
+"""Answer aggregation over a pool of traces."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+
+def majority_vote(answers: Sequence[str | None]) -> str | None:
+    """Most common non-empty answer; ties go to the answer reached first (deterministic)."""
+    counts = Counter(a for a in answers if a is not None)
+    if not counts:
+        return None
+    best = max(counts.values())
+    return next(a for a in answers if a is not None and counts[a] == best)
+
+
+def weighted_vote(answers: Sequence[str | None], weights: Sequence[float]) -> str | None:
+    """Answer with the largest total weight (score-weighted vote); ties to the first reached."""
+    totals: dict[str, float] = {}
+    for a, w in zip(answers, weights, strict=True):
+        if a is not None:
+            totals[a] = totals.get(a, 0.0) + float(w)
+    if not totals:
+        return None
+    best = max(totals.values())
+    return next(a for a in answers if a is not None and totals[a] == best)

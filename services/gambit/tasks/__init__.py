@@ -1,0 +1,1 @@
+"""Reasoning tasks: the synthetic arithmetic task, public benchmark loaders, answer checking."""

@@ -1,0 +1,152 @@
+"""Seeded multi-step arithmetic problems written as "\\n\\n"-separated thoughts.
+
+A problem is a left-to-right chain such as ``(44+30)*5-6+97``; its solution has one thought per
+operation (multiplications spelled out by place value, the main source of model errors) and
+ends in ``\\boxed{N}``. Every intermediate stays in [0, 999]. The difficulty knob is the number
+of operations: 2 ops need ~25 tokens of reasoning, 16 ops about 200.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+from gambit.tasks.answers import check_integer, extract_boxed
+
+THOUGHT_SEP = "\n\n"
+PROMPT_TEMPLATE = "Compute {expr}.\nSolution:\n"
+MAX_VALUE = 999
+SPLITS = ("train", "dev", "test")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem: prompt text, reference solution text and integer answer."""
+
+    expr: str
+    steps: tuple[tuple[int, str, int, int], ...]  # (a, op, b, result)
+    answer: int
+
+    @property
+    def prompt(self) -> str:
+        return PROMPT_TEMPLATE.format(expr=self.expr)
+
+    @property
+    def solution(self) -> str:
+        return THOUGHT_SEP.join([format_step(*s) for s in self.steps] + [f"\\boxed{{{self.answer}}}"])
+
+    @property
+    def n_ops(self) -> int:
+        return len(self.steps)
+
+    @property
+    def split(self) -> str:
+        return split_of(self.expr)
+
+    def to_dict(self) -> dict:
+        return {"prompt": self.prompt, "answer": str(self.answer), "solution": self.solution,
+                "n_ops": self.n_ops}
+
+
+@dataclass
+class TaskConfig:
+    """Distribution of problems: number of operations drawn uniformly from [min_ops, max_ops]."""
+
+    min_ops: int = 2
+    max_ops: int = 10
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_ops <= self.max_ops:
+            raise ValueError(f"need 1 <= min_ops <= max_ops, got {self.min_ops}, {self.max_ops}")
+
+
+def format_step(a: int, op: str, b: int, result: int) -> str:
+    """One thought. ``374*2`` is written ``374*2=300*2+70*2+4*2=600+140+8=748``."""
+    if op != "*" or a < 10:
+        return f"{a}{op}{b}={result}"
+    digits = str(a)
+    parts = [int(d) * 10 ** (len(digits) - 1 - i) for i, d in enumerate(digits) if d != "0"]
+    if len(parts) == 1:
+        return f"{a}*{b}={result}"
+    terms = "+".join(f"{p}*{b}" for p in parts)
+    products = "+".join(str(p * b) for p in parts)
+    return f"{a}*{b}={terms}={products}={result}"
+
+
+def split_of(expr: str) -> str:
+    """Fixed split by problem text: 80% train, 10% dev, 10% test, independent of any seed."""
+    h = int.from_bytes(hashlib.sha256(expr.encode()).digest()[:4], "big") % 100
+    return "train" if h < 80 else ("dev" if h < 90 else "test")
+
+
+def _next_op(rng: random.Random, value: int) -> tuple[str, int] | None:
+    choices = []
+    if value + 1 <= MAX_VALUE:
+        choices.append("+")
+    if value >= 1:
+        choices.append("-")
+    if 2 * value <= MAX_VALUE and value >= 1:
+        choices.append("*")
+    op = rng.choice(choices)
+    if op == "+":
+        return op, rng.randint(1, min(99, MAX_VALUE - value))
+    if op == "-":
+        return op, rng.randint(1, min(99, value))
+    return op, rng.randint(2, min(9, MAX_VALUE // value))
+
+
+def make_problem(rng: random.Random, n_ops: int) -> Problem:
+    """A chain of ``n_ops`` operations starting from a number in [2, 99]."""
+    if n_ops < 1:
+        raise ValueError(f"n_ops must be >= 1, got {n_ops}")
+    value = rng.randint(2, 99)
+    expr = str(value)
+    steps = []
+    prev_additive = False
+    for _ in range(n_ops):
+        op, b = _next_op(rng, value)
+        if op == "*" and prev_additive:
+            expr = f"({expr})"
+        expr = f"{expr}{op}{b}"
+        result = value + b if op == "+" else value - b if op == "-" else value * b
+        steps.append((value, op, b, result))
+        value = result
+        prev_additive = op in "+-"
+    return Problem(expr=expr, steps=tuple(steps), answer=value)
+
+
+def generate(split: str, n: int, seed: int, config: TaskConfig | None = None) -> list[Problem]:
+    """``n`` distinct problems of ``split``, reproducible from ``seed``."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose from {SPLITS}")
+    config = config or TaskConfig()
+    rng = random.Random(f"{split}:{seed}")
+    out: list[Problem] = []
+    seen: set[str] = set()
+    while len(out) < n:
+        p = make_problem(rng, rng.randint(config.min_ops, config.max_ops))
+        if p.split == split and p.expr not in seen:
+            seen.add(p.expr)
+            out.append(p)
+    return out
+
+
+def check_answer(completion: str, answer: int | str) -> bool:
+    """True when the last ``\\boxed{}`` of ``completion`` holds the right integer."""
+    return check_integer(extract_boxed(completion), answer)
+
+
+def check_thought(thought: str) -> bool | None:
+    """Whether one arithmetic thought ``a op b = ... = c`` is correct; None if it is not one."""
+    lhs, _, rest = thought.partition("=")
+    if not rest or "**" in thought:  # no power is a step here, and eval("9**9**9") would not finish
+        return None
+    sides = [lhs] + rest.split("=")
+    try:
+        values = [eval(s, {"__builtins__": {}}, {}) for s in sides if s and set(s) <= set("0123456789+-* ")]
+    except (SyntaxError, ValueError):  # ValueError: over the int-string digit limit
+        return None
+    if len(values) != len(sides):
+        return None
+    return all(v == values[0] for v in values)

@@ -1,0 +1,1 @@
+"""Training scripts for the models the project ships."""

@@ -1,0 +1,141 @@
+"""Train the shipped target on generated solutions (``gambit train target``).
+
+Seeded and step-based, so a rerun reproduces the same weights on the same machine. Loss is on
+solution tokens only (the prompt's numbers are random and unpredictable).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from gambit.model import CausalLM, ModelConfig, Tokenizer, build_char_tokenizer, save_model
+from gambit.paths import TARGET
+from gambit.tasks.arithmetic import TaskConfig, make_problem
+
+
+@dataclass
+class TrainTargetConfig:
+    out: str = str(TARGET)
+    seed: int = 0
+    steps: int = 4000
+    batch_size: int = 20
+    lr: float = 1.5e-3
+    min_lr_ratio: float = 0.05
+    warmup: int = 100
+    weight_decay: float = 0.01
+    hidden_size: int = 192
+    num_layers: int = 6
+    num_heads: int = 4
+    num_kv_heads: int = 4
+    intermediate_size: int = 512
+    max_positions: int = 1024
+    min_ops: int = 2
+    max_ops: int = 10
+    threads: int = 0  # 0: torch default
+    checkpoint_every: int = 0  # also save <out>-step<N> every N steps (0: never)
+
+    def __post_init__(self) -> None:
+        if self.steps <= 0 or self.batch_size <= 0 or self.lr <= 0:
+            raise ValueError("steps, batch_size and lr must be positive")
+        if self.num_layers < 6:
+            raise ValueError("num_layers must be >= 6 so the three EAGLE-3 taps (2, L//2, L-3) differ")
+
+
+def model_config(cfg: TrainTargetConfig, tok: Tokenizer) -> ModelConfig:
+    return ModelConfig(
+        vocab_size=tok.vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads, max_position_embeddings=cfg.max_positions,
+        tie_word_embeddings=True, bos_token_id=tok.bos_id, eos_token_id=tok.eos_ids[0],
+        pad_token_id=tok.pad_id)
+
+
+def batches(cfg: TrainTargetConfig, tok: Tokenizer, rng: random.Random, group: int = 8):
+    """Padded (ids, loss mask) batches; ``group`` batches are length-sorted together to cut padding."""
+    task = TaskConfig(cfg.min_ops, cfg.max_ops)
+    while True:
+        rows = []
+        while len(rows) < cfg.batch_size * group:
+            p = make_problem(rng, rng.randint(task.min_ops, task.max_ops))
+            if p.split != "train":
+                continue
+            prompt = tok.encode(p.prompt)
+            target = tok.encode(p.solution, add_bos=False) + tok.eos_ids[:1]
+            rows.append((prompt + target, len(prompt)))
+        rows.sort(key=lambda r: len(r[0]))
+        chunks = [rows[i:i + cfg.batch_size] for i in range(0, len(rows), cfg.batch_size)]
+        rng.shuffle(chunks)
+        for chunk in chunks:
+            T = max(len(r[0]) for r in chunk)
+            ids = torch.full((len(chunk), T), tok.pad_id, dtype=torch.long)
+            mask = torch.zeros((len(chunk), T), dtype=torch.bool)
+            for i, (seq, n_prompt) in enumerate(chunk):
+                ids[i, :len(seq)] = torch.tensor(seq)
+                mask[i, n_prompt:len(seq)] = True
+            yield ids, mask
+
+
+def lr_at(cfg: TrainTargetConfig, step: int) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def train_target(cfg: TrainTargetConfig) -> dict:
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    tok = build_char_tokenizer()
+    model = CausalLM(model_config(cfg, tok))
+    for p in model.parameters():
+        if p.dim() == 2:
+            torch.nn.init.normal_(p, std=0.02)
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    n_params = sum(p.numel() for p in model.parameters())
+    start, tokens, ema = time.time(), 0, None
+    data = batches(cfg, tok, rng)
+    bar = tqdm(range(cfg.steps), desc=f"train target ({n_params / 1e6:.2f}M params)", mininterval=5)
+    history = []
+    for step in bar:
+        ids, mask = next(data)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(cfg, step)
+        hidden, _ = model(ids[:, :-1])
+        logits = model.logits(hidden)
+        loss = F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten(), reduction="none")
+        m = mask[:, 1:].flatten().float()
+        loss = (loss * m).sum() / m.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        tokens += ids.numel()
+        ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
+        elapsed = time.time() - start
+        bar.set_postfix(loss=f"{ema:.4f}", tok_s=f"{tokens / elapsed:.0f}")
+        if step % 100 == 0 or step == cfg.steps - 1:
+            history.append({"step": step, "loss": round(ema, 5), "elapsed_s": round(elapsed, 1)})
+        if cfg.checkpoint_every and step and step % cfg.checkpoint_every == 0:
+            save_model(model, tok, f"{cfg.out}-step{step}")
+    model.eval()
+    out = Path(cfg.out)
+    save_model(model, tok, out)
+    info = {"config": asdict(cfg), "params": n_params, "train_tokens": tokens,
+            "train_seconds": round(time.time() - start, 1), "final_loss": round(ema, 5),
+            "loss_history": history, "torch_threads": torch.get_num_threads()}
+    (out / "training.json").write_text(json.dumps(info, indent=2))
+    return info

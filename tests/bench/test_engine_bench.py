@@ -1,0 +1,46 @@
+"""Smoke test of ``gambit bench engine``: native + HF parts on a tiny model, no vLLM."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from gambit.model import CausalLM, ModelConfig, build_char_tokenizer, save_model
+
+pytest.importorskip("transformers")
+
+
+@pytest.fixture
+def tiny_folder(tmp_path: Path) -> Path:
+    tok = build_char_tokenizer()
+    cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
+                      tie_word_embeddings=True, bos_token_id=tok.bos_id, eos_token_id=tok.eos_ids[0],
+                      pad_token_id=tok.pad_id)
+    torch.manual_seed(0)
+    folder = tmp_path / "tiny"
+    save_model(CausalLM(cfg).eval(), tok, folder)
+    return folder
+
+
+def test_engine_bench_smoke(tiny_folder: Path, tmp_path: Path) -> None:
+    from gambit.bench.engine import format_table, run_engine_bench
+
+    out = tmp_path / "bench.json"
+    result = run_engine_bench(tiny_folder, [1, 2], quick=True, json_path=out, new_tokens=4, vllm=False,
+                              fork_tokens=200)
+    data = json.loads(out.read_text())
+    assert data == json.loads(json.dumps(result))
+    assert data["new_tokens"] == 4 and data["model"] == str(tiny_folder.resolve())
+    assert [r["batch"] for r in data["rows"]] == [1, 2]
+    for r in data["rows"]:
+        for key in ("native_tok_s", "hf_tok_s", "native_vs_hf", "native_peak_mb", "hf_peak_mb"):
+            assert r[key] > 0, key
+        assert r["vllm_tok_s"] is None and r["native_vs_vllm"] is None and r["vllm_peak_mb"] is None
+    fk = data["fork_vs_prefill"]
+    assert fk["tokens"] == 200 and fk["fork_ms"] > 0 and fk["prefill_ms"] > 0 and fk["ratio"] > 0
+    assert {"cpu", "cores", "torch"} <= set(data["machine"])
+    assert "vLLM skipped" in data["notes"]
+    assert "native tok/s" in format_table(data)

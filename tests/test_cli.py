@@ -1,0 +1,78 @@
+"""The command line: every subcommand has --help, config precedence, run/eval end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gambit.cli import main
+from gambit.paths import TARGET
+
+SUBCOMMANDS = [["run"], ["eval"], ["train", "target"], ["bench", "engine"], ["train"], ["bench"]]
+
+
+@pytest.mark.parametrize("cmd", SUBCOMMANDS)
+def test_help_on_each_subcommand(cmd):
+    out = subprocess.run([sys.executable, "-m", "gambit.cli", *cmd, "--help"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "usage" in out.stdout.lower()
+
+
+def test_eval_end_to_end_writes_json(tmp_path, capsys):
+    path = tmp_path / "eval.json"
+    rc = main(["eval", "--model", str(TARGET), "--n-problems", "6", "--samples", "3", "--max-ops", "3",
+               "--json", str(path)])
+    assert rc == 0
+    result = json.loads(path.read_text())
+    assert result["n_problems"] == 6 and result["samples"] == 3
+    for key in ("pass1", "maj", "passk"):
+        assert 0.0 <= result[key] <= 1.0
+    assert result["passk"] >= result["pass1"]
+    assert result["generated_tokens"] > 0
+    assert "pass@1" in capsys.readouterr().out
+
+
+def test_eval_is_reproducible(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    for p in (a, b):
+        assert main(["eval", "--model", str(TARGET), "--n-problems", "4", "--samples", "2",
+                     "--json", str(p)]) == 0
+    ra, rb = json.loads(a.read_text()), json.loads(b.read_text())
+    assert (ra["pass1"], ra["maj"], ra["by_ops"]) == (rb["pass1"], rb["maj"], rb["by_ops"])
+
+
+def test_yaml_config_and_flag_precedence(tmp_path):
+    cfg = tmp_path / "eval.yaml"
+    cfg.write_text("samples: 2\nn_problems: 3\ntemperature: 0.5\n")
+    path = tmp_path / "out.json"
+    assert main(["eval", "--model", str(TARGET), "--config", str(cfg), "--n-problems", "2",
+                 "--json", str(path)]) == 0
+    result = json.loads(path.read_text())
+    assert result["samples"] == 2 and result["n_problems"] == 2  # flag beats file
+    assert result["config"]["temperature"] == 0.5
+
+
+@pytest.mark.parametrize("text, message", [("samples: [\n", "malformed YAML"),
+                                           ("bogus: 1\n", "unknown options"),
+                                           ("samples: 0\n", "samples and n_problems must be >= 1")])
+def test_bad_config_is_a_clear_error(tmp_path, text, message):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(text)
+    with pytest.raises(SystemExit, match=message):
+        main(["eval", "--model", str(TARGET), "--config", str(cfg)])
+
+
+def test_missing_model_folder_is_a_clear_error(tmp_path, capsys):
+    assert main(["eval", "--model", str(tmp_path / "nope"), "--n-problems", "1"]) == 2
+    assert "model folder does not exist" in capsys.readouterr().err
+
+
+def test_run_shows_traces_and_vote(capsys):
+    assert main(["run", "--problems", "1", "--samples", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("--- trace") == 3
+    assert ">>> vote:" in out and "majority vote solved" in out
