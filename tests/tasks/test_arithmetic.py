@@ -138,19 +138,19 @@ def test_training_batches_hold_only_train_problems():
 
 
 def test_difficulty_knob_token_counts():
-    """2 ops need ~25-40 tokens of reasoning, 16 ops about 200 (char tokenizer)."""
+    """2 ops need ~25-40 tokens of reasoning, 20 ops about 200 (char tokenizer)."""
     tok = build_char_tokenizer()
     rng = random.Random(0)
 
     def lengths(n_ops):
         return [len(tok.encode(make_problem(rng, n_ops).solution, add_bos=False)) for _ in range(150)]
 
-    two, ten, sixteen = lengths(2), lengths(10), lengths(16)
+    two, ten, twenty = lengths(2), lengths(10), lengths(20)
     assert 20 <= statistics.mean(two) <= 50
-    assert statistics.mean(two) < statistics.mean(ten) < statistics.mean(sixteen)
-    assert statistics.mean(sixteen) >= 200
-    assert statistics.median(sixteen) >= 200
-    assert min(sixteen) >= 16 * 7  # every one of the 16 thoughts is several tokens
+    assert statistics.mean(two) < statistics.mean(ten) < statistics.mean(twenty)
+    assert statistics.mean(twenty) >= 200
+    assert statistics.median(twenty) >= 200
+    assert min(twenty) >= 20 * 7  # every one of the 20 thoughts is several tokens
 
 
 @pytest.mark.parametrize("step,text", [
@@ -161,9 +161,25 @@ def test_difficulty_knob_token_counts():
     ((12, "+", 30, 42), "12+30=42"),
     ((50, "-", 50, 0), "50-50=0"),
 ])
-def test_format_step(step, text):
+def test_format_step_spelled(step, text):
+    assert format_step(*step, spell=True) == text
+    assert check_thought(text) is True
+
+
+@pytest.mark.parametrize("step,text", [
+    ((374, "*", 2, 748), "374*2=748"),
+    ((7, "*", 5, 35), "7*5=35"),
+    ((12, "+", 30, 42), "12+30=42"),
+])
+def test_format_step_direct(step, text):
     assert format_step(*step) == text
     assert check_thought(text) is True
+
+
+def test_spelled_problems_keep_the_flag():
+    p = make_problem(random.Random(3), 6, spell_products=True)
+    assert p.spell_products and all(check_thought(t) for t in p.solution.split("\n\n")[:-1])
+    assert generate("test", 3, 0, TaskConfig(2, 4, spell_products=True))[0].spell_products
 
 
 @pytest.mark.parametrize("completion,answer,ok", [

@@ -33,7 +33,7 @@ class EvalConfig:
     max_tokens: int = 400
     seed: int = 0
     min_ops: int = 2
-    max_ops: int = 10
+    max_ops: int = 8
     max_num_seqs: int = 256
 
     def __post_init__(self) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from gambit.engine.cpu_attention import paged_decode
 from gambit.engine.kv_cache import KVCache
 
 
@@ -69,7 +70,8 @@ def _group(items: list[SeqInput], offsets: torch.Tensor, tables: torch.Tensor, b
 class PagedAttention:
     """The ``attention`` function handed to the model for one forward over a ragged batch."""
 
-    def __init__(self, cache: KVCache, items: list[SeqInput], device: torch.device) -> None:
+    def __init__(self, cache: KVCache, items: list[SeqInput], device: torch.device,
+                 use_kernel: bool = False) -> None:
         self.cache = cache
         bs = cache.block_size
         q_len = torch.tensor([it.q for it in items])
@@ -81,11 +83,18 @@ class PagedAttention:
         pos = torch.arange(self.num_tokens) - offsets[item] + torch.tensor([it.ctx for it in items])[item]
         self.slots = (tables[item, pos // bs] * bs + pos % bs).to(device)
         is_decode = q_len == 1
-        self.groups = []
-        for sel in (is_decode, ~is_decode):
-            idx = sel.nonzero().flatten().tolist()
-            if idx:
-                self.groups.append(_group([items[i] for i in idx], offsets[idx], tables[idx], bs, device))
+        dec = is_decode.nonzero().flatten()
+        multi = (~is_decode).nonzero().flatten()
+        self.decode = None  # decode rows for the in-place CPU kernel: (rows, tables, lens)
+        self.groups: list[Group] = []  # rows gathered into a padded batch for SDPA
+        if len(dec) and use_kernel:
+            lens = torch.tensor([it.ctx + 1 for it in items])[dec]
+            self.decode = (offsets[dec].to(device), tables[dec].contiguous(), lens)
+        for idx in ([] if self.decode else [dec]) + [multi]:
+            if len(idx):
+                ids = idx.tolist()
+                self.groups.append(_group([items[i] for i in ids], offsets[idx], tables[idx], bs, device))
+        self.all_decode = len(multi) == 0  # rows 0..N-1 are the sequences in order
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         kc, vc = self.cache.k[layer], self.cache.v[layer]  # [Hkv, blocks, bs, D]
@@ -94,17 +103,22 @@ class PagedAttention:
         kc.view(Hkv, -1, D)[:, self.slots] = k[0].transpose(0, 1)
         vc.view(Hkv, -1, D)[:, self.slots] = v[0].transpose(0, 1)
         qf = q[0]
-        pure_decode = len(self.groups) == 1 and self.groups[0].rows.shape[1] == 1
-        out = None if pure_decode else torch.empty_like(qf)
+        if self.decode is not None and self.all_decode:
+            _, tables, lens = self.decode
+            return paged_decode(qf, kc, vc, tables, lens, D ** -0.5).unsqueeze(0)
+        out = torch.empty_like(qf)
+        if self.decode is not None:
+            rows, tables, lens = self.decode
+            out[rows] = paged_decode(qf[rows], kc, vc, tables, lens, D ** -0.5)
         for g in self.groups:
-            B, nb = g.blocks.shape
+            B = g.blocks.shape[0]
             flat = g.blocks.flatten()  # whole blocks per head: [Hkv, B*nb, bs, D] → [B, Hkv, L, D]
             kg = kc.index_select(1, flat).view(Hkv, B, -1, D).transpose(0, 1)
             vg = vc.index_select(1, flat).view(Hkv, B, -1, D).transpose(0, 1)
-            qg = (qf.view(B, 1, H, D) if pure_decode else qf[g.rows]).transpose(1, 2)  # [B, H, Qmax, D]
+            qg = (qf.view(B, 1, H, D) if self.all_decode else qf[g.rows]).transpose(1, 2)
             o = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=g.mask, enable_gqa=H != Hkv)
             o = o.transpose(1, 2)  # [B, Qmax, H, D]
-            if out is None:
+            if self.all_decode:
                 return o.reshape(1, B, H, D)
             out[g.flat_valid_rows] = o[g.valid]
         return out.unsqueeze(0)

@@ -24,6 +24,17 @@ from gambit.model.tokenizer import Tokenizer
 DEFAULT_CPU_KV_BYTES = 1 << 30
 
 
+def check_priority(priority) -> float:
+    """A finite float, or ValueError (NaN would make the scheduler's order undefined)."""
+    try:
+        value = float(priority)
+    except (TypeError, ValueError):
+        raise ValueError(f"priority must be a number, got {priority!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"priority must be finite, got {priority!r}")
+    return value
+
+
 def derive_seed(*parts: int) -> int:
     """A non-negative 63-bit seed from integers (engine seed, trace id, ...)."""
     x = torch.tensor(0, dtype=torch.long)
@@ -39,8 +50,7 @@ class Engine:
         self.dtype = config.torch_dtype()
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
         self.model.rope.cos, self.model.rope.sin = self.model.rope.cos.float(), self.model.rope.sin.float()
-        if any(layer.self_attn.qkv is None for layer in self.model.model.layers):
-            self.model.fuse_projections()
+        self.model.fuse_projections()  # (re)fuse: a .to() above may have unshared earlier fusion
         self.tokenizer = tokenizer
         mc = model.config
         self.max_model_len = mc.max_position_embeddings
@@ -48,7 +58,8 @@ class Engine:
         self.blocks = BlockManager(self.num_blocks, config.block_size)
         self.scheduler = Scheduler(self.blocks, config.max_num_seqs, config.max_num_batched_tokens,
                                    config.preemption)
-        self.runner = ModelRunner(self.model, self.num_blocks, config.block_size, self.device, self.dtype)
+        self.runner = ModelRunner(self.model, self.num_blocks, config.block_size, self.device, self.dtype,
+                                  config.cpu_kernel)
         self.traces: dict[int, Trace] = {}
         self.stats = EngineStats()
         self._next_id = 0
@@ -86,6 +97,7 @@ class Engine:
         params = params or SamplingParams()
         if not isinstance(params, SamplingParams):
             raise ValueError("params must be a SamplingParams")
+        priority = check_priority(priority)
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids or (isinstance(prompt, str) and not prompt):
             raise ValueError("prompt is empty")
@@ -100,7 +112,7 @@ class Engine:
                              f"({self.num_blocks})")
         tid = self._new_id()
         seed = params.seed if params.seed is not None else derive_seed(self.config.seed, tid)
-        trace = Trace(tid, ids, len(ids), params, seed, float(priority), arrival=tid)
+        trace = Trace(tid, ids, len(ids), params, seed, priority, arrival=tid)
         self.traces[tid] = trace
         self.scheduler.add(trace)
         return tid
@@ -113,8 +125,9 @@ class Engine:
         whose partial block cannot be allocated waits and is re-prefilled instead.
         """
         parent = self._live(trace_id)
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be an integer >= 1, got {n!r}")
+        priority = parent.priority if priority is None else check_priority(priority)
         for name, vals in (("seeds", seeds), ("temperatures", temperatures)):
             if vals is not None and len(vals) != n:
                 raise ValueError(f"{name} has {len(vals)} values for {n} children")
@@ -127,7 +140,7 @@ class Engine:
             cid = self._new_id()
             seed = params[i].seed if params[i].seed is not None else derive_seed(parent.seed, cid)
             child = Trace(cid, list(parent.token_ids), parent.prompt_len, params[i], seed,
-                          parent.priority if priority is None else float(priority), arrival=cid,
+                          priority, arrival=cid,
                           parent=parent.id)
             self.traces[cid] = child
             copied = False
@@ -155,7 +168,8 @@ class Engine:
 
     def set_priority(self, trace_id: int, priority: float) -> None:
         """Higher runs first and is evicted last."""
-        self._live(trace_id).priority = float(priority)
+        trace = self._live(trace_id)
+        trace.priority = check_priority(priority)
 
     def kv_usage(self) -> float:
         return self.blocks.usage()
@@ -209,10 +223,12 @@ class Engine:
     def _boundaries(self, traces, num_new, tokens, positions, hidden) -> list[Event]:
         if not len(self.boundary_ids):
             return []
-        prompt_len = torch.repeat_interleave(
-            torch.tensor([t.prompt_len for t in traces], device=self.device),
+        # a fed token is new unless it was fed before (re-prefill after preemption or a waiting
+        # fork): only the last token of a trace and generated tokens count, never history twice
+        first_new = torch.repeat_interleave(
+            torch.tensor([max(t.prompt_len, len(t.token_ids) - 1) for t in traces], device=self.device),
             torch.tensor(num_new, device=self.device))
-        hit = torch.isin(tokens, self.boundary_ids) & (positions >= prompt_len)
+        hit = torch.isin(tokens, self.boundary_ids) & (positions >= first_new)
         rows = hit.nonzero().flatten().tolist()
         if not rows:
             return []
@@ -256,7 +272,8 @@ class Engine:
             tail = self.tokenizer.decode(t.output_ids[-64:])
             if any(s in tail for s in t.params.stop):
                 return "stop"
-        if t.num_generated >= t.params.max_tokens or len(t.token_ids) >= self.max_model_len:
+        if t.num_generated >= t.params.max_tokens or len(t.token_ids) >= self.max_model_len \
+                or len(t.token_ids) >= self.num_blocks * self.config.block_size:  # outgrew the cache
             return "length"
         return None
 

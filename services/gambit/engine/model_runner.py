@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from gambit.engine import cpu_attention
 from gambit.engine.attention import PagedAttention, SeqInput
 from gambit.engine.kv_cache import KVCache
 from gambit.model.llama import CausalLM
@@ -23,9 +24,12 @@ class RunnerOutput:
 
 class ModelRunner:
     def __init__(self, model: CausalLM, num_blocks: int, block_size: int, device: torch.device,
-                 dtype: torch.dtype) -> None:
+                 dtype: torch.dtype, cpu_kernel: bool = True) -> None:
         self.model = model
         self.device = device
+        # decode attention straight from the blocks: CPU + float32 only, when the kernel compiles
+        self.use_kernel = (cpu_kernel and device.type == "cpu" and dtype == torch.float32
+                           and cpu_attention.kernel() is not None)
         self.cache = KVCache(model.config, num_blocks, block_size, dtype, device)
 
     @torch.inference_mode()
@@ -38,7 +42,7 @@ class ModelRunner:
         tokens = torch.tensor([t for it in items for t in it.tokens], dtype=torch.long, device=self.device)
         positions = torch.tensor([p for it in items for p in it.positions], dtype=torch.long,
                                  device=self.device)
-        attn = PagedAttention(self.cache, items, self.device)
+        attn = PagedAttention(self.cache, items, self.device, self.use_kernel)
         hidden, tapped = self.model(tokens[None], positions[None], attention=attn, taps=taps)
         hidden = hidden[0]
         rows = torch.as_tensor(logit_rows, dtype=torch.long, device=self.device)

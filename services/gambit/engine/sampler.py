@@ -35,7 +35,7 @@ def uniforms(seeds: torch.Tensor, counters: torch.Tensor, n: int, stream: int = 
     h = mix64(mix64(seeds * _GOLDEN + stream) + counters)
     x = mix64(h[:, None] + torch.arange(1, n + 1, device=seeds.device)[None, :] * _GOLDEN)
     u = _srl(x, 11).to(torch.float64) * (1.0 / (1 << 53))
-    return u.clamp(1e-12, 1 - 1e-12).to(torch.float32)
+    return u.to(torch.float32).clamp(1e-12, 1 - 2.0 ** -24)  # clamp after the cast: never 1.0 in float32
 
 
 @dataclass

@@ -1,9 +1,10 @@
 """Seeded multi-step arithmetic problems written as "\\n\\n"-separated thoughts.
 
 A problem is a left-to-right chain such as ``(44+30)*5-6+97``; its solution has one thought per
-operation (multiplications spelled out by place value, the main source of model errors) and
-ends in ``\\boxed{N}``. Every intermediate stays in [0, 999]. The difficulty knob is the number
-of operations: 2 ops need ~25 tokens of reasoning, 16 ops about 200.
+operation and ends in ``\\boxed{N}``. Every intermediate stays in [0, 999]. The difficulty knob is
+the number of operations: 2 ops need ~25 tokens of reasoning, 20 ops about 200. Products can be
+spelled out by place value (``spell_products``); the shipped target uses the direct form, whose
+errors are local and unbiased, so that voting over samples helps (see the model card).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class Problem:
     expr: str
     steps: tuple[tuple[int, str, int, int], ...]  # (a, op, b, result)
     answer: int
+    spell_products: bool = False
 
     @property
     def prompt(self) -> str:
@@ -34,7 +36,8 @@ class Problem:
 
     @property
     def solution(self) -> str:
-        return THOUGHT_SEP.join([format_step(*s) for s in self.steps] + [f"\\boxed{{{self.answer}}}"])
+        steps = [format_step(*s, spell=self.spell_products) for s in self.steps]
+        return THOUGHT_SEP.join(steps + [f"\\boxed{{{self.answer}}}"])
 
     @property
     def n_ops(self) -> int:
@@ -54,16 +57,17 @@ class TaskConfig:
     """Distribution of problems: number of operations drawn uniformly from [min_ops, max_ops]."""
 
     min_ops: int = 2
-    max_ops: int = 10
+    max_ops: int = 8
+    spell_products: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_ops <= self.max_ops:
             raise ValueError(f"need 1 <= min_ops <= max_ops, got {self.min_ops}, {self.max_ops}")
 
 
-def format_step(a: int, op: str, b: int, result: int) -> str:
-    """One thought. ``374*2`` is written ``374*2=300*2+70*2+4*2=600+140+8=748``."""
-    if op != "*" or a < 10:
+def format_step(a: int, op: str, b: int, result: int, spell: bool = False) -> str:
+    """One thought: ``74*5=370``; spelled, ``374*2=300*2+70*2+4*2=600+140+8=748``."""
+    if not spell or op != "*" or a < 10:
         return f"{a}{op}{b}={result}"
     digits = str(a)
     parts = [int(d) * 10 ** (len(digits) - 1 - i) for i, d in enumerate(digits) if d != "0"]
@@ -96,7 +100,7 @@ def _next_op(rng: random.Random, value: int) -> tuple[str, int] | None:
     return op, rng.randint(2, min(9, MAX_VALUE // value))
 
 
-def make_problem(rng: random.Random, n_ops: int) -> Problem:
+def make_problem(rng: random.Random, n_ops: int, spell_products: bool = False) -> Problem:
     """A chain of ``n_ops`` operations starting from a number in [2, 99]."""
     if n_ops < 1:
         raise ValueError(f"n_ops must be >= 1, got {n_ops}")
@@ -113,7 +117,7 @@ def make_problem(rng: random.Random, n_ops: int) -> Problem:
         steps.append((value, op, b, result))
         value = result
         prev_additive = op in "+-"
-    return Problem(expr=expr, steps=tuple(steps), answer=value)
+    return Problem(expr=expr, steps=tuple(steps), answer=value, spell_products=spell_products)
 
 
 def generate(split: str, n: int, seed: int, config: TaskConfig | None = None) -> list[Problem]:
@@ -125,7 +129,7 @@ def generate(split: str, n: int, seed: int, config: TaskConfig | None = None) ->
     out: list[Problem] = []
     seen: set[str] = set()
     while len(out) < n:
-        p = make_problem(rng, rng.randint(config.min_ops, config.max_ops))
+        p = make_problem(rng, rng.randint(config.min_ops, config.max_ops), config.spell_products)
         if p.split == split and p.expr not in seen:
             seen.add(p.expr)
             out.append(p)

@@ -24,11 +24,14 @@ Trained from scratch in this repository on generated solutions of the arithmetic
 | | |
 |---|---|
 | architecture | `LlamaForCausalLM`: {cfg['num_layers']} layers, hidden {cfg['hidden_size']}, \
-{cfg['num_heads']} heads ({cfg['num_kv_heads']} KV), SwiGLU {cfg['intermediate_size']}, RoPE, tied embeddings |
+{cfg['num_heads']} heads ({cfg['num_kv_heads']} KV), SwiGLU {cfg['intermediate_size']}, RoPE, \
+tied embeddings |
 | context | {cfg['max_positions']} positions |
-| tokenizer | characters of printable ASCII + one `\\n\\n` token (the thought boundary), `<bos>` `<eos>` `<pad>` |
+| tokenizer | characters of printable ASCII + one `\\n\\n` token (the thought boundary), \
+`<bos>` `<eos>` `<pad>` |
 | weights | `model.safetensors`, fp32, {size / 1e6:.1f} MB |
-| training | {cfg['steps']} steps x {cfg['batch_size']} problems, AdamW lr {cfg['lr']} cosine, seed {cfg['seed']}; \
+| training | {cfg['steps']} steps x {cfg['batch_size']} problems, AdamW lr {cfg['lr']} cosine, \
+seed {cfg['seed']}; \
 {train['train_tokens'] / 1e6:.1f}M tokens (padded) in {train['train_seconds'] / 60:.1f} min on \
 {train['torch_threads']} CPU threads; final loss {train['final_loss']} nats/token (solution tokens) |
 | command | `gambit train target` (this card: `gambit train target` then `gambit eval`) |

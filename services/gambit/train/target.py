@@ -26,7 +26,7 @@ from gambit.tasks.arithmetic import TaskConfig, make_problem
 class TrainTargetConfig:
     out: str = str(TARGET)
     seed: int = 0
-    steps: int = 4000
+    steps: int = 3000
     batch_size: int = 20
     lr: float = 1.5e-3
     min_lr_ratio: float = 0.05
@@ -39,7 +39,8 @@ class TrainTargetConfig:
     intermediate_size: int = 512
     max_positions: int = 1024
     min_ops: int = 2
-    max_ops: int = 10
+    max_ops: int = 8
+    spell_products: bool = False
     threads: int = 0  # 0: torch default
     checkpoint_every: int = 0  # also save <out>-step<N> every N steps (0: never)
 
@@ -61,11 +62,11 @@ def model_config(cfg: TrainTargetConfig, tok: Tokenizer) -> ModelConfig:
 
 def batches(cfg: TrainTargetConfig, tok: Tokenizer, rng: random.Random, group: int = 8):
     """Padded (ids, loss mask) batches; ``group`` batches are length-sorted together to cut padding."""
-    task = TaskConfig(cfg.min_ops, cfg.max_ops)
+    task = TaskConfig(cfg.min_ops, cfg.max_ops, cfg.spell_products)
     while True:
         rows = []
         while len(rows) < cfg.batch_size * group:
-            p = make_problem(rng, rng.randint(task.min_ops, task.max_ops))
+            p = make_problem(rng, rng.randint(task.min_ops, task.max_ops), task.spell_products)
             if p.split != "train":
                 continue
             prompt = tok.encode(p.prompt)

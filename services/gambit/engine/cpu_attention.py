@@ -1,0 +1,132 @@
+"""Paged decode attention on the CPU without gathering the cache (a small C++ kernel).
+
+The PyTorch path copies every sequence's KV blocks into a padded batch before SDPA (read + write +
+read per step). This kernel reads each key and value once, straight from the blocks (scores,
+softmax, weighted values); threads split over (sequence, kv head) and share each loaded key across the query
+heads of its GQA group. It is compiled on first use (``torch.utils.cpp_extension``, cached under
+``~/.cache/torch_extensions``); without a compiler the engine keeps the PyTorch path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+import torch
+
+log = logging.getLogger(__name__)
+
+_SOURCE = r"""
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+// q [B, H, D]; kc, vc [Hkv, NB, bs, D]; tables [B, nbmax] int64; lens [B] int64 → out [B, H, D]
+torch::Tensor paged_decode(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, torch::Tensor tables,
+                           torch::Tensor lens, double scale) {
+  TORCH_CHECK(q.dtype() == torch::kFloat32 && kc.dtype() == torch::kFloat32, "float32 only");
+  TORCH_CHECK(q.is_contiguous() && kc.is_contiguous() && vc.is_contiguous(), "contiguous inputs");
+  const int64_t B = q.size(0), H = q.size(1), D = q.size(2);
+  const int64_t Hkv = kc.size(0), NB = kc.size(1), bs = kc.size(2);
+  const int64_t G = H / Hkv, nbmax = tables.size(1);
+  auto out = torch::empty_like(q);
+  const float* qp = q.data_ptr<float>();
+  const float* kp = kc.data_ptr<float>();
+  const float* vp = vc.data_ptr<float>();
+  const int64_t* tp = tables.data_ptr<int64_t>();
+  const int64_t* lp = lens.data_ptr<int64_t>();
+  float* op = out.data_ptr<float>();
+  const float sc = static_cast<float>(scale);
+  at::parallel_for(0, B * Hkv, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> sc_buf, acc(G * D);
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t b = i / Hkv, hk = i % Hkv;
+      const int64_t L = lp[b];
+      const float* qb = qp + (b * H + hk * G) * D;
+      sc_buf.resize(G * L);
+      // pass 1: scores q.k for every key of the sequence (each key row loaded once for the group)
+      for (int64_t t0 = 0; t0 < L; t0 += bs) {  // block by block: no division per token
+        const float* kblk = kp + (hk * NB + tp[b * nbmax + t0 / bs]) * bs * D;
+        const int64_t n = std::min(bs, L - t0);
+        for (int64_t o = 0; o < n; ++o) {
+          const float* kt = kblk + o * D;
+          for (int64_t g = 0; g < G; ++g) {
+            const float* qg = qb + g * D;
+            float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+            for (int64_t d = 0; d < D; ++d) dot += qg[d] * kt[d];
+            sc_buf[g * L + t0 + o] = dot * sc;
+          }
+        }
+      }
+      // softmax per query head: one exp per score
+      for (int64_t g = 0; g < G; ++g) {
+        float* sg = sc_buf.data() + g * L;
+        float mx = std::numeric_limits<float>::lowest();
+        for (int64_t t = 0; t < L; ++t) mx = sg[t] > mx ? sg[t] : mx;
+        float sum = 0.f;
+        for (int64_t t = 0; t < L; ++t) { sg[t] = std::exp(sg[t] - mx); sum += sg[t]; }
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        for (int64_t t = 0; t < L; ++t) sg[t] *= inv;
+      }
+      // pass 2: weighted sum of values
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int64_t t0 = 0; t0 < L; t0 += bs) {
+        const float* vblk = vp + (hk * NB + tp[b * nbmax + t0 / bs]) * bs * D;
+        const int64_t n = std::min(bs, L - t0);
+        for (int64_t o = 0; o < n; ++o) {
+          const float* vt = vblk + o * D;
+          for (int64_t g = 0; g < G; ++g) {
+            const float p = sc_buf[g * L + t0 + o];
+            float* ag = acc.data() + g * D;
+#pragma omp simd
+            for (int64_t d = 0; d < D; ++d) ag[d] += p * vt[d];
+          }
+        }
+      }
+      for (int64_t g = 0; g < G; ++g) {
+        float* o = op + (b * H + hk * G + g) * D;
+        for (int64_t d = 0; d < D; ++d) o[d] = acc[g * D + d];
+      }
+    }
+  });
+  return out;
+}
+"""
+
+_lock = threading.Lock()
+_module = None
+_failed = False
+
+
+def kernel():
+    """The compiled module, or None when it cannot be built here (then callers use PyTorch)."""
+    global _module, _failed
+    if _module is not None or _failed:
+        return _module
+    with _lock:
+        if _module is None and not _failed:
+            if os.environ.get("GAMBIT_NO_CPU_KERNEL"):
+                _failed = True
+                return None
+            try:
+                from torch.utils.cpp_extension import load_inline
+
+                _module = load_inline(
+                    name="gambit_paged_decode", cpp_sources=[_SOURCE], functions=["paged_decode"],
+                    extra_cflags=["-O3", "-march=native", "-fopenmp"],
+                    extra_ldflags=["-fopenmp"], verbose=False)
+            except Exception as e:  # no compiler, no ninja, ...: keep the portable path
+                log.warning("CPU paged-attention kernel unavailable (%s); using the PyTorch path", e)
+                _failed = True
+    return _module
+
+
+def paged_decode(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, tables: torch.Tensor,
+                 lens: torch.Tensor, scale: float) -> torch.Tensor:
+    """q [B, H, D], caches [Hkv, NB, bs, D], tables [B, nb], lens [B] → [B, H, D]."""
+    return kernel().paged_decode(q.contiguous(), kc, vc, tables, lens, scale)

@@ -1,0 +1,305 @@
+"""Sampling: counter-based determinism, the right distributions, filters, log-probabilities; and the
+per-token events of the engine (finish reasons, top log-probabilities, thought-boundary hidden states).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from engine_util import drain, make_engine
+
+from gambit.engine import BoundaryEvent, FinishedEvent, SamplingParams, TokenEvent
+from gambit.engine.sampler import SamplingBatch, filter_logits, sample, top_logprobs, uniforms
+
+N = 20_000
+LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
+
+
+def _batch(B, temperature=1.0, top_k=0, top_p=1.0, seeds=7, counters=None) -> SamplingBatch:
+    def col(x):
+        return x if isinstance(x, list) else [x] * B
+
+    counters = list(range(B)) if counters is None else col(counters)
+    return SamplingBatch.build(col(temperature), col(top_k), col(top_p), col(seeds), counters, "cpu")
+
+
+def _chi2(tokens: torch.Tensor, probs: torch.Tensor) -> float:
+    """Pearson chi-square of observed token counts against expected probabilities (all > 0)."""
+    obs = torch.bincount(tokens, minlength=len(probs)).double()
+    exp = probs.double() * len(tokens)
+    return float(((obs - exp) ** 2 / exp).sum())
+
+
+# chi-square with 5 degrees of freedom: P(X > 25) ~ 1.4e-4 (draws are deterministic, so no flakiness)
+CHI2_MAX = 25.0
+
+
+# -- the noise ---------------------------------------------------------------------------------
+def test_uniforms_are_a_function_of_seed_and_counter():
+    seeds = torch.tensor([1, 1, 2, 3, 1])
+    counters = torch.tensor([0, 1, 0, 0, 0])
+    u = uniforms(seeds, counters, 50)
+    assert u.shape == (5, 50) and u.dtype == torch.float32
+    assert torch.equal(u, uniforms(seeds, counters, 50))  # deterministic
+    assert torch.equal(u[0], u[4])  # same (seed, counter), same noise, wherever the row sits
+    for i in range(4):
+        alone = uniforms(seeds[i:i + 1], counters[i:i + 1], 50)
+        assert torch.equal(alone[0], u[i])
+        for j in range(i + 1, 4):
+            assert not torch.equal(u[i], u[j])  # other seed or other counter: other noise
+    assert not torch.equal(uniforms(seeds, counters, 50, stream=1), u)  # streams are separate
+    assert torch.equal(uniforms(seeds, counters, 20), u[:, :20])  # the width does not reseed
+    big = uniforms(torch.full((2000,), 9), torch.arange(2000), 64)
+    assert 0 < big.min() and big.max() < 1
+    assert abs(big.mean().item() - 0.5) < 0.005 and abs(big.var().item() - 1 / 12) < 0.002
+
+
+def test_sample_is_deterministic_and_batch_independent():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 100, generator=g) * 2
+    b = _batch(64, temperature=1.0, seeds=list(range(64)), counters=[5] * 64)
+    first = sample(logits, b)
+    assert torch.equal(first, sample(logits, b))
+    perm = torch.randperm(64, generator=g)
+    bp = _batch(64, temperature=1.0, seeds=[int(s) for s in perm], counters=[5] * 64)
+    assert torch.equal(sample(logits[perm], bp), first[perm])  # a row's draw ignores its neighbours
+    # different seeds really draw different tokens on a flat distribution
+    flat = torch.zeros(64, 100)
+    assert len(set(sample(flat, b).tolist())) > 30
+    # and the same seed at different counters too
+    assert len(set(sample(flat, _batch(64, seeds=3)).tolist())) > 30
+
+
+# -- distributions -------------------------------------------------------------------------------
+@pytest.mark.parametrize("temperature", [1.0, 0.5, 2.0])
+def test_empirical_distribution_matches_softmax(temperature):
+    draws = sample(LOGITS.expand(N, -1), _batch(N, temperature=temperature))
+    probs = torch.softmax(LOGITS / temperature, -1)
+    assert _chi2(draws, probs) < CHI2_MAX
+    # the test has power: the same draws are far from the distribution at another temperature
+    other = torch.softmax(LOGITS / (temperature * 1.3), -1)
+    assert _chi2(draws, other) > 10 * CHI2_MAX
+
+
+def test_distribution_across_seeds_at_one_counter():
+    draws = sample(LOGITS.expand(N, -1), _batch(N, seeds=list(range(N)), counters=17))
+    assert _chi2(draws, torch.softmax(LOGITS, -1)) < CHI2_MAX
+
+
+def test_top_k_one_is_greedy():
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(2000, 100, generator=g)
+    b = _batch(2000, temperature=1.7, top_k=1, seeds=list(range(2000)))
+    assert torch.equal(sample(logits, b), logits.argmax(-1))
+
+
+def test_top_k_keeps_the_k_best_with_renormalised_probabilities():
+    draws = sample(LOGITS.expand(N, -1), _batch(N, top_k=3))
+    assert set(draws.tolist()) == {0, 1, 2}
+    probs = torch.softmax(LOGITS[:3], -1)
+    assert _chi2(draws, torch.cat([probs, torch.ones(3)])[:3]) < CHI2_MAX
+
+
+def test_top_p_keeps_exactly_the_nucleus():
+    probs = torch.tensor([0.5, 0.3, 0.1, 0.06, 0.04])
+    logits = probs.log()
+    # cumulative probability before each token: 0, .5, .8, .9, .96 → top_p .85 keeps 0, 1, 2
+    kept = filter_logits(logits.expand(3, -1), torch.tensor([0, 0, 2]), torch.tensor([0.85, 0.45, 0.95]))
+    assert torch.isfinite(kept).tolist() == [[True, True, True, False, False],
+                                             [True, False, False, False, False],  # always the top one
+                                             [True, True, False, False, False]]  # top_k and top_p
+    assert torch.equal(kept[0, :3], logits[:3])
+    draws = sample(logits.expand(N, -1), _batch(N, top_p=0.85))
+    assert set(draws.tolist()) == {0, 1, 2}  # nothing outside the nucleus, everything inside it
+    assert _chi2(draws, probs[:3] / probs[:3].sum()) < 15.0  # 2 degrees of freedom
+    tiny_p = sample(logits.expand(1000, -1), _batch(1000, top_p=0.01))
+    assert set(tiny_p.tolist()) == {0}
+
+
+def test_no_filter_is_identity():
+    logits = torch.randn(4, 30)
+    assert torch.equal(filter_logits(logits, torch.zeros(4, dtype=torch.long), torch.ones(4)), logits)
+    assert torch.equal(filter_logits(logits, torch.full((4,), 30), torch.ones(4)), logits)
+
+
+def test_temperature_zero_rows_are_argmax_in_a_mixed_batch():
+    g = torch.Generator().manual_seed(2)
+    B = 256
+    logits = torch.randn(B, 100, generator=g)
+    temps = [0.0 if i % 2 else 1.5 for i in range(B)]
+    top_k = [0 if i % 3 else 5 for i in range(B)]
+    top_p = [1.0 if i % 5 else 0.7 for i in range(B)]
+    b = _batch(B, temperature=temps, top_k=top_k, top_p=top_p, seeds=list(range(B)))
+    out = sample(logits, b)
+    greedy = logits.argmax(-1)
+    cold = torch.tensor(temps) == 0
+    assert torch.equal(out[cold], greedy[cold])
+    assert not torch.equal(out[~cold], greedy[~cold])  # the hot rows really sample
+    for i in range(0, B, 17):  # each hot row as if alone
+        alone = sample(logits[i:i + 1], _batch(1, temps[i], top_k[i], top_p[i], seeds=i, counters=i))
+        assert int(alone) == int(out[i])
+    # all-greedy batches take the shortcut and still agree
+    assert torch.equal(sample(logits, _batch(B, temperature=0.0)), greedy)
+
+
+def test_noise_never_overrides_filters():
+    """Regression: a uniform within 2**-25 of 1 used to round to 1.0 in float32; its Gumbel noise
+    was +inf and that token won whatever its logit, even a filtered -inf one (-inf + inf = nan, and
+    argmax picks nan). With a 150k vocabulary that hit about one sampled token in 220.
+
+    (seed 12345, counter 130599) draws such a uniform for vocabulary index 66 (found by search).
+    """
+    u = uniforms(torch.tensor([12345]), torch.tensor([130599]), 128)
+    assert u.max() < 1.0 and u.min() > 0.0
+    logits = torch.full((1, 128), -30.0)
+    logits[0, 3] = 30.0
+    for top_k, top_p in ((1, 1.0), (0, 0.5), (0, 1.0)):
+        b = _batch(1, temperature=1.0, top_k=top_k, top_p=top_p, seeds=12345, counters=130599)
+        assert sample(logits, b).tolist() == [3], (top_k, top_p)
+
+
+def test_top_logprobs_equal_log_softmax():
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(8, 100, generator=g) * 3
+    tokens = torch.randint(0, 100, (8,), generator=g)
+    chosen, vals, ids = top_logprobs(logits, tokens, 20)
+    lp = torch.log_softmax(logits.double(), -1)
+    assert torch.allclose(chosen.double(), lp.gather(1, tokens[:, None])[:, 0], atol=1e-5)
+    ref_vals, ref_ids = lp.sort(-1, descending=True)
+    assert vals.shape == ids.shape == (8, 20)
+    assert torch.allclose(vals.double(), ref_vals[:, :20], atol=1e-5)
+    assert torch.equal(ids, ref_ids[:, :20])
+    assert torch.allclose(vals.double(), lp.gather(1, ids), atol=1e-5)
+
+
+# -- through the engine -----------------------------------------------------------------------------
+PROMPT = "Compute 12*3+4.\nSolution:\n"
+
+
+def _fin(events) -> dict[int, FinishedEvent]:
+    return {e.trace_id: e for e in events if isinstance(e, FinishedEvent)}
+
+
+def test_max_tokens_finishes_with_length(tiny):
+    eng = make_engine(tiny, block_size=4, num_blocks=128)
+    ids = {n: eng.add(PROMPT, SamplingParams(temperature=0.9, max_tokens=n, ignore_eos=True, seed=n))
+           for n in (1, 2, 7, 30)}
+    fin = _fin(drain(eng))
+    for n, tid in ids.items():
+        assert fin[tid].reason == "length" and len(fin[tid].output_ids) == n
+
+
+def test_eos_finishes_unless_ignored(tiny):
+    _, tok = tiny
+    eos = tok.eos_ids[0]
+    eng = make_engine(tiny, block_size=8, num_blocks=512)
+    params = [SamplingParams(temperature=3.0, max_tokens=150, ignore_eos=True, seed=s) for s in range(16)]
+    free_run = eng.generate([PROMPT] * 16, params)
+    with_eos = [(s, out) for s, out in enumerate(free_run) if eos in out[:-1]]
+    assert with_eos, "no seed produced an EOS mid-run; pick other seeds"
+    s, out = with_eos[0]
+    eng2 = make_engine(tiny, block_size=8, num_blocks=512)
+    tid = eng2.add(PROMPT, SamplingParams(temperature=3.0, max_tokens=150, seed=s))
+    fin = _fin(drain(eng2))[tid]
+    first = out.index(eos)
+    assert fin.reason == "eos"
+    assert list(fin.output_ids) == out[: first + 1]  # stops on EOS, EOS included, same draws before
+
+
+def test_stop_strings(target):
+    _, tok = target
+    eng = make_engine(target, block_size=8, num_blocks=256)
+    base = eng.generate([PROMPT], SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))[0]
+    text = tok.decode(base)
+    stop = text[10:13]
+    assert len(stop) == 3
+    cut = text.index(stop) + len(stop)  # the first occurrence may come earlier than 10
+    tid = eng.add(PROMPT, SamplingParams(temperature=0, max_tokens=40, ignore_eos=True,
+                                         stop=("never-in-output-\x01", stop)))
+    fin = _fin(drain(eng))[tid]
+    out = list(fin.output_ids)
+    assert fin.reason == "stop"
+    assert out == base[: len(out)]  # same tokens up to the stop
+    decoded = tok.decode(out)
+    assert stop in decoded and stop not in tok.decode(out[:-1])  # stopped at the first hit
+    assert decoded == text[: len(decoded)]
+    assert cut <= len(decoded) < cut + len(tok.decode(out[-1:]))
+
+
+def test_logprobs_events(target):
+    model, tok = target
+    eng = make_engine(target, block_size=8, num_blocks=256)
+    counts = {}
+    for n in (20, 3, 0, 1):
+        sp = SamplingParams(temperature=0.7, max_tokens=6, logprobs=n, seed=n, ignore_eos=True)
+        tid = eng.add(PROMPT, sp)
+        counts[tid] = n
+    events = drain(eng)
+    fin = _fin(events)
+    for tid, n in counts.items():
+        toks = [e for e in events if isinstance(e, TokenEvent) and e.trace_id == tid]
+        assert len(toks) == 6
+        ids = tok.encode(PROMPT) + list(fin[tid].output_ids)
+        with torch.no_grad():
+            lp = torch.log_softmax(model.logits(model(torch.tensor([ids]))[0][0]).double(), -1)
+        for e in toks:
+            if n == 0:
+                assert e.logprob is None and e.top_logprobs is None
+                continue
+            row = lp[e.position - 1]  # the distribution the token was drawn from, before temperature
+            assert len(e.top_logprobs) == n
+            assert math.isclose(e.logprob, float(row[e.token_id]), abs_tol=1e-4)
+            ref_vals, ref_ids = row.topk(n)
+            assert [i for i, _ in e.top_logprobs] == ref_ids.tolist()
+            assert torch.allclose(torch.tensor([v for _, v in e.top_logprobs], dtype=torch.double), ref_vals,
+                                  atol=1e-4)
+            assert all(a[1] >= b[1] for a, b in zip(e.top_logprobs, e.top_logprobs[1:], strict=False))
+            assert e.logprob <= e.top_logprobs[0][1] + 1e-6
+
+
+def _boundary_run(target, **cfg):
+    """16 traces (half near-greedy, half hot) from a prompt that contains the boundary token."""
+    eng = make_engine(target, **cfg)
+    prompt = "Compute 1+1+1.\nSolution:\n1+1=2\n\n"
+    ids = [eng.add(prompt, SamplingParams(temperature=1.0 if s < 8 else 3.0, max_tokens=80, seed=s,
+                                          ignore_eos=True)) for s in range(16)]
+    events = drain(eng)
+    return eng, ids, events
+
+
+def _check_boundaries(target, eng, ids, events):
+    model, tok = target
+    boundary = tok.boundary_ids
+    assert len(boundary) == 1 and tok.encode("\n\n", add_bos=False)[0] in boundary
+    prompt = eng.tokenizer.encode("Compute 1+1+1.\nSolution:\n1+1=2\n\n")
+    assert prompt[-1] in boundary  # the prompt has one: it must not be reported
+    fin = _fin(events)
+    total = 0
+    for tid in ids:
+        full = prompt + list(fin[tid].output_ids)
+        got = [e for e in events if isinstance(e, BoundaryEvent) and e.trace_id == tid]
+        # every generated boundary token that was fed (the last token never is), once, in order
+        want = [p for p in range(len(prompt), len(full) - 1) if full[p] in boundary]
+        assert [e.position for e in got] == want, tid
+        total += len(want)
+        if got:
+            with torch.no_grad():
+                hidden = model(torch.tensor([full]))[0][0]
+            for e in got:
+                assert e.hidden.shape == (model.config.hidden_size,)
+                assert torch.allclose(e.hidden, hidden[e.position], atol=1e-4), (tid, e.position)
+    assert total >= 2, "too few generated boundaries to test anything; change the seeds"
+
+
+def test_boundary_events_carry_post_norm_hidden_states(target):
+    eng, ids, events = _boundary_run(target, block_size=8, num_blocks=512)
+    _check_boundaries(target, eng, ids, events)
+
+
+def test_boundary_events_not_repeated_after_recompute(target):
+    """A preempted trace re-feeds its generated tokens; its boundaries were already reported."""
+    eng, ids, events = _boundary_run(target, block_size=4, num_blocks=40, preemption="recompute")
+    assert eng.stats.preemptions > 0
+    _check_boundaries(target, eng, ids, events)
