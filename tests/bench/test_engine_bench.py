@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from gambit.model import CausalLM, ModelConfig, build_char_tokenizer, save_model
 
 pytest.importorskip("transformers")

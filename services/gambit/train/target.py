@@ -26,7 +26,7 @@ from gambit.tasks.arithmetic import TaskConfig, make_problem
 class TrainTargetConfig:
     out: str = str(TARGET)
     seed: int = 0
-    steps: int = 3000
+    steps: int = 2500
     batch_size: int = 20
     lr: float = 1.5e-3
     min_lr_ratio: float = 0.05
