@@ -26,8 +26,10 @@ def tiny_folder(tmp_path: Path) -> Path:
     return folder
 
 
-def test_engine_bench_smoke(tiny_folder: Path, tmp_path: Path) -> None:
+def test_engine_bench_smoke(tiny_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from gambit.bench.engine import format_table, run_engine_bench
+
+    monkeypatch.setenv("GAMBIT_NO_CPU_KERNEL", "1")  # the children skip compiling the C++ kernel
 
     out = tmp_path / "bench.json"
     result = run_engine_bench(tiny_folder, [1, 2], quick=True, json_path=out, new_tokens=4, vllm=False,

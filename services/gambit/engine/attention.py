@@ -74,6 +74,17 @@ class PagedAttention:
                  use_kernel: bool = False) -> None:
         self.cache = cache
         bs = cache.block_size
+        self.groups: list[Group] = []  # rows gathered into a padded batch for SDPA
+        if use_kernel and all(it.q == 1 for it in items):  # the decode fast path: no masks, no groups
+            ctx = [it.ctx for it in items]
+            tables = _padded_tables(items, bs)
+            slots = [it.block_table[c // bs] * bs + c % bs for it, c in zip(items, ctx, strict=True)]
+            self.slots = torch.tensor(slots, dtype=torch.long, device=device)
+            lens = torch.tensor(ctx, dtype=torch.long) + 1
+            self.decode = (None, tables, lens)
+            self.all_decode = True
+            self.num_tokens = len(items)
+            return
         q_len = torch.tensor([it.q for it in items])
         offsets = torch.cumsum(q_len, 0) - q_len
         self.num_tokens = int(q_len.sum())
@@ -86,7 +97,6 @@ class PagedAttention:
         dec = is_decode.nonzero().flatten()
         multi = (~is_decode).nonzero().flatten()
         self.decode = None  # decode rows for the in-place CPU kernel: (rows, tables, lens)
-        self.groups: list[Group] = []  # rows gathered into a padded batch for SDPA
         if len(dec) and use_kernel:
             lens = torch.tensor([it.ctx + 1 for it in items])[dec]
             self.decode = (offsets[dec].to(device), tables[dec].contiguous(), lens)
@@ -100,8 +110,8 @@ class PagedAttention:
         kc, vc = self.cache.k[layer], self.cache.v[layer]  # [Hkv, blocks, bs, D]
         H, D = q.shape[2], q.shape[3]
         Hkv = k.shape[2]
-        kc.view(Hkv, -1, D)[:, self.slots] = k[0].transpose(0, 1)
-        vc.view(Hkv, -1, D)[:, self.slots] = v[0].transpose(0, 1)
+        kc.view(Hkv, -1, D).index_copy_(1, self.slots, k[0].transpose(0, 1))
+        vc.view(Hkv, -1, D).index_copy_(1, self.slots, v[0].transpose(0, 1))
         qf = q[0]
         if self.decode is not None and self.all_decode:
             _, tables, lens = self.decode

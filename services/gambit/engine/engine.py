@@ -65,7 +65,8 @@ class Engine:
         self._next_id = 0
         self._pending: list[Event] = []
         self.eos_ids = set(tokenizer.eos_ids) | set(mc.eos_ids)
-        self.boundary_ids = torch.tensor(sorted(tokenizer.boundary_ids), dtype=torch.long, device=self.device)
+        self.boundary_set = frozenset(tokenizer.boundary_ids)
+        self.boundary_ids = torch.tensor(sorted(self.boundary_set), dtype=torch.long, device=self.device)
         self.taps = tuple(model.eagle_taps) if config.eagle_taps else ()
         self.last_taps: dict[int, torch.Tensor] = {}
 
@@ -222,6 +223,9 @@ class Engine:
 
     def _boundaries(self, traces, num_new, tokens, positions, hidden) -> list[Event]:
         if not len(self.boundary_ids):
+            return []
+        # only a trace's last token can be new (see below): skip the tensor work when none is a boundary
+        if not any(t.token_ids[-1] in self.boundary_set for t in traces):
             return []
         # a fed token is new unless it was fed before (re-prefill after preemption or a waiting
         # fork): only the last token of a trace and generated tokens count, never history twice

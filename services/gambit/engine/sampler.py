@@ -47,14 +47,16 @@ class SamplingBatch:
     top_p: torch.Tensor  # [B] float, 1 = off
     seeds: torch.Tensor  # [B] long
     counters: torch.Tensor  # [B] long, the position being sampled
+    filtered: bool = True  # False when no row uses top-k / top-p (skips the sort)
 
     @classmethod
     def build(cls, temps, top_ks, top_ps, seeds, counters, device) -> SamplingBatch:
+        filtered = any(k > 0 for k in top_ks) or any(p < 1 for p in top_ps)
         return cls(torch.tensor(temps, dtype=torch.float32, device=device),
                    torch.tensor(top_ks, dtype=torch.long, device=device),
                    torch.tensor(top_ps, dtype=torch.float32, device=device),
                    torch.tensor(seeds, dtype=torch.long, device=device),
-                   torch.tensor(counters, dtype=torch.long, device=device))
+                   torch.tensor(counters, dtype=torch.long, device=device), filtered)
 
 
 def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -80,7 +82,9 @@ def sample(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     if not bool(hot.any()):
         return greedy
     t = torch.where(hot, batch.temperature, 1.0)
-    scaled = filter_logits(logits / t[:, None], batch.top_k, batch.top_p)
+    scaled = logits / t[:, None]
+    if batch.filtered:
+        scaled = filter_logits(scaled, batch.top_k, batch.top_p)
     gumbel = -torch.log(-torch.log(uniforms(batch.seeds, batch.counters, logits.shape[-1])))
     sampled = (scaled + gumbel).argmax(-1)
     return torch.where(hot, sampled, greedy)
