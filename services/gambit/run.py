@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gambit.bench.eval import normalise
 from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.engine.engine import derive_seed
 from gambit.paths import TARGET
 from gambit.search.vote import majority_vote
-from gambit.tasks.answers import extract_boxed, parse_int
 from gambit.tasks.arithmetic import TaskConfig, generate
 
 
@@ -41,10 +41,9 @@ def run(cfg: RunConfig) -> dict:
         answers = []
         for s, out in enumerate(outs):
             text = engine.tokenizer.decode(out)
-            value = parse_int(extract_boxed(text))
-            answers.append(None if value is None else str(value))
-            mark = "ok " if value == p.answer else "bad"
-            print(f"--- trace {s + 1} [{mark}] answer={value}")
+            answers.append(normalise(text))
+            mark = "ok " if answers[-1] == str(p.answer) else "bad"
+            print(f"--- trace {s + 1} [{mark}] answer={answers[-1]}")
             print("    " + text.strip().replace("\n\n", " | "))
         vote = majority_vote(answers)
         right += vote == str(p.answer)
