@@ -81,7 +81,7 @@ class PagedAttention:
             slots = [it.block_table[c // bs] * bs + c % bs for it, c in zip(items, ctx, strict=True)]
             self.slots = torch.tensor(slots, dtype=torch.long, device=device)
             lens = torch.tensor(ctx, dtype=torch.long) + 1
-            self.decode = (None, tables, lens)
+            self.decode = (None, tables, lens)  # rows None: every row of the batch
             self.all_decode = True
             self.num_tokens = len(items)
             return
@@ -113,13 +113,15 @@ class PagedAttention:
         kc.view(Hkv, -1, D).index_copy_(1, self.slots, k[0].transpose(0, 1))
         vc.view(Hkv, -1, D).index_copy_(1, self.slots, v[0].transpose(0, 1))
         qf = q[0]
-        if self.decode is not None and self.all_decode:
-            _, tables, lens = self.decode
-            return paged_decode(qf, kc, vc, tables, lens, D ** -0.5).unsqueeze(0)
-        out = torch.empty_like(qf)
+        out = None
         if self.decode is not None:
             rows, tables, lens = self.decode
+            if rows is None:
+                return paged_decode(qf, kc, vc, tables, lens, D ** -0.5).unsqueeze(0)
+            out = torch.empty_like(qf)
             out[rows] = paged_decode(qf[rows], kc, vc, tables, lens, D ** -0.5)
+        if out is None and not self.all_decode:
+            out = torch.empty_like(qf)
         for g in self.groups:
             B = g.blocks.shape[0]
             flat = g.blocks.flatten()  # whole blocks per head: [Hkv, B*nb, bs, D] → [B, Hkv, L, D]
