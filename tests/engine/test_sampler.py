@@ -280,8 +280,11 @@ def _check_boundaries(target, eng, ids, events):
     for tid in ids:
         full = prompt + list(fin[tid].output_ids)
         got = [e for e in events if isinstance(e, BoundaryEvent) and e.trace_id == tid]
-        # every generated boundary token that was fed (the last token never is), once, in order
-        want = [p for p in range(len(prompt), len(full) - 1) if full[p] in boundary]
+        # every generated boundary token that was fed (the last token never is), once, in order;
+        # a boundary: the text gains "\n\n" at that token (inside it, or "\n" then "\n")
+        text = [tok.decode([i], skip_special=False) for i in full]
+        want = [p for p in range(len(prompt), len(full) - 1)
+                if "\n\n" in text[p] or (text[p - 1].endswith("\n") and text[p].startswith("\n"))]
         assert [e.position for e in got] == want, tid
         total += len(want)
         if got:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import gambit
 from gambit.bench.vllm_worker import peak_mb, reset_peak
+from gambit.model.registry import resolve_model
 
 DEFAULT_MODEL = Path(gambit.__file__).parent / "assets" / "target"
 REPO_ROOT = Path(gambit.__file__).resolve().parents[2]
@@ -237,7 +238,7 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
                      vllm_python: str | Path | None = None, vllm_dtype: str = "float32",
                      fork_tokens: int = FORK_TOKENS) -> dict:
     """Run all parts, print the table, write JSON (if ``json_path``) and return the result dict."""
-    folder = Path(model_folder or DEFAULT_MODEL).resolve()
+    folder = resolve_model(model_folder or DEFAULT_MODEL).resolve()
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"{folder}: no model folder (train it with `gambit train target` or "
                                 "pass --model FOLDER)")

@@ -10,6 +10,7 @@ import torch
 
 from gambit.engine.attention import SeqInput
 from gambit.engine.block_manager import BlockManager, OutOfBlocks
+from gambit.engine.boundary import BoundaryDetector
 from gambit.engine.config import EngineConfig
 from gambit.engine.events import BoundaryEvent, Event, EvictedEvent, FinishedEvent, TokenEvent
 from gambit.engine.kv_cache import bytes_per_block
@@ -67,6 +68,7 @@ class Engine:
         self.eos_ids = set(tokenizer.eos_ids) | set(mc.eos_ids)
         self.boundary_set = frozenset(tokenizer.boundary_ids)
         self.boundary_ids = torch.tensor(sorted(self.boundary_set), dtype=torch.long, device=self.device)
+        self.boundary = BoundaryDetector(tokenizer, mc.vocab_size, self.device)  # also "\n" + "\n"
         self.taps = tuple(model.eagle_taps) if config.eagle_taps else ()
         self.last_taps: dict[int, torch.Tensor] = {}
 
@@ -222,17 +224,21 @@ class Engine:
         return events
 
     def _boundaries(self, traces, num_new, tokens, positions, hidden) -> list[Event]:
-        if not len(self.boundary_ids):
+        if not self.boundary.enabled:
             return []
         # only a trace's last token can be new (see below): skip the tensor work when none is a boundary
-        if not any(t.token_ids[-1] in self.boundary_set for t in traces):
+        if not any(self.boundary.closes(t.token_ids[-2] if len(t.token_ids) > 1 else None, t.token_ids[-1])
+                   for t in traces):
             return []
         # a fed token is new unless it was fed before (re-prefill after preemption or a waiting
         # fork): only the last token of a trace and generated tokens count, never history twice
         first_new = torch.repeat_interleave(
             torch.tensor([max(t.prompt_len, len(t.token_ids) - 1) for t in traces], device=self.device),
             torch.tensor(num_new, device=self.device))
-        hit = torch.isin(tokens, self.boundary_ids) & (positions >= first_new)
+        prev = torch.tensor([x for t, n in zip(traces, num_new, strict=True) for x in
+                             ([t.token_ids[t.num_cached - n - 1]] if t.num_cached > n else [-1])
+                             + t.token_ids[t.num_cached - n:t.num_cached - 1]], device=self.device)
+        hit = self.boundary.mask(tokens, prev) & (positions >= first_new)
         rows = hit.nonzero().flatten().tolist()
         if not rows:
             return []

@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from gambit.model.config import ModelConfig
 from gambit.model.llama import CausalLM
+from gambit.model.registry import resolve_model
 from gambit.model.tokenizer import Tokenizer, write_tokenizer_config
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
@@ -43,8 +44,9 @@ def load_state_dict(folder: Path) -> dict[str, torch.Tensor]:
 
 def load_model(folder: str | Path, device: str | torch.device = "cpu",
                dtype: str | torch.dtype = "float32") -> tuple[CausalLM, Tokenizer]:
-    """Model (eval mode) and tokenizer from a Hugging Face folder, with errors naming the file."""
-    folder = Path(folder)
+    """Model (eval mode) and tokenizer from a Hugging Face folder (or a fetched model's name, see
+    ``gambit.model.registry``), with errors naming the file."""
+    folder = resolve_model(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: model folder does not exist")
     config = ModelConfig.from_file(folder / "config.json")

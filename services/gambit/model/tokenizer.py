@@ -2,7 +2,9 @@
 
 The thought boundary ``\\n\\n`` must be recognisable from token ids alone: ``boundary_ids`` are
 all tokens whose text contains it (our tokenizer has exactly one; byte-level BPE vocabularies of
-real checkpoints have several).
+real checkpoints have several). Byte-level BPE with GPT-2's pre-tokenizer also splits ``"\\n\\nWord"``
+into two ``"\\n"`` tokens, so ``newline_end_ids`` / ``newline_start_ids`` let the engine see a boundary
+formed across two tokens (see ``gambit.engine.boundary``).
 """
 
 from __future__ import annotations
@@ -55,13 +57,22 @@ class Tokenizer:
         return self.tok.decode(list(ids), skip_special_tokens=skip_special)
 
     @cached_property
+    def token_texts(self) -> list[str]:
+        """Decoded text of every id on its own (byte fragments decode to U+FFFD)."""
+        return self.tok.decode_batch([[i] for i in range(self.vocab_size)], skip_special_tokens=False)
+
+    @cached_property
     def boundary_ids(self) -> frozenset[int]:
         """Token ids whose decoded text contains the thought boundary ``\\n\\n``."""
-        out = set()
-        for i in range(self.vocab_size):
-            if BOUNDARY in self.tok.decode([i], skip_special_tokens=False):
-                out.add(i)
-        return frozenset(out)
+        return frozenset(i for i, t in enumerate(self.token_texts) if BOUNDARY in t)
+
+    @cached_property
+    def newline_end_ids(self) -> frozenset[int]:
+        return frozenset(i for i, t in enumerate(self.token_texts) if t.endswith("\n"))
+
+    @cached_property
+    def newline_start_ids(self) -> frozenset[int]:
+        return frozenset(i for i, t in enumerate(self.token_texts) if t.startswith("\n"))
 
     def save(self, path: str | Path) -> None:
         self.tok.save(str(path))
