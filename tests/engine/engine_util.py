@@ -84,3 +84,11 @@ def slot_major(t: torch.Tensor, num_blocks: int, block_size: int) -> torch.Tenso
     ax = next(i for i in range(1, t.dim() - 1) if t.shape[i] == num_blocks and t.shape[i + 1] == block_size)
     t = t.flatten(ax, ax + 1)  # [L, ..., slots, ..., D]
     return t.movedim(ax, 1)
+
+
+def closes_thought(tok, ids: list[int], p: int) -> bool:
+    """Reference rule from texts: token p has "\\n\\n", or a lone trailing "\\n" meets a leading one."""
+    text = tok.decode([ids[p]], skip_special=False)
+    before = tok.decode([ids[p - 1]], skip_special=False) if p else ""
+    return "\n\n" in text or (before.endswith("\n") and not before.endswith("\n\n")
+                                and text.startswith("\n"))

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from engine_util import drain, make_engine
+from engine_util import closes_thought, drain, make_engine
 
 from gambit.engine import BoundaryEvent, FinishedEvent, SamplingParams, TokenEvent
 from gambit.engine.sampler import SamplingBatch, filter_logits, sample, top_logprobs, uniforms
@@ -281,10 +281,7 @@ def _check_boundaries(target, eng, ids, events):
         full = prompt + list(fin[tid].output_ids)
         got = [e for e in events if isinstance(e, BoundaryEvent) and e.trace_id == tid]
         # every generated boundary token that was fed (the last token never is), once, in order;
-        # a boundary: the text gains "\n\n" at that token (inside it, or "\n" then "\n")
-        text = [tok.decode([i], skip_special=False) for i in full]
-        want = [p for p in range(len(prompt), len(full) - 1)
-                if "\n\n" in text[p] or (text[p - 1].endswith("\n") and text[p].startswith("\n"))]
+        want = [p for p in range(len(prompt), len(full) - 1) if closes_thought(tok, full, p)]
         assert [e.position for e in got] == want, tid
         total += len(want)
         if got:

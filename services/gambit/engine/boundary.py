@@ -2,7 +2,8 @@
 
 A boundary is a token at which the decoded text gains a ``"\\n\\n"``: the token's own text contains
 it (STEP's rule; the only case with our character tokenizer, where ``\\n\\n`` is one token), or the
-previous token's text ends with ``"\\n"`` and this one's starts with ``"\\n"``. The second case is
+previous token's text ends with exactly one ``"\\n"`` and this one's starts with ``"\\n"`` (so
+``"\\n\\n"`` then ``"\\n"`` is one boundary, not two). The second case is
 common with byte-level BPE: GPT-2's pre-tokenizer splits ``"\\n\\nWord"`` into ``"\\n"``, ``"\\n"``,
 so SmolLM2 writes most paragraph breaks as two tokens. Lookup tables over the vocabulary make the
 check one gather per fed token.
@@ -18,7 +19,7 @@ from gambit.model.tokenizer import Tokenizer
 class BoundaryDetector:
     def __init__(self, tokenizer: Tokenizer, vocab_size: int, device: torch.device) -> None:
         self.inside = tokenizer.boundary_ids  # text contains "\n\n"
-        self.ends = tokenizer.newline_end_ids  # text ends with "\n"
+        self.ends = tokenizer.newline_end_ids  # text ends with one "\n" (not two)
         self.starts = tokenizer.newline_start_ids  # text starts with "\n"
         n = max(vocab_size, tokenizer.vocab_size) + 1  # the last entry stands for "no token" (-1)
 

@@ -68,7 +68,9 @@ class Tokenizer:
 
     @cached_property
     def newline_end_ids(self) -> frozenset[int]:
-        return frozenset(i for i, t in enumerate(self.token_texts) if t.endswith("\n"))
+        """Texts ending in exactly one newline (after two, a boundary has already happened)."""
+        texts = self.token_texts
+        return frozenset(i for i, t in enumerate(texts) if t.endswith("\n") and not t.endswith(BOUNDARY))
 
     @cached_property
     def newline_start_ids(self) -> frozenset[int]:
