@@ -47,3 +47,31 @@ def test_engine_bench_smoke(tiny_folder: Path, tmp_path: Path, monkeypatch: pyte
     assert {"cpu", "cores", "torch"} <= set(data["machine"])
     assert "vLLM skipped" in data["notes"]
     assert "native tok/s" in format_table(data)
+    assert data["bandwidth_gbs"] > 0 and data["weight_bytes"] > 0
+    one = data["rows"][0]
+    assert one["bound_tok_s"] == pytest.approx(data["bandwidth_gbs"] * 1e9 / data["weight_bytes"])
+    assert one["native_vs_bound"] == pytest.approx(one["native_tok_s"] / one["bound_tok_s"])
+    assert "bandwidth bound" in format_table(data)
+
+
+def test_rounds_reduce_to_medians_with_spread():
+    from gambit.bench.engine import _median_rows, weight_bytes
+
+    rounds = [[{"batch": 1, "tok_s": 10.0, "peak_mb": 5}, {"batch": 4, "tok_s": 40.0, "peak_mb": 9}],
+              None,  # a failed round is skipped
+              [{"batch": 1, "tok_s": 14.0, "peak_mb": 7}, {"batch": 4, "tok_s": 20.0, "peak_mb": 9}],
+              [{"batch": 1, "tok_s": 11.0, "peak_mb": 6}]]
+    rows = _median_rows(rounds)
+    assert rows[0] == {"batch": 1, "tok_s": 11.0, "peak_mb": 6, "rounds": 3, "tok_s_min": 10.0,
+                       "tok_s_max": 14.0}
+    assert rows[1]["tok_s"] == 30.0 and rows[1]["rounds"] == 2
+    assert _median_rows([None, []]) is None
+    assert weight_bytes(Path(__file__).parent) == 0  # no safetensors here
+
+
+def test_weight_bytes_counts_every_tensor(tiny_folder: Path):
+    from gambit.bench.engine import weight_bytes
+    from gambit.model import load_model
+
+    model, _ = load_model(tiny_folder)
+    assert weight_bytes(tiny_folder) == 4 * sum(p.numel() for p in model.parameters())

@@ -11,6 +11,12 @@ is B·N over the whole call. Memory: each backend runs in its own process and ``
 process's peak RSS during the batch (Linux ``VmHWM``, reset through ``/proc/self/clear_refs``
 before each batch): weights, runtime and KV cache included. The native engine's KV cache is sized
 to the batch; vLLM preallocates ``VLLM_CPU_KVCACHE_SPACE`` GiB.
+
+With ``--repeats N`` the backends run in N interleaved rounds (native, transformers, vLLM, native,
+...; each a fresh process) and every figure is the median over rounds, with the spread (min-max of
+tok/s) beside it: the machine may be shared. The batch-1 bound is the memory-bandwidth limit of a
+decode step that reads every weight once: ``weight bytes / bandwidth``, with the bandwidth measured
+here (a multi-threaded sum over a 512 MiB fp32 tensor, median of several, once per round).
 """
 
 from __future__ import annotations
@@ -174,6 +180,54 @@ def role_main(args: argparse.Namespace) -> None:
 
 
 # -- orchestration -------------------------------------------------------------------------------
+def memory_bandwidth_gbs(mib: int = 512, reps: int = 7) -> float:
+    """Read bandwidth (GB/s): median time of ``x.sum()`` over a ``mib`` MiB fp32 tensor."""
+    import torch
+
+    x = torch.ones(mib * 2**20 // 4)
+    x.sum()  # touch every page first
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        x.sum()
+        times.append(time.perf_counter() - t0)
+    return x.nbytes / statistics.median(times) / 1e9
+
+
+def weight_bytes(folder: Path) -> int:
+    """Bytes of the weights a decode step reads (the safetensors tensors; a tied head counts once)."""
+    from safetensors import safe_open
+
+    total = 0
+    for f in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(f), "pt") as st:
+            for k in st.keys():
+                sl = st.get_slice(k)
+                n = 1
+                for d in sl.get_shape():
+                    n *= d
+                total += n * {"F32": 4, "BF16": 2, "F16": 2}.get(sl.get_dtype(), 4)
+    return total
+
+
+def _median_rows(rounds: list[list[dict] | None]) -> list[dict] | None:
+    """Per batch: the median of every numeric field over rounds, plus the tok/s spread."""
+    by: dict[int, list[dict]] = {}
+    for rows in rounds:
+        for r in rows or []:
+            by.setdefault(r["batch"], []).append(r)
+    if not by:
+        return None
+    out = []
+    for b, rs in sorted(by.items()):
+        row = {k: statistics.median(r[k] for r in rs) for k in rs[0] if k != "batch"
+               and isinstance(rs[0][k], int | float)}
+        row.update(batch=b, rounds=len(rs), tok_s_min=min(r["tok_s"] for r in rs),
+                   tok_s_max=max(r["tok_s"] for r in rs))
+        out.append(row)
+    return out
+
+
 def _child(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[object | None, str]:
     """Run a child; (parsed last stdout line, error note). Its stderr goes straight to ours."""
     try:
@@ -227,7 +281,8 @@ def _rows(batches: list[int], native: list | None, hf: list | None, vllm: dict |
                "native_vs_vllm": _ratio(n.get("tok_s"), v.get("tok_s"))}
         for k, r in (("native", n), ("hf", h), ("vllm", v)):
             row.update({f"{k}_peak_mb": r.get("peak_mb"), f"{k}_total_tok_s": r.get("total_tok_s"),
-                        f"{k}_prefill_s": r.get("prefill_s")})
+                        f"{k}_prefill_s": r.get("prefill_s"), f"{k}_tok_s_min": r.get("tok_s_min"),
+                        f"{k}_tok_s_max": r.get("tok_s_max")})
         rows.append({**row, "native_kv_mb": n.get("kv_mb")})
     return rows
 
@@ -236,7 +291,7 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
                      quick: bool = False, json_path: str | Path | None = None, *,
                      new_tokens: int | None = None, temperature: float = 0.8, vllm: bool = True,
                      vllm_python: str | Path | None = None, vllm_dtype: str = "float32",
-                     fork_tokens: int = FORK_TOKENS) -> dict:
+                     fork_tokens: int = FORK_TOKENS, repeats: int = 1) -> dict:
     """Run all parts, print the table, write JSON (if ``json_path``) and return the result dict."""
     folder = resolve_model(model_folder or DEFAULT_MODEL).resolve()
     if not (folder / "config.json").is_file():
@@ -254,20 +309,48 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
         pfile, ffile = Path(tmp) / "prompts.json", Path(tmp) / "fork.json"
         pfile.write_text(json.dumps(make_prompts(folder, max(batches))))
         ffile.write_text(json.dumps(make_prompts(folder, 1, fork_tokens)[0]))
-        for role in ("native", "hf", "fork"):
-            log(f"{role}: " + (f"re-prefill vs fork of a {fork_tokens}-token trace" if role == "fork" else
-                               f"batches {batches}, {tokens} new tokens, T={temperature}"))
-            extra = ["--prompts", str(ffile), "--reps", "3" if quick else "7"] if role == "fork" else \
-                ["--prompts", str(pfile)]
-            res[role], err = _child(me + ["--role", role] + extra, 3600)
-            if err:
-                notes.append(f"{role} failed: {err}")
+        if repeats < 1:
+            raise ValueError("repeats must be >= 1")
         py = Path(vllm_python or os.environ.get("GAMBIT_VLLM_PYTHON") or VLLM_PYTHON)
-        vinfo, err = _vllm(py, folder, pfile, batches, tokens, temperature, vllm_dtype) if vllm else \
-            (None, "vLLM skipped")
+        rounds: dict[str, list] = {"native": [], "hf": [], "vllm": []}
+        bandwidth, vinfo = [], None
+        for r in range(repeats):  # interleaved rounds, each backend in a fresh process
+            bandwidth.append(memory_bandwidth_gbs())
+            log(f"round {r + 1}/{repeats}: memory bandwidth {bandwidth[-1]:.1f} GB/s")
+            for role in ("native", "hf"):
+                log(f"{role}: batches {batches}, {tokens} new tokens, T={temperature}")
+                out, err = _child(me + ["--role", role, "--prompts", str(pfile)], 3600)
+                rounds[role].append(out)
+                if err:
+                    notes.append(f"{role} failed (round {r + 1}): {err}")
+            if vllm:
+                out, err = _vllm(py, folder, pfile, batches, tokens, temperature, vllm_dtype)
+                if out:
+                    vinfo = out
+                    rounds["vllm"].append(out["rows"])
+                if err:
+                    notes.append(err)
+                    vllm = False  # missing or broken: do not retry every round
+            elif r == 0:
+                notes.append("vLLM skipped")
+        log(f"fork: re-prefill vs fork of a {fork_tokens}-token trace")
+        res["fork"], err = _child(me + ["--role", "fork", "--prompts", str(ffile), "--reps",
+                                        "3" if quick else "7"], 3600)
         if err:
-            notes.append(err)
-    result = {"rows": _rows(batches, res["native"], res["hf"], vinfo), "fork_vs_prefill": res["fork"],
+            notes.append(f"fork failed: {err}")
+        res["native"], res["hf"] = _median_rows(rounds["native"]), _median_rows(rounds["hf"])
+        if vinfo:
+            vinfo = {**vinfo, "rows": _median_rows(rounds["vllm"])}
+        bw = statistics.median(bandwidth)
+        wbytes = weight_bytes(folder)
+    rows = _rows(batches, res["native"], res["hf"], vinfo)
+    for row in rows:
+        if row["batch"] == 1:  # every weight read once per token: the bandwidth bound at batch 1
+            row["bound_tok_s"] = bw * 1e9 / wbytes
+            row["native_vs_bound"] = _ratio(row["native_tok_s"], row["bound_tok_s"])
+            row["vllm_vs_bound"] = _ratio(row["vllm_tok_s"], row["bound_tok_s"])
+    result = {"rows": rows, "fork_vs_prefill": res["fork"], "repeats": repeats,
+              "bandwidth_gbs": bw, "bandwidth_rounds": bandwidth, "weight_bytes": wbytes,
               "model": str(folder), "new_tokens": tokens, "temperature": temperature, "batches": batches,
               "quick": quick, "vllm": {k: v for k, v in (vinfo or {}).items() if k != "rows"} or None,
               "machine": machine_info(), "notes": notes,
@@ -295,6 +378,14 @@ def format_table(result: dict) -> str:
         lines.append(f"{r['batch']:>5} | {f(r['native_tok_s']):>12} | {f(r['hf_tok_s']):>9} | "
                      f"{f(r['vllm_tok_s']):>10} | {f(r['native_vs_hf'], '.2f'):>6} | "
                      f"{f(r['native_vs_vllm'], '.2f'):>8} | {peaks:>20}")
+    for r in result["rows"]:
+        if r.get("bound_tok_s"):
+            lines.append(f"batch 1 bandwidth bound: {result['weight_bytes'] / 1e6:.0f} MB of weights / "
+                         f"{result['bandwidth_gbs']:.1f} GB/s = {r['bound_tok_s']:.1f} tok/s; native "
+                         f"{f(r['native_vs_bound'] and 100 * r['native_vs_bound'])}% of it, vLLM "
+                         f"{f(r['vllm_vs_bound'] and 100 * r['vllm_vs_bound'])}%")
+    if result.get("repeats", 1) > 1:
+        lines.append(f"medians of {result['repeats']} interleaved rounds; tok/s spread (min-max) in the JSON")
     fk = result.get("fork_vs_prefill")
     if fk:
         lines.append(f"fork {fk['tokens']}-token trace: {fk['fork_ms']:.3f} ms; re-prefill "
@@ -305,13 +396,15 @@ def format_table(result: dict) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="gambit bench engine", description=__doc__.splitlines()[0])
-    p.add_argument("--model", type=Path, default=None, help=f"model folder (default {DEFAULT_MODEL})")
+    p.add_argument("--model", default=None, help=f"model folder or fetched name, e.g. smollm2 "
+                   f"(default {DEFAULT_MODEL})")
     p.add_argument("--quick", action="store_true", help=f"batches {QUICK_BATCHES}, {QUICK_TOKENS} tokens")
     p.add_argument("--json", dest="json_path", default=None, help="write results here")
     p.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=None)
     p.add_argument("--tokens", type=int, default=None, help="new tokens per trace")
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--no-vllm", action="store_true")
+    p.add_argument("--repeats", type=int, default=1, help="interleaved rounds (medians are reported)")
     p.add_argument("--vllm-python", default=None, help=f"default {VLLM_PYTHON}")
     p.add_argument("--vllm-dtype", default="float32")
     p.add_argument("--role", choices=("native", "hf", "fork"), help=argparse.SUPPRESS)
@@ -327,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     run_engine_bench(args.model, args.batches, args.quick, args.json_path, new_tokens=args.tokens,
                      temperature=args.temperature, vllm=not args.no_vllm, vllm_python=args.vllm_python,
-                     vllm_dtype=args.vllm_dtype)
+                     vllm_dtype=args.vllm_dtype, repeats=args.repeats)
     return 0
 
 

@@ -31,6 +31,7 @@ class EngineConfig:
     seed: int = 0
     eagle_taps: bool = False  # also return hidden states entering layers (2, L//2, L-3)
     cpu_kernel: bool = True  # CPU fp32 decode attention reads KV blocks in place (compiled once)
+    packed_linear: bool = True  # CPU fp32 linear layers through MKL-prepacked weights (engine/linear.py)
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from gambit.model.config import ModelConfig
+
+# an inference-time replacement for one F.linear (e.g. prepacked weights, see gambit.engine.linear)
+FastLinear = Callable[[torch.Tensor], torch.Tensor]
+
+
+def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+            fast: FastLinear | None = None) -> torch.Tensor:
+    """``F.linear``, or the installed fast path for this weight."""
+    return F.linear(x, weight, bias) if fast is None else fast(x)
 
 
 class RMSNorm(nn.Module):
@@ -78,6 +88,7 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(i, h, bias=b)
 
         self.gate_up: torch.Tensor | None = None  # fused [2I, H] view for inference (see fuse())
+        self.fast: dict[str, FastLinear] = {}  # "gate_up" / "down" fast paths (inference only)
 
     def fuse(self) -> None:
         """Serve gate and up from one matmul; their weights become views of the fused tensor."""
@@ -88,6 +99,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up is not None and self.gate_proj.bias is None:
-            gate, up = F.linear(x, self.gate_up).chunk(2, dim=-1)
-            return self.down_proj(F.silu(gate) * up)
+            gate, up = project(x, self.gate_up, None, self.fast.get("gate_up")).chunk(2, dim=-1)
+            d = self.down_proj
+            return project(F.silu(gate) * up, d.weight, d.bias, self.fast.get("down"))
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))

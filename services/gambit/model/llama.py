@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gambit.model.config import ModelConfig
-from gambit.model.layers import MLP, RMSNorm, RotaryEmbedding, apply_rope
+from gambit.model.layers import MLP, FastLinear, RMSNorm, RotaryEmbedding, apply_rope, project
 
 # (layer index, q [B,T,Hq,D], k [B,T,Hkv,D], v [B,T,Hkv,D]) -> [B,T,Hq,D]
 AttentionFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -42,6 +42,7 @@ class Attention(nn.Module):
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
         self.qkv: tuple[torch.Tensor, torch.Tensor | None] | None = None  # fused, see fuse()
+        self.fast: dict[str, FastLinear] = {}  # "qkv" / "o" fast paths (inference only)
 
     def fuse(self) -> None:
         """Serve q, k, v from one matmul (inference); their weights become views of the fused one.
@@ -65,7 +66,7 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         H, Hkv, D = self.n_heads, self.n_kv, self.head_dim
         if self.qkv is not None:
-            qkv = F.linear(x, *self.qkv).view(B, T, H + 2 * Hkv, D)
+            qkv = project(x, *self.qkv, self.fast.get("qkv")).view(B, T, H + 2 * Hkv, D)
             if hasattr(self, "q_norm"):
                 q, k, v = qkv.split((H, Hkv, Hkv), dim=2)
                 q, k = apply_rope(self.q_norm(q), rope), apply_rope(self.k_norm(k), rope)
@@ -80,7 +81,8 @@ class Attention(nn.Module):
                 q, k = self.q_norm(q), self.k_norm(k)
             q, k = apply_rope(q, rope), apply_rope(k, rope)
         o = attention(self.layer, q, k, v)
-        return self.o_proj(o.reshape(B, T, self.n_heads * self.head_dim))
+        o = o.reshape(B, T, self.n_heads * self.head_dim)
+        return project(o, self.o_proj.weight, self.o_proj.bias, self.fast.get("o"))
 
 
 class DecoderLayer(nn.Module):
@@ -120,6 +122,7 @@ class CausalLM(nn.Module):
         self.rope = RotaryEmbedding(config)
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.fast: dict[str, FastLinear] = {}  # "head" fast path (inference only)
 
     @property
     def eagle_taps(self) -> tuple[int, int, int]:
@@ -154,4 +157,4 @@ class CausalLM(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         w = self.model.embed_tokens.weight if self.config.tie_word_embeddings else self.lm_head.weight
-        return F.linear(hidden, w)
+        return project(hidden, w, None, self.fast.get("head"))
