@@ -69,6 +69,7 @@ class DraftTree:
     valid: torch.Tensor  # [S, B] bool (False only when fewer candidates than B exist)
     mask: torch.Tensor  # [S, B+1, B+1] bool: row i sees its ancestors and itself
     reconsidered: torch.Tensor  # [S, B] bool: created by a reconsider row
+    score: torch.Tensor  # [S, B] cumulative draft log-probability
     # per tree position (root = 0, nodes 1..B), for the analyses: the row forwarded for that node
     conf: torch.Tensor  # [S, B+1] drafter top-1 probability at the node (NaN: never forwarded)
     top1: torch.Tensor  # [S, B+1] drafter top-1 child token (-1: never forwarded)
@@ -295,4 +296,4 @@ def _select(B, tok, par, score, depth, is_rec, row_of, r_conf, r_top1, r_recon) 
     top1 = _take(r_top1, rows).masked_fill(~has_row, -1)
     recon = _take(r_recon, rows).masked_fill(~has_row, -1)
     return DraftTree(_take(tok, idx), parent, _take(depth, idx), valid, mask, _take(is_rec, idx),
-                     conf, top1, recon)
+                     _take(score, idx), conf, top1, recon)

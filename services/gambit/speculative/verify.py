@@ -62,13 +62,15 @@ def target_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
 
 
 def accept(tokens: torch.Tensor, parent: torch.Tensor, depth: torch.Tensor, valid: torch.Tensor,
-           mask: torch.Tensor, probs: torch.Tensor, u: torch.Tensor
+           mask: torch.Tensor, probs: torch.Tensor, u: torch.Tensor, residual: bool = True
            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Walk each tree. Index 0 is the root (parent 0, depth 0, valid).
 
     tokens/parent/depth/valid [S, T]; mask [S, T, T] ancestors-and-self; probs [S, T, V] the target
     distribution at each node; u [S, T + 1] uniforms (column T draws the bonus).
     Returns (on_path [S, T] bool incl. the root, end [S] deepest accepted node, bonus [S]).
+    ``residual=False`` draws the bonus from the full distribution — a biased rule that exists only so
+    the tests can show that their statistics catch it.
     """
     S, T = tokens.shape
     node = valid.clone()
@@ -90,7 +92,7 @@ def accept(tokens: torch.Tensor, parent: torch.Tensor, depth: torch.Tensor, vali
     p_end = probs.gather(1, end[:, None, None].expand(S, 1, probs.shape[-1])).squeeze(1).double()
     child = node & (parent == end[:, None])
     hit = torch.zeros_like(p_end).scatter_add_(1, tokens, child.double()) > 0
-    q = p_end.masked_fill(hit, 0.0)
+    q = p_end.masked_fill(hit, 0.0) if residual else p_end
     c = q.cumsum(-1)
     x = u[:, T] * c[:, -1]
     bonus = torch.searchsorted(c, x[:, None]).squeeze(-1).clamp(max=q.shape[-1] - 1)
