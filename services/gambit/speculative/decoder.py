@@ -83,6 +83,11 @@ class SpecDecoder:
             raise ValueError(f"drafter {name!r} does not fit the target model")
         drafter = drafter.to(device=e.device, dtype=e.dtype).eval()
         drafter.rope.cos, drafter.rope.sin = drafter.rope.cos.float(), drafter.rope.sin.float()
+        for layer in (drafter.midlayer, *drafter.extra_layers):  # fewer matmuls (inference only)
+            if layer.mlp.gate_up is None:
+                layer.mlp.fuse()
+            if getattr(layer.self_attn, "qkv", None) is None:
+                layer.self_attn.fuse()
         self.drafters[name] = drafter
         self.caches[name] = KVCache(drafter.config.model_config(), e.num_blocks, e.config.block_size,
                                     e.dtype, e.device)
@@ -104,7 +109,9 @@ class SpecDecoder:
 
     def tree_config(self, key: str) -> TreeConfig:
         s = self.engine.config.spec
-        pr = self.drafters[key].config.method.endswith("pr") or key == "pr"
+        # reconsideration needs a drafter trained for it; "advance" (extra one-pass rows) fits any
+        pr = self.drafters[key].config.method.endswith("pr") or key in ("pr", "hass+pr") \
+            or s.extra == "advance"
         return TreeConfig(s.gamma, s.budget, s.grow_width, s.offer_width, s.reconsider if pr else 0,
                           s.extra, s.self_query)
 
