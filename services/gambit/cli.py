@@ -45,6 +45,15 @@ def _cmd_train_target(args) -> int:
     return 0
 
 
+def _cmd_train_drafter(args) -> int:
+    from gambit.train.drafter import TrainDrafterConfig, train_drafter
+
+    info = train_drafter(from_args(TrainDrafterConfig, args))
+    print(f"trained {info['config']['method']} drafter in {info['train_seconds']} s; held-out "
+          f"{info['heldout'][-1] if info['heldout'] else '-'}; saved to {info['config']['out']}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from gambit.bench.eval import EvalConfig
     from gambit.run import RunConfig
@@ -70,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     tt.add_argument("--eval-samples", type=int, default=16,
                     help="then evaluate on the test split and write the model card (0: skip)")
     tt.set_defaults(func=_cmd_train_target)
+    from gambit.train.drafter import TrainDrafterConfig
+
+    td = tsub.add_parser("drafter", help="a drafter for the shipped target (eagle3.1 | pr | hass | hass+pr)")
+    add_dataclass_args(td, TrainDrafterConfig)
+    td.set_defaults(func=_cmd_train_drafter)
 
     b = sub.add_parser("bench", help="benchmarks (commands that print a table and write JSON)")
     bsub = b.add_subparsers(dest="what", required=True)
