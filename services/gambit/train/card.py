@@ -34,6 +34,8 @@ tied embeddings |
 seed {cfg['seed']}; \
 {train['train_tokens'] / 1e6:.1f}M tokens (padded) in {train['train_seconds'] / 60:.1f} min on \
 {train['torch_threads']} CPU threads; final loss {train['final_loss']} nats/token (solution tokens) |
+| environment | torch {train.get('torch_version', '?')}, {train['torch_threads']} CPU threads, \
+CPU capability {train.get('cpu_capability', '?')} (floats, and so the loss history, depend on all three) |
 | command | `gambit train target` (this card: `gambit train target` then `gambit eval`) |
 
 ## Accuracy (test split, {result['n_problems']} problems, T = {ev['temperature']}, {k} samples each)

@@ -1,7 +1,8 @@
 """Train the shipped target on generated solutions (``gambit train target``).
 
-Seeded and step-based, so a rerun reproduces the same weights on the same machine. Loss is on
-solution tokens only (the prompt's numbers are random and unpredictable).
+Seeded and step-based with a pinned thread count, so a rerun with the same torch build reproduces
+the loss history and weights (``gambit.train.repro``). Loss is on solution tokens only (the prompt's
+numbers are random and unpredictable).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tqdm import tqdm
 from gambit.model import CausalLM, ModelConfig, Tokenizer, build_char_tokenizer, save_model
 from gambit.paths import TARGET
 from gambit.tasks.arithmetic import TaskConfig, make_problem
+from gambit.train import repro
 
 
 @dataclass
@@ -41,12 +43,14 @@ class TrainTargetConfig:
     min_ops: int = 2
     max_ops: int = 8
     spell_products: bool = False
-    threads: int = 0  # 0: torch default
+    threads: int = 2  # torch intra-op threads (recorded in the card; floats depend on it)
     checkpoint_every: int = 0  # also save <out>-step<N> every N steps (0: never)
 
     def __post_init__(self) -> None:
         if self.steps <= 0 or self.batch_size <= 0 or self.lr <= 0:
             raise ValueError("steps, batch_size and lr must be positive")
+        if self.threads < 1:
+            raise ValueError(f"threads must be >= 1 (the card records it), got {self.threads}")
         if self.num_layers < 6:
             raise ValueError("num_layers must be >= 6 so the three EAGLE-3 taps (2, L//2, L-3) differ")
 
@@ -92,11 +96,9 @@ def lr_at(cfg: TrainTargetConfig, step: int) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def train_target(cfg: TrainTargetConfig) -> dict:
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
-    rng = random.Random(cfg.seed)
+def train_target(cfg: TrainTargetConfig, stop: int | None = None) -> dict:
+    """Train and save; ``stop`` runs only the first steps and saves nothing (reproducibility test)."""
+    rng = repro.setup(cfg.seed, cfg.threads)
     tok = build_char_tokenizer()
     model = CausalLM(model_config(cfg, tok))
     for p in model.parameters():
@@ -112,6 +114,8 @@ def train_target(cfg: TrainTargetConfig) -> dict:
     bar = tqdm(range(cfg.steps), desc=f"train target ({n_params / 1e6:.2f}M params)", mininterval=5)
     history = []
     for step in bar:
+        if stop is not None and step >= stop:
+            break
         ids, mask = next(data)
         for g in opt.param_groups:
             g["lr"] = lr_at(cfg, step)
@@ -132,11 +136,13 @@ def train_target(cfg: TrainTargetConfig) -> dict:
             history.append({"step": step, "loss": round(ema, 5), "elapsed_s": round(elapsed, 1)})
         if cfg.checkpoint_every and step and step % cfg.checkpoint_every == 0:
             save_model(model, tok, f"{cfg.out}-step{step}")
+    if stop is not None:
+        return {"config": asdict(cfg), "loss_history": history, **repro.environment()}
     model.eval()
     out = Path(cfg.out)
     save_model(model, tok, out)
     info = {"config": asdict(cfg), "params": n_params, "train_tokens": tokens,
             "train_seconds": round(time.time() - start, 1), "final_loss": round(ema, 5),
-            "loss_history": history, "torch_threads": torch.get_num_threads()}
+            "loss_history": history, **repro.environment()}
     (out / "training.json").write_text(json.dumps(info, indent=2))
     return info

@@ -1,0 +1,220 @@
+"""Train a drafter for the shipped target (``gambit train drafter --method eagle3.1|pr|hass|hass+pr``).
+
+All methods share the data (target-regenerated traces, ``drafter_data``), the training-time test
+(``ttt.unroll``: n unrolled steps with the serving masks), AdamW and the step budget. With
+``p_t`` the target's distribution at position ``t``, ``q_{i,j}`` the drafter's at step ``i``, row
+``j`` (predicting the token after ``t = j+1+i``), ``CE(p, q) = −Σ_v p(v) log q(v)`` and ``V_i`` the
+valid rows of step ``i``, the losses are::
+
+    eagle3.1:  L = Σ_i 0.8^i · mean_{V_i} CE(p_t, q_{i,j})
+    hass:      L = Σ_i 0.8^i · mean_{V_i} [CE(p_t, q_{i,j}) + w · TopK(p_t, q_{i,j})],
+               TopK(p, q) = −Σ_{v ∈ top-K(p)} p(v) log q(v)   (K = hass_topk, w = hass_weight)
+    pr:        L = L_eagle3.1 + Σ_i 0.8^i · [mean_{R_i} CE(p_t, q'_{i,j}) + β · mean_{C_i} CE(p_t, q'_{i,j})]
+    hass+pr:   L = L_hass     + the same PR term
+
+PR: ``R_i`` are the ``reconsider_frac`` of step ``i``'s valid rows with the lowest drafter top-1
+probability (the positions it is least sure of); ``q'`` is the reconsideration pass on the row's own
+output feature (self-query unless ``--no-self-query``). ``C_i``, the balance set, is as many rows drawn
+uniformly (seeded) from the remaining, confident valid rows: β balances recovering hesitant guesses
+against keeping confident ones, since at serving time the least-confident rows of a frontier are not
+always wrong. HASS's harmonized context alignment (later passes query from the drafter's own
+predicted features and attend to its own earlier drafted keys) is exactly the unrolled step's
+attention pattern, so HASS differs from EAGLE-3.1 here by its top-K distillation term.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from gambit.paths import ASSETS, TARGET
+from gambit.speculative.drafter import Drafter, DrafterConfig, save_drafter
+from gambit.train import repro
+from gambit.train.drafter_data import DrafterDataConfig, build_data
+from gambit.train.drafter_eval import heldout_acceptance
+from gambit.train.ttt import soft_ce, topk_ce, unroll
+
+METHODS = ("eagle3.1", "pr", "hass", "hass+pr")
+SHIPPED = {"eagle3.1": "drafter-eagle3.1", "pr": "drafter-pr", "hass": "drafter-hass",
+           "hass+pr": "drafter-hass-pr"}
+
+
+@dataclass
+class TrainDrafterConfig:
+    method: str = "eagle3.1"  # eagle3.1 | pr | hass | hass+pr
+    out: str = ""  # output folder ("" = the shipped folder of the method)
+    target: str = str(TARGET)  # target model folder
+    seed: int = 0  # init, batch order and balance-set seed
+    steps: int = 150  # optimizer steps (the compute budget, equal for every method)
+    batch_size: int = 8  # sequences per step
+    lr: float = 2e-3  # peak AdamW learning rate (linear warmup, cosine decay)
+    min_lr_ratio: float = 0.1  # final learning rate / peak
+    warmup: int = 20  # warmup steps
+    weight_decay: float = 0.0  # AdamW weight decay on matrices
+    grad_clip: float = 0.5  # gradient-norm clip
+    ttt_steps: int = 4  # unrolled training-time-test steps (loss weight 0.8^i)
+    beta: float = 0.5  # PR balance term weight on the confident rows' reconsideration
+    reconsider_frac: float = 0.25  # PR: fraction of valid rows reconsidered per unrolled step
+    self_query: bool = True  # PR: the reconsideration pass takes its query from the feature
+    hass_topk: int = 10  # HASS: top-K of the target's distribution distilled
+    hass_weight: float = 1.0  # HASS: weight of the top-K term
+    num_layers: int = 1  # decoder layers of the drafter (2: the "second layer" ablation)
+    threads: int = 1  # torch intra-op threads (recorded in the card; part of reproducibility)
+    eval_every: int = 1000  # held-out acceptance every N steps (and at the end)
+    n_train: int = 384  # data: train-split problems (one target trace each)
+    n_heldout: int = 64  # data: dev-split problems (greedy target traces)
+    data_temperature: float = 0.8  # data: sampling temperature of the training traces
+    cache_dir: str = ""  # data cache ("" = $GAMBIT_CACHE or ~/.cache/gambit)
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.steps < 1 or self.batch_size < 1 or self.ttt_steps < 1 or not self.lr > 0:
+            raise ValueError("steps, batch_size, ttt_steps and lr must be positive")
+        if not 0 < self.reconsider_frac <= 0.5:
+            raise ValueError(f"reconsider_frac must be in (0, 0.5], got {self.reconsider_frac}")
+        if self.beta < 0 or self.hass_weight < 0 or self.hass_topk < 1:
+            raise ValueError("beta and hass_weight must be >= 0 and hass_topk >= 1")
+        if self.threads < 1:
+            raise ValueError(f"threads must be >= 1 (it is recorded in the card), got {self.threads}")
+        if not self.out:
+            self.out = str(ASSETS / SHIPPED[self.method])
+
+    @property
+    def uses_pr(self) -> bool:
+        return self.method in ("pr", "hass+pr")
+
+    @property
+    def uses_hass(self) -> bool:
+        return self.method in ("hass", "hass+pr")
+
+    def data(self) -> DrafterDataConfig:
+        return DrafterDataConfig(target=self.target, n_train=self.n_train, n_heldout=self.n_heldout,
+                                 temperature=self.data_temperature, seed=0, cache_dir=self.cache_dir)
+
+
+def lr_at(cfg: TrainDrafterConfig, step: int) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def build_drafter(cfg: TrainDrafterConfig, target) -> Drafter:
+    dc = DrafterConfig.for_target(target.config, num_layers=cfg.num_layers, method=cfg.method)
+    drafter = Drafter(dc, target.model.embed_tokens)
+    with torch.no_grad():  # the target's (tied) output head: a drafter starts by predicting like it
+        drafter.lm_head.weight.copy_(target.model.embed_tokens.weight)
+    return drafter
+
+
+def make_reconsider(cfg: TrainDrafterConfig, gen: torch.Generator):
+    """PR row selection: lowest top-1 rows (R) then an equal random draw of the rest (C)."""
+    def select(i, logits, valid):
+        conf = logits.detach().softmax(-1).amax(-1).masked_fill(~valid, float("inf"))
+        n_valid = int(valid.sum())
+        n = max(1, int(n_valid * cfg.reconsider_frac))
+        if n_valid < 2:
+            return None
+        low = conf.flatten().topk(n, largest=False).indices
+        rest = torch.ones_like(conf, dtype=torch.bool).flatten()
+        rest[low] = False
+        rest &= valid.flatten()
+        pool = rest.nonzero().flatten()
+        bal = pool[torch.randperm(pool.numel(), generator=gen)[:n]] if cfg.beta > 0 else pool[:0]
+        rows = torch.cat([low, bal])
+        select.n_low = n
+        return rows // conf.shape[1], rows % conf.shape[1], cfg.self_query
+    select.n_low = 0
+    return select
+
+
+def step_loss(cfg: TrainDrafterConfig, drafter: Drafter, batch, pad_id: int, reconsider) -> torch.Tensor:
+    total = torch.zeros(())
+    for i, logits, tl, valid, recon in unroll(drafter, batch, cfg.ttt_steps, pad_id, reconsider):
+        w = 0.8 ** i
+        if valid.any():
+            term = soft_ce(tl[valid], logits[valid])
+            if cfg.uses_hass:
+                term = term + cfg.hass_weight * topk_ce(tl[valid], logits[valid], cfg.hass_topk)
+            total = total + w * term.mean()
+        if recon is not None:
+            b, r, rl = recon
+            ce = soft_ce(tl[b, r], rl)
+            n = reconsider.n_low
+            total = total + w * ce[:n].mean()
+            if cfg.beta > 0 and ce.numel() > n:
+                total = total + w * cfg.beta * ce[n:].mean()
+    return total
+
+
+def train_drafter(cfg: TrainDrafterConfig, stop: int | None = None, data: dict | None = None) -> dict:
+    """Train (``stop``: only the first steps, nothing saved — the reproducibility test) and save.
+
+    ``data`` (tests) replaces the cached target traces.
+    """
+    from gambit.model import load_model
+
+    repro.setup(cfg.seed, cfg.threads)
+    target, tok = load_model(cfg.target)
+    target.requires_grad_(False)
+    taps = DrafterConfig.for_target(target.config).target_taps
+    data = data or build_data(cfg.data(), taps)
+    torch.manual_seed(cfg.seed)  # data generation may have drawn from the global generator
+    drafter = build_drafter(cfg, target)
+    decay = [p for p in drafter.parameters() if p.dim() >= 2]
+    other = [p for p in drafter.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": other, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    gen = torch.Generator().manual_seed(cfg.seed)
+    reconsider = make_reconsider(cfg, gen) if cfg.uses_pr else None
+    train = data["train"]
+    order: list[int] = []
+    history, evals = [], []
+    n_steps = cfg.steps if stop is None else min(stop, cfg.steps)
+    start = time.time()
+    bar = tqdm(range(n_steps), desc=f"train drafter ({cfg.method})", mininterval=5)
+    for step in bar:
+        if len(order) < cfg.batch_size:
+            order += torch.randperm(len(train), generator=gen).tolist()
+        idx, order = order[:cfg.batch_size], order[cfg.batch_size:]
+        batch = train.batch(idx, tok.pad_id)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(cfg, step)
+        loss = step_loss(cfg, drafter, batch, tok.pad_id, reconsider)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(drafter.parameters(), cfg.grad_clip)
+        opt.step()
+        history.append({"step": step, "loss": round(loss.item(), 6)})
+        bar.set_postfix(loss=f"{loss.item():.4f}")
+        if stop is None and ((step + 1) % cfg.eval_every == 0 or step == n_steps - 1):
+            ev = heldout_acceptance(drafter, data["heldout"], tok.pad_id, cfg.ttt_steps, cfg.reconsider_frac,
+                                    cfg.self_query if cfg.uses_pr else None)
+            evals.append({"step": step, **ev})
+            bar.write(f"step {step}: held-out {ev}")
+    seconds = time.time() - start
+    info = {"config": asdict(cfg), "drafter_config": drafter.config.to_dict(),
+            "params": sum(p.numel() for p in drafter.parameters()), "train_seconds": round(seconds, 1),
+            "loss_history": history, "heldout": evals, "data": data["info"], **repro.environment()}
+    if stop is None:
+        save(cfg, drafter, info)
+    return info
+
+
+def save(cfg: TrainDrafterConfig, drafter: Drafter, info: dict) -> Path:
+    from gambit.train.drafter_card import card_text
+
+    out = Path(cfg.out)
+    save_drafter(drafter, out, extra_card=card_text(info))
+    conf = json.loads((out / "config.json").read_text())
+    conf["pr_self_query"] = bool(cfg.uses_pr and cfg.self_query)  # how its reconsider rows must query
+    (out / "config.json").write_text(json.dumps(conf, indent=2) + "\n")
+    (out / "training.json").write_text(json.dumps(info, indent=1) + "\n")
+    return out
