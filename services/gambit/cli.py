@@ -66,6 +66,12 @@ def _cmd_train_drafter(args) -> int:
     return 0
 
 
+def _cmd_train_scorer(args) -> int:
+    from gambit.scoring.cli import train_scorer_command
+
+    return train_scorer_command(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from gambit.bench.eval import EvalConfig
     from gambit.run import RunConfig
@@ -103,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     mf.add_argument("name", help="model name (smollm2)")
     mf.add_argument("--force", action="store_true", help="convert again even if the folder exists")
     mf.set_defaults(func=_cmd_models_fetch)
+    from gambit.scoring.cli import add_train_scorer_parser
+
+    add_train_scorer_parser(tsub, _cmd_train_scorer)
 
     b = sub.add_parser("bench", help="benchmarks (commands that print a table and write JSON)")
     bsub = b.add_subparsers(dest="what", required=True)

@@ -10,3 +10,5 @@ DRAFTER_HASS = ASSETS / "drafter-hass"
 DRAFTER_HASS_PR = ASSETS / "drafter-hass-pr"
 # Table 3 ablation drafters: drafter-pr-beta0, drafter-pr-noselfq, drafter-eagle3.1-2layer
 ABLATIONS = ASSETS / "ablations"
+SCORER_MLP = ASSETS / "scorer-mlp"
+SCORER_SEQUENCE = ASSETS / "scorer-sequence"
