@@ -15,12 +15,12 @@ DEFAULT_URL = "redis://127.0.0.1:6379"
 
 
 class RedisStore:
-    def __init__(self, url: str = DEFAULT_URL, prefix: str = "gambit", ttl_s: int = 24 * 3600,
+    def __init__(self, url: str = DEFAULT_URL, prefix: str = "gambit", ttl_s: float = 24 * 3600,
                  timeout_s: float = 2.0) -> None:
         import redis
 
-        if ttl_s < 1 or timeout_s <= 0:
-            raise ValueError("ttl_s must be >= 1 and timeout_s > 0")
+        if not ttl_s >= 0.001 or not timeout_s > 0:
+            raise ValueError("ttl_s must be >= 0.001 and timeout_s > 0")
         if not prefix or any(c in prefix for c in "{} \n"):
             raise ValueError(f"prefix must be a non-empty key prefix, got {prefix!r}")
         self.url, self.prefix, self.ttl_s = url, prefix, ttl_s
@@ -62,7 +62,7 @@ class RedisStore:
             p.set(self._k(run_id, "result"), json.dumps(up.result))
             p.srem(f"{self.prefix}:unfinished", run_id)
             for part in ("meta", "nodes", "rounds", "result"):
-                p.expire(self._k(run_id, part), self.ttl_s)
+                p.pexpire(self._k(run_id, part), int(self.ttl_s * 1000))
         self._call(p.execute)
 
     def load(self, run_id: str) -> dict | None:

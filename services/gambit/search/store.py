@@ -8,6 +8,7 @@ coordinator restarting) sees whole rounds only.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -46,7 +47,11 @@ def check_run_id(run_id: str) -> str:
 class MemoryStore:
     """In-process store; values go through JSON exactly as in Redis, so both behave the same."""
 
-    def __init__(self) -> None:
+    def __init__(self, ttl_s: float = 24 * 3600) -> None:
+        if not ttl_s > 0:
+            raise ValueError(f"ttl_s must be > 0, got {ttl_s}")
+        self.ttl_s = ttl_s
+        self._expires: dict[str, float] = {}
         self._meta: dict[str, dict[str, str]] = {}
         self._nodes: dict[str, dict[str, str]] = {}
         self._rounds: dict[str, list[str]] = {}
@@ -64,21 +69,30 @@ class MemoryStore:
         self._rounds.setdefault(run_id, []).extend(rounds)
         if result is not None:
             self._result[run_id] = result
+            self._expires[run_id] = time.monotonic() + self.ttl_s
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for run_id in [r for r, t in self._expires.items() if t <= now]:
+            self.delete(run_id)
 
     def load(self, run_id: str) -> dict | None:
+        self._expire()
         if run_id not in self._meta:
             return None
         return _assemble(self._meta[run_id], self._nodes.get(run_id, {}), self._rounds.get(run_id, []),
                          self._result.get(run_id))
 
     def unfinished(self) -> list[str]:
+        self._expire()
         return sorted(r for r in self._meta if r not in self._result)
 
     def runs(self) -> list[str]:
+        self._expire()
         return sorted(self._meta)
 
     def delete(self, run_id: str) -> None:
-        for d in (self._meta, self._nodes, self._rounds, self._result):
+        for d in (self._meta, self._nodes, self._rounds, self._result, self._expires):
             d.pop(run_id, None)
 
     # -- a file, for `gambit inspect --store FILE.json` ----------------------------------------

@@ -36,7 +36,8 @@ def rankable(n: Node) -> bool:
 
 def plan_round(nodes: Sequence[Node], capacity: int, swap: int, warmup: int, floor: float = 0.0) -> RoundPlan:
     active = [n for n in nodes if n.active]
-    cands = _order([n for n in active if eligible(n, warmup)], reverse=True)
+    # below the hard floor a trace is never a parent
+    cands = _order([n for n in active if eligible(n, warmup) and n.mean_score >= floor], reverse=True)
     if len(active) < capacity:
         take = cands[:capacity - len(active)]
         return RoundPlan(1 if take else 0, [], [n.id for n in take])
