@@ -50,7 +50,7 @@ class SearchConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
-        if self.swap > self.capacity:
+        if self.method == "gambit" and self.swap > self.capacity:
             raise ValueError(f"swap (K={self.swap}) must not exceed capacity (C={self.capacity})")
         if self.method == "deepconf" and not 1 <= self.deepconf_warmup < self.capacity:
             raise ValueError(f"deepconf_warmup must be in [1, capacity), got {self.deepconf_warmup}")
