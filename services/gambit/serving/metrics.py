@@ -81,6 +81,7 @@ class PrometheusBackend:
         import prometheus_client as pc
 
         self.pc = pc
+        pc.disable_created_metrics()  # no *_created series next to each counter
         self.registry = registry if registry is not None else pc.CollectorRegistry()
 
     def make(self, s: Spec):

@@ -46,6 +46,8 @@ def generate() -> Path:
                               f"--pyi_out={tmp}", f"--grpc_python_out={tmp}", str(PROTO_DIR / f"{n}.proto")])
             if rc != 0:
                 raise RuntimeError(f"protoc failed on {n}.proto (exit {rc})")
+            pb2_file = tmp / f"{n}_pb2.py"  # classes must name their real module (pickling inside Ray)
+            pb2_file.write_text(pb2_file.read_text().replace(f"'{n}_pb2'", f"'gambit.protos_gen.{n}_pb2'"))
             grpc_file = tmp / f"{n}_pb2_grpc.py"  # make the generated import package-relative
             grpc_file.write_text(re.sub(rf"^import {n}_pb2 as", f"from . import {n}_pb2 as",
                                         grpc_file.read_text(), flags=re.M))

@@ -31,6 +31,8 @@ def load_any_scorer(spec: str, hidden_size: int = 0):
     if not spec:
         from gambit import paths
 
+        if not (paths.SCORER_MLP / "config.json").exists():  # no trained scorer shipped (yet)
+            return scoring.random_scorer("mlp", hidden_size or 192, seed=0)
         spec = str(paths.SCORER_MLP)
     return scoring.load_scorer(spec)
 
