@@ -18,12 +18,15 @@ def test_request_defaults_and_overrides():
     pb2, _ = load("reasoning")
     d = SolveConfig(capacity=6, swap=2, max_tokens=100)
     problem, cfg = from_request(pb2.SolveRequest(problem="Compute 1+2.\nSolution:\n"), d)
-    assert (cfg.capacity, cfg.swap, cfg.max_tokens, cfg.method, cfg.decoding) == (6, 2, 100, "gambit", "plain")
+    assert (cfg.capacity, cfg.swap, cfg.max_tokens) == (6, 2, 100)
+    assert (cfg.method, cfg.decoding) == ("gambit", "plain")
     _, cfg = from_request(pb2.SolveRequest(problem="x", capacity=1, method="sc", temperature=0.0), d)
     assert (cfg.capacity, cfg.swap, cfg.method, cfg.temperature) == (1, 1, "sc", 0.0)
     req = pb2.SolveRequest(problem="x", capacity=3)
     req.swap = 0
     assert from_request(req, d)[1].swap == 0
-    for bad, field in ((pb2.SolveRequest(problem=""), "problem"), (pb2.SolveRequest(problem="x" * 9000), "problem")):
+    bad_requests = ((pb2.SolveRequest(problem=""), "problem"), (pb2.SolveRequest(problem="x" * 9000), "problem"),
+                    (pb2.SolveRequest(problem="x", capacity=0), "capacity"))
+    for bad, field in bad_requests:
         with pytest.raises(ValueError, match=rf"^{field}:"):
             from_request(bad, d)

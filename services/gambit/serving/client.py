@@ -20,7 +20,7 @@ class ClientConfig:
     tls_ca: str = ""  # PEM CA to verify a TLS server ("" = plaintext)
     method: str = ""  # gambit | sc | step | deepconf ("" = server default)
     decoding: str = ""  # plain | eagle3.1 | pr ("" = server default)
-    capacity: int = 0  # C (0 = server default)
+    capacity: int = -1  # C (-1 = server default)
     swap: int = -1  # K (-1 = server default)
     round_interval: int = 0  # Δ in decode steps (0 = server default)
     max_tokens: int = 0  # tokens per trace (0 = server default)
@@ -34,9 +34,11 @@ def metadata(cfg: ClientConfig):
 
 
 def solve_request(pb2, problem: str, cfg: ClientConfig):
-    req = pb2.SolveRequest(problem=problem, method=cfg.method, decoding=cfg.decoding, capacity=cfg.capacity,
+    req = pb2.SolveRequest(problem=problem, method=cfg.method, decoding=cfg.decoding,
                            round_interval=cfg.round_interval, max_tokens=cfg.max_tokens, seed=cfg.seed,
                            timeout_s=cfg.timeout_s)
+    if cfg.capacity >= 0:
+        req.capacity = cfg.capacity
     if cfg.swap >= 0:
         req.swap = cfg.swap
     return req

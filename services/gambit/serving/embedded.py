@@ -63,8 +63,8 @@ class Embedded:
         run_id = check_run_id(run_id) if run_id else uuid.uuid4().hex[:16]
         q: queue.Queue = queue.Queue()
         self.target.start_run(run_id, problem, cfg, q.put)
-        yield {"kind": "started", "run_id": run_id, "replica": self.target.replica}
         try:
+            yield {"kind": "started", "run_id": run_id, "replica": self.target.replica}
             while True:
                 d = q.get()
                 yield d

@@ -90,13 +90,16 @@ class MiniDriver:
         self.engine, self.scorer, self.tree, self.metrics = engine, scorer, tree, metrics
         self.runs: dict[str, Run] = {}
         self.owner: dict[int, str] = {}  # trace id -> run id
+        self.pending: list[tuple[list[TraceRec], object]] = []  # (rows, future of their scores)
+        self.sync_seconds = 0.0  # decoding blocked on the scorer (guidance sync)
 
     # -- API ---------------------------------------------------------------------------------
     def submit(self, run_id: str, problem: str, cfg: SolveConfig) -> str:
         if run_id in self.runs:
             raise ValueError(f"run_id: {run_id!r} is already running")
         if cfg.decoding != "plain" and "decoding" not in SamplingParams.__dataclass_fields__:
-            raise NotImplementedError(f"decoding {cfg.decoding!r} needs speculative decoding, not in this build")
+            raise NotImplementedError(f"decoding {cfg.decoding!r} needs speculative decoding, "
+                                      "not in this build")
         ids = self.engine.tokenizer.encode(problem)
         run = Run(run_id, problem, cfg, len(ids), time.perf_counter())
         added = []
@@ -161,9 +164,12 @@ class MiniDriver:
         if keys and self.scorer is not None:
             import torch
 
-            scores = self.scorer.score(keys, torch.stack(states)).tolist()
-            for tr, s in zip(rows, scores, strict=True):
-                tr.scores.append(float(s))
+            t0 = time.perf_counter()
+            if hasattr(self.scorer, "score_async"):  # remote: overlap the call with the next steps
+                self.pending.append((rows, self.scorer.score_async(keys, torch.stack(states))))
+            else:
+                self._apply(rows, self.scorer.score(keys, torch.stack(states)))
+            self.sync_seconds += time.perf_counter() - t0
         for rid in stepped:
             run = self.runs[rid]
             run.steps += 1
@@ -177,7 +183,21 @@ class MiniDriver:
         return out
 
     # -- rounds ------------------------------------------------------------------------------
+    @staticmethod
+    def _apply(rows: list[TraceRec], scores) -> None:
+        for tr, s in zip(rows, scores.tolist(), strict=True):
+            tr.scores.append(float(s))
+
+    def _settle(self) -> None:
+        """Wait for scores still in flight (rounds and votes rank on every boundary so far)."""
+        t0 = time.perf_counter()
+        for rows, fut in self.pending:
+            self._apply(rows, fut.result())
+        self.pending.clear()
+        self.sync_seconds += time.perf_counter() - t0
+
     def _round(self, run: Run) -> RunProgress:
+        self._settle()
         cfg = run.cfg
         run.round += 1
         live = [t for t in run.traces.values() if t.active and not t.reason]
@@ -197,7 +217,8 @@ class MiniDriver:
                     temp = min(10.0, t.temperature * cfg.child_temperature)
                     (cid,) = self.engine.fork(t.id, 1, seeds=[derive_seed(cfg.seed, run.round, t.id)],
                                               temperatures=[temp])
-                    run.traces[cid] = TraceRec(cid, t.id, t.birth_tokens + t.tokens, temp, scores=list(t.scores))
+                    run.traces[cid] = TraceRec(cid, t.id, t.birth_tokens + t.tokens, temp,
+                                               scores=list(t.scores))
                     self.owner[cid] = run.id
                     if self.scorer is not None and hasattr(self.scorer, "fork"):
                         self.scorer.fork(f"{run.id}:{t.id}", f"{run.id}:{cid}")
@@ -217,6 +238,7 @@ class MiniDriver:
                            self.engine.kv_usage(), time.perf_counter() - run.started)
 
     def _finish(self, run: Run, status: str, message: str = "") -> RunResult:
+        self._settle()
         self.runs.pop(run.id, None)
         for t in run.traces.values():
             self.owner.pop(t.id, None)

@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Hashable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import torch
@@ -44,6 +45,7 @@ class RemoteScorer:
         self.calls = 0
         self.fallbacks = 0
         self.last_error = ""
+        self._pool: ThreadPoolExecutor | None = None
 
     def fork(self, parent_key: Hashable, child_key: Hashable) -> None:
         with self._lock:
@@ -98,11 +100,20 @@ class RemoteScorer:
                 self._sum[k] = (tot + s, n + 1)
         return scores
 
+    def score_async(self, keys: Sequence[Hashable], states: torch.Tensor):
+        """A future of ``score``: calls leave one at a time, in order (a sequence scorer sees each
+        trace's boundaries in order), while the engine keeps decoding."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="scorer-client")
+        return self._pool.submit(self.score, keys, states)
+
     def _mean(self, key: str) -> float:
         tot, n = self._sum.get(key, (0.0, 0))
         return tot / n if n else 0.5
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         self.channel.close()
 
 

@@ -74,11 +74,12 @@ def from_request(req, defaults: SolveConfig | None = None) -> tuple[str, SolveCo
     """``(problem, config)`` from a ``gambit.v1.SolveRequest``; zero/unset fields take ``defaults``."""
     d = defaults or SolveConfig()
     problem = check_problem(req.problem)
+    capacity = req.capacity if req.HasField("capacity") else d.capacity
     cfg = SolveConfig(
         method=req.method or d.method,
         decoding=req.decoding or d.decoding,
-        capacity=req.capacity or d.capacity,
-        swap=req.swap if req.HasField("swap") else min(d.swap, req.capacity or d.capacity),
+        capacity=capacity,
+        swap=req.swap if req.HasField("swap") else max(0, min(d.swap, capacity)),
         round_interval=req.round_interval or d.round_interval,
         warmup=d.warmup,
         max_tokens=req.max_tokens or d.max_tokens,

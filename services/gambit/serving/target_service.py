@@ -47,12 +47,14 @@ class TargetService:
     # -- API -----------------------------------------------------------------------------------
     def blocks_needed(self, problem: str, cfg: SolveConfig) -> int:
         n = len(self.engine.tokenizer.encode(problem))
-        return cfg.capacity * self.engine.blocks.blocks_for(min(n + cfg.max_tokens, self.engine.max_model_len))
+        per_trace = self.engine.blocks.blocks_for(min(n + cfg.max_tokens, self.engine.max_model_len))
+        return cfg.capacity * per_trace
 
     def load(self) -> dict:
         with self._cv:
-            return {"replica": self.replica, "runs": len(self._sinks), "reserved_blocks": sum(self._reserved.values()),
-                    "num_blocks": self.engine.num_blocks, "kv_usage": self.engine.kv_usage()}
+            return {"replica": self.replica, "runs": len(self._sinks),
+                    "reserved_blocks": sum(self._reserved.values()), "num_blocks": self.engine.num_blocks,
+                    "kv_usage": self.engine.kv_usage()}
 
     def start_run(self, run_id: str, problem: str, cfg: SolveConfig, sink: Callable) -> None:
         """Admit and start; ValueError (bad input), Overcommitted, NotImplementedError."""
@@ -65,8 +67,7 @@ class TargetService:
             self.driver.submit(run_id, problem, cfg)
             self._sinks[run_id] = sink
             sc = self.driver.scorer
-            self._marks[run_id] = (getattr(sc, "sync_seconds", 0.0), getattr(sc, "fallbacks", 0),
-                                   self.step_seconds)
+            self._marks[run_id] = (self.driver.sync_seconds, getattr(sc, "fallbacks", 0), self.step_seconds)
             self._reserved[run_id] = need
             self._gauges()
             self._cv.notify()
@@ -127,9 +128,9 @@ class TargetService:
                 self._reserved.pop(o.run_id, None)
                 sync0, fb0, eng0 = self._marks.pop(o.run_id, (0.0, 0, 0.0))
                 sc = self.driver.scorer
-                d.update(scorer_s=getattr(sc, "sync_seconds", 0.0) - sync0,
-                         scorer_fallbacks=getattr(sc, "fallbacks", 0) - fb0,
-                         engine_s=self.step_seconds - eng0 - (getattr(sc, "sync_seconds", 0.0) - sync0))
+                sync = self.driver.sync_seconds - sync0
+                d.update(scorer_s=sync, scorer_fallbacks=getattr(sc, "fallbacks", 0) - fb0,
+                         engine_s=self.step_seconds - eng0 - sync)
                 if self.tree is not None:
                     _SafeTree(self.tree).put_run(o.run_id, status=o.status, result=d)
             elif isinstance(o, RunProgress) and self.tree is not None:
