@@ -75,6 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     bsub = b.add_subparsers(dest="what", required=True)
     bsub.add_parser("engine", help="native engine vs transformers vs vLLM-CPU; fork vs prefill "
                     "(see `gambit bench engine --help`)")
+    bsub.add_parser("serve", help="embedded vs Ray Serve + gRPC (see `gambit bench serve --help`)")
+
+    from gambit.serving.commands import add_commands
+
+    add_commands(sub)
     return p
 
 
@@ -84,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         from gambit.bench.engine import main as bench_main
 
         return bench_main(argv[2:])
+    if argv[:2] == ["bench", "serve"]:
+        from gambit.bench.serve import main as bench_serve_main
+
+        return bench_serve_main(argv[2:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
