@@ -45,6 +45,12 @@ def _cmd_train_target(args) -> int:
     return 0
 
 
+def _cmd_train_scorer(args) -> int:
+    from gambit.scoring.cli import train_scorer_command
+
+    return train_scorer_command(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from gambit.bench.eval import EvalConfig
     from gambit.run import RunConfig
@@ -70,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     tt.add_argument("--eval-samples", type=int, default=16,
                     help="then evaluate on the test split and write the model card (0: skip)")
     tt.set_defaults(func=_cmd_train_target)
+    from gambit.scoring.cli import add_train_scorer_parser
+
+    add_train_scorer_parser(tsub, _cmd_train_scorer)
 
     b = sub.add_parser("bench", help="benchmarks (commands that print a table and write JSON)")
     bsub = b.add_subparsers(dest="what", required=True)
