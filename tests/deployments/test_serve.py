@@ -100,8 +100,8 @@ def test_solve_streams_progress_then_result_and_records_redis_and_metrics(serve_
     assert info.status == "done" and info.result.answer == res.answer and info.request.problem == PROBLEMS[0]
     assert info.num_traces == len(res.traces)
     r, prefix = serve_stack["redis"], serve_stack["prefix"]
-    tree = r.hgetall(f"{prefix}run:{run_id}:traces")
-    assert len(tree) == len(res.traces) and sum('"parent": -1' in v for v in tree.values()) == 4
+    tree = r.hgetall(f"{prefix}tree:run:{run_id}:nodes")
+    assert len(tree) == len(res.traces) and sum('"parent": null' in v for v in tree.values()) == 4
     # health and reflection on the proxy
     ch = grpc.insecure_channel(serve_stack["address"])
     assert health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(

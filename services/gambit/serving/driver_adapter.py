@@ -17,8 +17,8 @@ from gambit.search.store import StoreUnavailable
 from gambit.serving.solve_config import SolveConfig
 
 log = logging.getLogger(__name__)
-REASON = {"finished": "eos", "pruned": "pruned", "evicted": "evicted", "stopped": "abort", "ghost": "evicted",
-          "running": "abort", "waiting": "abort"}
+REASON = {"finished": "eos", "pruned": "pruned", "evicted": "evicted", "stopped": "abort",
+          "ghost": "evicted", "running": "abort", "waiting": "abort"}  # node state -> metric reason label
 
 
 def search_config(cfg: SolveConfig) -> SearchConfig:
@@ -67,7 +67,8 @@ class DriverAdapter:
 
     def submit(self, run_id: str, problem: str, cfg: SolveConfig) -> str:
         if cfg.decoding != "plain" and not self._has_spec():
-            raise NotImplementedError(f"decoding {cfg.decoding!r} needs speculative decoding, not in this build")
+            raise NotImplementedError(f"decoding {cfg.decoding!r} needs speculative decoding, "
+                                      "not in this build")
         try:
             self.driver.submit(problem, search_config(cfg), run_id=run_id)
         except ValueError as e:
@@ -114,7 +115,7 @@ class DriverAdapter:
             self._inc("gambit_traces_finished_total", 1, reason=reason)
             traces.append({"trace_id": t["id"], "parent_id": -1 if t.get("parent") is None else t["parent"],
                            "answer": t.get("answer") or "", "score": float(t.get("score") or 0.0),
-                           "tokens": t.get("tokens", 0), "finish_reason": t.get("state", "")})
+                           "tokens": t.get("own_tokens", 0), "finish_reason": t.get("state", "")})
         status = status or {"done": "done", "limit": "limit", "cancelled": "cancelled"}.get(r.reason, r.reason)
         if r.reason == "limit" and not message:
             message = "a run limit (timeout_s) was reached"
