@@ -55,7 +55,8 @@ def test_solve_streams_rounds_then_result_and_records_the_tree(emb):
     tree: RedisTreeView = emb.target.tree
     raw = tree.r.hgetall(f"{tree.prefix}tree:run:{res['run_id']}:nodes")
     traces = {int(k): json.loads(v) for k, v in raw.items()}
-    assert set(traces) == {t["trace_id"] for t in res["traces"]} and tree.num_traces(res["run_id"]) == len(traces)
+    assert set(traces) == {t["trace_id"] for t in res["traces"]}
+    assert tree.num_traces(res["run_id"]) == len(traces)
     assert all(v["parent"] is None or v["parent"] in traces for v in traces.values())
     assert sum(v["parent"] is None for v in traces.values()) == 6
     rec = tree.get_run(res["run_id"])

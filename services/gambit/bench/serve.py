@@ -108,7 +108,8 @@ def engine_speedup(cfg: BenchServeConfig, levels: list[int]) -> dict[int, float]
     rate = {}
     for n in levels:
         b = n * cfg.capacity
-        sp = [SamplingParams(temperature=0.8, max_tokens=cfg.max_tokens, ignore_eos=True, seed=i) for i in range(b)]
+        sp = [SamplingParams(temperature=0.8, max_tokens=cfg.max_tokens, ignore_eos=True,
+                             seed=i) for i in range(b)]
         eng.generate([prompt] * b, sp)  # warm
         t0 = time.perf_counter()
         eng.generate([prompt] * b, sp)
@@ -127,7 +128,8 @@ def bench(cfg: BenchServeConfig) -> dict:
 
     log("starting embedded wiring and Ray Serve ...")
     emb = Embedded(EmbeddedConfig(scorer=cfg.scorer))
-    scfg = local.ServeConfig(grpc_port=cfg.grpc_port, http_port=cfg.grpc_port + 2, metrics_port=cfg.metrics_port,
+    scfg = local.ServeConfig(grpc_port=cfg.grpc_port, http_port=cfg.grpc_port + 2,
+                             metrics_port=cfg.metrics_port,
                              scorer=cfg.scorer, tree="redis://127.0.0.1:6379/0", prefix="bench-serve:",
                              token_env="GAMBIT_BENCH_NO_TOKEN")
     local.start(scfg, wait_s=600)
@@ -142,7 +144,8 @@ def bench(cfg: BenchServeConfig) -> dict:
                 ps = problems(n)
                 for name in ("embedded", "distributed"):  # interleaved
                     t0 = time.perf_counter()
-                    res = run_embedded(emb, ps, cfg) if name == "embedded" else run_distributed(address, ps, cfg)
+                    res = run_embedded(emb, ps, cfg) if name == "embedded" else run_distributed(address, ps,
+                                                                                                cfg)
                     wall = time.perf_counter() - t0
                     rows.setdefault((name, n), []).append({"wall": wall, "runs": res})
                     log(f"rep {rep + 1}/{cfg.reps}  {name:11s}  {n:2d} runs  {wall:6.2f} s  "
@@ -159,8 +162,10 @@ def bench(cfg: BenchServeConfig) -> dict:
             reps = rows[(name, n)]
             walls = [r["wall"] for r in reps]
             lats = [x["latency"] for r in reps for x in r["runs"]]
-            conc.append({"runs": n, "runs_per_s": n / statistics.median(walls), "wall_s": statistics.median(walls),
-                         "wall_spread_s": [min(walls), max(walls)], "p50_s": pct(lats, 0.5), "p95_s": pct(lats, 0.95),
+            conc.append({"runs": n, "runs_per_s": n / statistics.median(walls),
+                         "wall_s": statistics.median(walls),
+                         "wall_spread_s": [min(walls), max(walls)], "p50_s": pct(lats, 0.5),
+                         "p95_s": pct(lats, 0.95),
                          "tokens": reps[0]["runs"] and sum(x["tokens"] for x in reps[0]["runs"])})
         one = [x for r in rows[(name, cfg.levels[0])] for x in r["runs"]]
         sync_share = statistics.median(x["sync"] / x["total"] for x in one if x["total"])
@@ -174,7 +179,8 @@ def bench(cfg: BenchServeConfig) -> dict:
         "engine_speedup": {str(k): v for k, v in speedup.items()},
         "service_speedup": svc_speedup,
         "scaling_efficiency": svc_speedup / speedup[top],
-        "embedded_scaling_efficiency": (e["concurrency"][-1]["runs_per_s"] / e["concurrency"][0]["runs_per_s"])
+        "embedded_scaling_efficiency": (e["concurrency"][-1]["runs_per_s"]
+                                        / e["concurrency"][0]["runs_per_s"])
         / speedup[top],
         "concurrency": d["concurrency"],
         "same_tokens": all(a["tokens"] == b["tokens"] for a, b in zip(d["concurrency"], e["concurrency"],
@@ -184,7 +190,8 @@ def bench(cfg: BenchServeConfig) -> dict:
 
 
 def table(res: dict) -> str:
-    lines = ["| runs | embedded runs/s | distributed runs/s | embedded p50 / p95 s | distributed p50 / p95 s |",
+    lines = ["| runs | embedded runs/s | distributed runs/s | embedded p50 / p95 s "
+             "| distributed p50 / p95 s |",
              "|---:|---:|---:|---|---|"]
     for e, d in zip(res["systems"]["embedded"]["concurrency"], res["concurrency"], strict=True):
         lines.append(f"| {e['runs']} | {e['runs_per_s']:.2f} | {d['runs_per_s']:.2f} | "

@@ -45,6 +45,7 @@ class Coordinator:
         self.metrics = ray_metrics(("gambit_num_requests_waiting", "gambit_time_to_first_token_seconds",
                                     "gambit_e2e_request_latency_seconds", "gambit_request_errors_total"))
         self.waiting = 0
+        self.metrics.set("gambit_num_requests_waiting", 0)
 
     # -- helpers -------------------------------------------------------------------------------
     def _check(self, grpc_context) -> None:

@@ -75,7 +75,8 @@ def start(cfg: ServeConfig, wait_s: float = 120.0) -> None:
     serve.run(build_gambit(cfg.app_args()), name="gambit", route_prefix="/gambit", blocking=False)
     import os
 
-    wait_ready(f"127.0.0.1:{cfg.grpc_port}", wait_s, os.environ.get(cfg.token_env, "") if cfg.token_env else "")
+    wait_ready(f"127.0.0.1:{cfg.grpc_port}", wait_s, os.environ.get(cfg.token_env,
+                                                                    "") if cfg.token_env else "")
 
 
 def wait_ready(address: str, wait_s: float = 120.0, token: str = "") -> None:
@@ -101,7 +102,8 @@ def wait_ready(address: str, wait_s: float = 120.0, token: str = "") -> None:
                 return
             except grpc.RpcError as e:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"services not ready after {wait_s} s: {e.code()} {e.details()}") from None
+                    raise TimeoutError(f"services not ready after {wait_s} s: {e.code()} "
+                                       f"{e.details()}") from None
                 time.sleep(0.3)
 
 

@@ -12,7 +12,8 @@ def _cmd_serve(args) -> int:
     from gambit.deployments import local
 
     cfg = from_args(local.ServeConfig, args)
-    print(f"starting Ray Serve (gRPC on 127.0.0.1:{cfg.grpc_port}, metrics on :{cfg.metrics_port}) ...", flush=True)
+    print(f"starting Ray Serve (gRPC on 127.0.0.1:{cfg.grpc_port}, metrics on :{cfg.metrics_port}) ...",
+          flush=True)
     local.start(cfg)
     print(f"ready: ReasoningService at 127.0.0.1:{cfg.grpc_port} (metadata application=gambit); "
           f"try: gambit client solve --address 127.0.0.1:{cfg.grpc_port} \"Compute 3+4*2.\"; Ctrl-C stops",

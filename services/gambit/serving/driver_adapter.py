@@ -73,7 +73,8 @@ class DriverAdapter:
             self.driver.submit(problem, search_config(cfg), run_id=run_id)
         except ValueError as e:
             raise ValueError(f"problem: {e}") if "prompt" in str(e) else e from None
-        self.last[run_id] = {"pruned": 0, "branched": 0, "evicted": 0, "active": 0, "ghosts": 0, "resident": 0}
+        self.last[run_id] = {"pruned": 0, "branched": 0, "evicted": 0, "active": 0, "ghosts": 0,
+                             "resident": 0}
         self._inc("gambit_traces_started_total", cfg.capacity)
         return run_id
 
@@ -116,7 +117,8 @@ class DriverAdapter:
             traces.append({"trace_id": t["id"], "parent_id": -1 if t.get("parent") is None else t["parent"],
                            "answer": t.get("answer") or "", "score": float(t.get("score") or 0.0),
                            "tokens": t.get("own_tokens", 0), "finish_reason": t.get("state", "")})
-        status = status or {"done": "done", "limit": "limit", "cancelled": "cancelled"}.get(r.reason, r.reason)
+        status = status or {"done": "done", "limit": "limit", "cancelled": "cancelled"}.get(r.reason,
+                                                                                            r.reason)
         if r.reason == "limit" and not message:
             message = "a run limit (timeout_s) was reached"
         return {"kind": "result", "run_id": r.run_id, "status": status, "answer": r.answer or "",

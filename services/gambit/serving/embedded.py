@@ -43,7 +43,8 @@ def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "l
                                                         max_num_seqs=cfg.max_num_seqs, preemption="evict"))
     hidden = engine.model.config.hidden_size
     if cfg.scorer_address:
-        scorer = RemoteScorer(cfg.scorer_address, hidden, token=token, application=scorer_app, metrics=metrics)
+        scorer = RemoteScorer(cfg.scorer_address, hidden, token=token, application=scorer_app,
+                              metrics=metrics)
     else:
         scorer = LocalScorer(load_any_scorer(cfg.scorer, hidden), metrics)
     return TargetService(engine, scorer, open_tree_view(cfg.tree, cfg.prefix), metrics, replica,

@@ -42,6 +42,7 @@ class TargetService:
         self.step_seconds = 0.0
         self._last: dict[str, int] = {}
         self._marks: dict[str, int] = {}  # run id -> scorer fallbacks when it started
+        self._gauges()  # exported from the start (Ray exports a gauge once it was set)
         self._thread = threading.Thread(target=self._loop, name="target-loop", daemon=True)
         self._thread.start()
 

@@ -76,7 +76,8 @@ class RedisTreeView:
         try:
             return fn(*a)
         except self._errors as e:
-            raise StoreUnavailable(f"tree store (Redis at {self.url.split('@')[-1]}) unreachable: {e}") from None
+            where = self.url.split("@")[-1]
+            raise StoreUnavailable(f"tree store (Redis at {where}) unreachable: {e}") from None
 
     def _k(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
