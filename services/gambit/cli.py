@@ -118,6 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
     bsub.add_parser("engine", help="native engine vs transformers vs vLLM-CPU; fork vs prefill "
                     "(see `gambit bench engine --help`)")
     bsub.add_parser("spec", help="EAGLE-3.1 vs Parallel Reconsideration (see `gambit bench spec --help`)")
+    bsub.add_parser("serve", help="embedded vs Ray Serve + gRPC (see `gambit bench serve --help`)")
+
+    from gambit.serving.commands import add_commands
+
+    add_commands(sub)
     return p
 
 
@@ -131,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         from gambit.bench.spec import main as spec_main
 
         return spec_main(argv[2:])
+    if argv[:2] == ["bench", "serve"]:
+        from gambit.bench.serve import main as bench_serve_main
+
+        return bench_serve_main(argv[2:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
