@@ -9,7 +9,6 @@ from functools import cache
 import jsonschema
 import pytest
 import yaml
-
 from ops_util import CRDS
 
 CRD_FILES = {

@@ -8,10 +8,10 @@ import shutil
 
 import pytest
 import yaml
+from ops_util import CHART, CI_VALUES, by_kind, run
 
 from gambit.ops.dashboards import dashboard_json
 from gambit.ops.generate import REPO
-from ops_util import CHART, CI_VALUES, by_kind, run
 
 
 def _rayservice(docs):
@@ -52,7 +52,8 @@ def test_head_takes_no_work_and_gpu_group_from_values(rendered):
     (c,) = spec["containers"]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == 2
     assert spec["nodeSelector"] == {"node.kubernetes.io/instance-type": "g6.12xlarge"}
-    assert {"key": "dedicated", "operator": "Equal", "value": "gambit", "effect": "NoSchedule"} in spec["tolerations"]
+    want = {"key": "dedicated", "operator": "Equal", "value": "gambit", "effect": "NoSchedule"}
+    assert want in spec["tolerations"]
     assert rs["spec"]["rayClusterConfig"]["enableInTreeAutoscaling"] is True
     cpu = groups["cpu-workers"]
     assert "nvidia.com/gpu" not in json.dumps(cpu)
@@ -105,9 +106,10 @@ def test_internal_redis_has_aof_volume_and_password_secret(rendered):
     (secret,) = by_kind(docs, "Secret")
     pw = secret["stringData"]["redis-password"]
     assert len(pw) == 32 and f":{pw}@gambit-redis.serving.svc:6379" in secret["stringData"]["redis-url"]
-    assert c["env"][0]["valueFrom"]["secretKeyRef"] == {"name": secret["metadata"]["name"], "key": "redis-password"}
-    env = _rayservice(docs)["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]
-    assert env[0]["valueFrom"]["secretKeyRef"] == {"name": secret["metadata"]["name"], "key": "redis-url"}
+    name = secret["metadata"]["name"]
+    assert c["env"][0]["valueFrom"]["secretKeyRef"] == {"name": name, "key": "redis-password"}
+    head = _rayservice(docs)["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    assert head["containers"][0]["env"][0]["valueFrom"]["secretKeyRef"] == {"name": name, "key": "redis-url"}
 
 
 def test_external_redis_runs_no_redis(rendered):
@@ -134,7 +136,8 @@ def test_monitoring_objects_and_dashboards(rendered):
         "gambit-gpu-worker", "gambit-cpu-worker"}
     off = rendered["no-monitoring-values"]
     assert not by_kind(off, "PodMonitor") and not by_kind(off, "PrometheusRule")
-    assert not [c for c in by_kind(off, "ConfigMap") if "grafana_dashboard" in c["metadata"].get("labels", {})]
+    assert not [c for c in by_kind(off, "ConfigMap") if "grafana_dashboard" in c["metadata"].get("labels", {})
+                ]
 
 
 @pytest.mark.parametrize("setting, field", [

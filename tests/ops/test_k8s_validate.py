@@ -37,7 +37,8 @@ def test_strict_schemas_catch_typos(rendered):
     bad["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["replica"] = 2  # typo of replicas
     assert any("'replica' was unexpected" in e for e in crd_errors(bad))
     bad = copy.deepcopy(rs)
-    bad["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = 3
+    head = bad["spec"]["rayClusterConfig"]["headGroupSpec"]
+    head["template"]["spec"]["containers"][0]["imagePullPolicy"] = 3
     assert any("imagePullPolicy" in e for e in crd_errors(bad))
     (pm,) = [d for d in rendered["default"] if d["kind"] == "PodMonitor"]
     bad = copy.deepcopy(pm)
@@ -46,7 +47,8 @@ def test_strict_schemas_catch_typos(rendered):
 
 
 def test_kubernetes_validate_catches_typos(rendered):
-    (svc,) = [d for d in rendered["default"] if d["kind"] == "Service" and d["metadata"]["name"] == "gambit-grpc"]
+    docs = rendered["default"]
+    (svc,) = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "gambit-grpc"]
     bad = copy.deepcopy(svc)
     bad["spec"]["ports"][0]["prot"] = 9000
     with pytest.raises(kubernetes_validate.ValidationError):

@@ -44,14 +44,16 @@ SCENARIOS: dict[str, tuple[list[dict], str, list[dict]]] = {
          {"series": f'{P}request_errors_total{{code="INTERNAL",{RAY}}}', "values": "0+1x20"},
          {"series": f'{P}e2e_request_latency_seconds_count{{method="gambit",{RAY}}}', "values": "0+100x20"}]),
     "GambitHighEndToEndLatency": (
-        hist("e2e_request_latency_seconds", {"60": "0x30", "120": "0x30", "300": "0+10x30", "+Inf": "0+10x30"}),
+        hist("e2e_request_latency_seconds", {"60": "0x30", "120": "0x30", "300": "0+10x30",
+                                             "+Inf": "0+10x30"}),
         "20m",
         hist("e2e_request_latency_seconds", {"60": "0+10x30", "120": "0+10x30", "300": "0+10x30",
                                              "+Inf": "0+10x30"})),
     "GambitHighTimeToFirstToken": (
         hist("time_to_first_token_seconds", {"5": "0x30", "10": "0x30", "30": "0+10x30", "+Inf": "0+10x30"}),
         "20m",
-        hist("time_to_first_token_seconds", {"5": "0+10x30", "10": "0+10x30", "30": "0+10x30", "+Inf": "0+10x30"})),
+        hist("time_to_first_token_seconds", {"5": "0+10x30", "10": "0+10x30", "30": "0+10x30",
+                                             "+Inf": "0+10x30"})),
     "GambitQueueBacklog": (
         [{"series": f"{P}num_requests_waiting{{{RAY}}}", "values": "40x30"}], "20m",
         [{"series": f"{P}num_requests_waiting{{{RAY}}}", "values": "5x30"}]),

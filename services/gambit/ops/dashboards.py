@@ -61,7 +61,8 @@ PANELS: tuple[Panel, ...] = (
                   f"sum(rate({{m:gambit_spec_decode_num_drafts_total}}[{RATE}]))) / "
                   f"sum(rate({{m:gambit_spec_decode_num_drafts_total}}[{RATE}]))"), "tau"),
               (_q(f"sum(rate({{m:gambit_spec_decode_num_accepted_tokens_total}}[{RATE}])) / "
-                  f"sum(rate({{m:gambit_spec_decode_num_draft_tokens_total}}[{RATE}]))"), "draft acceptance rate"))),
+                  f"sum(rate({{m:gambit_spec_decode_num_draft_tokens_total}}[{RATE}]))"),
+               "draft acceptance rate"))),
     Panel("Active vs ghost traces", "short", "Tree view: active and ghost (evicted, still in the pool) "
           "traces; scheduler view: traces holding KV.", (
               (_q("sum({m:gambit_traces_active})"), "active"),
