@@ -60,16 +60,22 @@ def test_head_takes_no_work_and_gpu_group_from_values(rendered):
     assert json.loads(yaml.safe_load(cpu["rayStartParams"]["resources"])) == {"gambit_cpu_worker": 1000}
 
 
+def _deployments(cfg: dict) -> dict[str, dict]:
+    return {d["name"]: d for a in cfg["applications"] for d in a["deployments"]}
+
+
 def test_serve_config_matches_the_generated_one_and_scales_with_gpus(rendered):
     cfg = yaml.safe_load(_rayservice(rendered["default"])["spec"]["serveConfigV2"])
     want = yaml.safe_load((REPO / "deploy" / "serve-kubernetes.yaml").read_text())
-    key = lambda c: sorted(c["applications"][0]["deployments"], key=lambda d: d["name"])  # noqa: E731
-    assert key(cfg) == key(want)
-    cfg["applications"][0]["deployments"] = want["applications"][0]["deployments"] = None
+    (gambit,) = [a for a in cfg["applications"] if a["name"] == "gambit"]
+    assert gambit["args"]["tree"] == "redis://gambit-redis.serving.svc:6379/0"  # the release's Redis
+    gambit["args"]["tree"] = want["applications"][1]["args"]["tree"]
     assert cfg == want
     multi = yaml.safe_load(_rayservice(rendered["multi-gpu-values"])["spec"]["serveConfigV2"])
-    reps = {d["name"]: d["num_replicas"] for d in multi["applications"][0]["deployments"]}
+    reps = {name: d["num_replicas"] for name, d in _deployments(multi).items()}
     assert reps == {"Target": 8, "Scorer": 2, "Coordinator": 2}  # 4 workers x 2 GPUs, one GPU per Target
+    (gambit,) = [a for a in multi["applications"] if a["name"] == "gambit"]
+    assert (gambit["args"]["target_replicas"], gambit["args"]["coordinator_replicas"]) == (8, 2)
 
 
 @pytest.mark.parametrize("variant", ["default", "one-gpu-values", "multi-gpu-values", "external-redis-values",
@@ -80,7 +86,7 @@ def test_serve_config_passes_serve_deploy_schema(rendered, variant):
     cfg = yaml.safe_load(_rayservice(rendered[variant])["spec"]["serveConfigV2"])
     schema = ServeDeploySchema.model_validate(cfg)
     assert schema.grpc_options.port == 9000
-    assert [a.name for a in schema.applications] == ["gambit"]
+    assert [a.name for a in schema.applications] == ["scorer", "gambit"]
 
 
 def test_grpc_service_port_named_as_kuberay_requires(rendered):
@@ -104,19 +110,22 @@ def test_internal_redis_has_aof_volume_and_password_secret(rendered):
     assert c["volumeMounts"] == [{"name": "data", "mountPath": "/data"}]
     assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "8Gi"
     (secret,) = by_kind(docs, "Secret")
-    pw = secret["stringData"]["redis-password"]
-    assert len(pw) == 32 and f":{pw}@gambit-redis.serving.svc:6379" in secret["stringData"]["redis-url"]
+    assert len(secret["stringData"]["redis-password"]) == 32
     name = secret["metadata"]["name"]
     assert c["env"][0]["valueFrom"]["secretKeyRef"] == {"name": name, "key": "redis-password"}
     head = _rayservice(docs)["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
-    assert head["containers"][0]["env"][0]["valueFrom"]["secretKeyRef"] == {"name": name, "key": "redis-url"}
+    ref = {"name": name, "key": "redis-password", "optional": True}
+    env0 = head["containers"][0]["env"][0]
+    assert env0 == {"name": "GAMBIT_REDIS_PASSWORD", "valueFrom": {"secretKeyRef": ref}}
 
 
 def test_external_redis_runs_no_redis(rendered):
     docs = rendered["external-redis-values"]
     assert by_kind(docs, "StatefulSet") == []
     (secret,) = by_kind(docs, "Secret")
-    assert secret["stringData"] == {"redis-url": "redis://:change-me@redis.example.internal:6379/0"}
+    assert secret["stringData"] == {"redis-password": "change-me"}
+    cfg = yaml.safe_load(_rayservice(docs)["spec"]["serveConfigV2"])
+    assert cfg["applications"][1]["args"]["tree"] == "redis://redis.example.internal:6379/0"
 
 
 def test_external_redis_without_url_is_refused(helm):
@@ -147,6 +156,8 @@ def test_monitoring_objects_and_dashboards(rendered):
     ("serve.grpcPort=70000", "serve.grpcPort"),
     ("monitoring.podMonitor.interval=soon", "monitoring.podMonitor.interval"),
     ("gpuWorkers.gpusPerWorker=0", "gpuWorkers.gpusPerWorker"),
+    ("redis.external.url=redis://:secret@host:6379", "redis.external.url"),
+    ("serve.solveDefaults.capacity=0", "serve.solveDefaults.capacity"),
 ])
 def test_values_breaking_the_schema_are_refused_naming_the_field(helm, setting, field):
     r = run([helm, "template", "g", str(CHART), "--set", setting])

@@ -31,7 +31,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
-{{/* The Secret holding the Redis URL (key redis-url), and whether the chart creates it. */}}
+{{/* The Secret holding the Redis password, and its key. */}}
 {{- define "gambit.redisSecretName" -}}
 {{- if and (eq .Values.redis.mode "external") .Values.redis.external.existingSecret -}}
 {{- .Values.redis.external.existingSecret -}}
@@ -46,12 +46,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and (eq .Values.redis.mode "external") .Values.redis.external.existingSecret -}}
 {{- .Values.redis.external.existingSecretKey -}}
 {{- else -}}
-redis-url
+redis-password
 {{- end -}}
 {{- end -}}
 
-{{- define "gambit.redisHost" -}}
-{{- printf "%s-redis.%s.svc" (include "gambit.fullname" .) .Release.Namespace -}}
+{{/* Run store URL without the password (the services read it from GAMBIT_REDIS_PASSWORD). */}}
+{{- define "gambit.redisUrl" -}}
+{{- if eq .Values.redis.mode "internal" -}}
+{{- printf "redis://%s-redis.%s.svc:6379/0" (include "gambit.fullname" .) .Release.Namespace -}}
+{{- else -}}
+{{- required "redis.external.url is required when redis.mode is external" .Values.redis.external.url -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Target replicas: explicit, or one per GPU of the GPU worker group. */}}
@@ -65,29 +70,44 @@ redis-url
 {{- end -}}
 {{- end -}}
 
-{{/* serveConfigV2: the Serve deploy config (same shape as deploy/serve-kubernetes.yaml). */}}
-{{- define "gambit.serveConfig" -}}
-{{- $deps := list -}}
-{{- range $name, $d := .Values.serve.deployments -}}
+{{- define "gambit.deployment" -}}
+{{- $d := index .root.Values.serve.deployments .name -}}
 {{- $opts := dict "num_cpus" $d.numCpus "num_gpus" $d.numGpus -}}
 {{- if $d.resources -}}{{- $_ := set $opts "resources" $d.resources -}}{{- end -}}
 {{- $n := $d.numReplicas -}}
-{{- if eq $name "Target" -}}{{- $n = include "gambit.targetReplicas" $ | int -}}{{- end -}}
-{{- $deps = append $deps (dict "name" $name "num_replicas" $n "max_ongoing_requests" $d.maxOngoingRequests "ray_actor_options" $opts) -}}
+{{- if eq .name "Target" -}}{{- $n = include "gambit.targetReplicas" .root | int -}}{{- end -}}
+{{- toJson (dict "name" .name "num_replicas" $n "max_ongoing_requests" $d.maxOngoingRequests "ray_actor_options" $opts) -}}
 {{- end -}}
-{{- $app := dict "name" .Values.serve.application.name "route_prefix" .Values.serve.application.routePrefix "import_path" .Values.serve.application.importPath "deployments" $deps -}}
-{{- if .Values.serve.application.args -}}{{- $_ := set $app "args" .Values.serve.application.args -}}{{- end -}}
-{{- $cfg := dict "proxy_location" "EveryNode" "http_options" (dict "host" "0.0.0.0" "port" .Values.serve.httpPort) "grpc_options" (dict "port" .Values.serve.grpcPort "grpc_servicer_functions" .Values.serve.grpcServicerFunctions) "applications" (list $app) -}}
+
+{{/* serveConfigV2: the Serve deploy config (same shape as deploy/serve-kubernetes.yaml). */}}
+{{- define "gambit.serveConfig" -}}
+{{- $s := .Values.serve -}}
+{{- $target := include "gambit.deployment" (dict "root" . "name" "Target") | fromJson -}}
+{{- $coord := include "gambit.deployment" (dict "root" . "name" "Coordinator") | fromJson -}}
+{{- $scorer := include "gambit.deployment" (dict "root" . "name" "Scorer") | fromJson -}}
+{{- $targetArgs := dict "model" $s.model "scorer" $s.scorer "num_blocks" $s.numBlocks "scorer_address" (printf "127.0.0.1:%v" $s.grpcPort) -}}
+{{- $gambitArgs := dict "tree" (include "gambit.redisUrl" .) "prefix" $s.redisPrefix "token_env" $s.tokenEnv "target_replicas" $target.num_replicas "coordinator_replicas" $coord.num_replicas "target_gpus" $target.ray_actor_options.num_gpus "target" $targetArgs "defaults" $s.solveDefaults -}}
+{{- $scorerApp := dict "name" "scorer" "route_prefix" nil "import_path" "gambit.deployments.app:build_scorer" "args" (dict "scorer" $s.scorer "token_env" $s.tokenEnv) "deployments" (list $scorer) -}}
+{{- $gambitApp := dict "name" "gambit" "route_prefix" nil "import_path" "gambit.deployments.app:build_gambit" "args" $gambitArgs "deployments" (list $target $coord) -}}
+{{- $cfg := dict "proxy_location" "EveryNode" "http_options" (dict "host" "0.0.0.0" "port" $s.httpPort) "grpc_options" (dict "port" $s.grpcPort "grpc_servicer_functions" $s.grpcServicerFunctions) "applications" (list $scorerApp $gambitApp) -}}
 {{- toYaml $cfg -}}
 {{- end -}}
 
 {{/* Env shared by every Ray container. */}}
 {{- define "gambit.env" -}}
-- name: GAMBIT_REDIS_URL
+- name: GAMBIT_REDIS_PASSWORD
   valueFrom:
     secretKeyRef:
       name: {{ include "gambit.redisSecretName" . }}
       key: {{ include "gambit.redisSecretKey" . }}
+      optional: true
+{{- with .Values.serve.tokenSecret }}
+- name: {{ $.Values.serve.tokenEnv }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: token
+{{- end }}
 {{- end -}}
 
 {{- define "gambit.rayPorts" -}}

@@ -1,9 +1,12 @@
-"""The Ray Serve application, described once in Python; `serve_config` turns it into a config that
-``ray.serve.schema.ServeDeploySchema`` accepts (deploy/serve*.yaml and the chart's serveConfigV2).
+"""The Ray Serve applications, described once in Python; `serve_config` turns them into a config that
+``ray.serve.schema.ServeDeploySchema`` accepts (deploy/serve*.yaml; the chart's serveConfigV2 is tested
+equal to the ``kubernetes`` profile).
 
-Two profiles: ``local`` (one machine, no GPU: every deployment on CPUs) and ``kubernetes`` (the
-Target asks for a GPU, so it lands on the GPU worker group; the Scorer and Coordinator ask for the
-custom resource that only the CPU worker group advertises).
+Two applications share Serve's gRPC proxy (services' `gambit.deployments.app`): ``gambit``
+(Coordinator -> Target, answers ReasoningService) and ``scorer`` (answers ScorerService; Targets call
+it through the proxy on their own node). Profiles: ``local`` (one machine, what `gambit serve` runs)
+and ``kubernetes`` (the Target asks for a GPU, so it lands on the GPU worker group; the Scorer and
+Coordinator ask for a custom resource only the CPU worker group advertises).
 """
 
 from __future__ import annotations
@@ -12,15 +15,18 @@ from dataclasses import dataclass, field, replace
 
 CPU_GROUP_RESOURCE = "gambit_cpu_worker"  # advertised by the chart's CPU worker group
 GRPC_SERVICER_FUNCTIONS = (
-    "gambit.protos_gen.reasoning_pb2_grpc.add_ReasoningServiceServicer_to_server",
+    "gambit.serving.grpc_api.add_ReasoningServiceServicer_to_server",
+    "gambit.serving.grpc_api.add_ScorerServiceServicer_to_server",
+    "gambit.serving.grpc_api.add_health_servicer",
 )
+SOLVE_DEFAULTS = (("capacity", 8), ("swap", 2), ("round_interval", 16), ("max_tokens", 320))
 
 
 @dataclass(frozen=True)
 class DeploymentSpec:
     name: str
     num_replicas: int = 1  # replicas of this deployment
-    num_cpus: float = 1.0  # CPUs reserved per replica
+    num_cpus: float = 0.0  # CPUs reserved per replica
     num_gpus: float = 0.0  # GPUs reserved per replica
     max_ongoing_requests: int = 64  # requests a replica takes at once before the proxy queues
     resources: tuple[tuple[str, float], ...] = ()  # custom Ray resources per replica
@@ -45,16 +51,19 @@ class DeploymentSpec:
 
 @dataclass(frozen=True)
 class ServeAppSpec:
-    name: str = "gambit"  # Serve application name (gRPC clients send it as `application` metadata)
-    import_path: str = "gambit.deployments.app:build_app"  # application builder
-    route_prefix: str = "/"
-    grpc_port: int = 9000  # Serve's gRPC proxy
-    http_port: int = 8000  # Serve's HTTP proxy (health checks)
-    args: tuple[tuple[str, object], ...] = ()  # builder arguments
+    grpc_port: int = 9000  # Serve's gRPC proxy (ReasoningService and ScorerService)
+    http_port: int = 8000  # Serve's HTTP proxy (Serve starts it; gambit does not use it)
+    tree: str = "redis://127.0.0.1:6379/0"  # run store URL (password from GAMBIT_REDIS_PASSWORD)
+    prefix: str = "gambit:"  # Redis key prefix
+    token_env: str = "GAMBIT_TOKEN"  # env var with the bearer token (unset: no auth)
+    model: str = ""  # target model folder ("" = the shipped target)
+    scorer: str = ""  # scorer folder ("" = the shipped MLP scorer)
+    num_blocks: int = 0  # KV blocks per Target (0 = from the memory budget)
+    solve_defaults: tuple[tuple[str, int], ...] = SOLVE_DEFAULTS  # SolveConfig defaults of a run
     deployments: tuple[DeploymentSpec, ...] = field(default_factory=lambda: (
-        DeploymentSpec("Target", num_cpus=1.0, max_ongoing_requests=64),
-        DeploymentSpec("Scorer", num_cpus=1.0, max_ongoing_requests=128),
-        DeploymentSpec("Coordinator", num_cpus=1.0, max_ongoing_requests=256),
+        DeploymentSpec("Target", max_ongoing_requests=64),
+        DeploymentSpec("Coordinator", max_ongoing_requests=256),
+        DeploymentSpec("Scorer", max_ongoing_requests=32),
     ))
 
     def __post_init__(self):
@@ -63,9 +72,12 @@ class ServeAppSpec:
                 raise ValueError(f"port must be in 1..65535, got {port}")
         if self.grpc_port == self.http_port:
             raise ValueError("grpc_port and http_port must differ")
-        names = [d.name for d in self.deployments]
-        if len(set(names)) != len(names):
-            raise ValueError(f"duplicate deployment names: {names}")
+        names = sorted(d.name for d in self.deployments)
+        if names != ["Coordinator", "Scorer", "Target"]:
+            raise ValueError(f"deployments must be Target, Coordinator, Scorer; got {names}")
+
+    def deployment(self, name: str) -> DeploymentSpec:
+        return next(d for d in self.deployments if d.name == name)
 
 
 def profile(name: str, spec: ServeAppSpec | None = None) -> ServeAppSpec:
@@ -76,23 +88,36 @@ def profile(name: str, spec: ServeAppSpec | None = None) -> ServeAppSpec:
     if name != "kubernetes":
         raise ValueError(f"profile must be local or kubernetes, got {name!r}")
     deps = tuple(
-        replace(d, num_gpus=1.0) if d.name == "Target"
-        else replace(d, resources=((CPU_GROUP_RESOURCE, 0.01),))
+        replace(d, num_cpus=1.0, num_gpus=1.0) if d.name == "Target"
+        else replace(d, num_cpus=1.0, resources=((CPU_GROUP_RESOURCE, 0.01),))
         for d in spec.deployments
     )
-    return replace(spec, deployments=deps)
+    return replace(spec, deployments=deps, tree="redis://gambit-redis:6379/0")
 
 
 def serve_config(spec: ServeAppSpec) -> dict:
     """A Serve deploy config (the `serve deploy` / KubeRay serveConfigV2 format)."""
-    app = {"name": spec.name, "route_prefix": spec.route_prefix, "import_path": spec.import_path}
-    if spec.args:
-        app["args"] = dict(spec.args)
-    app["deployments"] = [d.to_dict() for d in spec.deployments]
+    target = spec.deployment("Target")
+    gambit_args = {
+        "tree": spec.tree, "prefix": spec.prefix, "token_env": spec.token_env,
+        "target_replicas": target.num_replicas,
+        "coordinator_replicas": spec.deployment("Coordinator").num_replicas,
+        "target_gpus": target.num_gpus,
+        "target": {"model": spec.model, "scorer": spec.scorer, "num_blocks": spec.num_blocks,
+                   "scorer_address": f"127.0.0.1:{spec.grpc_port}"},
+        "defaults": dict(spec.solve_defaults),
+    }
+    apps = [
+        {"name": "scorer", "route_prefix": None, "import_path": "gambit.deployments.app:build_scorer",
+         "args": {"scorer": spec.scorer, "token_env": spec.token_env},
+         "deployments": [spec.deployment("Scorer").to_dict()]},
+        {"name": "gambit", "route_prefix": None, "import_path": "gambit.deployments.app:build_gambit",
+         "args": gambit_args,
+         "deployments": [spec.deployment("Target").to_dict(), spec.deployment("Coordinator").to_dict()]},
+    ]
     return {
         "proxy_location": "EveryNode",
         "http_options": {"host": "0.0.0.0", "port": spec.http_port},
-        "grpc_options": {"port": spec.grpc_port,
-                         "grpc_servicer_functions": list(GRPC_SERVICER_FUNCTIONS)},
-        "applications": [app],
+        "grpc_options": {"port": spec.grpc_port, "grpc_servicer_functions": list(GRPC_SERVICER_FUNCTIONS)},
+        "applications": apps,
     }
