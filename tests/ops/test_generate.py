@@ -76,3 +76,11 @@ def test_alerts_cover_the_issue_list():
     for a in ALERTS:
         r = a.rule()
         assert r["labels"]["severity"] in ("warning", "critical") and r["annotations"]["description"]
+
+
+def test_readme_explains_every_alert():
+    from gambit.ops.generate import REPO
+
+    readme = (REPO / "README.md").read_text()
+    for a in ALERTS:
+        assert f"| `{a.name}` | {a.severity} | {a.for_} |" in readme

@@ -52,7 +52,7 @@ ALERTS: tuple[Alert, ...] = (
         for_="5m", severity="warning",
         summary="KV cache above 95% on a Target replica for 5 minutes ({{ $value | humanizePercentage }})",
         action="Traces are being evicted or pruned for memory. Add Target replicas or GPU workers "
-               "(targetWorkers.replicas), lower the trace pool size C, or lower max_ongoing_requests.",
+               "(gpuWorkers.replicas), lower the trace pool size C, or lower max_ongoing_requests.",
         checks=("max({p}gambit_kv_cache_usage_perc)",),
     ),
     Alert(
