@@ -55,6 +55,8 @@ def test_head_takes_no_work_and_gpu_group_from_values(rendered):
     want = {"key": "dedicated", "operator": "Equal", "value": "gambit", "effect": "NoSchedule"}
     assert want in spec["tolerations"]
     assert rs["spec"]["rayClusterConfig"]["enableInTreeAutoscaling"] is True
+    assert rs["spec"]["rayClusterConfig"]["authOptions"] == {"mode": "token"}  # Ray 2.60's default
+    assert rs["spec"]["upgradeStrategy"] == {"type": "NewCluster"}
     cpu = groups["cpu-workers"]
     assert "nvidia.com/gpu" not in json.dumps(cpu)
     assert json.loads(yaml.safe_load(cpu["rayStartParams"]["resources"])) == {"gambit_cpu_worker": 1000}
@@ -119,6 +121,17 @@ def test_internal_redis_has_aof_volume_and_password_secret(rendered):
     assert env0 == {"name": "GAMBIT_REDIS_PASSWORD", "valueFrom": {"secretKeyRef": ref}}
 
 
+def test_bearer_token_from_a_secret(helm):
+    from ops_util import render
+
+    docs = render(helm, "--set", "serve.tokenSecret=gambit-token")
+    (rs,) = by_kind(docs, "RayService")
+    for c in [rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]] + [
+            g["template"]["spec"]["containers"][0] for g in _groups(rs).values()]:
+        ref = {"name": "gambit-token", "key": "token"}
+        assert {"name": "GAMBIT_TOKEN", "valueFrom": {"secretKeyRef": ref}} in c["env"]
+
+
 def test_external_redis_runs_no_redis(rendered):
     docs = rendered["external-redis-values"]
     assert by_kind(docs, "StatefulSet") == []
@@ -158,6 +171,7 @@ def test_monitoring_objects_and_dashboards(rendered):
     ("gpuWorkers.gpusPerWorker=0", "gpuWorkers.gpusPerWorker"),
     ("redis.external.url=redis://:secret@host:6379", "redis.external.url"),
     ("serve.solveDefaults.capacity=0", "serve.solveDefaults.capacity"),
+    ("upgradeStrategy=Rolling", "upgradeStrategy"),
 ])
 def test_values_breaking_the_schema_are_refused_naming_the_field(helm, setting, field):
     r = run([helm, "template", "g", str(CHART), "--set", setting])
