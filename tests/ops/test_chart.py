@@ -71,11 +71,15 @@ def test_serve_config_matches_the_generated_one_and_scales_with_gpus(rendered):
     want = yaml.safe_load((REPO / "deploy" / "serve-kubernetes.yaml").read_text())
     (gambit,) = [a for a in cfg["applications"] if a["name"] == "gambit"]
     assert gambit["args"]["tree"] == "redis://gambit-redis.serving.svc:6379/0"  # the release's Redis
-    gambit["args"]["tree"] = want["applications"][1]["args"]["tree"]
+    gambit["args"]["tree"] = want["applications"][0]["args"]["tree"]
     assert cfg == want
     multi = yaml.safe_load(_rayservice(rendered["multi-gpu-values"])["spec"]["serveConfigV2"])
-    reps = {name: d["num_replicas"] for name, d in _deployments(multi).items()}
-    assert reps == {"Target": 8, "Scorer": 2, "Coordinator": 2}  # 4 workers x 2 GPUs, one GPU per Target
+    deps = _deployments(multi)
+    reps = {name: d.get("num_replicas") for name, d in deps.items()}
+    assert reps == {"Target": 8, "Scorer": None, "Coordinator": 2}  # 4 workers x 2 GPUs, one GPU per Target
+    assert deps["Scorer"]["autoscaling_config"] == {
+        "min_replicas": 2, "max_replicas": 6, "target_ongoing_requests": 8, "upscale_delay_s": 5,
+        "downscale_delay_s": 60}
     (gambit,) = [a for a in multi["applications"] if a["name"] == "gambit"]
     assert (gambit["args"]["target_replicas"], gambit["args"]["coordinator_replicas"]) == (8, 2)
 
@@ -88,7 +92,7 @@ def test_serve_config_passes_serve_deploy_schema(rendered, variant):
     cfg = yaml.safe_load(_rayservice(rendered[variant])["spec"]["serveConfigV2"])
     schema = ServeDeploySchema.model_validate(cfg)
     assert schema.grpc_options.port == 9000
-    assert [a.name for a in schema.applications] == ["scorer", "gambit"]
+    assert [a.name for a in schema.applications] == ["gambit", "scorer"]
 
 
 def test_grpc_service_port_named_as_kuberay_requires(rendered):
@@ -138,7 +142,7 @@ def test_external_redis_runs_no_redis(rendered):
     (secret,) = by_kind(docs, "Secret")
     assert secret["stringData"] == {"redis-password": "change-me"}
     cfg = yaml.safe_load(_rayservice(docs)["spec"]["serveConfigV2"])
-    assert cfg["applications"][1]["args"]["tree"] == "redis://redis.example.internal:6379/0"
+    assert cfg["applications"][0]["args"]["tree"] == "redis://redis.example.internal:6379/0"
 
 
 def test_external_redis_without_url_is_refused(helm):

@@ -74,9 +74,15 @@ redis-password
 {{- $d := index .root.Values.serve.deployments .name -}}
 {{- $opts := dict "num_cpus" $d.numCpus "num_gpus" $d.numGpus -}}
 {{- if $d.resources -}}{{- $_ := set $opts "resources" $d.resources -}}{{- end -}}
-{{- $n := $d.numReplicas -}}
-{{- if eq .name "Target" -}}{{- $n = include "gambit.targetReplicas" .root | int -}}{{- end -}}
-{{- toJson (dict "name" .name "num_replicas" $n "max_ongoing_requests" $d.maxOngoingRequests "ray_actor_options" $opts) -}}
+{{- $out := dict "name" .name "max_ongoing_requests" $d.maxOngoingRequests "ray_actor_options" $opts -}}
+{{- if eq .name "Target" -}}
+{{- $_ := set $out "num_replicas" (include "gambit.targetReplicas" .root | int) -}}
+{{- else if $d.autoscaling -}}
+{{- $_ := set $out "autoscaling_config" $d.autoscaling -}}
+{{- else -}}
+{{- $_ := set $out "num_replicas" (required (printf "serve.deployments.%s: set numReplicas or autoscaling" .name) $d.numReplicas) -}}
+{{- end -}}
+{{- toJson $out -}}
 {{- end -}}
 
 {{/* serveConfigV2: the Serve deploy config (same shape as deploy/serve-kubernetes.yaml). */}}
@@ -85,11 +91,12 @@ redis-password
 {{- $target := include "gambit.deployment" (dict "root" . "name" "Target") | fromJson -}}
 {{- $coord := include "gambit.deployment" (dict "root" . "name" "Coordinator") | fromJson -}}
 {{- $scorer := include "gambit.deployment" (dict "root" . "name" "Scorer") | fromJson -}}
-{{- $targetArgs := dict "model" $s.model "scorer" $s.scorer "num_blocks" $s.numBlocks "scorer_address" (printf "127.0.0.1:%v" $s.grpcPort) -}}
-{{- $gambitArgs := dict "tree" (include "gambit.redisUrl" .) "prefix" $s.redisPrefix "token_env" $s.tokenEnv "target_replicas" $target.num_replicas "coordinator_replicas" $coord.num_replicas "target_gpus" $target.ray_actor_options.num_gpus "target" $targetArgs "defaults" $s.solveDefaults -}}
-{{- $scorerApp := dict "name" "scorer" "route_prefix" nil "import_path" "gambit.deployments.app:build_scorer" "args" (dict "scorer" $s.scorer "token_env" $s.tokenEnv) "deployments" (list $scorer) -}}
-{{- $gambitApp := dict "name" "gambit" "route_prefix" nil "import_path" "gambit.deployments.app:build_gambit" "args" $gambitArgs "deployments" (list $target $coord) -}}
-{{- $cfg := dict "proxy_location" "EveryNode" "http_options" (dict "host" "0.0.0.0" "port" $s.httpPort) "grpc_options" (dict "port" $s.grpcPort "grpc_servicer_functions" $s.grpcServicerFunctions) "applications" (list $scorerApp $gambitApp) -}}
+{{- $targetArgs := dict "model" $s.model "scorer_address" (printf "127.0.0.1:%v" $s.grpcPort) "scorer_app" "scorer" "num_blocks" $s.numBlocks -}}
+{{- $gambitArgs := dict "tree" (include "gambit.redisUrl" .) "prefix" $s.redisPrefix "token_env" $s.tokenEnv "target_replicas" $target.num_replicas "target_gpus" $s.deployments.Target.numGpus "coordinator_replicas" (default 1 $coord.num_replicas) "target" $targetArgs "defaults" $s.solveDefaults -}}
+{{- $scorerArgs := dict "scorer" $s.scorer "hidden_size" $s.hiddenSize "batch_wait_ms" $s.batchWaitMs "token_env" $s.tokenEnv -}}
+{{- $gambitApp := dict "name" "gambit" "route_prefix" "/gambit" "import_path" "gambit.deployments.app:build_gambit" "args" $gambitArgs "deployments" (list $coord $target) -}}
+{{- $scorerApp := dict "name" "scorer" "route_prefix" "/scorer" "import_path" "gambit.deployments.app:build_scorer" "args" $scorerArgs "deployments" (list $scorer) -}}
+{{- $cfg := dict "proxy_location" "EveryNode" "http_options" (dict "host" "0.0.0.0" "port" $s.httpPort) "grpc_options" (dict "port" $s.grpcPort "grpc_servicer_functions" $s.grpcServicerFunctions) "applications" (list $gambitApp $scorerApp) -}}
 {{- toYaml $cfg -}}
 {{- end -}}
 

@@ -1,0 +1,1 @@
+"""Ray Serve deployments: Target, Scorer, Coordinator — thin shells over ``gambit.serving``."""

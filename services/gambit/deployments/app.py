@@ -1,0 +1,38 @@
+"""The Ray Serve applications and their builder (``import_path`` of ``deploy/serve.yaml``).
+
+Two applications share one gRPC proxy: ``gambit`` (Coordinator → Target) answers
+``gambit.v1.ReasoningService``; ``scorer`` answers ``gambit.v1.ScorerService`` for the Targets.
+Clients pick one with the ``application`` metadata key.
+"""
+
+from __future__ import annotations
+
+from gambit.deployments.coordinator import Coordinator
+from gambit.deployments.scorer import Scorer
+from gambit.deployments.target import Target
+
+
+def build_gambit(args: dict):
+    """``args``: tree, prefix, token_env, defaults (SolveConfig fields), target (Target kwargs),
+    target_replicas, target_gpus, coordinator_replicas."""
+    tree = args.get("tree", "redis://127.0.0.1:6379/0")
+    prefix = args.get("prefix", "gambit:")
+    token_env = args.get("token_env", "GAMBIT_TOKEN")
+    tkw = dict(args.get("target", {}))
+    actor = {"num_cpus": 0}
+    gpus = float(args.get("target_gpus", -1))
+    if gpus < 0:  # auto: one GPU per Target when the cluster has one
+        import ray
+
+        gpus = 1.0 if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
+    if gpus:
+        actor["num_gpus"] = gpus
+    target = Target.options(num_replicas=int(args.get("target_replicas", 1)), ray_actor_options=actor).bind(
+        tree=tree, prefix=prefix, token_env=token_env, **tkw)
+    return Coordinator.options(num_replicas=int(args.get("coordinator_replicas", 1))).bind(
+        target, tree=tree, prefix=prefix, defaults=args.get("defaults"), token_env=token_env)
+
+
+def build_scorer(args: dict):
+    """``args``: Scorer kwargs (scorer, hidden_size, max_rows, batch_wait_ms, token_env)."""
+    return Scorer.bind(**args)

@@ -1,0 +1,116 @@
+"""``gambit serve``: start Ray (single node, this process), Serve's gRPC proxy and both apps.
+
+Ray 2.60 turns token authentication on by default: ``ray.init`` here creates the local cluster
+and writes its token to ``~/.ray/auth_token`` (mode 0600) when none exists, and every process of
+this user on this machine reuses it; nothing else is needed for a local run. Serve's HTTP proxy
+binds to ``host``; its gRPC proxy binds all interfaces (hard-coded in Ray 2.60), so set a bearer
+token (``GAMBIT_TOKEN``) on any machine reachable from others.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import grpc
+
+from gambit.serving.grpc_api import SERVICER_FUNCTIONS
+
+
+@dataclass
+class ServeConfig:
+    """Local Ray Serve deployment of Coordinator, Target and Scorer."""
+
+    host: str = "127.0.0.1"  # address of Serve's HTTP proxy and of the Ray node
+    grpc_port: int = 9000  # Serve's gRPC proxy port (ReasoningService and ScorerService)
+    http_port: int = 8000  # Serve's HTTP proxy port (unused by gambit, but Serve starts it)
+    metrics_port: int = 8080  # Ray's Prometheus metrics export port (/metrics)
+    num_cpus: int = 2  # CPUs Ray may schedule on
+    tree: str = "redis://127.0.0.1:6379/0"  # tree view: redis:// URL (password from GAMBIT_REDIS_PASSWORD)
+    prefix: str = "gambit:"  # Redis key prefix
+    token_env: str = "GAMBIT_TOKEN"  # environment variable with the bearer token (unset = no auth)
+    model: str = ""  # target model folder ("" = shipped target)
+    scorer: str = ""  # scorer folder ("" = shipped MLP scorer, "random:mlp:192" = untrained)
+    num_blocks: int = 0  # KV blocks per Target (0 = from the memory budget)
+    target_replicas: int = 1  # Target replicas (each run pinned to one)
+    target_gpus: float = -1  # GPUs per Target replica (-1 = 1 when the node has a GPU, else 0)
+    coordinator_replicas: int = 1  # Coordinator replicas
+    capacity: int = 8  # default C of a run
+    swap: int = 2  # default K
+    round_interval: int = 16  # default Δ, decode steps
+    max_tokens: int = 320  # default tokens per trace
+
+    def __post_init__(self) -> None:
+        for name in ("grpc_port", "http_port", "metrics_port"):
+            if not 0 < getattr(self, name) < 65536:
+                raise ValueError(f"{name} must be a TCP port, got {getattr(self, name)}")
+        if self.num_cpus < 1 or self.target_replicas < 1 or self.coordinator_replicas < 1:
+            raise ValueError("num_cpus, target_replicas and coordinator_replicas must be >= 1")
+
+    def app_args(self) -> dict:
+        return {"tree": self.tree, "prefix": self.prefix, "token_env": self.token_env,
+                "target_replicas": self.target_replicas, "coordinator_replicas": self.coordinator_replicas,
+                "target_gpus": self.target_gpus,
+                "target": {"model": self.model, "scorer": self.scorer, "num_blocks": self.num_blocks,
+                           "scorer_address": f"127.0.0.1:{self.grpc_port}"},
+                "defaults": {"capacity": self.capacity, "swap": min(self.swap, self.capacity),
+                             "round_interval": self.round_interval, "max_tokens": self.max_tokens}}
+
+
+def start(cfg: ServeConfig, wait_s: float = 120.0) -> None:
+    """Start everything and return when both apps answer over gRPC."""
+    import ray
+    from ray import serve
+    from ray.serve.config import gRPCOptions
+
+    from gambit.deployments.app import build_gambit, build_scorer
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=cfg.num_cpus, include_dashboard=False,
+                 _metrics_export_port=cfg.metrics_port, log_to_driver=False)
+    serve.start(http_options={"host": cfg.host, "port": cfg.http_port},
+                grpc_options=gRPCOptions(port=cfg.grpc_port, grpc_servicer_functions=SERVICER_FUNCTIONS))
+    serve.run(build_scorer({"scorer": cfg.scorer, "token_env": cfg.token_env}), name="scorer",
+              route_prefix="/scorer", blocking=False)
+    serve.run(build_gambit(cfg.app_args()), name="gambit", route_prefix="/gambit", blocking=False)
+    wait_ready(f"127.0.0.1:{cfg.grpc_port}", wait_s)
+
+
+def wait_ready(address: str, wait_s: float = 120.0, token: str = "") -> None:
+    """Until the proxy routes both apps (GetRun of an unknown id answers NOT_FOUND)."""
+    import os
+
+    from gambit.serving.protos import load
+    from gambit.serving.security import auth_metadata
+
+    pb2, g = load("reasoning")
+    spb2, sg = load("scorer")
+    token = token or os.environ.get("GAMBIT_TOKEN", "")
+    deadline = time.monotonic() + wait_s
+    with grpc.insecure_channel(address) as ch:
+        stub, sstub = g.ReasoningServiceStub(ch), sg.ScorerServiceStub(ch)
+        md = auth_metadata(token)
+        while True:
+            try:
+                try:
+                    stub.GetRun(pb2.GetRunRequest(run_id="ready-probe"), timeout=5,
+                                metadata=md + (("application", "gambit"),))
+                except grpc.RpcError as e:
+                    if e.code() != grpc.StatusCode.NOT_FOUND or "Application" in (e.details() or ""):
+                        raise
+                sstub.Info(spb2.InfoRequest(), timeout=5, metadata=md + (("application", "scorer"),))
+                return
+            except grpc.RpcError as e:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"services not ready after {wait_s} s: {e.code()} {e.details()}") from None
+                time.sleep(0.3)
+
+
+def stop() -> None:
+    """Shut Serve and this process's Ray down (never ``ray stop``: other Ray users may share the host)."""
+    import ray
+    from ray import serve
+
+    if ray.is_initialized():
+        serve.shutdown()
+        ray.shutdown()

@@ -1,0 +1,55 @@
+"""``Scorer`` deployment: ScorerService behind Ray Serve's gRPC proxy (application "scorer").
+
+Requests are validated (INVALID_ARGUMENT naming the field) and micro-batched by ``ScorerCore``;
+replicas autoscale on ongoing requests (``deploy/serve.yaml``). A sequence scorer keeps per-trace
+history in its replica, so for ``kind: sequence`` keep ``max_replicas: 1``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import grpc
+from ray import serve
+
+from gambit.deployments.ray_metrics import ray_metrics
+from gambit.serving.protos import load
+from gambit.serving.scorer_core import ScorerCore, load_any_scorer
+from gambit.serving.security import check_token
+
+
+@serve.deployment(max_ongoing_requests=32, ray_actor_options={"num_cpus": 0},
+                  autoscaling_config={"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 8})
+class Scorer:
+    def __init__(self, scorer: str = "", hidden_size: int = 192, max_rows: int = 4096,
+                 batch_wait_ms: float = 2.0, token_env: str = "GAMBIT_TOKEN") -> None:
+        self.pb2, _ = load("scorer")
+        self.metrics = ray_metrics(("gambit_scorer_latency_seconds", "gambit_scorer_batch_size",
+                                    "gambit_request_errors_total"))
+        self.core = ScorerCore(load_any_scorer(scorer, hidden_size), max_rows, batch_wait_ms / 1000,
+                               metrics=self.metrics)
+        self.token = os.environ.get(token_env, "") if token_env else ""
+
+    def _fail(self, grpc_context, code: grpc.StatusCode, message: str):
+        self.metrics.inc("gambit_request_errors_total", code=code.name)
+        grpc_context.set_code(code)
+        grpc_context.set_details(message)
+        raise RuntimeError(message)
+
+    async def Score(self, request, grpc_context):  # noqa: N802 — the RPC's name
+        if not check_token(grpc_context.invocation_metadata(), self.token):
+            self._fail(grpc_context, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+        try:
+            job = self.core.validate(request.states, request.dtype, request.shape, request.trace_ids,
+                                     request.forks, request.drops)
+        except ValueError as e:
+            self._fail(grpc_context, grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        scores = await asyncio.wrap_future(self.core.submit(job))
+        return self.pb2.ScoreResponse(scores=scores.tolist())
+
+    async def Info(self, request, grpc_context):  # noqa: N802
+        if not check_token(grpc_context.invocation_metadata(), self.token):
+            self._fail(grpc_context, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+        s = self.core.scorer
+        return self.pb2.InfoResponse(kind=s.kind, hidden_size=s.hidden_size, max_rows=self.core.max_rows)

@@ -1,0 +1,66 @@
+"""``Target`` deployment: one engine + search driver serving many runs; calls the Scorer over gRPC."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from ray import serve
+
+from gambit.deployments.ray_metrics import ray_metrics
+from gambit.serving.embedded import EmbeddedConfig, build_target
+from gambit.serving.solve_config import SolveConfig
+from gambit.serving.target_service import Overcommitted
+
+CLOSED = "stream closed: client disconnected or coordinator lost"
+
+
+@serve.deployment(max_ongoing_requests=64, ray_actor_options={"num_cpus": 0})
+class Target:
+    def __init__(self, model: str = "", tree: str = "redis://127.0.0.1:6379/0", prefix: str = "gambit:",
+                 scorer_address: str = "127.0.0.1:9000", scorer_app: str = "scorer", scorer: str = "",
+                 num_blocks: int = 0, max_num_seqs: int = 256, token_env: str = "GAMBIT_TOKEN") -> None:
+        ctx = serve.get_replica_context()
+        self.replica = ctx.replica_id.unique_id
+        cfg = EmbeddedConfig(model=model, scorer=scorer, scorer_address=scorer_address, tree=tree,
+                             prefix=prefix, num_blocks=num_blocks, max_num_seqs=max_num_seqs)
+        self.svc = build_target(cfg, ray_metrics(), self.replica, scorer_app,
+                                os.environ.get(token_env, "") if token_env else "")
+
+    async def run(self, run_id: str, problem: str, cfg: dict):
+        """Stream of dicts for one run: started, progress..., result — or one ``error`` dict."""
+        loop = asyncio.get_running_loop()
+        q: asyncio.Queue = asyncio.Queue()
+        try:
+            self.svc.start_run(run_id, problem, SolveConfig(**cfg),
+                               lambda d: loop.call_soon_threadsafe(q.put_nowait, d))
+        except Overcommitted as e:
+            yield {"kind": "error", "code": "RESOURCE_EXHAUSTED", "message": str(e)}
+            return
+        except NotImplementedError as e:
+            yield {"kind": "error", "code": "UNIMPLEMENTED", "message": f"decoding: {e}"}
+            return
+        except ValueError as e:
+            yield {"kind": "error", "code": "INVALID_ARGUMENT", "message": str(e)}
+            return
+        yield {"kind": "started", "run_id": run_id, "replica": self.replica}
+        done = False
+        try:
+            while not done:
+                d = await q.get()
+                done = d["kind"] == "result"
+                yield d
+        finally:
+            if not done:  # cancelled stream: free the run's KV now
+                self.svc.cancel(run_id, "cancelled", CLOSED)
+
+    def cancel(self, run_id: str) -> bool:
+        return self.svc.cancel(run_id, "cancelled", "cancelled by CancelRun")
+
+    def load(self) -> dict:
+        return self.svc.load()
+
+    def __del__(self) -> None:
+        svc = getattr(self, "svc", None)
+        if svc is not None:
+            svc.close()

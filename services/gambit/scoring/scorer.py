@@ -1,0 +1,197 @@
+"""``BoundaryScorer``: scores boundary states per trace key, keeping each key's history.
+
+The tournament calls ``score(keys, states)`` with the boundary states of a round (one row per
+boundary, in order), ``fork`` when it branches a trace and ``drop`` when a trace ends. Inputs are
+checked before anything changes: a wrong width, dtype or shape is a ``ValueError`` that says what
+was expected, never a crash deep inside a matmul.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from gambit.scoring.config import ScorerConfig
+from gambit.scoring.nets import build_net
+
+WEIGHTS = "model.safetensors"
+
+
+class BoundaryScorer:
+    """A scorer network plus per-key state. ``kind`` is "mlp" (stateless) or "sequence"."""
+
+    def __init__(self, net: torch.nn.Module, config: ScorerConfig,
+                 device: str | torch.device = "cpu") -> None:
+        self.config = config
+        self.device = torch.device(device)
+        self.net = net.to(self.device, torch.float32).eval()
+        self._state: dict[Hashable, torch.Tensor] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def kind(self) -> str:
+        return self.config.kind
+
+    @property
+    def hidden_size(self) -> int:
+        return self.config.hidden_size
+
+    @property
+    def num_keys(self) -> int:
+        """Keys that hold history (always 0 for the MLP)."""
+        return len(self._state)
+
+    # -- validation -------------------------------------------------------------------------
+    def check_states(self, states) -> torch.Tensor:
+        """``states`` as float32 ``[N, hidden_size]`` on the scorer's device, or ValueError."""
+        if not isinstance(states, torch.Tensor):
+            raise ValueError(f"states must be a torch.Tensor of shape [N, {self.hidden_size}], "
+                             f"got {type(states).__name__}")
+        if states.dim() != 2:
+            raise ValueError(f"states must be 2-D [N, {self.hidden_size}] (one row per boundary), "
+                             f"got shape {tuple(states.shape)}")
+        if states.shape[1] != self.hidden_size:
+            raise ValueError(f"states have width {states.shape[1]}, but this scorer reads hidden states "
+                             f"of width hidden_size={self.hidden_size} (the target's hidden size)")
+        if not states.dtype.is_floating_point:
+            raise ValueError(f"states must be floating point (float32, bfloat16, float16 or float64), "
+                             f"got dtype {states.dtype}")
+        states = states.detach().to(self.device, torch.float32)
+        if not bool(torch.isfinite(states).all()):
+            raise ValueError("states contain NaN or infinite values")
+        return states
+
+    @staticmethod
+    def check_keys(keys, n: int) -> list[Hashable]:
+        if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
+            raise ValueError(f"keys must be a sequence (list or tuple) of trace keys, "
+                             f"got {type(keys).__name__}")
+        if len(keys) != n:
+            raise ValueError(f"got {len(keys)} keys for {n} state rows; need one key per row")
+        for k in keys:
+            try:
+                hash(k)
+            except TypeError:
+                raise ValueError(f"key {k!r} is not hashable") from None
+        return list(keys)
+
+    # -- API --------------------------------------------------------------------------------
+    def score(self, keys: Sequence[Hashable], states: torch.Tensor) -> torch.Tensor:
+        """Scores in [0, 1], one per row (float32 on CPU). The sequence scorer first appends each
+        row to its key's history (rows of one key in order) and scores the whole history."""
+        states = self.check_states(states)
+        keys = self.check_keys(keys, states.shape[0])
+        with self._lock, torch.inference_mode():
+            if self.kind == "mlp" or not len(keys):
+                return torch.sigmoid(self.net(states)).float().cpu() if len(keys) else torch.zeros(0)
+            return self._score_sequence(keys, states)
+
+    def _score_sequence(self, keys: list[Hashable], states: torch.Tensor) -> torch.Tensor:
+        # rows of one key are applied in waves (its 1st row in wave 0, 2nd in wave 1, ...); all keys of
+        # a wave go through the network in one batch
+        seen: dict[Hashable, int] = {}
+        waves: list[list[int]] = []
+        for row, k in enumerate(keys):
+            w = seen.get(k, 0)
+            seen[k] = w + 1
+            if w == len(waves):
+                waves.append([])
+            waves[w].append(row)
+        out = torch.empty(len(keys))
+        for rows in waves:
+            ks = [keys[r] for r in rows]
+            prev = [self._state[k] if k in self._state else self.net.init_state() for k in ks]
+            new, logits = self.net.step(prev, states[rows])
+            self._state.update(zip(ks, new, strict=True))
+            out[rows] = torch.sigmoid(logits).float().cpu()
+        return out
+
+    def fork(self, parent_key: Hashable, child_key: Hashable) -> None:
+        """The child starts with the parent's history (a parent without boundaries yet: none)."""
+        try:
+            hash(parent_key), hash(child_key)
+        except TypeError:
+            raise ValueError("fork keys must be hashable") from None
+        if parent_key == child_key:
+            raise ValueError(f"fork of key {parent_key!r} onto itself")
+        with self._lock:
+            if child_key in self._state:
+                raise ValueError(f"fork child key {child_key!r} already has a history")
+            if parent_key in self._state:
+                self._state[child_key] = self._state[parent_key].clone()
+
+    def drop(self, key: Hashable) -> None:
+        """Forget a key's history (no-op for an unknown key)."""
+        with self._lock:
+            self._state.pop(key, None)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._state.clear()
+
+    def score_history(self, history: torch.Tensor) -> torch.Tensor:
+        """Stateless: the score after each prefix of one trace's boundary states ``[T, d] -> [T]``."""
+        history = self.check_states(history)
+        with torch.inference_mode():
+            if self.kind == "mlp":
+                logits = self.net(history)
+            else:
+                logits = self.net(history[None])[0]
+        return torch.sigmoid(logits).float().cpu()
+
+
+def random_scorer(kind: str = "mlp", hidden_size: int = 192, seed: int = 0, **kw) -> BoundaryScorer:
+    """A randomly initialised scorer (seeded), for tests and before a trained one exists."""
+    cfg = ScorerConfig(kind=kind, hidden_size=hidden_size, **kw)
+    gen_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        net = build_net(cfg)
+    finally:
+        torch.random.set_rng_state(gen_state)
+    return BoundaryScorer(net, cfg)
+
+
+def save_scorer(net: torch.nn.Module | BoundaryScorer, config: ScorerConfig, folder: str | Path) -> Path:
+    """``config.json`` + ``model.safetensors`` (fp32) in ``folder``."""
+    if isinstance(net, BoundaryScorer):
+        net = net.net
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config.to_json(), indent=2) + "\n")
+    state = {k: v.detach().float().cpu().contiguous() for k, v in net.state_dict().items()}
+    save_file(state, str(folder / WEIGHTS), metadata={"format": "pt"})
+    return folder
+
+
+def load_scorer(folder: str | Path, device: str | torch.device = "cpu") -> BoundaryScorer:
+    """A scorer from its folder; a missing, extra or wrong-shaped tensor is a ValueError naming it."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: scorer folder does not exist")
+    cfg = ScorerConfig.from_file(folder / "config.json")
+    path = folder / WEIGHTS
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: scorer weights do not exist")
+    try:
+        state = load_file(str(path))
+    except (SafetensorError, OSError) as e:
+        raise ValueError(f"{path}: unreadable safetensors file: {e}") from None
+    net = build_net(cfg)
+    expected = net.state_dict()
+    missing = sorted(set(expected) - set(state))
+    extra = sorted(set(state) - set(expected))
+    if missing or extra:
+        raise ValueError(f"{path}: weights do not match config.json: missing {missing}, unexpected {extra}")
+    for name, t in expected.items():
+        if tuple(state[name].shape) != tuple(t.shape):
+            raise ValueError(f"{path}: tensor {name} has shape {tuple(state[name].shape)}, "
+                             f"config.json implies {tuple(t.shape)}")
+    net.load_state_dict(state)
+    return BoundaryScorer(net, cfg, device)

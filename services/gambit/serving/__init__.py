@@ -1,0 +1,1 @@
+"""gRPC pieces without Ray: generated protos, the Scorer server and client, auth, metrics, run store."""

@@ -1,0 +1,77 @@
+"""The embedded wiring: engine, search driver and scorer in one process, runs recorded in memory
+(or Redis), metrics through prometheus-client. Same parts as the Ray Serve app, no Ray."""
+
+from __future__ import annotations
+
+import queue
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from gambit.serving.metrics import Metrics, PrometheusBackend
+from gambit.serving.scorer_client import LocalScorer, RemoteScorer
+from gambit.serving.scorer_core import load_any_scorer
+from gambit.serving.solve_config import SolveConfig, check_problem, check_run_id
+from gambit.serving.target_service import TargetService
+from gambit.serving.tree_view import open_tree_view
+
+
+@dataclass
+class EmbeddedConfig:
+    """The in-process wiring."""
+
+    model: str = ""  # target model folder ("" = the shipped target)
+    scorer: str = ""  # scorer folder, "random:<kind>:<hidden>", or "" (shipped MLP scorer)
+    scorer_address: str = ""  # host:port of a ScorerService to call instead of an in-process scorer
+    tree: str = "memory"  # "memory" or a redis:// URL for the tree view
+    prefix: str = "gambit:"  # Redis key prefix
+    num_blocks: int = 0  # KV blocks (0 = from the memory budget)
+    max_num_seqs: int = 256  # traces in one engine batch at most
+
+    def __post_init__(self) -> None:
+        if self.num_blocks < 0 or self.max_num_seqs < 1:
+            raise ValueError("num_blocks must be >= 0 and max_num_seqs >= 1")
+
+
+def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "local",
+                 scorer_app: str = "", token: str = "") -> TargetService:
+    from gambit.engine import Engine, EngineConfig
+    from gambit.paths import TARGET
+
+    model = cfg.model or str(TARGET)
+    engine = Engine.from_pretrained(model, EngineConfig(model=model, num_blocks=cfg.num_blocks or None,
+                                                        max_num_seqs=cfg.max_num_seqs))
+    hidden = engine.model.config.hidden_size
+    if cfg.scorer_address:
+        scorer = RemoteScorer(cfg.scorer_address, hidden, token=token, application=scorer_app, metrics=metrics)
+    else:
+        scorer = LocalScorer(load_any_scorer(cfg.scorer, hidden), metrics)
+    return TargetService(engine, scorer, open_tree_view(cfg.tree, cfg.prefix), metrics, replica)
+
+
+class Embedded:
+    def __init__(self, cfg: EmbeddedConfig | None = None) -> None:
+        self.cfg = cfg or EmbeddedConfig()
+        self.prom = PrometheusBackend()
+        self.metrics = Metrics(self.prom)
+        self.target = build_target(self.cfg, self.metrics)
+
+    def solve(self, problem: str, cfg: SolveConfig | None = None, run_id: str = "") -> Iterator[dict]:
+        """Events as dicts: started, progress per round, result (the same records the API streams)."""
+        check_problem(problem)
+        cfg = cfg or SolveConfig()
+        run_id = check_run_id(run_id) if run_id else uuid.uuid4().hex[:16]
+        q: queue.Queue = queue.Queue()
+        self.target.start_run(run_id, problem, cfg, q.put)
+        try:
+            yield {"kind": "started", "run_id": run_id, "replica": self.target.replica}
+            while True:
+                d = q.get()
+                yield d
+                if d["kind"] == "result":
+                    return
+        finally:
+            self.target.cancel(run_id, "cancelled", "consumer went away")
+
+    def close(self) -> None:
+        self.target.close()

@@ -1,0 +1,59 @@
+"""Hidden states on the wire: raw little-endian bytes + dtype + shape. Never pickle.
+
+``decode_states`` checks every field before touching the bytes and raises ``ValueError`` whose
+message starts with the field name, so servers can answer INVALID_ARGUMENT naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def encode_states(states: torch.Tensor) -> tuple[bytes, str, list[int]]:
+    """``(raw bytes, dtype name, shape)`` of a [N, d] float tensor (float64 is sent as float32)."""
+    if states.dim() != 2:
+        raise ValueError(f"states must be [N, d], got shape {tuple(states.shape)}")
+    if states.dtype == torch.float64:
+        states = states.float()
+    name = next((k for k, v in DTYPES.items() if v == states.dtype), None)
+    if name is None:
+        raise ValueError(f"states dtype {states.dtype} is not one of {sorted(DTYPES)}")
+    t = states.detach().cpu().contiguous()
+    raw = t.view(torch.int16).numpy().tobytes() if name == "bfloat16" else t.numpy().tobytes()
+    return raw, name, list(t.shape)
+
+
+def decode_states(raw: bytes, dtype: str, shape: Sequence[int], trace_ids: Sequence[str],
+                  hidden_size: int, max_rows: int) -> torch.Tensor:
+    """The [N, d] float32 tensor a request carries, or ValueError naming the bad field."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype: {dtype!r} is not one of {sorted(DTYPES)}")
+    shape = list(shape)
+    if len(shape) != 2:
+        raise ValueError(f"shape: expected [N, d] (2 dimensions), got {shape}")
+    n, d = shape
+    if d != hidden_size:
+        raise ValueError(f"shape: width d={d} does not match the scorer's hidden size {hidden_size}")
+    if n < 1 or n > max_rows:
+        raise ValueError(f"shape: N={n} rows must be in [1, {max_rows}]")
+    want = n * d * _ITEMSIZE[dtype]
+    if len(raw) != want:
+        raise ValueError(f"states: {len(raw)} bytes, but {dtype} x {shape} needs {want}")
+    if len(trace_ids) != n:
+        raise ValueError(f"trace_ids: {len(trace_ids)} ids for {n} rows")
+    if any(not k for k in trace_ids):
+        raise ValueError("trace_ids: empty trace id")
+    if dtype == "bfloat16":
+        t = torch.from_numpy(np.frombuffer(raw, dtype="<i2").copy()).view(torch.bfloat16)
+    else:
+        t = torch.from_numpy(np.frombuffer(raw, dtype="<f4" if dtype == "float32" else "<f2").copy())
+    t = t.reshape(n, d).float()
+    if not torch.isfinite(t).all():
+        raise ValueError("states: contains NaN or infinity")
+    return t

@@ -1,0 +1,146 @@
+"""The Target's side of ScorerService: a ``BoundaryScorer``-shaped client with a stated fallback.
+
+``score(keys, states)`` sends one Score RPC (raw bytes + dtype + shape; forks and drops queued
+since the last call ride along). If the scorer is unreachable (any RPC error or timeout), the
+call is answered by the **fallback**: each row gets its trace's running mean of the scores the
+scorer gave before (0.5 for a trace it never scored), so the round ranks traces as the scorer
+last saw them and new boundaries neither help nor hurt. ``gambit_scorer_fallback_total`` counts
+such calls; after a failure the client skips the network for ``retry_after_s`` before trying again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Hashable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import torch
+
+from gambit.serving.payload import encode_states
+from gambit.serving.protos import load
+from gambit.serving.security import auth_metadata, open_channel
+
+log = logging.getLogger(__name__)
+
+
+class RemoteScorer:
+    def __init__(self, address: str, hidden_size: int, kind: str = "remote", token: str = "",
+                 application: str = "", timeout_s: float = 2.0, retry_after_s: float = 1.0,
+                 tls_ca: str = "", metrics=None) -> None:
+        self.pb2, grpc_mod = load("scorer")
+        self.channel = open_channel(address, tls_ca, options=[("grpc.max_send_message_length", 256 << 20)])
+        self.stub = grpc_mod.ScorerServiceStub(self.channel)
+        self.metadata = auth_metadata(token) + ((("application", application),) if application else ())
+        self.hidden_size, self.kind = hidden_size, kind
+        self.timeout_s, self.retry_after_s, self.metrics = timeout_s, retry_after_s, metrics
+        self._forks: list[tuple[str, str]] = []
+        self._drops: list[str] = []
+        self._sum: dict[str, tuple[float, int]] = {}
+        self._down_until = 0.0
+        self._lock = threading.Lock()
+        self.sync_seconds = 0.0  # guidance sync: time inside Score calls
+        self.calls = 0
+        self.fallbacks = 0
+        self.last_error = ""
+        self._pool: ThreadPoolExecutor | None = None
+
+    def fork(self, parent_key: Hashable, child_key: Hashable) -> None:
+        with self._lock:
+            self._forks.append((str(parent_key), str(child_key)))
+            if str(parent_key) in self._sum:
+                self._sum[str(child_key)] = self._sum[str(parent_key)]
+
+    def drop(self, key: Hashable) -> None:
+        with self._lock:
+            self._drops.append(str(key))
+            self._sum.pop(str(key), None)
+
+    def score(self, keys: Sequence[Hashable], states: torch.Tensor) -> torch.Tensor:
+        keys = [str(k) for k in keys]
+        if states.dim() != 2 or states.shape[0] != len(keys) or states.shape[1] != self.hidden_size:
+            raise ValueError(f"states must be [{len(keys)}, {self.hidden_size}], got {tuple(states.shape)}")
+        with self._lock:
+            forks, drops = self._forks, self._drops
+            self._forks, self._drops = [], []
+        t0 = time.perf_counter()
+        scores = None
+        if time.monotonic() >= self._down_until:
+            raw, dtype, shape = encode_states(states)
+            req = self.pb2.ScoreRequest(states=raw, dtype=dtype, shape=shape, trace_ids=keys,
+                                        forks=[self.pb2.Fork(parent=p, child=c) for p, c in forks],
+                                        drops=drops)
+            try:
+                resp = self.stub.Score(req, timeout=self.timeout_s, metadata=self.metadata)
+                scores = torch.tensor(list(resp.scores), dtype=torch.float32)
+                if scores.shape[0] != len(keys):
+                    raise ValueError(f"scorer returned {scores.shape[0]} scores for {len(keys)} rows")
+            except (grpc.RpcError, ValueError) as e:
+                self.last_error = str(e.code()) if isinstance(e, grpc.RpcError) else str(e)
+                log.warning("scorer unreachable (%s): falling back", self.last_error)
+                self._down_until = time.monotonic() + self.retry_after_s
+                scores = None
+        dt = time.perf_counter() - t0
+        self.sync_seconds += dt
+        self.calls += 1
+        if scores is None:
+            self.fallbacks += 1
+            if self.metrics is not None:
+                self.metrics.inc("gambit_scorer_fallback_total")
+            with self._lock:
+                return torch.tensor([self._mean(k) for k in keys], dtype=torch.float32)
+        if self.metrics is not None:
+            self.metrics.observe("gambit_scorer_latency_seconds", dt)
+            self.metrics.observe("gambit_scorer_batch_size", len(keys))
+        with self._lock:
+            for k, s in zip(keys, scores.tolist(), strict=True):
+                tot, n = self._sum.get(k, (0.0, 0))
+                self._sum[k] = (tot + s, n + 1)
+        return scores
+
+    def score_async(self, keys: Sequence[Hashable], states: torch.Tensor):
+        """A future of ``score``: calls leave one at a time, in order (a sequence scorer sees each
+        trace's boundaries in order), while the engine keeps decoding."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="scorer-client")
+        return self._pool.submit(self.score, keys, states)
+
+    def _mean(self, key: str) -> float:
+        tot, n = self._sum.get(key, (0.0, 0))
+        return tot / n if n else 0.5
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        self.channel.close()
+
+
+class LocalScorer:
+    """An in-process ``BoundaryScorer`` with the same timing counters (embedded wiring)."""
+
+    def __init__(self, scorer, metrics=None) -> None:
+        self.inner, self.metrics = scorer, metrics
+        self.kind, self.hidden_size = scorer.kind, scorer.hidden_size
+        self.sync_seconds = 0.0
+        self.calls = 0
+        self.fallbacks = 0
+
+    def score(self, keys, states):
+        t0 = time.perf_counter()
+        out = self.inner.score(list(keys), states)
+        dt = time.perf_counter() - t0
+        self.sync_seconds += dt
+        self.calls += 1
+        if self.metrics is not None:
+            self.metrics.observe("gambit_scorer_latency_seconds", dt)
+            self.metrics.observe("gambit_scorer_batch_size", len(keys))
+        return out
+
+    def fork(self, parent_key, child_key) -> None:
+        self.inner.drop(child_key)
+        self.inner.fork(parent_key, child_key)
+
+    def drop(self, key) -> None:
+        self.inner.drop(key)

@@ -1,0 +1,144 @@
+"""What every ScorerService replica does: validate a request, batch it with others, score, answer.
+
+Shared by the standalone gRPC server (``scorer_server.py``) and the Ray Serve ``Scorer``
+deployment, so both give the same answers and the same INVALID_ARGUMENT messages.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import torch
+
+from gambit.serving.metrics import Metrics
+from gambit.serving.payload import decode_states
+
+
+def load_any_scorer(spec: str, hidden_size: int = 0):
+    """A ``BoundaryScorer`` from a folder, or ``random:<kind>:<hidden>[:seed]`` (tests, no trained
+    scorer yet), or "" (the shipped MLP scorer)."""
+    import gambit.scoring as scoring
+
+    if spec.startswith("random"):
+        parts = spec.split(":")
+        kind = parts[1] if len(parts) > 1 and parts[1] else "mlp"
+        hidden = int(parts[2]) if len(parts) > 2 else (hidden_size or 192)
+        seed = int(parts[3]) if len(parts) > 3 else 0
+        return scoring.random_scorer(kind, hidden, seed=seed)
+    if not spec:
+        from gambit import paths
+
+        if not (paths.SCORER_MLP / "config.json").exists():  # no trained scorer shipped (yet)
+            return scoring.random_scorer("mlp", hidden_size or 192, seed=0)
+        spec = str(paths.SCORER_MLP)
+    return scoring.load_scorer(spec)
+
+
+@dataclass
+class ScoreJob:
+    states: torch.Tensor
+    keys: list[str]
+    forks: list[tuple[str, str]]
+    drops: list[str]
+    future: Future
+
+
+class ScorerCore:
+    """Validation + micro-batching over one ``BoundaryScorer``.
+
+    Requests arriving within ``batch_wait_s`` of each other (up to ``max_batch_rows`` rows) are
+    scored by one ``score`` call. Rows keep their request's order, so a sequence scorer sees each
+    key's boundaries in order.
+    """
+
+    def __init__(self, scorer, max_rows: int = 4096, batch_wait_s: float = 0.002,
+                 max_batch_rows: int = 1024, metrics: Metrics | None = None) -> None:
+        self.scorer = scorer
+        self.max_rows = max_rows
+        self.batch_wait_s = batch_wait_s
+        self.max_batch_rows = max_batch_rows
+        self.metrics = metrics
+        self._cv = threading.Condition()
+        self._queue: list[ScoreJob] = []
+        self._closed = False
+        self.calls = 0
+        self._thread = threading.Thread(target=self._loop, name="scorer-batcher", daemon=True)
+        self._thread.start()
+
+    def validate(self, states: bytes, dtype: str, shape, trace_ids, forks=(), drops=()) -> ScoreJob:
+        """A job ready to submit, or ValueError naming the bad field."""
+        t = decode_states(states, dtype, shape, list(trace_ids), self.scorer.hidden_size, self.max_rows)
+        fk = []
+        for f in forks:
+            if not f.parent or not f.child or f.parent == f.child:
+                raise ValueError(f"forks: bad fork {f.parent!r} -> {f.child!r}")
+            fk.append((f.parent, f.child))
+        if any(not d for d in drops):
+            raise ValueError("drops: empty trace id")
+        return ScoreJob(t, list(trace_ids), fk, list(drops), Future())
+
+    def submit(self, job: ScoreJob) -> Future:
+        with self._cv:
+            if self._closed:
+                raise RuntimeError("scorer is shut down")
+            self._queue.append(job)
+            self._cv.notify()
+        return job.future
+
+    def score(self, job: ScoreJob, timeout: float | None = 30.0) -> torch.Tensor:
+        return self.submit(job).result(timeout)
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+
+    def _take(self) -> list[ScoreJob]:
+        with self._cv:
+            while not self._queue and not self._closed:
+                self._cv.wait()
+            if not self._queue:
+                return []
+            deadline = time.monotonic() + self.batch_wait_s
+            while sum(len(j.keys) for j in self._queue) < self.max_batch_rows:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cv.wait(left)
+            jobs, rows = [], 0
+            while self._queue and (not jobs or rows + len(self._queue[0].keys) <= self.max_batch_rows):
+                rows += len(self._queue[0].keys)
+                jobs.append(self._queue.pop(0))
+            return jobs
+
+    def _loop(self) -> None:
+        while True:
+            jobs = self._take()
+            if not jobs:
+                return
+            t0 = time.perf_counter()
+            try:
+                for j in jobs:
+                    for parent, child in j.forks:
+                        self.scorer.drop(child)
+                        self.scorer.fork(parent, child)
+                keys = [k for j in jobs for k in j.keys]
+                out = self.scorer.score(keys, torch.cat([j.states for j in jobs]))
+                for j in jobs:
+                    for d in j.drops:
+                        self.scorer.drop(d)
+            except Exception as e:  # noqa: BLE001 — every waiting caller gets the error
+                for j in jobs:
+                    j.future.set_exception(e)
+                continue
+            self.calls += 1
+            if self.metrics is not None:
+                self.metrics.observe("gambit_scorer_latency_seconds", time.perf_counter() - t0)
+                self.metrics.observe("gambit_scorer_batch_size", len(keys))
+            i = 0
+            for j in jobs:
+                j.future.set_result(out[i:i + len(j.keys)])
+                i += len(j.keys)

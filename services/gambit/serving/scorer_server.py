@@ -1,0 +1,111 @@
+"""Standalone ScorerService gRPC server (no Ray): ``gambit scorer serve``.
+
+Batched through ``ScorerCore``; health + reflection; optional bearer token and TLS; Prometheus
+metrics on its own HTTP port. Payloads are raw bytes + dtype + shape; nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent import futures
+from dataclasses import dataclass, field
+
+import grpc
+
+from gambit.serving.grpc_common import add_health_and_reflection
+from gambit.serving.metrics import Metrics, PrometheusBackend
+from gambit.serving.protos import load
+from gambit.serving.scorer_core import ScorerCore, load_any_scorer
+from gambit.serving.security import BearerTokenInterceptor, TLSConfig, add_port
+
+SCORER_METRICS = ("gambit_scorer_latency_seconds", "gambit_scorer_batch_size", "gambit_request_errors_total")
+
+
+@dataclass
+class ScorerServerConfig:
+    """The standalone Scorer server."""
+
+    scorer: str = ""  # scorer folder; "" = shipped MLP scorer; "random:<kind>:<hidden>" = untrained (tests)
+    host: str = "127.0.0.1"  # address to bind
+    port: int = 50061  # gRPC port (0 = any free port)
+    metrics_port: int = 9461  # Prometheus /metrics HTTP port (0 = any free port, -1 = off)
+    token_env: str = "GAMBIT_TOKEN"  # environment variable holding the bearer token ("" unset = no auth)
+    tls_cert: str = ""  # PEM server certificate chain ("" = plaintext)
+    tls_key: str = ""  # PEM private key
+    tls_client_ca: str = ""  # PEM CA for client certificates (mTLS)
+    max_rows: int = 4096  # most state rows in one request
+    batch_wait_ms: float = 2.0  # how long the batcher waits for more requests, milliseconds
+    max_batch_rows: int = 1024  # rows scored by one forward at most
+    workers: int = 8  # gRPC handler threads
+    tls: TLSConfig = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port < 65536 or not -1 <= self.metrics_port < 65536:
+            raise ValueError("port / metrics_port out of range")
+        if self.max_rows < 1 or self.max_batch_rows < 1 or self.workers < 1:
+            raise ValueError("max_rows, max_batch_rows and workers must be >= 1")
+        if self.batch_wait_ms < 0:
+            raise ValueError("batch_wait_ms must be >= 0")
+        self.tls = TLSConfig(self.tls_cert, self.tls_key, self.tls_client_ca)
+
+
+class ScorerServicer:
+    def __init__(self, core: ScorerCore, pb2, metrics: Metrics) -> None:
+        self.core, self.pb2, self.metrics = core, pb2, metrics
+
+    def Score(self, request, context):
+        try:
+            job = self.core.validate(request.states, request.dtype, request.shape, request.trace_ids,
+                                     request.forks, request.drops)
+        except ValueError as e:
+            self.metrics.inc("gambit_request_errors_total", code="INVALID_ARGUMENT")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        try:
+            scores = self.core.score(job)
+        except Exception as e:  # noqa: BLE001
+            self.metrics.inc("gambit_request_errors_total", code="INTERNAL")
+            context.abort(grpc.StatusCode.INTERNAL, f"scoring failed: {e}")
+        return self.pb2.ScoreResponse(scores=scores.tolist())
+
+    def Info(self, request, context):
+        s = self.core.scorer
+        return self.pb2.InfoResponse(kind=s.kind, hidden_size=s.hidden_size, max_rows=self.core.max_rows)
+
+
+@dataclass
+class RunningScorer:
+    server: grpc.Server
+    port: int
+    metrics_port: int
+    core: ScorerCore
+    metrics_backend: PrometheusBackend
+
+    def stop(self, grace: float = 0.5) -> None:
+        self.server.stop(grace).wait()
+        self.core.close()
+        http = getattr(self, "_http", None)
+        if http is not None:
+            http.shutdown()
+
+
+def start_scorer_server(cfg: ScorerServerConfig, scorer=None) -> RunningScorer:
+    """Start serving (non-blocking); ``scorer`` overrides ``cfg.scorer`` (an already-built one)."""
+    pb2, pb2_grpc = load("scorer")
+    backend = PrometheusBackend()
+    metrics = Metrics(backend, names=SCORER_METRICS)
+    core = ScorerCore(scorer if scorer is not None else load_any_scorer(cfg.scorer), cfg.max_rows,
+                      cfg.batch_wait_ms / 1000, cfg.max_batch_rows, metrics)
+    token = os.environ.get(cfg.token_env, "") if cfg.token_env else ""
+    interceptors = [BearerTokenInterceptor(token)] if token else []
+    server = grpc.server(futures.ThreadPoolExecutor(cfg.workers), interceptors=interceptors,
+                         options=[("grpc.max_receive_message_length", 256 << 20)])
+    pb2_grpc.add_ScorerServiceServicer_to_server(ScorerServicer(core, pb2, metrics), server)
+    add_health_and_reflection(server, [pb2.DESCRIPTOR.services_by_name["ScorerService"].full_name])
+    port = add_port(server, f"{cfg.host}:{cfg.port}", cfg.tls)
+    server.start()
+    running = RunningScorer(server, port, -1, core, backend)
+    if cfg.metrics_port >= 0:
+        http, _ = backend.serve_http(cfg.metrics_port, cfg.host)
+        running._http = http
+        running.metrics_port = http.server_port
+    return running

@@ -1,0 +1,93 @@
+"""Bearer-token auth and TLS options for every gRPC server and client here."""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+_HEALTH_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+
+@dataclass
+class TLSConfig:
+    """PEM files; all empty means plaintext (only for 127.0.0.1)."""
+
+    cert: str = ""  # server certificate chain (PEM)
+    key: str = ""  # server private key (PEM)
+    client_ca: str = ""  # when set, clients must present a certificate signed by this CA (mTLS)
+
+    def __post_init__(self) -> None:
+        if bool(self.cert) != bool(self.key):
+            raise ValueError("tls: cert and key must be given together")
+        for name in ("cert", "key", "client_ca"):
+            p = getattr(self, name)
+            if p and not Path(p).is_file():
+                raise ValueError(f"tls {name}: file {p} does not exist")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cert)
+
+    def server_credentials(self) -> grpc.ServerCredentials:
+        ca = Path(self.client_ca).read_bytes() if self.client_ca else None
+        return grpc.ssl_server_credentials([(Path(self.key).read_bytes(), Path(self.cert).read_bytes())],
+                                           root_certificates=ca, require_client_auth=ca is not None)
+
+
+def add_port(server: grpc.Server, address: str, tls: TLSConfig | None) -> int:
+    if tls is not None and tls.enabled:
+        return server.add_secure_port(address, tls.server_credentials())
+    return server.add_insecure_port(address)
+
+
+class BearerTokenInterceptor(grpc.ServerInterceptor):
+    """Rejects calls without ``authorization: Bearer <token>`` (health and reflection stay open)."""
+
+    def __init__(self, token: str) -> None:
+        if not token:
+            raise ValueError("token must be non-empty")
+        self._want = f"Bearer {token}".encode()
+
+        def deny(request, context):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+
+        self._deny = deny
+
+    def intercept_service(self, continuation, details):
+        if details.method.startswith(_HEALTH_PREFIXES):
+            return continuation(details)
+        got = dict(details.invocation_metadata).get("authorization", "")
+        if hmac.compare_digest(got.encode(), self._want):
+            return continuation(details)
+        handler = continuation(details)
+        if handler is None:
+            return None
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(self._deny)
+        return grpc.unary_stream_rpc_method_handler(self._deny)
+
+
+def check_token(metadata, token: str) -> bool:
+    """True when ``metadata`` (pairs) carries the bearer token (or no token is configured)."""
+    if not token:
+        return True
+    got = dict(metadata or ()).get("authorization", "")
+    return hmac.compare_digest(got.encode(), f"Bearer {token}".encode())
+
+
+def open_channel(address: str, tls_ca: str = "", tls_cert: str = "", tls_key: str = "",
+                 options=None) -> grpc.Channel:
+    """Plaintext channel, or TLS with a CA (and a client certificate for mTLS)."""
+    if tls_ca:
+        creds = grpc.ssl_channel_credentials(
+            Path(tls_ca).read_bytes(), Path(tls_key).read_bytes() if tls_key else None,
+            Path(tls_cert).read_bytes() if tls_cert else None)
+        return grpc.secure_channel(address, creds, options=options)
+    return grpc.insecure_channel(address, options=options)
+
+
+def auth_metadata(token: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),) if token else ()

@@ -1,0 +1,91 @@
+"""A Solve request as a validated dataclass: every bad value is a ValueError naming its field.
+
+Field names match the proto (``SolveRequest``) so the gRPC layer can answer INVALID_ARGUMENT with
+the message as is.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+METHODS = ("gambit", "sc", "step", "deepconf")
+DECODINGS = ("plain", "eagle3.1", "pr")
+RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+MAX_PROBLEM_CHARS = 8192
+
+
+@dataclass
+class SolveConfig:
+    """One run's search settings (server defaults fill what a request leaves at 0/unset)."""
+
+    method: str = "gambit"  # gambit | sc | step | deepconf
+    decoding: str = "plain"  # plain | eagle3.1 | pr
+    capacity: int = 8  # C: traces alive at once
+    swap: int = 2  # K: traces pruned and branched per round
+    round_interval: int = 16  # Δ: decode steps between rounds
+    warmup: int = 16  # w: tokens a trace needs since its creation before it can be pruned or branched
+    max_tokens: int = 320  # generated tokens per trace at most
+    temperature: float = 0.8  # sampling temperature of root traces
+    child_temperature: float = 1.0  # temperature multiplier for branched children
+    seed: int = 0  # run seed
+    timeout_s: float = 0.0  # wall-clock limit of the run, seconds (0 = none)
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method: unknown method {self.method!r}; known: {', '.join(METHODS)}")
+        if self.decoding not in DECODINGS:
+            raise ValueError(f"decoding: unknown decoding {self.decoding!r}; known: {', '.join(DECODINGS)}")
+        if self.capacity < 1:
+            raise ValueError(f"capacity: C must be >= 1, got {self.capacity}")
+        if not 0 <= self.swap <= self.capacity:
+            raise ValueError(f"swap: K must be in [0, C={self.capacity}], got {self.swap}")
+        if self.round_interval < 1:
+            raise ValueError(f"round_interval: must be >= 1, got {self.round_interval}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup: must be >= 0, got {self.warmup}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens: must be >= 1, got {self.max_tokens}")
+        if not self.temperature >= 0 or self.temperature > 10:
+            raise ValueError(f"temperature: must be in [0, 10], got {self.temperature}")
+        if not 0 < self.child_temperature <= 10:
+            raise ValueError(f"child_temperature: must be in (0, 10], got {self.child_temperature}")
+        if self.seed < 0:
+            raise ValueError(f"seed: must be >= 0, got {self.seed}")
+        if not self.timeout_s >= 0:
+            raise ValueError(f"timeout_s: must be >= 0, got {self.timeout_s}")
+
+
+def check_problem(problem: str, max_chars: int = MAX_PROBLEM_CHARS) -> str:
+    if not isinstance(problem, str) or not problem.strip():
+        raise ValueError("problem: empty")
+    if len(problem) > max_chars:
+        raise ValueError(f"problem: {len(problem)} characters, at most {max_chars}")
+    return problem
+
+
+def check_run_id(run_id: str) -> str:
+    if not RUN_ID.match(run_id):
+        raise ValueError(f"run_id: {run_id[:80]!r} must be 1-64 characters of [A-Za-z0-9_-]")
+    return run_id
+
+
+def from_request(req, defaults: SolveConfig | None = None) -> tuple[str, SolveConfig]:
+    """``(problem, config)`` from a ``gambit.v1.SolveRequest``; zero/unset fields take ``defaults``."""
+    d = defaults or SolveConfig()
+    problem = check_problem(req.problem)
+    capacity = req.capacity if req.HasField("capacity") else d.capacity
+    cfg = SolveConfig(
+        method=req.method or d.method,
+        decoding=req.decoding or d.decoding,
+        capacity=capacity,
+        swap=req.swap if req.HasField("swap") else max(0, min(d.swap, capacity)),
+        round_interval=req.round_interval or d.round_interval,
+        warmup=d.warmup,
+        max_tokens=req.max_tokens or d.max_tokens,
+        temperature=req.temperature if req.HasField("temperature") else d.temperature,
+        child_temperature=d.child_temperature,
+        seed=req.seed,
+        timeout_s=req.timeout_s or d.timeout_s,
+    )
+    return problem, cfg

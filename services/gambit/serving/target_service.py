@@ -1,0 +1,186 @@
+"""One engine serving many concurrent runs: the part the embedded wiring and the Ray ``Target``
+deployment share.
+
+A background thread steps the search driver while any run is in flight; each run's progress and
+result records go to that run's sink (a queue). Each run keeps its own capacity C; their traces
+share the engine's batch and KV. A run whose worst-case KV (C traces × (prompt + max_tokens))
+does not fit beside the runs already admitted is refused (``Overcommitted`` → RESOURCE_EXHAUSTED).
+Cancel flags in the tree view are polled, so a CancelRun that reaches any coordinator stops the
+run on the replica that holds it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from gambit.serving.convert import record_to_dict
+from gambit.serving.minidriver import MiniDriver, RunProgress, RunResult
+from gambit.serving.solve_config import SolveConfig
+from gambit.serving.tree_view import StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+
+class Overcommitted(RuntimeError):
+    """The run would overcommit the target's KV memory."""
+
+
+class TargetService:
+    def __init__(self, engine, scorer=None, tree=None, metrics=None, replica: str = "local",
+                 cancel_poll_s: float = 0.1) -> None:
+        self.engine, self.tree, self.metrics, self.replica = engine, tree, metrics, replica
+        self.driver = MiniDriver(engine, scorer, _SafeTree(tree) if tree is not None else None, metrics)
+        self.cancel_poll_s = cancel_poll_s
+        self._sinks: dict[str, Callable] = {}
+        self._reserved: dict[str, int] = {}
+        self._cv = threading.Condition()
+        self._stop = False
+        self.step_seconds = 0.0
+        self._last: dict[str, int] = {}
+        self._marks: dict[str, tuple[float, int, float]] = {}
+        self._thread = threading.Thread(target=self._loop, name="target-loop", daemon=True)
+        self._thread.start()
+
+    # -- API -----------------------------------------------------------------------------------
+    def blocks_needed(self, problem: str, cfg: SolveConfig) -> int:
+        n = len(self.engine.tokenizer.encode(problem))
+        per_trace = self.engine.blocks.blocks_for(min(n + cfg.max_tokens, self.engine.max_model_len))
+        return cfg.capacity * per_trace
+
+    def load(self) -> dict:
+        with self._cv:
+            return {"replica": self.replica, "runs": len(self._sinks),
+                    "reserved_blocks": sum(self._reserved.values()), "num_blocks": self.engine.num_blocks,
+                    "kv_usage": self.engine.kv_usage()}
+
+    def start_run(self, run_id: str, problem: str, cfg: SolveConfig, sink: Callable) -> None:
+        """Admit and start; ValueError (bad input), Overcommitted, NotImplementedError."""
+        need = self.blocks_needed(problem, cfg)
+        with self._cv:
+            free = self.engine.num_blocks - sum(self._reserved.values())
+            if need > free:
+                raise Overcommitted(f"run needs up to {need} KV blocks (capacity {cfg.capacity} x "
+                                    f"{cfg.max_tokens} tokens); {free} of {self.engine.num_blocks} are free")
+            self.driver.submit(run_id, problem, cfg)
+            self._sinks[run_id] = sink
+            sc = self.driver.scorer
+            self._marks[run_id] = (self.driver.sync_seconds, getattr(sc, "fallbacks", 0), self.step_seconds)
+            self._reserved[run_id] = need
+            self._gauges()
+            self._cv.notify()
+
+    def cancel(self, run_id: str, status: str = "cancelled", message: str = "") -> bool:
+        """Stop a run and free its KV; its sink gets the result. False if it is not here."""
+        with self._cv:
+            if run_id not in self._sinks:
+                return False
+            res = self.driver.cancel(run_id, status, message)
+            self._deliver([res] if res else [])
+            return True
+
+    def close(self) -> None:
+        with self._cv:
+            for rid in list(self._sinks):
+                self._deliver([self.driver.cancel(rid, "cancelled", "target shutting down")])
+            self._stop = True
+            self._cv.notify_all()
+        self._thread.join(timeout=5)
+
+    # -- loop ----------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        last_poll = 0.0
+        while True:
+            with self._cv:
+                while not self._stop and not self.driver.has_work():
+                    self._cv.wait()
+                if self._stop:
+                    return
+                t0 = time.perf_counter()
+                try:
+                    outs = self.driver.step()
+                except Exception as e:  # noqa: BLE001 — fail the runs, keep the replica alive
+                    log.exception("driver step failed")
+                    outs = [self.driver.cancel(r, "failed", f"target error: {e}") for r in list(self._sinks)]
+                self.step_seconds += time.perf_counter() - t0
+                self._counters()
+                self._deliver(outs)
+                ids = list(self._sinks)
+            if self.tree is not None and time.monotonic() - last_poll > self.cancel_poll_s:
+                last_poll = time.monotonic()
+                try:
+                    flagged = self.tree.cancel_requested(ids)
+                except StoreUnavailable:
+                    flagged = set()
+                for rid in flagged:
+                    self.cancel(rid, "cancelled", "cancelled by CancelRun")
+
+    def _deliver(self, outs) -> None:
+        for o in outs:
+            if o is None:
+                continue
+            sink = self._sinks.get(o.run_id)
+            d = record_to_dict(o)
+            if isinstance(o, RunResult):
+                self._sinks.pop(o.run_id, None)
+                self._reserved.pop(o.run_id, None)
+                sync0, fb0, eng0 = self._marks.pop(o.run_id, (0.0, 0, 0.0))
+                sc = self.driver.scorer
+                sync = self.driver.sync_seconds - sync0
+                d.update(scorer_s=sync, scorer_fallbacks=getattr(sc, "fallbacks", 0) - fb0,
+                         engine_s=self.step_seconds - eng0 - sync)
+                if self.tree is not None:
+                    _SafeTree(self.tree).put_run(o.run_id, status=o.status, result=d)
+            elif isinstance(o, RunProgress) and self.tree is not None:
+                _SafeTree(self.tree).put_run(o.run_id, status="running", progress=d)
+            if sink is not None:
+                try:
+                    sink(d)
+                except Exception:  # noqa: BLE001 — a gone consumer must not stop the loop
+                    log.exception("run sink failed")
+        self._gauges()
+
+    def _counters(self) -> None:
+        if self.metrics is None:
+            return
+        s, last = self.engine.stats, self._last
+        now = {"gambit_generation_tokens_total": s.generated_tokens,
+               "gambit_prompt_tokens_total": s.prompt_tokens}
+        for name in ("drafts", "draft_tokens", "accepted_tokens"):  # speculative decoding, when present
+            if hasattr(s, name):
+                now[f"gambit_spec_decode_num_{name}_total"] = getattr(s, name)
+        for k, v in now.items():
+            self.metrics.inc(k, v - last.get(k, 0))
+        self._last = now
+
+    def _gauges(self) -> None:
+        m = self.metrics
+        if m is None:
+            return
+        m.set("gambit_num_requests_running", len(self._sinks))
+        m.set("gambit_kv_cache_usage_perc", self.engine.kv_usage())
+        ts = [t for r in self.driver.runs.values() for t in r.traces.values()]
+        m.set("gambit_traces_active", sum(t.active and t.resident for t in ts))
+        m.set("gambit_traces_ghost", sum(t.active and not t.resident for t in ts))
+        m.set("gambit_traces_resident", len(self.engine.traces))
+
+
+class _SafeTree:
+    """Tree-view writes never stop decoding: a Redis outage is logged and the run goes on."""
+
+    def __init__(self, tree) -> None:
+        self.tree = tree
+
+    def __getattr__(self, name):
+        fn = getattr(self.tree, name)
+
+        def call(*a, **kw):
+            try:
+                return fn(*a, **kw)
+            except StoreUnavailable as e:
+                log.warning("tree view write skipped: %s", e)
+                return None
+
+        return call

@@ -1,0 +1,144 @@
+"""Where runs and their trace trees are recorded: Redis (services) or memory (embedded, tests).
+
+Keys under a prefix: ``<p>run:<id>`` (hash: status, request, replica, progress, result, message),
+``<p>run:<id>:traces`` (hash: trace id → JSON), ``<p>cancel:<id>`` (a flag with a TTL). Values are
+JSON, never pickle. The Redis password comes from the environment (``GAMBIT_REDIS_PASSWORD`` by
+default), never from a flag or a file in the repository. A Redis failure is ``StoreUnavailable``
+with the reason, which the gRPC layer answers as UNAVAILABLE.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+PASSWORD_ENV = "GAMBIT_REDIS_PASSWORD"
+ENDED = ("done", "cancelled", "timeout", "failed", "lost")
+
+
+class StoreUnavailable(RuntimeError):
+    """The tree store cannot be reached; the message says why."""
+
+
+class MemoryTreeView:
+    def __init__(self) -> None:
+        self._runs: dict[str, dict] = {}
+        self._traces: dict[str, dict] = {}
+        self._cancel: set[str] = set()
+        self._lock = threading.Lock()
+
+    def ping(self) -> None:
+        pass
+
+    def put_run(self, run_id: str, **fields) -> None:
+        with self._lock:
+            self._runs.setdefault(run_id, {}).update({k: _enc(v) for k, v in fields.items()})
+
+    def get_run(self, run_id: str) -> dict | None:
+        with self._lock:
+            got = self._runs.get(run_id)
+            return {k: _dec(v) for k, v in got.items()} if got else None
+
+    def put_traces(self, run_id: str, traces: dict) -> None:
+        with self._lock:
+            self._traces.setdefault(run_id, {}).update({str(k): json.dumps(v) for k, v in traces.items()})
+
+    def get_traces(self, run_id: str) -> dict[int, dict]:
+        with self._lock:
+            return {int(k): json.loads(v) for k, v in self._traces.get(run_id, {}).items()}
+
+    def request_cancel(self, run_id: str) -> None:
+        with self._lock:
+            self._cancel.add(run_id)
+
+    def cancel_requested(self, run_ids) -> set[str]:
+        with self._lock:
+            return {r for r in run_ids if r in self._cancel}
+
+    def delete_run(self, run_id: str) -> None:
+        with self._lock:
+            self._runs.pop(run_id, None)
+            self._traces.pop(run_id, None)
+            self._cancel.discard(run_id)
+
+
+class RedisTreeView:
+    def __init__(self, url: str = REDIS_URL, prefix: str = "gambit:", password_env: str = PASSWORD_ENV,
+                 timeout_s: float = 2.0, ttl_s: int = 7 * 24 * 3600) -> None:
+        import redis
+
+        self.prefix, self.ttl = prefix, ttl_s
+        password = os.environ.get(password_env) if password_env else None
+        self.r = redis.Redis.from_url(url, password=password or None, socket_timeout=timeout_s,
+                                      socket_connect_timeout=timeout_s, decode_responses=True)
+        self._errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                        redis.exceptions.AuthenticationError, OSError)
+        self.url = url
+
+    def _call(self, fn, *a):
+        try:
+            return fn(*a)
+        except self._errors as e:
+            raise StoreUnavailable(f"tree store (Redis at {self.url.split('@')[-1]}) unreachable: {e}") from None
+
+    def _k(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    def ping(self) -> None:
+        self._call(self.r.ping)
+
+    def put_run(self, run_id: str, **fields) -> None:
+        key = self._k("run", run_id)
+        p = self.r.pipeline()
+        p.hset(key, mapping={k: _enc(v) for k, v in fields.items()} | {"updated": _enc(time.time())})
+        p.expire(key, self.ttl)
+        self._call(p.execute)
+
+    def get_run(self, run_id: str) -> dict | None:
+        got = self._call(self.r.hgetall, self._k("run", run_id))
+        return {k: _dec(v) for k, v in got.items()} if got else None
+
+    def put_traces(self, run_id: str, traces: dict) -> None:
+        if not traces:
+            return
+        key = self._k("run", run_id, "traces")
+        p = self.r.pipeline()
+        p.hset(key, mapping={str(k): json.dumps(v) for k, v in traces.items()})
+        p.expire(key, self.ttl)
+        self._call(p.execute)
+
+    def get_traces(self, run_id: str) -> dict[int, dict]:
+        got = self._call(self.r.hgetall, self._k("run", run_id, "traces"))
+        return {int(k): json.loads(v) for k, v in got.items()}
+
+    def request_cancel(self, run_id: str) -> None:
+        self._call(self.r.set, self._k("cancel", run_id), 1, 3600)
+
+    def cancel_requested(self, run_ids) -> set[str]:
+        ids = list(run_ids)
+        if not ids:
+            return set()
+        got = self._call(self.r.mget, [self._k("cancel", r) for r in ids])
+        return {r for r, v in zip(ids, got, strict=True) if v}
+
+    def delete_run(self, run_id: str) -> None:
+        self._call(self.r.delete, self._k("run", run_id), self._k("run", run_id, "traces"),
+                   self._k("cancel", run_id))
+
+
+def open_tree_view(url: str, prefix: str = "gambit:", password_env: str = PASSWORD_ENV):
+    """``"memory"`` or a ``redis://`` URL."""
+    if url == "memory":
+        return MemoryTreeView()
+    return RedisTreeView(url, prefix, password_env)
+
+
+def _enc(v) -> str:
+    return json.dumps(v)
+
+
+def _dec(v: str):
+    return json.loads(v)

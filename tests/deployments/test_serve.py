@@ -1,0 +1,236 @@
+"""Ray Serve end to end over gRPC (generated client): Coordinator → Target → Scorer, Redis, metrics,
+faults and bad input. One Ray start per session (conftest)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import urllib.request
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from gambit.serving.protos import load
+from gambit.tasks.arithmetic import TaskConfig, generate
+
+pytestmark = pytest.mark.slow
+pb2, pb2_grpc = load("reasoning")
+PROBLEMS = [p.prompt for p in generate("test", 4, 0, TaskConfig(2, 4))]
+
+
+def md(token=True):
+    token = os.environ["GAMBIT_TEST_SERVE_TOKEN"] if token else ""  # set by the session fixture
+    return ((("authorization", f"Bearer {token}"),) if token else ()) + (("application", "gambit"),)
+
+
+def stub(stack):
+    return pb2_grpc.ReasoningServiceStub(grpc.insecure_channel(stack["address"]))
+
+
+def solve(stack, timeout=120, token=True, **kw):
+    kw.setdefault("problem", PROBLEMS[0])
+    return list(stub(stack).Solve(pb2.SolveRequest(**kw), metadata=md(token), timeout=timeout))
+
+
+class Background:
+    """A run in flight while a test does something else; ``join()`` returns its last event."""
+
+    def __init__(self, stack, **kw) -> None:
+        self.events, self.error = [], None
+        kw.setdefault("problem", PROBLEMS[1])
+        self.call = stub(stack).Solve(pb2.SolveRequest(**kw), metadata=md(), timeout=240)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            for ev in self.call:
+                self.events.append(ev)
+        except grpc.RpcError as e:
+            self.error = e
+
+    def wait_started(self, timeout=120):
+        deadline = time.monotonic() + timeout
+        while not self.events and self.error is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert self.events and self.events[0].WhichOneof("event") == "started", self.error
+        return self.events[0].started.run_id
+
+    def join(self, timeout=240):
+        self.thread.join(timeout)
+        assert self.error is None, self.error
+        return self.events[-1]
+
+
+def target_load():
+    from ray import serve
+
+    return serve.get_deployment_handle("Target", app_name="gambit").load.remote().result(timeout_s=30)
+
+
+def wait_for(pred, timeout=60, every=0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(every)
+    return pred()
+
+
+def test_solve_streams_progress_then_result_and_records_redis_and_metrics(serve_stack):
+    events = solve(serve_stack, seed=3, capacity=4, swap=1, round_interval=8)
+    kinds = [e.WhichOneof("event") for e in events]
+    assert kinds[0] == "started" and kinds[-1] == "result" and set(kinds[1:-1]) <= {"progress"}
+    rounds = [e.progress for e in events if e.WhichOneof("event") == "progress"]
+    assert [p.round for p in rounds] == list(range(1, len(rounds) + 1)) and rounds
+    assert all(p.active + p.ghost <= 4 and 0 <= p.kv_usage <= 1 for p in rounds)
+    assert [p.tokens for p in rounds] == sorted(p.tokens for p in rounds)
+    res = events[-1].result
+    run_id = events[0].started.run_id
+    assert res.status == "done" and res.run_id == run_id and res.scorer_fallbacks == 0
+    votes = {v.answer: v.weight for v in res.majority_votes}
+    assert res.majority_answer == max(votes, key=votes.get) and res.answer in votes
+    assert res.generated_tokens == sum(t.tokens for t in res.traces) > 0
+    assert res.timings.total_s > 0 and 0 < res.timings.first_event_s <= res.timings.total_s + 1
+    # GetRun and the raw tree view in Redis
+    info = stub(serve_stack).GetRun(pb2.GetRunRequest(run_id=run_id), metadata=md())
+    assert info.status == "done" and info.result.answer == res.answer and info.request.problem == PROBLEMS[0]
+    assert info.num_traces == len(res.traces)
+    r, prefix = serve_stack["redis"], serve_stack["prefix"]
+    tree = r.hgetall(f"{prefix}run:{run_id}:traces")
+    assert len(tree) == len(res.traces) and sum('"parent": -1' in v for v in tree.values()) == 4
+    # health and reflection on the proxy
+    ch = grpc.insecure_channel(serve_stack["address"])
+    assert health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(
+        service="gambit.v1.ReasoningService")).status == health_pb2.HealthCheckResponse.SERVING
+    # Ray's metrics export: the contract names with the ray_ prefix, no run ids as labels
+    url = f"http://127.0.0.1:{serve_stack['cfg'].metrics_port}/metrics"
+
+    def scrape():
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        return text if "ray_gambit_e2e_request_latency_seconds_count" in text else None
+
+    text = wait_for(scrape, timeout=60, every=2)
+    assert text, "gambit metrics never exported"
+    for name in ("ray_gambit_generation_tokens_total", "ray_gambit_traces_started_total",
+                 "ray_gambit_rounds_total", "ray_gambit_kv_cache_usage_perc", "ray_gambit_scorer_latency_seconds_count",
+                 "ray_gambit_time_to_first_token_seconds_bucket", "ray_gambit_num_requests_running"):
+        assert name in text, name
+    tokens = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                 if line.startswith("ray_gambit_generation_tokens_total{"))
+    assert tokens >= res.generated_tokens
+    assert run_id not in text
+
+
+@pytest.mark.parametrize("kw,field,code", [
+    (dict(problem=""), "problem", "INVALID_ARGUMENT"),
+    (dict(problem="1+1=" * 3000), "problem", "INVALID_ARGUMENT"),
+    (dict(capacity=0), "capacity", "INVALID_ARGUMENT"),
+    (dict(capacity=2, swap=3), "swap", "INVALID_ARGUMENT"),
+    (dict(method="beam"), "method", "INVALID_ARGUMENT"),
+    (dict(decoding="medusa"), "decoding", "INVALID_ARGUMENT"),
+    (dict(run_id="bad id!"), "run_id", "INVALID_ARGUMENT"),
+    (dict(capacity=5000), "", "RESOURCE_EXHAUSTED"),
+])
+def test_bad_input_and_overcommit_are_refused_while_another_run_goes_on(serve_stack, kw, field, code):
+    bg = Background(serve_stack, max_tokens=60)
+    bg.wait_started()
+    with pytest.raises(grpc.RpcError) as e:
+        solve(serve_stack, **kw)
+    assert e.value.code().name == code
+    assert e.value.details().startswith(f"{field}:") if field else "KV" in e.value.details()
+    assert bg.join().result.status == "done"
+
+
+def test_bearer_token_is_checked(serve_stack):
+    for call in (lambda: solve(serve_stack, token=False),
+                 lambda: stub(serve_stack).GetRun(pb2.GetRunRequest(run_id="x"), metadata=md(False))):
+        with pytest.raises(grpc.RpcError) as e:
+            call()
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with pytest.raises(grpc.RpcError) as e:
+        stub(serve_stack).GetRun(pb2.GetRunRequest(run_id="never-was"), metadata=md())
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_cancel_run_and_client_disconnect_free_the_kv(serve_stack):
+    keep = Background(serve_stack, max_tokens=100, seed=5)
+    cancel = Background(serve_stack, max_tokens=400, seed=6, capacity=6)
+    gone = Background(serve_stack, max_tokens=400, seed=7, capacity=6)
+    rid = cancel.wait_started()
+    gid = gone.wait_started()
+    keep.wait_started()
+    resp = stub(serve_stack).CancelRun(pb2.CancelRunRequest(run_id=rid), metadata=md())
+    assert resp.cancelled
+    assert cancel.join().result.status == "cancelled"
+    gone.call.cancel()  # the client goes away
+    assert keep.join().result.status == "done"
+    info = wait_for(lambda: (i := stub(serve_stack).GetRun(pb2.GetRunRequest(run_id=gid), metadata=md()))
+                    .status == "cancelled" and i)
+    assert info and "stream closed" in info.result.message
+    load = wait_for(lambda: (x := target_load())["runs"] == 0 and x)
+    assert load and load["reserved_blocks"] == 0 and load["kv_usage"] == 0.0
+    again = stub(serve_stack).CancelRun(pb2.CancelRunRequest(run_id=rid), metadata=md())
+    assert not again.cancelled and again.status == "cancelled"
+
+
+def test_redis_unreachable_is_unavailable_and_runs_in_flight_finish(serve_stack):
+    bg = Background(serve_stack, max_tokens=200, capacity=6, seed=8)
+    bg.wait_started()
+    serve_stack["proxy"].stop()
+    try:
+        for call in (lambda: solve(serve_stack),
+                     lambda: stub(serve_stack).GetRun(pb2.GetRunRequest(run_id="x"), metadata=md())):
+            with pytest.raises(grpc.RpcError) as e:
+                call()
+            assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "Redis" in e.value.details() and "unreachable" in e.value.details()
+        assert bg.join().result.status == "done"
+    finally:
+        serve_stack["proxy"].start()
+    assert wait_for(lambda: solve(serve_stack, max_tokens=40)[-1].result.status == "done", timeout=90)
+
+
+def test_coordinator_replica_killed_mid_run_ends_with_a_clear_status(serve_stack):
+    import ray
+
+    runs = [Background(serve_stack, max_tokens=300, capacity=6, seed=20 + i) for i in range(3)]
+    ids = [b.wait_started() for b in runs]
+    name = next(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                if "Coordinator" in a["name"])
+    ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
+    for b in runs:
+        b.thread.join(240)
+
+    def ended(rid):
+        i = stub(serve_stack).GetRun(pb2.GetRunRequest(run_id=rid), metadata=md())
+        return i.status if i.status in ("done", "cancelled") else None
+
+    for b, rid in zip(runs, ids, strict=True):
+        status = wait_for(lambda rid=rid: ended(rid), timeout=120)
+        if b.error is None:  # its coordinator survived: the stream finished normally
+            assert b.events[-1].result.status == "done" == status
+        else:  # its coordinator died: the run was stopped and says so, its KV freed
+            assert status in ("cancelled", "done")
+    assert wait_for(lambda: target_load()["runs"] == 0, timeout=60)
+    assert wait_for(lambda: solve(serve_stack, max_tokens=40)[-1].result.status == "done", timeout=120)
+
+
+def test_scorer_unreachable_run_continues_with_fallback(serve_stack):
+    from ray import serve
+
+    from gambit.deployments.app import build_scorer
+
+    serve.delete("scorer")
+    try:
+        res = solve(serve_stack, max_tokens=100, seed=9)[-1].result
+        assert res.status == "done" and res.scorer_fallbacks > 0 and res.answer
+    finally:
+        serve.run(build_scorer({"scorer": "random:mlp:192", "token_env": "GAMBIT_TEST_SERVE_TOKEN"}),
+                  name="scorer", route_prefix="/scorer", blocking=False)
+    url = f"http://127.0.0.1:{serve_stack['cfg'].metrics_port}/metrics"
+    assert wait_for(lambda: "ray_gambit_scorer_fallback_total" in
+                    urllib.request.urlopen(url, timeout=10).read().decode(), timeout=60, every=2)

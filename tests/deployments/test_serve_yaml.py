@@ -1,0 +1,43 @@
+"""deploy/serve.yaml passes Ray's own schema and names importable builders and servicers."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gambit.serving.grpc_api import SERVICER_FUNCTIONS
+
+CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "serve.yaml"
+
+
+def test_serve_yaml_is_valid_for_ray_serve():
+    schema = pytest.importorskip("ray.serve.schema")
+    raw = yaml.safe_load(CONFIG.read_text())
+    cfg = schema.ServeDeploySchema.model_validate(raw) if hasattr(schema.ServeDeploySchema, "model_validate") \
+        else schema.ServeDeploySchema.parse_obj(raw)
+    apps = {a.name: a for a in cfg.applications}
+    assert set(apps) == {"gambit", "scorer"}
+    assert cfg.grpc_options.grpc_servicer_functions == SERVICER_FUNCTIONS
+    assert cfg.http_options.host == "127.0.0.1"
+    import importlib
+
+    for app in apps.values():
+        module, attr = app.import_path.split(":")
+        assert callable(getattr(importlib.import_module(module), attr))
+    for path in SERVICER_FUNCTIONS:
+        module, attr = path.rsplit(".", 1)
+        assert callable(getattr(importlib.import_module(module), attr))
+    scorer = next(d for d in apps["scorer"].deployments if d.name == "Scorer")
+    assert scorer.autoscaling_config["min_replicas"] >= 1
+
+
+def test_builders_make_applications_from_the_yaml_args():
+    pytest.importorskip("ray.serve")
+    from ray.serve import Application
+
+    from gambit.deployments.app import build_gambit, build_scorer
+
+    raw = yaml.safe_load(CONFIG.read_text())
+    args = {a["name"]: a["args"] for a in raw["applications"]}
+    assert isinstance(build_gambit(args["gambit"]), Application)
+    assert isinstance(build_scorer(args["scorer"]), Application)

@@ -1,0 +1,33 @@
+"""AUC as Mann–Whitney, against hand-computed cases."""
+
+import math
+import random
+
+from gambit.scoring import auc
+
+
+def test_hand_computed():
+    # positives 0.35, 0.8; negatives 0.1, 0.4: pairs (0.35>0.1) (0.35<0.4) (0.8>0.1) (0.8>0.4) → 3/4
+    assert auc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == 0.75
+
+
+def test_ties_count_half():
+    # positives 0.5, 0.7; negatives 0.5, 0.2: (0.5=0.5 → ½) (0.5>0.2) (0.7>0.5) (0.7>0.2) → 3.5/4
+    assert auc([0.5, 0.7, 0.5, 0.2], [1, 1, 0, 0]) == 0.875
+    assert auc([0.3] * 6, [1, 0, 1, 0, 0, 1]) == 0.5
+
+
+def test_extremes_and_one_class():
+    assert auc([1, 2, 3, 4], [0, 0, 1, 1]) == 1.0
+    assert auc([4, 3, 2, 1], [0, 0, 1, 1]) == 0.0
+    assert math.isnan(auc([1, 2], [1, 1]))
+
+
+def test_matches_pairwise_count():
+    rng = random.Random(0)
+    s = [rng.choice([0.1, 0.2, 0.3, rng.random()]) for _ in range(200)]
+    y = [rng.random() < 0.4 for _ in range(200)]
+    pos = [a for a, b in zip(s, y, strict=True) if b]
+    neg = [a for a, b in zip(s, y, strict=True) if not b]
+    ref = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
+    assert abs(auc(s, y) - ref) < 1e-12

@@ -1,0 +1,136 @@
+"""BoundaryScorer: shapes, range, input checks, per-key history with fork/drop, save/load."""
+
+import pytest
+import torch
+
+from gambit.scoring import BoundaryScorer, ScorerConfig, load_scorer, random_scorer, save_scorer
+
+KINDS = [("mlp", {}), ("sequence", {"arch": "gru"}), ("sequence", {"arch": "attn"})]
+IDS = ["mlp", "gru", "attn"]
+
+
+@pytest.fixture(params=KINDS, ids=IDS)
+def scorer(request) -> BoundaryScorer:
+    kind, kw = request.param
+    return random_scorer(kind, hidden_size=32, seed=1, **kw)
+
+
+def test_shapes_and_range(scorer):
+    x = torch.randn(7, 32) * 5
+    out = scorer.score(list(range(7)), x)
+    assert out.shape == (7,) and out.dtype == torch.float32
+    assert bool(((out >= 0) & (out <= 1)).all())
+    assert scorer.score([], torch.zeros(0, 32)).shape == (0,)
+    assert scorer.kind in ("mlp", "sequence") and scorer.hidden_size == 32
+
+
+@pytest.mark.parametrize("bad, msg", [
+    (torch.randn(3, 31), "width 31"),
+    (torch.randn(3, 64), "width 64"),
+    (torch.randint(0, 9, (3, 32)), "floating point"),
+    (torch.zeros(3, 32, dtype=torch.bool), "floating point"),
+    (torch.randn(32), "2-D"),
+    (torch.randn(1, 3, 32), "2-D"),
+    ([[0.0] * 32] * 3, "torch.Tensor"),
+    (torch.full((3, 32), float("nan")), "NaN"),
+])
+def test_bad_states_refused(scorer, bad, msg):
+    scorer.score(["a"], torch.randn(1, 32))
+    before = {k: v.clone() for k, v in scorer._state.items()}
+    with pytest.raises(ValueError, match=msg):
+        scorer.score(["a", "b", "c"], bad)
+    assert set(scorer._state) == set(before)  # nothing changed
+    assert all(torch.equal(scorer._state[k], v) for k, v in before.items())
+
+
+def test_bad_keys_refused(scorer):
+    with pytest.raises(ValueError, match="one key per row"):
+        scorer.score([1, 2], torch.randn(3, 32))
+    with pytest.raises(ValueError, match="sequence"):
+        scorer.score("abc", torch.randn(3, 32))
+    with pytest.raises(ValueError, match="hashable"):
+        scorer.score([[1], [2]], torch.randn(2, 32))
+
+
+def test_low_precision_states_accepted(scorer):
+    x = torch.randn(2, 32)
+    a = scorer.score(["p", "q"], x.bfloat16())
+    scorer.reset()
+    b = scorer.score(["p", "q"], x.bfloat16().float())
+    assert torch.equal(a, b)
+
+
+def test_incremental_equals_history(scorer):
+    x = torch.randn(6, 32)
+    inc = torch.cat([scorer.score(["t"], x[i:i + 1]) for i in range(6)])
+    torch.testing.assert_close(inc, scorer.score_history(x), atol=1e-5, rtol=0)
+    # several rows of one key in one call are applied in order
+    scorer.reset()
+    rows = torch.cat([x[:1], x[:1], x[1:3], x[1:2], x[3:]])
+    both = scorer.score(["u", "v", "u", "u", "v", "u", "u", "u"], rows)
+    torch.testing.assert_close(both[[0, 2, 3, 5, 6, 7]], inc, atol=1e-5, rtol=0)
+    torch.testing.assert_close(both[[1, 4]], inc[:2], atol=1e-5, rtol=0)
+
+
+def test_fork_inherits_history():
+    s = random_scorer("sequence", hidden_size=32, seed=3)
+    x = torch.randn(5, 32)
+    s.score(["parent"] * 3, x[:3])
+    s.fork("parent", "child")
+    child = s.score(["child"], x[3:4])
+    parent = s.score(["parent"], x[3:4])
+    assert torch.equal(child, parent)  # the child's score is the parent's continuation
+    assert torch.allclose(child, s.score_history(x[:4])[-1:], atol=1e-5)
+    s.drop("parent")
+    fresh = s.score(["parent"], x[:1])
+    assert torch.allclose(fresh, s.score_history(x[:1]), atol=1e-5)
+    with pytest.raises(ValueError, match="already has a history"):
+        s.fork("parent", "child")
+    with pytest.raises(ValueError, match="onto itself"):
+        s.fork("child", "child")
+    s.fork("never-scored", "kid")  # a parent without boundaries: the child starts empty
+    assert "kid" not in s._state
+    s.drop("unknown")
+
+
+def test_fork_histories_diverge():
+    s = random_scorer("sequence", hidden_size=32, seed=4)
+    x = torch.randn(4, 32)
+    s.score([0, 0], x[:2])
+    s.fork(0, 1)
+    a = s.score([0], x[2:3])
+    b = s.score([1], x[3:4])
+    torch.testing.assert_close(a, s.score_history(x[:3])[-1:], atol=1e-5, rtol=0)
+    torch.testing.assert_close(b, s.score_history(x[[0, 1, 3]])[-1:], atol=1e-5, rtol=0)
+
+
+def test_save_load_round_trip(scorer, tmp_path):
+    save_scorer(scorer, scorer.config, tmp_path / "s")
+    loaded = load_scorer(tmp_path / "s")
+    assert loaded.config == scorer.config
+    x = torch.randn(5, 32)
+    keys = [0, 1, 0, 2, 0]
+    assert torch.equal(loaded.score(keys, x), scorer.score(keys, x))
+
+
+def test_load_errors(tmp_path):
+    s = random_scorer("mlp", hidden_size=16)
+    save_scorer(s, s.config, tmp_path / "s")
+    cfg = ScorerConfig(kind="mlp", hidden_size=24)
+    (tmp_path / "s" / "config.json").write_text(__import__("json").dumps(cfg.to_json()))
+    with pytest.raises(ValueError, match="0.weight"):
+        load_scorer(tmp_path / "s")
+    with pytest.raises(FileNotFoundError):
+        load_scorer(tmp_path / "nope")
+    with pytest.raises(ValueError, match="kind"):
+        ScorerConfig(kind="transformer")
+
+
+def test_mlp_is_step_probe():
+    s = random_scorer("mlp", hidden_size=192)
+    shapes = {k: tuple(v.shape) for k, v in s.net.state_dict().items()}
+    assert shapes == {"0.weight": (512, 192), "0.bias": (512,), "2.weight": (1, 512), "2.bias": (1,)}
+    x = torch.randn(3, 192)
+    w = s.net.state_dict()
+    ref = torch.sigmoid(torch.relu(x @ w["0.weight"].T + w["0.bias"]) @ w["2.weight"].T + w["2.bias"])[:, 0]
+    torch.testing.assert_close(s.score([1, 2, 3], x), ref)

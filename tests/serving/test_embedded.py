@@ -1,0 +1,85 @@
+"""The embedded wiring end to end: shipped target, real engine, scorer, Redis tree view, metrics."""
+
+import time
+import uuid
+
+import pytest
+
+from gambit.serving.embedded import Embedded, EmbeddedConfig
+from gambit.serving.solve_config import SolveConfig
+from gambit.serving.target_service import Overcommitted
+from gambit.serving.tree_view import RedisTreeView
+from gambit.tasks.arithmetic import TaskConfig, generate
+
+PROBLEMS = generate("test", 3, 0, TaskConfig(2, 4))
+
+
+@pytest.fixture(scope="module")
+def emb():
+    prefix = f"test-emb-{uuid.uuid4().hex[:8]}:"
+    e = Embedded(EmbeddedConfig(scorer="random:mlp:192", tree="redis://127.0.0.1:6379/0", prefix=prefix,
+                                num_blocks=400))
+    yield e
+    e.close()
+    r = e.target.tree.r
+    keys = list(r.scan_iter(f"{prefix}*"))
+    if keys:
+        r.delete(*keys)
+
+
+def metric(e, name):
+    for line in e.prom.exposition().decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def test_solve_streams_rounds_then_result_and_records_the_tree(emb):
+    tok0 = metric(emb, "gambit_generation_tokens_total")
+    events = list(emb.solve(PROBLEMS[0].prompt, SolveConfig(capacity=6, swap=2, round_interval=8, warmup=4,
+                                                            seed=1)))
+    assert events[0]["kind"] == "started" and events[-1]["kind"] == "result"
+    progress = [e for e in events if e["kind"] == "progress"]
+    assert [p["round"] for p in progress] == list(range(1, len(progress) + 1)) and progress
+    assert all(p["active"] + p["ghost"] <= 6 for p in progress)
+    assert sum(p["branched"] for p in progress) == sum(p["pruned"] for p in progress) > 0  # zero-sum
+    res = events[-1]
+    assert res["status"] == "done"
+    answered = [t for t in res["traces"] if t["finish_reason"] not in ("pruned", "abort") and t["answer"]]
+    assert sum(res["majority_votes"].values()) == len(answered)
+    assert res["majority_answer"] == max(res["majority_votes"], key=res["majority_votes"].get)
+    assert res["answer"] in res["weighted_votes"]
+    assert metric(emb, "gambit_generation_tokens_total") - tok0 == res["generated_tokens"]
+    # tree view in Redis: every trace, parents consistent, and the result
+    tree: RedisTreeView = emb.target.tree
+    traces = tree.get_traces(res["run_id"])
+    assert set(traces) == {t["trace_id"] for t in res["traces"]}
+    assert all(v["parent"] == -1 or v["parent"] in traces for v in traces.values())
+    assert sum(v["parent"] == -1 for v in traces.values()) == 6
+    rec = tree.get_run(res["run_id"])
+    assert rec["status"] == "done" and rec["result"]["answer"] == res["answer"]
+    assert emb.target.engine.kv_usage() == 0.0  # every block back
+
+
+def test_cancel_and_disconnect_free_the_kv_and_other_runs_finish(emb):
+    cfg = SolveConfig(capacity=4, max_tokens=200, seed=2)
+    keep = emb.solve(PROBLEMS[1].prompt, cfg)
+    gone = emb.solve(PROBLEMS[2].prompt, cfg)
+    cancelled = emb.solve(PROBLEMS[2].prompt, cfg)
+    next(keep), next(gone)
+    rid = next(cancelled)["run_id"]
+    time.sleep(0.05)
+    gone.close()  # consumer disconnects
+    emb.target.tree.request_cancel(rid)  # CancelRun from any coordinator
+    last = list(cancelled)[-1]
+    assert last["kind"] == "result" and last["status"] == "cancelled"
+    assert list(keep)[-1]["status"] == "done"
+    assert emb.target.load()["runs"] == 0 and emb.target.engine.kv_usage() == 0.0
+
+
+def test_overcommit_and_bad_input_change_nothing(emb):
+    with pytest.raises(Overcommitted):
+        next(emb.solve(PROBLEMS[0].prompt, SolveConfig(capacity=200, swap=2, max_tokens=300)))
+    with pytest.raises(ValueError, match="^problem:"):
+        next(emb.solve("", SolveConfig()))
+    assert emb.target.load()["reserved_blocks"] == 0

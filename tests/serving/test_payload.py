@@ -1,0 +1,42 @@
+import pytest
+import torch
+
+from gambit.serving.payload import decode_states, encode_states
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_roundtrip_is_exact(dtype):
+    x = torch.randn(5, 12).to(dtype)
+    raw, name, shape = encode_states(x)
+    back = decode_states(raw, name, shape, [f"r:{i}" for i in range(5)], 12, 64)
+    assert back.dtype == torch.float32
+    assert torch.equal(back, x.float())
+
+
+@pytest.mark.parametrize("change,field", [
+    (dict(dtype="int8"), "dtype"),
+    (dict(shape=[4, 12]), "states"),  # bytes do not match N*d*itemsize
+    (dict(shape=[5, 13]), "shape"),  # wrong width
+    (dict(shape=[60]), "shape"),  # wrong rank
+    (dict(shape=[0, 12]), "shape"),
+    (dict(raw=b"\x00" * 7), "states"),
+    (dict(ids=["a"] * 4), "trace_ids"),
+    (dict(ids=["a", "", "b", "c", "d"]), "trace_ids"),
+])
+def test_malformed_payload_names_the_field(change, field):
+    raw, name, shape = encode_states(torch.randn(5, 12))
+    args = dict(raw=raw, dtype=name, shape=shape, ids=[str(i) for i in range(5)])
+    args.update(change)
+    with pytest.raises(ValueError, match=rf"^{field}:"):
+        decode_states(args["raw"], args["dtype"], args["shape"], args["ids"], 12, 64)
+
+
+def test_too_many_rows_and_nan_are_refused():
+    raw, name, shape = encode_states(torch.randn(5, 12))
+    with pytest.raises(ValueError, match="^shape:"):
+        decode_states(raw, name, shape, list("abcde"), 12, 4)
+    bad = torch.randn(2, 12)
+    bad[1, 3] = float("nan")
+    raw, name, shape = encode_states(bad)
+    with pytest.raises(ValueError, match="^states:"):
+        decode_states(raw, name, shape, ["a", "b"], 12, 64)

@@ -1,0 +1,153 @@
+"""The standalone ScorerService over real gRPC: scores, batching, validation, auth, TLS, health,
+reflection and the metrics port."""
+
+import subprocess
+import threading
+import urllib.request
+
+import grpc
+import pytest
+import torch
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from gambit.scoring import random_scorer
+from gambit.serving.payload import encode_states
+from gambit.serving.protos import load
+from gambit.serving.scorer_client import RemoteScorer
+from gambit.serving.scorer_server import ScorerServerConfig, start_scorer_server
+from gambit.serving.security import open_channel
+
+H = 16
+pb2, pb2_grpc = load("scorer")
+
+
+@pytest.fixture(scope="module")
+def server(monkeypatch_module):
+    monkeypatch_module.setenv("GAMBIT_TEST_TOKEN", "s3cret")
+    cfg = ScorerServerConfig(port=0, metrics_port=0, token_env="GAMBIT_TEST_TOKEN", batch_wait_ms=20)
+    srv = start_scorer_server(cfg, scorer=random_scorer("sequence", H, seed=3))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+def stub(srv):
+    return pb2_grpc.ScorerServiceStub(grpc.insecure_channel(f"127.0.0.1:{srv.port}"))
+
+
+AUTH = (("authorization", "Bearer s3cret"),)
+
+
+def request(states, ids, **kw):
+    raw, dtype, shape = encode_states(states)
+    return pb2.ScoreRequest(states=raw, dtype=dtype, shape=shape, trace_ids=ids, **kw)
+
+
+def test_scores_equal_in_process_scorer_and_keep_history(server):
+    ref = random_scorer("sequence", H, seed=3)
+    x = torch.randn(6, H)
+    ids = ["r:1", "r:2", "r:1", "r:3", "r:1", "r:2"]
+    got = stub(server).Score(request(x, ids), metadata=AUTH).scores
+    want = ref.score(ids, x)
+    assert torch.allclose(torch.tensor(list(got)), want, atol=1e-6)
+    # a fork carries r:1's history to r:9; the server state must match the reference's
+    y = torch.randn(2, H)
+    ref.fork("r:1", "r:9")
+    got = stub(server).Score(request(y, ["r:9", "r:1"], forks=[pb2.Fork(parent="r:1", child="r:9")],
+                                     drops=["r:1", "r:2", "r:3", "r:9"]), metadata=AUTH).scores
+    assert torch.allclose(torch.tensor(list(got)), ref.score(["r:9", "r:1"], y), atol=1e-6)
+    assert server.core.scorer.num_keys == 0  # drops applied
+
+
+def test_concurrent_requests_are_batched(server):
+    calls0 = server.core.calls
+    xs = [torch.randn(3, H) for _ in range(8)]
+    out = [None] * 8
+
+    def call(i):
+        out[i] = list(stub(server).Score(request(xs[i], [f"b{i}:{j}" for j in range(3)],
+                                                 drops=[f"b{i}:{j}" for j in range(3)]), metadata=AUTH).scores)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    ref = random_scorer("sequence", H, seed=3)
+    for i in range(8):
+        assert torch.allclose(torch.tensor(out[i]), ref.score([f"b{i}:{j}" for j in range(3)], xs[i]), atol=1e-6)
+    assert server.core.calls - calls0 < 8  # some requests shared a forward
+
+
+@pytest.mark.parametrize("mutate,field", [
+    (lambda r: setattr(r, "dtype", "float64"), "dtype"),
+    (lambda r: r.shape.__setitem__(1, H + 1), "shape"),
+    (lambda r: setattr(r, "states", r.states[:-4]), "states"),
+    (lambda r: r.trace_ids.append("extra"), "trace_ids"),
+])
+def test_malformed_payload_is_invalid_argument_naming_the_field(server, mutate, field):
+    req = request(torch.randn(2, H), ["a", "b"])
+    mutate(req)
+    with pytest.raises(grpc.RpcError) as e:
+        stub(server).Score(req, metadata=AUTH)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.details().startswith(f"{field}:")
+
+
+def test_bearer_token_is_required(server):
+    for md in ((), (("authorization", "Bearer wrong"),)):
+        with pytest.raises(grpc.RpcError) as e:
+            stub(server).Info(pb2.InfoRequest(), metadata=md)
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert stub(server).Info(pb2.InfoRequest(), metadata=AUTH).hidden_size == H
+
+
+def test_health_reflection_and_metrics(server):
+    ch = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    hs = health_pb2_grpc.HealthStub(ch)
+    for name in ("", "gambit.v1.ScorerService"):
+        assert hs.Check(health_pb2.HealthCheckRequest(service=name)).status == health_pb2.HealthCheckResponse.SERVING
+    refl = reflection_pb2_grpc.ServerReflectionStub(ch)
+    resp = next(refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")])))
+    names = {s.name for s in resp.list_services_response.service}
+    assert {"gambit.v1.ScorerService", "grpc.health.v1.Health"} <= names
+    stub(server).Score(request(torch.randn(4, H), list("wxyz"), drops=list("wxyz")), metadata=AUTH)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics").read().decode()
+    lines = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+    assert float(lines["gambit_scorer_latency_seconds_count"]) >= 1
+    assert float(lines["gambit_scorer_batch_size_sum"]) >= 4
+    assert float(lines['gambit_request_errors_total{code="INVALID_ARGUMENT"}']) >= 1
+
+
+def test_tls_server_and_remote_scorer_client(tmp_path):
+    key, crt = tmp_path / "key.pem", tmp_path / "crt.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(crt), "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"],
+                   check=True, capture_output=True)
+    cfg = ScorerServerConfig(port=0, metrics_port=-1, token_env="", tls_cert=str(crt), tls_key=str(key))
+    srv = start_scorer_server(cfg, scorer=random_scorer("mlp", H, seed=1))
+    try:
+        client = RemoteScorer(f"localhost:{srv.port}", H, tls_ca=str(crt))
+        x = torch.randn(3, H)
+        assert torch.allclose(client.score(["a", "b", "c"], x), random_scorer("mlp", H, seed=1).score([0, 1, 2], x),
+                              atol=1e-6)
+        assert client.fallbacks == 0
+        with pytest.raises(grpc.RpcError):  # a plaintext client cannot talk to it
+            pb2_grpc.ScorerServiceStub(open_channel(f"localhost:{srv.port}")).Info(pb2.InfoRequest(), timeout=5)
+    finally:
+        srv.stop()
+
+
+def test_unreachable_scorer_falls_back_to_running_means():
+    client = RemoteScorer("127.0.0.1:1", H, timeout_s=0.5, retry_after_s=0.0)
+    out = client.score(["a", "b"], torch.randn(2, H))
+    assert out.tolist() == [0.5, 0.5] and client.fallbacks == 1
+    client._sum["a"] = (1.5, 2)  # the scorer gave "a" 0.75 on average before it went away
+    assert client.score(["a"], torch.randn(1, H)).tolist() == [0.75]
