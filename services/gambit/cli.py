@@ -113,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_train_scorer_parser(tsub, _cmd_train_scorer)
 
+    from gambit.ops.cli import add_ops_commands
+
+    add_ops_commands(sub)
+
     b = sub.add_parser("bench", help="benchmarks (commands that print a table and write JSON)")
     bsub = b.add_subparsers(dest="what", required=True)
     bsub.add_parser("engine", help="native engine vs transformers vs vLLM-CPU; fork vs prefill "

@@ -1,0 +1,128 @@
+"""Prometheus alerting rules, as data: one `Alert` per condition an operator must act on.
+
+Expressions are written once with ``{p}`` for the exporter prefix (``ray_`` under Ray Serve). Each
+alert also lists the queries that must return a series on a live deployment (`checks`): a threshold
+comparison returns nothing while healthy, so the live check evaluates its parts instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gambit.ops.metrics import DEFAULT_PREFIX
+
+# gRPC codes that are the caller's doing, not the service failing.
+CLIENT_CODES = "CANCELLED|INVALID_ARGUMENT|NOT_FOUND"
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    expr: str  # PromQL with {p} for the prefix
+    for_: str  # how long the condition must hold, e.g. "5m"
+    severity: str  # "warning" | "critical"
+    summary: str
+    action: str  # what the operator should do (README and the runbook annotation)
+    checks: tuple[str, ...] = field(default=())  # queries that must return >= 1 series live
+
+    def __post_init__(self):
+        if self.severity not in ("warning", "critical"):
+            raise ValueError(f"severity must be warning or critical, got {self.severity!r}")
+        if not self.checks:
+            raise ValueError(f"alert {self.name}: checks must name the queries its expression reads")
+
+    def rule(self, prefix: str = DEFAULT_PREFIX) -> dict:
+        return {
+            "alert": self.name,
+            "expr": self.expr.format(p=prefix),
+            "for": self.for_,
+            "labels": {"severity": self.severity, "service": "gambit"},
+            "annotations": {"summary": self.summary, "description": self.action},
+        }
+
+
+def _quantile(q: float, hist: str, window: str = "5m") -> str:
+    return f"histogram_quantile({q}, sum by (le) (rate({{p}}{hist}_bucket[{window}])))"
+
+
+ALERTS: tuple[Alert, ...] = (
+    Alert(
+        name="GambitKVCacheSaturated",
+        expr="max({p}gambit_kv_cache_usage_perc) > 0.95",
+        for_="5m", severity="warning",
+        summary="KV cache above 95% on a Target replica for 5 minutes ({{ $value | humanizePercentage }})",
+        action="Traces are being evicted or pruned for memory. Add Target replicas or GPU workers "
+               "(gpuWorkers.replicas), lower the trace pool size C, or lower max_ongoing_requests.",
+        checks=("max({p}gambit_kv_cache_usage_perc)",),
+    ),
+    Alert(
+        name="GambitScorerDown",
+        expr="sum(rate({p}gambit_scorer_fallback_total[5m])) > 0",
+        for_="2m", severity="critical",
+        summary="Rounds are ranked without the scorer: the Scorer is unreachable",
+        action="Check the Scorer deployment's replicas in the Ray dashboard and `gambit cluster status`; "
+               "look at the CPU worker pods' logs. Search quality falls back to unscored ranking.",
+        checks=("sum(rate({p}gambit_scorer_fallback_total[5m]))",),
+    ),
+    Alert(
+        name="GambitTraceThroughputDrop",
+        expr="sum(rate({p}gambit_generation_tokens_total[5m])) "
+             "< 0.5 * sum(rate({p}gambit_generation_tokens_total[1h])) "
+             "and sum({p}gambit_num_requests_running) > 0",
+        for_="10m", severity="warning",
+        summary="Trace throughput (generated tokens/s) is below half its 1-hour average while runs are "
+                "in flight",
+        action="Look for a slow or restarting Target replica (GPU worker pod events, Ray dashboard), "
+               "KV saturation (evictions) or a noisy neighbour on the GPU node.",
+        checks=("sum(rate({p}gambit_generation_tokens_total[5m]))",
+                "sum(rate({p}gambit_generation_tokens_total[1h]))",
+                "sum({p}gambit_num_requests_running)"),
+    ),
+    Alert(
+        name="GambitHighErrorRate",
+        expr=f'sum(rate({{p}}gambit_request_errors_total{{{{code!~"{CLIENT_CODES}"}}}}[5m])) '
+             "/ (sum(rate({p}gambit_e2e_request_latency_seconds_count[5m])) "
+             "+ sum(rate({p}gambit_request_errors_total[5m]))) > 0.05",
+        for_="5m", severity="critical",
+        summary="More than 5% of Solve calls end with a server-side gRPC error",
+        action="Break the errors down by code on the dashboard (Errors by code). UNAVAILABLE or "
+               "RESOURCE_EXHAUSTED: scale out or lower load; INTERNAL: read the Coordinator's logs.",
+        checks=("sum(rate({p}gambit_request_errors_total[5m]))",
+                "sum(rate({p}gambit_e2e_request_latency_seconds_count[5m]))"),
+    ),
+    Alert(
+        name="GambitHighEndToEndLatency",
+        expr=_quantile(0.95, "gambit_e2e_request_latency_seconds") + " > 120",
+        for_="10m", severity="warning",
+        summary="p95 end-to-end Solve latency above 120 s",
+        action="Check queue depth (runs waiting) and KV utilisation; add Target replicas, or lower the "
+               "default trace budget per run.",
+        checks=(_quantile(0.95, "gambit_e2e_request_latency_seconds"),),
+    ),
+    Alert(
+        name="GambitHighTimeToFirstToken",
+        expr=_quantile(0.95, "gambit_time_to_first_token_seconds") + " > 10",
+        for_="10m", severity="warning",
+        summary="p95 time to the first stream event above 10 s",
+        action="Runs wait in the queue: see runs waiting on the dashboard; scale the Target or the "
+               "Coordinator out, or lower max_ongoing_requests so the proxy sheds load instead.",
+        checks=(_quantile(0.95, "gambit_time_to_first_token_seconds"),),
+    ),
+    Alert(
+        name="GambitQueueBacklog",
+        expr="sum({p}gambit_num_requests_waiting) > 32",
+        for_="10m", severity="warning",
+        summary="More than 32 runs queued for 10 minutes",
+        action="Demand exceeds capacity: add GPU workers and Target replicas (see Scaling in the README).",
+        checks=("sum({p}gambit_num_requests_waiting)",),
+    ),
+)
+
+
+def rule_groups(prefix: str = DEFAULT_PREFIX) -> dict:
+    """The Prometheus rules file (``groups:``), also the PrometheusRule's spec."""
+    return {"groups": [{"name": "gambit.alerts", "rules": [a.rule(prefix) for a in ALERTS]}]}
+
+
+def live_checks(prefix: str = DEFAULT_PREFIX) -> dict[str, list[str]]:
+    return {a.name: [c.format(p=prefix) for c in a.checks] for a in ALERTS}

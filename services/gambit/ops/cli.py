@@ -1,0 +1,51 @@
+"""CLI wiring for `gambit deploy generate|check` and `gambit cluster status|wait` (logic lives beside)."""
+
+from __future__ import annotations
+
+import sys
+
+from gambit.config_cli import add_dataclass_args, from_args
+from gambit.ops.cluster import ClusterConfig
+
+
+def _deploy(args) -> int:
+    from gambit.ops.generate import check, generate
+
+    if args.action == "generate":
+        written = generate()
+        print("\n".join(f"wrote {p}" for p in written) or "deploy/ is up to date")
+        return 0
+    diffs = check()
+    for d in diffs:
+        print(d, end="")
+    print(f"{len(diffs)} generated file(s) out of date" if diffs else "deploy/ matches the code")
+    return 1 if diffs else 0
+
+
+def _cluster(args) -> int:
+    from gambit.ops.cluster import api_client, fetch_status, wait_ready
+
+    cfg = from_args(ClusterConfig, args)
+    api = api_client(cfg)
+    if args.action == "status":
+        st = fetch_status(cfg, api)
+        print(st.format())
+        return 0 if st.ready else 1
+    try:
+        st = wait_ready(cfg, api)
+    except TimeoutError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(st.format())
+    return 0
+
+
+def add_ops_commands(sub) -> None:
+    d = sub.add_parser("deploy", help="deploy/ files (Serve config, alerts, dashboards) generated from code")
+    d.add_argument("action", choices=["generate", "check"],
+                   help="write the files, or diff them (exit 1 on drift)")
+    d.set_defaults(func=_deploy)
+    c = sub.add_parser("cluster", help="the RayService on Kubernetes: status, or wait until it serves")
+    c.add_argument("action", choices=["status", "wait"], help="print status (exit 1 if not ready), or block")
+    add_dataclass_args(c, ClusterConfig)
+    c.set_defaults(func=_cluster)

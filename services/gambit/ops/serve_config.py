@@ -1,0 +1,147 @@
+"""The Ray Serve applications, described once in Python; `serve_config` turns them into a config that
+``ray.serve.schema.ServeDeploySchema`` accepts (deploy/serve*.yaml; the chart's serveConfigV2 is tested
+equal to the ``kubernetes`` profile).
+
+Two applications share Serve's gRPC proxy (services' `gambit.deployments.app`): ``gambit``
+(Coordinator -> Target, answers ReasoningService) and ``scorer`` (answers ScorerService; Targets call
+it through the proxy on their own node). Profiles: ``local`` (one machine, what `gambit serve` runs)
+and ``kubernetes`` (the Target asks for a GPU, so it lands on the GPU worker group; the Scorer and
+Coordinator ask for a custom resource only the CPU worker group advertises).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+CPU_GROUP_RESOURCE = "gambit_cpu_worker"  # advertised by the chart's CPU worker group
+GRPC_SERVICER_FUNCTIONS = (
+    "gambit.serving.grpc_api.add_ReasoningServiceServicer_to_server",
+    "gambit.serving.grpc_api.add_ScorerServiceServicer_to_server",
+    "gambit.serving.grpc_api.add_health_servicer",
+)
+SOLVE_DEFAULTS = (("capacity", 8), ("swap", 2), ("round_interval", 16), ("max_tokens", 320))
+
+
+@dataclass(frozen=True)
+class DeploymentSpec:
+    name: str
+    max_ongoing_requests: int = 64  # requests a replica takes at once before the proxy queues
+    num_replicas: int | None = None  # None: the builder's choice (or autoscaling)
+    num_cpus: float | None = None  # CPUs reserved per replica (None: the deployment's code default)
+    num_gpus: float | None = None  # GPUs reserved per replica (None: the deployment's code default)
+    resources: tuple[tuple[str, float], ...] = ()  # custom Ray resources per replica
+    autoscaling: tuple[tuple[str, float], ...] = ()  # Serve autoscaling_config (instead of num_replicas)
+
+    def __post_init__(self):
+        if not self.name.isidentifier():
+            raise ValueError(f"deployment name must be an identifier, got {self.name!r}")
+        if self.num_replicas is not None and self.num_replicas < 1:
+            raise ValueError(f"{self.name}: num_replicas must be >= 1, got {self.num_replicas}")
+        if self.num_replicas is not None and self.autoscaling:
+            raise ValueError(f"{self.name}: set num_replicas or autoscaling, not both")
+        if (self.num_cpus or 0) < 0 or (self.num_gpus or 0) < 0:
+            raise ValueError(f"{self.name}: num_cpus and num_gpus must be >= 0")
+        if self.max_ongoing_requests < 1:
+            raise ValueError(f"{self.name}: max_ongoing_requests must be >= 1")
+
+    def to_dict(self) -> dict:
+        out: dict = {"name": self.name}
+        if self.num_replicas is not None:
+            out["num_replicas"] = self.num_replicas
+        out["max_ongoing_requests"] = self.max_ongoing_requests
+        if self.autoscaling:
+            out["autoscaling_config"] = dict(self.autoscaling)
+        opts: dict = {}
+        if self.num_cpus is not None:
+            opts["num_cpus"] = self.num_cpus
+        if self.num_gpus is not None:
+            opts["num_gpus"] = self.num_gpus
+        if self.resources:
+            opts["resources"] = dict(self.resources)
+        if opts:
+            out["ray_actor_options"] = opts
+        return out
+
+
+SCORER_AUTOSCALING = (("min_replicas", 1), ("max_replicas", 4), ("target_ongoing_requests", 8),
+                      ("upscale_delay_s", 5), ("downscale_delay_s", 60))
+
+
+@dataclass(frozen=True)
+class ServeAppSpec:
+    http_host: str = "127.0.0.1"  # Serve's HTTP proxy address
+    grpc_port: int = 9000  # Serve's gRPC proxy (ReasoningService and ScorerService)
+    http_port: int = 8000  # Serve's HTTP proxy (Serve starts it; gambit does not use it)
+    tree: str = "redis://127.0.0.1:6379/0"  # run store URL (password from GAMBIT_REDIS_PASSWORD)
+    prefix: str = "gambit:"  # Redis key prefix
+    token_env: str = "GAMBIT_TOKEN"  # env var with the bearer token (unset: no auth)
+    model: str = ""  # target model folder ("" = the shipped target)
+    scorer: str = ""  # scorer folder ("" = the shipped MLP scorer)
+    hidden_size: int = 192  # the target's hidden size (the scorer's input width)
+    batch_wait_ms: float = 2.0  # the Scorer waits this long to batch Score calls
+    num_blocks: int = 0  # KV blocks per Target (0 = from the memory budget)
+    target_gpus: float = -1  # GPUs per Target (-1: one when the cluster has GPUs)
+    solve_defaults: tuple[tuple[str, int], ...] = SOLVE_DEFAULTS  # SolveConfig defaults of a run
+    deployments: tuple[DeploymentSpec, ...] = field(default_factory=lambda: (
+        DeploymentSpec("Coordinator", max_ongoing_requests=256),
+        DeploymentSpec("Target", max_ongoing_requests=64),
+        DeploymentSpec("Scorer", max_ongoing_requests=32, autoscaling=SCORER_AUTOSCALING),
+    ))
+
+    def __post_init__(self):
+        for port in (self.grpc_port, self.http_port):
+            if not 1 <= port <= 65535:
+                raise ValueError(f"port must be in 1..65535, got {port}")
+        if self.grpc_port == self.http_port:
+            raise ValueError("grpc_port and http_port must differ")
+        names = sorted(d.name for d in self.deployments)
+        if names != ["Coordinator", "Scorer", "Target"]:
+            raise ValueError(f"deployments must be Target, Coordinator, Scorer; got {names}")
+
+    def deployment(self, name: str) -> DeploymentSpec:
+        return next(d for d in self.deployments if d.name == name)
+
+
+def profile(name: str, spec: ServeAppSpec | None = None) -> ServeAppSpec:
+    """``local``: the spec as is. ``kubernetes``: Target on a GPU, the rest on the CPU worker group."""
+    spec = spec or ServeAppSpec()
+    if name == "local":
+        return spec
+    if name != "kubernetes":
+        raise ValueError(f"profile must be local or kubernetes, got {name!r}")
+    cpu_group = ((CPU_GROUP_RESOURCE, 0.01),)
+    deps = tuple(
+        replace(d, num_replicas=1, num_cpus=1.0, num_gpus=1.0) if d.name == "Target"
+        else replace(d, num_replicas=None if d.autoscaling else (d.num_replicas or 1), num_cpus=1.0,
+                     num_gpus=0.0, resources=cpu_group)
+        for d in spec.deployments
+    )
+    return replace(spec, deployments=deps, http_host="0.0.0.0", tree="redis://gambit-redis:6379/0",
+                   target_gpus=1.0)
+
+
+def serve_config(spec: ServeAppSpec) -> dict:
+    """A Serve deploy config (the `serve deploy` / KubeRay serveConfigV2 format)."""
+    target, coordinator = spec.deployment("Target"), spec.deployment("Coordinator")
+    gambit_args = {
+        "tree": spec.tree, "prefix": spec.prefix, "token_env": spec.token_env,
+        "target_replicas": target.num_replicas or 1, "target_gpus": spec.target_gpus,
+        "coordinator_replicas": coordinator.num_replicas or 1,
+        "target": {"model": spec.model, "scorer_address": f"127.0.0.1:{spec.grpc_port}",
+                   "scorer_app": "scorer", "num_blocks": spec.num_blocks},
+        "defaults": dict(spec.solve_defaults),
+    }
+    scorer_args = {"scorer": spec.scorer, "hidden_size": spec.hidden_size,
+                   "batch_wait_ms": spec.batch_wait_ms, "token_env": spec.token_env}
+    apps = [
+        {"name": "gambit", "route_prefix": "/gambit", "import_path": "gambit.deployments.app:build_gambit",
+         "args": gambit_args, "deployments": [coordinator.to_dict(), target.to_dict()]},
+        {"name": "scorer", "route_prefix": "/scorer", "import_path": "gambit.deployments.app:build_scorer",
+         "args": scorer_args, "deployments": [spec.deployment("Scorer").to_dict()]},
+    ]
+    return {
+        "proxy_location": "EveryNode",
+        "http_options": {"host": spec.http_host, "port": spec.http_port},
+        "grpc_options": {"port": spec.grpc_port, "grpc_servicer_functions": list(GRPC_SERVICER_FUNCTIONS)},
+        "applications": apps,
+    }

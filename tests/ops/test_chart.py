@@ -1,0 +1,200 @@
+"""The Helm chart, checked offline with the real Helm CLI: lint, render every ci/ values file, and the
+properties the issue asks of the rendered objects."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import yaml
+from ops_util import CHART, CI_VALUES, by_kind, run
+
+from gambit.ops.dashboards import dashboard_json
+from gambit.ops.generate import REPO
+
+
+def _rayservice(docs):
+    (rs,) = by_kind(docs, "RayService")
+    return rs
+
+
+def _groups(rs):
+    return {g["groupName"]: g for g in rs["spec"]["rayClusterConfig"]["workerGroupSpecs"]}
+
+
+def test_ci_values_cover_the_variants():
+    assert {f.stem for f in CI_VALUES} == {"one-gpu-values", "multi-gpu-values", "external-redis-values",
+                                            "no-monitoring-values"}
+
+
+@pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: v.stem if v else "default")
+def test_helm_lint_strict(helm, values):
+    r = run([helm, "lint", "--strict", str(CHART), *(["-f", str(values)] if values else [])])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 chart(s) failed" in r.stdout
+
+
+def test_no_remote_dependencies():
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert not chart.get("dependencies")
+    assert not (CHART / "charts").exists() and not (CHART / "Chart.lock").exists()
+
+
+def test_head_takes_no_work_and_gpu_group_from_values(rendered):
+    rs = _rayservice(rendered["multi-gpu-values"])
+    head = rs["spec"]["rayClusterConfig"]["headGroupSpec"]
+    assert head["rayStartParams"]["num-cpus"] == "0"
+    groups = _groups(rs)
+    gpu = groups["gpu-workers"]
+    assert (gpu["replicas"], gpu["minReplicas"], gpu["maxReplicas"]) == (4, 2, 6)
+    spec = gpu["template"]["spec"]
+    (c,) = spec["containers"]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert spec["nodeSelector"] == {"node.kubernetes.io/instance-type": "g6.12xlarge"}
+    want = {"key": "dedicated", "operator": "Equal", "value": "gambit", "effect": "NoSchedule"}
+    assert want in spec["tolerations"]
+    assert rs["spec"]["rayClusterConfig"]["enableInTreeAutoscaling"] is True
+    assert rs["spec"]["rayClusterConfig"]["authOptions"] == {"mode": "token"}  # Ray 2.60's default
+    assert rs["spec"]["upgradeStrategy"] == {"type": "NewCluster"}
+    cpu = groups["cpu-workers"]
+    assert "nvidia.com/gpu" not in json.dumps(cpu)
+    assert json.loads(yaml.safe_load(cpu["rayStartParams"]["resources"])) == {"gambit_cpu_worker": 1000}
+
+
+def _deployments(cfg: dict) -> dict[str, dict]:
+    return {d["name"]: d for a in cfg["applications"] for d in a["deployments"]}
+
+
+def test_serve_config_matches_the_generated_one_and_scales_with_gpus(rendered):
+    cfg = yaml.safe_load(_rayservice(rendered["default"])["spec"]["serveConfigV2"])
+    want = yaml.safe_load((REPO / "deploy" / "serve-kubernetes.yaml").read_text())
+    (gambit,) = [a for a in cfg["applications"] if a["name"] == "gambit"]
+    assert gambit["args"]["tree"] == "redis://gambit-redis.serving.svc:6379/0"  # the release's Redis
+    gambit["args"]["tree"] = want["applications"][0]["args"]["tree"]
+    assert cfg == want
+    multi = yaml.safe_load(_rayservice(rendered["multi-gpu-values"])["spec"]["serveConfigV2"])
+    deps = _deployments(multi)
+    reps = {name: d.get("num_replicas") for name, d in deps.items()}
+    assert reps == {"Target": 8, "Scorer": None, "Coordinator": 2}  # 4 workers x 2 GPUs, one GPU per Target
+    assert deps["Scorer"]["autoscaling_config"] == {
+        "min_replicas": 2, "max_replicas": 6, "target_ongoing_requests": 8, "upscale_delay_s": 5,
+        "downscale_delay_s": 60}
+    (gambit,) = [a for a in multi["applications"] if a["name"] == "gambit"]
+    assert (gambit["args"]["target_replicas"], gambit["args"]["coordinator_replicas"]) == (8, 2)
+
+
+@pytest.mark.parametrize("variant", ["default", "one-gpu-values", "multi-gpu-values", "external-redis-values",
+                                     "no-monitoring-values"])
+def test_serve_config_passes_serve_deploy_schema(rendered, variant):
+    from ray.serve.schema import ServeDeploySchema
+
+    cfg = yaml.safe_load(_rayservice(rendered[variant])["spec"]["serveConfigV2"])
+    schema = ServeDeploySchema.model_validate(cfg)
+    assert schema.grpc_options.port == 9000
+    assert [a.name for a in schema.applications] == ["gambit", "scorer"]
+
+
+def test_grpc_service_port_named_as_kuberay_requires(rendered):
+    docs = rendered["default"]
+    (svc,) = [s for s in by_kind(docs, "Service") if s["metadata"]["name"].endswith("-grpc")]
+    (port,) = svc["spec"]["ports"]
+    assert port["name"].startswith("serve-") and port["targetPort"] == port["name"] and port["port"] == 9000
+    assert svc["spec"]["selector"]["ray.io/serve"] == "true"
+    rs = _rayservice(docs)
+    containers = [rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]]
+    containers += [g["template"]["spec"]["containers"][0] for g in _groups(rs).values()]
+    for c in containers:
+        assert {"containerPort": 9000, "name": port["name"]} in c["ports"]
+
+
+def test_internal_redis_has_aof_volume_and_password_secret(rendered):
+    docs = rendered["default"]
+    (sts,) = by_kind(docs, "StatefulSet")
+    (c,) = sts["spec"]["template"]["spec"]["containers"]
+    assert "--appendonly yes" in c["args"][0] and "--requirepass" in c["args"][0]
+    assert c["volumeMounts"] == [{"name": "data", "mountPath": "/data"}]
+    assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "8Gi"
+    (secret,) = by_kind(docs, "Secret")
+    assert len(secret["stringData"]["redis-password"]) == 32
+    name = secret["metadata"]["name"]
+    assert c["env"][0]["valueFrom"]["secretKeyRef"] == {"name": name, "key": "redis-password"}
+    head = _rayservice(docs)["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    ref = {"name": name, "key": "redis-password", "optional": True}
+    env0 = head["containers"][0]["env"][0]
+    assert env0 == {"name": "GAMBIT_REDIS_PASSWORD", "valueFrom": {"secretKeyRef": ref}}
+
+
+def test_bearer_token_from_a_secret(helm):
+    from ops_util import render
+
+    docs = render(helm, "--set", "serve.tokenSecret=gambit-token")
+    (rs,) = by_kind(docs, "RayService")
+    for c in [rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]] + [
+            g["template"]["spec"]["containers"][0] for g in _groups(rs).values()]:
+        ref = {"name": "gambit-token", "key": "token"}
+        assert {"name": "GAMBIT_TOKEN", "valueFrom": {"secretKeyRef": ref}} in c["env"]
+
+
+def test_external_redis_runs_no_redis(rendered):
+    docs = rendered["external-redis-values"]
+    assert by_kind(docs, "StatefulSet") == []
+    (secret,) = by_kind(docs, "Secret")
+    assert secret["stringData"] == {"redis-password": "change-me"}
+    cfg = yaml.safe_load(_rayservice(docs)["spec"]["serveConfigV2"])
+    assert cfg["applications"][0]["args"]["tree"] == "redis://redis.example.internal:6379/0"
+
+
+def test_external_redis_without_url_is_refused(helm):
+    r = run([helm, "template", "g", str(CHART), "--set", "redis.mode=external"])
+    assert r.returncode != 0 and "redis.external.url is required" in r.stderr
+
+
+def test_monitoring_objects_and_dashboards(rendered):
+    docs = rendered["default"]
+    assert len(by_kind(docs, "PodMonitor")) == 1
+    (rule,) = by_kind(docs, "PrometheusRule")
+    assert rule["spec"] == yaml.safe_load((REPO / "deploy/prometheus/gambit-rules.yaml").read_text())
+    (cm,) = [c for c in by_kind(docs, "ConfigMap") if "dashboard" in c["metadata"]["name"]]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(cm["data"]["gambit-overview.json"]) == json.loads(dashboard_json())
+    assert {p["metadata"]["name"] for p in by_kind(docs, "PodDisruptionBudget")} == {
+        "gambit-gpu-worker", "gambit-cpu-worker"}
+    off = rendered["no-monitoring-values"]
+    assert not by_kind(off, "PodMonitor") and not by_kind(off, "PrometheusRule")
+    assert not [c for c in by_kind(off, "ConfigMap") if "grafana_dashboard" in c["metadata"].get("labels", {})
+                ]
+
+
+@pytest.mark.parametrize("setting, field", [
+    ("gpuWorkers.replicas=two", "gpuWorkers.replicas"),
+    ("serve.deployments.Target.numReplica=2", "serve.deployments.Target"),
+    ("redis.mode=sentinel", "redis.mode"),
+    ("serve.grpcPort=70000", "serve.grpcPort"),
+    ("monitoring.podMonitor.interval=soon", "monitoring.podMonitor.interval"),
+    ("gpuWorkers.gpusPerWorker=0", "gpuWorkers.gpusPerWorker"),
+    ("redis.external.url=redis://:secret@host:6379", "redis.external.url"),
+    ("serve.solveDefaults.capacity=0", "serve.solveDefaults.capacity"),
+    ("upgradeStrategy=Rolling", "upgradeStrategy"),
+])
+def test_values_breaking_the_schema_are_refused_naming_the_field(helm, setting, field):
+    r = run([helm, "template", "g", str(CHART), "--set", setting])
+    assert r.returncode != 0
+    assert "values don't meet the specifications of the schema" in r.stderr
+    assert f"- {field}:" in r.stderr, r.stderr
+
+
+def test_notes_render(helm, tmp_path):
+    # `helm install --dry-run` needs a cluster; render NOTES.txt through tpl in a copy of the chart instead.
+    chart = tmp_path / "gambit"
+    shutil.copytree(CHART, chart)
+    shutil.copy(chart / "templates" / "NOTES.txt", chart / "files" / "NOTES.txt")
+    (chart / "templates" / "notes-as-manifest.yaml").write_text(
+        'notes: |\n  {{- tpl (.Files.Get "files/NOTES.txt") . | nindent 2 }}\n')
+    r = run([helm, "template", "g", str(chart), "--namespace", "serving", "-f",
+             str(CHART / "ci" / "multi-gpu-values.yaml"), "--show-only", "templates/notes-as-manifest.yaml"])
+    assert r.returncode == 0, r.stderr
+    notes = yaml.safe_load(r.stdout)["notes"]
+    assert "4 GPU worker(s) x 2 GPU, 8 Target replica(s)" in notes
+    assert "gambit cluster wait --name g-gambit --namespace serving" in notes
+    assert "ConfigMap g-gambit-dashboard-gambit-overview" in notes

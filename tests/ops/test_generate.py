@@ -1,0 +1,86 @@
+"""deploy/ is generated from code: the files in the repository must equal what the code writes now."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from gambit.ops import metrics
+from gambit.ops.alerts import ALERTS, rule_groups
+from gambit.ops.dashboards import PANELS, build_dashboard, panel_queries
+from gambit.ops.generate import check, generated_files
+
+
+def test_generated_files_match_the_code():
+    diffs = check()
+    assert not diffs, "deploy/ is stale; run `gambit deploy generate`:\n" + "".join(diffs)[:4000]
+
+
+def test_check_reports_a_hand_edit(tmp_path):
+    for rel, text in generated_files().items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert check(tmp_path) == []
+    rules = tmp_path / "deploy/prometheus/gambit-rules.yaml"
+    rules.write_text(rules.read_text().replace("> 0.95", "> 0.99"))
+    (diff,) = check(tmp_path)
+    assert "-  expr: max(ray_gambit_kv_cache_usage_perc) > 0.99" in diff.replace("    ", "  ")
+    assert "+  expr: max(ray_gambit_kv_cache_usage_perc) > 0.95" in diff.replace("    ", "  ")
+
+
+def test_dashboard_datasource_is_a_variable_never_an_id():
+    d = build_dashboard()
+    names = [v["name"] for v in d["templating"]["list"]]
+    assert names == ["datasource", "prefix"]
+    ds_var = d["templating"]["list"][0]
+    assert ds_var["type"] == "datasource" and ds_var["query"] == "prometheus"
+    blob = json.dumps(d)
+    uids = set(re.findall(r'"uid": "([^"]*)"', blob)) - {"gambit-overview"}
+    assert uids == {"${datasource}"}
+    for p in d["panels"]:
+        assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        for t in p["targets"]:
+            assert t["datasource"]["uid"] == "${datasource}"
+            assert "${prefix}gambit_" in t["expr"] and "ray_gambit" not in t["expr"]
+
+
+def test_dashboard_has_the_required_panels():
+    titles = {p.title for p in PANELS}
+    for need in ("Trace throughput", "KV cache utilisation", "Acceptance length (tokens per target forward)",
+                 "Active vs ghost traces", "Prunes, branches, evictions", "Time to first event",
+                 "End-to-end latency", "Scorer latency", "Errors by code"):
+        assert need in titles
+    q = panel_queries()
+    for title in ("Time to first event", "End-to-end latency", "Scorer latency"):
+        assert [s.split(",")[0] for s in q[title]] == [f"histogram_quantile({x}" for x in (0.5, 0.95, 0.99)]
+    assert q["Errors by code"] == ["sum by (code) (rate(ray_gambit_request_errors_total[1m]))"]
+
+
+def test_every_query_names_only_contract_metrics():
+    used = set()
+    exprs = [e for qs in panel_queries(prefix="").values() for e in qs]
+    exprs += [r["expr"] for r in rule_groups(prefix="")["groups"][0]["rules"]]
+    for e in exprs:
+        for name in re.findall(r"\bgambit_[a-z0-9_]+", e):
+            metrics.metric(name, prefix="")  # raises for a name outside CONTRACTS.md §6
+            used.add(re.sub(r"_(bucket|sum|count)$", "", name) if name.endswith(("_bucket", "_sum", "_count"))
+                     and not name.endswith("_total") else name)
+    # every contract metric is on the dashboard or in an alert
+    assert set(metrics.ALL) - used == set()
+
+
+def test_alerts_cover_the_issue_list():
+    names = {a.name for a in ALERTS}
+    assert {"GambitKVCacheSaturated", "GambitScorerDown", "GambitTraceThroughputDrop", "GambitHighErrorRate",
+            "GambitHighEndToEndLatency"} <= names
+    for a in ALERTS:
+        r = a.rule()
+        assert r["labels"]["severity"] in ("warning", "critical") and r["annotations"]["description"]
+
+
+def test_readme_explains_every_alert():
+    from gambit.ops.generate import REPO
+
+    readme = (REPO / "README.md").read_text()
+    for a in ALERTS:
+        assert f"| `{a.name}` | {a.severity} | {a.for_} |" in readme
