@@ -23,7 +23,8 @@ def reference(q, kc, vc, tables, lens):
     return out[:, :, 0]
 
 
-@pytest.mark.parametrize("H, Hkv, D, bs", [(4, 4, 48, 16), (8, 2, 32, 4), (6, 1, 16, 8), (2, 2, 64, 1)])
+@pytest.mark.parametrize("H, Hkv, D, bs", [(4, 4, 48, 16), (8, 2, 32, 4), (6, 1, 16, 8), (2, 2, 64, 1),
+                                       (9, 3, 64, 16)])  # SmolLM2: GQA 9/3, head_dim 64
 def test_kernel_matches_sdpa_over_gathered_blocks(H, Hkv, D, bs):
     g = torch.Generator().manual_seed(H * 100 + Hkv)
     NB, B, nb = 64, 9, 7
