@@ -83,6 +83,8 @@ class SpecDecoder:
             raise ValueError(f"drafter {name!r} does not fit the target model")
         drafter = drafter.to(device=e.device, dtype=e.dtype).eval()
         drafter.rope.cos, drafter.rope.sin = drafter.rope.cos.float(), drafter.rope.sin.float()
+        c = drafter.config
+        drafter.identity_vocab = c.draft_vocab_size == c.vocab_size and not bool(drafter.d2t.any())
         for layer in (drafter.midlayer, *drafter.extra_layers):  # fewer matmuls (inference only)
             if layer.mlp.gate_up is None:
                 layer.mlp.fuse()
