@@ -293,8 +293,8 @@ class SpecDecoder:
                              top_logprobs(lp_rows.reshape(S * G, -1), emitted.reshape(-1), want))
         hid_rows = flat_rows.gather(1, path)
         boundary = e.boundary_set
-        if self.records is not None:
-            self._record(plan, probs, tokens, path, n_acc, bonus)
+        if self.records is not None:  # confidences from the untempered target distribution
+            self._record(plan, torch.softmax(lg.float(), -1), tokens, path, n_acc, bonus)
         events: list[Event] = []
         stats = e.stats
         for i, t in enumerate(ts):
