@@ -83,6 +83,8 @@ class SpecDecoder:
             raise ValueError(f"drafter {name!r} does not fit the target model")
         drafter = drafter.to(device=e.device, dtype=e.dtype).eval()
         drafter.rope.cos, drafter.rope.sin = drafter.rope.cos.float(), drafter.rope.sin.float()
+        c = drafter.config
+        drafter.identity_vocab = c.draft_vocab_size == c.vocab_size and not bool(drafter.d2t.any())
         for layer in (drafter.midlayer, *drafter.extra_layers):  # fewer matmuls (inference only)
             if layer.mlp.gate_up is None:
                 layer.mlp.fuse()
@@ -291,8 +293,8 @@ class SpecDecoder:
                              top_logprobs(lp_rows.reshape(S * G, -1), emitted.reshape(-1), want))
         hid_rows = flat_rows.gather(1, path)
         boundary = e.boundary_set
-        if self.records is not None:
-            self._record(plan, probs, tokens, path, n_acc, bonus)
+        if self.records is not None:  # confidences from the untempered target distribution
+            self._record(plan, torch.softmax(lg.float(), -1), tokens, path, n_acc, bonus)
         events: list[Event] = []
         stats = e.stats
         for i, t in enumerate(ts):

@@ -203,6 +203,7 @@ class Drafter(nn.Module):
         t2d[: c.draft_vocab_size] = True
         self.register_buffer("t2d", t2d)
         self.rope = RotaryEmbedding(c.model_config())
+        self.identity_vocab = False  # True when d2t is all zeros over a full vocabulary (a shortcut)
 
     def fuse(self, taps: torch.Tensor) -> torch.Tensor:
         """[..., 3H] concatenated target taps (layer order of ``target_taps``) → [..., H] feature."""
@@ -225,6 +226,8 @@ class Drafter(nn.Module):
 
     def to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary ids → target ids (``target = draft + d2t[draft]``)."""
+        if self.identity_vocab:  # set by the engine once the weights are final
+            return draft_ids
         return draft_ids + self.d2t[draft_ids]
 
     def logits_to_target(self, draft_logits: torch.Tensor) -> torch.Tensor:

@@ -150,6 +150,9 @@ def draft_tree(drafter: Drafter, cfg: TreeConfig, root_token: torch.Tensor, root
     r_top1 = torch.full((S, rows + 1), -1, dtype=torch.long, device=dev)
     r_recon = torch.full((S, rows + 1), -1, dtype=torch.long, device=dev)
     r_child = torch.zeros(S, rows + 1, dtype=torch.long, device=dev)  # pool index of the first child
+    r_score = torch.full((S, rows + 1), NEG, device=dev)  # score of the row's node (root: 0)
+    r_score[:, 0] = 0.0
+    r_depth = torch.zeros(S, rows + 1, dtype=torch.long, device=dev)  # depth of the row's node
 
     def offer(row_ids, node_score, node_depth, logits, at):
         """Top-k children of rows ``row_ids`` [S, n] into the pool at ``at``; returns conf."""
@@ -206,7 +209,8 @@ def draft_tree(drafter: Drafter, cfg: TreeConfig, root_token: torch.Tensor, root
         # inputs of the regular rows
         ids = _take(tok, sel)
         f_in = _take(feat, _take(feat_row, sel))
-        pos = root_pos[:, None] + _take(depth, sel)
+        sel_depth = _take(depth, sel)
+        pos = root_pos[:, None] + sel_depth
         pvis = _take(vis, _take(vis_row, sel))  # [S, n_reg, rows]
         if n_rec:
             rec_rows = base + n_reg + torch.arange(n_rec, device=dev)[None].expand(S, n_rec)
@@ -227,10 +231,12 @@ def draft_tree(drafter: Drafter, cfg: TreeConfig, root_token: torch.Tensor, root
         r_tok[:, base:base + R] = ids
         r_pos[:, base:base + R] = pos
         r_node[:, base:base + n_reg] = sel
-        row_of.scatter_(1, sel, torch.where(sel_ok, reg_rows, _take(row_of, sel)))
+        row_of.scatter_(1, sel, reg_rows)  # padded rows write into the sink
         at = b1
-        node_score = _take(score, sel).masked_fill(~sel_ok, NEG)
-        conf = offer(reg_rows, node_score, _take(depth, sel), logits[:, :n_reg], at)
+        node_score = _take(score, sel)  # the sink's score is -inf
+        r_score[:, base:base + n_reg] = node_score
+        r_depth[:, base:base + n_reg] = sel_depth
+        conf = offer(reg_rows, node_score, sel_depth, logits[:, :n_reg], at)
         at += n_reg * k
         if n_rec:
             # corrected token: a new child of the reconsidered node, fed by the reconsidered feature
@@ -238,26 +244,23 @@ def draft_tree(drafter: Drafter, cfg: TreeConfig, root_token: torch.Tensor, root
             best, bid = lp.max(-1)
             x = drafter.to_target(bid)
             node = _take(r_node, lo_rows)  # pool index of the node (-1: root)
-            nscore = torch.where(node >= 0, _take(score, node.clamp(min=0)), 0.0)
-            ndepth = torch.where(node >= 0, _take(depth, node.clamp(min=0)), 0)
-            s_new = (nscore + best.clamp(max=0)).masked_fill(~lo_ok, NEG)
+            s_new = _take(r_score, lo_rows) + best.clamp(max=0)  # padded rows: the sink row, -inf
             # a duplicate of one of the node's own offered children: merge instead of adding
             kids = _take(r_child, lo_rows)[..., None] + torch.arange(k, device=dev)  # [S, m, k]
             dup = (_take(tok, kids.reshape(S, -1)).view(S, m, k) == x[..., None]) & lo_ok[..., None]
             has = dup.any(-1)
             j = torch.where(has, kids.gather(2, dup.float().argmax(-1, keepdim=True)).squeeze(-1), P)
             j_score = _take(score, j)
-            j_fwd = _take(row_of, j) >= 0
-            boost = has & j_fwd  # already growing: keep it, raise its score
-            score.scatter_(1, j, torch.where(boost, torch.maximum(j_score, s_new), j_score))
-            moved = has & ~j_fwd  # not forwarded: the corrected copy replaces it
-            s_new = torch.where(moved, torch.maximum(s_new, j_score), s_new).masked_fill(boost, NEG)
-            score.scatter_(1, j, torch.where(moved, NEG, _take(score, j)))
+            fwd = _take(row_of, j) >= 0
+            # already growing: keep it and raise its score; not forwarded: the corrected copy replaces it
+            top = torch.maximum(j_score, s_new)
+            score.scatter_(1, j, torch.where(has, torch.where(fwd, top, NEG), j_score))
+            s_new = torch.where(has, torch.where(fwd, NEG, top), s_new)
             sl = slice(at, at + m)
             tok[:, sl], score[:, sl], par[:, sl] = x, s_new, node
-            depth[:, sl], feat_row[:, sl], vis_row[:, sl] = ndepth + 1, rec_rows, lo_rows
+            depth[:, sl], feat_row[:, sl], vis_row[:, sl] = _take(r_depth, lo_rows) + 1, rec_rows, lo_rows
             is_rec[:, sl] = True
-            r_recon.scatter_(1, lo_rows, torch.where(lo_ok, x, _take(r_recon, lo_rows)))
+            r_recon.scatter_(1, lo_rows, x)  # padded rows write into the sink row
             at += m
         # parents of this step's regular children
         par[:, b1:b1 + n_reg * k] = sel[..., None].expand(S, n_reg, k).reshape(S, -1)
