@@ -51,7 +51,7 @@ class TrainDrafterConfig:
     out: str = ""  # output folder ("" = the shipped folder of the method)
     target: str = str(TARGET)  # target model folder
     seed: int = 0  # init, batch order and balance-set seed
-    steps: int = 150  # optimizer steps (the compute budget, equal for every method)
+    steps: int = 200  # optimizer steps (the compute budget, equal for every method)
     batch_size: int = 8  # sequences per step
     lr: float = 2e-3  # peak AdamW learning rate (linear warmup, cosine decay)
     min_lr_ratio: float = 0.1  # final learning rate / peak
