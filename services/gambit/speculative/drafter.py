@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from gambit.model.config import ModelConfig
@@ -123,11 +124,30 @@ class DraftAttention(nn.Module):
         self.v_proj = nn.Linear(in_dim, self.n_kv * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=False)
 
+    def fuse(self) -> None:
+        """Serve q, k, v from one matmul (inference); their weights become views of the fused one."""
+        projs = (self.q_proj, self.k_proj, self.v_proj)
+        weight = torch.cat([p.weight.data for p in projs], dim=0)
+        start = 0
+        for p in projs:
+            n = p.weight.shape[0]
+            p.weight.data = weight[start:start + n]
+            start += n
+        self.qkv = weight
+
     def forward(self, x: torch.Tensor, q_in: torch.Tensor, rope, attention: AttentionFn) -> torch.Tensor:
         B, T, _ = x.shape
-        q = apply_rope(self.q_proj(q_in).view(B, T, self.n_heads, self.head_dim), rope)
-        k = apply_rope(self.k_proj(x).view(B, T, self.n_kv, self.head_dim), rope)
-        v = self.v_proj(x).view(B, T, self.n_kv, self.head_dim)
+        H, Hkv, D = self.n_heads, self.n_kv, self.head_dim
+        w = getattr(self, "qkv", None)
+        if w is not None and q_in is x:
+            q, k, v = F.linear(x, w).view(B, T, H + 2 * Hkv, D).split((H, Hkv, Hkv), dim=2)
+        elif w is not None:
+            q = F.linear(q_in, w[:H * D]).view(B, T, H, D)
+            k, v = F.linear(x, w[H * D:]).view(B, T, 2 * Hkv, D).split((Hkv, Hkv), dim=2)
+        else:
+            q = self.q_proj(q_in).view(B, T, H, D)
+            k, v = self.k_proj(x).view(B, T, Hkv, D), self.v_proj(x).view(B, T, Hkv, D)
+        q, k = apply_rope(q, rope), apply_rope(k, rope)
         return self.o_proj(attention(self.layer, q, k, v).reshape(B, T, -1))
 
 
