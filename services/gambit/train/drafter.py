@@ -51,14 +51,14 @@ class TrainDrafterConfig:
     out: str = ""  # output folder ("" = the shipped folder of the method)
     target: str = str(TARGET)  # target model folder
     seed: int = 0  # init, batch order and balance-set seed
-    steps: int = 150  # optimizer steps (the compute budget, equal for every method)
+    steps: int = 50  # optimizer steps (the compute budget, equal for every method)
     batch_size: int = 8  # sequences per step
-    lr: float = 2e-3  # peak AdamW learning rate (linear warmup, cosine decay)
+    lr: float = 3e-3  # peak AdamW learning rate (linear warmup, cosine decay)
     min_lr_ratio: float = 0.1  # final learning rate / peak
-    warmup: int = 20  # warmup steps
+    warmup: int = 5  # warmup steps
     weight_decay: float = 0.0  # AdamW weight decay on matrices
     grad_clip: float = 0.5  # gradient-norm clip
-    ttt_steps: int = 4  # unrolled training-time-test steps (loss weight 0.8^i)
+    ttt_steps: int = 3  # unrolled training-time-test steps (loss weight 0.8^i)
     beta: float = 0.5  # PR balance term weight on the confident rows' reconsideration
     reconsider_frac: float = 0.25  # PR: fraction of valid rows reconsidered per unrolled step
     self_query: bool = True  # PR: the reconsideration pass takes its query from the feature

@@ -140,7 +140,9 @@ def build_data(cfg: DrafterDataConfig, taps: tuple[int, ...]) -> dict:
     task = TaskConfig(cfg.min_ops, cfg.max_ops)
     train = generate("train", cfg.n_train, cfg.seed, task)
     held = generate("dev", cfg.n_heldout, cfg.seed, task)
-    engine = Engine.from_pretrained(cfg.target, EngineConfig(model=cfg.target, max_num_seqs=512, cpu_kernel=False))
+    # cpu_kernel off: no C++ build (or build lock) on the data path
+    engine = Engine.from_pretrained(cfg.target, EngineConfig(model=cfg.target, max_num_seqs=512,
+                                                             cpu_kernel=False))
     out_train = _traces(engine, train, cfg.temperature, cfg.max_tokens, cfg.seed, "target traces (train)")
     out_held = _traces(engine, held, 0.0, cfg.max_tokens, cfg.seed, "target traces (held-out, greedy)")
     del engine

@@ -61,15 +61,17 @@ class TTTAttention:
         H, D = q.shape[-2], q.shape[-1]
         scale = 1.0 / math.sqrt(D)
         q1 = q[:, 0]  # [M, H, D]
-        k0, v0 = (_expand_kv(t, H)[b] for t in steps[0])  # [M, T, H, D]
-        T = k0.shape[1]
-        s0 = torch.einsum("mhd,mshd->mhs", q1, k0) * scale
+        k0, v0 = (_expand_kv(t, H) for t in steps[0])  # [B, T, H, D]
+        T, m = k0.shape[1], torch.arange(b.numel(), device=q.device)
+        # scores against every sequence's step-0 keys, then each row's own sequence: cheaper than
+        # gathering [M, T, H, D] copies of the keys
+        s0 = torch.einsum("mhd,bthd->mbht", q1, k0)[m, b] * scale  # [M, H, T]
         s0 = s0.masked_fill(torch.arange(T, device=q.device)[None, None, :] > j[:, None, None], float("-inf"))
         keys = [_expand_kv(kk, H)[b, j] for kk, _ in steps[1:]] + [_expand_kv(k, H)[:, 0]]
         vals = [_expand_kv(vv, H)[b, j] for _, vv in steps[1:]] + [_expand_kv(v, H)[:, 0]]
         sd = torch.stack([(q1 * kk).sum(-1) for kk in keys], dim=-1) * scale  # [M, H, n]
         p = torch.cat([s0, sd], dim=-1).softmax(-1)
-        out = torch.einsum("mhs,mshd->mhd", p[..., :T], v0)
+        out = torch.einsum("mht,bthd->mbhd", p[..., :T], v0)[m, b]
         out = out + (p[..., T:].unsqueeze(-1) * torch.stack(vals, dim=-2)).sum(-2)
         return out[:, None]
 

@@ -1,0 +1,46 @@
+"""Drafter training pieces: config validation, PR row selection, the losses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gambit.train.drafter import TrainDrafterConfig, make_reconsider
+from gambit.train.ttt import soft_ce, topk_ce
+
+
+def test_config_validation_names_the_field():
+    with pytest.raises(ValueError, match="method"):
+        TrainDrafterConfig(method="medusa")
+    with pytest.raises(ValueError, match="reconsider_frac"):
+        TrainDrafterConfig(method="pr", reconsider_frac=0.9)
+    with pytest.raises(ValueError, match="threads"):
+        TrainDrafterConfig(threads=0)
+    assert TrainDrafterConfig(method="hass+pr").out.endswith("drafter-hass-pr")
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_pr_selects_least_confident_rows_and_a_balance_set(beta):
+    cfg = TrainDrafterConfig(method="pr", beta=beta, reconsider_frac=0.25)
+    select = make_reconsider(cfg, torch.Generator().manual_seed(0))
+    logits = torch.zeros(2, 8, 5)
+    conf = torch.arange(16, dtype=torch.float).view(2, 8)  # larger = more confident
+    logits[..., 0] = conf
+    valid = torch.ones(2, 8, dtype=torch.bool)
+    valid[0, 0] = False  # the least confident row is not valid: never picked
+    b, r, sq = select(0, logits, valid)
+    n = select.n_low
+    assert n == 3 and sq is True
+    assert sorted(zip(b[:n].tolist(), r[:n].tolist(), strict=True)) == [(0, 1), (0, 2), (0, 3)]
+    rest = set(zip(b[n:].tolist(), r[n:].tolist(), strict=True))
+    assert len(rest) == (n if beta > 0 else 0) and not rest & {(0, 0), (0, 1), (0, 2), (0, 3)}
+
+
+def test_losses_against_direct_formulas():
+    p_logits, q_logits = torch.randn(4, 7), torch.randn(4, 7)
+    p, logq = p_logits.softmax(-1), q_logits.log_softmax(-1)
+    torch.testing.assert_close(soft_ce(p_logits, q_logits), -(p * logq).sum(-1))
+    top = p.topk(2, dim=-1).indices
+    ref = -torch.stack([sum(p[i, v] * logq[i, v] for v in top[i]) for i in range(4)])
+    torch.testing.assert_close(topk_ce(p_logits, q_logits, 2), ref)
+    assert torch.all(soft_ce(p_logits, p_logits) <= soft_ce(p_logits, q_logits) + 1e-6)  # Gibbs
