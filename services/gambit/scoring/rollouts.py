@@ -71,6 +71,15 @@ def cache_path(cfg: RolloutConfig, cache_dir: str | None = None) -> Path:
     return Path(cache_dir or default_cache_dir()) / name
 
 
+def chunk_dir(cfg: RolloutConfig, cache_dir: str | None = None) -> Path:
+    """Where each finished chunk is kept: problems are a prefix-stable sequence, so chunk c does not
+    depend on ``n_problems`` and a longer run reuses a shorter one's chunks."""
+    key = json.dumps({**asdict(cfg), "model": _weights_digest(cfg.model), "n_problems": None, "v": 1},
+                     sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return Path(cache_dir or default_cache_dir()) / f"rollout-chunks-{cfg.split}-{digest}"
+
+
 def collect_rollouts(cfg: RolloutConfig, cache_dir: str | None = None, quiet: bool = False) -> dict:
     """The rollouts of ``cfg``, from the cache when there (``cache_dir=""`` disables caching).
 
@@ -87,8 +96,19 @@ def collect_rollouts(cfg: RolloutConfig, cache_dir: str | None = None, quiet: bo
         model, tok = load_model(cfg.model)
         bar = tqdm(total=len(problems) * cfg.samples, desc=f"rollouts {cfg.split}", disable=quiet,
                    mininterval=2, unit="trace")
+        chunks = chunk_dir(cfg, cache_dir) if cache_dir != "" else None
         for c0 in range(0, len(problems), cfg.chunk_problems):
+            f = chunks / f"chunk-{c0 // cfg.chunk_problems:05d}.pt" if chunks else None
+            if f is not None and f.is_file() and min(len(problems) - c0, cfg.chunk_problems) == \
+                    cfg.chunk_problems:
+                parts.append(torch.load(f, weights_only=True))
+                bar.update(cfg.chunk_problems * cfg.samples)
+                continue
             parts.append(_run_chunk(cfg, model, tok, problems, c0, bar))
+            if f is not None and len(problems) - c0 >= cfg.chunk_problems:
+                f.parent.mkdir(parents=True, exist_ok=True)
+                torch.save(parts[-1], f.with_suffix(".tmp"))
+                f.with_suffix(".tmp").replace(f)
         bar.close()
     out = _concat(parts, cfg, problems, model.config.hidden_size)
     if path is not None:

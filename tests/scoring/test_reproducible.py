@@ -1,0 +1,25 @@
+"""The shipped scorers' training is reproducible: regenerating their first rollout chunk from scratch
+and retraining the card's probe gives exactly the loss history recorded in ``training.json``."""
+
+import pytest
+import torch
+from conftest import shipped_config, shipped_training
+
+from gambit.scoring.repro import fixed_threads
+from gambit.scoring.train import fit
+
+
+@pytest.mark.parametrize("kind", ["mlp", "sequence"])
+def test_probe_loss_history_matches_card(kind, train_chunk):
+    info = shipped_training(kind)
+    cfg = shipped_config(kind)
+    assert info["torch_version"] == torch.__version__
+    with fixed_threads(info["torch_threads"]):
+        _, history, _ = fit(cfg, train_chunk, quiet=True, max_epochs=info["repro"]["epochs"])
+    assert history == info["repro"]["loss_history"]  # exact floats, not approximately
+
+
+def test_chunk_is_the_start_of_the_training_data(train_chunk):
+    cfg = shipped_config("mlp")
+    assert len(torch.unique(train_chunk["problem"])) == cfg.repro_problems
+    assert len(train_chunk["correct"]) == cfg.repro_problems * cfg.samples
