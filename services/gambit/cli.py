@@ -111,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_dataclass_args(bs, BenchSearchConfig)
     bs.add_argument("--json", default="results/bench_search.json", help="write the result JSON here")
     bs.set_defaults(func=_cmd_bench_search)
+    bsub.add_parser("spec", help="EAGLE-3.1 vs Parallel Reconsideration (see `gambit bench spec --help`)")
     return p
 
 
@@ -120,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         from gambit.bench.engine import main as bench_main
 
         return bench_main(argv[2:])
+    if argv[:2] == ["bench", "spec"]:
+        from gambit.bench.spec import main as spec_main
+
+        return spec_main(argv[2:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

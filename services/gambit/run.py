@@ -36,6 +36,7 @@ class RunConfig:
     save: str = "results/run_store.json"  # the tree store as JSON, for `gambit inspect RUN --store FILE`
     png: str = "results/run_lineage.png"  # lineage picture of the last problem ("" to skip)
     lineage_nodes: int = 60  # most lineage lines printed per problem
+    decoding: str = "plain"  # plain | eagle3.1 | pr: speculative decoding of every trace
 
     def __post_init__(self) -> None:
         if self.problems < 1 or self.samples < 1:
@@ -46,7 +47,7 @@ class RunConfig:
     def search(self) -> SearchConfig:
         return SearchConfig(method=self.method, capacity=self.samples, swap=min(self.swap, self.samples),
                             interval=self.interval, warmup=self.warmup, temperature=self.temperature,
-                            seed=self.seed, max_wall_s=self.max_wall_s)
+                            seed=self.seed, max_wall_s=self.max_wall_s, decoding=self.decoding)
 
 
 def run(cfg: RunConfig) -> dict:
@@ -75,6 +76,9 @@ def run(cfg: RunConfig) -> dict:
               f"{res.evicted} evicted]")
         print(lineage_text(run_id, store.load(run_id), max_nodes=cfg.lineage_nodes))
         last = run_id
+    if getattr(engine.stats, "spec_drafts", 0):
+        print(f"speculative ({cfg.decoding}): tau {engine.stats.tau:.2f} tokens per target forward over "
+              f"{engine.stats.spec_drafts} verifications")
     print(f"\n{cfg.method} solved {right}/{len(problems)} problems ({tokens} tokens generated)")
     if cfg.save:
         print(f"tree store saved to {store.save(cfg.save)} — `gambit inspect {last} --store {cfg.save}`")

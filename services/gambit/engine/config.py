@@ -2,11 +2,41 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 PREEMPTION_MODES = ("recompute", "evict")
+
+
+@dataclass
+class SpecConfig:
+    """Tree drafting knobs for speculative traces (``SamplingParams.decoding`` != "plain").
+
+    ``reconsider`` (m) applies to drafters trained for Parallel Reconsideration (method ending in
+    "pr"); EAGLE-3.1 drafters always draft with m = 0.
+    """
+
+    gamma: int = 8  # draft steps per cycle after the drafter's context pass (tree depth <= gamma + 1)
+    budget: int = 48  # B: draft tokens verified per cycle and trace (reconsidered ones included)
+    grow_width: int = 6  # Bw: frontier rows each draft step forwards
+    offer_width: int = 6  # k: children each frontier row offers
+    reconsider: int = 3  # m: least-confident rows of the previous step reconsidered per step (PR)
+    extra: str = "reconsider"  # what the m rows do: "reconsider" (PR) | "advance" (Table 4 control)
+    self_query: bool = True  # reconsider rows take their query from the feature
+    max_drafters: int = 2  # drafter KV caches the KV budget reserves room for (one layer each)
+
+    def __post_init__(self) -> None:
+        for name in ("gamma", "budget", "grow_width", "offer_width"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"spec.{name} must be an integer >= 1, got {v!r}")
+        if not isinstance(self.reconsider, int) or self.reconsider < 0:
+            raise ValueError(f"spec.reconsider must be an integer >= 0, got {self.reconsider!r}")
+        if self.extra not in ("reconsider", "advance"):
+            raise ValueError(f"spec.extra must be 'reconsider' or 'advance', got {self.extra!r}")
+        if not isinstance(self.max_drafters, int) or self.max_drafters < 0:
+            raise ValueError(f"spec.max_drafters must be an integer >= 0, got {self.max_drafters!r}")
 
 
 @dataclass
@@ -31,6 +61,7 @@ class EngineConfig:
     seed: int = 0
     eagle_taps: bool = False  # also return hidden states entering layers (2, L//2, L-3)
     cpu_kernel: bool = True  # CPU fp32 decode attention reads KV blocks in place (compiled once)
+    spec: SpecConfig = field(default_factory=SpecConfig)  # tree drafting for speculative traces
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
@@ -41,6 +72,10 @@ class EngineConfig:
             raise ValueError(f"num_blocks must be positive, got {self.num_blocks}")
         if self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
+        if isinstance(self.spec, dict):
+            self.spec = SpecConfig(**self.spec)
+        if not isinstance(self.spec, SpecConfig):
+            raise ValueError("spec must be a SpecConfig")
         if self.preemption not in PREEMPTION_MODES:
             raise ValueError(f"preemption must be one of {PREEMPTION_MODES}, got {self.preemption!r}")
 

@@ -69,6 +69,7 @@ class Engine:
         self.boundary_ids = torch.tensor(sorted(self.boundary_set), dtype=torch.long, device=self.device)
         self.taps = tuple(model.eagle_taps) if config.eagle_taps else ()
         self.last_taps: dict[int, torch.Tensor] = {}
+        self._spec = None  # gambit.speculative.decoder.SpecDecoder, made when a trace first asks
 
     @classmethod
     def from_pretrained(cls, folder: str, config: EngineConfig | None = None) -> Engine:
@@ -86,12 +87,25 @@ class Engine:
             else:
                 given = DEFAULT_CPU_KV_BYTES
         per = bytes_per_block(self.model.config, self.config.block_size, self.dtype)
+        per += per * self.config.spec.max_drafters // self.model.config.num_hidden_layers  # drafter KV
         n = int(given * self.config.kv_fraction) // per
         if n < 1:
             raise ValueError(f"KV budget {given} B x {self.config.kv_fraction} holds no {per}-byte block")
         return n
 
     # -- API --------------------------------------------------------------------------------
+    def speculator(self):
+        """The speculative decoder (drafters and their KV caches): the one place the engine reaches up."""
+        if self._spec is None:
+            from gambit.speculative.decoder import SpecDecoder
+
+            self._spec = SpecDecoder(self)
+        return self._spec
+
+    def register_drafter(self, name: str, drafter) -> None:
+        """Make ``SamplingParams(decoding=name)`` draft with ``drafter`` (tests, benchmarks)."""
+        self.speculator().register(name, drafter)
+
     def add(self, prompt: str | Sequence[int], params: SamplingParams | None = None,
             priority: float = 0.0) -> int:
         """Queue a new trace; returns its id. Invalid input raises ValueError and changes nothing."""
@@ -105,6 +119,8 @@ class Engine:
         vocab = self.model.config.vocab_size
         if any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
             raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
+        if params.decoding != "plain":
+            self.speculator().prepare(params.decoding)  # ValueError for an unknown drafter
         if len(ids) >= self.max_model_len:
             raise ValueError(f"prompt has {len(ids)} tokens; the context holds {self.max_model_len} "
                              "including at least one generated token")
@@ -144,7 +160,7 @@ class Engine:
                           priority, arrival=cid,
                           parent=parent.id)
             self.traces[cid] = child
-            copied = False
+            copied, pair = False, None
             if parent.status is TraceStatus.RUNNING and parent.num_cached:
                 try:
                     pair = self.blocks.fork(parent, child)
@@ -153,6 +169,8 @@ class Engine:
                     copied = True
                 except OutOfBlocks:
                     pass
+            if self._spec is not None:
+                self._spec.on_fork(parent, child, pair, copied)
             if copied:
                 self.scheduler.add_running(child)
             else:
@@ -193,11 +211,24 @@ class Engine:
         if not batch:
             self.stats.kv_usage = self.kv_usage()
             return events
+        spec = self._spec
+        if spec is not None and all(t.params.decoding == "plain" for t in batch.traces):
+            spec = None
+        trees = spec.draft(batch.traces, batch.num_new) if spec is not None else {}
         items, sample_rows, samplers, row = [], [], [], 0
+        offsets, tree_rows = [], []  # first flat row per trace (-1: tree); flat rows of tree items
         for t, n in zip(batch.traces, batch.num_new, strict=True):
             start = t.num_cached
+            if t.id in trees:  # root + draft tree: one item with the tree mask
+                plan, i = trees[t.id]
+                items.append(plan.items[i])
+                tree_rows.append(list(range(row, row + plan.items[i].q)))
+                offsets.append(-1)
+                row += plan.items[i].q
+                continue
             items.append(SeqInput(t.token_ids[start:start + n], list(range(start, start + n)), start,
                                   t.block_table))
+            offsets.append(row)
             row += n
             if start + n == len(t.token_ids):
                 sample_rows.append(row - 1)
@@ -205,20 +236,58 @@ class Engine:
             if start < t.prompt_len:
                 self.stats.prompt_tokens += min(n, t.prompt_len - start)
         t0 = time.perf_counter()
-        out = self.runner.forward(items, sample_rows, self.taps)
+        taps = tuple(sorted(set(self.taps) | set(spec.taps()))) if spec is not None else self.taps
+        out = self.runner.forward(items, sample_rows + [r for rows in tree_rows for r in rows], taps)
+        if spec is not None:
+            spec.store(batch.traces, batch.num_new, offsets, out.taps)
         for t, n in zip(batch.traces, batch.num_new, strict=True):
-            t.num_cached += n
-        events.extend(self._boundaries(batch.traces, batch.num_new, out.tokens, out.positions, out.hidden))
+            if t.id not in trees:
+                t.num_cached += n
+        if trees:  # boundary states of plain rows and of each tree's root (its nodes: at acceptance)
+            events.extend(self._tree_boundaries(batch, offsets, tree_rows, trees, out))
+        else:
+            events.extend(self._boundaries(batch.traces, batch.num_new, out.tokens, out.positions,
+                                           out.hidden))
         if self.taps:
             self.last_taps = out.taps
         if samplers:
-            events.extend(self._sample(samplers, out.logits))
+            events.extend(self._sample(samplers, out.logits[:len(sample_rows)]))
+        if trees:
+            events.extend(self._verify(trees, tree_rows, batch.traces, out, len(sample_rows)))
         self.stats.forward_seconds += time.perf_counter() - t0
         self.stats.steps += 1
         self.stats.batched_traces += len(batch.traces)
         self.stats.last_batch_size = len(batch.traces)
         self.stats.max_batch_size = max(self.stats.max_batch_size, len(batch.traces))
         self.stats.kv_usage = self.kv_usage()
+        return events
+
+    def _tree_boundaries(self, batch, offsets, tree_rows, trees, out) -> list[Event]:
+        """Boundary states of the plain rows and of each tree's root (tree nodes: once accepted)."""
+        plain = [(t, n, off) for t, n, off in zip(batch.traces, batch.num_new, offsets, strict=True)
+                 if t.id not in trees]
+        keep = [r for _, n, off in plain for r in range(off, off + n)] + [rows[0] for rows in tree_rows]
+        traces = [t for t, _, _ in plain] + [t for t in batch.traces if t.id in trees]
+        num_new = [n for _, n, _ in plain] + [1] * len(tree_rows)
+        keep_t = torch.tensor(keep, device=self.device)
+        return self._boundaries(traces, num_new, out.tokens[keep_t], out.positions[keep_t],
+                                out.hidden[keep_t])
+
+    def _verify(self, trees, tree_rows, traces, out, first_logit: int) -> list[Event]:
+        """Accept every tree's path (grouped by drafter); tree logits follow the plain ones."""
+        spec_traces = [t for t in traces if t.id in trees]
+        rows_of = {t.id: rows for t, rows in zip(spec_traces, tree_rows, strict=True)}
+        index, at = {}, first_logit
+        for t in spec_traces:
+            index[t.id] = list(range(at, at + len(rows_of[t.id])))
+            at += len(rows_of[t.id])
+        events: list[Event] = []
+        for plan in {id(p): p for p, _ in trees.values()}.values():
+            lrows = torch.tensor([index[t.id] for t in plan.traces], device=self.device)
+            frows = torch.tensor([rows_of[t.id] for t in plan.traces], device=self.device)
+            events.extend(self._spec.verify(plan, out.logits, out.hidden, out.taps, lrows, frows))
+        events.extend(self._pending)
+        self._pending = []
         return events
 
     def _boundaries(self, traces, num_new, tokens, positions, hidden) -> list[Event]:

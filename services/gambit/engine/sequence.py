@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -19,6 +20,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
     logprobs: int = 0  # return this many top log-probabilities per token (DeepConf uses 20)
+    decoding: str = "plain"  # "plain" | "eagle3.1" | "pr" (shipped drafters) | a drafter folder path
 
     def __post_init__(self) -> None:
         if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)) \
@@ -34,6 +36,9 @@ class SamplingParams:
             raise ValueError(f"logprobs must be an integer in [0, 20], got {self.logprobs!r}")
         if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if not isinstance(self.decoding, str) or not self.decoding:
+            raise ValueError(f"decoding must be 'plain', 'eagle3.1', 'pr' or a drafter folder, "
+                             f"got {self.decoding!r}")
         self.stop = tuple(self.stop)
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError("stop strings must be non-empty strings")
@@ -60,6 +65,7 @@ class Trace:
     block_table: list[int] = field(default_factory=list)
     num_cached: int = 0  # leading tokens whose KV is in the cache
     finish_reason: str | None = None
+    draft: Any = None  # speculative decoding state (gambit.speculative.decoder.DraftState)
 
     @property
     def num_generated(self) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass
@@ -20,10 +20,22 @@ class EngineStats:
     preemptions: int = 0
     kv_usage: float = 0.0
     forward_seconds: float = 0.0
+    spec_drafts: int = 0  # verification forwards of draft trees (one per trace and cycle)
+    spec_draft_tokens: int = 0  # draft tokens verified
+    spec_accepted: int = 0  # draft tokens accepted
+    draft_seconds: float = 0.0  # time spent drafting
+    trace_tau: dict = field(default_factory=dict)  # trace id -> tokens per target forward (recent 4096)
+
+    @property
+    def tau(self) -> float:
+        """Tokens emitted per verification forward: (accepted + drafts) / drafts."""
+        return (self.spec_accepted + self.spec_drafts) / self.spec_drafts if self.spec_drafts else 0.0
 
     @property
     def mean_batch_size(self) -> float:
         return self.batched_traces / self.steps if self.steps else 0.0
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "mean_batch_size": self.mean_batch_size}
+        d = asdict(self)
+        d.pop("trace_tau")
+        return {**d, "mean_batch_size": self.mean_batch_size, "tau": self.tau}

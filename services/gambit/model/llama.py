@@ -27,6 +27,22 @@ def causal_attention(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     return out.transpose(1, 2)
 
 
+def eagle_taps(num_layers: int) -> tuple[int, int, int]:
+    """Three distinct layers to tap for an EAGLE-3 drafter.
+
+    The EAGLE-3 rule (2, L//2, L-3) where it gives three distinct layers inside the model; otherwise
+    (shallow models, e.g. L = 6 gives (2, 3, 3)) three layers spread evenly over 1..L-1.
+    """
+    L = num_layers
+    if L < 3:
+        raise ValueError(f"an EAGLE-3 drafter taps three distinct layers; the target has only {L}")
+    rule = (2, L // 2, L - 3)
+    if len(set(rule)) == 3 and all(0 <= i < L for i in rule):
+        return tuple(sorted(rule))
+    spread = sorted({round(1 + (L - 2) * i / 2) for i in range(3)})
+    return tuple(spread) if len(spread) == 3 else (0, 1, 2)
+
+
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig, layer: int) -> None:
         super().__init__()
@@ -123,8 +139,7 @@ class CausalLM(nn.Module):
 
     @property
     def eagle_taps(self) -> tuple[int, int, int]:
-        L = self.config.num_hidden_layers
-        return (2, L // 2, L - 3)
+        return eagle_taps(self.config.num_hidden_layers)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None,
                 attention: AttentionFn = causal_attention, taps: Sequence[int] = ()

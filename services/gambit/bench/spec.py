@@ -1,0 +1,330 @@
+"""``gambit bench spec``: EAGLE-3.1 vs Parallel Reconsideration on the shipped target, side by side.
+
+The paper's tables in miniature (temperature 0, test problems split by difficulty): τ (tokens per
+target forward: (accepted + cycles) / cycles) and wall-clock speedup over plain decoding. Every
+measured cell is a group of systems run interleaved (A B C A B C ...) for ``reps`` repetitions on one
+engine; a speedup is plain time / system time within each repetition, reported as the median with
+the min-max spread. Every greedy output is compared with plain decoding (``lossless``).
+Drafters come from ``assets/drafter-*``; a missing one is replaced by a random-initialised drafter
+(τ ≈ 1, labelled ``random``) so the command always runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from gambit.engine import Engine, EngineConfig, SamplingParams
+from gambit.engine.config import SpecConfig
+from gambit.paths import ASSETS, TARGET
+from gambit.speculative import load_drafter, random_drafter
+from gambit.tasks.arithmetic import TaskConfig, generate
+
+SPLITS = {"easy (2-3 ops)": (2, 3), "medium (4-5 ops)": (4, 5), "hard (6-8 ops)": (6, 8)}
+DRAFTERS = {  # key → (asset folder, method for a random stand-in)
+    "eagle3.1": ("drafter-eagle3.1", "eagle3.1"), "pr": ("drafter-pr", "pr"),
+    "hass": ("drafter-hass", "hass"), "hass+pr": ("drafter-hass-pr", "hass+pr"),
+    "pr-beta0": ("drafter-pr-beta0", "pr"), "pr-noselfq": ("drafter-pr-noselfq", "pr"),
+    "eagle3.1-2layer": ("drafter-eagle3.1-2layer", "eagle3.1"),
+}
+OPTIONAL = ("pr-beta0", "pr-noselfq", "eagle3.1-2layer")  # ablation drafters: used when present
+BASE = SpecConfig()  # B=48, Bw=6, k=6, gamma=8, m=3
+
+
+def load_drafters(eng: Engine, folder: Path) -> dict[str, str]:
+    """Register every drafter found (or a random stand-in for the four main ones); key → provenance."""
+    found = {}
+    for key, (name, method) in DRAFTERS.items():
+        path = folder / name
+        if (path / "config.json").exists():
+            eng.register_drafter(key, load_drafter(path, eng.model))
+            found[key] = str(path)
+        elif key not in OPTIONAL:
+            eng.register_drafter(key, random_drafter(eng.model, seed=len(found), method=method))
+            found[key] = "random"
+    return found
+
+
+def prompts_for(split: tuple[int, int], n: int, seed: int, tok) -> list[list[int]]:
+    return [tok.encode(p.prompt) for p in generate("test", n, seed, TaskConfig(*split))]
+
+
+def run_once(eng: Engine, prompts, batch: int, decoding: str, max_tokens: int):
+    """Decode every prompt greedily, ``batch`` at a time; (seconds, outputs, cycles, accepted)."""
+    s0 = (eng.stats.spec_drafts, eng.stats.spec_accepted)
+    outs = []
+    t0 = time.perf_counter()
+    for i in range(0, len(prompts), batch):
+        outs += eng.generate(prompts[i:i + batch], SamplingParams(temperature=0, max_tokens=max_tokens,
+                                                                  decoding=decoding))
+    dt = time.perf_counter() - t0
+    return dt, outs, eng.stats.spec_drafts - s0[0], eng.stats.spec_accepted - s0[1]
+
+
+def measure(eng: Engine, prompts, batch: int, systems: dict[str, tuple[str, SpecConfig]], reps: int,
+            max_tokens: int, ref: dict, bar) -> dict:
+    """Interleave plain and ``systems`` (label → (drafter key, SpecConfig)); medians and spreads."""
+    order = [("plain", ("plain", BASE))] + list(systems.items())
+    times: dict[str, list[float]] = {k: [] for k, _ in order}
+    res: dict[str, dict] = {}
+    for _ in range(reps):
+        for label, (key, spec) in order:
+            eng.config.spec = spec
+            dt, outs, cycles, acc = run_once(eng, prompts, batch, key, max_tokens)
+            times[label].append(dt)
+            r = res.setdefault(label, {"cycles": cycles, "accepted": acc, "tokens": sum(map(len, outs))})
+            rk = ("ref", batch, tuple(map(tuple, prompts)))
+            if label == "plain":
+                ref.setdefault(rk, outs)
+            r["lossless"] = r.get("lossless", True) and outs == ref[rk]
+            bar.update(1)
+    plain = times["plain"]
+    out = {}
+    for label, _ in order:
+        r, t = res[label], times[label]
+        ratios = [p / x for p, x in zip(plain, t, strict=True)]
+        row = {"seconds_median": statistics.median(t), "seconds_spread": [min(t), max(t)],
+               "tokens": r["tokens"], "lossless": r["lossless"]}
+        if label != "plain":
+            c = r["cycles"]
+            row.update(tau=(r["accepted"] + c) / c if c else 0.0, cycles=c,
+                       speedup=statistics.median(ratios), speedup_spread=[min(ratios), max(ratios)],
+                       cycle_seconds=[x / c for x in t] if c else [])
+        out[label] = row
+    return out
+
+
+def _pool_analysis(eng: Engine, prompts, key: str, spec: SpecConfig, max_tokens: int) -> dict:
+    """Figure 1 and Table 7: acceptance vs drafter confidence; the reject pool by cpd x cpt."""
+    eng.config.spec = spec
+    dec = eng.speculator()
+    dec.records = []
+    run_once(eng, prompts, 1, key, max_tokens)
+    recs, dec.records = dec.records, None
+    bins = [i / 10 for i in range(11)]
+    fig1 = []
+    for lo, hi in zip(bins, bins[1:], strict=False):
+        sel = [r for r in recs if lo <= r["cpd"] < hi or (hi == 1.0 and r["cpd"] == 1.0)]
+        fig1.append({"cpd": [lo, hi], "n": len(sel),
+                     "acceptance": sum(r["accepted"] for r in sel) / len(sel) if sel else None})
+    rejects = [r for r in recs if not r["accepted"]]
+    bands = [("<0.5", 0.0, 0.5), ("0.5-0.9", 0.5, 0.9), (">=0.9", 0.9, 1.01)]
+    t7 = {}
+    for dn, dlo, dhi in bands:
+        for tn, tlo, thi in bands:
+            sel = [r for r in rejects if dlo <= r["cpd"] < dhi and tlo <= r["cpt"] < thi]
+            rec = [r for r in sel if r["reconsidered"]]
+            t7[f"cpd {dn} / cpt {tn}"] = {
+                "share": len(sel) / len(rejects) if rejects else 0.0,
+                "reconsidered": len(rec) / len(sel) if sel else None,
+                "recovered": sum(r["recovered"] for r in rec) / len(rec) if rec else None}
+    rec_all = [r for r in rejects if r["reconsidered"]]
+    return {"positions": len(recs), "rejects": len(rejects), "figure1": fig1, "table7": t7,
+            "unsure_share": sum(r["cpd"] < 0.5 for r in rejects) / len(rejects) if rejects else 0.0,
+            "reconsidered_share": len(rec_all) / len(rejects) if rejects else 0.0,
+            "recovered_of_reconsidered": (sum(r["recovered"] for r in rec_all) / len(rec_all)
+                                          if rec_all else None)}
+
+
+def plots(result: dict, folder: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for key, a in result["analysis"].items():
+        xs = [(b["cpd"][0] + b["cpd"][1]) / 2 for b in a["figure1"] if b["acceptance"] is not None]
+        ys = [b["acceptance"] for b in a["figure1"] if b["acceptance"] is not None]
+        ax.plot(xs, ys, marker="o", label=key)
+    ax.set_xlabel("drafter top-1 confidence (cpd)")
+    ax.set_ylabel("top-1 acceptance rate")
+    ax.set_title("Figure 1a: acceptance vs drafter confidence")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(folder / "spec_fig1_acceptance.png", dpi=110)
+    written.append(str(folder / "spec_fig1_acceptance.png"))
+    plt.close(fig)
+    a = result["analysis"].get("pr") or next(iter(result["analysis"].values()))
+    bands = ["<0.5", "0.5-0.9", ">=0.9"]
+    share = [[a["table7"][f"cpd {d} / cpt {t}"]["share"] * 100 for t in bands] for d in bands]
+    fig, ax = plt.subplots(figsize=(5, 4))
+    im = ax.imshow(share, cmap="Blues")
+    for i in range(3):
+        for j in range(3):
+            cell = a["table7"][f"cpd {bands[i]} / cpt {bands[j]}"]
+            rec = "" if cell["recovered"] is None else f"\nrec {cell['recovered'] * 100:.0f}%"
+            ax.text(j, i, f"{share[i][j]:.1f}%{rec}", ha="center", va="center", fontsize=8)
+    ax.set_xticks(range(3), bands)
+    ax.set_yticks(range(3), bands)
+    ax.set_xlabel("target confidence cpt")
+    ax.set_ylabel("drafter confidence cpd")
+    ax.set_title("Reject pool (% of rejects; recovered by PR)")
+    fig.colorbar(im)
+    fig.tight_layout()
+    fig.savefig(folder / "spec_table7_reject_pool.png", dpi=110)
+    written.append(str(folder / "spec_table7_reject_pool.png"))
+    plt.close(fig)
+    return written
+
+
+def _cell(row: dict) -> str:
+    lo, hi = row["speedup_spread"]
+    return f"{row['tau']:.2f} | {row['speedup']:.2f}x ({lo:.2f}-{hi:.2f})"
+
+
+def _cycle_ratio(rows: dict, a: str, b: str) -> dict:
+    ra, rb = rows[a]["cycle_seconds"], rows[b]["cycle_seconds"]
+    ratios = [x / y for x, y in zip(ra, rb, strict=True)]
+    return {"median": statistics.median(ratios), "spread": [min(ratios), max(ratios)],
+            "t_cycle_ms": [statistics.median(ra) * 1e3, statistics.median(rb) * 1e3]}
+
+
+def run_bench(quick: bool, reps: int, max_tokens: int, threads: int, folder: Path = ASSETS,
+              device: str = "auto") -> dict:
+    torch.set_num_threads(threads)
+    eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET), device=device))
+    tok = eng.tokenizer
+    found = load_drafters(eng, folder)
+    per_split = 2 if quick else 4
+    splits = {name: prompts_for(rng, per_split, 100 + i, tok)
+              for i, (name, rng) in enumerate(SPLITS.items())}
+    mixed = [p for ps in splits.values() for p in ps]
+    many = prompts_for((2, 8), 8 if quick else 16, 7, tok)
+    batches = [1, 4] if quick else [1, 2, 4, 8, 16]
+    budgets = [24, 48] if quick else [24, 32, 48, 64]
+    widths = [4, 8]
+    E, P = "eagle3.1", "pr"
+    both = lambda spec, tag="": {f"{E}{tag}": (E, spec), f"{P}{tag}": (P, spec)}  # noqa: E731
+    plan = []  # (table, name, prompts, batch, systems)
+    plan.append(("headline", "B=48 batch 1", mixed, 1, both(BASE)))
+    for name, ps in splits.items():
+        plan.append(("table1", name, ps, 1, {**both(replace(BASE, budget=24), "@24"), **both(BASE, "@48")}))
+    for b in batches:
+        plan.append(("table2", f"batch {b}", many[:max(b, 8 if quick else 16)], b, both(BASE)))
+    t3 = {P: (P, BASE), "pr, no self-query at serving": (P, replace(BASE, self_query=False)), E: (E, BASE)}
+    for key, label in (("pr-beta0", "pr, beta = 0 (retrained)"),
+                       ("pr-noselfq", "pr, no self-query (retrained)"),
+                       ("eagle3.1-2layer", "eagle3.1, second layer")):
+        if key in found:
+            t3[label] = (key, BASE)
+    plan.append(("table3", "ablations", mixed, 1, t3))
+    plan.append(("table4", "extra rows", mixed, 1, {
+        "eagle3.1 (Bw=6)": (E, BASE), "eagle3.1 + advance 3": (E, replace(BASE, extra="advance")),
+        "eagle3.1 widen Bw=9": (E, replace(BASE, grow_width=9)), "pr m=0": (P, replace(BASE, reconsider=0)),
+        "pr m=3": (P, BASE)}))
+    for B in budgets:
+        if B != 48:
+            plan.append(("table5", f"B={B}", mixed, 1, both(replace(BASE, budget=B))))
+    for w in widths:
+        plan.append(("table5", f"Bw={w}", mixed, 1, both(replace(BASE, grow_width=w))))
+        plan.append(("table5", f"k={w}", mixed, 1, both(replace(BASE, offer_width=w))))
+    plan.append(("table6", "hass", mixed, 1, {"hass": ("hass", BASE), "hass+pr": ("hass+pr", BASE)}))
+    total = sum(reps * (1 + len(s)) for *_, s in plan)
+    ref: dict = {}
+    out: dict = {"drafters": found, "reps": reps, "max_tokens": max_tokens, "threads": threads,
+                 "quick": quick, "spec": BASE.__dict__}
+    with tqdm(total=total, desc="bench spec", unit="run") as bar:
+        for table, name, ps, b, systems in plan:
+            out.setdefault(table, {})[name] = measure(eng, ps, b, systems, reps, max_tokens, ref, bar)
+    h = out["headline"]["B=48 batch 1"]
+    analysis = {k: _pool_analysis(eng, mixed, k, BASE, max_tokens) for k in (E, P)}
+    out["analysis"] = analysis
+    t9 = {"B=48": _cycle_ratio(h, P, E)}
+    t1b24 = {}
+    for name in splits:
+        t1b24[name] = _cycle_ratio(out["table1"][name], f"{P}@24", f"{E}@24")["median"]
+    t9["B=24"] = {"median": statistics.median(t1b24.values()), "spread": [min(t1b24.values()),
+                                                                           max(t1b24.values())]}
+    t9["serial_bound"] = (BASE.gamma + BASE.reconsider) / BASE.gamma
+    out["table9"] = t9
+    tables = ("headline", "table1", "table2", "table3", "table4", "table5", "table6")
+    lossless = all(r["lossless"] for t in tables for cell in out[t].values() for r in cell.values())
+    out.update(eagle={"tau": h[E]["tau"], "speedup": h[E]["speedup"]},
+               pr={"tau": h[P]["tau"], "speedup": h[P]["speedup"]},
+               cycle_cost_ratio=t9["B=48"]["median"], lossless=lossless)
+    out["tables_md"] = format_tables(out)
+    return out
+
+
+def format_tables(r: dict) -> str:
+    E, P = "eagle3.1", "pr"
+    lines = [f"Drafters: {r['drafters']}", "cells: tau | speedup over plain, median (min-max) of "
+             f"{r['reps']} interleaved repetitions; greedy, max {r['max_tokens']} tokens", ""]
+    h = r["headline"]["B=48 batch 1"]
+    lines += ["Headline (B=48, batch 1, all splits)", "| method | tau | speedup |", "|---|---|---|",
+              f"| EAGLE-3.1 | {_cell(h[E])} |", f"| PR | {_cell(h[P])} |",
+              f"PR / EAGLE-3.1 tau: {h[P]['tau'] / h[E]['tau']:.3f}; lossless: {r['lossless']}", ""]
+    lines += ["Table 1: by difficulty (batch 1)",
+              "| split | EAGLE-3.1 (24) | PR (24) | EAGLE-3.1 (48) | PR (48) |", "|---|---|---|---|---|"]
+    for name, c in r["table1"].items():
+        lines.append(f"| {name} | {_cell(c[E + '@24'])} | {_cell(c[P + '@24'])} | {_cell(c[E + '@48'])} | "
+                     f"{_cell(c[P + '@48'])} |")
+    lines += ["", "Table 2: batch size (B=48)", "| batch | EAGLE-3.1 | PR |", "|---|---|---|"]
+    lines += [f"| {n} | {_cell(c[E])} | {_cell(c[P])} |" for n, c in r["table2"].items()]
+    for t, title in (("table3", "Table 3: ablations (B=48)"), ("table4", "Table 4: the m extra rows (B=48)"),
+                     ("table6", "Table 6: HASS vs HASS + PR (B=48)")):
+        lines += ["", title, "| system | tau | speedup |", "|---|---|---|"]
+        for c in r[t].values():
+            lines += [f"| {k} | {_cell(v)} |" for k, v in c.items() if k != "plain"]
+    lines += ["", "Table 5: sensitivity (others at B=48, Bw=6, k=6)",
+              "| setting | EAGLE-3.1 | PR | d tau |", "|---|---|---|---|"]
+    for n, c in r["table5"].items():
+        lines.append(f"| {n} | {_cell(c[E])} | {_cell(c[P])} | {c[P]['tau'] - c[E]['tau']:+.2f} |")
+    t9 = r["table9"]
+    lines += ["", "Table 9: per-cycle cost PR / EAGLE-3.1 (measured, whole cycle) vs serial bound (g+N)/g",
+              "| B | measured | serial bound |", "|---|---|---|"]
+    for b in ("48", "24"):
+        c = t9[f"B={b}"]
+        lines.append(f"| {b} | {c['median']:.3f} ({c['spread'][0]:.3f}-{c['spread'][1]:.3f}) | "
+                     f"{t9['serial_bound']:.3f} |")
+    for key, a in r["analysis"].items():
+        lines += ["", f"Reject pool ({key}, B=48): {a['rejects']} rejects of {a['positions']} positions; "
+                  f"drafter unsure (cpd<0.5) on {a['unsure_share'] * 100:.1f}%; reconsidered "
+                  f"{a['reconsidered_share'] * 100:.1f}%",
+                  "| cpd \\ cpt | <0.5 | 0.5-0.9 | >=0.9 |", "|---|---|---|---|"]
+        for d in ("<0.5", "0.5-0.9", ">=0.9"):
+            cells = []
+            for t in ("<0.5", "0.5-0.9", ">=0.9"):
+                c = a["table7"][f"cpd {d} / cpt {t}"]
+                rec = "-" if c["recovered"] is None else f"{c['recovered'] * 100:.0f}%"
+                cells.append(f"{rec} ({c['share'] * 100:.1f}%)")
+            lines.append(f"| {d} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="gambit bench spec", description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer prompts, batches and settings (minutes)")
+    ap.add_argument("--reps", type=int, default=None,
+                    help="interleaved repetitions (default 2 quick, 3 full)")
+    ap.add_argument("--max-tokens", type=int, default=128, help="new tokens per trace at most")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    ap.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    ap.add_argument("--drafters", default=str(ASSETS), help="folder holding drafter-* folders")
+    ap.add_argument("--json", help="write the result JSON here")
+    ap.add_argument("--plots", default=None, help="folder for the PNG plots (default: next to --json)")
+    a = ap.parse_args(argv)
+    reps = a.reps or (2 if a.quick else 3)
+    if reps < 2:
+        raise SystemExit("error: --reps must be >= 2 (interleaved A B A B)")
+    r = run_bench(a.quick, reps, a.max_tokens, a.threads, Path(a.drafters), a.device)
+    print(r["tables_md"])
+    if a.json or a.plots:
+        folder = Path(a.plots) if a.plots else Path(a.json).parent
+        r["plots"] = plots(r, folder)
+        print("plots:", ", ".join(r["plots"]))
+    if a.json:
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.json).write_text(json.dumps(r, indent=1, default=str))
+        print(f"wrote {a.json}")
+    return 0

@@ -1,0 +1,357 @@
+"""Speculative decoding inside the engine: drafter state per trace, drafting, verification.
+
+Per trace, ``DraftState`` holds the fused target features of positions the drafter has not read yet
+(``drafter_len .. num_cached - 1``). Each cycle the drafter first reads them (its context pass, over a
+paged drafter KV cache that shares the trace's block table, so fork and preemption treat drafter and
+target KV alike), then grows a tree (``tree.draft_tree``). The engine feeds the tree in one target
+forward with its tree mask; ``verify.accept`` picks the path; the path's KV moves into place, the rest
+of the tree's slots are released, and the path's target features become the next cycle's context.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from gambit.engine.attention import PagedAttention, SeqInput, _padded_tables
+from gambit.engine.block_manager import OutOfBlocks
+from gambit.engine.events import BoundaryEvent, Event, TokenEvent
+from gambit.engine.kv_cache import KVCache
+from gambit.engine.sampler import top_logprobs
+from gambit.engine.sequence import Trace
+from gambit.speculative.drafter import Drafter, load_drafter
+from gambit.speculative.tree import DraftTree, TreeAttention, TreeConfig, draft_tree
+from gambit.speculative.verify import accept, spec_uniforms, target_probs
+
+SHIPPED = ("eagle3.1", "pr", "hass", "hass+pr")
+
+
+@dataclass
+class DraftState:
+    key: str  # which drafter
+    drafter_len: int = 0  # drafter rows in its KV cache (row j: feature j, token j + 1)
+    feats: list[torch.Tensor] = field(default_factory=list)  # [n, H] chunks, positions drafter_len..
+    cycles: int = 0
+    emitted: int = 0
+
+    @property
+    def pending(self) -> int:
+        return sum(f.shape[0] for f in self.feats)
+
+    @property
+    def tau(self) -> float:
+        return self.emitted / self.cycles if self.cycles else 0.0
+
+    def clone(self) -> DraftState:
+        return DraftState(self.key, self.drafter_len, list(self.feats), 0, 0)
+
+
+@dataclass
+class Plan:
+    """One group of traces sharing a drafter: their trees and verification items."""
+
+    key: str
+    traces: list[Trace]
+    tree: DraftTree
+    items: list[SeqInput]
+    first_row: list[int] = field(default_factory=list)  # flat row of each item's root (set by the engine)
+
+
+def _resolve_path(decoding: str) -> Path:
+    from gambit.paths import ASSETS
+
+    if decoding in SHIPPED:
+        return ASSETS / f"drafter-{decoding}"
+    return Path(decoding)
+
+
+class SpecDecoder:
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.drafters: dict[str, Drafter] = {}
+        self.caches: dict[str, KVCache] = {}
+        self.records: list[dict] | None = None  # analyses (bench): per verified position, when set
+
+    # -- drafters ---------------------------------------------------------------------------------
+    def register(self, name: str, drafter: Drafter) -> None:
+        e = self.engine
+        if drafter.config.hidden_size != e.model.config.hidden_size or \
+                drafter.config.vocab_size != e.model.config.vocab_size:
+            raise ValueError(f"drafter {name!r} does not fit the target model")
+        drafter = drafter.to(device=e.device, dtype=e.dtype).eval()
+        drafter.rope.cos, drafter.rope.sin = drafter.rope.cos.float(), drafter.rope.sin.float()
+        for layer in (drafter.midlayer, *drafter.extra_layers):  # fewer matmuls (inference only)
+            if layer.mlp.gate_up is None:
+                layer.mlp.fuse()
+            if getattr(layer.self_attn, "qkv", None) is None:
+                layer.self_attn.fuse()
+        self.drafters[name] = drafter
+        self.caches[name] = KVCache(drafter.config.model_config(), e.num_blocks, e.config.block_size,
+                                    e.dtype, e.device)
+
+    def prepare(self, decoding: str) -> str:
+        """The drafter key for a trace's ``decoding``; loads a shipped or given drafter once."""
+        if decoding in self.drafters:
+            return decoding
+        path = _resolve_path(decoding)
+        if not (path / "config.json").exists():
+            hint = " (not shipped yet)" if decoding in SHIPPED else ""
+            raise ValueError(f"decoding {decoding!r}: no drafter at {path}{hint}; use 'plain', "
+                             f"{', '.join(map(repr, SHIPPED))} or a drafter folder")
+        self.register(decoding, load_drafter(path, self.engine.model))
+        return decoding
+
+    def taps(self) -> tuple[int, ...]:
+        return tuple(sorted({i for d in self.drafters.values() for i in d.config.target_taps}))
+
+    def tree_config(self, key: str) -> TreeConfig:
+        s = self.engine.config.spec
+        # reconsideration needs a drafter trained for it; "advance" (extra one-pass rows) fits any
+        pr = self.drafters[key].config.method.endswith("pr") or key in ("pr", "hass+pr") \
+            or s.extra == "advance"
+        return TreeConfig(s.gamma, s.budget, s.grow_width, s.offer_width, s.reconsider if pr else 0,
+                          s.extra, s.self_query)
+
+    # -- per-trace state --------------------------------------------------------------------------
+    def _state(self, t: Trace) -> DraftState:
+        """The trace's state before its fed rows are counted; fresh when new or its KV was freed."""
+        st = t.draft
+        if st is None or st.drafter_len + st.pending != t.num_cached:
+            st = t.draft = DraftState(self.prepare(t.params.decoding))
+        return st
+
+    def on_fork(self, parent: Trace, child: Trace, pair: tuple[int, int] | None, copied: bool) -> None:
+        """A copied child inherits the drafter's KV (same blocks) and its pending features."""
+        if pair is not None:
+            for cache in self.caches.values():
+                cache.copy_blocks([pair])
+        if copied and parent.draft is not None:
+            child.draft = parent.draft.clone()
+
+    def store(self, traces: list[Trace], num_new: list[int], offsets: list[int], taps: dict) -> None:
+        """Features of rows fed the plain way (prefill chunks, decode steps without a tree)."""
+        rows, owners = [], []
+        for t, n, off in zip(traces, num_new, offsets, strict=True):
+            if t.params.decoding == "plain" or off < 0:
+                continue
+            rows.append(torch.arange(off, off + n))
+            owners.append((t, n))
+        if not rows:
+            return
+        flat = torch.cat(rows).to(self.engine.device)
+        by_key: dict[str, list] = {}
+        for t, n in owners:
+            by_key.setdefault(self._state(t).key, []).append((t, n))
+        start = 0
+        parts = {}
+        for t, n in owners:
+            parts[t.id] = flat[start:start + n]
+            start += n
+        for key, group in by_key.items():
+            d = self.drafters[key]
+            idx = torch.cat([parts[t.id] for t, _ in group])
+            f = d.fuse(torch.cat([taps[i][idx] for i in d.config.target_taps], dim=-1))
+            start = 0
+            for t, n in group:
+                t.draft.feats.append(f[start:start + n])
+                start += n
+
+    # -- drafting ---------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def draft(self, traces: list[Trace], num_new: list[int]) -> dict[int, tuple[Plan, int]]:
+        """Trees for the decode-ready speculative traces of this batch: trace id → (plan, index)."""
+        e, s = self.engine, self.engine.config.spec
+        t0 = time.perf_counter()
+        groups: dict[str, list[Trace]] = {}
+        cap = e.num_blocks * e.config.block_size
+        for t, n in zip(traces, num_new, strict=True):
+            if t.params.decoding == "plain":
+                continue
+            st = t.draft
+            N = t.num_cached
+            if n != 1 or N + 1 != len(t.token_ids) or st is None or st.pending == 0 \
+                    or st.drafter_len + st.pending != N:
+                continue
+            if N + s.gamma + 2 > e.max_model_len or N + 1 + s.budget > cap:
+                continue  # too close to the end of the context: a plain step
+            try:
+                e.blocks.ensure(t, N + 1 + s.budget)
+            except OutOfBlocks:
+                continue
+            groups.setdefault(st.key, []).append(t)
+        out: dict[int, tuple[Plan, int]] = {}
+        for key, ts in groups.items():
+            plan = self._draft_group(key, ts)
+            for i, t in enumerate(ts):
+                out[t.id] = (plan, i)
+        e.stats.draft_seconds += time.perf_counter() - t0
+        return out
+
+    def _draft_group(self, key: str, ts: list[Trace]) -> Plan:
+        e, d, cache = self.engine, self.drafters[key], self.caches[key]
+        dev = e.device
+        # context pass: rows drafter_len .. N-1 (feature j, token j + 1) into the paged drafter cache
+        items, feats = [], []
+        for t in ts:
+            st, N = t.draft, t.num_cached
+            items.append(SeqInput(t.token_ids[st.drafter_len + 1:N + 1], list(range(st.drafter_len, N)),
+                                  st.drafter_len, t.block_table))
+            feats.extend(st.feats)
+        ids = torch.tensor([x for it in items for x in it.tokens], device=dev)
+        pos = torch.tensor([p for it in items for p in it.positions], device=dev)
+        attn = PagedAttention(cache, items, dev, e.runner.use_kernel)
+        logits, nxt = d(ids[None], torch.cat(feats)[None], pos[None], attention=attn)
+        last = torch.cumsum(torch.tensor([it.q for it in items], device=dev), 0) - 1
+        for t in ts:
+            t.draft.drafter_len, t.draft.feats = t.num_cached, []
+        # the context, gathered dense once per cycle for the tree steps
+        Ns = torch.tensor([t.num_cached for t in ts], device=dev)
+        tables = _padded_tables([SeqInput([], [], t.num_cached, t.block_table) for t in ts],
+                                e.config.block_size).to(dev)
+        S, nb = tables.shape
+        ck, cv = [], []
+        for layer in range(d.config.num_layers):
+            kc, vc = cache.k[layer], cache.v[layer]
+            Hkv, D = kc.shape[0], kc.shape[-1]
+            ck.append(kc.index_select(1, tables.flatten()).view(Hkv, S, -1, D).transpose(0, 1))
+            cv.append(vc.index_select(1, tables.flatten()).view(Hkv, S, -1, D).transpose(0, 1))
+        cfg = self.tree_config(key)
+        tattn = TreeAttention(ck, cv, Ns, 1 + cfg.gamma * cfg.rows)
+        root_tok = torch.tensor([t.token_ids[-1] for t in ts], device=dev)
+        tree = draft_tree(d, cfg, root_tok, Ns - 1, nxt[0, last], logits[0, last], tattn)
+        toks = torch.cat([root_tok[:, None], tree.tokens], 1).tolist()
+        posn = torch.cat([Ns[:, None], Ns[:, None] + tree.depth], 1).tolist()
+        vitems = [SeqInput(toks[i], posn[i], t.num_cached, t.block_table, tree.mask[i])
+                  for i, t in enumerate(ts)]
+        return Plan(key, ts, tree, vitems)
+
+    # -- verification -----------------------------------------------------------------------------
+    @torch.inference_mode()
+    def verify(self, plan: Plan, logits: torch.Tensor, hidden: torch.Tensor, taps: dict,
+               logit_rows: torch.Tensor, flat_rows: torch.Tensor) -> list[Event]:
+        """Accept each trace's path, move its KV, emit its tokens.
+
+        ``logit_rows`` [S, B+1] index ``logits``; ``flat_rows`` [S, B+1] index ``hidden`` and ``taps``.
+        """
+        e, d, tree = self.engine, self.drafters[plan.key], plan.tree
+        ts, dev = plan.traces, e.device
+        S, B = tree.tokens.shape
+        T = B + 1
+        Ns = torch.tensor([t.num_cached for t in ts], device=dev)
+        lg = logits[logit_rows]  # [S, T, V]
+        p = [t.params for t in ts]
+        probs = target_probs(lg, torch.tensor([x.temperature for x in p], device=dev),
+                             torch.tensor([x.top_k for x in p], device=dev),
+                             torch.tensor([x.top_p for x in p], device=dev))
+        root = torch.tensor([t.token_ids[-1] for t in ts], device=dev)
+        tokens = torch.cat([root[:, None], tree.tokens], 1)
+        zero = torch.zeros(S, 1, dtype=torch.long, device=dev)
+        parent = torch.cat([zero, tree.parent], 1)
+        depth = torch.cat([zero, tree.depth], 1)
+        valid = torch.cat([torch.ones(S, 1, dtype=torch.bool, device=dev), tree.valid], 1)
+        u = spec_uniforms(torch.tensor([t.seed for t in ts], device=dev), Ns, T + 1)
+        on_path, end, bonus = accept(tokens, parent, depth, valid, tree.mask, probs, u)
+        n_acc = depth.gather(1, end[:, None]).squeeze(1)  # accepted draft tokens
+        # path[s, j]: tree index of the node at depth j (j = 0: root), for j <= n_acc
+        G = int(depth.max()) + 2
+        path = torch.zeros(S, G, dtype=torch.long, device=dev)
+        path.scatter_(1, torch.where(on_path, depth, G - 1), torch.arange(T, device=dev)[None].expand(S, T))
+        path[:, G - 1] = 0
+        # KV of the accepted nodes: slot of tree index i (position N + i) → position N + depth
+        bs = e.config.block_size
+        tables = _padded_tables([SeqInput([], [], t.num_cached + T, t.block_table) for t in ts], bs).to(dev)
+        jj = torch.arange(G, device=dev)[None]
+        move = (jj >= 1) & (jj <= n_acc[:, None]) & (path != jj)
+        src_pos, dst_pos = Ns[:, None] + path, Ns[:, None] + jj
+
+        def slot(pos):
+            return tables.gather(1, pos // bs) * bs + pos % bs
+
+        if bool(move.any()):
+            e.runner.cache.move_slots(slot(src_pos.clamp(max=tables.shape[1] * bs - 1))[move],
+                                      slot(dst_pos.clamp(max=tables.shape[1] * bs - 1))[move])
+        # target features of root + path rows: the next cycle's drafter context
+        keep = jj <= n_acc[:, None]
+        rows = flat_rows.gather(1, path)[keep]
+        fused = d.fuse(torch.cat([taps[i][rows] for i in d.config.target_taps], dim=-1))
+        counts = (n_acc + 1).tolist()
+        fused_parts = fused.split(counts)
+        path_l, bonus_l, tok_l = path.tolist(), bonus.tolist(), tokens.tolist()
+        n_l = n_acc.tolist()
+        want = max(x.logprobs for x in p)
+        if want:
+            emitted = torch.cat([tokens.gather(1, path[:, 1:]), bonus[:, None]], 1)  # [S, G]
+            for s_ in range(S):  # the bonus sits right after the accepted nodes
+                emitted[s_, n_l[s_]] = bonus_l[s_]
+            lp_rows = lg.gather(1, path[..., None].expand(S, G, lg.shape[-1]))
+            ch, vals, ids = (x.view(S, G, -1).tolist() for x in
+                             top_logprobs(lp_rows.reshape(S * G, -1), emitted.reshape(-1), want))
+        hid_rows = flat_rows.gather(1, path)
+        boundary = e.boundary_set
+        if self.records is not None:
+            self._record(plan, probs, tokens, path, n_acc, bonus)
+        events: list[Event] = []
+        stats = e.stats
+        for i, t in enumerate(ts):
+            N, a = t.num_cached, n_l[i]
+            seq = [tok_l[i][path_l[i][j]] for j in range(1, a + 1)] + [bonus_l[i]]
+            st = t.draft
+            st.cycles += 1
+            stats.spec_drafts += 1
+            stats.spec_draft_tokens += int(tree.valid[i].sum())
+            stats.spec_accepted += a
+            done = False
+            for j, tok in enumerate(seq):
+                posn = len(t.token_ids)
+                t.token_ids.append(tok)
+                st.emitted += 1
+                stats.generated_tokens += 1
+                if want and t.params.logprobs:
+                    kk = t.params.logprobs
+                    events.append(TokenEvent(t.id, tok, posn, ch[i][j][0] if isinstance(ch[i][j], list)
+                                             else ch[i][j], tuple(zip(ids[i][j][:kk], vals[i][j][:kk],
+                                                                      strict=True))))
+                else:
+                    events.append(TokenEvent(t.id, tok, posn))
+                reason = e._stop_reason(t, tok)
+                if reason:
+                    e._finish(t, reason)
+                    done = True
+                    break
+                if j < a and tok in boundary:  # accepted nodes were fed: their states are final
+                    h = hidden[hid_rows[i, j + 1]].float().cpu()
+                    events.append(BoundaryEvent(t.id, posn, h))
+            stats.trace_tau[t.id] = st.tau
+            if len(stats.trace_tau) > 4096:
+                stats.trace_tau.pop(next(iter(stats.trace_tau)))
+            if done:
+                continue
+            t.num_cached = N + 1 + a
+            st.feats = [fused_parts[i]]
+            e.blocks.truncate(t, len(t.token_ids))
+        return events
+
+    def _record(self, plan: Plan, probs, tokens, path, n_acc, bonus) -> None:
+        """Per verified position along each path: drafter confidence and guesses vs the target."""
+        tree = plan.tree
+        G = path.shape[1]
+        conf = tree.conf.gather(1, path)
+        top1 = tree.top1.gather(1, path)
+        recon = tree.recon.gather(1, path)
+        nxt = torch.cat([tokens.gather(1, path[:, 1:]), tokens.new_zeros(path.shape[0], 1)], 1)
+        for s_ in range(path.shape[0]):
+            nxt[s_, int(n_acc[s_])] = bonus[s_]
+        pt = probs.gather(1, path[..., None].expand(*path.shape, probs.shape[-1])).max(-1).values
+        for s_ in range(path.shape[0]):
+            for j in range(min(G, int(n_acc[s_]) + 1)):
+                if top1[s_, j] < 0:
+                    continue
+                self.records.append({"cpd": float(conf[s_, j]), "cpt": float(pt[s_, j]),
+                                     "accepted": bool(top1[s_, j] == nxt[s_, j]),
+                                     "reconsidered": bool(recon[s_, j] >= 0),
+                                     "recovered": bool(recon[s_, j] == nxt[s_, j]),
+                                     "recon_in_path": bool(tree.reconsidered[s_, path[s_, j + 1] - 1])
+                                     if j < int(n_acc[s_]) else False})

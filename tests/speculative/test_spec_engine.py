@@ -1,0 +1,201 @@
+"""Speculative traces in the engine: lossless at temperature 0 (batch 1 and 8, forks, preemption,
+eviction), the target distribution at temperature > 0, events, stats, and no KV block leaks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from spec_util import SHIPPED
+
+from gambit.engine import (
+    BoundaryEvent,
+    Engine,
+    EngineConfig,
+    EvictedEvent,
+    FinishedEvent,
+    SamplingParams,
+    TokenEvent,
+)
+from gambit.engine.config import SpecConfig
+from gambit.model import load_model
+from gambit.speculative import random_drafter
+from gambit.tasks.arithmetic import TaskConfig, generate
+
+SMALL = SpecConfig(gamma=3, budget=12, grow_width=3, offer_width=3, reconsider=2)
+METHODS = ["eagle", "pr"]
+NEW = 40
+
+
+@pytest.fixture(scope="module")
+def target():
+    return load_model(SHIPPED, device="cpu", dtype="float32")
+
+
+def _engine(target, spec=SMALL, **kw) -> Engine:
+    model, tok = target
+    kw.setdefault("num_blocks", 512)
+    eng = Engine(model, tok, EngineConfig(device="cpu", dtype="float32", spec=spec, **kw))
+    eng.register_drafter("eagle", random_drafter(eng.model, seed=1))
+    eng.register_drafter("pr", random_drafter(eng.model, seed=2, method="pr"))
+    return eng
+
+
+def _prompts(tok) -> list[list[int]]:
+    ps = [tok.encode(p.prompt) for p in generate("test", 10, 3, TaskConfig(2, 8))]
+    return ps + [tok.encode("Compute 1+1.\nSolution:\n1+1=2\n\n"), [tok.bos_id]]
+
+
+def _params(decoding, **kw):
+    kw.setdefault("max_tokens", NEW)
+    return SamplingParams(temperature=0, decoding=decoding, **kw)
+
+
+def _drain(eng, check=True, max_steps=5000):
+    events = []
+    for _ in range(max_steps):
+        if not eng.has_unfinished():
+            return events
+        events += eng.step()
+        if check:  # block accounting stays exact; tree slots never outlive their cycle
+            live = [t for t in eng.traces.values() if not t.is_done]
+            eng.blocks.check(live)
+            for t in live:
+                assert len(t.block_table) <= eng.blocks.blocks_for(len(t.token_ids)), t.id
+    raise AssertionError("engine still busy")
+
+
+@pytest.fixture(scope="module")
+def reference(target):
+    """Plain greedy outputs and events, batch 8+ at once."""
+    eng = _engine(target)
+    prompts = _prompts(target[1])
+    ids = [eng.add(p, _params("plain")) for p in prompts]
+    events = _drain(eng, check=False)
+    fin = {e.trace_id: e for e in events if isinstance(e, FinishedEvent)}
+    outs = [list(fin[i].output_ids) for i in ids]
+    bounds = [[(e.position, e.hidden) for e in events if isinstance(e, BoundaryEvent) and e.trace_id == i]
+              for i in ids]
+    return prompts, outs, bounds
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_greedy_equals_plain_batch8(target, reference, method):
+    prompts, refs, bounds = reference
+    eng = _engine(target)
+    ids = [eng.add(p, _params(method)) for p in prompts]
+    events = _drain(eng)
+    fin = {e.trace_id: e for e in events if isinstance(e, FinishedEvent)}
+    for k, tid in enumerate(ids):
+        assert list(fin[tid].output_ids) == refs[k], f"prompt {k}"
+        toks = [e for e in events if isinstance(e, TokenEvent) and e.trace_id == tid]
+        assert [e.token_id for e in toks] == refs[k]
+        assert [e.position for e in toks] == list(range(len(prompts[k]), len(prompts[k]) + len(refs[k])))
+        got = [(e.position, e.hidden) for e in events if isinstance(e, BoundaryEvent) and e.trace_id == tid]
+        assert [p for p, _ in got] == [p for p, _ in bounds[k]]
+        for (_, a), (_, b) in zip(got, bounds[k], strict=True):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    s = eng.stats
+    assert s.spec_drafts > 0 and s.tau >= 1.0 and s.spec_draft_tokens == s.spec_drafts * SMALL.budget
+    assert set(ids) <= set(s.trace_tau) and all(v >= 1 for v in s.trace_tau.values())
+    assert eng.blocks.num_free == eng.num_blocks
+    eng.blocks.check([])
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_greedy_equals_plain_batch1_default_tree(target, reference, method):
+    """One trace at a time, the default tree (B = 48, m = 3)."""
+    prompts, refs, _ = reference
+    eng = _engine(target, spec=SpecConfig())
+    for k in (0, 11):
+        assert eng.generate([prompts[k]], _params(method))[0] == refs[k]
+    assert eng.stats.max_batch_size == 1 and eng.stats.spec_drafts > 0
+    assert eng.blocks.num_free == eng.num_blocks
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_greedy_with_forks_and_preemption(target, reference, method):
+    """Small cache: traces are preempted and re-prefilled mid-run; children forked mid-run from
+    speculative parents inherit their drafter state and still decode the plain greedy text."""
+    prompts, refs, _ = reference
+    eng = _engine(target, block_size=4, num_blocks=150, max_num_batched_tokens=128)
+    ids = [eng.add(p, _params(method)) for p in prompts[:8]]
+    events = []
+    for _ in range(4):
+        events += eng.step()
+    kids = {}
+    for k, tid in enumerate(ids[:4]):
+        if tid in eng.traces and not eng.get(tid).is_done:
+            kids[eng.fork(tid, 1)[0]] = k
+    events += _drain(eng)
+    fin = {e.trace_id: e for e in events if isinstance(e, FinishedEvent)}
+    for k, tid in enumerate(ids):
+        assert list(fin[tid].output_ids) == refs[k], f"prompt {k}"
+    for cid, k in kids.items():
+        assert list(fin[cid].output_ids) == refs[k], f"child of prompt {k}"
+    assert eng.stats.preemptions > 0 and eng.stats.spec_drafts > 0 and kids
+    assert eng.blocks.num_free == eng.num_blocks
+    eng.blocks.check([])
+
+
+def test_eviction_abort_priorities(target, reference):
+    prompts, refs, _ = reference
+    eng = _engine(target, block_size=4, num_blocks=90, preemption="evict")
+    ids = [eng.add(p, _params("pr"), priority=float(i)) for i, p in enumerate(prompts[:8])]
+    events = eng.step() + eng.step()
+    eng.set_priority(ids[0], 100.0)
+    eng.abort(ids[1])
+    events += _drain(eng)
+    done = {e.trace_id: e for e in events if isinstance(e, FinishedEvent | EvictedEvent)}
+    assert isinstance(done[ids[1]], FinishedEvent) and done[ids[1]].reason == "abort"
+    assert any(isinstance(e, EvictedEvent) for e in done.values())
+    for k, tid in enumerate(ids):
+        out = list(done[tid].output_ids)
+        assert out == refs[k][:len(out)]  # evicted / aborted: a prefix of the greedy text
+    assert eng.blocks.num_free == eng.num_blocks
+
+
+def test_bad_decoding_names(target):
+    eng = _engine(target)
+    with pytest.raises(ValueError, match="no drafter"):
+        eng.add("Compute 1+1.\n", SamplingParams(decoding="/nonexistent/drafter"))
+    with pytest.raises(ValueError, match="decoding"):
+        SamplingParams(decoding="")
+    with pytest.raises(ValueError, match="spec.budget"):
+        SpecConfig(budget=0)
+    assert not eng.traces
+
+
+def _chi2_999(df: int) -> float:
+    z = 3.09  # Wilson-Hilferty approximation of the 99.9% quantile
+    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+
+
+def test_sampling_matches_target_distribution(tiny):
+    """T = 1: the second token (the first one verification emits), given the first, follows the
+    model's own conditional distribution."""
+    model, tok = tiny
+    eng = Engine(model, tok, EngineConfig(device="cpu", dtype="float32", num_blocks=2048,
+                                          spec=SpecConfig(gamma=2, budget=8, grow_width=2, offer_width=3,
+                                                          reconsider=1)))
+    eng.register_drafter("pr", random_drafter(eng.model, seed=3, method="pr", std=0.5))
+    prompt = tok.encode("Compute 12+7.\nSolution:\n")
+    n = 1500
+    outs = eng.generate([prompt] * n, [SamplingParams(temperature=1.0, max_tokens=2, seed=i, decoding="pr",
+                                                      ignore_eos=True) for i in range(n)])
+    assert eng.stats.spec_drafts >= n
+    firsts = torch.tensor([o[0] for o in outs])
+    t1 = int(torch.bincount(firsts).argmax())
+    seconds = torch.tensor([o[1] for o in outs if o[0] == t1])
+    with torch.no_grad():
+        hidden, _ = model(torch.tensor([prompt + [t1]]))
+        p = torch.softmax(model.logits(hidden[0, -1]).double(), -1)
+    expected = p * len(seconds)
+    counts = torch.bincount(seconds, minlength=len(p)).double()
+    big = expected >= 5
+    obs = torch.cat([counts[big], counts[~big].sum()[None]])
+    exp = torch.cat([expected[big], expected[~big].sum()[None]])
+    chi2 = float(((obs - exp) ** 2 / exp.clamp(min=1e-9)).sum())
+    assert len(seconds) > 100
+    assert chi2 < _chi2_999(int(big.sum())), chi2
