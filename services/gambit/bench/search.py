@@ -48,6 +48,8 @@ class BenchSearchConfig:
     sensitivity: bool = True  # run the K / Δ / w / r sweep (Figure 10) on the hard problems
     frontier: bool = True  # SC and Gambit at C/4 and C/2 as well (Figure 5)
     pr: bool = True  # Gambit with PR decoding, when the engine has it
+    scorer_mlp: str = "mlp"  # the MLP scorer: "mlp" (shipped) or a scorer folder
+    scorer_sequence: str = "sequence"  # the sequence scorer: "sequence" (shipped) or a scorer folder
     threads: int = 2  # torch threads
     plots: str = "results/bench_search"  # folder for the PNG figures
 
@@ -74,9 +76,17 @@ def variants(cfg: BenchSearchConfig) -> dict[str, tuple[str, SearchConfig]]:
          "deepconf": ("", cfg.search(method="deepconf", deepconf_warmup=max(1, cfg.capacity // 4))),
          "gambit": ("mlp", cfg.search()),
          "gambit_seq": ("sequence", cfg.search()), "step_seq": ("sequence", cfg.search(method="step"))}
-    if cfg.pr and has_decoding():
+    if cfg.pr and pr_available():
         v["gambit_pr"] = ("mlp", cfg.search(decoding="pr"))
     return v
+
+
+def pr_available() -> bool:
+    """The engine decodes speculatively and the PR drafter ships."""
+    from gambit import paths
+
+    folder = getattr(paths, "DRAFTER_PR", None)
+    return has_decoding() and folder is not None and (Path(folder) / "config.json").is_file()
 
 
 def hard_only(cfg: BenchSearchConfig) -> dict[str, tuple[str, SearchConfig]]:
@@ -161,8 +171,8 @@ def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
 
     torch.set_num_threads(cfg.threads)
     model, tok = load_model(cfg.model, device="cpu", dtype="float32")
-    mlp = load_default_scorer("mlp", model.config.hidden_size)
-    seq = load_default_scorer("sequence", model.config.hidden_size)
+    mlp = load_default_scorer(cfg.scorer_mlp, model.config.hidden_size)
+    seq = load_default_scorer(cfg.scorer_sequence, model.config.hidden_size)
     main_vs, extra_vs = variants(cfg), hard_only(cfg)
     out: dict = {"config": asdict(cfg), "by_difficulty": {},
                  "scorers": {"mlp": mlp.kind, "sequence": seq.kind}}
