@@ -52,12 +52,18 @@ class BenchSearchConfig:
     scorer_sequence: str = "sequence"  # the sequence scorer: "sequence" (shipped) or a scorer folder
     threads: int = 2  # torch threads
     plots: str = "results/bench_search"  # folder for the PNG figures
+    difficulties: str = "all,hard"  # which difficulty sets to run (comma list of all, hard)
+    methods: str = ""  # run only these main variants (comma list; empty: all)
+    merge: str = ""  # instead of running: merge these result JSONs (comma list) into one report
 
     def __post_init__(self) -> None:
         if self.capacity < 4 or self.concurrency < 1 or not 0 < self.kv_share <= 4:
             raise ValueError("need capacity >= 4, concurrency >= 1, kv_share in (0, 4]")
         if self.problems < 0:
             raise ValueError("problems must be >= 0")
+        bad = set(self.difficulties.split(",")) - set(DIFFICULTIES)
+        if bad:
+            raise ValueError(f"difficulties: unknown {sorted(bad)}; known {sorted(DIFFICULTIES)}")
 
     @property
     def n_problems(self) -> int:
@@ -78,6 +84,9 @@ def variants(cfg: BenchSearchConfig) -> dict[str, tuple[str, SearchConfig]]:
          "gambit_seq": ("sequence", cfg.search()), "step_seq": ("sequence", cfg.search(method="step"))}
     if cfg.pr and pr_available():
         v["gambit_pr"] = ("mlp", cfg.search(decoding="pr"))
+    if cfg.methods:
+        keep = set(cfg.methods.split(","))
+        v = {k: x for k, x in v.items() if k in keep}
     return v
 
 
@@ -167,8 +176,11 @@ def summarise(rec: dict) -> dict:
 
 
 def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
-    from gambit.bench.search_report import check_targets, format_tables, plot_all
+    from gambit.bench.search_report import check_targets, format_tables, merge_results, plot_all
 
+    if cfg.merge:
+        out = merge_results(cfg.merge.split(","))
+        return _report(out, cfg, json_path, check_targets, format_tables, plot_all)
     torch.set_num_threads(cfg.threads)
     model, tok = load_model(cfg.model, device="cpu", dtype="float32")
     mlp = load_default_scorer(cfg.scorer_mlp, model.config.hidden_size)
@@ -181,6 +193,8 @@ def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
     t_start = time.perf_counter()
     with tqdm(total=total, desc="bench search", mininterval=5) as bar:
         for diff, (lo, hi) in DIFFICULTIES.items():
+            if diff not in cfg.difficulties.split(","):
+                continue
             problems = generate("test", n, cfg.seed + 1, TaskConfig(lo, hi))
             per_run = max(4, int(cfg.kv_share * blocks_needed(problems, tok, cfg.capacity, 16)))
             engine = Engine(model, tok, EngineConfig(preemption="evict", num_blocks=per_run * cfg.concurrency,
@@ -193,8 +207,14 @@ def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
                 run_variants(drivers, list(extra_vs), extra_vs, problems, cfg, bar, records)
             out["by_difficulty"][diff] = {"ops": [lo, hi], "kv_blocks_per_run": per_run,
                                           "methods": {k: summarise(v) for k, v in records.items()}}
-    out["methods"] = {k: v for k, v in out["by_difficulty"]["hard"]["methods"].items() if k in main_vs}
     out["seconds"] = time.perf_counter() - t_start
+    return _report(out, cfg, json_path, check_targets, format_tables, plot_all)
+
+
+def _report(out, cfg, json_path, check_targets, format_tables, plot_all) -> dict:
+    headline = out["by_difficulty"].get("hard") or next(iter(out["by_difficulty"].values()))
+    out["methods"] = {k: v for k, v in headline["methods"].items()
+                      if k in ("sc", "step", "deepconf", "gambit", "gambit_pr")}
     out["targets"] = check_targets(out)
     print(format_tables(out))
     out["plots"] = plot_all(out, cfg.plots)

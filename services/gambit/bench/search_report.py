@@ -7,6 +7,23 @@ from pathlib import Path
 MAIN = ("sc", "step", "deepconf", "gambit", "gambit_pr")
 
 
+def merge_results(paths: list[str]) -> dict:
+    """One result from several partial runs (difficulties or method subsets run in parallel)."""
+    import json
+
+    out: dict = {"by_difficulty": {}, "parts": paths, "seconds": 0.0}
+    for p in paths:
+        part = json.loads(Path(p).read_text())
+        out.setdefault("config", part["config"])
+        out.setdefault("scorers", part.get("scorers"))
+        out["seconds"] = max(out["seconds"], part.get("seconds", 0.0))
+        for diff, d in part["by_difficulty"].items():
+            tgt = out["by_difficulty"].setdefault(diff, {**d, "methods": {}})
+            for k, m in d["methods"].items():
+                tgt["methods"].setdefault(k, m)
+    return out
+
+
 def _row(name: str, m: dict) -> str:
     return (f"| {name} | {100 * m['accuracy']:.1f}% | {100 * m['majority_accuracy']:.1f}% | "
             f"{100 * m['weighted_accuracy']:.1f}% | {m['tokens']:.0f} | {m['wall_s']:.2f} | "
@@ -23,21 +40,24 @@ def format_tables(out: dict) -> str:
     for diff, d in out["by_difficulty"].items():
         ms = d["methods"]
         lo, hi = d["ops"]
+        if not all(k in ms for k in ("sc", "step", "gambit")):
+            continue
         lines += [f"\nTable 1 — {diff} ({lo}-{hi} operations, {ms['sc']['problems']} problems, "
                   f"C={out['config']['capacity']}, {d['kv_blocks_per_run']} KV blocks per run)", HEAD]
         lines += [_row(k, ms[k]) for k in MAIN if k in ms]
         lines += [f"\nTable 2 — MLP vs sequence scorer ({diff})", HEAD]
         lines += [_row(k, ms[k]) for k in ("gambit", "gambit_seq", "step", "step_seq") if k in ms]
-    hard = out["by_difficulty"]["hard"]["methods"]
-    lines += ["\nTable 3 — wall-time split of Gambit (hard), share of wall time",
-              "| part | gambit | step | sc |", "|---|---:|---:|---:|"]
+    hard = (out["by_difficulty"].get("hard") or {}).get("methods", {})
+    cols = [m for m in ("gambit", "step", "sc") if m in hard]
+    lines += ["\nTable 3 — wall-time split (hard), share of wall time",
+              "| part | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
     names = {"forward": "model forward + sampling", "guidance": "guidance sync (scorer)",
              "tree": "tree management (rounds, fork/abort, store)",
              "scheduling": "scheduling + event routing",
              "other": "other (driver loop)"}
     for k, label in names.items():
         lines.append(f"| {label} | " + " | ".join(f"{100 * hard[m]['time_split'][k]:.2f}%"
-                                                  for m in ("gambit", "step", "sc")) + " |")
+                                                  for m in cols) + " |")
     extra = [k for k in hard if k not in MAIN and k not in ("gambit_seq", "step_seq")]
     if extra:
         lines += ["\nFigure 5 / Figure 10 points (hard)", HEAD]
@@ -51,6 +71,8 @@ def check_targets(out: dict) -> list[dict]:
     res = []
     for diff, d in out["by_difficulty"].items():
         m = d["methods"]
+        if not all(k in m for k in ("sc", "step", "gambit")):
+            continue
         g, sc, st = m["gambit"], m["sc"], m["step"]
         res.append({"target": f"[{diff}] Gambit accuracy >= SC@C with <= 50% of SC's tokens",
                     "met": g["accuracy"] >= sc["accuracy"] and g["tokens"] <= 0.5 * sc["tokens"],
@@ -91,7 +113,9 @@ def plot_all(out: dict, folder: str) -> list[str]:
 
     folder_p = Path(folder)
     folder_p.mkdir(parents=True, exist_ok=True)
-    hard = out["by_difficulty"]["hard"]["methods"]
+    hard = (out["by_difficulty"].get("hard") or {}).get("methods", {})
+    if not all(k in hard for k in ("sc", "gambit")):
+        return []
     C = out["config"]["capacity"]
     files = []
     colours = {"sc": "#888888", "step": "#e08a1e", "deepconf": "#7b4fa0", "gambit": "#2a9d3f",
@@ -122,7 +146,7 @@ def plot_all(out: dict, folder: str) -> list[str]:
     # Figures 3/6: resident traces and KV use over time, and trace throughput
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     for k in ("sc", "step", "deepconf", "gambit"):
-        s = hard[k]["series"] or []
+        s = (hard.get(k) or {}).get("series") or []
         if s:
             axes[0].plot([r[0] for r in s], [r[1] for r in s], color=colours[k], label=k)
             axes[1].plot([r[0] for r in s], [100 * r[3] for r in s], color=colours[k], label=k)
