@@ -78,9 +78,9 @@ class BenchSearchConfig:
 
 def variants(cfg: BenchSearchConfig) -> dict[str, tuple[str, SearchConfig]]:
     """name -> (scorer kind, config) for the main comparison (both difficulties)."""
-    v = {"sc": ("", cfg.search(method="sc")), "step": ("mlp", cfg.search(method="step")),
+    v = {"gambit": ("mlp", cfg.search()), "sc": ("", cfg.search(method="sc")),
+         "step": ("mlp", cfg.search(method="step")),
          "deepconf": ("", cfg.search(method="deepconf", deepconf_warmup=max(1, cfg.capacity // 4))),
-         "gambit": ("mlp", cfg.search()),
          "gambit_seq": ("sequence", cfg.search()), "step_seq": ("sequence", cfg.search(method="step"))}
     if cfg.pr and pr_available():
         v["gambit_pr"] = ("mlp", cfg.search(decoding="pr"))
@@ -122,7 +122,7 @@ def blocks_needed(problems, tokenizer, capacity: int, block_size: int) -> int:
     return capacity * -(-(longest + 8) // block_size)
 
 
-def run_variants(drivers, names, vs, problems, cfg, bar, records) -> None:
+def run_variants(drivers, names, vs, problems, cfg, bar, records, checkpoint=None) -> None:
     """Chunks of ``concurrency`` problems; every variant on each chunk, rotating the order."""
     for ci in range(0, len(problems), cfg.concurrency):
         chunk = problems[ci:ci + cfg.concurrency]
@@ -152,6 +152,8 @@ def run_variants(drivers, names, vs, problems, cfg, bar, records) -> None:
                 rounds = d.store.load(ids[0])["rounds"]
                 rec["series"] = [[r["t"], r["resident"], r["active"], r["kv_usage"]] for r in rounds]
             bar.update(len(chunk))
+            if checkpoint is not None:
+                checkpoint()
 
 
 def summarise(rec: dict) -> dict:
@@ -202,9 +204,18 @@ def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
             drivers = {"": SearchDriver(engine), "mlp": SearchDriver(engine, mlp),
                        "sequence": SearchDriver(engine, seq)}
             records: dict = {}
-            run_variants(drivers, list(main_vs), main_vs, problems, cfg, bar, records)
+
+            def checkpoint(diff=diff, lo=lo, hi=hi, per_run=per_run, records=records) -> None:
+                """Partial results after every chunk (a long run that is stopped keeps them)."""
+                out["by_difficulty"][diff] = {"ops": [lo, hi], "kv_blocks_per_run": per_run, "partial": True,
+                                              "methods": {k: summarise(v) for k, v in records.items()}}
+                if json_path:
+                    Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+                    Path(json_path + ".partial").write_text(json.dumps(out, indent=1))
+
+            run_variants(drivers, list(main_vs), main_vs, problems, cfg, bar, records, checkpoint)
             if diff == "hard" and extra_vs:
-                run_variants(drivers, list(extra_vs), extra_vs, problems, cfg, bar, records)
+                run_variants(drivers, list(extra_vs), extra_vs, problems, cfg, bar, records, checkpoint)
             out["by_difficulty"][diff] = {"ops": [lo, hi], "kv_blocks_per_run": per_run,
                                           "methods": {k: summarise(v) for k, v in records.items()}}
     out["seconds"] = time.perf_counter() - t_start
