@@ -41,7 +41,7 @@ class TrainScorerConfig:
     arch: str = "gru"  # sequence: "gru" or "attn"
     model_dim: int = 128  # sequence: width of the recurrent / attention model
     model: str = str(TARGET)  # target whose boundary states are read
-    n_problems: int = 384  # train-split problems rolled out (split into fit / validation)
+    n_problems: int = 176  # train-split problems rolled out (split into fit / validation)
     heldout_problems: int = 128  # dev-split problems rolled out for the reported AUC
     samples: int = 12  # traces per problem
     temperature: float = 0.8  # rollout sampling temperature
