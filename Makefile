@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test venv lint eval bench-engine train-target fetch-smollm2 clean ops-tools deploy-generate loadtest
+.PHONY: run test venv lint eval bench-engine bench-search train-target fetch-smollm2 clean ops-tools deploy-generate loadtest
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,9 @@ eval: $(STAMP)
 
 bench-engine: $(STAMP)
 	$(VENV)/bin/gambit bench engine --json results/bench_engine.json
+
+bench-search: $(STAMP)
+	$(VENV)/bin/gambit bench search --quick --json results/bench_search_quick.json
 
 train-target: $(STAMP)
 	$(VENV)/bin/gambit train target

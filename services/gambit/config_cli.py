@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
+import re
 import types
 import typing
 from pathlib import Path
@@ -22,9 +24,20 @@ def _base_type(tp):
     return tp
 
 
+def field_comments(cls) -> dict[str, str]:
+    """The trailing ``# comment`` of each field line in the class source: the flag's help text."""
+    try:
+        src = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return {}
+    found = (re.match(r"\s+(\w+)\s*:[^#]*#\s*(.+)$", line) for line in src.splitlines())
+    return {m[1]: m[2].strip().replace("%", "%%") for m in found if m}
+
+
 def add_dataclass_args(parser: argparse.ArgumentParser, cls, skip: tuple[str, ...] = ()) -> None:
     """Add ``--field-name`` for each field (default None, so we can tell what was given)."""
     hints = typing.get_type_hints(cls)
+    notes = field_comments(cls)
     parser.add_argument("--config", help="YAML file with values for these options")
     for f in dataclasses.fields(cls):
         if f.name in skip or f.name.startswith("_"):
@@ -32,11 +45,12 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls, skip: tuple[str, ..
         tp = _base_type(hints[f.name])
         flag = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not dataclasses.MISSING else None
+        note = f"{notes[f.name]} " if f.name in notes else ""
         if tp is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
-                                help=f"(default: {default})")
+                                help=f"{note}(default: {default})")
         elif tp in (int, float, str):
-            parser.add_argument(flag, type=tp, default=None, help=f"(default: {default})")
+            parser.add_argument(flag, type=tp, default=None, help=f"{note}(default: {default})")
 
 
 def from_args(cls, args: argparse.Namespace, **fixed):

@@ -1,62 +1,87 @@
-"""The main job on the embedded default: the shipped target solves held-out problems, shows its
-traces and the vote (``make run`` / ``gambit run``)."""
+"""The main job on the embedded default (``make run`` / ``gambit run``): the shipped target solves
+held-out problems with Gambit in one process (engine + scorer + tournament + in-memory tree store),
+with a live view of the pool, and ends with each answer and its lineage."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gambit.bench.eval import normalise
-from gambit.engine import Engine, EngineConfig, SamplingParams
-from gambit.engine.engine import derive_seed
+from gambit.engine import Engine, EngineConfig
 from gambit.paths import TARGET
-from gambit.search.vote import majority_vote
+from gambit.search.config import SearchConfig
+from gambit.search.driver import SearchDriver
+from gambit.search.lineage import lineage_png, lineage_text
+from gambit.search.live import LiveView
+from gambit.search.scorers import load_default_scorer
+from gambit.search.store import MemoryStore
 from gambit.tasks.arithmetic import TaskConfig, generate
 
 
 @dataclass
 class RunConfig:
-    model: str = str(TARGET)
-    problems: int = 3
-    samples: int = 8
-    temperature: float = 0.8
-    seed: int = 0
-    min_ops: int = 3
-    max_ops: int = 6
-    decoding: str = "plain"  # plain | eagle3.1 | pr | a drafter folder: speculative decoding, tau per trace
+    model: str = str(TARGET)  # target model folder (Hugging Face layout)
+    problems: int = 2  # held-out (test split) problems to solve
+    samples: int = 16  # C: traces in the pool (SC@C launches this many)
+    method: str = "gambit"  # gambit | sc | step | deepconf
+    scorer: str = "mlp"  # mlp | sequence (shipped) or a scorer folder
+    swap: int = 4  # K: traces pruned and branched per round
+    interval: int = 8  # Δ: decode steps between rounds
+    warmup: int = 24  # w: tokens before scoring; a child branches only w tokens after its birth
+    temperature: float = 0.8  # sampling temperature of root traces
+    seed: int = 0  # problem selection and trace seeds
+    min_ops: int = 6  # fewest operations in a problem
+    max_ops: int = 8  # most operations in a problem
+    kv_blocks: int = 120  # KV blocks of the engine (small enough that memory pressure shows)
+    max_wall_s: float = 25.0  # seconds per problem at most (the whole job stays about a minute)
+    save: str = "results/run_store.json"  # the tree store as JSON, for `gambit inspect RUN --store FILE`
+    png: str = "results/run_lineage.png"  # lineage picture of the last problem ("" to skip)
+    lineage_nodes: int = 60  # most lineage lines printed per problem
+    decoding: str = "plain"  # plain | eagle3.1 | pr: speculative decoding of every trace
 
     def __post_init__(self) -> None:
         if self.problems < 1 or self.samples < 1:
             raise ValueError("problems and samples must be >= 1")
+        if self.kv_blocks < 1:
+            raise ValueError("kv_blocks must be >= 1")
+
+    def search(self) -> SearchConfig:
+        return SearchConfig(method=self.method, capacity=self.samples, swap=min(self.swap, self.samples),
+                            interval=self.interval, warmup=self.warmup, temperature=self.temperature,
+                            seed=self.seed, max_wall_s=self.max_wall_s, decoding=self.decoding)
 
 
 def run(cfg: RunConfig) -> dict:
-    engine = Engine.from_pretrained(cfg.model, EngineConfig(model=cfg.model))
+    scfg = cfg.search()  # validates before loading anything
+    engine = Engine.from_pretrained(cfg.model, EngineConfig(model=cfg.model, preemption="evict",
+                                                            num_blocks=cfg.kv_blocks))
+    scorer = load_default_scorer(cfg.scorer, engine.model.config.hidden_size) \
+        if cfg.method in ("gambit", "step") else None
+    store = MemoryStore()
+    driver = SearchDriver(engine, scorer, store)
     problems = generate("test", cfg.problems, cfg.seed, TaskConfig(cfg.min_ops, cfg.max_ops))
-    right = 0
+    view = LiveView()
+    right, tokens, last = 0, 0, None
     for i, p in enumerate(problems):
-        print(f"\n=== problem {i + 1}/{len(problems)} (test split, {p.n_ops} operations) ===")
-        print(p.prompt.rstrip())
-        params = [SamplingParams(temperature=cfg.temperature, max_tokens=400, decoding=cfg.decoding,
-                                 seed=derive_seed(cfg.seed, i, s)) for s in range(cfg.samples)]
-        first = engine._next_id
-        outs = engine.generate([p.prompt] * cfg.samples, params)
-        answers = []
-        for s, out in enumerate(outs):
-            text = engine.tokenizer.decode(out)
-            answers.append(normalise(text))
-            mark = "ok " if answers[-1] == str(p.answer) else "bad"
-            tau = engine.stats.trace_tau.get(first + s)
-            spec = f" tau={tau:.2f}" if tau else ""
-            print(f"--- trace {s + 1} [{mark}] answer={answers[-1]}{spec}")
-            print("    " + text.strip().replace("\n\n", " | "))
-        vote = majority_vote(answers)
-        right += vote == str(p.answer)
-        n_ok = sum(a == str(p.answer) for a in answers)
-        print(f">>> vote: {vote}  (correct: {p.answer}; {n_ok}/{cfg.samples} traces right) "
-              f"{'CORRECT' if vote == str(p.answer) else 'WRONG'}")
-    print(f"\nmajority vote solved {right}/{len(problems)} problems "
-          f"({engine.stats.generated_tokens} tokens generated)")
-    if engine.stats.spec_drafts:
+        print(f"\n=== problem {i + 1}/{len(problems)} (test split, {p.n_ops} operations): "
+              f"{p.prompt.strip()!r}")
+        run_id = f"p{i + 1}"
+        view.capacity[run_id] = cfg.samples
+        driver.submit(p, scfg, run_id=run_id)
+        res = driver.run_until_done([run_id], on_event=view.update)[run_id]
+        right += bool(res.correct)
+        tokens += res.tokens
+        print(f">>> answer {res.answer} ({res.vote_rule}; majority {res.majority}, weighted {res.weighted}); "
+              f"correct {p.answer}: {'CORRECT' if res.correct else 'WRONG'}  "
+              f"[{res.tokens} tokens, {res.wall_s:.1f} s, {res.branched} branched, {res.pruned} pruned, "
+              f"{res.evicted} evicted]")
+        print(lineage_text(run_id, store.load(run_id), max_nodes=cfg.lineage_nodes))
+        last = run_id
+    if getattr(engine.stats, "spec_drafts", 0):
         print(f"speculative ({cfg.decoding}): tau {engine.stats.tau:.2f} tokens per target forward over "
               f"{engine.stats.spec_drafts} verifications")
-    return {"solved": right, "problems": len(problems)}
+    print(f"\n{cfg.method} solved {right}/{len(problems)} problems ({tokens} tokens generated)")
+    if cfg.save:
+        print(f"tree store saved to {store.save(cfg.save)} — `gambit inspect {last} --store {cfg.save}`")
+    if cfg.png and last:
+        print(f"lineage picture: {lineage_png(last, store.load(last), cfg.png)}")
+    return {"solved": right, "problems": len(problems), "tokens": tokens}

@@ -48,6 +48,14 @@ def write_card(folder: str | Path) -> Path:
     hist = "\n".join(f"| {h['epoch']} | {h['train_loss']:.5f} | {h['val_loss']:.5f} | {h['val_auc']:.4f} |"
                      for h in info["loss_history"])
     tr, ho = d["train_rollouts"], d["heldout_rollouts"]
+    best_val = info["loss_history"][d["best_epoch"] - 1]["val_auc"]
+    choice = f"validation AUC at the best epoch {best_val:.3f}"
+    mlp_json = folder.parent / "scorer-mlp" / "training.json"
+    if sc["kind"] == "sequence" and mlp_json.is_file():
+        m = json.loads(mlp_json.read_text())
+        m_val = m["loss_history"][m["data"]["best_epoch"] - 1]["val_auc"]
+        choice += (f" (the MLP on the same split: {m_val:.3f}; the GRU was kept for its validation AUC — "
+                   "the `--arch attn` variant was not compared within this session's CPU budget)")
     text = f"""# Boundary scorer: {sc['kind']}{'' if sc['kind'] == 'mlp' else f" ({sc['arch']})"}
 
 Scores a reasoning trace of the shipped target (`{sc['target']}`) at every thought boundary (`\\n\\n`)
@@ -77,8 +85,10 @@ the problem text; held-out: {ho['n_problems']} dev-split problems × {ho['sample
 | optimiser | Adam lr {cfg['lr']}, weight decay {cfg['weight_decay']}, batch {cfg['batch_size']} \
 boundaries{'' if sc['kind'] == 'mlp' else ' (whole traces packed)'}, ≤ {cfg['max_epochs']} epochs, \
 patience {cfg['patience']} on validation loss; best epoch {d['best_epoch']} kept; seed {cfg['seed']} |
+| selection | {choice} |
 | time | {info['train_seconds']} s of training (rollouts are cached) |
-| environment | torch {info['torch_version']}, {info['torch_threads']} CPU threads |
+| environment | torch {info['torch_version']}; training on {info['torch_threads']} CPU thread(s), \
+rollouts on {tr['threads']} (the engine's numerics depend on it) |
 | command | `{command(cfg)}` |
 
 ## Held-out AUC (dev-split problems)

@@ -41,7 +41,7 @@ class TrainScorerConfig:
     arch: str = "gru"  # sequence: "gru" or "attn"
     model_dim: int = 128  # sequence: width of the recurrent / attention model
     model: str = str(TARGET)  # target whose boundary states are read
-    n_problems: int = 384  # train-split problems rolled out (split into fit / validation)
+    n_problems: int = 176  # train-split problems rolled out (split into fit / validation)
     heldout_problems: int = 128  # dev-split problems rolled out for the reported AUC
     samples: int = 12  # traces per problem
     temperature: float = 0.8  # rollout sampling temperature
@@ -53,7 +53,8 @@ class TrainScorerConfig:
     patience: int = 5  # epochs without a lower validation loss before stopping
     seed: int = 0  # initialisation and shuffling seed
     rollout_seed: int = 0  # problem and sampling seed of the rollouts
-    threads: int = 2  # torch CPU threads (loss history is identical only at the same count)
+    threads: int = 2  # torch CPU threads while rolling out (the engine's numerics depend on it)
+    train_threads: int = 1  # torch CPU threads while training (loss history is exact at the same count)
     cache_dir: str = ""  # rollout cache (default $GAMBIT_CACHE or ~/.cache/gambit)
     repro_problems: int = 8  # the card's reproducibility probe trains on this many problems ...
     repro_epochs: int = 3  # ... for this many epochs (0: no probe)
@@ -62,7 +63,8 @@ class TrainScorerConfig:
         ScorerConfig(kind=self.kind, arch=self.arch, model_dim=self.model_dim)
         if not 0 < self.val_percent < 100:
             raise ValueError(f"val_percent must be in (0, 100), got {self.val_percent}")
-        for name in ("n_problems", "samples", "batch_size", "max_epochs", "patience", "threads"):
+        for name in ("n_problems", "samples", "batch_size", "max_epochs", "patience", "threads",
+                     "train_threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.lr <= 0 or self.weight_decay < 0:
@@ -200,10 +202,10 @@ def repro_probe(cfg: TrainScorerConfig, data: dict, quiet: bool = True) -> list[
 
 def train_scorer(cfg: TrainScorerConfig, quiet: bool = False) -> dict:
     """Roll out (or load cached), train, evaluate on held-out problems, save the scorer folder."""
-    with fixed_threads(cfg.threads):
-        cache = cfg.cache_dir or None
-        train = collect_rollouts(cfg.rollouts("train"), cache, quiet)
-        held = collect_rollouts(cfg.rollouts("dev"), cache, quiet)
+    cache = cfg.cache_dir or None
+    train = collect_rollouts(cfg.rollouts("train"), cache, quiet)
+    held = collect_rollouts(cfg.rollouts("dev"), cache, quiet)
+    with fixed_threads(cfg.train_threads):
         start = time.time()
         net, history, split = fit(cfg, train, quiet)
         seconds = time.time() - start

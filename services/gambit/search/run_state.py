@@ -28,6 +28,11 @@ TIMING_KEYS = ("forward", "guidance", "tree", "scheduling")
 _HAS_DECODING = "decoding" in {f.name for f in fields(SamplingParams)}
 
 
+def has_decoding() -> bool:
+    """Whether this engine build decodes speculatively (``SamplingParams.decoding``)."""
+    return _HAS_DECODING
+
+
 def extract_answer(text: str) -> str | None:
     boxed = extract_boxed(text)
     value = parse_int(boxed)

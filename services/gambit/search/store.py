@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 
-class StoreUnavailable(RuntimeError):
+class StoreUnavailable(ConnectionError):
     """The store cannot be reached (the message names where it was looked for)."""
 
 

@@ -63,7 +63,10 @@ class Node:
         return 0.0 if m is None else m
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        # by hand: dataclasses.asdict deep-copies every token list and was most of a round's cost
+        d = dict(self.__dict__)
+        d["tokens"], d["scores"] = list(self.tokens), list(self.scores)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Node:

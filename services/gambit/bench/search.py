@@ -1,0 +1,237 @@
+"""``gambit bench search``: Gambit against SC@C, STEP and DeepConf on one engine, same capacity.
+
+Held-out (test split) problems at two difficulties: the whole training range (2-8 operations) and
+its hard end (6-8). Problems go in chunks of ``concurrency`` runs searched at once on the engine;
+within a chunk every method runs in turn, in an order that rotates from chunk to chunk, so machine
+noise hits all methods alike. KV memory is sized below what C full traces need, so memory pressure
+(eviction, ghosts, recompute queueing) happens as on a full GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from gambit.engine import Engine, EngineConfig
+from gambit.model.loader import load_model
+from gambit.paths import TARGET
+from gambit.search.config import SearchConfig
+from gambit.search.driver import SearchDriver
+from gambit.search.run_state import TIMING_KEYS, has_decoding
+from gambit.search.scorers import load_default_scorer
+from gambit.tasks.arithmetic import TaskConfig, generate
+
+DIFFICULTIES = {"all": (2, 8), "hard": (6, 8)}
+
+
+@dataclass
+class BenchSearchConfig:
+    quick: bool = False  # fewer problems and a smaller sensitivity sweep (a few minutes)
+    model: str = str(TARGET)  # target model folder
+    problems: int = 0  # problems per difficulty (0: 8 with --quick, else 40)
+    capacity: int = 16  # C for every method
+    concurrency: int = 4  # runs searched at once on the engine (the same for every method)
+    kv_share: float = 0.6  # KV blocks per run as a share of what C full-length traces need
+    swap: int = 4  # Gambit K
+    interval: int = 8  # Gambit Δ (decode steps)
+    warmup: int = 24  # Gambit w (tokens)
+    floor: float = 0.0  # Gambit δ
+    child_temperature: float = 1.0  # Gambit child temperature multiplier
+    kv_ratio: float = 0.9  # r for Gambit and STEP
+    temperature: float = 0.8  # sampling temperature
+    seed: int = 0  # problem selection and trace seeds
+    sensitivity: bool = True  # run the K / Δ / w / r sweep (Figure 10) on the hard problems
+    frontier: bool = True  # SC and Gambit at C/4 and C/2 as well (Figure 5)
+    pr: bool = True  # Gambit with PR decoding, when the engine has it
+    scorer_mlp: str = "mlp"  # the MLP scorer: "mlp" (shipped) or a scorer folder
+    scorer_sequence: str = "sequence"  # the sequence scorer: "sequence" (shipped) or a scorer folder
+    threads: int = 2  # torch threads
+    plots: str = "results/bench_search"  # folder for the PNG figures
+    difficulties: str = "all,hard"  # which difficulty sets to run (comma list of all, hard)
+    methods: str = ""  # run only these main variants (comma list; empty: all)
+    merge: str = ""  # instead of running: merge these result JSONs (comma list) into one report
+
+    def __post_init__(self) -> None:
+        if self.capacity < 4 or self.concurrency < 1 or not 0 < self.kv_share <= 4:
+            raise ValueError("need capacity >= 4, concurrency >= 1, kv_share in (0, 4]")
+        if self.problems < 0:
+            raise ValueError("problems must be >= 0")
+        bad = set(self.difficulties.split(",")) - set(DIFFICULTIES)
+        if bad:
+            raise ValueError(f"difficulties: unknown {sorted(bad)}; known {sorted(DIFFICULTIES)}")
+
+    @property
+    def n_problems(self) -> int:
+        return self.problems or (8 if self.quick else 40)
+
+    def search(self, **kw) -> SearchConfig:
+        base = SearchConfig(method="gambit", capacity=self.capacity, swap=self.swap, interval=self.interval,
+                            warmup=self.warmup, floor=self.floor, child_temperature=self.child_temperature,
+                            kv_ratio=self.kv_ratio, temperature=self.temperature, seed=self.seed)
+        return replace(base, **kw)
+
+
+def variants(cfg: BenchSearchConfig) -> dict[str, tuple[str, SearchConfig]]:
+    """name -> (scorer kind, config) for the main comparison (both difficulties)."""
+    v = {"gambit": ("mlp", cfg.search()), "sc": ("", cfg.search(method="sc")),
+         "step": ("mlp", cfg.search(method="step")),
+         "deepconf": ("", cfg.search(method="deepconf", deepconf_warmup=max(1, cfg.capacity // 4))),
+         "gambit_seq": ("sequence", cfg.search()), "step_seq": ("sequence", cfg.search(method="step"))}
+    if cfg.pr and pr_available():
+        v["gambit_pr"] = ("mlp", cfg.search(decoding="pr"))
+    if cfg.methods:
+        keep = set(cfg.methods.split(","))
+        v = {k: x for k, x in v.items() if k in keep}
+    return v
+
+
+def pr_available() -> bool:
+    """The engine decodes speculatively and the PR drafter ships."""
+    from gambit import paths
+
+    folder = getattr(paths, "DRAFTER_PR", None)
+    return has_decoding() and folder is not None and (Path(folder) / "config.json").is_file()
+
+
+def hard_only(cfg: BenchSearchConfig) -> dict[str, tuple[str, SearchConfig]]:
+    """Frontier points and the sensitivity sweep, on the hard problems only."""
+    v: dict[str, tuple[str, SearchConfig]] = {}
+    c = cfg.capacity
+    if cfg.frontier:
+        for cap in sorted({max(2, c // 4), c // 2}):
+            v[f"sc@{cap}"] = ("", cfg.search(method="sc", capacity=cap))
+            v[f"gambit@{cap}"] = ("mlp", cfg.search(capacity=cap, swap=max(1, min(cfg.swap, cap // 4))))
+    if cfg.sensitivity:
+        q = cfg.quick
+        sweep = {"swap": [1, 8] if q else [1, 2, 8], "interval": [4, 16] if q else [4, 16, 32],
+                 "warmup": [12, 48] if q else [12, 48, 72], "kv_ratio": [0.6] if q else [0.5, 0.7]}
+        for name, vals in sweep.items():
+            for x in vals:
+                if x != getattr(cfg, name):
+                    v[f"gambit[{name}={x}]"] = ("mlp", cfg.search(**{name: x}))
+    return v
+
+
+def blocks_needed(problems, tokenizer, capacity: int, block_size: int) -> int:
+    longest = max(len(tokenizer.encode(p.prompt)) + len(tokenizer.encode(p.solution)) for p in problems)
+    return capacity * -(-(longest + 8) // block_size)
+
+
+def run_variants(drivers, names, vs, problems, cfg, bar, records, checkpoint=None) -> None:
+    """Chunks of ``concurrency`` problems; every variant on each chunk, rotating the order."""
+    for ci in range(0, len(problems), cfg.concurrency):
+        chunk = problems[ci:ci + cfg.concurrency]
+        k = (ci // cfg.concurrency) % len(names)
+        for name in names[k:] + names[:k]:
+            kind, scfg = vs[name]
+            d = drivers[kind]
+            before = dict(d.timings)
+            t0 = time.perf_counter()
+            ids = [d.submit(p, scfg, run_id=f"{name.replace('@', '-at-')}-{ci + j}".translate(
+                str.maketrans("[]=", "___"))) for j, p in enumerate(chunk)]
+            res = d.run_until_done(ids)
+            wall = time.perf_counter() - t0
+            rec = records.setdefault(name, {"runs": [], "wall": 0.0, "series": None,
+                                            "timings": dict.fromkeys(TIMING_KEYS, 0.0)})
+            rec["wall"] += wall
+            for key in TIMING_KEYS:
+                rec["timings"][key] += d.timings[key] - before[key]
+            for rid, p in zip(ids, chunk, strict=True):
+                r, gold = res[rid], str(p.answer)
+                rec["runs"].append({"correct": bool(r.correct), "tokens": r.tokens, "wall_s": r.wall_s,
+                                    "finished": r.finished_traces, "branched": r.branched, "pruned": r.pruned,
+                                    "evicted": r.evicted, "majority_ok": r.majority == gold,
+                                    "weighted_ok": r.weighted == gold,
+                                    "pass_any": any(t["answer"] == gold for t in r.traces)})
+            if rec["series"] is None:  # Figures 3/6: the first run's pool and KV over time
+                rounds = d.store.load(ids[0])["rounds"]
+                rec["series"] = [[r["t"], r["resident"], r["active"], r["kv_usage"]] for r in rounds]
+            bar.update(len(chunk))
+            if checkpoint is not None:
+                checkpoint()
+
+
+def summarise(rec: dict) -> dict:
+    runs = rec["runs"]
+    n = len(runs)
+    t = rec["timings"]
+    wall = rec["wall"]
+    spent = sum(t.values())
+    out = {"problems": n, "accuracy": sum(r["correct"] for r in runs) / n,
+           "majority_accuracy": sum(r["majority_ok"] for r in runs) / n,
+           "weighted_accuracy": sum(r["weighted_ok"] for r in runs) / n,
+           "any_trace_correct": sum(r["pass_any"] for r in runs) / n,
+           "tokens": sum(r["tokens"] for r in runs) / n, "wall_s": sum(r["wall_s"] for r in runs) / n,
+           "trace_throughput": sum(r["finished"] for r in runs) / wall if wall else 0.0,
+           "finished_traces": sum(r["finished"] for r in runs) / n,
+           "branched": sum(r["branched"] for r in runs) / n, "pruned": sum(r["pruned"] for r in runs) / n,
+           "evicted": sum(r["evicted"] for r in runs) / n, "chunk_wall_s": wall,
+           "time_split": {k: v / wall for k, v in t.items()} | {"other": max(0.0, wall - spent) / wall},
+           "overhead_fraction": (t["guidance"] + t["tree"] + t["scheduling"]) / wall if wall else 0.0,
+           "series": rec["series"]}
+    return out
+
+
+def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
+    from gambit.bench.search_report import check_targets, format_tables, merge_results, plot_all
+
+    if cfg.merge:
+        out = merge_results(cfg.merge.split(","))
+        return _report(out, cfg, json_path, check_targets, format_tables, plot_all)
+    torch.set_num_threads(cfg.threads)
+    model, tok = load_model(cfg.model, device="cpu", dtype="float32")
+    mlp = load_default_scorer(cfg.scorer_mlp, model.config.hidden_size)
+    seq = load_default_scorer(cfg.scorer_sequence, model.config.hidden_size)
+    main_vs, extra_vs = variants(cfg), hard_only(cfg)
+    out: dict = {"config": asdict(cfg), "by_difficulty": {},
+                 "scorers": {"mlp": mlp.kind, "sequence": seq.kind}}
+    n = cfg.n_problems
+    total = n * len(main_vs) * 2 + n * len(extra_vs)
+    t_start = time.perf_counter()
+    with tqdm(total=total, desc="bench search", mininterval=5) as bar:
+        for diff, (lo, hi) in DIFFICULTIES.items():
+            if diff not in cfg.difficulties.split(","):
+                continue
+            problems = generate("test", n, cfg.seed + 1, TaskConfig(lo, hi))
+            per_run = max(4, int(cfg.kv_share * blocks_needed(problems, tok, cfg.capacity, 16)))
+            engine = Engine(model, tok, EngineConfig(preemption="evict", num_blocks=per_run * cfg.concurrency,
+                                                     seed=cfg.seed))
+            drivers = {"": SearchDriver(engine), "mlp": SearchDriver(engine, mlp),
+                       "sequence": SearchDriver(engine, seq)}
+            records: dict = {}
+
+            def checkpoint(diff=diff, lo=lo, hi=hi, per_run=per_run, records=records) -> None:
+                """Partial results after every chunk (a long run that is stopped keeps them)."""
+                out["by_difficulty"][diff] = {"ops": [lo, hi], "kv_blocks_per_run": per_run, "partial": True,
+                                              "methods": {k: summarise(v) for k, v in records.items()}}
+                if json_path:
+                    Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+                    Path(json_path + ".partial").write_text(json.dumps(out, indent=1))
+
+            run_variants(drivers, list(main_vs), main_vs, problems, cfg, bar, records, checkpoint)
+            if diff == "hard" and extra_vs:
+                run_variants(drivers, list(extra_vs), extra_vs, problems, cfg, bar, records, checkpoint)
+            out["by_difficulty"][diff] = {"ops": [lo, hi], "kv_blocks_per_run": per_run,
+                                          "methods": {k: summarise(v) for k, v in records.items()}}
+    out["seconds"] = time.perf_counter() - t_start
+    return _report(out, cfg, json_path, check_targets, format_tables, plot_all)
+
+
+def _report(out, cfg, json_path, check_targets, format_tables, plot_all) -> dict:
+    headline = out["by_difficulty"].get("hard") or next(iter(out["by_difficulty"].values()))
+    out["methods"] = {k: v for k, v in headline["methods"].items()
+                      if k in ("sc", "step", "deepconf", "gambit", "gambit_pr")}
+    out["targets"] = check_targets(out)
+    print(format_tables(out))
+    out["plots"] = plot_all(out, cfg.plots)
+    if json_path:
+        path = Path(json_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out, indent=1))
+        print(f"wrote {path}")
+    return out

@@ -1,0 +1,186 @@
+"""Tables, target checks and plots for ``gambit bench search``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MAIN = ("sc", "step", "deepconf", "gambit", "gambit_pr")
+
+
+def merge_results(paths: list[str]) -> dict:
+    """One result from several partial runs (difficulties or method subsets run in parallel)."""
+    import json
+
+    out: dict = {"by_difficulty": {}, "parts": paths, "seconds": 0.0}
+    for p in paths:
+        part = json.loads(Path(p).read_text())
+        out.setdefault("config", part["config"])
+        out.setdefault("scorers", part.get("scorers"))
+        out["seconds"] = max(out["seconds"], part.get("seconds", 0.0))
+        for diff, d in part["by_difficulty"].items():
+            tgt = out["by_difficulty"].setdefault(diff, {**d, "methods": {}})
+            for k, m in d["methods"].items():
+                tgt["methods"].setdefault(k, m)
+    return out
+
+
+def _row(name: str, m: dict) -> str:
+    return (f"| {name} | {100 * m['accuracy']:.1f}% | {100 * m['majority_accuracy']:.1f}% | "
+            f"{100 * m['weighted_accuracy']:.1f}% | {m['tokens']:.0f} | {m['wall_s']:.2f} | "
+            f"{m['trace_throughput']:.2f} | {m['finished_traces']:.1f} | {m['evicted']:.1f} | "
+            f"{100 * m['overhead_fraction']:.2f}% |")
+
+
+HEAD = ("| method | accuracy | majority | weighted | tokens/problem | latency s | traces/s | answers | "
+        "evicted | overhead |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+
+def format_tables(out: dict) -> str:
+    lines = []
+    for diff, d in out["by_difficulty"].items():
+        ms = d["methods"]
+        lo, hi = d["ops"]
+        if not all(k in ms for k in ("sc", "step", "gambit")):
+            continue
+        lines += [f"\nTable 1 — {diff} ({lo}-{hi} operations, {ms['sc']['problems']} problems, "
+                  f"C={out['config']['capacity']}, {d['kv_blocks_per_run']} KV blocks per run)", HEAD]
+        lines += [_row(k, ms[k]) for k in MAIN if k in ms]
+        lines += [f"\nTable 2 — MLP vs sequence scorer ({diff})", HEAD]
+        lines += [_row(k, ms[k]) for k in ("gambit", "gambit_seq", "step", "step_seq") if k in ms]
+    hard = (out["by_difficulty"].get("hard") or {}).get("methods", {})
+    cols = [m for m in ("gambit", "step", "sc") if m in hard]
+    lines += ["\nTable 3 — wall-time split (hard), share of wall time",
+              "| part | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+    names = {"forward": "model forward + sampling", "guidance": "guidance sync (scorer)",
+             "tree": "tree management (rounds, fork/abort, store)",
+             "scheduling": "scheduling + event routing",
+             "other": "other (driver loop)"}
+    for k, label in names.items():
+        lines.append(f"| {label} | " + " | ".join(f"{100 * hard[m]['time_split'][k]:.2f}%"
+                                                  for m in cols) + " |")
+    extra = [k for k in hard if k not in MAIN and k not in ("gambit_seq", "step_seq")]
+    if extra:
+        lines += ["\nFigure 5 / Figure 10 points (hard)", HEAD]
+        lines += [_row(k, hard[k]) for k in extra]
+    lines += ["\nTargets"] + [f"* {t['target']}: {'MET' if t['met'] else 'not met'} — {t['detail']}"
+                              for t in out["targets"]]
+    return "\n".join(lines)
+
+
+def check_targets(out: dict) -> list[dict]:
+    res = []
+    for diff, d in out["by_difficulty"].items():
+        m = d["methods"]
+        if not all(k in m for k in ("sc", "step", "gambit")):
+            continue
+        g, sc, st = m["gambit"], m["sc"], m["step"]
+        res.append({"target": f"[{diff}] Gambit accuracy >= SC@C with <= 50% of SC's tokens",
+                    "met": g["accuracy"] >= sc["accuracy"] and g["tokens"] <= 0.5 * sc["tokens"],
+                    "detail": f"{100 * g['accuracy']:.1f}% vs {100 * sc['accuracy']:.1f}%, tokens "
+                              f"{g['tokens'] / sc['tokens']:.2f}x of SC"})
+        half = [k for k in m if k.startswith("gambit@")]
+        if half and diff == "hard":
+            k = max(half, key=lambda x: int(x.split("@")[1]))
+            res.append({"target": f"[{diff}] frontier: {k} accuracy >= SC@C",
+                        "met": m[k]["accuracy"] >= sc["accuracy"],
+                        "detail": f"{100 * m[k]['accuracy']:.1f}% vs {100 * sc['accuracy']:.1f}% at "
+                                  f"{m[k]['tokens'] / sc['tokens']:.2f}x SC's tokens"})
+        res.append({"target": f"[{diff}] Gambit >= STEP + 3 points",
+                    "met": g["accuracy"] >= st["accuracy"] + 0.03,
+                    "detail": f"{100 * g['accuracy']:.1f}% vs {100 * st['accuracy']:.1f}%"})
+        res.append({"target": f"[{diff}] trace throughput >= 1.5x STEP",
+                    "met": g["trace_throughput"] >= 1.5 * st["trace_throughput"],
+                    "detail": f"{g['trace_throughput']:.2f} vs {st['trace_throughput']:.2f} traces/s "
+                              f"({g['trace_throughput'] / max(st['trace_throughput'], 1e-9):.2f}x)"})
+        res.append({"target": f"[{diff}] tournament overhead <= 3% of wall",
+                    "met": g["overhead_fraction"] <= 0.03,
+                    "detail": f"{100 * g['overhead_fraction']:.2f}%"})
+        if "gambit_pr" in m:
+            p = m["gambit_pr"]
+            res.append({"target": f"[{diff}] Gambit+PR faster than Gambit at equal accuracy",
+                        "met": p["wall_s"] < g["wall_s"] and p["accuracy"] >= g["accuracy"] - 0.05,
+                        "detail": f"{p['wall_s']:.2f} s vs {g['wall_s']:.2f} s; "
+                                  f"{100 * p['accuracy']:.1f}% vs "
+                                  f"{100 * g['accuracy']:.1f}%"})
+    return res
+
+
+def plot_all(out: dict, folder: str) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder_p = Path(folder)
+    folder_p.mkdir(parents=True, exist_ok=True)
+    hard = (out["by_difficulty"].get("hard") or {}).get("methods", {})
+    if not all(k in hard for k in ("sc", "gambit")):
+        return []
+    C = out["config"]["capacity"]
+    files = []
+    colours = {"sc": "#888888", "step": "#e08a1e", "deepconf": "#7b4fa0", "gambit": "#2a9d3f",
+               "gambit_pr": "#1d6fb8", "gambit_seq": "#6ab04c", "step_seq": "#f0b27a"}
+
+    # Figure 5: accuracy vs tokens
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for fam in ("sc", "gambit"):
+        pts = sorted((m["tokens"], m["accuracy"], k) for k, m in hard.items()
+                     if k == fam or k.startswith(fam + "@"))
+        ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], "o-", color=colours[fam],
+                label=f"{fam} (C varies)")
+        for x, y, k in pts:
+            ax.annotate(k.split("@")[1] if "@" in k else str(C), (x, 100 * y), fontsize=7,
+                        textcoords="offset points", xytext=(4, 4))
+    for k in ("step", "deepconf", "gambit_pr"):
+        if k in hard:
+            ax.plot(hard[k]["tokens"], 100 * hard[k]["accuracy"], "s", color=colours[k], label=k)
+    ax.set_xlabel("generated tokens per problem")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title("Figure 5 — accuracy vs tokens (hard: 6-8 ops)", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    files.append(str(folder_p / "fig5_frontier.png"))
+    fig.savefig(files[-1], dpi=110)
+    plt.close(fig)
+
+    # Figures 3/6: resident traces and KV use over time, and trace throughput
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for k in ("sc", "step", "deepconf", "gambit"):
+        s = (hard.get(k) or {}).get("series") or []
+        if s:
+            axes[0].plot([r[0] for r in s], [r[1] for r in s], color=colours[k], label=k)
+            axes[1].plot([r[0] for r in s], [100 * r[3] for r in s], color=colours[k], label=k)
+    axes[0].set_title("resident (decoding) traces of one run", fontsize=9)
+    axes[1].set_title("KV use of the engine (%)", fontsize=9)
+    for a in axes[:2]:
+        a.set_xlabel("seconds since the run started")
+        a.legend(fontsize=7)
+    names = [k for k in MAIN if k in hard]
+    axes[2].bar(names, [hard[k]["trace_throughput"] for k in names], color=[colours[k] for k in names])
+    axes[2].set_title("trace throughput (answered traces / s)", fontsize=9)
+    fig.tight_layout()
+    files.append(str(folder_p / "fig3_6_utilisation.png"))
+    fig.savefig(files[-1], dpi=110)
+    plt.close(fig)
+
+    # Figure 10: sensitivity
+    params = [("swap", "K"), ("interval", "Δ"), ("warmup", "w"), ("kv_ratio", "r")]
+    fig, axes = plt.subplots(1, 4, figsize=(13, 3.4))
+    cfg = out["config"]
+    for a, (p, label) in zip(axes, params, strict=True):
+        pts = [(cfg[p], hard["gambit"]["accuracy"], hard["gambit"]["tokens"])]
+        for k, m in hard.items():
+            if k.startswith(f"gambit[{p}="):
+                pts.append((float(k.split("=")[1].rstrip("]")), m["accuracy"], m["tokens"]))
+        pts.sort()
+        a.plot([x for x, _, _ in pts], [100 * y for _, y, _ in pts], "o-", color=colours["gambit"])
+        a.axhline(100 * hard["sc"]["accuracy"], color=colours["sc"], ls="--", lw=1, label=f"SC@{C}")
+        a.set_xlabel(label)
+        a.set_ylabel("accuracy (%)")
+        a.legend(fontsize=7)
+    fig.suptitle("Figure 10 — Gambit sensitivity (hard)", fontsize=10)
+    fig.tight_layout()
+    files.append(str(folder_p / "fig10_sensitivity.png"))
+    fig.savefig(files[-1], dpi=110)
+    plt.close(fig)
+    return files

@@ -1,0 +1,156 @@
+"""Lineage of a run (``gambit inspect``): its tournament tree as text and as a PNG.
+
+Reads a run as the stores hold it (meta, nodes, rounds, result), so it works the same on a live
+Redis run, a finished one, or a JSON file written by ``gambit run``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gambit.search import tree as T
+
+COLOURS = {"win": "#2a9d3f", "lose": "#e08a1e", T.PRUNED: "#d1495b", T.EVICTED: "#8d99ae",
+           T.STOPPED: "#7b4fa0", T.GHOST: "#8d99ae", T.RUNNING: "#4361ee", T.WAITING: "#cccccc"}
+
+
+def _children(nodes: dict) -> dict[int | None, list[int]]:
+    kids: dict[int | None, list[int]] = {}
+    for i in sorted(nodes):
+        kids.setdefault(nodes[i]["parent"], []).append(i)
+    return kids
+
+
+def _winner(data: dict) -> str | None:
+    res = data.get("result") or {}
+    return res.get("answer")
+
+
+def _label(n: dict, win: str | None, gold: str | None) -> str:
+    s = n["scores"]
+    score = f"score {sum(s) / len(s):.2f} ({len(s)})" if s else "unscored"
+    where = "root" if n["parent"] is None else f"branched @step {n['birth_step']} at token {n['birth_depth']}"
+    end = n["state"] if n["end_step"] is None else f"{n['state']} @step {n['end_step']}"
+    if n.get("end_reason") == "ghost":
+        end += " (ghost at end)"
+    ans = ""
+    if n["answer"] is not None:
+        ans = f" answer {n['answer']}"
+        if gold is not None:
+            ans += " ✓" if n["answer"] == gold else " ✗"
+        if n["answer"] == win:
+            ans += " (winner)"
+    return f"#{n['id']} {where}; {end}; {len(n['tokens'])} tokens; {score}{ans}"
+
+
+def lineage_text(run_id: str, data: dict, max_nodes: int = 400) -> str:
+    meta, nodes, res = data["meta"], data["nodes"], data.get("result") or {}
+    c = meta["config"]
+    gold = meta.get("gold")
+    win = _winner(data)
+    lines = [f"run {run_id}: method {c['method']}, decoding {c['decoding']}, C={c['capacity']} "
+             f"K={c['swap']} Δ={c['interval']} w={c['warmup']} δ={c['floor']} r={c['kv_ratio']}",
+             f"  {meta['prompt'].strip()!r}  gold {gold}",
+             f"  steps {meta['step']}, rounds {meta['round']}, tokens {meta['tokens']}, "
+             f"branched {meta['branched']}, pruned {meta['pruned']}, evicted {meta['evicted']}"]
+    if res:
+        lines.append(f"  answer {res['answer']} ({res['vote_rule']}); majority {res['majority']}, "
+                     f"weighted {res['weighted']}; votes {res['votes']}; {res['reason']}"
+                     + ("" if res.get("correct") is None else (" CORRECT" if res["correct"] else " WRONG")))
+    else:
+        lines.append("  (unfinished)")
+    kids = _children(nodes)
+    shown = 0
+
+    def walk(i: int, prefix: str, last: bool, root: bool) -> None:
+        nonlocal shown
+        if shown >= max_nodes:
+            return
+        shown += 1
+        lines.append(prefix + ("" if root else ("└── " if last else "├── ")) + _label(nodes[i], win, gold))
+        sub = kids.get(i, [])
+        for j, k in enumerate(sub):
+            walk(k, prefix + ("" if root else ("    " if last else "│   ")), j == len(sub) - 1, False)
+
+    for r in kids.get(None, []):
+        walk(r, "", True, True)
+    if shown < len(nodes):
+        lines.append(f"... {len(nodes) - shown} more nodes")
+    return "\n".join(lines)
+
+
+def lineage_png(run_id: str, data: dict, path: str | Path) -> Path:
+    """One row per trace (depth-first order); a bar from birth to end step, coloured by fate; a
+    connector from the parent's row at the branch step; final answers written at the bar's end."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    meta, nodes = data["meta"], data["nodes"]
+    win, gold = _winner(data), meta.get("gold")
+    kids = _children(nodes)
+    order: list[int] = []
+
+    def dfs(i: int) -> None:
+        order.append(i)
+        for k in kids.get(i, []):
+            dfs(k)
+
+    for r in kids.get(None, []):
+        dfs(r)
+    row = {i: y for y, i in enumerate(order)}
+    last = max([meta["step"]] + [n["end_step"] or 0 for n in nodes.values()])
+    fig, ax = plt.subplots(figsize=(11, max(3.0, 0.16 * len(order) + 1.5)))
+    for i in order:
+        n = nodes[i]
+        end = n["end_step"] if n["end_step"] is not None else last
+        if n["state"] == T.FINISHED:
+            colour = COLOURS["win"] if n["answer"] == win and n["answer"] is not None else COLOURS["lose"]
+        else:
+            colour = COLOURS.get(n["state"], "#000000")
+        ax.plot([n["birth_step"], end], [row[i], row[i]], color=colour, lw=2.2, solid_capstyle="butt")
+        if n["parent"] is not None:
+            ax.plot([n["birth_step"]] * 2, [row[n["parent"]], row[i]], color="#999999", lw=0.6)
+        if n["answer"] is not None:
+            mark = "" if gold is None else (" ✓" if n["answer"] == gold else "")
+            ax.text(end + 0.5, row[i], f"{n['answer']}{mark}", fontsize=6, va="center")
+    ax.invert_yaxis()
+    ax.set_yticks([])
+    ax.set_xlabel("decode step of the run")
+    ax.set_ylabel(f"{len(order)} traces (depth-first)")
+    c = meta["config"]
+    res = data.get("result") or {}
+    ax.set_title(f"run {run_id}: {c['method']} C={c['capacity']} K={c['swap']} Δ={c['interval']} "
+                 f"w={c['warmup']} — answer {res.get('answer')} (gold {gold})", fontsize=9)
+    ax.legend(handles=[Patch(color=COLOURS["win"], label="finished, winning answer"),
+                       Patch(color=COLOURS["lose"], label="finished, other answer"),
+                       Patch(color=COLOURS[T.PRUNED], label="pruned"),
+                       Patch(color=COLOURS[T.EVICTED], label="evicted / ghost"),
+                       Patch(color=COLOURS[T.STOPPED], label="stopped"),
+                       Patch(color=COLOURS[T.RUNNING], label="running")],
+              fontsize=7, loc="lower right")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def inspect_run(run_id: str, store_spec: str, png: str | None = None) -> str:
+    """Text of the run's lineage (and a PNG when ``png`` is given) from a store spec."""
+    from gambit.search.store import open_store
+
+    store = open_store(store_spec)
+    runs = store.runs()
+    if run_id == "last" and runs:
+        run_id = runs[-1]
+    data = store.load(run_id)
+    if data is None:
+        raise ValueError(f"run {run_id!r} is not in {store_spec} (runs there: {runs[:20]})")
+    text = lineage_text(run_id, data)
+    if png:
+        text += f"\nwrote {lineage_png(run_id, data, png)}"
+    return text

@@ -1,0 +1,59 @@
+"""Lineage (gambit inspect) from both stores, and the live view's two modes."""
+
+from __future__ import annotations
+
+import io
+
+from gambit.cli import main
+from gambit.search.config import SearchConfig
+from gambit.search.driver import SearchDriver
+from gambit.search.lineage import inspect_run, lineage_png, lineage_text
+from gambit.search.live import LiveView
+from gambit.search.results import Progress
+
+
+def test_lineage_from_memory_file_and_redis(make_engine, scorer, hard_problems, redis_store, tmp_path):
+    driver = SearchDriver(make_engine(num_blocks=40), scorer, redis_store)
+    rid = driver.submit(hard_problems[0], SearchConfig(capacity=6, swap=2, interval=4, warmup=12),
+                        run_id="lin1")
+    res = driver.run_until_done()[rid]
+    data = redis_store.load(rid)
+    text = lineage_text(rid, data)
+    lines = text.splitlines()
+    # one line per node, children drawn under their parent with the branch step
+    assert sum(("root" in ln) for ln in lines) == 6
+    assert sum("branched @step" in ln for ln in lines) == res.branched
+    assert text.count("pruned @step") == res.pruned
+    assert f"answer {res.answer}" in text and "(winner)" in text
+    for r in data["rounds"]:
+        for p, c in r["branched"]:
+            assert data["nodes"][c]["parent"] == p and data["nodes"][c]["birth_step"] == r["step"]
+    # the same text from a JSON file of the memory store, and from Redis through the CLI
+    from gambit.search.store import MemoryStore, RunUpdate
+
+    mem = MemoryStore()
+    mem.update(rid, RunUpdate(data["meta"], list(data["nodes"].values()), data["rounds"], data["result"]))
+    path = mem.save(tmp_path / "s.json")
+    assert inspect_run(rid, str(path)) == text
+    url = f"{redis_store.url}"
+    from gambit.search.redis_store import RedisStore
+
+    assert lineage_text(rid, RedisStore(url, prefix=redis_store.prefix).load(rid)) == text
+    png = lineage_png(rid, data, tmp_path / "t.png")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert main(["inspect", "nope", "--store", str(path)]) == 2
+
+
+def test_live_view_tty_redraws_and_plain_lines():
+    p = Progress("r", "gambit", 3, 24, 8, 2, 6, 4, 4, 2, 1, 300, 0.5, {"42": 1})
+    buf = io.StringIO()
+    v = LiveView(buf, tty=True)
+    v.update(p)
+    v.update(p)
+    out = buf.getvalue()
+    assert out.count("\x1b[3F") == 1 and "●●●●●●○○" in out and "KV [" in out and "42 ×1" in out
+    buf = io.StringIO()
+    v = LiveView(buf, tty=False, min_interval_s=3600)
+    v.update(p)
+    v.update(p)  # rate-limited: one line
+    assert buf.getvalue().count("\n") == 1 and "\x1b" not in buf.getvalue()
