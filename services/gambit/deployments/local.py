@@ -65,9 +65,16 @@ def start(cfg: ServeConfig, wait_s: float = 120.0) -> None:
 
     from gambit.deployments.app import build_gambit, build_scorer
 
-    if not ray.is_initialized():
-        ray.init(num_cpus=cfg.num_cpus, include_dashboard=False,
-                 _metrics_export_port=cfg.metrics_port, log_to_driver=False)
+    for attempt in range(2):  # a busy machine can time the node's start out once
+        if ray.is_initialized():
+            break
+        try:
+            ray.init(num_cpus=cfg.num_cpus, include_dashboard=False,
+                     _metrics_export_port=cfg.metrics_port, log_to_driver=False)
+        except Exception:
+            if attempt:
+                raise
+            ray.shutdown()
     serve.start(http_options={"host": cfg.host, "port": cfg.http_port},
                 grpc_options=gRPCOptions(port=cfg.grpc_port, grpc_servicer_functions=SERVICER_FUNCTIONS))
     serve.run(build_scorer({"scorer": cfg.scorer, "token_env": cfg.token_env}), name="scorer",
