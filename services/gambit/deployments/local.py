@@ -75,8 +75,15 @@ def start(cfg: ServeConfig, wait_s: float = 120.0) -> None:
             if attempt:
                 raise
             ray.shutdown()
-    serve.start(http_options={"host": cfg.host, "port": cfg.http_port},
-                grpc_options=gRPCOptions(port=cfg.grpc_port, grpc_servicer_functions=SERVICER_FUNCTIONS))
+    for attempt in range(2):  # on a saturated machine the proxy can miss its readiness checks once
+        try:
+            grpc_options = gRPCOptions(port=cfg.grpc_port, grpc_servicer_functions=SERVICER_FUNCTIONS)
+            serve.start(http_options={"host": cfg.host, "port": cfg.http_port}, grpc_options=grpc_options)
+            break
+        except Exception:
+            if attempt:
+                raise
+            serve.shutdown()
     serve.run(build_scorer({"scorer": cfg.scorer, "token_env": cfg.token_env}), name="scorer",
               route_prefix="/scorer", blocking=False)
     serve.run(build_gambit(cfg.app_args()), name="gambit", route_prefix="/gambit", blocking=False)
