@@ -105,15 +105,17 @@ def engine_speedup(cfg: BenchServeConfig, levels: list[int]) -> dict[int, float]
 
     eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET)))
     prompt = problems(1)[0]
-    rate = {}
-    for n in levels:
-        b = n * cfg.capacity
-        sp = [SamplingParams(temperature=0.8, max_tokens=cfg.max_tokens, ignore_eos=True,
-                             seed=i) for i in range(b)]
-        eng.generate([prompt] * b, sp)  # warm
-        t0 = time.perf_counter()
-        eng.generate([prompt] * b, sp)
-        rate[n] = b * cfg.max_tokens / (time.perf_counter() - t0)
+    rates: dict[int, list[float]] = {n: [] for n in levels}
+    eng.generate([prompt] * cfg.capacity, SamplingParams(max_tokens=8, ignore_eos=True))  # warm
+    for _ in range(cfg.reps):  # interleaved over the batch sizes, median per size
+        for n in levels:
+            b = n * cfg.capacity
+            sp = [SamplingParams(temperature=0.8, max_tokens=cfg.max_tokens, ignore_eos=True, seed=i)
+                  for i in range(b)]
+            t0 = time.perf_counter()
+            eng.generate([prompt] * b, sp)
+            rates[n].append(b * cfg.max_tokens / (time.perf_counter() - t0))
+    rate = {n: statistics.median(r) for n, r in rates.items()}
     return {n: rate[n] / rate[levels[0]] for n in levels}
 
 

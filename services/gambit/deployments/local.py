@@ -65,11 +65,25 @@ def start(cfg: ServeConfig, wait_s: float = 120.0) -> None:
 
     from gambit.deployments.app import build_gambit, build_scorer
 
-    if not ray.is_initialized():
-        ray.init(num_cpus=cfg.num_cpus, include_dashboard=False,
-                 _metrics_export_port=cfg.metrics_port, log_to_driver=False)
-    serve.start(http_options={"host": cfg.host, "port": cfg.http_port},
-                grpc_options=gRPCOptions(port=cfg.grpc_port, grpc_servicer_functions=SERVICER_FUNCTIONS))
+    for attempt in range(2):  # a busy machine can time the node's start out once
+        if ray.is_initialized():
+            break
+        try:
+            ray.init(num_cpus=cfg.num_cpus, include_dashboard=False,
+                     _metrics_export_port=cfg.metrics_port, log_to_driver=False)
+        except Exception:
+            if attempt:
+                raise
+            ray.shutdown()
+    for attempt in range(2):  # on a saturated machine the proxy can miss its readiness checks once
+        try:
+            grpc_options = gRPCOptions(port=cfg.grpc_port, grpc_servicer_functions=SERVICER_FUNCTIONS)
+            serve.start(http_options={"host": cfg.host, "port": cfg.http_port}, grpc_options=grpc_options)
+            break
+        except Exception:
+            if attempt:
+                raise
+            serve.shutdown()
     serve.run(build_scorer({"scorer": cfg.scorer, "token_env": cfg.token_env}), name="scorer",
               route_prefix="/scorer", blocking=False)
     serve.run(build_gambit(cfg.app_args()), name="gambit", route_prefix="/gambit", blocking=False)

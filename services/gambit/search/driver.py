@@ -31,6 +31,7 @@ class SearchDriver:
         self.owner: dict[int, tuple[SearchRun, int]] = {}  # engine trace id -> (run, node id)
         self.timings = dict.fromkeys(TIMING_KEYS, 0.0)
         self.kv_trace: list[tuple[float, float, int]] = []  # (time, KV use, resident traces) per step
+        self.pending: list[tuple[list, object]] = []  # (who, future of scores) from ``score_async``
 
     # -- API ------------------------------------------------------------------------------------
     def submit(self, problem, config: SearchConfig | dict | None = None, run_id: str | None = None) -> str:
@@ -109,9 +110,12 @@ class SearchDriver:
                 run.evict(node)
         t2 = time.perf_counter()
         if keys:
-            scores = self.scorer.score(keys, torch.stack(states)).tolist()
-            for (run, node), s in zip(who, scores, strict=True):
-                run.on_scores(node, [s])
+            if hasattr(self.scorer, "score_async"):  # a remote scorer: the call overlaps the next steps
+                self.pending.append((who, self.scorer.score_async(keys, torch.stack(states))))
+            else:
+                self._apply(who, self.scorer.score(keys, torch.stack(states)))
+        if self.pending and any((r.step + 1) % r.cfg.interval == 0 or r.is_done() for r in runs):
+            self._settle()  # rounds and votes rank on every boundary scored so far
         t3 = time.perf_counter()
         self._account(runs, t1 - t0, t2 - t1, t3 - t2, who)
         out: list[Progress | RunResult] = []
@@ -140,6 +144,19 @@ class SearchDriver:
         self.timings["scheduling"] += t5 - t4
         self.kv_trace.append((t5, self.engine.kv_usage(), len(self.owner)))
         return out
+
+    @staticmethod
+    def _apply(who, scores) -> None:
+        for (run, node), s in zip(who, scores.tolist(), strict=True):
+            run.on_scores(node, [s])
+
+    def _settle(self) -> float:
+        """Apply the scores still in flight (``score_async``); returns the seconds spent waiting."""
+        t = time.perf_counter()
+        for who, fut in self.pending:
+            self._apply(who, fut.result())
+        self.pending.clear()
+        return time.perf_counter() - t
 
     def _account(self, runs, forward, routing, guidance, who) -> None:
         self.timings["forward"] += forward
@@ -173,6 +190,8 @@ class SearchDriver:
             run.evict(node)
 
     def _finish(self, run: SearchRun, reason: str) -> RunResult:
+        if self.pending:
+            self.timings["guidance"] += self._settle()
         result = run.finish(reason)
         self.store.update(run.run_id, run.flush())
         self.runs.pop(run.run_id, None)

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Hashable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 
 import grpc
 import torch
@@ -45,7 +45,10 @@ class RemoteScorer:
         self.calls = 0
         self.fallbacks = 0
         self.last_error = ""
-        self._pool: ThreadPoolExecutor | None = None
+        self._queue: list[tuple[list[str], torch.Tensor, Future]] = []
+        self._wake = threading.Condition(self._lock)
+        self._sender: threading.Thread | None = None
+        self._closed = False
 
     def fork(self, parent_key: Hashable, child_key: Hashable) -> None:
         with self._lock:
@@ -100,20 +103,49 @@ class RemoteScorer:
                 self._sum[k] = (tot + s, n + 1)
         return scores
 
-    def score_async(self, keys: Sequence[Hashable], states: torch.Tensor):
-        """A future of ``score``: calls leave one at a time, in order (a sequence scorer sees each
-        trace's boundaries in order), while the engine keeps decoding."""
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="scorer-client")
-        return self._pool.submit(self.score, keys, states)
+    def score_async(self, keys: Sequence[Hashable], states: torch.Tensor) -> Future:
+        """A future of ``score`` while the engine keeps decoding. Calls leave one at a time, in order
+        (a sequence scorer sees each trace's boundaries in order); whatever queued up while one
+        was in flight leaves as one request, so a slow scorer gets fewer, larger calls."""
+        fut: Future = Future()
+        with self._lock:
+            self._queue.append(([str(k) for k in keys], states, fut))
+            if self._sender is None:
+                self._sender = threading.Thread(target=self._send_loop, name="scorer-client", daemon=True)
+                self._sender.start()
+            self._wake.notify()
+        return fut
+
+    def _send_loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queue and not self._closed:
+                    self._wake.wait()
+                if not self._queue:
+                    return
+                jobs, self._queue = self._queue, []
+            keys = [k for ks, _, _ in jobs for k in ks]
+            try:
+                out = self.score(keys, torch.cat([st for _, st, _ in jobs]))
+            except Exception as e:  # noqa: BLE001 — hand the error to every waiting caller
+                for _, _, f in jobs:
+                    f.set_exception(e)
+                continue
+            i = 0
+            for ks, _, f in jobs:
+                f.set_result(out[i:i + len(ks)])
+                i += len(ks)
 
     def _mean(self, key: str) -> float:
         tot, n = self._sum.get(key, (0.0, 0))
         return tot / n if n else 0.5
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+        with self._lock:
+            self._closed = True
+            self._wake.notify_all()
+        if self._sender is not None:
+            self._sender.join(timeout=5)
         self.channel.close()
 
 

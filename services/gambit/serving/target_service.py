@@ -42,6 +42,7 @@ class TargetService:
         self.step_seconds = 0.0
         self._last: dict[str, int] = {}
         self._marks: dict[str, int] = {}  # run id -> scorer fallbacks when it started
+        self._written: dict[str, float] = {}  # run id -> last progress write to the run record
         self._gauges()  # exported from the start (Ray exports a gauge once it was set)
         self._thread = threading.Thread(target=self._loop, name="target-loop", daemon=True)
         self._thread.start()
@@ -128,9 +129,11 @@ class TargetService:
                 self._sinks.pop(rid, None)
                 self._reserved.pop(rid, None)
                 d["scorer_fallbacks"] = getattr(self.scorer, "fallbacks", 0) - self._marks.pop(rid, 0)
+                self._written.pop(rid, None)
                 if self.tree is not None:
                     _SafeTree(self.tree).put_run(rid, status=d["status"], result=d)
-            elif self.tree is not None:
+            elif self.tree is not None and time.monotonic() - self._written.get(rid, 0.0) > 0.5:
+                self._written[rid] = time.monotonic()  # at most two progress writes a second per run
                 _SafeTree(self.tree).put_run(rid, status="running", progress=d)
             if sink is not None:
                 try:

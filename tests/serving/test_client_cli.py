@@ -1,0 +1,18 @@
+"""``gambit client solve`` against a server that is not there: a clear error, exit code 1."""
+
+from gambit.cli import main
+
+
+def test_client_solve_reports_unreachable_server(capsys):
+    assert main(["client", "solve", "Compute 1+2.", "--address", "127.0.0.1:1", "--capacity", "2"]) == 1
+    assert "error: UNAVAILABLE" in capsys.readouterr().err
+
+
+def test_client_solve_request_fields():
+    from gambit.serving.client import ClientConfig, solve_request
+    from gambit.serving.protos import load
+
+    pb2, _ = load("reasoning")
+    req = solve_request(pb2, "p", ClientConfig(capacity=0, swap=-1, method="sc"))
+    assert req.HasField("capacity") and req.capacity == 0 and not req.HasField("swap") and req.method == "sc"
+    assert not solve_request(pb2, "p", ClientConfig()).HasField("capacity")
