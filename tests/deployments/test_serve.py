@@ -100,8 +100,8 @@ def test_solve_streams_progress_then_result_and_records_redis_and_metrics(serve_
     assert info.status == "done" and info.result.answer == res.answer and info.request.problem == PROBLEMS[0]
     assert info.num_traces == len(res.traces)
     r, prefix = serve_stack["redis"], serve_stack["prefix"]
-    tree = r.hgetall(f"{prefix}run:{run_id}:traces")
-    assert len(tree) == len(res.traces) and sum('"parent": -1' in v for v in tree.values()) == 4
+    tree = r.hgetall(f"{prefix}tree:run:{run_id}:nodes")
+    assert len(tree) == len(res.traces) and sum('"parent": null' in v for v in tree.values()) == 4
     # health and reflection on the proxy
     ch = grpc.insecure_channel(serve_stack["address"])
     assert health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(
@@ -116,7 +116,8 @@ def test_solve_streams_progress_then_result_and_records_redis_and_metrics(serve_
     text = wait_for(scrape, timeout=60, every=2)
     assert text, "gambit metrics never exported"
     for name in ("ray_gambit_generation_tokens_total", "ray_gambit_traces_started_total",
-                 "ray_gambit_rounds_total", "ray_gambit_kv_cache_usage_perc", "ray_gambit_scorer_latency_seconds_count",
+                 "ray_gambit_rounds_total", "ray_gambit_kv_cache_usage_perc",
+                 "ray_gambit_scorer_latency_seconds_count",
                  "ray_gambit_time_to_first_token_seconds_bucket", "ray_gambit_num_requests_running"):
         assert name in text, name
     tokens = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()

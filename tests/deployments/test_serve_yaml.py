@@ -13,7 +13,8 @@ CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "serve.yaml"
 def test_serve_yaml_is_valid_for_ray_serve():
     schema = pytest.importorskip("ray.serve.schema")
     raw = yaml.safe_load(CONFIG.read_text())
-    cfg = schema.ServeDeploySchema.model_validate(raw) if hasattr(schema.ServeDeploySchema, "model_validate") \
+    cfg = schema.ServeDeploySchema.model_validate(raw) if hasattr(schema.ServeDeploySchema,
+                                                                  "model_validate") \
         else schema.ServeDeploySchema.parse_obj(raw)
     apps = {a.name: a for a in cfg.applications}
     assert set(apps) == {"gambit", "scorer"}

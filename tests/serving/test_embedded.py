@@ -1,5 +1,6 @@
 """The embedded wiring end to end: shipped target, real engine, scorer, Redis tree view, metrics."""
 
+import json
 import time
 import uuid
 
@@ -42,20 +43,22 @@ def test_solve_streams_rounds_then_result_and_records_the_tree(emb):
     progress = [e for e in events if e["kind"] == "progress"]
     assert [p["round"] for p in progress] == list(range(1, len(progress) + 1)) and progress
     assert all(p["active"] + p["ghost"] <= 6 for p in progress)
-    assert sum(p["branched"] for p in progress) == sum(p["pruned"] for p in progress) > 0  # zero-sum
+    assert progress[-1]["branched"] > 0 and progress[-1]["pruned"] > 0
     res = events[-1]
     assert res["status"] == "done"
-    answered = [t for t in res["traces"] if t["finish_reason"] not in ("pruned", "abort") and t["answer"]]
+    answered = [t for t in res["traces"] if t["finish_reason"] == "finished" and t["answer"]]
     assert sum(res["majority_votes"].values()) == len(answered)
     assert res["majority_answer"] == max(res["majority_votes"], key=res["majority_votes"].get)
     assert res["answer"] in res["weighted_votes"]
     assert metric(emb, "gambit_generation_tokens_total") - tok0 == res["generated_tokens"]
     # tree view in Redis: every trace, parents consistent, and the result
     tree: RedisTreeView = emb.target.tree
-    traces = tree.get_traces(res["run_id"])
+    raw = tree.r.hgetall(f"{tree.prefix}tree:run:{res['run_id']}:nodes")
+    traces = {int(k): json.loads(v) for k, v in raw.items()}
     assert set(traces) == {t["trace_id"] for t in res["traces"]}
-    assert all(v["parent"] == -1 or v["parent"] in traces for v in traces.values())
-    assert sum(v["parent"] == -1 for v in traces.values()) == 6
+    assert tree.num_traces(res["run_id"]) == len(traces)
+    assert all(v["parent"] is None or v["parent"] in traces for v in traces.values())
+    assert sum(v["parent"] is None for v in traces.values()) == 6
     rec = tree.get_run(res["run_id"])
     assert rec["status"] == "done" and rec["result"]["answer"] == res["answer"]
     assert emb.target.engine.kv_usage() == 0.0  # every block back

@@ -73,7 +73,8 @@ def test_concurrent_requests_are_batched(server):
 
     def call(i):
         out[i] = list(stub(server).Score(request(xs[i], [f"b{i}:{j}" for j in range(3)],
-                                                 drops=[f"b{i}:{j}" for j in range(3)]), metadata=AUTH).scores)
+                                                 drops=[f"b{i}:{j}" for j in range(3)]),
+                                                 metadata=AUTH).scores)
 
     threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
     for t in threads:
@@ -82,7 +83,8 @@ def test_concurrent_requests_are_batched(server):
         t.join(30)
     ref = random_scorer("sequence", H, seed=3)
     for i in range(8):
-        assert torch.allclose(torch.tensor(out[i]), ref.score([f"b{i}:{j}" for j in range(3)], xs[i]), atol=1e-6)
+        assert torch.allclose(torch.tensor(out[i]), ref.score([f"b{i}:{j}" for j in range(3)], xs[i]),
+                              atol=1e-6)
     assert server.core.calls - calls0 < 8  # some requests shared a forward
 
 
@@ -113,7 +115,8 @@ def test_health_reflection_and_metrics(server):
     ch = grpc.insecure_channel(f"127.0.0.1:{server.port}")
     hs = health_pb2_grpc.HealthStub(ch)
     for name in ("", "gambit.v1.ScorerService"):
-        assert hs.Check(health_pb2.HealthCheckRequest(service=name)).status == health_pb2.HealthCheckResponse.SERVING
+        status = hs.Check(health_pb2.HealthCheckRequest(service=name)).status
+        assert status == health_pb2.HealthCheckResponse.SERVING
     refl = reflection_pb2_grpc.ServerReflectionStub(ch)
     resp = next(refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")])))
     names = {s.name for s in resp.list_services_response.service}
@@ -129,18 +132,21 @@ def test_health_reflection_and_metrics(server):
 def test_tls_server_and_remote_scorer_client(tmp_path):
     key, crt = tmp_path / "key.pem", tmp_path / "crt.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
-                    str(crt), "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"],
+                    str(crt), "-days", "1", "-subj", "/CN=localhost", "-addext",
+                    "subjectAltName=DNS:localhost"],
                    check=True, capture_output=True)
     cfg = ScorerServerConfig(port=0, metrics_port=-1, token_env="", tls_cert=str(crt), tls_key=str(key))
     srv = start_scorer_server(cfg, scorer=random_scorer("mlp", H, seed=1))
     try:
         client = RemoteScorer(f"localhost:{srv.port}", H, tls_ca=str(crt))
         x = torch.randn(3, H)
-        assert torch.allclose(client.score(["a", "b", "c"], x), random_scorer("mlp", H, seed=1).score([0, 1, 2], x),
+        assert torch.allclose(client.score(["a", "b", "c"], x), random_scorer("mlp", H, seed=1).score([0, 1,
+                                                                                                       2], x),
                               atol=1e-6)
         assert client.fallbacks == 0
         with pytest.raises(grpc.RpcError):  # a plaintext client cannot talk to it
-            pb2_grpc.ScorerServiceStub(open_channel(f"localhost:{srv.port}")).Info(pb2.InfoRequest(), timeout=5)
+            pb2_grpc.ScorerServiceStub(open_channel(f"localhost:{srv.port}")).Info(pb2.InfoRequest(),
+                                                                                   timeout=5)
     finally:
         srv.stop()
 

@@ -25,7 +25,8 @@ def test_request_defaults_and_overrides():
     req = pb2.SolveRequest(problem="x", capacity=3)
     req.swap = 0
     assert from_request(req, d)[1].swap == 0
-    bad_requests = ((pb2.SolveRequest(problem=""), "problem"), (pb2.SolveRequest(problem="x" * 9000), "problem"),
+    bad_requests = ((pb2.SolveRequest(problem=""), "problem"), (pb2.SolveRequest(problem="x" * 9000),
+                                                                "problem"),
                     (pb2.SolveRequest(problem="x", capacity=0), "capacity"))
     for bad, field in bad_requests:
         with pytest.raises(ValueError, match=rf"^{field}:"):

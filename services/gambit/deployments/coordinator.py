@@ -45,6 +45,7 @@ class Coordinator:
         self.metrics = ray_metrics(("gambit_num_requests_waiting", "gambit_time_to_first_token_seconds",
                                     "gambit_e2e_request_latency_seconds", "gambit_request_errors_total"))
         self.waiting = 0
+        self.metrics.set("gambit_num_requests_waiting", 0)
 
     # -- helpers -------------------------------------------------------------------------------
     def _check(self, grpc_context) -> None:
@@ -118,8 +119,8 @@ class Coordinator:
             rec = await asyncio.to_thread(self.tree.get_run, run_id)
             if rec is None:
                 raise RPCError(grpc.StatusCode.NOT_FOUND, f"run_id: no run {run_id!r}")
-            traces = await asyncio.to_thread(self.tree.get_traces, run_id)
-            info = self.pb2.RunInfo(run_id=run_id, status=rec.get("status", ""), num_traces=len(traces))
+            n = await asyncio.to_thread(self.tree.num_traces, run_id)
+            info = self.pb2.RunInfo(run_id=run_id, status=rec.get("status", ""), num_traces=n)
             if rec.get("request"):
                 ParseDict(rec["request"], info.request)
             if rec.get("progress"):

@@ -73,19 +73,19 @@ def start(cfg: ServeConfig, wait_s: float = 120.0) -> None:
     serve.run(build_scorer({"scorer": cfg.scorer, "token_env": cfg.token_env}), name="scorer",
               route_prefix="/scorer", blocking=False)
     serve.run(build_gambit(cfg.app_args()), name="gambit", route_prefix="/gambit", blocking=False)
-    wait_ready(f"127.0.0.1:{cfg.grpc_port}", wait_s)
+    import os
+
+    wait_ready(f"127.0.0.1:{cfg.grpc_port}", wait_s, os.environ.get(cfg.token_env,
+                                                                    "") if cfg.token_env else "")
 
 
 def wait_ready(address: str, wait_s: float = 120.0, token: str = "") -> None:
     """Until the proxy routes both apps (GetRun of an unknown id answers NOT_FOUND)."""
-    import os
-
     from gambit.serving.protos import load
     from gambit.serving.security import auth_metadata
 
     pb2, g = load("reasoning")
     spb2, sg = load("scorer")
-    token = token or os.environ.get("GAMBIT_TOKEN", "")
     deadline = time.monotonic() + wait_s
     with grpc.insecure_channel(address) as ch:
         stub, sstub = g.ReasoningServiceStub(ch), sg.ScorerServiceStub(ch)
@@ -102,7 +102,8 @@ def wait_ready(address: str, wait_s: float = 120.0, token: str = "") -> None:
                 return
             except grpc.RpcError as e:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"services not ready after {wait_s} s: {e.code()} {e.details()}") from None
+                    raise TimeoutError(f"services not ready after {wait_s} s: {e.code()} "
+                                       f"{e.details()}") from None
                 time.sleep(0.3)
 
 

@@ -19,7 +19,12 @@ CLOSED = "stream closed: client disconnected or coordinator lost"
 class Target:
     def __init__(self, model: str = "", tree: str = "redis://127.0.0.1:6379/0", prefix: str = "gambit:",
                  scorer_address: str = "127.0.0.1:9000", scorer_app: str = "scorer", scorer: str = "",
-                 num_blocks: int = 0, max_num_seqs: int = 256, token_env: str = "GAMBIT_TOKEN") -> None:
+                 num_blocks: int = 0, max_num_seqs: int = 256, token_env: str = "GAMBIT_TOKEN",
+                 threads: int = 0) -> None:
+        import torch
+
+        # Ray sets OMP_NUM_THREADS to the actor's num_cpus (1 for num_cpus=0): give the engine the cores
+        torch.set_num_threads(threads or os.cpu_count() or 1)
         ctx = serve.get_replica_context()
         self.replica = ctx.replica_id.unique_id
         cfg = EmbeddedConfig(model=model, scorer=scorer, scorer_address=scorer_address, tree=tree,

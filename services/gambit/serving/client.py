@@ -58,13 +58,15 @@ def solve(problem: str, cfg: ClientConfig, out=sys.stdout) -> int:
                     print(f"run {ev.started.run_id} on replica {ev.started.replica}", file=out)
                 elif kind == "progress":
                     p = ev.progress
-                    print(f"round {p.round:3d}  active {p.active:3d}  ghost {p.ghost:2d}  pruned {p.pruned:2d}  "
+                    print(f"round {p.round:3d}  active {p.active:3d}  ghost {p.ghost:2d}  "
+                          f"pruned {p.pruned:2d}  "
                           f"branched {p.branched:2d}  tokens {p.tokens:6d}  kv {p.kv_usage:.3f}  "
                           f"{p.elapsed_s:.2f}s", file=out)
                 else:
                     r = ev.result
-                    print(f"result: {r.status}  answer {r.answer or '-'}  (majority {r.majority_answer or '-'}, "
-                          f"weighted {r.weighted_answer or '-'})  {r.generated_tokens} tokens, {r.rounds} rounds, "
+                    print(f"result: {r.status}  answer {r.answer or '-'}  "
+                          f"(majority {r.majority_answer or '-'}, weighted {r.weighted_answer or '-'})  "
+                          f"{r.generated_tokens} tokens, {r.rounds} rounds, "
                           f"{r.timings.total_s:.2f}s (first event {r.timings.first_event_s:.3f}s, scorer "
                           f"{r.timings.scorer_s:.3f}s, fallbacks {r.scorer_fallbacks})", file=out)
                     votes = ", ".join(f"{v.answer}:{v.weight:g}" for v in r.majority_votes)

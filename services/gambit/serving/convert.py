@@ -2,13 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
-
-def record_to_dict(rec) -> dict:
-    kind = "result" if hasattr(rec, "status") else "progress"
-    return {"kind": kind, **asdict(rec)}
-
 
 def progress_msg(pb2, d: dict):
     return pb2.Progress(run_id=d["run_id"], round=d["round"], active=d["active"], ghost=d["ghost"],

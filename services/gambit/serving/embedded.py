@@ -13,7 +13,7 @@ from gambit.serving.scorer_client import LocalScorer, RemoteScorer
 from gambit.serving.scorer_core import load_any_scorer
 from gambit.serving.solve_config import SolveConfig, check_problem, check_run_id
 from gambit.serving.target_service import TargetService
-from gambit.serving.tree_view import open_tree_view
+from gambit.serving.tree_view import open_trace_store, open_tree_view
 
 
 @dataclass
@@ -40,13 +40,15 @@ def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "l
 
     model = cfg.model or str(TARGET)
     engine = Engine.from_pretrained(model, EngineConfig(model=model, num_blocks=cfg.num_blocks or None,
-                                                        max_num_seqs=cfg.max_num_seqs))
+                                                        max_num_seqs=cfg.max_num_seqs, preemption="evict"))
     hidden = engine.model.config.hidden_size
     if cfg.scorer_address:
-        scorer = RemoteScorer(cfg.scorer_address, hidden, token=token, application=scorer_app, metrics=metrics)
+        scorer = RemoteScorer(cfg.scorer_address, hidden, token=token, application=scorer_app,
+                              metrics=metrics)
     else:
         scorer = LocalScorer(load_any_scorer(cfg.scorer, hidden), metrics)
-    return TargetService(engine, scorer, open_tree_view(cfg.tree, cfg.prefix), metrics, replica)
+    return TargetService(engine, scorer, open_tree_view(cfg.tree, cfg.prefix), metrics, replica,
+                         store=open_trace_store(cfg.tree, cfg.prefix))
 
 
 class Embedded:

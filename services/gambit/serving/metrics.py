@@ -44,10 +44,12 @@ SPECS = [
     Spec("gambit_spec_decode_num_accepted_tokens_total", "counter", "Accepted draft tokens"),
     Spec("gambit_scorer_latency_seconds", "histogram", "One Score call", (), SCORER_BUCKETS),
     Spec("gambit_scorer_batch_size", "histogram", "States per Score call", (), BATCH_BUCKETS),
-    Spec("gambit_scorer_fallback_total", "counter", "Score calls answered by the fallback (scorer unreachable)"),
+    Spec("gambit_scorer_fallback_total", "counter",
+         "Score calls answered by the fallback (scorer unreachable)"),
     Spec("gambit_time_to_first_token_seconds", "histogram", "Request to first stream event", ("method",),
          LATENCY_BUCKETS),
-    Spec("gambit_e2e_request_latency_seconds", "histogram", "Request to result", ("method",), LATENCY_BUCKETS),
+    Spec("gambit_e2e_request_latency_seconds", "histogram", "Request to result", ("method",),
+         LATENCY_BUCKETS),
     Spec("gambit_request_errors_total", "counter", "RPCs ended with a non-OK status", ("code",)),
 ]
 BY_NAME = {s.name: s for s in SPECS}

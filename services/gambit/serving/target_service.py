@@ -16,8 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from gambit.serving.convert import record_to_dict
-from gambit.serving.minidriver import MiniDriver, RunProgress, RunResult
+from gambit.serving.driver_adapter import DriverAdapter
 from gambit.serving.solve_config import SolveConfig
 from gambit.serving.tree_view import StoreUnavailable
 
@@ -30,9 +29,11 @@ class Overcommitted(RuntimeError):
 
 class TargetService:
     def __init__(self, engine, scorer=None, tree=None, metrics=None, replica: str = "local",
-                 cancel_poll_s: float = 0.1) -> None:
+                 cancel_poll_s: float = 0.1, store=None) -> None:
+        """``tree``: run records and cancel flags (``tree_view``); ``store``: the driver's TreeStore."""
         self.engine, self.tree, self.metrics, self.replica = engine, tree, metrics, replica
-        self.driver = MiniDriver(engine, scorer, _SafeTree(tree) if tree is not None else None, metrics)
+        self.scorer = scorer
+        self.driver = DriverAdapter(engine, scorer, store, metrics)
         self.cancel_poll_s = cancel_poll_s
         self._sinks: dict[str, Callable] = {}
         self._reserved: dict[str, int] = {}
@@ -40,7 +41,8 @@ class TargetService:
         self._stop = False
         self.step_seconds = 0.0
         self._last: dict[str, int] = {}
-        self._marks: dict[str, tuple[float, int, float]] = {}
+        self._marks: dict[str, int] = {}  # run id -> scorer fallbacks when it started
+        self._gauges()  # exported from the start (Ray exports a gauge once it was set)
         self._thread = threading.Thread(target=self._loop, name="target-loop", daemon=True)
         self._thread.start()
 
@@ -66,8 +68,7 @@ class TargetService:
                                     f"{cfg.max_tokens} tokens); {free} of {self.engine.num_blocks} are free")
             self.driver.submit(run_id, problem, cfg)
             self._sinks[run_id] = sink
-            sc = self.driver.scorer
-            self._marks[run_id] = (self.driver.sync_seconds, getattr(sc, "fallbacks", 0), self.step_seconds)
+            self._marks[run_id] = getattr(self.scorer, "fallbacks", 0)
             self._reserved[run_id] = need
             self._gauges()
             self._cv.notify()
@@ -121,20 +122,16 @@ class TargetService:
         for o in outs:
             if o is None:
                 continue
-            sink = self._sinks.get(o.run_id)
-            d = record_to_dict(o)
-            if isinstance(o, RunResult):
-                self._sinks.pop(o.run_id, None)
-                self._reserved.pop(o.run_id, None)
-                sync0, fb0, eng0 = self._marks.pop(o.run_id, (0.0, 0, 0.0))
-                sc = self.driver.scorer
-                sync = self.driver.sync_seconds - sync0
-                d.update(scorer_s=sync, scorer_fallbacks=getattr(sc, "fallbacks", 0) - fb0,
-                         engine_s=self.step_seconds - eng0 - sync)
+            d, rid = o, o["run_id"]
+            sink = self._sinks.get(rid)
+            if d["kind"] == "result":
+                self._sinks.pop(rid, None)
+                self._reserved.pop(rid, None)
+                d["scorer_fallbacks"] = getattr(self.scorer, "fallbacks", 0) - self._marks.pop(rid, 0)
                 if self.tree is not None:
-                    _SafeTree(self.tree).put_run(o.run_id, status=o.status, result=d)
-            elif isinstance(o, RunProgress) and self.tree is not None:
-                _SafeTree(self.tree).put_run(o.run_id, status="running", progress=d)
+                    _SafeTree(self.tree).put_run(rid, status=d["status"], result=d)
+            elif self.tree is not None:
+                _SafeTree(self.tree).put_run(rid, status="running", progress=d)
             if sink is not None:
                 try:
                     sink(d)
@@ -161,9 +158,9 @@ class TargetService:
             return
         m.set("gambit_num_requests_running", len(self._sinks))
         m.set("gambit_kv_cache_usage_perc", self.engine.kv_usage())
-        ts = [t for r in self.driver.runs.values() for t in r.traces.values()]
-        m.set("gambit_traces_active", sum(t.active and t.resident for t in ts))
-        m.set("gambit_traces_ghost", sum(t.active and not t.resident for t in ts))
+        active, ghost, _ = self.driver.gauges()
+        m.set("gambit_traces_active", active)
+        m.set("gambit_traces_ghost", ghost)
         m.set("gambit_traces_resident", len(self.engine.traces))
 
 

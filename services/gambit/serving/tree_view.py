@@ -13,10 +13,11 @@ import json
 import os
 import threading
 import time
+from urllib.parse import quote
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 PASSWORD_ENV = "GAMBIT_REDIS_PASSWORD"
-ENDED = ("done", "cancelled", "timeout", "failed", "lost")
+ENDED = ("done", "limit", "cancelled", "failed")
 
 
 class StoreUnavailable(RuntimeError):
@@ -26,7 +27,6 @@ class StoreUnavailable(RuntimeError):
 class MemoryTreeView:
     def __init__(self) -> None:
         self._runs: dict[str, dict] = {}
-        self._traces: dict[str, dict] = {}
         self._cancel: set[str] = set()
         self._lock = threading.Lock()
 
@@ -42,13 +42,8 @@ class MemoryTreeView:
             got = self._runs.get(run_id)
             return {k: _dec(v) for k, v in got.items()} if got else None
 
-    def put_traces(self, run_id: str, traces: dict) -> None:
-        with self._lock:
-            self._traces.setdefault(run_id, {}).update({str(k): json.dumps(v) for k, v in traces.items()})
-
-    def get_traces(self, run_id: str) -> dict[int, dict]:
-        with self._lock:
-            return {int(k): json.loads(v) for k, v in self._traces.get(run_id, {}).items()}
+    def num_traces(self, run_id: str) -> int:
+        return 0  # the embedded wiring keeps the trace tree in the driver's MemoryStore
 
     def request_cancel(self, run_id: str) -> None:
         with self._lock:
@@ -61,7 +56,6 @@ class MemoryTreeView:
     def delete_run(self, run_id: str) -> None:
         with self._lock:
             self._runs.pop(run_id, None)
-            self._traces.pop(run_id, None)
             self._cancel.discard(run_id)
 
 
@@ -82,7 +76,8 @@ class RedisTreeView:
         try:
             return fn(*a)
         except self._errors as e:
-            raise StoreUnavailable(f"tree store (Redis at {self.url.split('@')[-1]}) unreachable: {e}") from None
+            where = self.url.split("@")[-1]
+            raise StoreUnavailable(f"tree store (Redis at {where}) unreachable: {e}") from None
 
     def _k(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
@@ -101,18 +96,9 @@ class RedisTreeView:
         got = self._call(self.r.hgetall, self._k("run", run_id))
         return {k: _dec(v) for k, v in got.items()} if got else None
 
-    def put_traces(self, run_id: str, traces: dict) -> None:
-        if not traces:
-            return
-        key = self._k("run", run_id, "traces")
-        p = self.r.pipeline()
-        p.hset(key, mapping={str(k): json.dumps(v) for k, v in traces.items()})
-        p.expire(key, self.ttl)
-        self._call(p.execute)
-
-    def get_traces(self, run_id: str) -> dict[int, dict]:
-        got = self._call(self.r.hgetall, self._k("run", run_id, "traces"))
-        return {int(k): json.loads(v) for k, v in got.items()}
+    def num_traces(self, run_id: str) -> int:
+        """Traces of the run in the driver's tree (``gambit.search.redis_store`` layout)."""
+        return int(self._call(self.r.hlen, f"{self.prefix}tree:run:{run_id}:nodes"))
 
     def request_cancel(self, run_id: str) -> None:
         self._call(self.r.set, self._k("cancel", run_id), 1, 3600)
@@ -125,8 +111,34 @@ class RedisTreeView:
         return {r for r, v in zip(ids, got, strict=True) if v}
 
     def delete_run(self, run_id: str) -> None:
-        self._call(self.r.delete, self._k("run", run_id), self._k("run", run_id, "traces"),
-                   self._k("cancel", run_id))
+        self._call(self.r.delete, self._k("run", run_id), self._k("cancel", run_id))
+
+
+def with_password(url: str, password_env: str = PASSWORD_ENV) -> str:
+    """``url`` with the password from the environment filled in (when set and the URL has none)."""
+    password = os.environ.get(password_env) if password_env else None
+    if not password or "@" in url or not url.startswith(("redis://", "rediss://")):
+        return url
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://:{quote(password, safe='')}@{rest}"
+
+
+def open_trace_store(url: str, prefix: str = "gambit:", password_env: str = PASSWORD_ENV):
+    """The search driver's TreeStore (trace tree) next to the run records: memory or Redis."""
+    from gambit.search.store import MemoryStore
+
+    if url == "memory":
+        return MemoryStore()
+    from gambit.search.redis_store import RedisStore
+
+    try:
+        return RedisStore(with_password(url, password_env), prefix=f"{prefix}tree")
+    except Exception as e:  # noqa: BLE001 — Redis down at start: run without a tree until it is back
+        from gambit.search.store import StoreUnavailable
+
+        if isinstance(e, StoreUnavailable):
+            raise StoreUnavailable(str(e).replace(with_password(url, password_env), url)) from None
+        raise
 
 
 def open_tree_view(url: str, prefix: str = "gambit:", password_env: str = PASSWORD_ENV):

@@ -1,0 +1,228 @@
+"""``gambit bench serve``: the same runs through the embedded wiring and through Ray Serve + gRPC.
+
+Interleaved (embedded, distributed, embedded, ...) on the same problems, seeds and scorer, so
+both do the same work (the token totals are compared). Reports the wall-time ratio at one run,
+the guidance-sync share (decoding blocked on the scorer / run time), throughput and latency at
+1, 4 and 16 concurrent runs, and the scaling efficiency at 16 runs: the service's speed-up from 1
+to 16 runs divided by the engine's own speed-up from batch C to batch 16·C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass
+class BenchServeConfig:
+    """Embedded vs Ray Serve benchmark."""
+
+    capacity: int = 8  # C per run
+    max_tokens: int = 160  # tokens per trace at most
+    round_interval: int = 16  # Δ, decode steps
+    reps: int = 3  # interleaved repetitions per system and concurrency
+    concurrency: str = "1,4,16"  # concurrent runs to measure
+    scorer: str = ""  # scorer folder ("" = shipped MLP scorer, untrained random one if none)
+    grpc_port: int = 9310  # Serve gRPC port for the benchmark
+    metrics_port: int = 9311  # Ray metrics port for the benchmark
+
+    def __post_init__(self) -> None:
+        if self.capacity < 1 or self.max_tokens < 1 or self.reps < 1:
+            raise ValueError("capacity, max_tokens and reps must be >= 1")
+        self.levels = [int(x) for x in self.concurrency.split(",")]
+        if not self.levels or min(self.levels) < 1:
+            raise ValueError("concurrency: comma-separated integers >= 1")
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def problems(n: int) -> list[str]:
+    from gambit.tasks.arithmetic import TaskConfig, generate
+
+    return [p.prompt for p in generate("dev", n, 7, TaskConfig(3, 6))]
+
+
+def run_embedded(emb, prompts, cfg: BenchServeConfig) -> list[dict]:
+    from gambit.serving.solve_config import SolveConfig
+
+    out: list[dict] = [{} for _ in prompts]
+
+    def one(i):
+        t0 = time.perf_counter()
+        sc = SolveConfig(capacity=cfg.capacity, swap=min(2, cfg.capacity), round_interval=cfg.round_interval,
+                         max_tokens=cfg.max_tokens, seed=i)
+        res = list(emb.solve(prompts[i], sc))[-1]
+        out[i] = {"latency": time.perf_counter() - t0, "tokens": res["generated_tokens"],
+                  "sync": res["scorer_s"], "total": res["total_s"], "answer": res["answer"]}
+
+    _threads(one, len(prompts))
+    return out
+
+
+def run_distributed(address: str, prompts, cfg: BenchServeConfig) -> list[dict]:
+    import grpc
+
+    from gambit.serving.protos import load
+
+    pb2, g = load("reasoning")
+    out: list[dict] = [{} for _ in prompts]
+    channel = grpc.insecure_channel(address)
+    stub = g.ReasoningServiceStub(channel)
+
+    def one(i):
+        t0 = time.perf_counter()
+        req = pb2.SolveRequest(problem=prompts[i], capacity=cfg.capacity, swap=min(2, cfg.capacity),
+                               round_interval=cfg.round_interval, max_tokens=cfg.max_tokens, seed=i)
+        res = list(stub.Solve(req, metadata=(("application", "gambit"),), timeout=600))[-1].result
+        out[i] = {"latency": time.perf_counter() - t0, "tokens": res.generated_tokens,
+                  "sync": res.timings.scorer_s, "total": res.timings.total_s, "answer": res.answer}
+
+    _threads(one, len(prompts))
+    channel.close()
+    return out
+
+
+def _threads(fn, n: int) -> None:
+    ts = [threading.Thread(target=fn, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
+def engine_speedup(cfg: BenchServeConfig, levels: list[int]) -> dict[int, float]:
+    """Decode tokens/s of the bare engine at batch n·C relative to batch C (EOS ignored)."""
+    from gambit.engine import Engine, EngineConfig, SamplingParams
+    from gambit.paths import TARGET
+
+    eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET)))
+    prompt = problems(1)[0]
+    rate = {}
+    for n in levels:
+        b = n * cfg.capacity
+        sp = [SamplingParams(temperature=0.8, max_tokens=cfg.max_tokens, ignore_eos=True,
+                             seed=i) for i in range(b)]
+        eng.generate([prompt] * b, sp)  # warm
+        t0 = time.perf_counter()
+        eng.generate([prompt] * b, sp)
+        rate[n] = b * cfg.max_tokens / (time.perf_counter() - t0)
+    return {n: rate[n] / rate[levels[0]] for n in levels}
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def bench(cfg: BenchServeConfig) -> dict:
+    from gambit.deployments import local
+    from gambit.serving.embedded import Embedded, EmbeddedConfig
+
+    log("starting embedded wiring and Ray Serve ...")
+    emb = Embedded(EmbeddedConfig(scorer=cfg.scorer))
+    scfg = local.ServeConfig(grpc_port=cfg.grpc_port, http_port=cfg.grpc_port + 2,
+                             metrics_port=cfg.metrics_port,
+                             scorer=cfg.scorer, tree="redis://127.0.0.1:6379/0", prefix="bench-serve:",
+                             token_env="GAMBIT_BENCH_NO_TOKEN")
+    local.start(scfg, wait_s=600)
+    address = f"127.0.0.1:{cfg.grpc_port}"
+    try:
+        warm = problems(2)
+        run_embedded(emb, warm, cfg)
+        run_distributed(address, warm, cfg)
+        rows: dict[tuple[str, int], list[dict]] = {}
+        for rep in range(cfg.reps):
+            for n in cfg.levels:
+                ps = problems(n)
+                for name in ("embedded", "distributed"):  # interleaved
+                    t0 = time.perf_counter()
+                    res = run_embedded(emb, ps, cfg) if name == "embedded" else run_distributed(address, ps,
+                                                                                                cfg)
+                    wall = time.perf_counter() - t0
+                    rows.setdefault((name, n), []).append({"wall": wall, "runs": res})
+                    log(f"rep {rep + 1}/{cfg.reps}  {name:11s}  {n:2d} runs  {wall:6.2f} s  "
+                        f"{sum(r['tokens'] for r in res)} tokens")
+    finally:
+        emb.close()
+        local.stop()
+    log("engine alone: batch C vs n*C ...")
+    speedup = engine_speedup(cfg, cfg.levels)
+    out: dict = {"config": {k: v for k, v in asdict(cfg).items()}, "systems": {}}
+    for name in ("embedded", "distributed"):
+        conc = []
+        for n in cfg.levels:
+            reps = rows[(name, n)]
+            walls = [r["wall"] for r in reps]
+            lats = [x["latency"] for r in reps for x in r["runs"]]
+            conc.append({"runs": n, "runs_per_s": n / statistics.median(walls),
+                         "wall_s": statistics.median(walls),
+                         "wall_spread_s": [min(walls), max(walls)], "p50_s": pct(lats, 0.5),
+                         "p95_s": pct(lats, 0.95),
+                         "tokens": reps[0]["runs"] and sum(x["tokens"] for x in reps[0]["runs"])})
+        one = [x for r in rows[(name, cfg.levels[0])] for x in r["runs"]]
+        sync_share = statistics.median(x["sync"] / x["total"] for x in one if x["total"])
+        out["systems"][name] = {"concurrency": conc, "sync_share": sync_share}
+    d, e = out["systems"]["distributed"], out["systems"]["embedded"]
+    top = cfg.levels[-1]
+    svc_speedup = d["concurrency"][-1]["runs_per_s"] / d["concurrency"][0]["runs_per_s"]
+    out.update({
+        "wall_ratio": d["concurrency"][0]["wall_s"] / e["concurrency"][0]["wall_s"],
+        "sync_share": d["sync_share"],
+        "engine_speedup": {str(k): v for k, v in speedup.items()},
+        "service_speedup": svc_speedup,
+        "scaling_efficiency": svc_speedup / speedup[top],
+        "embedded_scaling_efficiency": (e["concurrency"][-1]["runs_per_s"]
+                                        / e["concurrency"][0]["runs_per_s"])
+        / speedup[top],
+        "concurrency": d["concurrency"],
+        "same_tokens": all(a["tokens"] == b["tokens"] for a, b in zip(d["concurrency"], e["concurrency"],
+                                                                        strict=True)),
+    })
+    return out
+
+
+def table(res: dict) -> str:
+    lines = ["| runs | embedded runs/s | distributed runs/s | embedded p50 / p95 s "
+             "| distributed p50 / p95 s |",
+             "|---:|---:|---:|---|---|"]
+    for e, d in zip(res["systems"]["embedded"]["concurrency"], res["concurrency"], strict=True):
+        lines.append(f"| {e['runs']} | {e['runs_per_s']:.2f} | {d['runs_per_s']:.2f} | "
+                     f"{e['p50_s']:.2f} / {e['p95_s']:.2f} | {d['p50_s']:.2f} / {d['p95_s']:.2f} |")
+    lines.append("")
+    lines.append(f"wall ratio (distributed / embedded, 1 run): {res['wall_ratio']:.3f}")
+    lines.append(f"guidance-sync share: distributed {res['sync_share']:.3f}, embedded "
+                 f"{res['systems']['embedded']['sync_share']:.3f}")
+    top = res["concurrency"][-1]["runs"]
+    lines.append(f"scaling efficiency at {top} runs: {res['scaling_efficiency']:.3f} (service speed-up "
+                 f"{res['service_speedup']:.2f} / engine speed-up {res['engine_speedup'][str(top)]:.2f}); "
+                 f"embedded {res['embedded_scaling_efficiency']:.3f}")
+    lines.append(f"same tokens in both systems: {res['same_tokens']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from gambit.config_cli import add_dataclass_args, from_args
+
+    p = argparse.ArgumentParser(prog="gambit bench serve", description=__doc__.split("\n")[0])
+    add_dataclass_args(p, BenchServeConfig)
+    p.add_argument("--quick", action="store_true", help="C=4, 96 tokens, 2 repetitions")
+    p.add_argument("--json", help="write the result JSON here")
+    args = p.parse_args(argv)
+    fixed = {"capacity": 4, "max_tokens": 96, "reps": 2} if args.quick else {}
+    fixed = {k: v for k, v in fixed.items() if getattr(args, k, None) is None}
+    cfg = from_args(BenchServeConfig, args, **fixed)
+    res = bench(cfg)
+    print(table(res))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(res, indent=2))
+        print(f"wrote {args.json}")
+    return 0

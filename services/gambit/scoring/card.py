@@ -1,0 +1,110 @@
+"""The model card (``README.md``) of a shipped scorer, rendered from its ``training.json``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+
+from gambit.paths import ASSETS
+from gambit.scoring.evaluate import format_table
+from gambit.scoring.train import TrainScorerConfig
+
+
+def command(cfg: dict) -> str:
+    """The ``gambit train scorer`` command line that reproduces ``cfg`` (non-default flags only)."""
+    default = TrainScorerConfig(kind=cfg["kind"])
+    parts = ["gambit train scorer", f"--kind {cfg['kind']}"]
+    for f in fields(TrainScorerConfig):
+        if f.name in ("kind", "cache_dir"):
+            continue
+        v, d = cfg[f.name], getattr(default, f.name)
+        if v != d:
+            if f.name in ("out", "model"):
+                try:
+                    v = str(Path(v).resolve().relative_to(ASSETS.parent.parent.parent))
+                except ValueError:
+                    pass
+            parts.append(f"--{f.name.replace('_', '-')} {v}")
+    return " ".join(parts)
+
+
+def write_card(folder: str | Path) -> Path:
+    folder = Path(folder)
+    info = json.loads((folder / "training.json").read_text())
+    cfg, sc, d, ev = info["config"], info["scorer"], info["data"], info["heldout"]
+    size = (folder / "model.safetensors").stat().st_size
+    if sc["kind"] == "mlp":
+        arch = (f"STEP probe `Sequential(Linear({sc['hidden_size']}, {sc['mlp_hidden']}), ReLU, "
+                f"Linear({sc['mlp_hidden']}, 1))`, sigmoid; one boundary state at a time")
+    elif sc["arch"] == "gru":
+        arch = (f"history-aware: LayerNorm → Linear({sc['hidden_size']}, {sc['model_dim']}) → ReLU → "
+                f"GRU({sc['model_dim']}) → LayerNorm → Linear({sc['model_dim']}, 1), sigmoid; the score at "
+                "boundary j reads boundaries 1..j of the trace (state per trace: one GRU vector)")
+    else:
+        arch = (f"history-aware: LayerNorm → Linear({sc['hidden_size']}, {sc['model_dim']}) → one causal "
+                f"attention block ({sc['num_heads']} heads, learned thought-index positions) → "
+                f"Linear({sc['model_dim']}, 1), sigmoid; the score at boundary j reads boundaries 1..j")
+    hist = "\n".join(f"| {h['epoch']} | {h['train_loss']:.5f} | {h['val_loss']:.5f} | {h['val_auc']:.4f} |"
+                     for h in info["loss_history"])
+    tr, ho = d["train_rollouts"], d["heldout_rollouts"]
+    text = f"""# Boundary scorer: {sc['kind']}{'' if sc['kind'] == 'mlp' else f" ({sc['arch']})"}
+
+Scores a reasoning trace of the shipped target (`{sc['target']}`) at every thought boundary (`\\n\\n`)
+from the target's post-final-norm last-layer hidden state (width {sc['hidden_size']}): the estimated
+probability that the trace ends with the right answer. Gambit's tournament ranks traces by the mean of
+these scores.
+
+```python
+from gambit.scoring import load_scorer
+scorer = load_scorer("{folder.name}")       # kind={sc['kind']!r}, hidden_size={sc['hidden_size']}
+scores = scorer.score(keys, states)   # states: float [N, {sc['hidden_size']}], one row per boundary
+scorer.fork(parent_key, child_key); scorer.drop(key)
+```
+
+| | |
+|---|---|
+| architecture | {arch} |
+| parameters | {info['params']:,} (`model.safetensors`, fp32, {size / 1e3:.0f} kB) |
+| data | rollouts of the target on {tr['n_problems']} train-split problems × {tr['samples']} samples, \
+T = {tr['temperature']}, ≤ {tr['max_tokens']} tokens, {tr['min_ops']}–{tr['max_ops']} operations; \
+every boundary labelled with its trace's final correctness ({d['train_correct']:.1%} of traces correct) |
+| split | by problem: {d['fit_problems']} problems fit ({d['fit_boundaries']} boundaries), \
+{d['val_problems']} validation ({d['val_boundaries']} boundaries; early stopping), fixed by a hash of \
+the problem text; held-out: {ho['n_problems']} dev-split problems × {ho['samples']} samples \
+({ev['boundaries']} boundaries), never used in training or selection |
+| loss | class-weighted BCE, pos_weight = neg/pos = {d['pos_weight']:.3f} |
+| optimiser | Adam lr {cfg['lr']}, weight decay {cfg['weight_decay']}, batch {cfg['batch_size']} \
+boundaries{'' if sc['kind'] == 'mlp' else ' (whole traces packed)'}, ≤ {cfg['max_epochs']} epochs, \
+patience {cfg['patience']} on validation loss; best epoch {d['best_epoch']} kept; seed {cfg['seed']} |
+| time | {info['train_seconds']} s of training (rollouts are cached) |
+| environment | torch {info['torch_version']}, {info['torch_threads']} CPU threads |
+| command | `{command(cfg)}` |
+
+## Held-out AUC (dev-split problems)
+
+Boundary AUC overall and by thought index; "AUC mean" uses the running mean of the trace's scores
+up to that boundary (what the tournament ranks by).
+
+```
+{format_table(ev)}
+```
+
+The within-problem AUC compares only traces of the same problem (what a search over one problem's
+traces needs); "difficulty alone" is the AUC of the problem's operation count, a signal any scorer
+gets for free from the prompt, for reference.
+
+## Loss history
+
+| epoch | train loss | validation loss | validation AUC |
+|---:|---:|---:|---:|
+{hist}
+
+Reproducibility: the same command with the same seed and {info['torch_threads']} threads gives the same
+history. `training.json` also holds a short probe ({info['repro']['epochs']} epochs on the first
+{info['repro']['problems']} problems, one rollout chunk) that `tests/scoring/test_reproducible.py`
+regenerates from scratch and matches exactly.
+"""
+    path = folder / "README.md"
+    path.write_text(text)
+    return path

@@ -1,0 +1,146 @@
+"""Rollouts of the shipped target for scorer training: every boundary state with its trace's label.
+
+Problems are generated in chunks of ``chunk_problems``; each chunk runs on a fresh engine with
+explicit per-trace seeds and fixed threads, so a chunk's rollouts are the same whether it is
+generated alone or as part of a bigger run (the reproducibility test relies on this). Results are
+cached under ``cache_dir`` (never committed), keyed by the config and the target's weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from gambit.engine import Engine, EngineConfig, SamplingParams
+from gambit.engine.engine import derive_seed
+from gambit.engine.events import BoundaryEvent, FinishedEvent
+from gambit.model.loader import load_model
+from gambit.paths import TARGET
+from gambit.scoring.repro import fixed_threads
+from gambit.tasks.arithmetic import SPLITS, TaskConfig, check_answer, generate
+
+
+def default_cache_dir() -> str:
+    return os.environ.get("GAMBIT_CACHE") or str(Path.home() / ".cache" / "gambit")
+
+
+@dataclass
+class RolloutConfig:
+    """Which traces to sample: ``n_problems`` of ``split`` x ``samples`` each at ``temperature``."""
+
+    model: str = str(TARGET)  # target model folder whose boundary states are collected
+    split: str = "train"  # task split the problems come from
+    n_problems: int = 384  # problems (distinct, reproducible from seed)
+    samples: int = 12  # traces per problem
+    temperature: float = 0.8  # sampling temperature
+    max_tokens: int = 400  # generated tokens per trace at most
+    seed: int = 0  # problem and sampling seed
+    min_ops: int = 2  # fewest operations per problem
+    max_ops: int = 8  # most operations per problem
+    chunk_problems: int = 8  # problems per engine run (each chunk is reproducible on its own)
+    threads: int = 2  # torch CPU threads while generating (fixed: results depend on it)
+
+    def __post_init__(self) -> None:
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}")
+        for name in ("n_problems", "samples", "max_tokens", "chunk_problems", "threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        TaskConfig(self.min_ops, self.max_ops)
+
+
+def _weights_digest(model: str) -> str:
+    h = hashlib.sha256()
+    for f in sorted(Path(model).glob("*.safetensors")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cache_path(cfg: RolloutConfig, cache_dir: str | None = None) -> Path:
+    key = json.dumps({**asdict(cfg), "model": _weights_digest(cfg.model), "v": 1}, sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    name = f"rollouts-{cfg.split}-{cfg.n_problems}x{cfg.samples}-{digest}.pt"
+    return Path(cache_dir or default_cache_dir()) / name
+
+
+def collect_rollouts(cfg: RolloutConfig, cache_dir: str | None = None, quiet: bool = False) -> dict:
+    """The rollouts of ``cfg``, from the cache when there (``cache_dir=""`` disables caching).
+
+    Returns a dict: per boundary ``states [M, d]``, ``trace [M]`` (trace index), ``thought [M]``
+    (1-based thought index); per trace ``problem [T]`` (index into ``exprs``), ``correct [T]``,
+    ``n_ops [T]``, ``tokens [T]``; ``exprs`` (problem texts) and ``config``.
+    """
+    path = cache_path(cfg, cache_dir) if cache_dir != "" else None
+    if path is not None and path.is_file():
+        return torch.load(path, weights_only=True)
+    problems = generate(cfg.split, cfg.n_problems, cfg.seed, TaskConfig(cfg.min_ops, cfg.max_ops))
+    parts = []
+    with fixed_threads(cfg.threads):
+        model, tok = load_model(cfg.model)
+        bar = tqdm(total=len(problems) * cfg.samples, desc=f"rollouts {cfg.split}", disable=quiet,
+                   mininterval=2, unit="trace")
+        for c0 in range(0, len(problems), cfg.chunk_problems):
+            parts.append(_run_chunk(cfg, model, tok, problems, c0, bar))
+        bar.close()
+    out = _concat(parts, cfg, problems, model.config.hidden_size)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        torch.save(out, tmp)
+        tmp.replace(path)
+    return out
+
+
+def _run_chunk(cfg, model, tok, problems, c0: int, bar) -> list[dict]:
+    chunk = problems[c0:c0 + cfg.chunk_problems]
+    engine = Engine(model, tok, EngineConfig(max_num_seqs=len(chunk) * cfg.samples, seed=cfg.seed,
+                                             device="cpu", dtype="float32"))
+    owner: dict[int, tuple[int, int]] = {}
+    for i, p in enumerate(chunk):
+        for s in range(cfg.samples):
+            sp = SamplingParams(temperature=cfg.temperature, max_tokens=cfg.max_tokens,
+                                seed=derive_seed(cfg.seed, c0 + i, s))
+            owner[engine.add(p.prompt, sp)] = (c0 + i, s)
+    states: dict[int, list[torch.Tensor]] = {tid: [] for tid in owner}
+    done: dict[int, tuple[int, ...]] = {}
+    while len(done) < len(owner):
+        for ev in engine.step():
+            if isinstance(ev, BoundaryEvent):
+                states[ev.trace_id].append(ev.hidden)
+            elif isinstance(ev, FinishedEvent):
+                done[ev.trace_id] = ev.output_ids
+                bar.update(1)
+    rows = []
+    for tid in sorted(owner, key=owner.get):
+        pi, _ = owner[tid]
+        text = tok.decode(list(done[tid]))
+        rows.append({"problem": pi, "correct": check_answer(text, problems[pi].answer),
+                     "n_ops": problems[pi].n_ops, "tokens": len(done[tid]),
+                     "states": torch.stack(states[tid]) if states[tid] else
+                     torch.zeros(0, model.config.hidden_size)})
+    return rows
+
+
+def _concat(parts: list[list[dict]], cfg: RolloutConfig, problems, d: int) -> dict:
+    rows = [r for part in parts for r in part]
+    lengths = torch.tensor([len(r["states"]) for r in rows], dtype=torch.long)
+    return {
+        "states": torch.cat([r["states"] for r in rows]) if rows else torch.zeros(0, d),
+        "trace": torch.repeat_interleave(torch.arange(len(rows)), lengths),
+        "thought": torch.cat([torch.arange(1, n + 1) for n in lengths.tolist()]) if rows else
+        torch.zeros(0, dtype=torch.long),
+        "problem": torch.tensor([r["problem"] for r in rows], dtype=torch.long),
+        "correct": torch.tensor([r["correct"] for r in rows], dtype=torch.bool),
+        "n_ops": torch.tensor([r["n_ops"] for r in rows], dtype=torch.long),
+        "tokens": torch.tensor([r["tokens"] for r in rows], dtype=torch.long),
+        "exprs": [p.expr for p in problems],
+        "config": asdict(cfg),
+    }

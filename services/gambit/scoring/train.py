@@ -1,0 +1,224 @@
+"""``gambit train scorer --kind mlp|sequence``: fit a scorer on rollouts of the shipped target.
+
+Recipe after STEP: each boundary is labelled with its trace's final correctness; class-weighted BCE
+(``pos_weight = neg / pos`` over the fit boundaries); Adam (lr 1e-4, wd 1e-5), batches of 128
+boundaries, at most 20 epochs, early stop on validation loss with patience 5 (best epoch kept).
+Unlike STEP (split by step, which leaks) the data is split by problem: train-split problems are
+divided by a hash of the problem text into fit and validation (early stopping); the reported AUC is
+on held-out problems of the dev split, never seen in training or model selection.
+Seeded and single-process with fixed threads: the same command gives the same loss history.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from gambit.paths import SCORER_MLP, SCORER_SEQUENCE, TARGET
+from gambit.scoring.auc import auc
+from gambit.scoring.config import ScorerConfig
+from gambit.scoring.evaluate import evaluate, pad_traces, predict
+from gambit.scoring.nets import build_net
+from gambit.scoring.repro import environment, fixed_threads
+from gambit.scoring.rollouts import RolloutConfig, collect_rollouts
+from gambit.scoring.scorer import save_scorer
+
+
+@dataclass
+class TrainScorerConfig:
+    """Scorer training (fields become ``gambit train scorer`` flags)."""
+
+    kind: str = "mlp"  # "mlp" (STEP probe) or "sequence" (history-aware)
+    out: str = ""  # output folder (default: the shipped scorer folder of this kind)
+    arch: str = "gru"  # sequence: "gru" or "attn"
+    model_dim: int = 128  # sequence: width of the recurrent / attention model
+    model: str = str(TARGET)  # target whose boundary states are read
+    n_problems: int = 384  # train-split problems rolled out (split into fit / validation)
+    heldout_problems: int = 128  # dev-split problems rolled out for the reported AUC
+    samples: int = 12  # traces per problem
+    temperature: float = 0.8  # rollout sampling temperature
+    val_percent: int = 15  # percent of train-split problems held for early stopping
+    lr: float = 1e-4  # Adam learning rate
+    weight_decay: float = 1e-5  # Adam weight decay (L2)
+    batch_size: int = 128  # boundaries per step (sequence: whole traces packed to >= this)
+    max_epochs: int = 20  # passes over the fit data at most
+    patience: int = 5  # epochs without a lower validation loss before stopping
+    seed: int = 0  # initialisation and shuffling seed
+    rollout_seed: int = 0  # problem and sampling seed of the rollouts
+    threads: int = 2  # torch CPU threads (loss history is identical only at the same count)
+    cache_dir: str = ""  # rollout cache (default $GAMBIT_CACHE or ~/.cache/gambit)
+    repro_problems: int = 8  # the card's reproducibility probe trains on this many problems ...
+    repro_epochs: int = 3  # ... for this many epochs (0: no probe)
+
+    def __post_init__(self) -> None:
+        ScorerConfig(kind=self.kind, arch=self.arch, model_dim=self.model_dim)
+        if not 0 < self.val_percent < 100:
+            raise ValueError(f"val_percent must be in (0, 100), got {self.val_percent}")
+        for name in ("n_problems", "samples", "batch_size", "max_epochs", "patience", "threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.lr <= 0 or self.weight_decay < 0:
+            raise ValueError("lr must be > 0 and weight_decay >= 0")
+        if not self.out:
+            self.out = str(SCORER_MLP if self.kind == "mlp" else SCORER_SEQUENCE)
+
+    def rollouts(self, split: str) -> RolloutConfig:
+        n = self.n_problems if split == "train" else self.heldout_problems
+        return RolloutConfig(model=self.model, split=split, n_problems=n, samples=self.samples,
+                             temperature=self.temperature, seed=self.rollout_seed, threads=self.threads)
+
+    def scorer_config(self, hidden_size: int) -> ScorerConfig:
+        return ScorerConfig(kind=self.kind, hidden_size=hidden_size, arch=self.arch,
+                            model_dim=self.model_dim, target=Path(self.model).name)
+
+
+def is_validation(expr: str, val_percent: int) -> bool:
+    """Fixed problem-level split of the train-split problems (independent of seeds)."""
+    h = hashlib.sha256(f"scorer-val:{expr}".encode()).digest()
+    return int.from_bytes(h[:4], "big") % 100 < val_percent
+
+
+def select_traces(data: dict, traces: torch.Tensor) -> dict:
+    """The sub-dataset of ``traces`` (boundary rows re-grouped, problem ids kept)."""
+    keep = torch.isin(data["trace"], traces)
+    remap = torch.full((len(data["correct"]),), -1, dtype=torch.long)
+    remap[traces] = torch.arange(len(traces))
+    out = {k: data[k][traces] for k in ("problem", "correct", "n_ops", "tokens")}
+    out.update(states=data["states"][keep], thought=data["thought"][keep], trace=remap[data["trace"][keep]],
+               exprs=data["exprs"])
+    return out
+
+
+def split_fit_val(data: dict, val_percent: int) -> tuple[dict, dict]:
+    val_problem = torch.tensor([is_validation(e, val_percent) for e in data["exprs"]])
+    is_val = val_problem[data["problem"]]
+    return (select_traces(data, torch.nonzero(~is_val).flatten()),
+            select_traces(data, torch.nonzero(is_val).flatten()))
+
+
+def batches(cfg: TrainScorerConfig, data: dict, gen: torch.Generator) -> list[torch.Tensor]:
+    """Index batches: boundary rows (mlp) or whole traces packed to >= batch_size boundaries."""
+    if cfg.kind == "mlp":
+        return list(torch.randperm(len(data["states"]), generator=gen).split(cfg.batch_size))
+    counts = torch.bincount(data["trace"], minlength=len(data["correct"]))
+    order = torch.randperm(len(data["correct"]), generator=gen)
+    order = order[counts[order] > 0]
+    out, cur, n = [], [], 0
+    for t, c in zip(order.tolist(), counts[order].tolist(), strict=True):
+        cur.append(t)
+        n += c
+        if n >= cfg.batch_size:
+            out.append(torch.tensor(cur))
+            cur, n = [], 0
+    if cur:
+        out.append(torch.tensor(cur))
+    return out
+
+
+def batch_loss(cfg: TrainScorerConfig, net, data: dict, idx: torch.Tensor, pos_weight: torch.Tensor):
+    if cfg.kind == "mlp":
+        logits = net(data["states"][idx])
+        y = data["correct"][data["trace"][idx]].float()
+        return F.binary_cross_entropy_with_logits(logits, y, pos_weight=pos_weight)
+    x, mask, _, y = pad_traces(data, idx)
+    logits = net(x)[mask]
+    y = y[:, None].expand_as(mask)[mask].float()
+    return F.binary_cross_entropy_with_logits(logits, y, pos_weight=pos_weight)
+
+
+@torch.no_grad()
+def full_loss(cfg, net, data: dict, pos_weight: torch.Tensor) -> float:
+    """Mean weighted BCE over all boundaries of ``data``."""
+    if not len(data["states"]):
+        return float("nan")
+    p = predict(net, cfg.kind, data).clamp(1e-7, 1 - 1e-7)
+    y = data["correct"][data["trace"]].float()
+    return float(-(pos_weight * y * p.log() + (1 - y) * (1 - p).log()).mean())
+
+
+def fit(cfg: TrainScorerConfig, data: dict, quiet: bool = False, max_epochs: int | None = None):
+    """Train on ``data`` (split into fit / validation here); the best net and the per-epoch history."""
+    fit_data, val_data = split_fit_val(data, cfg.val_percent)
+    y = fit_data["correct"][fit_data["trace"]]
+    pos, neg = int(y.sum()), int((~y).sum())
+    if not pos or not neg:
+        raise ValueError(f"the fit data needs both outcomes; got {pos} positive and {neg} negative "
+                         "boundaries")
+    pos_weight = torch.tensor(neg / pos)
+    torch.manual_seed(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    net = build_net(cfg.scorer_config(data["states"].shape[1]))
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    epochs = max_epochs or cfg.max_epochs
+    history, best, best_loss, since = [], None, float("inf"), 0
+    bar = tqdm(range(epochs), desc=f"train scorer ({cfg.kind})", disable=quiet)
+    for epoch in bar:
+        net.train()
+        losses = []
+        for idx in batches(cfg, fit_data, gen):
+            loss = batch_loss(cfg, net, fit_data, idx, pos_weight)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        val_loss = full_loss(cfg, net, val_data, pos_weight)
+        val_auc = auc(predict(net, cfg.kind, val_data), val_data["correct"][val_data["trace"]])
+        history.append({"epoch": epoch + 1, "train_loss": sum(losses) / len(losses), "val_loss": val_loss,
+                        "val_auc": val_auc, "steps": len(losses)})
+        bar.set_postfix(train=f"{history[-1]['train_loss']:.4f}", val=f"{val_loss:.4f}", auc=f"{val_auc:.3f}")
+        if val_loss < best_loss:
+            best, best_loss, since = copy.deepcopy(net.state_dict()), val_loss, 0
+        else:
+            since += 1
+            if since >= cfg.patience:
+                break
+    if best is not None:
+        net.load_state_dict(best)
+    net.eval()
+    best_epoch = min(range(len(history)), key=lambda i: history[i]["val_loss"]) + 1
+    split = {"fit_problems": len(torch.unique(fit_data["problem"])), "fit_traces": len(fit_data["correct"]),
+             "fit_boundaries": len(fit_data["states"]),
+             "val_problems": len(torch.unique(val_data["problem"])), "val_traces": len(val_data["correct"]),
+             "val_boundaries": len(val_data["states"]), "pos_weight": neg / pos, "best_epoch": best_epoch}
+    return net, history, split
+
+
+def repro_probe(cfg: TrainScorerConfig, data: dict, quiet: bool = True) -> list[dict]:
+    """Loss history of ``repro_epochs`` epochs on the first ``repro_problems`` problems (a whole
+    rollout chunk, so a test can regenerate exactly this data alone and compare)."""
+    sub = select_traces(data, torch.nonzero(data["problem"] < cfg.repro_problems).flatten())
+    return fit(cfg, sub, quiet=quiet, max_epochs=cfg.repro_epochs)[1]
+
+
+def train_scorer(cfg: TrainScorerConfig, quiet: bool = False) -> dict:
+    """Roll out (or load cached), train, evaluate on held-out problems, save the scorer folder."""
+    with fixed_threads(cfg.threads):
+        cache = cfg.cache_dir or None
+        train = collect_rollouts(cfg.rollouts("train"), cache, quiet)
+        held = collect_rollouts(cfg.rollouts("dev"), cache, quiet)
+        start = time.time()
+        net, history, split = fit(cfg, train, quiet)
+        seconds = time.time() - start
+        ev = evaluate(predict(net, cfg.kind, held), held)
+        env = environment()
+        repro = repro_probe(cfg, train) if cfg.repro_epochs else []
+    scfg = cfg.scorer_config(train["states"].shape[1])
+    out = Path(cfg.out)
+    save_scorer(net, scfg, out)
+    info = {"config": asdict(cfg), "scorer": asdict(scfg), "params": sum(p.numel() for p in net.parameters()),
+            "data": {**split, "train_rollouts": train["config"], "heldout_rollouts": held["config"],
+                     "train_correct": float(train["correct"].float().mean()),
+                     "heldout_correct": float(held["correct"].float().mean())},
+            "loss_history": history, "train_seconds": round(seconds, 1), "heldout": ev,
+            "repro": {"problems": cfg.repro_problems, "epochs": cfg.repro_epochs, "loss_history": repro},
+            "torch_version": env["torch"], "torch_threads": env["threads"], "environment": env}
+    (out / "training.json").write_text(json.dumps(info, indent=2) + "\n")
+    return info

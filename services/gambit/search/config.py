@@ -1,0 +1,77 @@
+"""One search run's configuration: method, pool shape, tournament knobs, sampling, limits."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+METHODS = ("gambit", "sc", "step", "deepconf")
+DECODINGS = ("plain", "eagle3.1", "pr")
+
+
+@dataclass
+class SearchConfig:
+    """How one problem is searched. Steps are decode steps of the engine; tokens are generated tokens.
+
+    The defaults fit the shipped target's arithmetic traces (~25-110 tokens, a thought every ~10
+    tokens); the paper's values (C 256, K 16, Δ 200, w 12K) are the same knobs at a larger scale.
+    """
+
+    method: str = "gambit"  # gambit | sc | step | deepconf
+    decoding: str = "plain"  # plain | eagle3.1 | pr (speculative decoding of every trace)
+    capacity: int = 16  # C: traces in the pool (SC@C, STEP and DeepConf launch C traces)
+    swap: int = 4  # K: traces pruned and branched per Case-2 round
+    interval: int = 8  # Δ: decode steps between tournament rounds
+    warmup: int = 24  # w, tokens: no scoring before this depth; a trace branches only w tokens after its birth
+    floor: float = 0.0  # δ: hard floor; a ranked trace whose mean score is below it is pruned at a round
+    child_temperature: float = 1.0  # multiplier on the parent's temperature for a branched child
+    kv_ratio: float = 0.9  # r: above this KV use the lowest-ranked resident trace is evicted (gambit, step)
+    temperature: float = 0.8  # sampling temperature of root traces
+    top_p: float = 1.0  # nucleus sampling mass (1 disables)
+    top_k: int = 0  # top-k filter (0 disables)
+    max_tokens: int = 256  # tokens per trace (limit)
+    max_total_tokens: int = 0  # tokens over the whole run; at it every trace stops (0: no limit)
+    max_wall_s: float = 0.0  # seconds of wall time per run; at it every trace stops (0: no limit)
+    deepconf_warmup: int = 4  # DeepConf: warm-up traces that set the confidence threshold
+    deepconf_window: int = 16  # DeepConf: sliding window of token confidences, tokens
+    deepconf_keep: float = 90.0  # DeepConf: percent of warm-up traces whose lowest window stays above it
+    seed: int = 0  # seeds every trace of the run (with the trace's node id)
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.decoding not in DECODINGS:
+            raise ValueError(f"decoding must be one of {DECODINGS}, got {self.decoding!r}")
+        for name in ("capacity", "swap", "interval", "max_tokens", "deepconf_window"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        for name in ("warmup", "top_k", "max_total_tokens", "seed", "deepconf_warmup"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+        if self.method == "gambit" and self.swap > self.capacity:
+            raise ValueError(f"swap (K={self.swap}) must not exceed capacity (C={self.capacity})")
+        if self.method == "deepconf" and not 1 <= self.deepconf_warmup < self.capacity:
+            raise ValueError(f"deepconf_warmup must be in [1, capacity), got {self.deepconf_warmup}")
+
+        def finite(name: str, lo: float, hi: float, lo_open: bool = False) -> None:
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v > hi or v < lo \
+                    or (lo_open and v == lo):
+                raise ValueError(f"{name} must be in {'(' if lo_open else '['}{lo}, {hi}], got {v!r}")
+
+        finite("floor", 0.0, 1.0)
+        finite("child_temperature", 0.0, 10.0, lo_open=True)
+        finite("kv_ratio", 0.0, 1.0, lo_open=True)
+        finite("temperature", 0.0, 10.0)
+        finite("top_p", 0.0, 1.0, lo_open=True)
+        finite("max_wall_s", 0.0, 1e9)
+        finite("deepconf_keep", 0.0, 100.0, lo_open=True)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> SearchConfig:
+        return cls(**d)

@@ -1,0 +1,239 @@
+"""The search driver: many runs over ONE engine and ONE scorer, stepping the engine once per call.
+
+``submit(problem, config) -> run_id``; ``step() -> [Progress | RunResult]`` (one Progress per round
+of a run, one RunResult when a run ends); ``cancel(run_id)`` frees its KV; ``recover()`` reloads every
+unfinished run from the store after a coordinator restart. Each step: engine forward (scheduler
+view), event routing, one batched scorer call for every run's new boundaries (guidance sync), the
+runs' rounds (tree view), then the KV-ratio eviction of the lowest-ranked resident trace.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import torch
+
+from gambit.engine import BoundaryEvent, EvictedEvent, FinishedEvent, TokenEvent
+from gambit.search import tree as T
+from gambit.search.config import SearchConfig
+from gambit.search.results import Progress, RunResult
+from gambit.search.run_state import TIMING_KEYS, SearchRun
+from gambit.search.store import MemoryStore, TreeStore, check_run_id
+from gambit.search.tree import Node
+
+
+class SearchDriver:
+    def __init__(self, engine, scorer=None, store: TreeStore | None = None) -> None:
+        self.engine, self.scorer = engine, scorer
+        self.store = store if store is not None else MemoryStore()
+        self.runs: dict[str, SearchRun] = {}
+        self.owner: dict[int, tuple[SearchRun, int]] = {}  # engine trace id -> (run, node id)
+        self.timings = dict.fromkeys(TIMING_KEYS, 0.0)
+        self.kv_trace: list[tuple[float, float, int]] = []  # (time, KV use, resident traces) per step
+        self.pending: list[tuple[list, object]] = []  # (who, future of scores) from ``score_async``
+
+    # -- API ------------------------------------------------------------------------------------
+    def submit(self, problem, config: SearchConfig | dict | None = None, run_id: str | None = None) -> str:
+        """Start a run. ``problem``: prompt text, or an object with ``.prompt`` (and ``.answer``)."""
+        cfg = SearchConfig(**config) if isinstance(config, dict) else (config or SearchConfig())
+        if not isinstance(cfg, SearchConfig):
+            raise ValueError("config must be a SearchConfig or a dict of its fields")
+        if isinstance(problem, str):
+            prompt, gold = problem, None
+        elif hasattr(problem, "prompt"):
+            prompt, gold = problem.prompt, getattr(problem, "answer", None)
+            gold = None if gold is None else str(gold)
+        else:
+            raise ValueError("problem must be a prompt string or have a .prompt")
+        if not isinstance(prompt, str) or not prompt:
+            raise ValueError("problem prompt is empty")
+        run_id = check_run_id(run_id or uuid.uuid4().hex[:12])
+        if run_id in self.runs:
+            raise ValueError(f"run {run_id} already exists")
+        ids = self.engine.tokenizer.encode(prompt)
+        if len(ids) + 1 >= self.engine.max_model_len:
+            raise ValueError(f"prompt has {len(ids)} tokens; the context holds {self.engine.max_model_len}")
+        run = SearchRun(run_id, cfg, prompt, ids, gold, self.engine, self.scorer, self.owner)
+        run.start()
+        self.runs[run_id] = run
+        self.store.update(run_id, run.flush())
+        return run_id
+
+    def cancel(self, run_id: str) -> RunResult:
+        run = self.runs.get(run_id)
+        if run is None:
+            raise ValueError(f"no running run {run_id!r}")
+        run.stop_all(T.STOPPED, "cancelled")
+        return self._finish(run, "cancelled")
+
+    def has_work(self) -> bool:
+        return bool(self.runs)
+
+    def run_until_done(self, run_ids=None, on_event=None) -> dict[str, RunResult]:
+        """Step until the given runs (default: all) end; ``on_event`` sees every Progress/Result."""
+        want = set(self.runs) if run_ids is None else set(run_ids)
+        done: dict[str, RunResult] = {}
+        while want - set(done):
+            for ev in self.step():
+                if on_event is not None:
+                    on_event(ev)
+                if isinstance(ev, RunResult) and ev.run_id in want:
+                    done[ev.run_id] = ev
+        return done
+
+    # -- one iteration --------------------------------------------------------------------------
+    def step(self) -> list[Progress | RunResult]:
+        if not self.runs:
+            return []
+        runs = list(self.runs.values())
+        t0 = time.perf_counter()
+        events = self.engine.step()
+        t1 = time.perf_counter()
+        keys, states, who = [], [], []
+        for ev in events:
+            o = self.owner.get(ev.trace_id)
+            if o is None:
+                continue
+            run, nid = o
+            node = run.nodes[nid]
+            if isinstance(ev, TokenEvent):
+                run.on_token(node, ev)
+            elif isinstance(ev, BoundaryEvent):
+                if run.wants_score(node):
+                    keys.append(run.key(nid))
+                    states.append(ev.hidden)
+                    who.append((run, node))
+            elif isinstance(ev, FinishedEvent):
+                run.on_finished(node, ev.reason)
+            elif isinstance(ev, EvictedEvent):
+                run.evict(node)
+        t2 = time.perf_counter()
+        if keys:
+            if hasattr(self.scorer, "score_async"):  # a remote scorer: the call overlaps the next steps
+                self.pending.append((who, self.scorer.score_async(keys, torch.stack(states))))
+            else:
+                self._apply(who, self.scorer.score(keys, torch.stack(states)))
+        if self.pending and any((r.step + 1) % r.cfg.interval == 0 or r.is_done() for r in runs):
+            self._settle()  # rounds and votes rank on every boundary scored so far
+        t3 = time.perf_counter()
+        self._account(runs, t1 - t0, t2 - t1, t3 - t2, who)
+        out: list[Progress | RunResult] = []
+        usage = self.engine.kv_usage()
+        for run in runs:
+            run.step += 1
+            if run.over_limit():
+                run.stop_all(T.STOPPED, "limit")
+                out.append(self._finish(run, "limit"))
+                continue
+            run.maybe_next_phase()
+            if run.is_done():
+                out.append(self._finish(run, "done"))
+                continue
+            if run.step % run.cfg.interval == 0:
+                out.append(run.do_round(usage))
+                t = time.perf_counter()
+                self.store.update(run.run_id, run.flush())
+                run.timings["tree"] += time.perf_counter() - t
+        t4 = time.perf_counter()
+        self._kv_evict()
+        t5 = time.perf_counter()
+        for run in runs:
+            run.timings["scheduling"] += (t5 - t4) / len(runs)
+        self.timings["tree"] += t4 - t3
+        self.timings["scheduling"] += t5 - t4
+        self.kv_trace.append((t5, self.engine.kv_usage(), len(self.owner)))
+        return out
+
+    @staticmethod
+    def _apply(who, scores) -> None:
+        for (run, node), s in zip(who, scores.tolist(), strict=True):
+            run.on_scores(node, [s])
+
+    def _settle(self) -> float:
+        """Apply the scores still in flight (``score_async``); returns the seconds spent waiting."""
+        t = time.perf_counter()
+        for who, fut in self.pending:
+            self._apply(who, fut.result())
+        self.pending.clear()
+        return time.perf_counter() - t
+
+    def _account(self, runs, forward, routing, guidance, who) -> None:
+        self.timings["forward"] += forward
+        self.timings["scheduling"] += routing
+        self.timings["guidance"] += guidance
+        per_run: dict[str, int] = {}
+        for run, _ in who:
+            per_run[run.run_id] = per_run.get(run.run_id, 0) + 1
+        for run in runs:
+            run.timings["forward"] += forward
+            run.timings["scheduling"] += routing / len(runs)
+            if who:
+                run.timings["guidance"] += guidance * per_run.get(run.run_id, 0) / len(who)
+
+    def _kv_evict(self) -> None:
+        """Scheduler view: above a run's KV ratio r, evict the lowest-ranked resident trace (once)."""
+        usage = self.engine.kv_usage()
+        worst: tuple[float, SearchRun, Node] | None = None
+        for run in self.runs.values():
+            if run.cfg.method not in ("gambit", "step") or usage <= run.cfg.kv_ratio:
+                continue
+            resident = [n for n in run.nodes.values() if n.resident]
+            if len(resident) < 2:
+                continue
+            n = min(resident, key=lambda x: (x.rank_score(), -x.id))
+            if worst is None or n.rank_score() < worst[0]:
+                worst = (n.rank_score(), run, n)
+        if worst is not None:
+            _, run, node = worst
+            self.engine.abort(node.engine_id)
+            run.evict(node)
+
+    def _finish(self, run: SearchRun, reason: str) -> RunResult:
+        if self.pending:
+            self.timings["guidance"] += self._settle()
+        result = run.finish(reason)
+        self.store.update(run.run_id, run.flush())
+        self.runs.pop(run.run_id, None)
+        return result
+
+    # -- coordinator restart --------------------------------------------------------------------
+    def recover(self) -> list[str]:
+        """Reload every unfinished run from the store; adopt its live engine traces, recompute others."""
+        back = []
+        for run_id in self.store.unfinished():
+            if run_id in self.runs:
+                continue
+            data = self.store.load(run_id)
+            if data is None:
+                continue
+            self.runs[run_id] = self._restore(run_id, data)
+            back.append(run_id)
+        return back
+
+    def _restore(self, run_id: str, data: dict) -> SearchRun:
+        meta = data["meta"]
+        cfg = SearchConfig.from_dict(meta["config"])
+        run = SearchRun(run_id, cfg, meta["prompt"], meta["prompt_ids"], meta["gold"], self.engine,
+                        self.scorer, self.owner)
+        for k in ("step", "round", "tokens", "pruned", "branched", "evicted", "phase", "threshold"):
+            setattr(run, k, meta[k])
+        run.nodes = {i: Node.from_dict(d) for i, d in sorted(data["nodes"].items())}
+        if cfg.method == "deepconf":
+            from gambit.search.deepconf import ConfidenceWindow
+
+            run.windows = {i: ConfidenceWindow(cfg.deepconf_window) for i in run.nodes}
+        for node in run.nodes.values():
+            if not node.resident:
+                continue
+            live = self.engine.traces.get(node.engine_id) if node.engine_id is not None else None
+            expected = run.prompt_ids + node.tokens
+            if live is not None and not live.is_done and live.token_ids[:len(expected)] == expected:
+                extra = live.token_ids[len(expected):]  # generated after the last write
+                node.tokens.extend(extra)
+                run.tokens += len(extra)
+                self.owner[node.engine_id] = (run, node.id)
+            else:
+                run._launch(node)  # the engine lost it: recompute from its tokens
+        run.dirty = set(run.nodes)
+        return run

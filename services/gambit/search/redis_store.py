@@ -1,0 +1,104 @@
+"""The tree view in Redis: keys namespaced by run, one MULTI/EXEC per update, finished runs expire.
+
+Layout under ``{prefix}``: ``run:{id}:meta`` and ``run:{id}:nodes`` (hashes of JSON values),
+``run:{id}:rounds`` (list), ``run:{id}:result`` (string), ``unfinished`` and ``runs`` (sets).
+Socket timeouts are set, so a Redis that does not answer raises ``StoreUnavailable`` naming the URL.
+"""
+
+from __future__ import annotations
+
+import json
+
+from gambit.search.store import RunUpdate, StoreUnavailable, _assemble, check_run_id
+
+DEFAULT_URL = "redis://127.0.0.1:6379"
+
+
+class RedisStore:
+    def __init__(self, url: str = DEFAULT_URL, prefix: str = "gambit", ttl_s: float = 24 * 3600,
+                 timeout_s: float = 2.0) -> None:
+        import redis
+
+        if not ttl_s >= 0.001 or not timeout_s > 0:
+            raise ValueError("ttl_s must be >= 0.001 and timeout_s > 0")
+        if not prefix or any(c in prefix for c in "{} \n"):
+            raise ValueError(f"prefix must be a non-empty key prefix, got {prefix!r}")
+        self.url, self.prefix, self.ttl_s = url, prefix, ttl_s
+        self._errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+        try:
+            self.r = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                                          decode_responses=True, retry_on_timeout=False)
+        except ValueError as e:
+            raise ValueError(f"bad Redis URL {url!r}: {e}") from None
+        self._call(self.r.ping)
+
+    def _call(self, fn, *args):
+        try:
+            return fn(*args)
+        except self._errors as e:
+            raise StoreUnavailable(f"Redis at {self.url} does not answer: {e}") from None
+
+    def _k(self, run_id: str, part: str) -> str:
+        return f"{self.prefix}:run:{run_id}:{part}"
+
+    def update(self, run_id: str, up: RunUpdate) -> None:
+        check_run_id(run_id)
+        meta = {k: json.dumps(v) for k, v in up.meta.items()}
+        nodes = {str(n["id"]): json.dumps(n) for n in up.nodes}
+        rounds = [json.dumps(r) for r in up.rounds]
+        p = self.r.pipeline(transaction=True)  # MULTI ... EXEC: all of it or none
+        p.sadd(f"{self.prefix}:runs", run_id)
+        if meta:
+            p.hset(self._k(run_id, "meta"), mapping=meta)
+        else:
+            p.hsetnx(self._k(run_id, "meta"), "_", "null")
+        if nodes:
+            p.hset(self._k(run_id, "nodes"), mapping=nodes)
+        if rounds:
+            p.rpush(self._k(run_id, "rounds"), *rounds)
+        if up.result is None:
+            p.sadd(f"{self.prefix}:unfinished", run_id)
+        else:
+            p.set(self._k(run_id, "result"), json.dumps(up.result))
+            p.srem(f"{self.prefix}:unfinished", run_id)
+            for part in ("meta", "nodes", "rounds", "result"):
+                p.pexpire(self._k(run_id, part), int(self.ttl_s * 1000))
+        self._call(p.execute)
+
+    def load(self, run_id: str) -> dict | None:
+        check_run_id(run_id)
+        p = self.r.pipeline(transaction=True)
+        for part in ("meta", "nodes"):
+            p.hgetall(self._k(run_id, part))
+        p.lrange(self._k(run_id, "rounds"), 0, -1)
+        p.get(self._k(run_id, "result"))
+        meta, nodes, rounds, result = self._call(p.execute)
+        if not meta:
+            return None
+        meta.pop("_", None)
+        return _assemble(meta, nodes, rounds, result)
+
+    def unfinished(self) -> list[str]:
+        return sorted(self._call(self.r.smembers, f"{self.prefix}:unfinished"))
+
+    def runs(self) -> list[str]:
+        ids = sorted(self._call(self.r.smembers, f"{self.prefix}:runs"))
+        alive = [r for r in ids if self._call(self.r.exists, self._k(r, "meta"))]
+        gone = set(ids) - set(alive)
+        if gone:  # expired runs leave the index too
+            self._call(self.r.srem, f"{self.prefix}:runs", *gone)
+        return alive
+
+    def delete(self, run_id: str) -> None:
+        check_run_id(run_id)
+        p = self.r.pipeline(transaction=True)
+        p.delete(*(self._k(run_id, part) for part in ("meta", "nodes", "rounds", "result")))
+        p.srem(f"{self.prefix}:unfinished", run_id)
+        p.srem(f"{self.prefix}:runs", run_id)
+        self._call(p.execute)
+
+    def clear(self) -> None:
+        """Delete every run under this prefix (tests use a random prefix)."""
+        for run_id in self._call(self.r.smembers, f"{self.prefix}:runs"):
+            self.delete(run_id)
+        self._call(self.r.delete, f"{self.prefix}:runs", f"{self.prefix}:unfinished")

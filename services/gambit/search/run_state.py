@@ -1,0 +1,281 @@
+"""One search run over a shared engine: its nodes, the method's rules, its votes and its record.
+
+The driver routes engine events here and calls ``round`` every Δ decode steps. Methods:
+* gambit: tournament rounds (Case 1 / Case 2), evicted traces become ghosts;
+* sc: C independent traces; an evicted trace is requeued (recompute, as vLLM preempts);
+* step: scored traces, the lowest-ranked evicted under memory pressure, never replaced;
+* deepconf: warm-up traces set a confidence threshold, later traces stop below it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import fields
+
+from gambit.engine import SamplingParams
+from gambit.engine.engine import derive_seed
+from gambit.search import tree as T
+from gambit.search.config import SearchConfig
+from gambit.search.deepconf import ConfidenceWindow, threshold, token_confidence
+from gambit.search.results import Progress, RunResult
+from gambit.search.store import RunUpdate
+from gambit.search.tournament import plan_round
+from gambit.search.tree import Node, RoundRecord
+from gambit.search.vote import majority_vote, weighted_vote
+from gambit.tasks.answers import extract_boxed, parse_int
+
+TIMING_KEYS = ("forward", "guidance", "tree", "scheduling")
+_HAS_DECODING = "decoding" in {f.name for f in fields(SamplingParams)}
+
+
+def extract_answer(text: str) -> str | None:
+    boxed = extract_boxed(text)
+    value = parse_int(boxed)
+    return boxed if value is None else str(value)
+
+
+class SearchRun:
+    def __init__(self, run_id: str, cfg: SearchConfig, prompt: str, prompt_ids: list[int],
+                 gold: str | None, engine, scorer, owner: dict) -> None:
+        if cfg.method in ("gambit", "step") and scorer is None:
+            raise ValueError(f"method {cfg.method!r} needs a scorer")
+        if cfg.decoding != "plain" and not _HAS_DECODING:
+            raise ValueError(f"decoding {cfg.decoding!r} needs speculative decoding in the engine "
+                             "(SamplingParams.decoding), which this build lacks")
+        self.run_id, self.cfg, self.prompt, self.prompt_ids, self.gold = run_id, cfg, prompt, prompt_ids, gold
+        self.engine, self.scorer, self.owner = engine, scorer, owner  # owner: engine id -> (run, node id)
+        self.nodes: dict[int, Node] = {}
+        self.step = self.round = self.tokens = 0
+        self.pruned = self.branched = self.evicted = 0
+        self.t0 = time.perf_counter()
+        self.timings = dict.fromkeys(TIMING_KEYS, 0.0)
+        self.windows: dict[int, ConfidenceWindow] = {}
+        self.threshold: float | None = None
+        self.phase = 1
+        self.dirty: set[int] = set()
+        self.pending_rounds: list[dict] = []
+        self.result: RunResult | None = None
+
+    # -- starting traces ------------------------------------------------------------------------
+    def params(self, node: Node, max_tokens: int | None = None) -> SamplingParams:
+        c = self.cfg
+        kw = {"decoding": c.decoding} if _HAS_DECODING else {}
+        return SamplingParams(temperature=node.temperature, top_p=c.top_p, top_k=c.top_k,
+                              max_tokens=max_tokens or c.max_tokens, seed=derive_seed(c.seed, node.id),
+                              logprobs=20 if c.method == "deepconf" else 0, **kw)
+
+    def _new_node(self, parent: Node | None, temperature: float) -> Node:
+        nid = len(self.nodes)
+        node = Node(nid, None if parent is None else parent.id, self.step,
+                    0 if parent is None else parent.depth, temperature,
+                    tokens=[] if parent is None else list(parent.tokens),
+                    scores=[] if parent is None else list(parent.scores))
+        self.nodes[nid] = node
+        self.dirty.add(nid)
+        if self.cfg.method == "deepconf":
+            self.windows[nid] = ConfidenceWindow(self.cfg.deepconf_window)
+        return node
+
+    def key(self, node_id: int) -> str:
+        return f"{self.run_id}:{node_id}"
+
+    def _launch(self, node: Node) -> None:
+        left = self.cfg.max_tokens - node.depth
+        if left < 1:
+            self._end(node, T.FINISHED, "length")
+            return
+        eid = self.engine.add(self.prompt_ids + node.tokens, self.params(node, left),
+                              priority=node.rank_score())
+        node.engine_id = eid
+        node.state = T.RUNNING
+        self.owner[eid] = (self, node.id)
+
+    def start(self) -> None:
+        n = self.cfg.deepconf_warmup if self.cfg.method == "deepconf" else self.cfg.capacity
+        for _ in range(n):
+            self._launch(self._new_node(None, self.cfg.temperature))
+
+    def branch(self, parent: Node) -> Node:
+        child = self._new_node(parent, parent.temperature * self.cfg.child_temperature)
+        (eid,) = self.engine.fork(parent.engine_id, 1, seeds=[derive_seed(self.cfg.seed, child.id)],
+                                  temperatures=[child.temperature], priority=parent.rank_score())
+        child.engine_id = eid
+        self.owner[eid] = (self, child.id)
+        if self.scorer is not None:
+            self.scorer.fork(self.key(parent.id), self.key(child.id))
+        self.branched += 1
+        return child
+
+    # -- ending traces --------------------------------------------------------------------------
+    def _end(self, node: Node, state: str, reason: str) -> None:
+        if node.resident and node.engine_id is not None:
+            self.owner.pop(node.engine_id, None)
+            if reason != "eos" and reason != "stop" and reason != "length":
+                try:
+                    self.engine.abort(node.engine_id)
+                except ValueError:
+                    pass  # already gone in the engine
+        node.state, node.end_reason, node.end_step = state, reason, self.step
+        if state == T.FINISHED:
+            node.answer = extract_answer(self.engine.tokenizer.decode(node.tokens))
+        w = self.windows.get(node.id)
+        if w is not None:
+            node.conf_min, node.conf_mean = w.lowest_or_mean(), w.mean
+        if self.scorer is not None and self.cfg.method in ("gambit", "step"):
+            self.scorer.drop(self.key(node.id))
+        self.dirty.add(node.id)
+
+    def prune(self, node: Node) -> None:
+        self._end(node, T.PRUNED, "pruned")
+        self.pruned += 1
+
+    def evict(self, node: Node) -> None:
+        """The scheduler view dropped it (the engine did, or the driver under the KV ratio)."""
+        self.owner.pop(node.engine_id, None)
+        self.evicted += 1
+        m = self.cfg.method
+        if m == "gambit":
+            node.state = T.GHOST  # keeps its place in the tree view until it falls into the bottom K
+            node.engine_id = None
+            self.dirty.add(node.id)
+        elif m == "step":
+            node.engine_id = None
+            node.state, node.end_reason, node.end_step = T.EVICTED, "evicted", self.step
+            if self.scorer is not None:
+                self.scorer.drop(self.key(node.id))
+            self.dirty.add(node.id)
+        else:  # sc / deepconf: recompute later, like a preempted vLLM request
+            self._launch(node)
+
+    # -- events ---------------------------------------------------------------------------------
+    def on_token(self, node: Node, ev) -> None:
+        node.tokens.append(ev.token_id)
+        self.tokens += 1
+        w = self.windows.get(node.id)
+        if w is not None and ev.top_logprobs:
+            mean = w.push(token_confidence(ev.top_logprobs))
+            if self.phase == 2 and mean is not None and mean < self.threshold:
+                self._end(node, T.STOPPED, "deepconf")
+
+    def on_finished(self, node: Node, reason: str) -> None:
+        if node.resident:
+            self.owner.pop(node.engine_id, None)
+            self._end(node, T.FINISHED, reason)
+
+    def wants_score(self, node: Node) -> bool:
+        m = self.cfg.method
+        return node.resident and (m == "step" or (m == "gambit" and node.depth >= self.cfg.warmup))
+
+    def on_scores(self, node: Node, scores: list[float]) -> None:
+        node.scores.extend(scores)
+        self.dirty.add(node.id)
+        if node.resident:
+            self.engine.set_priority(node.engine_id, node.rank_score())
+
+    # -- rounds ---------------------------------------------------------------------------------
+    def counts(self) -> tuple[int, int, int]:
+        act = sum(n.active for n in self.nodes.values())
+        ghosts = sum(n.state == T.GHOST for n in self.nodes.values())
+        return act, ghosts, act - ghosts
+
+    def tournament(self) -> tuple[int, list[int], list[list[int]]]:
+        c = self.cfg
+        if c.max_total_tokens and self.tokens >= c.max_total_tokens:
+            return 0, [], []
+        plan = plan_round(list(self.nodes.values()), c.capacity, c.swap, c.warmup, c.floor)
+        for nid in plan.prune:
+            self.prune(self.nodes[nid])
+        pairs = [[pid, self.branch(self.nodes[pid]).id] for pid in plan.branch]
+        return plan.case, plan.prune, pairs
+
+    def do_round(self, kv_usage: float) -> Progress:
+        t = time.perf_counter()
+        case, pruned, pairs = self.tournament() if self.cfg.method == "gambit" else (0, [], [])
+        self.round += 1
+        act, ghosts, res = self.counts()
+        rec = RoundRecord(self.round, self.step, case, act, ghosts, res, pruned, pairs, kv_usage,
+                          self.tokens, time.perf_counter() - self.t0)
+        self.pending_rounds.append(rec.to_dict())
+        self.timings["tree"] += time.perf_counter() - t
+        return self.progress(kv_usage)
+
+    def progress(self, kv_usage: float) -> Progress:
+        act, ghosts, res = self.counts()
+        fin = [n for n in self.nodes.values() if n.state == T.FINISHED]
+        votes: dict[str, int] = {}
+        for n in fin:
+            if n.answer is not None:
+                votes[n.answer] = votes.get(n.answer, 0) + 1
+        return Progress(self.run_id, self.cfg.method, self.round, self.step, act, ghosts, res, self.pruned,
+                        self.branched, self.evicted, len(fin), self.tokens, kv_usage, votes,
+                        time.perf_counter() - self.t0)
+
+    def maybe_next_phase(self) -> None:
+        """DeepConf: once every warm-up trace ended, set the threshold and launch the rest."""
+        if self.cfg.method != "deepconf" or self.phase != 1:
+            return
+        if any(n.state in (T.RUNNING, T.WAITING) for n in self.nodes.values()):
+            return
+        lows = [self.windows[n.id].lowest_or_mean() for n in self.nodes.values()]
+        self.threshold = threshold(lows, self.cfg.deepconf_keep)
+        self.phase = 2
+        for _ in range(self.cfg.capacity - self.cfg.deepconf_warmup):
+            self._launch(self._new_node(None, self.cfg.temperature))
+
+    def over_limit(self) -> bool:
+        c = self.cfg
+        return bool((c.max_total_tokens and self.tokens >= c.max_total_tokens)
+                    or (c.max_wall_s and time.perf_counter() - self.t0 >= c.max_wall_s))
+
+    def is_done(self) -> bool:
+        return not any(n.state in (T.RUNNING, T.WAITING) for n in self.nodes.values()) and \
+            (self.cfg.method != "deepconf" or self.phase == 2)
+
+    def stop_all(self, state: str, reason: str) -> None:
+        for n in self.nodes.values():
+            if n.active:
+                self._end(n, state, reason)
+
+    # -- the end --------------------------------------------------------------------------------
+    def finish(self, reason: str) -> RunResult:
+        for n in self.nodes.values():
+            if n.state == T.GHOST:  # still a ghost when the pool ran out: it never got an answer
+                n.state, n.end_reason, n.end_step = T.PRUNED, "ghost", self.step
+                self.dirty.add(n.id)
+        fin = [n for n in self.nodes.values() if n.state == T.FINISHED]
+        answers = [n.answer for n in fin]
+        if self.cfg.method == "deepconf":
+            weights, rule = [n.conf_mean or 0.0 for n in fin], "confidence-weighted"
+        else:
+            weights = [n.mean_score or 0.0 for n in fin]
+            rule = "score-weighted" if self.cfg.method == "step" else "majority"
+        votes, wvotes = {}, {}
+        for a, w in zip(answers, weights, strict=True):
+            if a is not None:
+                votes[a] = votes.get(a, 0) + 1
+                wvotes[a] = wvotes.get(a, 0.0) + w
+        maj = majority_vote(answers)
+        wv = weighted_vote(answers, weights) if sum(weights) > 0 else maj
+        answer = maj if rule == "majority" else wv
+        traces = [{"id": n.id, "parent": n.parent, "state": n.state, "answer": n.answer,
+                   "tokens": n.depth, "own_tokens": n.own_tokens, "score": n.mean_score,
+                   "birth_step": n.birth_step, "end_step": n.end_step} for n in self.nodes.values()]
+        self.result = RunResult(
+            self.run_id, self.cfg.method, answer, maj, wv, rule, votes, wvotes, traces, self.tokens,
+            sum(n.answer is not None for n in fin), self.round, self.pruned, self.branched, self.evicted,
+            time.perf_counter() - self.t0, dict(self.timings), reason,
+            None if self.gold is None else answer == self.gold, self.threshold)
+        return self.result
+
+    # -- persistence ----------------------------------------------------------------------------
+    def meta(self) -> dict:
+        return {"config": self.cfg.to_dict(), "prompt": self.prompt, "prompt_ids": self.prompt_ids,
+                "gold": self.gold, "step": self.step, "round": self.round, "tokens": self.tokens,
+                "pruned": self.pruned, "branched": self.branched, "evicted": self.evicted,
+                "phase": self.phase, "threshold": self.threshold}
+
+    def flush(self) -> RunUpdate:
+        up = RunUpdate(self.meta(), [self.nodes[i].to_dict() for i in sorted(self.dirty)],
+                       self.pending_rounds, None if self.result is None else self.result.to_dict())
+        self.dirty, self.pending_rounds = {n.id for n in self.nodes.values() if n.active}, []
+        return up

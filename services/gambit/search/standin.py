@@ -1,0 +1,41 @@
+"""A stand-in boundary scorer with the ``BoundaryScorer`` interface (CONTRACTS.md §4).
+
+Randomly initialised STEP-shaped MLP, used when no trained scorer is given (tests, or before the
+shipped scorers exist). It carries no signal about correctness; it only exercises the plumbing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import torch
+
+
+class StandInScorer:
+    kind = "mlp"
+
+    def __init__(self, hidden_size: int, seed: int = 0) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.hidden_size = hidden_size
+        self.w1 = torch.randn(hidden_size, 512, generator=g) / hidden_size ** 0.5
+        self.b1 = torch.zeros(512)
+        self.w2 = torch.randn(512, 1, generator=g) / 512 ** 0.5
+        self.keys: set[Hashable] = set()
+
+    def score(self, keys: Sequence[Hashable], states: torch.Tensor) -> torch.Tensor:
+        if not isinstance(states, torch.Tensor) or states.dim() != 2 or states.shape[1] != self.hidden_size:
+            raise ValueError(f"states must be a [N, {self.hidden_size}] tensor, got "
+                             f"{getattr(states, 'shape', type(states))}")
+        if not states.dtype.is_floating_point:
+            raise ValueError(f"states must be floating point, got {states.dtype}")
+        if len(keys) != states.shape[0]:
+            raise ValueError(f"{len(keys)} keys for {states.shape[0]} states")
+        self.keys.update(keys)
+        h = torch.relu(states.float() @ self.w1 + self.b1)
+        return torch.sigmoid(h @ self.w2).flatten()
+
+    def fork(self, parent_key: Hashable, child_key: Hashable) -> None:
+        self.keys.add(child_key)
+
+    def drop(self, key: Hashable) -> None:
+        self.keys.discard(key)

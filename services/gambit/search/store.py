@@ -1,0 +1,136 @@
+"""Tree view store: one interface, kept in memory (optionally saved to a JSON file) or in Redis.
+
+A run is ``meta`` (config, problem, counters), ``nodes`` (id -> node dict), ``rounds`` (the round log)
+and, once finished, ``result``. Every write is one ``RunUpdate`` applied atomically, so a reader (or a
+coordinator restarting) sees whole rounds only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+class StoreUnavailable(RuntimeError):
+    """The store cannot be reached (the message names where it was looked for)."""
+
+
+@dataclass
+class RunUpdate:
+    meta: dict = field(default_factory=dict)  # merged into the run's meta
+    nodes: list[dict] = field(default_factory=list)  # upserted by node["id"]
+    rounds: list[dict] = field(default_factory=list)  # appended
+    result: dict | None = None  # set: the run is finished (it expires after the store's ttl)
+
+
+class TreeStore(Protocol):
+    def update(self, run_id: str, up: RunUpdate) -> None: ...
+
+    def load(self, run_id: str) -> dict | None: ...
+
+    def unfinished(self) -> list[str]: ...
+
+    def runs(self) -> list[str]: ...
+
+    def delete(self, run_id: str) -> None: ...
+
+
+def check_run_id(run_id: str) -> str:
+    if not isinstance(run_id, str) or not run_id or any(c in run_id for c in ":{} \n"):
+        raise ValueError(f"run id must be a non-empty string without ':', braces or spaces, got {run_id!r}")
+    return run_id
+
+
+class MemoryStore:
+    """In-process store; values go through JSON exactly as in Redis, so both behave the same."""
+
+    def __init__(self, ttl_s: float = 24 * 3600) -> None:
+        if not ttl_s > 0:
+            raise ValueError(f"ttl_s must be > 0, got {ttl_s}")
+        self.ttl_s = ttl_s
+        self._expires: dict[str, float] = {}
+        self._meta: dict[str, dict[str, str]] = {}
+        self._nodes: dict[str, dict[str, str]] = {}
+        self._rounds: dict[str, list[str]] = {}
+        self._result: dict[str, str] = {}
+
+    def update(self, run_id: str, up: RunUpdate) -> None:
+        check_run_id(run_id)
+        meta = {k: json.dumps(v) for k, v in up.meta.items()}
+        nodes = {str(n["id"]): json.dumps(n) for n in up.nodes}
+        rounds = [json.dumps(r) for r in up.rounds]
+        result = None if up.result is None else json.dumps(up.result)
+        # all serialised first: a bad value changes nothing
+        self._meta.setdefault(run_id, {}).update(meta)
+        self._nodes.setdefault(run_id, {}).update(nodes)
+        self._rounds.setdefault(run_id, []).extend(rounds)
+        if result is not None:
+            self._result[run_id] = result
+            self._expires[run_id] = time.monotonic() + self.ttl_s
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for run_id in [r for r, t in self._expires.items() if t <= now]:
+            self.delete(run_id)
+
+    def load(self, run_id: str) -> dict | None:
+        self._expire()
+        if run_id not in self._meta:
+            return None
+        return _assemble(self._meta[run_id], self._nodes.get(run_id, {}), self._rounds.get(run_id, []),
+                         self._result.get(run_id))
+
+    def unfinished(self) -> list[str]:
+        self._expire()
+        return sorted(r for r in self._meta if r not in self._result)
+
+    def runs(self) -> list[str]:
+        self._expire()
+        return sorted(self._meta)
+
+    def delete(self, run_id: str) -> None:
+        for d in (self._meta, self._nodes, self._rounds, self._result, self._expires):
+            d.pop(run_id, None)
+
+    # -- a file, for `gambit inspect --store FILE.json` ----------------------------------------
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({r: self.load(r) for r in self.runs()}))
+        return path
+
+    @classmethod
+    def open(cls, path: str | Path) -> MemoryStore:
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"store file {path} does not exist")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"store file {path} is not JSON: {e}") from None
+        store = cls()
+        for run_id, run in data.items():
+            store.update(run_id, RunUpdate(meta=run["meta"], nodes=list(run["nodes"].values()),
+                                           rounds=run["rounds"], result=run["result"]))
+        return store
+
+
+def _assemble(meta: dict, nodes: dict, rounds: list, result: str | None) -> dict:
+    return {"meta": {k: json.loads(v) for k, v in meta.items()},
+            "nodes": {int(k): json.loads(v) for k, v in nodes.items()},
+            "rounds": [json.loads(r) for r in rounds],
+            "result": None if result is None else json.loads(result)}
+
+
+def open_store(spec: str | None) -> TreeStore:
+    """``redis://...`` → RedisStore; a path → MemoryStore read from that JSON file."""
+    if spec and spec.startswith(("redis://", "rediss://", "unix://")):
+        from gambit.search.redis_store import RedisStore
+
+        return RedisStore(spec)
+    if not spec:
+        raise ValueError("store: give a JSON file written by a run or a redis:// URL")
+    return MemoryStore.open(spec)

@@ -1,0 +1,55 @@
+"""One Gambit round as a pure decision over the tree view: which traces to prune, which to branch.
+
+Case 1 (N < C): branch the top ``min(C - N, |B|)`` eligible traces. Case 2 (N = C): prune the bottom
+K and branch the top K (zero-sum). N counts ghosts, so an eviction never causes a Case-1 fill.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from gambit.search.tree import Node
+
+
+@dataclass
+class RoundPlan:
+    case: int  # 0: nothing, 1: fill, 2: swap
+    prune: list[int] = field(default_factory=list)
+    branch: list[int] = field(default_factory=list)  # parent ids, one child each
+
+
+def _order(nodes: Sequence[Node], reverse: bool) -> list[Node]:
+    # score, then age as a stable tie-break (older first when best, younger first when worst)
+    return sorted(nodes, key=lambda n: (n.rank_score(), -n.id), reverse=reverse)
+
+
+def eligible(n: Node, warmup: int) -> bool:
+    """B: resident, past warmup since its own creation, and scored (ranked)."""
+    return n.resident and n.own_tokens >= warmup and bool(n.scores)
+
+
+def rankable(n: Node) -> bool:
+    """May be pruned: it has a score (it passed warmup), or it is a ghost (which never gains one)."""
+    return n.active and (bool(n.scores) or not n.resident)
+
+
+def plan_round(nodes: Sequence[Node], capacity: int, swap: int, warmup: int, floor: float = 0.0) -> RoundPlan:
+    active = [n for n in nodes if n.active]
+    # below the hard floor a trace is never a parent
+    cands = _order([n for n in active if eligible(n, warmup) and n.mean_score >= floor], reverse=True)
+    if len(active) < capacity:
+        take = cands[:capacity - len(active)]
+        return RoundPlan(1 if take else 0, [], [n.id for n in take])
+    ranked = _order([n for n in active if rankable(n)], reverse=False)
+    below = [n for n in ranked if n.scores and n.mean_score < floor]
+    want = max(swap, len(below))
+    # the pruned and the branched must not overlap: shrink until enough parents remain
+    n = min(want, len(ranked))
+    while n > 0:
+        gone = {x.id for x in ranked[:n]}
+        parents = [c for c in cands if c.id not in gone]
+        if len(parents) >= n:
+            return RoundPlan(2, [x.id for x in ranked[:n]], [p.id for p in parents[:n]])
+        n -= 1
+    return RoundPlan(0)

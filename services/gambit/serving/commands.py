@@ -1,0 +1,77 @@
+"""CLI glue for ``gambit serve``, ``gambit client solve`` and ``gambit scorer serve``."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+from gambit.config_cli import add_dataclass_args, from_args
+
+
+def _cmd_serve(args) -> int:
+    from gambit.deployments import local
+
+    cfg = from_args(local.ServeConfig, args)
+    print(f"starting Ray Serve (gRPC on 127.0.0.1:{cfg.grpc_port}, metrics on :{cfg.metrics_port}) ...",
+          flush=True)
+    local.start(cfg)
+    print(f"ready: ReasoningService at 127.0.0.1:{cfg.grpc_port} (metadata application=gambit); "
+          f"try: gambit client solve --address 127.0.0.1:{cfg.grpc_port} \"Compute 3+4*2.\"; Ctrl-C stops",
+          flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        local.stop()
+    return 0
+
+
+def _cmd_client_solve(args) -> int:
+    from gambit.serving.client import ClientConfig, solve
+
+    problem = args.problem
+    if not problem.rstrip().endswith("Solution:"):  # the shipped target's prompt format
+        problem = problem.rstrip() + "\nSolution:\n"
+    return solve(problem, from_args(ClientConfig, args))
+
+
+def _cmd_scorer_serve(args) -> int:
+    from gambit.serving.scorer_server import ScorerServerConfig, start_scorer_server
+
+    cfg = from_args(ScorerServerConfig, args)
+    srv = start_scorer_server(cfg)
+    print(f"ScorerService on {cfg.host}:{srv.port}, metrics on {cfg.host}:{srv.metrics_port}; Ctrl-C stops",
+          flush=True)
+    try:
+        srv.server.wait_for_termination()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.stop()
+    return 0
+
+
+def add_commands(sub) -> None:
+    from gambit.deployments.local import ServeConfig
+    from gambit.serving.client import ClientConfig
+    from gambit.serving.scorer_server import ScorerServerConfig
+
+    s = sub.add_parser("serve", help="start Ray Serve locally: Coordinator, Target, Scorer over gRPC")
+    add_dataclass_args(s, ServeConfig)
+    s.set_defaults(func=_cmd_serve)
+
+    c = sub.add_parser("client", help="call the ReasoningService")
+    csub = c.add_subparsers(dest="what", required=True)
+    cs = csub.add_parser("solve", help="solve one problem and print the stream")
+    cs.add_argument("problem", help="the problem text, e.g. \"Compute (4+5)*3.\"")
+    add_dataclass_args(cs, ClientConfig)
+    cs.set_defaults(func=_cmd_client_solve)
+
+    sc = sub.add_parser("scorer", help="the standalone ScorerService")
+    scsub = sc.add_subparsers(dest="what", required=True)
+    scs = scsub.add_parser("serve", help="serve a scorer over gRPC (no Ray)")
+    add_dataclass_args(scs, ScorerServerConfig, skip=("tls",))
+    scs.set_defaults(func=_cmd_scorer_serve)

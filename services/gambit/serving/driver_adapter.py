@@ -1,0 +1,140 @@
+"""The services' view of the tournament driver (``gambit.search.driver.SearchDriver``).
+
+Maps a validated ``SolveConfig`` to a ``SearchConfig``, the driver's ``Progress``/``RunResult``
+to the API's records (``convert.py``), keeps the tree store's writes from stopping decoding when
+Redis is away (failed updates are replayed in order once it is back), and feeds the metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+
+from gambit.search.config import SearchConfig
+from gambit.search.driver import SearchDriver
+from gambit.search.results import Progress, RunResult
+from gambit.search.store import StoreUnavailable
+from gambit.serving.solve_config import SolveConfig
+
+log = logging.getLogger(__name__)
+REASON = {"finished": "eos", "pruned": "pruned", "evicted": "evicted", "stopped": "abort",
+          "ghost": "evicted", "running": "abort", "waiting": "abort"}  # node state -> metric reason label
+
+
+def search_config(cfg: SolveConfig) -> SearchConfig:
+    return SearchConfig(method=cfg.method, decoding=cfg.decoding, capacity=cfg.capacity,
+                        swap=max(1, cfg.swap), interval=cfg.round_interval, warmup=cfg.warmup,
+                        child_temperature=cfg.child_temperature, temperature=cfg.temperature,
+                        max_tokens=cfg.max_tokens, max_wall_s=cfg.timeout_s, seed=cfg.seed,
+                        deepconf_warmup=max(1, min(4, cfg.capacity - 1)))
+
+
+class SafeStore:
+    """A TreeStore whose failed writes are kept and replayed, so a Redis outage never stops a run."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self.backlog: list[tuple[str, object]] = []
+
+    def update(self, run_id, up) -> None:
+        self.backlog.append((run_id, up))
+        try:
+            while self.backlog:
+                self.store.update(*self.backlog[0])
+                self.backlog.pop(0)
+        except StoreUnavailable as e:
+            log.warning("tree store write deferred (%d pending): %s", len(self.backlog), e)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+class DriverAdapter:
+    """``submit/step/cancel`` in the API's terms over one ``SearchDriver``."""
+
+    def __init__(self, engine, scorer=None, store=None, metrics=None) -> None:
+        self.scorer, self.metrics = scorer, metrics
+        self.driver = SearchDriver(engine, scorer, SafeStore(store) if store is not None else None)
+        self.last: dict[str, dict] = {}  # run id -> last progress (cumulative counters)
+        self.runs = self.driver.runs
+
+    @property
+    def sync_seconds(self) -> float:
+        return self.driver.timings["guidance"]
+
+    def has_work(self) -> bool:
+        return self.driver.has_work()
+
+    def submit(self, run_id: str, problem: str, cfg: SolveConfig) -> str:
+        if cfg.decoding != "plain" and not self._has_spec():
+            raise NotImplementedError(f"decoding {cfg.decoding!r} needs speculative decoding, "
+                                      "not in this build")
+        try:
+            self.driver.submit(problem, search_config(cfg), run_id=run_id)
+        except ValueError as e:
+            raise ValueError(f"problem: {e}") if "prompt" in str(e) else e from None
+        self.last[run_id] = {"pruned": 0, "branched": 0, "evicted": 0, "active": 0, "ghosts": 0,
+                             "resident": 0}
+        self._inc("gambit_traces_started_total", cfg.capacity)
+        return run_id
+
+    def cancel(self, run_id: str, status: str = "cancelled", message: str = "") -> dict | None:
+        if run_id not in self.driver.runs:
+            return None
+        return self._result(self.driver.cancel(run_id), status, message)
+
+    def step(self) -> list[dict]:
+        out = []
+        for ev in self.driver.step():
+            out.append(self._progress(ev) if isinstance(ev, Progress) else self._result(ev))
+        return out
+
+    def gauges(self) -> tuple[int, int, int]:
+        """Active, ghost and resident traces over the runs in flight (their last rounds)."""
+        live = [self.last[r] for r in self.driver.runs if r in self.last]
+        return (sum(p["active"] - p["ghosts"] for p in live), sum(p["ghosts"] for p in live),
+                sum(p["resident"] for p in live))
+
+    # -- mapping -------------------------------------------------------------------------------
+    def _progress(self, p: Progress) -> dict:
+        prev = self.last.get(p.run_id, {})
+        for field, name in (("pruned", "gambit_prunes_total"), ("branched", "gambit_branches_total")):
+            self._inc(name, getattr(p, field) - prev.get(field, 0), method=p.method)
+        self._inc("gambit_traces_started_total", p.branched - prev.get("branched", 0))
+        self._inc("gambit_evictions_total", p.evicted - prev.get("evicted", 0))
+        self._inc("gambit_rounds_total", 1, method=p.method)
+        self.last[p.run_id] = asdict(p)
+        return {"kind": "progress", "run_id": p.run_id, "round": p.round, "active": p.active - p.ghosts,
+                "ghost": p.ghosts, "pruned": p.pruned, "branched": p.branched, "finished": p.finished,
+                "tokens": p.tokens, "kv_usage": p.kv_usage, "elapsed_s": p.wall_s}
+
+    def _result(self, r: RunResult, status: str | None = None, message: str = "") -> dict:
+        self.last.pop(r.run_id, None)
+        traces = []
+        for t in r.traces:
+            reason = REASON.get(t.get("state", ""), "abort")
+            self._inc("gambit_traces_finished_total", 1, reason=reason)
+            traces.append({"trace_id": t["id"], "parent_id": -1 if t.get("parent") is None else t["parent"],
+                           "answer": t.get("answer") or "", "score": float(t.get("score") or 0.0),
+                           "tokens": t.get("own_tokens", 0), "finish_reason": t.get("state", "")})
+        status = status or {"done": "done", "limit": "limit", "cancelled": "cancelled"}.get(r.reason,
+                                                                                            r.reason)
+        if r.reason == "limit" and not message:
+            message = "a run limit (timeout_s) was reached"
+        return {"kind": "result", "run_id": r.run_id, "status": status, "answer": r.answer or "",
+                "majority_answer": r.majority or "", "weighted_answer": r.weighted or "",
+                "majority_votes": {k: float(v) for k, v in r.votes.items()},
+                "weighted_votes": {k: float(v) for k, v in r.weighted_votes.items()}, "traces": traces,
+                "generated_tokens": r.tokens, "prompt_tokens": 0, "rounds": r.rounds, "total_s": r.wall_s,
+                "message": message, "scorer_s": r.timings.get("guidance", 0.0),
+                "engine_s": r.timings.get("forward", 0.0), "vote_rule": r.vote_rule}
+
+    def _inc(self, name: str, value: float, **labels) -> None:
+        if self.metrics is not None and value > 0:
+            self.metrics.inc(name, value, **labels)
+
+    @staticmethod
+    def _has_spec() -> bool:
+        from gambit.engine.sequence import SamplingParams
+
+        return "decoding" in SamplingParams.__dataclass_fields__

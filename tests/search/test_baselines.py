@@ -1,0 +1,125 @@
+"""SC@N, STEP and DeepConf on the same engine; many runs over one engine; cancel; config errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from gambit.search import tree as T
+from gambit.search.config import SearchConfig
+from gambit.search.deepconf import threshold
+from gambit.search.driver import SearchDriver
+from gambit.search.vote import majority_vote, weighted_vote
+
+
+def test_sc_is_c_independent_traces_and_majority(make_engine, hard_problems):
+    driver = SearchDriver(make_engine())
+    rid = driver.submit(hard_problems[0], SearchConfig(method="sc", capacity=6))
+    res = driver.run_until_done()[rid]
+    assert res.branched == res.pruned == 0 and len(res.traces) == 6
+    answers = [t["answer"] for t in res.traces]
+    assert res.answer == majority_vote(answers) and res.finished_traces == sum(a is not None for a in answers)
+    assert res.tokens == sum(t["tokens"] for t in res.traces)
+    assert res.correct == (res.answer == str(hard_problems[0].answer))
+
+
+def test_sc_requeues_under_pressure_and_step_evicts_without_replacement(make_engine, scorer, hard_problems):
+    sc = SearchDriver(make_engine(num_blocks=40))
+    rid = sc.submit(hard_problems[1], SearchConfig(method="sc", capacity=6))
+    res = sc.run_until_done()[rid]
+    assert res.evicted > 0 and res.finished_traces == 6  # recomputed, all finish (vLLM-style preemption)
+
+    step = SearchDriver(make_engine(num_blocks=40), scorer)
+    rid = step.submit(hard_problems[1], SearchConfig(method="step", capacity=6, kv_ratio=0.9))
+    res = step.run_until_done()[rid]
+    assert res.evicted > 0 and len(res.traces) == 6 and res.branched == 0  # no replacement
+    evicted = [t for t in res.traces if t["state"] == T.EVICTED]
+    kept = [t for t in res.traces if t["state"] == T.FINISHED]
+    assert len(evicted) == res.evicted and len(kept) == 6 - res.evicted
+    # score-weighted vote over the survivors
+    assert res.vote_rule == "score-weighted"
+    assert res.answer == weighted_vote([t["answer"] for t in kept], [t["score"] or 0.0 for t in kept])
+
+
+def test_step_evicts_the_lowest_scored(make_engine, scorer, hard_problems):
+    driver = SearchDriver(make_engine(num_blocks=40), scorer)
+    rid = driver.submit(hard_problems[2], SearchConfig(method="step", capacity=6, kv_ratio=0.9))
+    run = driver.runs[rid]
+    checked = 0
+    while driver.has_work():
+        before = {n.id: n.rank_score() for n in run.nodes.values() if n.resident}
+        driver.step()
+        gone = [i for i in before if run.nodes[i].state == T.EVICTED]
+        for i in gone:  # nobody still resident ranked strictly lower than an evicted trace
+            lower = [j for j, s in before.items() if s < before[i] and run.nodes[j].resident]
+            assert not lower
+            checked += 1
+    assert checked > 0
+
+
+def test_deepconf_threshold_from_warmup_and_stops_below(make_engine, hard_problems):
+    driver = SearchDriver(make_engine())
+    cfg = SearchConfig(method="deepconf", capacity=8, deepconf_warmup=4, deepconf_window=8, deepconf_keep=50.0)
+    rid = driver.submit(hard_problems[3], cfg)
+    run = driver.runs[rid]
+    res = driver.run_until_done()[rid]
+    nodes = list(run.nodes.values())
+    warm, rest = nodes[:4], nodes[4:]
+    assert len(nodes) == 8
+    assert res.deepconf_threshold == pytest.approx(threshold([n.conf_min for n in warm], 50.0))
+    assert all(n.state == T.FINISHED for n in warm)
+    assert all(n.birth_step >= max(w.end_step for w in warm) for n in rest)  # launched after warm-up
+    stopped = [n for n in rest if n.state == T.STOPPED]
+    assert all(n.conf_min < res.deepconf_threshold for n in stopped)
+    assert all(n.conf_min >= res.deepconf_threshold for n in rest if n.state == T.FINISHED)
+    fin = [n for n in nodes if n.state == T.FINISHED]
+    assert res.answer == weighted_vote([n.answer for n in fin], [n.conf_mean for n in fin])
+
+
+def test_many_runs_share_one_engine_each_with_its_capacity(make_engine, scorer, hard_problems):
+    engine = make_engine()
+    driver = SearchDriver(engine, scorer)
+    caps = {"a": 3, "b": 5, "c": 4}
+    for rid, c in caps.items():
+        driver.submit(hard_problems[4], SearchConfig(capacity=c, swap=1, interval=4, warmup=12), run_id=rid)
+    driver.submit(hard_problems[4], SearchConfig(method="sc", capacity=2), run_id="d")
+    seen = set()
+    for _ in range(60):
+        for ev in driver.step():
+            if hasattr(ev, "active") and ev.run_id in caps:
+                assert ev.active <= caps[ev.run_id]
+                seen.add(ev.run_id)
+    assert seen == set(caps)
+    res = driver.cancel("b")
+    assert res.reason == "cancelled" and driver.store.load("b")["result"]["reason"] == "cancelled"
+    assert all(owner[0].run_id != "b" for owner in driver.owner.values())
+    for rid in list(driver.runs):
+        driver.cancel(rid)
+    engine.step()  # delivers the abort events
+    assert engine.kv_usage() == 0.0 and not engine.has_unfinished()
+    with pytest.raises(ValueError, match="no running run"):
+        driver.cancel("b")
+
+
+@pytest.mark.parametrize("kw,field", [
+    ({"method": "beam"}, "method"), ({"decoding": "medusa"}, "decoding"), ({"capacity": 0}, "capacity"),
+    ({"swap": 9, "capacity": 4, "method": "gambit"}, "swap"), ({"interval": 0}, "interval"), ({"warmup": -1}, "warmup"),
+    ({"floor": 1.5}, "floor"), ({"child_temperature": 0}, "child_temperature"), ({"kv_ratio": 0}, "kv_ratio"),
+    ({"max_tokens": 0}, "max_tokens"), ({"top_p": 0}, "top_p"), ({"max_wall_s": -1}, "max_wall_s"),
+    ({"method": "deepconf", "deepconf_warmup": 16, "capacity": 16}, "deepconf_warmup"),
+])
+def test_config_errors_name_the_field(kw, field):
+    with pytest.raises(ValueError, match=field):
+        SearchConfig(**kw)
+
+
+def test_driver_bad_input(make_engine):
+    driver = SearchDriver(make_engine())
+    with pytest.raises(ValueError, match="needs a scorer"):
+        driver.submit("Compute 1+2.\nSolution:\n", SearchConfig(method="gambit"))
+    with pytest.raises(ValueError, match="prompt"):
+        driver.submit("", SearchConfig(method="sc"))
+    with pytest.raises(ValueError, match="run id"):
+        driver.submit("Compute 1+2.\nSolution:\n", SearchConfig(method="sc"), run_id="a:b")
+    with pytest.raises(ValueError, match="capacity"):
+        driver.submit("Compute 1+2.\nSolution:\n", {"method": "sc", "capacity": -1})
+    assert not driver.runs and not driver.engine.has_unfinished()

@@ -1,0 +1,67 @@
+"""A coordinator crash: a new driver reloads the unfinished run from Redis and finishes it."""
+
+from __future__ import annotations
+
+from gambit.search import tree as T
+from gambit.search.config import SearchConfig
+from gambit.search.driver import SearchDriver
+from gambit.search.redis_store import RedisStore
+
+CFG = SearchConfig(capacity=6, swap=2, interval=4, warmup=12, seed=5)
+
+
+def crash_after_rounds(driver, run_id, rounds):
+    seen = 0
+    while seen < rounds:
+        seen += len(driver.step())
+    return {i: n.state for i, n in driver.runs[run_id].nodes.items()}
+
+
+def test_reloaded_run_finishes_with_the_pool_it_had(make_engine, scorer, hard_problems, redis_store):
+    engine = make_engine()
+    a = SearchDriver(engine, scorer, redis_store)
+    rid = a.submit(hard_problems[5], CFG, run_id="crash1")
+    other = a.submit(hard_problems[0], CFG, run_id="crash2")
+    crash_after_rounds(a, rid, 16)  # 8 rounds each
+    saved = redis_store.load(rid)
+    pool = {i for i, n in saved["nodes"].items() if n["state"] in (T.RUNNING, T.GHOST)}
+    assert len(pool) == 6 and saved["meta"]["branched"] > 0
+    del a  # the coordinator dies; the engine (the Target deployment) and Redis live on
+
+    b = SearchDriver(engine, scorer, RedisStore(prefix=redis_store.prefix))
+    assert sorted(b.recover()) == ["crash1", "crash2"]
+    run = b.runs[rid]
+    assert {i for i, n in run.nodes.items() if n.active} == pool
+    assert all(run.owner[n.engine_id][1] == n.id for n in run.nodes.values() if n.resident)
+    rounds = []
+    results = b.run_until_done(on_event=lambda e: rounds.append(e) if getattr(e, "run_id", "") == rid else 0)
+    assert set(results) == {rid, other}
+    res = results[rid]
+    assert res.reason == "done" and res.finished_traces >= 6 and res.answer is not None
+    final = redis_store.load(rid)
+    assert final["result"]["run_id"] == rid and redis_store.unfinished() == []
+    # every trace of the pool it had is still there, and lived on after the restart
+    for i in pool:
+        assert final["nodes"][i]["end_step"] is None or final["nodes"][i]["end_step"] >= saved["meta"]["step"]
+    # the first rounds after the restart keep the zero-sum pool
+    first = [p for p in rounds if hasattr(p, "active")][:3]
+    assert first and all(p.active == 6 for p in first)
+    assert engine.kv_usage() == 0.0 or not engine.has_unfinished()
+
+
+def test_reload_onto_a_fresh_engine_recomputes(make_engine, scorer, hard_problems, redis_store):
+    a = SearchDriver(make_engine(), scorer, redis_store)
+    rid = a.submit(hard_problems[1], CFG, run_id="crash3")
+    crash_after_rounds(a, rid, 3)
+    saved = redis_store.load(rid)
+    del a
+    engine = make_engine()  # the Target restarted too: no trace survives
+    b = SearchDriver(engine, scorer, RedisStore(prefix=redis_store.prefix))
+    assert b.recover() == [rid]
+    run = b.runs[rid]
+    for i, n in run.nodes.items():
+        if n.resident:
+            t = engine.get(n.engine_id)
+            assert t.token_ids == run.prompt_ids + saved["nodes"][i]["tokens"]
+    res = b.run_until_done()[rid]
+    assert res.reason == "done" and res.finished_traces > 0

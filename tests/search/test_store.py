@@ -1,0 +1,127 @@
+"""One suite for both tree view stores (memory and the real Redis), plus Redis failure modes."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from gambit.search.config import SearchConfig
+from gambit.search.driver import SearchDriver
+from gambit.search.store import MemoryStore, RunUpdate, StoreUnavailable
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store(request):
+    if request.param == "memory":
+        yield MemoryStore(ttl_s=0.4)
+        return
+    import uuid
+
+    from gambit.search.redis_store import RedisStore
+
+    s = RedisStore(prefix=f"test-{uuid.uuid4().hex[:8]}", ttl_s=0.4)
+    yield s
+    s.clear()
+
+
+def test_update_load_roundtrip(store):
+    assert store.load("r1") is None
+    store.update("r1", RunUpdate(meta={"config": {"capacity": 4}, "step": 0},
+                                 nodes=[{"id": 0, "parent": None, "scores": []}]))
+    store.update("r1", RunUpdate(meta={"step": 8}, nodes=[{"id": 0, "parent": None, "scores": [0.5]},
+                                                          {"id": 1, "parent": 0, "scores": [0.5]}],
+                                 rounds=[{"round": 1, "case": 1}]))
+    store.update("r2", RunUpdate(meta={"step": 1}))
+    got = store.load("r1")
+    assert got["meta"] == {"config": {"capacity": 4}, "step": 8}
+    assert got["nodes"] == {0: {"id": 0, "parent": None, "scores": [0.5]}, 1: {"id": 1, "parent": 0, "scores": [0.5]}}
+    assert got["rounds"] == [{"round": 1, "case": 1}] and got["result"] is None
+    assert store.unfinished() == ["r1", "r2"] and store.runs() == ["r1", "r2"]
+
+
+def test_finished_runs_leave_unfinished_and_expire(store):
+    store.update("a", RunUpdate(meta={"step": 1}))
+    store.update("b", RunUpdate(meta={"step": 1}))
+    store.update("a", RunUpdate(meta={"step": 2}, result={"answer": "42"}))
+    assert store.unfinished() == ["b"]
+    assert store.load("a")["result"] == {"answer": "42"}
+    time.sleep(0.6)
+    assert store.load("a") is None and store.runs() == ["b"]
+    store.delete("b")
+    assert store.runs() == [] and store.unfinished() == []
+
+
+def test_bad_update_changes_nothing(store):
+    store.update("x", RunUpdate(meta={"step": 1}, nodes=[{"id": 0, "v": 1}]))
+    with pytest.raises(TypeError):
+        store.update("x", RunUpdate(meta={"step": 2}, nodes=[{"id": 0, "v": 2}, {"id": 1, "v": object()}]))
+    got = store.load("x")
+    assert got["meta"] == {"step": 1} and got["nodes"] == {0: {"id": 0, "v": 1}}
+    with pytest.raises(ValueError, match="run id"):
+        store.update("a:b", RunUpdate())
+
+
+class Tee:
+    """Forwards every write to two stores: one recorded sequence of rounds into both."""
+
+    def __init__(self, a, b):
+        self.a, self.b, self.writes = a, b, 0
+
+    def update(self, run_id, up):
+        self.a.update(run_id, up)
+        self.b.update(run_id, up)
+        self.writes += 1
+
+    def load(self, run_id):
+        return self.a.load(run_id)
+
+    def unfinished(self):
+        return self.a.unfinished()
+
+
+def test_memory_and_redis_agree_on_a_recorded_run(make_engine, scorer, hard_problems, redis_store):
+    mem = MemoryStore()
+    tee = Tee(mem, redis_store)
+    driver = SearchDriver(make_engine(num_blocks=24), scorer, tee)
+    cfg = SearchConfig(capacity=6, swap=2, interval=4, warmup=12, kv_ratio=0.85)
+    rid = driver.submit(hard_problems[4], cfg, run_id="rec1")
+    states = []
+    while driver.has_work():
+        if driver.step():  # after each round (and at the end) both stores hold the same run
+            states.append((mem.load(rid), redis_store.load(rid)))
+    assert tee.writes > 10 and len(states) > 10
+    for m, r in states:
+        assert m == r
+    final = mem.load(rid)
+    assert final["result"]["branched"] > 0 and final["result"]["evicted"] > 0
+    assert redis_store.unfinished() == [] == mem.unfinished()
+
+
+def test_redis_that_does_not_answer_fails_fast_naming_the_url():
+    from gambit.search.redis_store import RedisStore
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)  # accepts connections and never replies
+    port = srv.getsockname()[1]
+    stop = threading.Event()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(StoreUnavailable, match=f"redis://127.0.0.1:{port}"):
+            RedisStore(f"redis://127.0.0.1:{port}", timeout_s=0.3)
+        assert time.monotonic() - t0 < 5
+    finally:
+        stop.set()
+        srv.close()
+    # nothing listening at all
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    free = s.getsockname()[1]
+    s.close()
+    with pytest.raises(StoreUnavailable, match=f"redis://127.0.0.1:{free}"):
+        RedisStore(f"redis://127.0.0.1:{free}", timeout_s=0.3)
+    with pytest.raises(ValueError, match="Redis URL"):
+        RedisStore("redis://127.0.0.1:notaport", timeout_s=0.3)

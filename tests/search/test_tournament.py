@@ -1,0 +1,79 @@
+"""The round decision on hand-made tree views: Case 1, Case 2, ghosts, warmup, floor."""
+
+from __future__ import annotations
+
+import pytest
+
+from gambit.search.tournament import plan_round
+from gambit.search.tree import FINISHED, GHOST, RUNNING, Node
+
+
+def node(i, score=None, own=100, state=RUNNING, birth_depth=0):
+    n = Node(i, None, 0, birth_depth, 0.8, state=state, tokens=[0] * (birth_depth + own))
+    if score is not None:
+        n.scores = [score]
+    return n
+
+
+def test_case2_prunes_bottom_k_and_branches_top_k():
+    nodes = [node(i, s) for i, s in enumerate([0.9, 0.1, 0.5, 0.7, 0.3, 0.2])]
+    plan = plan_round(nodes, capacity=6, swap=2, warmup=10)
+    assert plan.case == 2
+    assert plan.prune == [1, 5]  # 0.1, 0.2
+    assert plan.branch == [0, 3]  # 0.9, 0.7
+    assert len(plan.prune) == len(plan.branch)  # zero-sum
+
+
+def test_case1_fills_from_top_eligible_only():
+    nodes = [node(0, 0.9, own=5), node(1, 0.6), node(2, 0.8), node(3, None), node(4, 0.4, state=FINISHED)]
+    plan = plan_round(nodes, capacity=8, swap=2, warmup=10)
+    # active = 4 (finished is not), 4 free slots, eligible: 2 (0.8) and 1 (0.6); 0 too young, 3 unscored
+    assert plan.case == 1 and plan.prune == [] and plan.branch == [2, 1]
+
+
+def test_ghosts_count_toward_capacity_and_never_cause_case1():
+    nodes = [node(0, 0.9), node(1, 0.8), node(2, 0.2, state=GHOST), node(3, 0.6, state=GHOST)]
+    plan = plan_round(nodes, capacity=4, swap=1, warmup=10)
+    assert plan.case == 2 and plan.prune == [2] and plan.branch == [0]
+    # the same pool without ghosts in the tree view would have been a Case-1 fill of two
+    assert plan_round(nodes[:2], capacity=4, swap=1, warmup=10).case == 1
+
+
+def test_ghosts_are_never_parents_and_unscored_ghosts_are_pruned_first():
+    nodes = [node(0, 0.95, state=GHOST), node(1, 0.5), node(2, None, state=GHOST), node(3, 0.4)]
+    plan = plan_round(nodes, capacity=4, swap=1, warmup=10)
+    assert plan.prune == [2] and plan.branch == [1]
+
+
+def test_warmup_blocks_branching_and_young_children():
+    nodes = [node(i, 0.5 + i / 10, own=9) for i in range(4)]
+    assert plan_round(nodes, capacity=4, swap=2, warmup=10).case == 0
+    assert plan_round(nodes, capacity=8, swap=2, warmup=10).case == 0
+    # a child inherits depth but its clock restarts at birth
+    child = node(9, 0.99, own=3, birth_depth=200)
+    plan = plan_round(nodes[:3] + [child], capacity=4, swap=1, warmup=5)
+    assert 9 not in plan.branch and plan.branch == [2]
+
+
+def test_no_overlap_and_floor():
+    nodes = [node(0, 0.05), node(1, 0.06), node(2, 0.07), node(3, 0.9)]
+    plan = plan_round(nodes, capacity=4, swap=1, warmup=10, floor=0.1)
+    # three are below the floor but only one parent is left once they go: prune 1, branch 1
+    assert plan.case == 2 and plan.prune == [0] and plan.branch == [3]
+    nodes = [node(i, s) for i, s in enumerate([0.05, 0.5, 0.6, 0.9, 0.8, 0.7])]
+    plan = plan_round(nodes, capacity=6, swap=1, warmup=10, floor=0.55)
+    assert plan.prune == [0, 1] and plan.branch == [3, 4]
+
+
+@pytest.mark.parametrize("capacity,swap", [(4, 1), (8, 3), (16, 4), (5, 5)])
+def test_zero_sum_on_random_pools(capacity, swap):
+    import random
+
+    rng = random.Random(capacity * 31 + swap)
+    for _ in range(200):
+        nodes = [node(i, rng.random() if rng.random() < 0.8 else None, own=rng.randint(0, 30),
+                      state=GHOST if rng.random() < 0.2 else RUNNING) for i in range(capacity)]
+        plan = plan_round(nodes, capacity, swap, warmup=10)
+        assert len(plan.prune) == len(plan.branch) <= swap
+        assert not set(plan.prune) & set(plan.branch)
+        assert all(nodes[p].state == RUNNING and nodes[p].own_tokens >= 10 for p in plan.branch)
