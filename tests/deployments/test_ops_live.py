@@ -15,7 +15,7 @@ import time
 import grpc
 import pytest
 
-from gambit.engine import SamplingParams
+from gambit.engine.sequence import SamplingParams
 from gambit.ops.dashboards import panel_queries
 from gambit.ops.prometheus import PrometheusServer, empty_queries
 from gambit.serving.protos import load
