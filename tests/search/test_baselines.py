@@ -58,7 +58,8 @@ def test_step_evicts_the_lowest_scored(make_engine, scorer, hard_problems):
 
 def test_deepconf_threshold_from_warmup_and_stops_below(make_engine, hard_problems):
     driver = SearchDriver(make_engine())
-    cfg = SearchConfig(method="deepconf", capacity=8, deepconf_warmup=4, deepconf_window=8, deepconf_keep=50.0)
+    cfg = SearchConfig(method="deepconf", capacity=8, deepconf_warmup=4, deepconf_window=8,
+                       deepconf_keep=50.0)
     rid = driver.submit(hard_problems[3], cfg)
     run = driver.runs[rid]
     res = driver.run_until_done()[rid]
@@ -101,8 +102,10 @@ def test_many_runs_share_one_engine_each_with_its_capacity(make_engine, scorer, 
 
 
 @pytest.mark.parametrize("kw,field", [
-    ({"method": "beam"}, "method"), ({"decoding": "medusa"}, "decoding"), ({"capacity": 0}, "capacity"),
-    ({"swap": 9, "capacity": 4, "method": "gambit"}, "swap"), ({"interval": 0}, "interval"), ({"warmup": -1}, "warmup"),
+    ({"method": "beam"}, "method"), ({"decoding": "medusa"}, "decoding"),
+    ({"capacity": 0}, "capacity"),
+    ({"swap": 9, "capacity": 4, "method": "gambit"}, "swap"), ({"interval": 0}, "interval"),
+    ({"warmup": -1}, "warmup"),
     ({"floor": 1.5}, "floor"), ({"child_temperature": 0}, "child_temperature"), ({"kv_ratio": 0}, "kv_ratio"),
     ({"max_tokens": 0}, "max_tokens"), ({"top_p": 0}, "top_p"), ({"max_wall_s": -1}, "max_wall_s"),
     ({"method": "deepconf", "deepconf_warmup": 16, "capacity": 16}, "deepconf_warmup"),

@@ -46,7 +46,8 @@ def test_ghosts_keep_the_pool_and_never_trigger_case1(make_engine, scorer, hard_
     assert all(r["active"] == 8 and r["case"] != 1 for r in before)
     assert all(r["resident"] + r["ghosts"] == r["active"] for r in rounds)
     # a ghost leaves only by pruning (bottom K) or at the very end, never by finishing
-    ghosts = [n for n in data["nodes"].values() if n["end_reason"] in ("pruned", "ghost") and n["answer"] is None]
+    ghosts = [n for n in data["nodes"].values()
+              if n["end_reason"] in ("pruned", "ghost") and n["answer"] is None]
     assert ghosts
     for r in rounds:  # ghosts are never parents
         for p, _ in r["branched"]:

@@ -37,7 +37,8 @@ def test_update_load_roundtrip(store):
     store.update("r2", RunUpdate(meta={"step": 1}))
     got = store.load("r1")
     assert got["meta"] == {"config": {"capacity": 4}, "step": 8}
-    assert got["nodes"] == {0: {"id": 0, "parent": None, "scores": [0.5]}, 1: {"id": 1, "parent": 0, "scores": [0.5]}}
+    assert got["nodes"] == {0: {"id": 0, "parent": None, "scores": [0.5]},
+                            1: {"id": 1, "parent": 0, "scores": [0.5]}}
     assert got["rounds"] == [{"round": 1, "case": 1}] and got["result"] is None
     assert store.unfinished() == ["r1", "r2"] and store.runs() == ["r1", "r2"]
 

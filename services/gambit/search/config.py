@@ -22,7 +22,7 @@ class SearchConfig:
     capacity: int = 16  # C: traces in the pool (SC@C, STEP and DeepConf launch C traces)
     swap: int = 4  # K: traces pruned and branched per Case-2 round
     interval: int = 8  # Δ: decode steps between tournament rounds
-    warmup: int = 24  # w, tokens: no scoring before this depth; a trace branches only w tokens after its birth
+    warmup: int = 24  # w, tokens: no scoring before this depth; branching only w tokens after birth
     floor: float = 0.0  # δ: hard floor; a ranked trace whose mean score is below it is pruned at a round
     child_temperature: float = 1.0  # multiplier on the parent's temperature for a branched child
     kv_ratio: float = 0.9  # r: above this KV use the lowest-ranked resident trace is evicted (gambit, step)
