@@ -58,5 +58,9 @@ $(TOOLS)/bin/helm $(TOOLS)/bin/promtool: tools/install_ops_tools.sh
 deploy-generate: $(STAMP)
 	$(VENV)/bin/gambit deploy generate
 
+# Locust against a local Ray Serve deployment: 4 users for 60 s, summary table + results/loadtest_summary.csv.
+loadtest: $(STAMP)
+	$(VENV)/bin/gambit loadtest --users 4 --run-time-s 60
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache $(TOOLS)

@@ -84,3 +84,10 @@ def test_readme_explains_every_alert():
     readme = (REPO / "README.md").read_text()
     for a in ALERTS:
         assert f"| `{a.name}` | {a.severity} | {a.for_} |" in readme
+
+
+def test_contract_names_are_the_services_metrics():
+    from gambit.serving.metrics import SPECS
+
+    kinds = {"counter": metrics.COUNTERS, "gauge": metrics.GAUGES, "histogram": metrics.HISTOGRAMS}
+    assert {(s.name, s.kind) for s in SPECS} == {(n, k) for k, names in kinds.items() for n in names}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 import uuid
 from dataclasses import asdict
@@ -46,6 +47,13 @@ class Coordinator:
                                     "gambit_e2e_request_latency_seconds", "gambit_request_errors_total"))
         self.waiting = 0
         self.metrics.set("gambit_num_requests_waiting", 0)
+        # Ray drops a gauge that was not set for ~2 export intervals: keep it fresh while idle (ops).
+        threading.Thread(target=self._refresh_gauges, name="gauges", daemon=True).start()
+
+    def _refresh_gauges(self) -> None:
+        while True:
+            time.sleep(5.0)
+            self.metrics.set("gambit_num_requests_waiting", self.waiting)
 
     # -- helpers -------------------------------------------------------------------------------
     def _check(self, grpc_context) -> None:

@@ -40,6 +40,12 @@ def _cluster(args) -> int:
     return 0
 
 
+def _loadtest(args) -> int:
+    from gambit.ops.loadtest import LoadTestConfig, main
+
+    return main(from_args(LoadTestConfig, args))
+
+
 def add_ops_commands(sub) -> None:
     d = sub.add_parser("deploy", help="deploy/ files (Serve config, alerts, dashboards) generated from code")
     d.add_argument("action", choices=["generate", "check"],
@@ -49,3 +55,9 @@ def add_ops_commands(sub) -> None:
     c.add_argument("action", choices=["status", "wait"], help="print status (exit 1 if not ready), or block")
     add_dataclass_args(c, ClusterConfig)
     c.set_defaults(func=_cluster)
+    from gambit.ops.loadtest import LoadTestConfig
+
+    lt = sub.add_parser("loadtest", help="Locust gRPC load test, headless and bounded, against a local "
+                        "deployment it starts (or --address); prints percentiles, throughput, failures")
+    add_dataclass_args(lt, LoadTestConfig)
+    lt.set_defaults(func=_loadtest)

@@ -41,6 +41,12 @@ def _q(template: str) -> str:
     return template
 
 
+def _or_zero(expr: str) -> str:
+    """Rare-event counters: Ray exports a counter only after its first increment (and refuses inc(0)),
+    so show 0 until then instead of "No data", as long as the Target is exporting at all."""
+    return f"({expr}) or (0 * sum(rate({{m:gambit_generation_tokens_total}}[{RATE}])))"
+
+
 def _pct(q: float, hist: str) -> tuple[str, str]:
     expr = f"histogram_quantile({q}, sum by (le) (rate({{m:{hist}_bucket}}[{RATE}])))"
     return (_q(expr), f"p{round(q * 100)}")
@@ -68,10 +74,11 @@ PANELS: tuple[Panel, ...] = (
               (_q("sum({m:gambit_traces_active})"), "active"),
               (_q("sum({m:gambit_traces_ghost})"), "ghost"),
               (_q("sum({m:gambit_traces_resident})"), "resident"))),
-    Panel("Prunes, branches, evictions", "ops", "Tournament events per second.", (
+    Panel("Prunes, branches, evictions", "ops", "Tournament events per second; evictions show 0 until the "
+          "first one (Ray exports a counter only after its first increment).", (
         (_q(f"sum(rate({{m:gambit_prunes_total}}[{RATE}]))"), "prunes"),
         (_q(f"sum(rate({{m:gambit_branches_total}}[{RATE}]))"), "branches"),
-        (_q(f"sum(rate({{m:gambit_evictions_total}}[{RATE}]))"), "evictions"),
+        (_q(_or_zero(f"sum(rate({{m:gambit_evictions_total}}[{RATE}]))")), "evictions"),
         (_q(f"sum(rate({{m:gambit_rounds_total}}[{RATE}]))"), "rounds"))),
     Panel("Runs running / waiting", "short", "Runs in flight and queued (queue depth).", (
         (_q("sum({m:gambit_num_requests_running})"), "running"),

@@ -23,6 +23,9 @@ from gambit.serving.tree_view import StoreUnavailable
 log = logging.getLogger(__name__)
 
 
+GAUGE_REFRESH_S = 5.0  # idle replicas re-set their gauges this often, so dashboards never go blank
+
+
 class Overcommitted(RuntimeError):
     """The run would overcommit the target's KV memory."""
 
@@ -97,7 +100,8 @@ class TargetService:
         while True:
             with self._cv:
                 while not self._stop and not self.driver.has_work():
-                    self._cv.wait()
+                    if not self._cv.wait(timeout=GAUGE_REFRESH_S):
+                        self._gauges()  # Ray drops a gauge not set for ~2 export intervals (ops)
                 if self._stop:
                     return
                 t0 = time.perf_counter()

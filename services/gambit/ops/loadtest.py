@@ -1,0 +1,102 @@
+"""`gambit loadtest` / `make loadtest`: Locust (loadtest/locustfile.py) headless and bounded against a
+local Ray Serve deployment it starts (or a running one), then checks no KV blocks are left behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from gambit.ops.generate import REPO
+
+LOCUSTFILE = REPO / "loadtest" / "locustfile.py"
+
+
+@dataclass
+class LoadTestConfig:
+    address: str = ""  # host:port of a running deployment ("" = start a local Ray Serve one here)
+    users: int = 4  # concurrent Locust users (each runs one Solve at a time)
+    spawn_rate: float = 2.0  # users started per second
+    run_time_s: int = 60  # seconds of load (in-flight runs then finish, bounded by stop_timeout_s)
+    stop_timeout_s: int = 120  # seconds users get to finish their current run after run_time_s
+    cancel_fraction: float = 0.1  # share of runs cancelled after their first progress event
+    max_tokens_scale: float = 1.0  # scales every mix entry's max_tokens (smaller: shorter runs)
+    token_env: str = "GAMBIT_TOKEN"  # env var with the bearer token
+    csv_prefix: str = "results/loadtest"  # Locust's own CSVs (<prefix>_stats.csv, ...)
+    summary_csv: str = "results/loadtest_summary.csv"  # the summary table as CSV
+    num_blocks: int = 0  # local deployment: KV blocks per Target (0 = from the memory budget)
+    num_cpus: int = 2  # local deployment: CPUs Ray may schedule on
+
+    def __post_init__(self):
+        if self.users < 1 or self.spawn_rate <= 0 or self.run_time_s < 1 or self.stop_timeout_s < 0:
+            raise ValueError("users and run_time_s must be >= 1, spawn_rate > 0, stop_timeout_s >= 0")
+        if not 0 <= self.cancel_fraction <= 1:
+            raise ValueError(f"cancel_fraction must be in [0, 1], got {self.cancel_fraction}")
+        if self.max_tokens_scale <= 0:
+            raise ValueError(f"max_tokens_scale must be > 0, got {self.max_tokens_scale}")
+
+
+def locust_command(cfg: LoadTestConfig, address: str, application: str = "gambit") -> list[str]:
+    return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--host", address,
+            "-u", str(cfg.users), "-r", str(cfg.spawn_rate), "-t", f"{cfg.run_time_s}s",
+            "--stop-timeout", str(cfg.stop_timeout_s), "--csv", cfg.csv_prefix, "--only-summary",
+            "--application", application, "--token-env", cfg.token_env,
+            "--cancel-fraction", str(cfg.cancel_fraction), "--max-tokens-scale", str(cfg.max_tokens_scale),
+            "--summary-csv", cfg.summary_csv]
+
+
+def run_locust(cfg: LoadTestConfig, address: str) -> subprocess.CompletedProcess:
+    timeout = cfg.run_time_s + cfg.stop_timeout_s + 120
+    return subprocess.run(locust_command(cfg, address), cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def target_load_when_idle(timeout_s: float = 60.0) -> dict:
+    """The Target's load (runs, reserved_blocks, kv_usage) once no run is left, via a Serve handle
+    (needs this process to be the local deployment's Ray driver)."""
+    from ray import serve
+
+    h = serve.get_deployment_handle("Target", app_name="gambit")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        load = h.load.remote().result(timeout_s=30)
+        if load["runs"] == 0 or time.monotonic() > deadline:
+            return load
+        time.sleep(0.5)
+
+
+def read_summary(path) -> tuple[list[dict], str]:
+    import csv
+
+    lines = open(path).read().splitlines()
+    rows = list(csv.DictReader([ln for ln in lines if not ln.startswith("#")]))
+    note = next((ln[2:] for ln in lines if ln.startswith("# ")), "")
+    return rows, note
+
+
+def main(cfg: LoadTestConfig) -> int:
+    from gambit.deployments import local
+
+    started = False
+    address = cfg.address
+    if not address:
+        scfg = local.ServeConfig(num_cpus=cfg.num_cpus, num_blocks=cfg.num_blocks, token_env=cfg.token_env)
+        print(f"starting a local Ray Serve deployment (gRPC 127.0.0.1:{scfg.grpc_port}) ...", flush=True)
+        local.start(scfg, wait_s=600)
+        started, address = True, f"127.0.0.1:{scfg.grpc_port}"
+    try:
+        print(f"locust: {cfg.users} users for {cfg.run_time_s} s against {address}", flush=True)
+        r = run_locust(cfg, address)
+        print(r.stdout[-6000:] + r.stderr[-6000:])
+        rc = r.returncode
+        if started:
+            load = target_load_when_idle()
+            leaked = load["reserved_blocks"] != 0 or load["kv_usage"] != 0.0 or load["runs"] != 0
+            print(f"after the load: runs {load['runs']}, reserved KV blocks {load['reserved_blocks']}, "
+                  f"KV usage {load['kv_usage']:.3f} -> {'LEAK' if leaked else 'no leaked KV blocks'}")
+            rc = rc or int(leaked)
+        return rc
+    finally:
+        if started:
+            local.stop()

@@ -1,0 +1,110 @@
+"""Operations against the live local deployment (the session's Ray Serve, conftest):
+
+* a real Prometheus (Debian package, from `make ops-tools`) on 127.0.0.1 scrapes Ray's metrics port
+  while the deployment serves runs; every dashboard panel query and every alert's queries must return
+  at least one series (a panel that would show "No data" fails);
+* a short bounded Locust run (loadtest/locustfile.py) has zero failures and leaves no KV blocks behind.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import grpc
+import pytest
+
+from gambit.engine.sequence import SamplingParams
+from gambit.ops.dashboards import panel_queries
+from gambit.ops.prometheus import PrometheusServer, empty_queries
+from gambit.serving.protos import load
+from gambit.tasks.arithmetic import TaskConfig, generate
+
+pytestmark = pytest.mark.slow
+pb2, pb2_grpc = load("reasoning")
+PROBLEMS = [p.prompt for p in generate("test", 8, 3, TaskConfig(2, 5))]
+SPECULATIVE = "decoding" in SamplingParams.__dataclass_fields__  # speculative decoding wired into the engine
+TAU_PANEL = "Acceptance length (tokens per target forward)"
+
+
+def _md():
+    return (("authorization", f"Bearer {os.environ['GAMBIT_TEST_SERVE_TOKEN']}"), ("application", "gambit"))
+
+
+def _solve(stub, **kw):
+    return list(stub.Solve(pb2.SolveRequest(**kw), metadata=_md(), timeout=240))
+
+
+def _workload(stack) -> list[str]:
+    """Runs of every method at once, a bad request, a cancelled run, then a Scorer outage."""
+    from ray import serve
+
+    from gambit.deployments.app import build_scorer
+
+    stub = pb2_grpc.ReasoningServiceStub(grpc.insecure_channel(stack["address"]))
+    statuses: list[str] = []
+    decodings = ["plain", "pr", "plain", "eagle3.1"] if SPECULATIVE else ["plain"] * 4
+
+    def run(i, method):
+        ev = _solve(stub, problem=PROBLEMS[i], method=method, decoding=decodings[i], capacity=4, swap=1,
+                    round_interval=8, max_tokens=96, seed=100 + i)
+        statuses.append(ev[-1].result.status)
+
+    threads = [threading.Thread(target=run, args=(i, m)) for i, m in enumerate(("gambit", "sc", "step",
+                                                                                 "deepconf"))]
+    for t in threads:
+        t.start()
+    with pytest.raises(grpc.RpcError) as e:  # an error, counted by code
+        _solve(stub, problem="", max_tokens=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    call = stub.Solve(pb2.SolveRequest(problem=PROBLEMS[5], capacity=4, max_tokens=300, seed=7),
+                      metadata=_md(), timeout=240)
+    run_id = next(iter(call)).started.run_id
+    assert stub.CancelRun(pb2.CancelRunRequest(run_id=run_id), metadata=_md()).cancelled
+    statuses.append(list(call)[-1].result.status)
+    for t in threads:
+        t.join(240)
+    cfg = stack["cfg"]
+    serve.delete("scorer")  # the Scorer goes away: rounds fall back to unscored ranking
+    try:
+        res = _solve(stub, problem=PROBLEMS[6], capacity=4, max_tokens=64, seed=9)[-1].result
+        assert res.scorer_fallbacks > 0
+        statuses.append(res.status)
+    finally:
+        serve.run(build_scorer({"scorer": cfg.scorer, "token_env": cfg.token_env}), name="scorer",
+                  route_prefix="/scorer", blocking=False)
+    return statuses
+
+
+def test_every_dashboard_query_and_alert_returns_series(serve_stack):
+    with PrometheusServer([f"127.0.0.1:{serve_stack['cfg'].metrics_port}"]) as prom:
+        statuses = _workload(serve_stack)
+        assert sorted(statuses) == ["cancelled"] + ["done"] * 5
+        prom.wait_scraped(samples=2, timeout_s=60)
+        expected = {} if SPECULATIVE else {TAU_PANEL: panel_queries("ray_", "5m")[TAU_PANEL]}
+        deadline = time.monotonic() + 90  # Ray exports every ~10 s; Prometheus scrapes every second
+        while (missing := empty_queries(prom, "ray_", rate_interval="5m")) != expected \
+                and time.monotonic() < deadline:
+            time.sleep(2)
+        assert missing == expected, f"queries without data: {missing}"
+        # and the metrics carry no run ids
+        labels = {k for s in prom.query('{__name__=~"ray_gambit_.*"}') for k in s["metric"]}
+        assert not {k for k in labels if "run" in k.lower()}, labels
+
+
+def test_short_locust_run_has_no_failures_and_leaks_no_kv(serve_stack, tmp_path):
+    from gambit.ops.loadtest import LoadTestConfig, read_summary, run_locust, target_load_when_idle
+
+    cfg = LoadTestConfig(users=3, spawn_rate=3, run_time_s=15, stop_timeout_s=120, cancel_fraction=0.25,
+                         max_tokens_scale=0.5, token_env="GAMBIT_TEST_SERVE_TOKEN",
+                         csv_prefix=str(tmp_path / "lt"), summary_csv=str(tmp_path / "summary.csv"))
+    r = run_locust(cfg, serve_stack["address"])
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows, note = read_summary(cfg.summary_csv)
+    by = {row["entry"]: row for row in rows}
+    assert int(by["Solve first event"]["requests"]) >= 3 and int(by["Solve end to end"]["requests"]) >= 1
+    assert all(int(row["failures"]) == 0 for row in rows), rows
+    assert "failures=0" in note
+    load = target_load_when_idle(timeout_s=60)
+    assert (load["runs"], load["reserved_blocks"], load["kv_usage"]) == (0, 0, 0.0), load
