@@ -33,6 +33,7 @@ class RunConfig:
     max_ops: int = 8  # most operations in a problem
     kv_blocks: int = 120  # KV blocks of the engine (small enough that memory pressure shows)
     max_wall_s: float = 25.0  # seconds per problem at most (the whole job stays about a minute)
+    max_tokens: int = 400  # tokens per trace at most
     save: str = "results/run_store.json"  # the tree store as JSON, for `gambit inspect RUN --store FILE`
     png: str = "results/run_lineage.png"  # lineage picture of the last problem ("" to skip)
     lineage_nodes: int = 60  # most lineage lines printed per problem
@@ -47,7 +48,8 @@ class RunConfig:
     def search(self) -> SearchConfig:
         return SearchConfig(method=self.method, capacity=self.samples, swap=min(self.swap, self.samples),
                             interval=self.interval, warmup=self.warmup, temperature=self.temperature,
-                            seed=self.seed, max_wall_s=self.max_wall_s, decoding=self.decoding)
+                            seed=self.seed, max_wall_s=self.max_wall_s, decoding=self.decoding,
+                            max_tokens=self.max_tokens)
 
 
 def run(cfg: RunConfig) -> dict:

@@ -22,7 +22,7 @@ from gambit.model.loader import load_model
 from gambit.paths import TARGET
 from gambit.search.config import SearchConfig
 from gambit.search.driver import SearchDriver
-from gambit.search.run_state import TIMING_KEYS, has_decoding
+from gambit.search.run_state import TIMING_KEYS
 from gambit.search.scorers import load_default_scorer
 from gambit.tasks.arithmetic import TaskConfig, generate
 
@@ -95,7 +95,7 @@ def pr_available() -> bool:
     from gambit import paths
 
     folder = getattr(paths, "DRAFTER_PR", None)
-    return has_decoding() and folder is not None and (Path(folder) / "config.json").is_file()
+    return folder is not None and (Path(folder) / "config.json").is_file()
 
 
 def hard_only(cfg: BenchSearchConfig) -> dict[str, tuple[str, SearchConfig]]:

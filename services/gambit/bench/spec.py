@@ -42,7 +42,8 @@ def load_drafters(eng: Engine, folder: Path) -> dict[str, str]:
     """Register every drafter found (or a random stand-in for the four main ones); key → provenance."""
     found = {}
     for key, (name, method) in DRAFTERS.items():
-        path = folder / name
+        path = next((p for p in (folder / name, folder / "ablations" / name) if (p / "config.json").exists()),
+                    folder / name)
         if (path / "config.json").exists():
             eng.register_drafter(key, load_drafter(path, eng.model))
             found[key] = str(path)
@@ -215,8 +216,8 @@ def run_bench(quick: bool, reps: int, max_tokens: int, threads: int, folder: Pat
     for key, label in (("pr-beta0", "pr, beta = 0 (retrained)"),
                        ("pr-noselfq", "pr, no self-query (retrained)"),
                        ("eagle3.1-2layer", "eagle3.1, second layer")):
-        if key in found:
-            t3[label] = (key, BASE)
+        if key in found:  # the no-self-query drafter was trained without it: serve it the same way
+            t3[label] = (key, replace(BASE, self_query=False) if key == "pr-noselfq" else BASE)
     plan.append(("table3", "ablations", mixed, 1, t3))
     plan.append(("table4", "extra rows", mixed, 1, {
         "eagle3.1 (Bw=6)": (E, BASE), "eagle3.1 + advance 3": (E, replace(BASE, extra="advance")),

@@ -42,9 +42,6 @@ class Target:
         except Overcommitted as e:
             yield {"kind": "error", "code": "RESOURCE_EXHAUSTED", "message": str(e)}
             return
-        except NotImplementedError as e:
-            yield {"kind": "error", "code": "UNIMPLEMENTED", "message": f"decoding: {e}"}
-            return
         except ValueError as e:
             yield {"kind": "error", "code": "INVALID_ARGUMENT", "message": str(e)}
             return

@@ -31,8 +31,8 @@ def _label(n: dict, win: str | None, gold: str | None) -> str:
     score = f"score {sum(s) / len(s):.2f} ({len(s)})" if s else "unscored"
     where = "root" if n["parent"] is None else f"branched @step {n['birth_step']} at token {n['birth_depth']}"
     end = n["state"] if n["end_step"] is None else f"{n['state']} @step {n['end_step']}"
-    if n.get("end_reason") == "ghost":
-        end += " (ghost at end)"
+    if n.get("end_reason") == "ghost":  # still a ghost when the run ended: not a tournament prune
+        end = f"ghost at end @step {n['end_step']}"
     ans = ""
     if n["answer"] is not None:
         ans = f" answer {n['answer']}"

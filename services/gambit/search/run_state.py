@@ -10,7 +10,6 @@ The driver routes engine events here and calls ``round`` every Δ decode steps. 
 from __future__ import annotations
 
 import time
-from dataclasses import fields
 
 from gambit.engine import SamplingParams
 from gambit.engine.engine import derive_seed
@@ -25,13 +24,6 @@ from gambit.search.vote import majority_vote, weighted_vote
 from gambit.tasks.answers import extract_boxed, parse_int
 
 TIMING_KEYS = ("forward", "guidance", "tree", "scheduling")
-_HAS_DECODING = "decoding" in {f.name for f in fields(SamplingParams)}
-
-
-def has_decoding() -> bool:
-    """Whether this engine build decodes speculatively (``SamplingParams.decoding``)."""
-    return _HAS_DECODING
-
 
 def extract_answer(text: str) -> str | None:
     boxed = extract_boxed(text)
@@ -44,9 +36,6 @@ class SearchRun:
                  gold: str | None, engine, scorer, owner: dict) -> None:
         if cfg.method in ("gambit", "step") and scorer is None:
             raise ValueError(f"method {cfg.method!r} needs a scorer")
-        if cfg.decoding != "plain" and not _HAS_DECODING:
-            raise ValueError(f"decoding {cfg.decoding!r} needs speculative decoding in the engine "
-                             "(SamplingParams.decoding), which this build lacks")
         self.run_id, self.cfg, self.prompt, self.prompt_ids, self.gold = run_id, cfg, prompt, prompt_ids, gold
         self.engine, self.scorer, self.owner = engine, scorer, owner  # owner: engine id -> (run, node id)
         self.nodes: dict[int, Node] = {}
@@ -64,10 +53,9 @@ class SearchRun:
     # -- starting traces ------------------------------------------------------------------------
     def params(self, node: Node, max_tokens: int | None = None) -> SamplingParams:
         c = self.cfg
-        kw = {"decoding": c.decoding} if _HAS_DECODING else {}
         return SamplingParams(temperature=node.temperature, top_p=c.top_p, top_k=c.top_k,
                               max_tokens=max_tokens or c.max_tokens, seed=derive_seed(c.seed, node.id),
-                              logprobs=20 if c.method == "deepconf" else 0, **kw)
+                              logprobs=20 if c.method == "deepconf" else 0, decoding=c.decoding)
 
     def _new_node(self, parent: Node | None, temperature: float) -> Node:
         nid = len(self.nodes)

@@ -14,10 +14,15 @@ def load_default_scorer(kind_or_path: str = "mlp", hidden_size: int = 192, quiet
     folder = {"mlp": getattr(paths, "SCORER_MLP", None),
               "sequence": getattr(paths, "SCORER_SEQUENCE", None)}.get(kind_or_path, Path(kind_or_path))
     if folder is not None and (Path(folder) / "config.json").is_file():
-        return load_scorer(folder)
-    if kind_or_path not in ("mlp", "sequence"):
+        scorer = load_scorer(folder)
+        if scorer.hidden_size == hidden_size or kind_or_path not in ("mlp", "sequence"):
+            return scorer  # a folder given by path must fit (scoring refuses the wrong width)
+        why = (f"the shipped {kind_or_path} scorer reads width {scorer.hidden_size}, "
+               f"this model has {hidden_size}")
+    elif kind_or_path not in ("mlp", "sequence"):
         raise ValueError(f"scorer {kind_or_path!r}: no scorer folder there (need config.json)")
+    else:
+        why = f"no shipped {kind_or_path} scorer at {folder}"
     if not quiet:
-        print(f"note: no shipped {kind_or_path} scorer at {folder}; using a random one (no signal)",
-              file=sys.stderr)
+        print(f"note: {why}; using a random one (no signal)", file=sys.stderr)
     return random_scorer(kind_or_path, hidden_size)

@@ -66,9 +66,6 @@ class DriverAdapter:
         return self.driver.has_work()
 
     def submit(self, run_id: str, problem: str, cfg: SolveConfig) -> str:
-        if cfg.decoding != "plain" and not self._has_spec():
-            raise NotImplementedError(f"decoding {cfg.decoding!r} needs speculative decoding, "
-                                      "not in this build")
         try:
             self.driver.submit(problem, search_config(cfg), run_id=run_id)
         except ValueError as e:
@@ -132,9 +129,3 @@ class DriverAdapter:
     def _inc(self, name: str, value: float, **labels) -> None:
         if self.metrics is not None and value > 0:
             self.metrics.inc(name, value, **labels)
-
-    @staticmethod
-    def _has_spec() -> bool:
-        from gambit.engine.sequence import SamplingParams
-
-        return "decoding" in SamplingParams.__dataclass_fields__

@@ -152,9 +152,9 @@ class TargetService:
         s, last = self.engine.stats, self._last
         now = {"gambit_generation_tokens_total": s.generated_tokens,
                "gambit_prompt_tokens_total": s.prompt_tokens}
-        for name in ("drafts", "draft_tokens", "accepted_tokens"):  # speculative decoding, when present
-            if hasattr(s, name):
-                now[f"gambit_spec_decode_num_{name}_total"] = getattr(s, name)
+        now["gambit_spec_decode_num_drafts_total"] = s.spec_drafts
+        now["gambit_spec_decode_num_draft_tokens_total"] = s.spec_draft_tokens
+        now["gambit_spec_decode_num_accepted_tokens_total"] = s.spec_accepted
         for k, v in now.items():
             self.metrics.inc(k, v - last.get(k, 0))
         self._last = now
