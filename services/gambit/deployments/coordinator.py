@@ -120,13 +120,18 @@ class Coordinator:
                 except StoreUnavailable:
                     pass
 
+    async def _known_run(self, request, grpc_context) -> tuple[str, dict]:
+        """Authorised request for a run that exists: (run id, its record), else an RPCError."""
+        self._check(grpc_context)
+        run_id = check_run_id(request.run_id)
+        rec = await asyncio.to_thread(self.tree.get_run, run_id)
+        if rec is None:
+            raise RPCError(grpc.StatusCode.NOT_FOUND, f"run_id: no run {run_id!r}")
+        return run_id, rec
+
     async def GetRun(self, request, grpc_context):  # noqa: N802
         try:
-            self._check(grpc_context)
-            run_id = check_run_id(request.run_id)
-            rec = await asyncio.to_thread(self.tree.get_run, run_id)
-            if rec is None:
-                raise RPCError(grpc.StatusCode.NOT_FOUND, f"run_id: no run {run_id!r}")
+            run_id, rec = await self._known_run(request, grpc_context)
             n = await asyncio.to_thread(self.tree.num_traces, run_id)
             info = self.pb2.RunInfo(run_id=run_id, status=rec.get("status", ""), num_traces=n)
             if rec.get("request"):
@@ -141,11 +146,7 @@ class Coordinator:
 
     async def CancelRun(self, request, grpc_context):  # noqa: N802
         try:
-            self._check(grpc_context)
-            run_id = check_run_id(request.run_id)
-            rec = await asyncio.to_thread(self.tree.get_run, run_id)
-            if rec is None:
-                raise RPCError(grpc.StatusCode.NOT_FOUND, f"run_id: no run {run_id!r}")
+            run_id, rec = await self._known_run(request, grpc_context)
             if rec.get("status") in ENDED:
                 return self.pb2.CancelRunResponse(run_id=run_id, cancelled=False, status=rec["status"])
             await asyncio.to_thread(self.tree.request_cancel, run_id)
