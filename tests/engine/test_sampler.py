@@ -160,6 +160,24 @@ def test_noise_never_overrides_filters():
         assert sample(logits, b).tolist() == [3], (top_k, top_p)
 
 
+@pytest.mark.parametrize("V", [6, 300, 4096 + 17])
+def test_two_level_cdf_draws_what_one_float64_cumsum_draws(V):
+    """The block CDF inverts the same distribution as a float64 cumsum over the whole row."""
+    from gambit.engine.sampler import _invert_cdf_
+
+    g = torch.Generator().manual_seed(V)
+    logits = torch.randn(64, V, generator=g) * torch.linspace(0.5, 6, 64)[:, None]
+    logits[::3, ::5] = float("-inf")  # filtered entries: zero weight, never drawn
+    u = torch.rand(64, generator=g).clamp(1e-12, 1 - 2.0 ** -24)
+    w = (logits - logits.max(-1, keepdim=True).values).exp().double().cumsum(-1)
+    want = torch.searchsorted(w, (u.double() * w[:, -1])[:, None], right=True)[:, 0]
+    got = _invert_cdf_(logits.clone(), u)
+    assert torch.equal(got, want)
+    assert torch.isfinite(logits.gather(1, got[:, None])).all()
+    edge = _invert_cdf_(logits.clone(), torch.full((64,), 1 - 2.0 ** -24))  # u at its top
+    assert torch.isfinite(logits.gather(1, edge[:, None])).all()
+
+
 def test_top_logprobs_equal_log_softmax():
     g = torch.Generator().manual_seed(3)
     logits = torch.randn(8, 100, generator=g) * 3

@@ -61,7 +61,7 @@ class EngineConfig:
     seed: int = 0
     eagle_taps: bool = False  # also return hidden states entering layers (2, L//2, L-3)
     cpu_kernel: bool = True  # CPU fp32 decode attention reads KV blocks in place (compiled once)
-    packed_linear: bool = True  # CPU fp32 linear layers through MKL-prepacked weights (engine/linear.py)
+    cpu_linear: str = "transposed"  # CPU fp32 linears: "transposed" | "packed" | "plain" (engine/linear.py)
     spec: SpecConfig = field(default_factory=SpecConfig)  # tree drafting for speculative traces
 
     def __post_init__(self) -> None:
@@ -77,6 +77,8 @@ class EngineConfig:
             self.spec = SpecConfig(**self.spec)
         if not isinstance(self.spec, SpecConfig):
             raise ValueError("spec must be a SpecConfig")
+        if self.cpu_linear not in ("transposed", "packed", "plain"):
+            raise ValueError(f"cpu_linear must be transposed, packed or plain, got {self.cpu_linear!r}")
         if self.preemption not in PREEMPTION_MODES:
             raise ValueError(f"preemption must be one of {PREEMPTION_MODES}, got {self.preemption!r}")
 

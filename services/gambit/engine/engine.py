@@ -14,7 +14,7 @@ from gambit.engine.boundary import BoundaryDetector
 from gambit.engine.config import EngineConfig
 from gambit.engine.events import BoundaryEvent, Event, EvictedEvent, FinishedEvent, TokenEvent
 from gambit.engine.kv_cache import bytes_per_block
-from gambit.engine.linear import pack_linears
+from gambit.engine.linear import install_cpu_linears
 from gambit.engine.model_runner import ModelRunner
 from gambit.engine.sampler import SamplingBatch, mix64, sample, top_logprobs
 from gambit.engine.scheduler import Scheduler
@@ -53,7 +53,7 @@ class Engine:
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
         self.model.rope.cos, self.model.rope.sin = self.model.rope.cos.float(), self.model.rope.sin.float()
         self.model.fuse_projections()  # (re)fuse: a .to() above may have unshared earlier fusion
-        self.packed_linears = pack_linears(self.model, config.packed_linear)  # CPU fp32 only
+        self.cpu_linear = install_cpu_linears(self.model, config.cpu_linear)  # CPU fp32 only
         self.tokenizer = tokenizer
         mc = model.config
         self.max_model_len = mc.max_position_embeddings

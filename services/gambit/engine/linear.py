@@ -1,17 +1,17 @@
-"""Linear layers on the CPU through MKL's prepacked fp32 GEMM (what inductor's freezing emits).
+"""CPU fp32 linear layers: the weight layout and kernel chosen by measurement.
 
-``torch.ops.mkl._mkl_reorder_linear_weight`` packs a weight once into MKL's internal GEMM layout;
-``torch.ops.mkl._mkl_linear`` then multiplies without re-packing it on every call. The packed copy
-takes as much memory as the weight (the fp32 weights stay: state dicts, taps and fallbacks use them).
-The pack format does not depend on the batch-size hint, so each call passes its own row count.
+Three modes (``EngineConfig.cpu_linear``):
 
-Chosen by measurement at SmolLM2-135M's shapes, fp32, interleaved medians (GFLOP/s, one thread,
-a shared 2-core machine; see the README's engine section for the full table and command):
-prepacked MKL beat ``F.linear`` by 1.1-1.5x at 16 and 64 rows on the layer shapes, oneDNN prepacked
-weights (``mkldnn._linear_pointwise``) sat between the two, and ``torch.utils.mkldnn`` (which
-converts every input and output) was slowest. ``torch.compile`` with freezing lowers fp32 linears
-to this same MKL call, without its minutes of compile time per batch shape. At one row all are
-memory-bound and equal within noise, so rows below ``min_rows`` keep ``F.linear``.
+* ``"transposed"`` (default): every weight is re-laid out in memory as its contiguous transpose
+  ``[in, out]`` and kept as a ``.t()`` view, so the model still sees ``[out, in]`` weights and calls
+  ``F.linear`` unchanged, but oneDNN/MKL multiply ``x @ Wᵀ`` with a non-transposed, row-contiguous B.
+  No extra memory for the layers (only the tied LM head, which is also the embedding table, gets a
+  transposed copy). Measured at SmolLM2-135M's shapes, one thread, interleaved medians: 1.3-1.8×
+  ``F.linear`` on row-major weights at 16 and 64 rows, and 21 against 17 GB/s on a batch-1 step.
+* ``"packed"``: MKL's prepacked fp32 GEMM (``torch.ops.mkl._mkl_linear`` on weights packed once,
+  what inductor's freezing emits); a second copy of every weight. Fast at 16 rows, slower than the
+  transposed layout at 64 rows and at one row, so no longer the default.
+* ``"plain"``: row-major weights and ``F.linear`` (what ``transformers`` runs).
 
 A packed weight remembers its tensor's version: if the weight is modified in place afterwards the
 fast path steps aside (plain ``F.linear``) instead of using stale numbers.
@@ -19,57 +19,107 @@ fast path steps aside (plain ``F.linear``) instead of using stale numbers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
 from gambit.model.llama import CausalLM
 
+CPU_LINEAR_MODES = ("transposed", "packed", "plain")
 
-def available() -> bool:
+
+def mkl_available() -> bool:
     return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
 
 
 class PackedLinear:
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, min_rows: int) -> None:
-        self.weight, self.bias, self.min_rows = weight, bias, min_rows
+    """MKL-packed weight for ``min_rows <= rows <= max_rows``; ``F.linear`` (or ``fallback``) else."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, min_rows: int,
+                 max_rows: int = 1 << 30, fallback: Callable[[torch.Tensor], torch.Tensor] | None = None
+                 ) -> None:
+        self.weight, self.bias, self.min_rows, self.max_rows = weight, bias, min_rows, max_rows
+        self.fallback = fallback or (lambda x: F.linear(x, self.weight, self.bias))
         self.version = weight._version
         with torch.no_grad():
-            self.packed = torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), 16)
+            self.packed = torch.ops.mkl._mkl_reorder_linear_weight(weight.detach().contiguous(), 16)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if (rows < self.min_rows or x.dtype != torch.float32 or self.weight._version != self.version
+        if (not self.min_rows <= rows <= self.max_rows or x.dtype != torch.float32
+                or self.weight._version != self.version
                 or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))):
-            return F.linear(x, self.weight, self.bias)
+            return self.fallback(x)
         x2 = x.reshape(rows, x.shape[-1])
         out = torch.ops.mkl._mkl_linear(x2, self.packed, self.weight, self.bias, rows)
         return out.view(*x.shape[:-1], out.shape[-1])
 
 
-def pack_linears(model: CausalLM, enabled: bool = True, min_rows: int = 2) -> int:
-    """(Re)install prepacked fast paths on a fused fp32 CPU model; returns how many (0: none)."""
-    unpack_linears(model)
-    if not enabled or not available():
-        return 0
+def _transposed(w: torch.Tensor) -> torch.Tensor:
+    """The same values as ``w`` [out, in], stored as a contiguous [in, out] and viewed back."""
+    return w if w.stride() == (1, w.shape[0]) else w.t().contiguous().t()
+
+
+def _relayout(model: CausalLM, transposed: bool) -> None:
+    """Store every (fused) linear weight transposed, or back to row-major; views follow."""
+    lay = _transposed if transposed else torch.Tensor.contiguous
+    with torch.no_grad():
+        for layer in model.model.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            if attn.qkv is not None:
+                w = lay(attn.qkv[0])
+                attn.qkv = (w, attn.qkv[1])
+                start = 0
+                for p in (attn.q_proj, attn.k_proj, attn.v_proj):
+                    n = p.weight.shape[0]
+                    p.weight.data = w[start:start + n]
+                    start += n
+            attn.o_proj.weight.data = lay(attn.o_proj.weight.data)
+            if mlp.gate_up is not None:
+                mlp.gate_up = lay(mlp.gate_up)
+                n = mlp.gate_proj.weight.shape[0]
+                mlp.gate_proj.weight.data, mlp.up_proj.weight.data = mlp.gate_up[:n], mlp.gate_up[n:]
+            mlp.down_proj.weight.data = lay(mlp.down_proj.weight.data)
+        if not model.config.tie_word_embeddings:
+            model.lm_head.weight.data = lay(model.lm_head.weight.data)
+
+
+def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: tuple[int, int] = (2, 32)
+                        ) -> str:
+    """Lay out a fused fp32 CPU model's linears for ``mode``; returns the mode in effect.
+
+    ``packed_rows``: the row counts served by MKL-packed copies (all rows ≥ 2 in "packed" mode).
+    """
+    if mode not in CPU_LINEAR_MODES:
+        raise ValueError(f"cpu_linear must be one of {CPU_LINEAR_MODES}, got {mode!r}")
+    clear_fast_paths(model)
     head = model.model.embed_tokens.weight if model.config.tie_word_embeddings else model.lm_head.weight
     if head.dtype != torch.float32 or head.device.type != "cpu":
-        return 0
-    n = 0
+        return "plain"
+    _relayout(model, transposed=mode == "transposed")
+    head_fallback = None
+    if mode == "transposed" and model.config.tie_word_embeddings:
+        wt = head.detach().t().contiguous()  # the embedding table stays row-major for lookups
+        head_fallback = lambda x: torch.matmul(x, wt)  # noqa: E731
+        model.fast["head"] = head_fallback
+    if mode == "plain" or not mkl_available():
+        return mode if mode != "packed" else "plain"
+    lo, hi = packed_rows if mode == "transposed" else (2, 1 << 30)
     for layer in model.model.layers:
         attn, mlp = layer.self_attn, layer.mlp
         if attn.qkv is not None:
-            attn.fast["qkv"] = PackedLinear(*attn.qkv, min_rows)
-        attn.fast["o"] = PackedLinear(attn.o_proj.weight, attn.o_proj.bias, min_rows)
+            attn.fast["qkv"] = PackedLinear(*attn.qkv, lo, hi)
+        attn.fast["o"] = PackedLinear(attn.o_proj.weight, attn.o_proj.bias, lo, hi)
         if mlp.gate_up is not None and mlp.gate_proj.bias is None:
-            mlp.fast["gate_up"] = PackedLinear(mlp.gate_up, None, min_rows)
-        mlp.fast["down"] = PackedLinear(mlp.down_proj.weight, mlp.down_proj.bias, min_rows)
-        n += len(attn.fast) + len(mlp.fast)
-    model.fast["head"] = PackedLinear(head, None, min_rows)
-    return n + 1
+            mlp.fast["gate_up"] = PackedLinear(mlp.gate_up, None, lo, hi)
+        mlp.fast["down"] = PackedLinear(mlp.down_proj.weight, mlp.down_proj.bias, lo, hi)
+    model.fast["head"] = PackedLinear(head, None, lo, hi, head_fallback)
+    return mode
 
 
-def unpack_linears(model: CausalLM) -> None:
-    """Back to plain ``F.linear`` everywhere (frees the packed copies)."""
+def clear_fast_paths(model: CausalLM) -> None:
+    """Back to plain ``F.linear`` calls everywhere (frees packed or transposed copies)."""
     for layer in model.model.layers:
         layer.self_attn.fast.clear()
         layer.mlp.fast.clear()

@@ -86,33 +86,52 @@ def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
     return logits.masked_fill(torch.zeros_like(remove).scatter(1, order, remove), float("-inf"))
 
 
-def _invert_cdf(scaled: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+CDF_BLOCK = 256  # vocabulary entries per block of the two-level CDF
+
+
+def _invert_cdf_(w: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Index i with cdf[i-1] <= u * total < cdf[i] per row; zero-weight entries are never chosen.
 
-    Weights are exp(x - max) (no normalisation needed: u scales by the row's own total). The CDF is
-    accumulated in float64 so that a 49k-entry row keeps its small probabilities exact enough.
+    ``w`` holds scaled logits and is overwritten with exp(x - max) (no normalisation needed: u
+    scales by the row's own total). The CDF is two-level, in float64 so that a 49k-entry row keeps
+    its small probabilities exact: block sums (fp32, pairwise) locate the block, then only that
+    block's 256 entries are accumulated in float64. A draw differs from one float64 cumsum over the
+    row only when the uniform lands within ~1e-7 of a block's total from a block edge; the row is
+    read twice instead of being copied to float64 and scanned.
     """
-    w = (scaled - scaled.max(-1, keepdim=True).values).exp_()
-    cdf = w.to(torch.float64).cumsum_(-1)
-    x = u.to(torch.float64)[:, None] * cdf[:, -1:]
-    idx = torch.searchsorted(cdf, x, right=True)[:, 0]
-    return idx.clamp_(max=scaled.shape[-1] - 1)
+    B, V = w.shape
+    w.sub_(w.amax(-1, keepdim=True)).exp_()
+    nb = -(-V // CDF_BLOCK)
+    if nb * CDF_BLOCK != V:
+        w = torch.nn.functional.pad(w, (0, nb * CDF_BLOCK - V))
+    blocks = w.view(B, nb, CDF_BLOCK)
+    bcdf = blocks.sum(-1).to(torch.float64).cumsum_(-1)  # [B, nb]; fp32 sums: no fp64 copy of the row
+    x = u.to(torch.float64)[:, None] * bcdf[:, -1:]
+    blk = torch.searchsorted(bcdf, x, right=True).clamp_(max=nb - 1)  # [B, 1]
+    prefix = torch.where(blk > 0, bcdf.gather(1, (blk - 1).clamp(min=0)), 0.0)
+    inner = blocks.gather(1, blk[:, :, None].expand(B, 1, CDF_BLOCK))[:, 0]  # [B, CDF_BLOCK]
+    icdf = inner.to(torch.float64).cumsum_(-1).add_(prefix)
+    j = torch.searchsorted(icdf, x, right=True)
+    # rounding can put x at or past the block's last sum: take its last positive entry instead
+    last = (inner > 0).to(torch.long).mul_(torch.arange(1, CDF_BLOCK + 1)).argmax(-1, keepdim=True)
+    j = torch.where(j >= CDF_BLOCK, last, j)
+    return (blk * CDF_BLOCK + j)[:, 0].clamp_(max=V - 1)
 
 
 def sample(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     """Next token per row: argmax where temperature is 0, else one uniform per row inverts the CDF."""
     logits = logits.float()
-    greedy = logits.argmax(-1)
     hot = batch.temperature > 0
-    if not bool(hot.any()):
-        return greedy
-    t = torch.where(hot, batch.temperature, 1.0)
-    scaled = logits / t[:, None]
+    all_hot = bool(hot.all())
+    if not all_hot and not bool(hot.any()):
+        return logits.argmax(-1)
+    t = batch.temperature if all_hot else torch.where(hot, batch.temperature, 1.0)
+    scaled = torch.div(logits, t[:, None])  # a fresh buffer, consumed in place below
     if batch.filtered:
         scaled = filter_logits(scaled, batch.top_k, batch.top_p)
     # always in vocabulary order, filtered or not, so a row's draw ignores its neighbours' settings
-    sampled = _invert_cdf(scaled, uniforms(batch.seeds, batch.counters, 1)[:, 0])
-    return torch.where(hot, sampled, greedy)
+    sampled = _invert_cdf_(scaled, uniforms(batch.seeds, batch.counters, 1)[:, 0])
+    return sampled if all_hot else torch.where(hot, sampled, logits.argmax(-1))
 
 
 def top_logprobs(logits: torch.Tensor, tokens: torch.Tensor, n: int

@@ -1,0 +1,91 @@
+"""CPU linear layouts (gambit/engine/linear.py): every mode computes the same model."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from engine_util import one_thread, tiny_model
+
+from gambit.engine import Engine, EngineConfig, SamplingParams
+from gambit.engine.linear import PackedLinear, install_cpu_linears, mkl_available
+
+
+def _fused(tie: bool) -> torch.nn.Module:
+    model, _ = tiny_model(seed=3, layers=2, hidden=64, heads=4, kv_heads=2)
+    if not tie:  # an untied copy of the same model, with its own head
+        model.config.tie_word_embeddings = False
+        model.lm_head = torch.nn.Linear(64, model.config.vocab_size, bias=False)
+        with torch.no_grad():
+            model.lm_head.weight.copy_(torch.randn_like(model.lm_head.weight) * 0.1)
+    return model.fuse_projections().eval()
+
+
+@pytest.mark.parametrize("tie", [True, False])
+@pytest.mark.parametrize("mode", ["transposed", "packed"])
+def test_modes_compute_the_plain_model(tie, mode):
+    plain = _fused(tie)
+    fast = copy.deepcopy(plain)
+    assert install_cpu_linears(plain, "plain") == "plain"
+    got = install_cpu_linears(fast, mode)
+    assert got == (mode if mode == "transposed" or mkl_available() else "plain")
+    with one_thread(), torch.inference_mode():
+        for rows in (1, 5, 33, 64):  # below, inside and above the packed range of "transposed"
+            ids = torch.randint(0, plain.config.vocab_size, (1, rows))
+            want = plain.logits(plain(ids)[0])
+            have = fast.logits(fast(ids)[0])
+            torch.testing.assert_close(have, want, rtol=1e-4, atol=1e-4)
+
+
+def test_transposed_layout_keeps_values_and_views():
+    model = _fused(tie=False)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    install_cpu_linears(model, "transposed")
+    layer = model.model.layers[0]
+    w = layer.self_attn.qkv[0]
+    assert w.stride() == (1, w.shape[0])  # stored as its contiguous transpose
+    assert layer.self_attn.q_proj.weight.data_ptr() == w.data_ptr()  # q/k/v still views of the fused one
+    assert layer.mlp.gate_proj.weight.data_ptr() == layer.mlp.gate_up.data_ptr()
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(v, before[k], rtol=0, atol=0)
+    install_cpu_linears(model, "plain")  # and back to row-major
+    assert layer.self_attn.qkv[0].is_contiguous() and layer.mlp.down_proj.weight.is_contiguous()
+
+
+@pytest.mark.skipif(not mkl_available(), reason="needs MKL")
+def test_packed_linear_serves_only_its_row_range():
+    w, b = torch.randn(8, 16), torch.randn(8)
+    calls = []
+
+    def fallback(x):
+        calls.append(x.shape[0])
+        return torch.nn.functional.linear(x, w, b)
+
+    lin = PackedLinear(w, b, 2, 4, fallback=fallback)
+    for rows in (1, 2, 4, 5):
+        x = torch.randn(rows, 16)
+        torch.testing.assert_close(lin(x), torch.nn.functional.linear(x, w, b), rtol=1e-5, atol=1e-5)
+    assert calls == [1, 5]
+    with torch.no_grad():
+        w.mul_(2)  # modified in place: the stale packed copy steps aside
+    x = torch.randn(3, 16)
+    torch.testing.assert_close(lin(x), torch.nn.functional.linear(x, w, b), rtol=1e-5, atol=1e-5)
+
+
+def test_engine_modes_generate_the_same_greedy_tokens():
+    model, tok = tiny_model(seed=5, layers=2, hidden=64)
+    prompts = [tok.encode(p) for p in ("12+7=", "3*4-1=", "99-9=")]
+    outs, greedy = {}, SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    with one_thread():
+        for mode in ("plain", "packed", "transposed"):
+            cfg = EngineConfig(device="cpu", num_blocks=64, cpu_linear=mode)
+            outs[mode] = Engine(copy.deepcopy(model), tok, cfg).generate(prompts, greedy)
+    assert outs["packed"] == outs["plain"] == outs["transposed"]
+
+
+def test_unknown_mode_is_refused():
+    with pytest.raises(ValueError, match="cpu_linear"):
+        EngineConfig(cpu_linear="fast")
+    with pytest.raises(ValueError, match="cpu_linear"):
+        install_cpu_linears(_fused(True), "fast")
