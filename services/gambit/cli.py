@@ -150,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     bs.set_defaults(func=_cmd_bench_search)
     bsub.add_parser("spec", help="EAGLE-3.1 vs Parallel Reconsideration (see `gambit bench spec --help`)")
     bsub.add_parser("serve", help="embedded vs Ray Serve + gRPC (see `gambit bench serve --help`)")
+    bsub.add_parser("profile", help="where one decode step's time goes (see `gambit bench profile --help`)")
 
     from gambit.serving.commands import add_commands
 
@@ -167,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
         from gambit.bench.spec import main as spec_main
 
         return spec_main(argv[2:])
+    if argv[:2] == ["bench", "profile"]:
+        from gambit.bench.profile_step import main as profile_main
+
+        return profile_main(argv[2:])
     if argv[:2] == ["bench", "serve"]:
         from gambit.bench.serve import main as bench_serve_main
 

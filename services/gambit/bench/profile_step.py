@@ -1,0 +1,112 @@
+"""``gambit bench profile``: where one decode step's time goes, grouped the way the speed work reads it.
+
+Runs the native engine on a model folder at one batch size, warms up, then records ``--steps``
+decode steps with ``torch.profiler`` and groups self CPU time by what it is: each linear layer by
+its shape (q/k/v, o, gate/up, down, LM head), the paged-attention kernel and KV writes, the
+sampler's vocabulary-wide ops, norms/RoPE/activations, and the rest. Prints a table (ms per step,
+share) and writes JSON. The profiler adds per-op overhead, so the small-op shares are upper bounds;
+the wall time per step without the profiler is measured first and reported beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+LINEAR_OPS = {"aten::mm", "aten::addmm", "mkl::_mkl_linear", "aten::bmm"}
+SAMPLER_OPS = {"aten::div", "aten::amax", "aten::sub_", "aten::exp_", "aten::cumsum_", "aten::searchsorted",
+               "aten::argmax", "aten::sum"}
+ATTENTION_OPS = {"aten::index_copy_", "aten::_scaled_dot_product_flash_attention_for_cpu"}
+ELEMENTWISE_OPS = {"aten::rms_norm", "aten::_fused_rms_norm", "aten::pow", "aten::mean", "aten::rsqrt",
+                   "aten::mul", "aten::add", "aten::silu", "aten::cat", "aten::neg", "aten::copy_"}
+
+
+def _linear_name(shapes: list, cfg) -> str:
+    """Name a matmul by its weight's output width (the model's shapes are distinct)."""
+    dims = [d for s in shapes if isinstance(s, list) and len(s) == 2 for d in s]
+    i, v = cfg.intermediate_size, cfg.vocab_size
+    qkv = (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_dim
+    for width, name in ((v, "linear: LM head"), (2 * i, "linear: gate/up"), (qkv, "linear: q/k/v")):
+        if width in dims:
+            return name
+    return "linear: down" if i in dims else "linear: o"
+
+
+def profile(folder: str, batch: int, steps: int, threads: int, cpu_linear: str) -> dict:
+    import torch
+    from torch.profiler import profile as torch_profile
+
+    from gambit.bench.engine import make_prompts
+    from gambit.engine import Engine, EngineConfig, SamplingParams
+
+    torch.set_num_threads(threads)
+    prompts = make_prompts(Path(folder), batch)
+    need = sum(-(-(len(p) + 3 * steps + 16) // 16) for p in prompts)
+    cfg = EngineConfig(model=folder, device="cpu", dtype="float32", block_size=16, num_blocks=need + 4,
+                       max_num_seqs=batch, cpu_linear=cpu_linear)
+    eng = Engine.from_pretrained(folder, cfg)
+    for p in prompts:
+        eng.add(p, SamplingParams(temperature=0.8, max_tokens=3 * steps + 8, ignore_eos=True, seed=1))
+    for _ in range(3):
+        eng.step()
+    walls = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        eng.step()
+        walls.append(time.perf_counter() - t0)
+    with torch_profile(record_shapes=True) as prof:
+        for _ in range(steps):
+            eng.step()
+    groups: dict[str, float] = defaultdict(float)
+    cfg, vocab = eng.model.config, eng.model.config.vocab_size
+    for ev in prof.key_averages(group_by_input_shape=True):
+        name = ev.key
+        if name in LINEAR_OPS:
+            key = _linear_name(ev.input_shapes, cfg)
+        elif name in ATTENTION_OPS or "paged_decode" in name:
+            key = "attention + KV write"
+        elif name in SAMPLER_OPS and any(isinstance(s, list) and vocab in s for s in ev.input_shapes):
+            key = "sampler (vocabulary-wide)"
+        elif name in ELEMENTWISE_OPS:
+            key = "norms, RoPE, activations, residuals"
+        else:
+            key = "other ops"
+        groups[key] += ev.self_cpu_time_total / 1e3 / steps
+    total = sum(groups.values())
+    walls.sort()
+    ranked = sorted(groups.items(), key=lambda kv: -kv[1])
+    return {"model": folder, "batch": batch, "threads": threads, "cpu_linear": cpu_linear, "steps": steps,
+            "wall_ms_per_step": walls[len(walls) // 2] * 1e3, "profiled_ms_per_step": total,
+            "groups": {k: {"ms": v, "share": v / total} for k, v in ranked}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from gambit.model.registry import resolve_model
+
+    p = argparse.ArgumentParser(prog="gambit bench profile", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="smollm2", help="model folder or registered name (default smollm2)")
+    p.add_argument("--batch", type=int, default=16, help="decode batch size (traces per step)")
+    p.add_argument("--steps", type=int, default=5, help="decode steps timed, then profiled")
+    p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    p.add_argument("--cpu-linear", default="transposed", choices=("transposed", "packed", "plain"),
+                   help="EngineConfig.cpu_linear: weight layout/kernel of the linear layers")
+    p.add_argument("--json", default=None, help="write the result JSON here")
+    args = p.parse_args(argv)
+    r = profile(str(resolve_model(args.model)), args.batch, args.steps, args.threads, args.cpu_linear)
+    print(f"batch {r['batch']}, {r['threads']} threads, cpu_linear={r['cpu_linear']}: "
+          f"{r['wall_ms_per_step']:.1f} ms per step unprofiled, {r['profiled_ms_per_step']:.1f} ms profiled")
+    print("| part | ms / step | share |\n|---|---:|---:|")
+    for k, g in r["groups"].items():
+        print(f"| {k} | {g['ms']:.2f} | {g['share']:.1%} |")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(r, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
