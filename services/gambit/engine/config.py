@@ -17,13 +17,14 @@ class SpecConfig:
     "pr"); EAGLE-3.1 drafters always draft with m = 0.
     """
 
-    gamma: int = 8  # draft steps per cycle after the drafter's context pass (tree depth <= gamma + 1)
+    gamma: int = 5  # draft steps per cycle after the drafter's context pass (tree depth <= gamma + 1)
     budget: int = 48  # B: draft tokens verified per cycle and trace (reconsidered ones included)
     grow_width: int = 6  # Bw: frontier rows each draft step forwards
     offer_width: int = 6  # k: children each frontier row offers
     reconsider: int = 3  # m: least-confident rows of the previous step reconsidered per step (PR)
     extra: str = "reconsider"  # what the m rows do: "reconsider" (PR) | "advance" (Table 4 control)
     self_query: bool = True  # reconsider rows take their query from the feature
+    fresh: bool = True  # the corrected token is the best one the node did not already offer
     max_drafters: int = 2  # drafter KV caches the KV budget reserves room for (one layer each)
 
     def __post_init__(self) -> None:
