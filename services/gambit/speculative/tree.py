@@ -242,12 +242,15 @@ def draft_tree(drafter: Drafter, cfg: TreeConfig, root_token: torch.Tensor, root
         if m:  # the m least-confident rows of the previous step (li: their index among its rows)
             mm = min(m, prev_conf.shape[1])
             low = prev_conf.masked_fill(~prev_ok, float("inf")).topk(mm, dim=1, largest=False)
-            li, lo_ok = low.indices, low.values < float("inf")
+            li = low.indices
+            if merge or advance or mm < m:
+                lo_ok = low.values < float("inf")
             if mm < m:  # fewer rows than m (after the root): pads that can never be selected
                 li = torch.cat([li, li.new_zeros(S, m - mm)], 1)
                 lo_ok = torch.cat([lo_ok, lo_ok.new_zeros(S, m - mm)], 1)
             lo_rows = prev_base + li
-            kids = (b0 + li * k)[..., None] + kk  # [S, m, k] pool indices of the rows' offered children
+            if merge or advance:  # [S, m, k] pool indices of the rows' offered children
+                kids = (b0 + li * k)[..., None] + kk
         if advance and m:  # each least-confident row's best child not already in the frontier
             ks = _take(score, kids.reshape(S, -1)).view(S, m, k)
             taken = (kids.reshape(S, -1, 1) == sel[:, None, :]).any(-1).view(S, m, k)
@@ -256,19 +259,20 @@ def draft_tree(drafter: Drafter, cfg: TreeConfig, root_token: torch.Tensor, root
             ok = best.values > NEG
             sel = torch.cat([sel, torch.where(ok, kids.gather(2, best.indices[..., None]).squeeze(-1), P)], 1)
             sel_ok = torch.cat([sel_ok, ok], 1)
-        # inputs of the regular rows
+        # inputs of the regular rows, then of the reconsider rows (the row's own token, position and
+        # visibility, fed its own output)
         ids = _take(tok, sel)
         f_row = lay.feat_row[sel]
-        f_in = _take(feat, f_row)
         sel_depth = _take(depth, sel)
         pos = root_pos[:, None] + sel_depth
-        pvis = _take(vis, _take(vis_row, sel) if n_rec else f_row)  # [S, n_reg, rows]
-        if n_rec:  # reconsider rows: the row's own token, position and visibility, fed its output
+        if n_rec:
             info = _take(prev_info, li)  # [S, m, 4]
             ids = torch.cat([ids, info[..., 0]], 1)
-            f_in = torch.cat([f_in, _take(feat, lo_rows)], 1)
             pos = torch.cat([pos, info[..., 1]], 1)
-            pvis = torch.cat([pvis, _take(vis, lo_rows)], 1)
+            f_in = _take(feat, torch.cat([f_row, lo_rows], 1))
+            pvis = _take(vis, torch.cat([_take(vis_row, sel), lo_rows], 1))  # [S, R, rows]
+        else:
+            f_in, pvis = _take(feat, f_row), _take(vis, f_row)
         pvis[:, :, new_rows] = lay.eye
         vis[:, base:base + R] = pvis
         attn.set_rows(base, pvis[:, :, :base + R])
