@@ -22,6 +22,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from gambit.engine import cpu_attention
+from gambit.model.layers import RMSNorm
 from gambit.model.llama import CausalLM
 
 
@@ -82,8 +84,14 @@ def pack_drafter(drafter, enabled: bool = True, min_rows: int = 2) -> int:
     for d in (drafter.fast, *(x.self_attn.fast for x in layers), *(x.mlp.fast for x in layers)):
         d.clear()
     w = drafter.lm_head.weight
+    norms = [mod for mod in drafter.modules() if isinstance(mod, RMSNorm)]
+    for norm in norms:
+        norm.fast = None
     if not enabled or not available() or w.dtype != torch.float32 or w.device.type != "cpu":
         return 0
+    if cpu_attention.kernel() is not None:  # one call per norm instead of torch's ~7 kernels
+        for norm in norms:
+            norm.fast = cpu_attention.rms_norm
     for layer in layers:
         attn, mlp = layer.self_attn, layer.mlp
         qkv = getattr(attn, "qkv", None)
