@@ -78,8 +78,9 @@ def unpack_linears(model: CausalLM) -> None:
     model.fast.clear()
 
 
-def pack_drafter(drafter, enabled: bool = True, min_rows: int = 2) -> int:
-    """The same fast paths for a fused fp32 CPU drafter (``gambit.speculative.Drafter``)."""
+def pack_drafter(drafter, enabled: bool = True, norm_kernel: bool = True, min_rows: int = 2) -> int:
+    """The same fast paths for a fused fp32 CPU drafter (``gambit.speculative.Drafter``); with
+    ``norm_kernel`` its RMSNorms also run through the compiled CPU kernel."""
     layers = (drafter.midlayer, *drafter.extra_layers)
     for d in (drafter.fast, *(x.self_attn.fast for x in layers), *(x.mlp.fast for x in layers)):
         d.clear()
@@ -89,7 +90,7 @@ def pack_drafter(drafter, enabled: bool = True, min_rows: int = 2) -> int:
         norm.fast = None
     if not enabled or not available() or w.dtype != torch.float32 or w.device.type != "cpu":
         return 0
-    if cpu_attention.kernel() is not None:  # one call per norm instead of torch's ~7 kernels
+    if norm_kernel and cpu_attention.kernel() is not None:  # one call per norm, not torch's ~7
         for norm in norms:
             norm.fast = cpu_attention.rms_norm
     for layer in layers:
