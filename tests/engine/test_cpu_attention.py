@@ -60,3 +60,17 @@ def test_engine_same_tokens_with_and_without_kernel(tiny):
         assert eng.runner.use_kernel is use
         outs.append(eng.generate(prompts, params))
     assert outs[0] == outs[1]
+
+
+def test_rms_norm_kernel_matches_torch():
+    from gambit.engine.cpu_attention import rms_norm
+
+    g = torch.Generator().manual_seed(0)
+    for shape in [(1, 1, 192), (2, 9, 192), (5, 64), (1, 3, 576)]:
+        x = torch.randn(*shape, generator=g) * 3
+        w = torch.randn(shape[-1], generator=g)
+        ref = F.rms_norm(x, (shape[-1],), w, 1e-6)
+        torch.testing.assert_close(rms_norm(x, w, 1e-6), ref, atol=1e-5, rtol=1e-5)
+    x = torch.randn(9, 2, 192, generator=g).transpose(0, 1)  # not contiguous
+    w = torch.randn(192, generator=g)
+    torch.testing.assert_close(rms_norm(x, w, 1e-6), F.rms_norm(x, (192,), w, 1e-6), atol=1e-5, rtol=1e-5)

@@ -10,11 +10,12 @@ from gambit.model.llama import causal_attention
 from gambit.speculative import random_drafter
 from gambit.speculative.tree import TreeAttention, TreeConfig, draft_tree
 
-CONFIGS = {  # gamma, B, Bw, k, m, extra
-    "eagle-k>Bw": (3, 10, 2, 4, 0, "reconsider"),
-    "eagle-Bw>k": (3, 12, 4, 2, 0, "reconsider"),
-    "pr": (3, 12, 3, 3, 2, "reconsider"),
-    "advance": (3, 10, 2, 3, 1, "advance"),
+CONFIGS = {  # gamma, B, Bw, k, m, extra, fresh
+    "eagle-k>Bw": (3, 10, 2, 4, 0, "reconsider", True),
+    "eagle-Bw>k": (3, 12, 4, 2, 0, "reconsider", True),
+    "pr": (3, 12, 3, 3, 2, "reconsider", True),
+    "pr-merge": (3, 12, 3, 3, 2, "reconsider", False),
+    "advance": (3, 10, 2, 3, 1, "advance", True),
 }
 
 
@@ -92,8 +93,8 @@ def _ref_score(drafter, ctx_s, tokens):
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_tree_structure_budget_and_visibility(tiny, name):
     model, _ = tiny
-    gamma, B, Bw, k, m, extra = CONFIGS[name]
-    cfg = TreeConfig(gamma, B, Bw, k, m, extra)
+    gamma, B, Bw, k, m, extra, fresh = CONFIGS[name]
+    cfg = TreeConfig(gamma, B, Bw, k, m, extra, fresh=fresh)
     drafter = random_drafter(model, seed=4, method="pr")
     ctx, tree, attn = _draft(model, drafter, cfg)
     S = 2
@@ -122,13 +123,13 @@ def test_tree_structure_budget_and_visibility(tiny, name):
         assert any(bool(r.any()) for r in [tree.reconsidered])  # corrected tokens reach the tree
 
 
-@pytest.mark.parametrize("name", ["eagle-k>Bw", "eagle-Bw>k", "pr"])
+@pytest.mark.parametrize("name", ["eagle-k>Bw", "eagle-Bw>k", "pr", "pr-merge"])
 def test_scores_match_dense_reference(tiny, name):
     """Every one-pass node's score is the sum of log-probs of a causal re-run over its path."""
     model, _ = tiny
-    gamma, B, Bw, k, m, extra = CONFIGS[name]
+    gamma, B, Bw, k, m, extra, fresh = CONFIGS[name]
     drafter = random_drafter(model, seed=5, method="pr")
-    ctx, tree, _ = _draft(model, drafter, TreeConfig(gamma, B, Bw, k, m, extra))
+    ctx, tree, _ = _draft(model, drafter, TreeConfig(gamma, B, Bw, k, m, extra, fresh=fresh))
     checked = exact = 0
     for s in range(2):
         for i in range(1, B + 1):
@@ -153,3 +154,27 @@ def test_budget_equal_to_pool_takes_every_candidate(tiny):
     assert int(tree.valid.sum()) <= 2 * 14 and bool(tree.reconsidered.any())
     with pytest.raises(ValueError, match="budget"):
         TreeConfig(2, 15, 2, 2, 2)
+
+
+def test_fresh_corrected_tokens_are_new_and_merge_reproduces_duplicates(tiny):
+    """fresh: a corrected token is never one of its node's offered children (the whole pool kept, B =
+    pool size, so every offered child is in the tree); without fresh, the same trees hold duplicates
+    merged away, so the reconsidered nodes differ."""
+    model, _ = tiny
+    drafter = random_drafter(model, seed=6, method="pr")
+    got = {}
+    for fresh in (True, False):
+        cfg = TreeConfig(2, 14, 2, 2, 2, fresh=fresh)
+        _, tree, _ = _draft(model, drafter, cfg)
+        got[fresh] = tree
+        if fresh:
+            for s in range(2):
+                for i in range(14):
+                    if bool(tree.reconsidered[s, i]) and bool(tree.valid[s, i]):
+                        par = int(tree.parent[s, i])
+                        sib = [j for j in range(14) if j != i and int(tree.parent[s, j]) == par
+                               and not bool(tree.reconsidered[s, j])]
+                        assert len(sib) == 2  # k = 2 offered children, all in the tree
+                        assert int(tree.tokens[s, i]) not in {int(tree.tokens[s, j]) for j in sib}
+    assert bool(got[True].reconsidered.any())
+    assert not torch.equal(got[True].tokens, got[False].tokens)

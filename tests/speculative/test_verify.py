@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from gambit.speculative.verify import accept, filter_logits, spec_uniforms, target_probs
+from gambit.speculative.verify import accept, filter_logits, greedy_accept, spec_uniforms, target_probs
 
 # root 0 → nodes 1 (token 0), 2 (token 1); node 1 → 3 (token 2), 4 (token 3); node 2 → 5 (token 0)
 TOKENS = [4, 0, 1, 2, 3, 0]  # the root token (index 0) is not a candidate
@@ -79,6 +79,24 @@ def test_greedy_is_longest_matching_path():
     assert bool((end == 4).all()) and bool(on_path[:, [0, 1, 4]].all())
     assert not bool(on_path[:, [2, 3, 5]].any())
     assert bool((first == 0).all()) and bool((second == 3).all())
+
+
+def test_greedy_fast_path_equals_the_general_rule():
+    """``greedy_accept`` on random logits (some trees with invalid nodes) equals ``accept`` with one-hot p."""
+    g = torch.Generator().manual_seed(0)
+    n, T = 400, len(TOKENS)
+    rep = lambda x: torch.tensor(x).expand(n, T).clone()  # noqa: E731
+    logits = torch.randn(n, T, V, generator=g) * 0.5
+    logits[..., 0] += 0.8  # paths of every length occur
+    valid = torch.rand(n, T, generator=g) > 0.1
+    valid[:, 0] = True
+    args = (rep(TOKENS), rep(PARENT), rep(DEPTH), valid, _mask().expand(n, T, T))
+    one = torch.nn.functional.one_hot(logits.argmax(-1), V).double()
+    want = accept(*args, one, spec_uniforms(torch.full((n,), 3), torch.arange(n), T + 1))
+    got = greedy_accept(*args, logits)
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)
+    assert len(set(want[1].tolist())) >= 4  # several different ends were exercised
 
 
 def test_uniforms_are_a_function_of_seed_and_counter():

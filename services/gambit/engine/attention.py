@@ -14,8 +14,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from gambit.engine.cpu_attention import paged_decode
+from gambit.engine.cpu_attention import paged_attention, paged_decode
 from gambit.engine.kv_cache import KVCache
+
+# up to this many new tokens in a forward the CPU kernel serves every row (measured crossover: the
+# kernel saves the gathered copy and the padded mask, SDPA's matmuls win on more rows)
+KERNEL_MAX_TOKENS = 12
 
 
 @dataclass
@@ -75,6 +79,7 @@ class PagedAttention:
         self.cache = cache
         bs = cache.block_size
         self.groups: list[Group] = []  # rows gathered into a padded batch for SDPA
+        self.multi = None  # all rows through the CPU kernel: (tables, seq, ctx, qoff, qlen, moff, mask)
         if use_kernel and all(it.q == 1 for it in items):  # the decode fast path: no masks, no groups
             ctx = [it.ctx for it in items]
             tables = _padded_tables(items, bs)
@@ -91,8 +96,20 @@ class PagedAttention:
         tables = _padded_tables(items, bs)
         # slot of every new token: table[item, pos // bs] * bs + pos % bs, pos = ctx + i
         item = torch.repeat_interleave(torch.arange(len(items)), q_len)
-        pos = torch.arange(self.num_tokens) - offsets[item] + torch.tensor([it.ctx for it in items])[item]
+        ctx = torch.tensor([it.ctx for it in items])
+        pos = torch.arange(self.num_tokens) - offsets[item] + ctx[item]
         self.slots = (tables[item, pos // bs] * bs + pos % bs).to(device)
+        if use_kernel and self.num_tokens <= KERNEL_MAX_TOKENS:
+            # few rows (small draft trees, short chunks): read the blocks in place, one call, no
+            # gathered copy and no padded mask; more rows amortise those and SDPA's matmuls win
+            masks = [it.mask.reshape(-1) for it in items if it.mask is not None]
+            sizes = torch.tensor([it.q * it.q if it.mask is not None else 0 for it in items])
+            moff = torch.where(torch.tensor([it.mask is not None for it in items]),
+                               torch.cumsum(sizes, 0) - sizes, -1)
+            mask = torch.cat(masks).to(torch.bool) if masks else torch.zeros(1, dtype=torch.bool)
+            self.multi = (tables, item, ctx, offsets, q_len, moff, mask.contiguous())
+            self.decode, self.all_decode = None, False
+            return
         is_decode = q_len == 1
         dec = is_decode.nonzero().flatten()
         multi = (~is_decode).nonzero().flatten()
@@ -113,6 +130,8 @@ class PagedAttention:
         kc.view(Hkv, -1, D).index_copy_(1, self.slots, k[0].transpose(0, 1))
         vc.view(Hkv, -1, D).index_copy_(1, self.slots, v[0].transpose(0, 1))
         qf = q[0]
+        if self.multi is not None:
+            return paged_attention(qf, kc, vc, *self.multi, D ** -0.5).unsqueeze(0)
         out = None
         if self.decode is not None:
             rows, tables, lens = self.decode

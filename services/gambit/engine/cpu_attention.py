@@ -1,4 +1,7 @@
-"""Paged decode attention on the CPU without gathering the cache (a small C++ kernel).
+"""Paged attention on the CPU without gathering the cache (a small C++ kernel).
+
+``paged_decode`` serves one query row per sequence; ``paged_attention`` serves any rows with a
+causal or a per-sequence tree mask among the new tokens (small draft trees, short chunks).
 
 The PyTorch path copies every sequence's KV blocks into a padded batch before SDPA (read + write +
 read per step). This kernel reads each key and value once, straight from the blocks (scores,
@@ -96,6 +99,112 @@ torch::Tensor paged_decode(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, 
   });
   return out;
 }
+
+// RMSNorm of x [N, H] with weight [H] in one pass (torch's CPU rms_norm runs ~7 kernels: at a
+// drafter's few rows their dispatch costs more than the arithmetic).
+torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
+  TORCH_CHECK(x.dtype() == torch::kFloat32 && w.dtype() == torch::kFloat32, "float32 only");
+  auto xc = x.contiguous();
+  auto out = torch::empty_like(xc);
+  const int64_t H = xc.size(-1), N = xc.numel() / H;
+  const float* xp = xc.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  for (int64_t n = 0; n < N; ++n) {
+    const float* r = xp + n * H;
+    float ss = 0.f;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t h = 0; h < H; ++h) ss += r[h] * r[h];
+    const float inv = 1.f / std::sqrt(ss / static_cast<float>(H) + static_cast<float>(eps));
+    float* o = op + n * H;
+#pragma omp simd
+    for (int64_t h = 0; h < H; ++h) o[h] = r[h] * inv * wp[h];
+  }
+  return out;
+}
+
+// Multi-token rows (prefill chunks, draft trees) straight from the blocks. Row n belongs to sequence
+// b = seq[n] and is its i-th new token (i = n - qoff[b]); it sees the sequence's ctx[b] cached keys
+// and, among the new keys ctx[b] + j (j < qlen[b]), those with j <= i (causal: moff[b] < 0) or
+// those set in its mask row mask[moff[b] + i * qlen[b] + j] (a tree). New keys are in the cache.
+torch::Tensor paged_attention(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, torch::Tensor tables,
+                              torch::Tensor seq, torch::Tensor ctx, torch::Tensor qoff, torch::Tensor qlen,
+                              torch::Tensor moff, torch::Tensor mask, double scale) {
+  TORCH_CHECK(q.dtype() == torch::kFloat32 && kc.dtype() == torch::kFloat32, "float32 only");
+  TORCH_CHECK(q.is_contiguous() && kc.is_contiguous() && vc.is_contiguous(), "contiguous inputs");
+  TORCH_CHECK(mask.dtype() == torch::kBool && mask.is_contiguous(), "bool contiguous mask");
+  const int64_t N = q.size(0), H = q.size(1), D = q.size(2);
+  const int64_t Hkv = kc.size(0), NB = kc.size(1), bs = kc.size(2);
+  const int64_t G = H / Hkv, nbmax = tables.size(1);
+  auto out = torch::empty_like(q);
+  const float* qp = q.data_ptr<float>();
+  const float* kp = kc.data_ptr<float>();
+  const float* vp = vc.data_ptr<float>();
+  const int64_t* tp = tables.data_ptr<int64_t>();
+  const int64_t* sp = seq.data_ptr<int64_t>();
+  const int64_t* cp = ctx.data_ptr<int64_t>();
+  const int64_t* op_ = qoff.data_ptr<int64_t>();
+  const int64_t* lp = qlen.data_ptr<int64_t>();
+  const int64_t* mp = moff.data_ptr<int64_t>();
+  const bool* mk = mask.data_ptr<bool>();
+  float* op = out.data_ptr<float>();
+  const float sc = static_cast<float>(scale);
+  at::parallel_for(0, N * Hkv, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> sc_buf, acc(G * D);
+    std::vector<int64_t> keys;
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t n = r / Hkv, hk = r % Hkv, b = sp[n];
+      const int64_t c = cp[b], i = n - op_[b], ql = lp[b];
+      keys.clear();  // visible key positions of this row, in order
+      for (int64_t t = 0; t < c; ++t) keys.push_back(t);
+      if (mp[b] < 0) {
+        for (int64_t j = 0; j <= i; ++j) keys.push_back(c + j);
+      } else {
+        const bool* row = mk + mp[b] + i * ql;
+        for (int64_t j = 0; j < ql; ++j) if (row[j]) keys.push_back(c + j);
+      }
+      const int64_t L = static_cast<int64_t>(keys.size());
+      const float* qb = qp + (n * H + hk * G) * D;
+      sc_buf.resize(G * L);
+      for (int64_t x = 0; x < L; ++x) {
+        const int64_t t = keys[x];
+        const float* kt = kp + ((hk * NB + tp[b * nbmax + t / bs]) * bs + t % bs) * D;
+        for (int64_t g = 0; g < G; ++g) {
+          const float* qg = qb + g * D;
+          float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+          for (int64_t d = 0; d < D; ++d) dot += qg[d] * kt[d];
+          sc_buf[g * L + x] = dot * sc;
+        }
+      }
+      for (int64_t g = 0; g < G; ++g) {
+        float* sg = sc_buf.data() + g * L;
+        float mx = std::numeric_limits<float>::lowest();
+        for (int64_t t = 0; t < L; ++t) mx = sg[t] > mx ? sg[t] : mx;
+        float sum = 0.f;
+        for (int64_t t = 0; t < L; ++t) { sg[t] = std::exp(sg[t] - mx); sum += sg[t]; }
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        for (int64_t t = 0; t < L; ++t) sg[t] *= inv;
+      }
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int64_t x = 0; x < L; ++x) {
+        const int64_t t = keys[x];
+        const float* vt = vp + ((hk * NB + tp[b * nbmax + t / bs]) * bs + t % bs) * D;
+        for (int64_t g = 0; g < G; ++g) {
+          const float p = sc_buf[g * L + x];
+          float* ag = acc.data() + g * D;
+#pragma omp simd
+          for (int64_t d = 0; d < D; ++d) ag[d] += p * vt[d];
+        }
+      }
+      for (int64_t g = 0; g < G; ++g) {
+        float* o = op + (n * H + hk * G + g) * D;
+        for (int64_t d = 0; d < D; ++d) o[d] = acc[g * D + d];
+      }
+    }
+  });
+  return out;
+}
 """
 
 _lock = threading.Lock()
@@ -117,7 +226,8 @@ def kernel():
                 from torch.utils.cpp_extension import load_inline
 
                 _module = load_inline(
-                    name="gambit_paged_decode", cpp_sources=[_SOURCE], functions=["paged_decode"],
+                    name="gambit_paged_attention", cpp_sources=[_SOURCE],
+                    functions=["paged_decode", "paged_attention", "rms_norm"],
                     extra_cflags=["-O3", "-march=native", "-fopenmp"],
                     extra_ldflags=["-fopenmp"], verbose=False)
             except Exception as e:  # no compiler, no ninja, ...: keep the portable path
@@ -130,3 +240,17 @@ def paged_decode(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, tables: to
                  lens: torch.Tensor, scale: float) -> torch.Tensor:
     """q [B, H, D], caches [Hkv, NB, bs, D], tables [B, nb], lens [B] → [B, H, D]."""
     return kernel().paged_decode(q.contiguous(), kc, vc, tables, lens, scale)
+
+
+def paged_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, tables: torch.Tensor,
+                    seq: torch.Tensor, ctx: torch.Tensor, qoff: torch.Tensor, qlen: torch.Tensor,
+                    moff: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """Multi-token rows: q [N, H, D]; per sequence ctx/qoff/qlen/moff [B] (moff < 0: causal among
+    the new tokens, else the offset of its [qlen, qlen] rows in the flat bool ``mask``) → [N, H, D]."""
+    return kernel().paged_attention(q.contiguous(), kc, vc, tables, seq, ctx, qoff, qlen, moff, mask,
+                                    scale)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dim in one kernel call (fp32 CPU; see ``RMSNorm.fast``)."""
+    return kernel().rms_norm(x, weight, eps)

@@ -24,6 +24,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from gambit.engine import cpu_attention
+from gambit.model.layers import RMSNorm
 from gambit.model.llama import CausalLM
 
 CPU_LINEAR_MODES = ("transposed", "packed", "plain")
@@ -124,3 +126,34 @@ def clear_fast_paths(model: CausalLM) -> None:
         layer.self_attn.fast.clear()
         layer.mlp.fast.clear()
     model.fast.clear()
+
+
+def pack_drafter(drafter, enabled: bool = True, norm_kernel: bool = True, min_rows: int = 2) -> int:
+    """The same fast paths for a fused fp32 CPU drafter (``gambit.speculative.Drafter``); with
+    ``norm_kernel`` its RMSNorms also run through the compiled CPU kernel."""
+    layers = (drafter.midlayer, *drafter.extra_layers)
+    for d in (drafter.fast, *(x.self_attn.fast for x in layers), *(x.mlp.fast for x in layers)):
+        d.clear()
+    w = drafter.lm_head.weight
+    norms = [mod for mod in drafter.modules() if isinstance(mod, RMSNorm)]
+    for norm in norms:
+        norm.fast = None
+    if not enabled or not available() or w.dtype != torch.float32 or w.device.type != "cpu":
+        return 0
+    if norm_kernel and cpu_attention.kernel() is not None:  # one call per norm, not torch's ~7
+        for norm in norms:
+            norm.fast = cpu_attention.rms_norm
+    for layer in layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        qkv = getattr(attn, "qkv", None)
+        if qkv is not None:
+            n_q = attn.n_heads * attn.head_dim
+            attn.fast.update(qkv=PackedLinear(qkv, None, min_rows), q=PackedLinear(qkv[:n_q], None, min_rows),
+                             kv=PackedLinear(qkv[n_q:], None, min_rows))
+        attn.fast["o"] = PackedLinear(attn.o_proj.weight, None, min_rows)
+        if mlp.gate_up is not None and mlp.gate_proj.bias is None:
+            mlp.fast["gate_up"] = PackedLinear(mlp.gate_up, None, min_rows)
+        mlp.fast["down"] = PackedLinear(mlp.down_proj.weight, mlp.down_proj.bias, min_rows)
+    drafter.fast.update(fc=PackedLinear(drafter.fc.weight, None, min_rows),
+                        head=PackedLinear(w, None, min_rows))
+    return len(drafter.fast) + sum(len(x.self_attn.fast) + len(x.mlp.fast) for x in layers)

@@ -20,11 +20,12 @@ from gambit.engine.attention import PagedAttention, SeqInput, _padded_tables
 from gambit.engine.block_manager import OutOfBlocks
 from gambit.engine.events import BoundaryEvent, Event, TokenEvent
 from gambit.engine.kv_cache import KVCache
+from gambit.engine.linear import pack_drafter
 from gambit.engine.sampler import top_logprobs
 from gambit.engine.sequence import Trace
 from gambit.speculative.drafter import Drafter, load_drafter
 from gambit.speculative.tree import DraftTree, TreeAttention, TreeConfig, draft_tree
-from gambit.speculative.verify import accept, spec_uniforms, target_probs
+from gambit.speculative.verify import accept, greedy_accept, spec_uniforms, target_probs
 
 SHIPPED = ("eagle3.1", "pr", "hass", "hass+pr")
 
@@ -90,6 +91,7 @@ class SpecDecoder:
                 layer.mlp.fuse()
             if getattr(layer.self_attn, "qkv", None) is None:
                 layer.self_attn.fuse()
+        pack_drafter(drafter, e.config.packed_linear, e.runner.use_kernel)
         self.drafters[name] = drafter
         self.caches[name] = KVCache(drafter.config.model_config(), e.num_blocks, e.config.block_size,
                                     e.dtype, e.device)
@@ -115,7 +117,7 @@ class SpecDecoder:
         pr = self.drafters[key].config.method.endswith("pr") or key in ("pr", "hass+pr") \
             or s.extra == "advance"
         return TreeConfig(s.gamma, s.budget, s.grow_width, s.offer_width, s.reconsider if pr else 0,
-                          s.extra, s.self_query)
+                          s.extra, s.self_query, s.fresh)
 
     # -- per-trace state --------------------------------------------------------------------------
     def _state(self, t: Trace) -> DraftState:
@@ -223,7 +225,8 @@ class SpecDecoder:
         cfg = self.tree_config(key)
         tattn = TreeAttention(ck, cv, Ns, 1 + cfg.gamma * cfg.rows)
         root_tok = torch.tensor([t.token_ids[-1] for t in ts], device=dev)
-        tree = draft_tree(d, cfg, root_tok, Ns - 1, nxt[0, last], logits[0, last], tattn)
+        tree = draft_tree(d, cfg, root_tok, Ns - 1, nxt[0, last], logits[0, last], tattn,
+                          analysis=self.records is not None)
         toks = torch.cat([root_tok[:, None], tree.tokens], 1).tolist()
         posn = torch.cat([Ns[:, None], Ns[:, None] + tree.depth], 1).tolist()
         vitems = [SeqInput(toks[i], posn[i], t.num_cached, t.block_table, tree.mask[i])
@@ -245,17 +248,20 @@ class SpecDecoder:
         Ns = torch.tensor([t.num_cached for t in ts], device=dev)
         lg = logits[logit_rows]  # [S, T, V]
         p = [t.params for t in ts]
-        probs = target_probs(lg, torch.tensor([x.temperature for x in p], device=dev),
-                             torch.tensor([x.top_k for x in p], device=dev),
-                             torch.tensor([x.top_p for x in p], device=dev))
         root = torch.tensor([t.token_ids[-1] for t in ts], device=dev)
         tokens = torch.cat([root[:, None], tree.tokens], 1)
         zero = torch.zeros(S, 1, dtype=torch.long, device=dev)
         parent = torch.cat([zero, tree.parent], 1)
         depth = torch.cat([zero, tree.depth], 1)
         valid = torch.cat([torch.ones(S, 1, dtype=torch.bool, device=dev), tree.valid], 1)
-        u = spec_uniforms(torch.tensor([t.seed for t in ts], device=dev), Ns, T + 1)
-        on_path, end, bonus = accept(tokens, parent, depth, valid, tree.mask, probs, u)
+        if all(x.temperature == 0 for x in p):  # the same rule with one-hot p, fewer ops
+            on_path, end, bonus = greedy_accept(tokens, parent, depth, valid, tree.mask, lg)
+        else:
+            probs = target_probs(lg, torch.tensor([x.temperature for x in p], device=dev),
+                                 torch.tensor([x.top_k for x in p], device=dev),
+                                 torch.tensor([x.top_p for x in p], device=dev))
+            u = spec_uniforms(torch.tensor([t.seed for t in ts], device=dev), Ns, T + 1)
+            on_path, end, bonus = accept(tokens, parent, depth, valid, tree.mask, probs, u)
         n_acc = depth.gather(1, end[:, None]).squeeze(1)  # accepted draft tokens
         # path[s, j]: tree index of the node at depth j (j = 0: root), for j <= n_acc
         G = int(depth.max()) + 2

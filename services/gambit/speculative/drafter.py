@@ -18,11 +18,10 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from gambit.model.config import ModelConfig
-from gambit.model.layers import MLP, RMSNorm, RotaryEmbedding, apply_rope
+from gambit.model.layers import MLP, FastLinear, RMSNorm, RotaryEmbedding, apply_rope, project
 from gambit.model.llama import AttentionFn, CausalLM, causal_attention, eagle_taps
 
 
@@ -123,6 +122,7 @@ class DraftAttention(nn.Module):
         self.k_proj = nn.Linear(in_dim, self.n_kv * self.head_dim, bias=False)
         self.v_proj = nn.Linear(in_dim, self.n_kv * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=False)
+        self.fast: dict[str, FastLinear] = {}  # "qkv" / "kv" / "q" / "o" fast paths (inference only)
 
     def fuse(self) -> None:
         """Serve q, k, v from one matmul (inference); their weights become views of the fused one."""
@@ -135,20 +135,34 @@ class DraftAttention(nn.Module):
             start += n
         self.qkv = weight
 
-    def forward(self, x: torch.Tensor, q_in: torch.Tensor, rope, attention: AttentionFn) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, q_in, rope, attention: AttentionFn) -> torch.Tensor:
+        """``q_in``: the query input (``x`` itself, or per-row inputs), or ``(n, tail)``: the query
+        of the last ``n`` rows reads ``tail`` [B, n, in_dim] instead of ``x``."""
         B, T, _ = x.shape
         H, Hkv, D = self.n_heads, self.n_kv, self.head_dim
-        w = getattr(self, "qkv", None)
-        if w is not None and q_in is x:
-            q, k, v = F.linear(x, w).view(B, T, H + 2 * Hkv, D).split((H, Hkv, Hkv), dim=2)
-        elif w is not None:
-            q = F.linear(q_in, w[:H * D]).view(B, T, H, D)
-            k, v = F.linear(x, w[H * D:]).view(B, T, 2 * Hkv, D).split((Hkv, Hkv), dim=2)
+        w, fast = getattr(self, "qkv", None), self.fast
+        tail = None
+        if isinstance(q_in, tuple):
+            (n, tail), q_in = q_in, x
+            if w is None:  # unfused: the general path
+                q_in = torch.cat([x[:, :T - n], tail], 1)
+        if w is not None and q_in is x:  # one matmul, one rotation for q and k together
+            qkv = project(x, w, None, fast.get("qkv")).view(B, T, H + 2 * Hkv, D)
+            if tail is not None:  # only the tail's queries change: one small extra matmul
+                q_tail = project(tail, w[:H * D], None, fast.get("q"))
+                qkv[:, T - tail.shape[1]:, :H] = q_tail.view(B, -1, H, D)
+            qk, v = qkv.split((H + Hkv, Hkv), 2)
+            q, k = apply_rope(qk, rope).split((H, Hkv), dim=2)
         else:
-            q = self.q_proj(q_in).view(B, T, H, D)
-            k, v = self.k_proj(x).view(B, T, Hkv, D), self.v_proj(x).view(B, T, Hkv, D)
-        q, k = apply_rope(q, rope), apply_rope(k, rope)
-        return self.o_proj(attention(self.layer, q, k, v).reshape(B, T, -1))
+            if w is not None:
+                q = project(q_in, w[:H * D], None, fast.get("q")).view(B, T, H, D)
+                k, v = project(x, w[H * D:], None, fast.get("kv")).view(B, T, 2 * Hkv, D).split((Hkv, Hkv), 2)
+            else:
+                q = self.q_proj(q_in).view(B, T, H, D)
+                k, v = self.k_proj(x).view(B, T, Hkv, D), self.v_proj(x).view(B, T, Hkv, D)
+            q, k = apply_rope(q, rope), apply_rope(k, rope)
+        o = attention(self.layer, q, k, v).reshape(B, T, -1)
+        return project(o, self.o_proj.weight, None, fast.get("o"))
 
 
 class DraftLayer(nn.Module):
@@ -166,12 +180,16 @@ class DraftLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(H, cfg.rms_norm_eps)
 
     def forward(self, h: torch.Tensor, emb: torch.Tensor | None, rope, attention: AttentionFn,
-                self_query: torch.Tensor | None) -> torch.Tensor:
+                self_query: torch.Tensor | int | None) -> torch.Tensor:
         if self.first:
             hn = self.hidden_norm(h)
             x = torch.cat([self.input_layernorm(emb), hn], dim=-1)
             q_in = x
-            if self_query is not None:
+            if isinstance(self_query, int):  # the last n rows (serving: reconsider rows come last)
+                n = self_query
+                if n:
+                    q_in = (n, torch.cat([self.input_layernorm(h[:, -n:]), hn[:, -n:]], dim=-1))
+            elif self_query is not None:
                 sq = torch.cat([self.input_layernorm(h), hn], dim=-1)
                 q_in = torch.where(self_query[..., None], sq, x)
         else:
@@ -204,25 +222,31 @@ class Drafter(nn.Module):
         self.register_buffer("t2d", t2d)
         self.rope = RotaryEmbedding(c.model_config())
         self.identity_vocab = False  # True when d2t is all zeros over a full vocabulary (a shortcut)
+        self.fast: dict[str, FastLinear] = {}  # "fc" / "head" fast paths (inference only)
 
     def fuse(self, taps: torch.Tensor) -> torch.Tensor:
         """[..., 3H] concatenated target taps (layer order of ``target_taps``) → [..., H] feature."""
         if self.config.fc_norm:
             parts = taps.chunk(3, dim=-1)
             taps = torch.cat([n(p) for n, p in zip(self.fc_norm, parts, strict=True)], dim=-1)
-        return self.fc(taps)
+        return project(taps, self.fc.weight, None, self.fast.get("fc"))
 
     def forward(self, input_ids: torch.Tensor, feature: torch.Tensor, positions: torch.Tensor,
-                attention: AttentionFn = causal_attention, self_query: torch.Tensor | None = None
+                attention: AttentionFn = causal_attention, self_query: torch.Tensor | int | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        """ids/positions [B, T], feature [B, T, H] → (draft logits [B, T, Vd], next feature [B, T, H])."""
+        """ids/positions [B, T], feature [B, T, H] → (draft logits [B, T, Vd], next feature [B, T, H]).
+
+        ``self_query``: [B, T] bool, rows whose query reads the feature in place of the embedding
+        (PR's reconsideration pass), or an int n: the last n rows.
+        """
         rope = self.rope.table(positions)
         emb = self.embed_tokens(input_ids).to(feature.dtype)
         h = self.midlayer(feature, emb, rope, attention, self_query)
         for layer in self.extra_layers:
             h = layer(h, None, rope, attention, None)
         out = self.norm(h)
-        return self.lm_head(out), (out if self.config.norm_output else h)
+        return project(out, self.lm_head.weight, None, self.fast.get("head")), \
+            (out if self.config.norm_output else h)
 
     def to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary ids → target ids (``target = draft + d2t[draft]``)."""

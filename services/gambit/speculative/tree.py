@@ -35,6 +35,7 @@ class TreeConfig:
     reconsider: int = 0  # m: extra rows per step
     extra: str = "reconsider"  # what the m rows do: "reconsider" (PR) | "advance" (Table 4 control)
     self_query: bool = True  # reconsider rows take their query from the feature
+    fresh: bool = True  # corrected token: the best one not among the node's offered children (else: merge)
 
     def __post_init__(self) -> None:
         for name in ("gamma", "budget", "grow_width", "offer_width"):
@@ -70,10 +71,11 @@ class DraftTree:
     mask: torch.Tensor  # [S, B+1, B+1] bool: row i sees its ancestors and itself
     reconsidered: torch.Tensor  # [S, B] bool: created by a reconsider row
     score: torch.Tensor  # [S, B] cumulative draft log-probability
-    # per tree position (root = 0, nodes 1..B), for the analyses: the row forwarded for that node
-    conf: torch.Tensor  # [S, B+1] drafter top-1 probability at the node (NaN: never forwarded)
-    top1: torch.Tensor  # [S, B+1] drafter top-1 child token (-1: never forwarded)
-    recon: torch.Tensor  # [S, B+1] corrected token of the node's reconsideration (-1: none)
+    # per tree position (root = 0, nodes 1..B), for the analyses (None unless asked for): the row
+    # forwarded for that node
+    conf: torch.Tensor | None = None  # [S, B+1] drafter top-1 probability at the node (NaN: never forwarded)
+    top1: torch.Tensor | None = None  # [S, B+1] drafter top-1 child token (-1: never forwarded)
+    recon: torch.Tensor | None = None  # [S, B+1] corrected token of the node's reconsideration (-1: none)
 
 
 class TreeAttention:
@@ -87,14 +89,21 @@ class TreeAttention:
         self.v = [F.pad(v, pad) for v in ctx_v]
         self.L = L
         self.ctx_ok = torch.arange(L, device=ctx_len.device)[None, :] < ctx_len[:, None]  # [S, L]
+        self.total = total_rows
+        self.buf: torch.Tensor | None = None  # [S, R, L + rows] additive mask, context part filled once
         self.start = 0
         self.mask: torch.Tensor | None = None
 
     def set_rows(self, start: int, vis: torch.Tensor) -> None:
         """Next call writes rows start..start+R-1; vis [S, R, start+R] over tree rows."""
-        S, R, _ = vis.shape
+        S, R, n = vis.shape
+        if self.buf is None or self.buf.shape[1] != R:
+            self.buf = torch.zeros(S, R, self.L + self.total, device=vis.device)
+            self.buf[:, :, :self.L].masked_fill_(~self.ctx_ok[:, None, :], NEG)
         self.start = start
-        self.mask = torch.cat([self.ctx_ok[:, None, :].expand(S, R, self.L), vis], dim=2)[:, None]
+        b = self.L + n
+        self.buf[:, :, self.L:b] = torch.where(vis, 0.0, NEG)  # one additive mask for every layer
+        self.mask = self.buf[:, None, :, :b]
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         R = q.shape[1]
@@ -114,16 +123,61 @@ def _take(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return x.gather(1, idx.reshape(*idx.shape, *([1] * (x.dim() - 2))).expand(*idx.shape, *x.shape[2:]))
 
 
+@dataclass
+class _Layout:
+    """What depends only on the configuration: pool depth, the row feeding each candidate, row ids."""
+
+    depth: torch.Tensor  # [P + 1] pool depth without reconsideration (which can graft shallower nodes)
+    feat_row: torch.Tensor  # [P + 1] row whose output feeds each candidate
+    is_rec: torch.Tensor  # [P + 1] bool
+    eye: torch.Tensor  # [R, R] bool
+    steps: list  # per step: (base, reg_rows [n_reg], rec_rows [n_rec], new_rows [R], pool start, end)
+
+
+_LAYOUTS: dict = {}
+
+
+def _layout(cfg: TreeConfig, n_reg: int, n_rec: int, device: torch.device) -> _Layout:
+    key = (cfg.gamma, cfg.offer_width, n_reg, n_rec, str(device))
+    lay = _LAYOUTS.get(key)
+    if lay is not None:
+        return lay
+    k, R, P = cfg.offer_width, n_reg + n_rec, cfg.pool_size
+    depth, feat_row, is_rec = [1] * k, [0] * k, [False] * k
+    steps = []
+    at = k
+    for s in range(1, cfg.gamma + 1):
+        base = 1 + (s - 1) * R
+        depth += [s + 1] * (n_reg * k + n_rec)
+        feat_row += [base + r for r in range(n_reg) for _ in range(k)]
+        feat_row += [base + n_reg + j for j in range(n_rec)]
+        is_rec += [False] * (n_reg * k) + [True] * n_rec
+        ar = torch.arange(R, device=device)
+        steps.append((base, base + ar[:n_reg], base + ar[n_reg:], base + ar, at, at + n_reg * k + n_rec))
+        at += n_reg * k + n_rec
+    assert at == P
+    t = lambda x, dt: torch.tensor(x + [0], dtype=dt, device=device)  # noqa: E731  (+ the sink)
+    lay = _Layout(t(depth, torch.long), t(feat_row, torch.long), t(is_rec, torch.bool),
+                  torch.eye(R, dtype=torch.bool, device=device), steps)
+    _LAYOUTS[key] = lay
+    return lay
+
+
 @torch.inference_mode()
 def draft_tree(drafter: Drafter, cfg: TreeConfig, root_token: torch.Tensor, root_pos: torch.Tensor,
-               root_feature: torch.Tensor, root_logits: torch.Tensor, attn: TreeAttention) -> DraftTree:
-    """Grow one tree per sequence from its root row (token, drafter position, output feature, logits)."""
+               root_feature: torch.Tensor, root_logits: torch.Tensor, attn: TreeAttention,
+               analysis: bool = False) -> DraftTree:
+    """Grow one tree per sequence from its root row (token, drafter position, output feature, logits).
+
+    ``analysis`` also records, per node, the drafter's confidence, top-1 child and corrected token.
+    """
     S, dev = root_token.shape[0], root_token.device
     k, Bw, m, G = cfg.offer_width, cfg.grow_width, cfg.reconsider, cfg.gamma
     advance = cfg.extra == "advance"
     n_reg = Bw + (m if advance else 0)
     n_rec = 0 if advance else m
     R = n_reg + n_rec
+    lay = _layout(cfg, n_reg, n_rec, dev)
     # index P of the pool and index `rows` of the rows are sinks: padded (invalid) entries point
     # there, so scatters never write twice to a real entry
     P, rows = cfg.pool_size, 1 + G * R
@@ -131,53 +185,51 @@ def draft_tree(drafter: Drafter, cfg: TreeConfig, root_token: torch.Tensor, root
     tok = torch.zeros(S, P + 1, dtype=torch.long, device=dev)
     par = torch.full((S, P + 1), -1, dtype=torch.long, device=dev)  # pool index of the parent, -1 root
     score = torch.full((S, P + 1), NEG, device=dev)
-    depth = torch.zeros(S, P + 1, dtype=torch.long, device=dev)
-    feat_row = torch.zeros(S, P + 1, dtype=torch.long, device=dev)  # row whose output feeds this node
-    vis_row = torch.zeros(S, P + 1, dtype=torch.long, device=dev)  # regular row of the parent (0 = root)
-    row_of = torch.full((S, P + 1), -1, dtype=torch.long, device=dev)  # row that forwarded this node
-    is_rec = torch.zeros(S, P + 1, dtype=torch.bool, device=dev)
+    vis_row = lay.feat_row.expand(S, P + 1)  # row whose visibility a candidate inherits
+    if n_rec:
+        vis_row = vis_row.clone()  # a corrected token sees what its node's row saw
+    merge = n_rec and not cfg.fresh  # a corrected token may duplicate an offered child
+    row_of = torch.full((S, P + 1), -1, dtype=torch.long, device=dev) if (analysis or merge) else None
+    # corrected tokens graft shallower nodes into a step's block: then depth is tracked
+    depth = torch.zeros(S, P + 1, dtype=torch.long, device=dev) if n_rec else lay.depth.expand(S, P + 1)
     # rows
     H = root_feature.shape[-1]
-    feat = root_feature.new_zeros(S, rows + 1, H)
+    feat = root_feature.new_zeros(S, rows + 1, H)  # zeros: padded rows read finite inputs
     feat[:, 0] = root_feature
     vis = torch.zeros(S, rows + 1, rows + 1, dtype=torch.bool, device=dev)
-    r_tok = torch.zeros(S, rows + 1, dtype=torch.long, device=dev)
-    r_tok[:, 0] = root_token
-    r_pos = torch.zeros(S, rows + 1, dtype=torch.long, device=dev)
-    r_pos[:, 0] = root_pos
-    r_node = torch.full((S, rows + 1), -1, dtype=torch.long, device=dev)  # pool index, -1 root/reconsider
-    r_conf = torch.full((S, rows + 1), float("nan"), device=dev)
-    r_top1 = torch.full((S, rows + 1), -1, dtype=torch.long, device=dev)
-    r_recon = torch.full((S, rows + 1), -1, dtype=torch.long, device=dev)
-    r_child = torch.zeros(S, rows + 1, dtype=torch.long, device=dev)  # pool index of the first child
-    r_score = torch.full((S, rows + 1), NEG, device=dev)  # score of the row's node (root: 0)
-    r_score[:, 0] = 0.0
-    r_depth = torch.zeros(S, rows + 1, dtype=torch.long, device=dev)  # depth of the row's node
+    if analysis:
+        r_conf = torch.full((S, rows + 1), float("nan"), device=dev)
+        r_top1 = torch.full((S, rows + 1), -1, dtype=torch.long, device=dev)
+        r_recon = torch.full((S, rows + 1), -1, dtype=torch.long, device=dev)
+    kk = torch.arange(k, device=dev)
 
-    def offer(row_ids, node_score, node_depth, logits, at):
-        """Top-k children of rows ``row_ids`` [S, n] into the pool at ``at``; returns conf."""
-        lp = torch.log_softmax(logits.float(), dim=-1)
+    def offer(row_ids, node_score, node_depth, lp, at):
+        """Top-k children of rows ``row_ids`` [n] (log-probs ``lp``) into the pool at ``at``."""
         vals, ids = lp.topk(k, dim=-1)  # [S, n, k]
-        n = row_ids.shape[1]
+        n = row_ids.shape[0]
         sl = slice(at, at + n * k)
-        tok[:, sl] = drafter.to_target(ids).reshape(S, -1)
-        score[:, sl] = (node_score[..., None] + vals.clamp(max=0)).reshape(S, -1)
-        depth[:, sl] = (node_depth[..., None] + 1).expand(S, n, k).reshape(S, -1)
-        feat_row[:, sl] = row_ids[..., None].expand(S, n, k).reshape(S, -1)
-        vis_row[:, sl] = feat_row[:, sl]
-        r_child.scatter_(1, row_ids, (at + torch.arange(n, device=dev) * k)[None].expand(S, n))
-        r_top1.scatter_(1, row_ids, tok[:, sl].view(S, n, k)[..., 0])
-        conf = vals[..., 0].exp()
-        r_conf.scatter_(1, row_ids, conf)
-        return conf
+        tok[:, sl] = drafter.to_target(ids).view(S, -1)
+        score[:, sl] = (node_score[..., None] + vals.clamp(max=0)).view(S, -1)
+        if n_rec:
+            depth[:, sl] = (node_depth + 1).repeat_interleave(k, dim=1)
+        conf = vals[..., 0].exp() if (m or analysis) else None
+        if analysis:
+            r_top1[:, row_ids] = tok[:, sl].view(S, n, k)[..., 0]
+            r_conf[:, row_ids] = conf
+        return conf, ids
 
-    zero = torch.zeros(S, 1, device=dev)
-    prev_conf = offer(torch.zeros(S, 1, dtype=torch.long, device=dev), zero,
-                      torch.zeros(S, 1, dtype=torch.long, device=dev), root_logits[:, None], 0)
-    prev_rows = torch.zeros(S, 1, dtype=torch.long, device=dev)
+    zero = torch.zeros(S, 1, dtype=torch.long, device=dev)
+    prev_conf, prev_did = offer(zero[0], torch.zeros(S, 1, device=dev), zero,
+                                torch.log_softmax(root_logits[:, None].float(), dim=-1), 0)
     prev_ok = torch.ones(S, 1, dtype=torch.bool, device=dev)
+    # the previous step's rows, for reconsideration: (token, position, node, depth) and node score
+    prev_info = torch.stack([root_token, root_pos, root_token.new_full((S,), -1), root_token.new_zeros(S)],
+                            -1)[:, None]
+    prev_score = torch.zeros(S, 1, device=dev)
+    prev_base = 0  # row index of the previous step's first row
     b0, b1 = 0, k  # the previous step's block of the pool
     for s in range(1, G + 1):
+        base, reg_rows, rec_rows, new_rows, at, nxt_at = lay.steps[s - 1]
         # frontier: the best Bw candidates the previous step offered
         nsel = min(Bw, b1 - b0)
         top = score[:, b0:b1].topk(nsel, dim=1)
@@ -187,16 +239,19 @@ def draft_tree(drafter: Drafter, cfg: TreeConfig, root_token: torch.Tensor, root
             padn = Bw - nsel
             sel = torch.cat([sel, sel.new_full((S, padn), P)], 1)
             sel_ok = torch.cat([sel_ok, sel_ok.new_zeros(S, padn)], 1)
-        # the m least-confident rows of the previous step
-        mm = min(m, prev_rows.shape[1])
-        low = prev_conf.masked_fill(~prev_ok, float("inf")).topk(mm, dim=1, largest=False)
-        lo_ok = low.values < float("inf")
-        lo_rows = torch.where(lo_ok, _take(prev_rows, low.indices), rows)
-        if mm < m:
-            lo_rows = torch.cat([lo_rows, lo_rows.new_full((S, m - mm), rows)], 1)
-            lo_ok = torch.cat([lo_ok, lo_ok.new_zeros(S, m - mm)], 1)
+        if m:  # the m least-confident rows of the previous step (li: their index among its rows)
+            mm = min(m, prev_conf.shape[1])
+            low = prev_conf.masked_fill(~prev_ok, float("inf")).topk(mm, dim=1, largest=False)
+            li = low.indices
+            if merge or advance or mm < m:
+                lo_ok = low.values < float("inf")
+            if mm < m:  # fewer rows than m (after the root): pads that can never be selected
+                li = torch.cat([li, li.new_zeros(S, m - mm)], 1)
+                lo_ok = torch.cat([lo_ok, lo_ok.new_zeros(S, m - mm)], 1)
+            lo_rows = prev_base + li
+            if merge or advance:  # [S, m, k] pool indices of the rows' offered children
+                kids = (b0 + li * k)[..., None] + kk
         if advance and m:  # each least-confident row's best child not already in the frontier
-            kids = _take(r_child, lo_rows)[..., None] + torch.arange(k, device=dev)  # [S, m, k]
             ks = _take(score, kids.reshape(S, -1)).view(S, m, k)
             taken = (kids.reshape(S, -1, 1) == sel[:, None, :]).any(-1).view(S, m, k)
             ks = ks.masked_fill(taken | ~lo_ok[..., None], NEG)
@@ -204,72 +259,66 @@ def draft_tree(drafter: Drafter, cfg: TreeConfig, root_token: torch.Tensor, root
             ok = best.values > NEG
             sel = torch.cat([sel, torch.where(ok, kids.gather(2, best.indices[..., None]).squeeze(-1), P)], 1)
             sel_ok = torch.cat([sel_ok, ok], 1)
-        base = 1 + (s - 1) * R
-        reg_rows = base + torch.arange(n_reg, device=dev)[None].expand(S, n_reg)
-        # inputs of the regular rows
+        # inputs of the regular rows, then of the reconsider rows (the row's own token, position and
+        # visibility, fed its own output)
         ids = _take(tok, sel)
-        f_in = _take(feat, _take(feat_row, sel))
+        f_row = lay.feat_row[sel]
         sel_depth = _take(depth, sel)
         pos = root_pos[:, None] + sel_depth
-        pvis = _take(vis, _take(vis_row, sel))  # [S, n_reg, rows]
         if n_rec:
-            rec_rows = base + n_reg + torch.arange(n_rec, device=dev)[None].expand(S, n_rec)
-            ids = torch.cat([ids, _take(r_tok, lo_rows)], 1)
-            f_in = torch.cat([f_in, _take(feat, lo_rows)], 1)
-            pos = torch.cat([pos, _take(r_pos, lo_rows)], 1)
-            pvis = torch.cat([pvis, _take(vis, lo_rows)], 1)
-        new_rows = base + torch.arange(R, device=dev)
-        pvis[:, :, new_rows] = torch.eye(R, dtype=torch.bool, device=dev)
+            info = _take(prev_info, li)  # [S, m, 4]
+            ids = torch.cat([ids, info[..., 0]], 1)
+            pos = torch.cat([pos, info[..., 1]], 1)
+            f_in = _take(feat, torch.cat([f_row, lo_rows], 1))
+            pvis = _take(vis, torch.cat([_take(vis_row, sel), lo_rows], 1))  # [S, R, rows]
+        else:
+            f_in, pvis = _take(feat, f_row), _take(vis, f_row)
+        pvis[:, :, new_rows] = lay.eye
         vis[:, base:base + R] = pvis
         attn.set_rows(base, pvis[:, :, :base + R])
-        sq = None
-        if n_rec and cfg.self_query:
-            sq = torch.zeros(S, R, dtype=torch.bool, device=dev)
-            sq[:, n_reg:] = True
-        logits, nxt = drafter(ids, f_in, pos, attention=attn, self_query=sq)
+        logits, nxt = drafter(ids, f_in, pos, attention=attn,
+                              self_query=n_rec if (n_rec and cfg.self_query) else None)
         feat[:, base:base + R] = nxt
-        r_tok[:, base:base + R] = ids
-        r_pos[:, base:base + R] = pos
-        r_node[:, base:base + n_reg] = sel
-        row_of.scatter_(1, sel, reg_rows)  # padded rows write into the sink
-        at = b1
         node_score = _take(score, sel)  # the sink's score is -inf
-        r_score[:, base:base + n_reg] = node_score
-        r_depth[:, base:base + n_reg] = sel_depth
-        conf = offer(reg_rows, node_score, sel_depth, logits[:, :n_reg], at)
-        at += n_reg * k
+        if row_of is not None:
+            row_of.scatter_(1, sel, reg_rows.expand(S, n_reg))  # padded rows write into the sink
+        lp = torch.log_softmax(logits.float(), dim=-1)
+        conf, did = offer(reg_rows, node_score, sel_depth, lp[:, :n_reg], at)
         if n_rec:
             # corrected token: a new child of the reconsidered node, fed by the reconsidered feature
-            lp = torch.log_softmax(logits[:, n_reg:].float(), dim=-1)
-            best, bid = lp.max(-1)
+            lpr = lp[:, n_reg:]
+            if cfg.fresh:  # never one of the node's offered children: always a new candidate
+                lpr = lpr.scatter(-1, _take(prev_did, li), NEG)
+            best, bid = lpr.max(-1)
             x = drafter.to_target(bid)
-            node = _take(r_node, lo_rows)  # pool index of the node (-1: root)
-            s_new = _take(r_score, lo_rows) + best.clamp(max=0)  # padded rows: the sink row, -inf
-            # a duplicate of one of the node's own offered children: merge instead of adding
-            kids = _take(r_child, lo_rows)[..., None] + torch.arange(k, device=dev)  # [S, m, k]
-            dup = (_take(tok, kids.reshape(S, -1)).view(S, m, k) == x[..., None]) & lo_ok[..., None]
-            has = dup.any(-1)
-            j = torch.where(has, kids.gather(2, dup.float().argmax(-1, keepdim=True)).squeeze(-1), P)
-            j_score = _take(score, j)
-            fwd = _take(row_of, j) >= 0
-            # already growing: keep it and raise its score; not forwarded: the corrected copy replaces it
-            top = torch.maximum(j_score, s_new)
-            score.scatter_(1, j, torch.where(has, torch.where(fwd, top, NEG), j_score))
-            s_new = torch.where(has, torch.where(fwd, NEG, top), s_new)
-            sl = slice(at, at + m)
-            tok[:, sl], score[:, sl], par[:, sl] = x, s_new, node
-            depth[:, sl], feat_row[:, sl], vis_row[:, sl] = _take(r_depth, lo_rows) + 1, rec_rows, lo_rows
-            is_rec[:, sl] = True
-            r_recon.scatter_(1, lo_rows, x)  # padded rows write into the sink row
-            at += m
+            s_new = _take(prev_score, li) + best.clamp(max=0)  # a padded frontier row's score: -inf
+            if mm < m:
+                s_new = s_new.masked_fill(~lo_ok, NEG)
+            if merge:  # a duplicate of one of the node's own offered children: merge instead of adding
+                dup = (_take(tok, kids.reshape(S, -1)).view(S, m, k) == x[..., None]) & lo_ok[..., None]
+                has = dup.any(-1)
+                j = torch.where(has, kids.gather(2, dup.float().argmax(-1, keepdim=True)).squeeze(-1), P)
+                j_score = _take(score, j)
+                fwd = _take(row_of, j) >= 0
+                # already growing: keep it and raise its score; not forwarded: the corrected copy replaces it
+                top = torch.maximum(j_score, s_new)
+                score.scatter_(1, j, torch.where(has, torch.where(fwd, top, NEG), j_score))
+                s_new = torch.where(has, torch.where(fwd, NEG, top), s_new)
+            sl = slice(nxt_at - m, nxt_at)
+            tok[:, sl], score[:, sl], par[:, sl], vis_row[:, sl] = x, s_new, info[..., 2], lo_rows
+            depth[:, sl] = info[..., 3] + 1
+            if analysis:
+                r_recon.scatter_(1, lo_rows, x)
+            prev_info = torch.stack([ids[:, :n_reg], pos[:, :n_reg], sel, sel_depth], -1)
         # parents of this step's regular children
-        par[:, b1:b1 + n_reg * k] = sel[..., None].expand(S, n_reg, k).reshape(S, -1)
-        prev_rows, prev_ok, prev_conf = reg_rows, sel_ok, conf
-        b0, b1 = b1, at
-    return _select(cfg.budget, tok, par, score, depth, is_rec, row_of, r_conf, r_top1, r_recon)
+        par[:, at:at + n_reg * k] = sel.repeat_interleave(k, dim=1)
+        prev_ok, prev_conf, prev_did, prev_score, prev_base = sel_ok, conf, did, node_score, base
+        b0, b1 = at, nxt_at
+    extra = (row_of, r_conf, r_top1, r_recon) if analysis else None
+    return _select(cfg.budget, G, tok, par, score, depth, lay.is_rec.expand(S, P + 1), extra)
 
 
-def _select(B, tok, par, score, depth, is_rec, row_of, r_conf, r_top1, r_recon) -> DraftTree:
+def _select(B, G, tok, par, score, depth, is_rec, extra) -> DraftTree:
     """Re-rank the whole pool to the budget; nodes in pool order so parents precede children."""
     S, P = score.shape  # the last entry is the sink
     dev = score.device
@@ -282,21 +331,23 @@ def _select(B, tok, par, score, depth, is_rec, row_of, r_conf, r_top1, r_recon) 
     parent = torch.where(p >= 0, _take(inv, p.clamp(min=0)), 0)
     valid &= parent >= 0
     parent = parent.clamp(min=0).masked_fill(~valid, 0)
-    # ancestors: propagate parent links (depth <= gamma + 1 iterations of one gather)
+    # ancestors: a node's row is its parent's row plus itself; parents come first, depth by depth
     full_parent = torch.cat([torch.zeros(S, 1, dtype=torch.long, device=dev), parent], 1)  # [S, B+1]
-    eye = torch.eye(B + 1, dtype=torch.bool, device=dev).expand(S, B + 1, B + 1)
-    mask = eye.clone()
+    mask = torch.eye(B + 1, dtype=torch.bool, device=dev).expand(S, B + 1, B + 1).clone()
     mask[:, 1:, 0] = True
     anc = full_parent
-    dmax = int(depth.max()) if depth.numel() else 0
-    for _ in range(dmax):
-        mask |= F.one_hot(anc, B + 1).bool()
+    mask[:, 1:] |= F.one_hot(parent, B + 1).bool()
+    for _ in range(G - 1):  # depth <= G + 1: the parent and G - 1 further hops reach depth 1
         anc = _take(full_parent, anc)
-    rows = torch.cat([torch.zeros(S, 1, dtype=torch.long, device=dev), _take(row_of, idx)], 1)
-    has_row = rows >= 0
-    rows = rows.clamp(min=0)
-    conf = _take(r_conf, rows).masked_fill(~has_row, float("nan"))
-    top1 = _take(r_top1, rows).masked_fill(~has_row, -1)
-    recon = _take(r_recon, rows).masked_fill(~has_row, -1)
-    return DraftTree(_take(tok, idx), parent, _take(depth, idx), valid, mask, _take(is_rec, idx),
-                     _take(score, idx), conf, top1, recon)
+        mask[:, 1:] |= F.one_hot(anc[:, 1:], B + 1).bool()
+    tree = DraftTree(_take(tok, idx), parent, _take(depth, idx), valid, mask, _take(is_rec, idx),
+                     _take(score, idx))
+    if extra is not None:
+        row_of, r_conf, r_top1, r_recon = extra
+        rows = torch.cat([torch.zeros(S, 1, dtype=torch.long, device=dev), _take(row_of, idx)], 1)
+        has_row = rows >= 0
+        rows = rows.clamp(min=0)
+        tree.conf = _take(r_conf, rows).masked_fill(~has_row, float("nan"))
+        tree.top1 = _take(r_top1, rows).masked_fill(~has_row, -1)
+        tree.recon = _take(r_recon, rows).masked_fill(~has_row, -1)
+    return tree

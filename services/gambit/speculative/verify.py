@@ -98,3 +98,20 @@ def accept(tokens: torch.Tensor, parent: torch.Tensor, depth: torch.Tensor, vali
     bonus = torch.searchsorted(c, x[:, None]).squeeze(-1).clamp(max=q.shape[-1] - 1)
     bonus = torch.where(c[:, -1] > 0, bonus, p_end.argmax(-1))  # rounding left no mass: argmax
     return on_path, end, bonus
+
+
+def greedy_accept(tokens: torch.Tensor, parent: torch.Tensor, depth: torch.Tensor, valid: torch.Tensor,
+                  mask: torch.Tensor, logits: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``accept`` for rows that all decode greedily, in a handful of ops (the common serving case).
+
+    With one-hot ``p`` a child is accepted iff its token is the argmax at its parent (siblings are
+    distinct, so at most one is), a node is on the path iff it and its ancestors are, and the bonus
+    is the argmax at the deepest one. logits [S, T, V]; the rest as in ``accept``.
+    """
+    am = logits.argmax(-1)  # [S, T]
+    ok = (tokens == am.gather(1, parent)) & valid
+    ok[:, 0] = True
+    on_path = ~(mask & ~ok[:, None, :]).any(-1)
+    end = (depth * on_path).argmax(-1)
+    return on_path, end, am.gather(1, end[:, None]).squeeze(1)
