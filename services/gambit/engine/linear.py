@@ -138,7 +138,7 @@ def pack_drafter(drafter, enabled: bool = True, norm_kernel: bool = True, min_ro
     norms = [mod for mod in drafter.modules() if isinstance(mod, RMSNorm)]
     for norm in norms:
         norm.fast = None
-    if not enabled or not available() or w.dtype != torch.float32 or w.device.type != "cpu":
+    if not enabled or not mkl_available() or w.dtype != torch.float32 or w.device.type != "cpu":
         return 0
     if norm_kernel and cpu_attention.kernel() is not None:  # one call per norm, not torch's ~7
         for norm in norms:

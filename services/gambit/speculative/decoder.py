@@ -91,7 +91,7 @@ class SpecDecoder:
                 layer.mlp.fuse()
             if getattr(layer.self_attn, "qkv", None) is None:
                 layer.self_attn.fuse()
-        pack_drafter(drafter, e.config.packed_linear, e.runner.use_kernel)
+        pack_drafter(drafter, e.config.cpu_linear != "plain", e.runner.use_kernel)
         self.drafters[name] = drafter
         self.caches[name] = KVCache(drafter.config.model_config(), e.num_blocks, e.config.block_size,
                                     e.dtype, e.device)
