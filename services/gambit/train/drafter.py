@@ -51,11 +51,11 @@ class TrainDrafterConfig:
     out: str = ""  # output folder ("" = the shipped folder of the method)
     target: str = str(TARGET)  # target model folder
     seed: int = 0  # init, batch order and balance-set seed
-    steps: int = 50  # optimizer steps (the compute budget, equal for every method)
+    steps: int = 800  # optimizer steps (the compute budget, equal for every method)
     batch_size: int = 8  # sequences per step
     lr: float = 3e-3  # peak AdamW learning rate (linear warmup, cosine decay)
     min_lr_ratio: float = 0.1  # final learning rate / peak
-    warmup: int = 5  # warmup steps
+    warmup: int = 40  # warmup steps
     weight_decay: float = 0.0  # AdamW weight decay on matrices
     grad_clip: float = 0.5  # gradient-norm clip
     ttt_steps: int = 3  # unrolled training-time-test steps (loss weight 0.8^i)
@@ -67,7 +67,7 @@ class TrainDrafterConfig:
     num_layers: int = 1  # decoder layers of the drafter (2: the "second layer" ablation)
     threads: int = 1  # torch intra-op threads (recorded in the card; part of reproducibility)
     eval_every: int = 1000  # held-out acceptance every N steps (and at the end)
-    n_train: int = 384  # data: train-split problems (one target trace each)
+    n_train: int = 1536  # data: train-split problems (one target trace each)
     n_heldout: int = 64  # data: dev-split problems (greedy target traces)
     data_temperature: float = 0.8  # data: sampling temperature of the training traces
     cache_dir: str = ""  # data cache ("" = $GAMBIT_CACHE or ~/.cache/gambit)
