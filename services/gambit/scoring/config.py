@@ -29,6 +29,7 @@ class ScorerConfig:
     num_heads: int = 4  # sequence attn: attention heads
     max_thoughts: int = 64  # sequence attn: learned thought-index positions
     target: str = ""  # the target model this scorer reads (informational)
+    label: str = "final"  # what the score estimates: final | process | path (see labels.py; informational)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -219,6 +219,9 @@ class SearchDriver:
         for k in ("step", "round", "tokens", "pruned", "branched", "evicted", "phase", "threshold"):
             setattr(run, k, meta[k])
         run.nodes = {i: Node.from_dict(d) for i, d in sorted(data["nodes"].items())}
+        run.active = {i for i, n in run.nodes.items() if n.active}
+        run.written = {i: n.depth for i, n in run.nodes.items()}
+        run.meta_written = True
         if cfg.method == "deepconf":
             from gambit.search.deepconf import ConfidenceWindow
 

@@ -46,7 +46,10 @@ class SearchRun:
         self.windows: dict[int, ConfidenceWindow] = {}
         self.threshold: float | None = None
         self.phase = 1
-        self.dirty: set[int] = set()
+        self.dirty: set[int] = set()  # nodes whose tree-view record changed since the last write
+        self.active: set[int] = set()  # the tree view's pool (running + ghosts), kept as it changes
+        self.written: dict[int, int] = {}  # node id -> its depth in the store (tokens lag until it changes)
+        self.meta_written = False  # the static part of meta (config, prompt) is written once
         self.pending_rounds: list[dict] = []
         self.result: RunResult | None = None
 
@@ -65,6 +68,7 @@ class SearchRun:
                     scores=[] if parent is None else list(parent.scores))
         self.nodes[nid] = node
         self.dirty.add(nid)
+        self.active.add(nid)
         if self.cfg.method == "deepconf":
             self.windows[nid] = ConfidenceWindow(self.cfg.deepconf_window)
         return node
@@ -109,6 +113,7 @@ class SearchRun:
                 except ValueError:
                     pass  # already gone in the engine
         node.state, node.end_reason, node.end_step = state, reason, self.step
+        self.active.discard(node.id)
         if state == T.FINISHED:
             node.answer = extract_answer(self.engine.tokenizer.decode(node.tokens))
         w = self.windows.get(node.id)
@@ -134,6 +139,7 @@ class SearchRun:
         elif m == "step":
             node.engine_id = None
             node.state, node.end_reason, node.end_step = T.EVICTED, "evicted", self.step
+            self.active.discard(node.id)
             if self.scorer is not None:
                 self.scorer.drop(self.key(node.id))
             self.dirty.add(node.id)
@@ -167,15 +173,14 @@ class SearchRun:
 
     # -- rounds ---------------------------------------------------------------------------------
     def counts(self) -> tuple[int, int, int]:
-        act = sum(n.active for n in self.nodes.values())
-        ghosts = sum(n.state == T.GHOST for n in self.nodes.values())
-        return act, ghosts, act - ghosts
+        ghosts = sum(self.nodes[i].state == T.GHOST for i in self.active)
+        return len(self.active), ghosts, len(self.active) - ghosts
 
     def tournament(self) -> tuple[int, list[int], list[list[int]]]:
         c = self.cfg
         if c.max_total_tokens and self.tokens >= c.max_total_tokens:
             return 0, [], []
-        plan = plan_round(list(self.nodes.values()), c.capacity, c.swap, c.warmup, c.floor)
+        plan = plan_round([self.nodes[i] for i in sorted(self.active)], c.capacity, c.swap, c.warmup, c.floor)
         for nid in plan.prune:
             self.prune(self.nodes[nid])
         pairs = [[pid, self.branch(self.nodes[pid]).id] for pid in plan.branch]
@@ -221,19 +226,21 @@ class SearchRun:
                     or (c.max_wall_s and time.perf_counter() - self.t0 >= c.max_wall_s))
 
     def is_done(self) -> bool:
-        return not any(n.state in (T.RUNNING, T.WAITING) for n in self.nodes.values()) and \
+        """No trace generates any more (every running or waiting trace is in the active pool)."""
+        return not any(self.nodes[i].state in (T.RUNNING, T.WAITING) for i in self.active) and \
             (self.cfg.method != "deepconf" or self.phase == 2)
 
     def stop_all(self, state: str, reason: str) -> None:
-        for n in self.nodes.values():
-            if n.active:
-                self._end(n, state, reason)
+        for i in sorted(self.active):
+            self._end(self.nodes[i], state, reason)
 
     # -- the end --------------------------------------------------------------------------------
     def finish(self, reason: str) -> RunResult:
-        for n in self.nodes.values():
+        for i in sorted(self.active):
+            n = self.nodes[i]
             if n.state == T.GHOST:  # still a ghost when the pool ran out: it never got an answer
                 n.state, n.end_reason, n.end_step = T.PRUNED, "ghost", self.step
+                self.active.discard(i)
                 self.dirty.add(n.id)
         fin = [n for n in self.nodes.values() if n.state == T.FINISHED]
         answers = [n.answer for n in fin]
@@ -261,14 +268,29 @@ class SearchRun:
         return self.result
 
     # -- persistence ----------------------------------------------------------------------------
-    def meta(self) -> dict:
+    def meta(self, tokens: int | None = None) -> dict:
+        counters = {"step": self.step, "round": self.round,
+                    "tokens": self.tokens if tokens is None else tokens,
+                    "pruned": self.pruned, "branched": self.branched, "evicted": self.evicted,
+                    "phase": self.phase, "threshold": self.threshold}
+        if self.meta_written:
+            return counters
         return {"config": self.cfg.to_dict(), "prompt": self.prompt, "prompt_ids": self.prompt_ids,
-                "gold": self.gold, "step": self.step, "round": self.round, "tokens": self.tokens,
-                "pruned": self.pruned, "branched": self.branched, "evicted": self.evicted,
-                "phase": self.phase, "threshold": self.threshold}
+                "gold": self.gold, **counters}
 
     def flush(self) -> RunUpdate:
-        up = RunUpdate(self.meta(), [self.nodes[i].to_dict() for i in sorted(self.dirty)],
-                       self.pending_rounds, None if self.result is None else self.result.to_dict())
-        self.dirty, self.pending_rounds = {n.id for n in self.nodes.values() if n.active}, []
+        """The changes since the last write: counters, the nodes whose record changed (created, new
+        state or new scores), the rounds, the result. A running node whose only change is new tokens
+        is not rewritten every round (that was most of a round's cost); its stored tokens lag, and
+        ``meta["tokens"]`` is written consistent with the stored nodes, so a restart that adopts the
+        engine's live trace (its tokens past the stored ones) counts every token once."""
+        nodes = [self.nodes[i].to_dict() for i in sorted(self.dirty)]
+        for d in nodes:
+            self.written[d["id"]] = len(d["tokens"])
+        lag = sum(self.nodes[i].depth - self.written.get(i, 0) for i in self.active
+                  if self.nodes[i].resident)
+        up = RunUpdate(self.meta(self.tokens - lag), nodes, self.pending_rounds,
+                       None if self.result is None else self.result.to_dict())
+        self.meta_written = True
+        self.dirty, self.pending_rounds = set(), []
         return up
