@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from gambit.paths import SCORER_MLP, SCORER_SEQUENCE, TARGET
 from gambit.scoring.auc import auc
+from gambit.scoring.confidence import with_confidence
 from gambit.scoring.config import ScorerConfig
 from gambit.scoring.evaluate import evaluate, pad_traces, predict
 from gambit.scoring.labels import LABELS, boundary_labels
@@ -41,6 +42,7 @@ class TrainScorerConfig:
 
     kind: str = "mlp"  # "mlp" (STEP probe) or "sequence" (history-aware)
     label: str = "final"  # final: trace's final correctness (STEP); process: every thought so far right
+    confidence: bool = False  # also read the target's sampled-token confidence (see scoring/confidence.py)
     out: str = ""  # output folder (default: the shipped scorer folder of this kind)
     arch: str = "gru"  # sequence: "gru" or "attn"
     model_dim: int = 128  # sequence: width of the recurrent / attention model
@@ -85,7 +87,8 @@ class TrainScorerConfig:
 
     def scorer_config(self, hidden_size: int) -> ScorerConfig:
         return ScorerConfig(kind=self.kind, hidden_size=hidden_size, arch=self.arch,
-                            model_dim=self.model_dim, target=Path(self.model).name, label=self.label)
+                            model_dim=self.model_dim, target=Path(self.model).name, label=self.label,
+                            confidence=self.confidence)
 
 
 def is_validation(expr: str, val_percent: int) -> bool:
@@ -102,7 +105,7 @@ def select_traces(data: dict, traces: torch.Tensor) -> dict:
     out = {k: data[k][traces] for k in ("problem", "correct", "n_ops", "tokens")}
     out.update(states=data["states"][keep], thought=data["thought"][keep], trace=remap[data["trace"][keep]],
                exprs=data["exprs"])
-    out.update({k: data[k][keep] for k in ("step_ok", "step_ref", "y") if k in data})
+    out.update({k: data[k][keep] for k in ("step_ok", "step_ref", "conf", "y") if k in data})
     return out
 
 
@@ -147,6 +150,16 @@ def with_labels(data: dict, label: str) -> dict:
     return {**data, "y": boundary_labels(data, label)}
 
 
+def scorer_inputs(data: dict, confidence: bool) -> dict:
+    """``data`` whose ``states`` are what the scorer reads (hidden states + confidence features)."""
+    if not confidence:
+        return data
+    if "conf" not in data:
+        raise ValueError("these rollouts carry no confidence features (cached before they existed); "
+                         "delete the cache under ~/.cache/gambit and roll out again")
+    return {**data, "states": with_confidence(data["states"], data["conf"])}
+
+
 @torch.no_grad()
 def full_loss(cfg, net, data: dict, pos_weight: torch.Tensor) -> float:
     """Mean weighted BCE over all boundaries of ``data``."""
@@ -159,6 +172,8 @@ def full_loss(cfg, net, data: dict, pos_weight: torch.Tensor) -> float:
 
 def fit(cfg: TrainScorerConfig, data: dict, quiet: bool = False, max_epochs: int | None = None):
     """Train on ``data`` (split into fit / validation here); the best net and the per-epoch history."""
+    hidden = data["states"].shape[1]  # the target's width, before any confidence features
+    data = scorer_inputs(data, cfg.confidence)
     fit_data, val_data = split_fit_val(with_labels(data, cfg.label), cfg.val_percent)
     y = fit_data["y"]
     pos, neg = int(y.sum()), int((~y).sum())
@@ -168,7 +183,7 @@ def fit(cfg: TrainScorerConfig, data: dict, quiet: bool = False, max_epochs: int
     pos_weight = torch.tensor(neg / pos)
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    net = build_net(cfg.scorer_config(data["states"].shape[1]))
+    net = build_net(cfg.scorer_config(hidden))
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     epochs = max_epochs or cfg.max_epochs
     history, best, best_loss, since = [], None, float("inf"), 0
@@ -220,7 +235,7 @@ def train_scorer(cfg: TrainScorerConfig, quiet: bool = False) -> dict:
         start = time.time()
         net, history, split = fit(cfg, train, quiet)
         seconds = time.time() - start
-        ev = evaluate(predict(net, cfg.kind, held), held)
+        ev = evaluate(predict(net, cfg.kind, scorer_inputs(held, cfg.confidence)), held)
         env = environment()
         repro = repro_probe(cfg, train) if cfg.repro_epochs else []
     scfg = cfg.scorer_config(train["states"].shape[1])

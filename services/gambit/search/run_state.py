@@ -13,6 +13,7 @@ import time
 
 from gambit.engine import SamplingParams
 from gambit.engine.engine import derive_seed
+from gambit.scoring.confidence import ConfidenceTracker
 from gambit.search import tree as T
 from gambit.search.config import SearchConfig
 from gambit.search.deepconf import ConfidenceWindow, threshold, token_confidence
@@ -44,8 +45,12 @@ class SearchRun:
         self.t0 = time.perf_counter()
         self.timings = dict.fromkeys(TIMING_KEYS, 0.0)
         self.windows: dict[int, ConfidenceWindow] = {}
+        # the scorer also reads the target's sampled-token confidence: one tracker per node
+        self.confidence = bool(getattr(scorer, "confidence", False)) and cfg.method in ("gambit", "step")
+        self.conf: dict[int, ConfidenceTracker] = {}
         self.threshold: float | None = None
         self.phase = 1
+        self.target = cfg.capacity  # the pool's size: C, less the slots floor prunes gave up
         self.dirty: set[int] = set()  # nodes whose tree-view record changed since the last write
         self.active: set[int] = set()  # the tree view's pool (running + ghosts), kept as it changes
         self.written: dict[int, int] = {}  # node id -> its depth in the store (tokens lag until it changes)
@@ -58,7 +63,8 @@ class SearchRun:
         c = self.cfg
         return SamplingParams(temperature=node.temperature, top_p=c.top_p, top_k=c.top_k,
                               max_tokens=max_tokens or c.max_tokens, seed=derive_seed(c.seed, node.id),
-                              logprobs=20 if c.method == "deepconf" else 0, decoding=c.decoding)
+                              logprobs=20 if c.method == "deepconf" else int(self.confidence),
+                              decoding=c.decoding)
 
     def _new_node(self, parent: Node | None, temperature: float) -> Node:
         nid = len(self.nodes)
@@ -71,6 +77,8 @@ class SearchRun:
         self.active.add(nid)
         if self.cfg.method == "deepconf":
             self.windows[nid] = ConfidenceWindow(self.cfg.deepconf_window)
+        if self.confidence:
+            self.conf[nid] = ConfidenceTracker() if parent is None else self.conf[parent.id].fork()
         return node
 
     def key(self, node_id: int) -> str:
@@ -82,20 +90,22 @@ class SearchRun:
             self._end(node, T.FINISHED, "length")
             return
         eid = self.engine.add(self.prompt_ids + node.tokens, self.params(node, left),
-                              priority=node.rank_score())
+                              priority=node.rank_score(self.cfg.rank))
         node.engine_id = eid
         node.state = T.RUNNING
         self.owner[eid] = (self, node.id)
 
     def start(self) -> None:
-        n = self.cfg.deepconf_warmup if self.cfg.method == "deepconf" else self.cfg.capacity
+        c = self.cfg
+        n = c.deepconf_warmup if c.method == "deepconf" else (c.roots or c.capacity) if c.method == "gambit" \
+            else c.capacity
         for _ in range(n):
             self._launch(self._new_node(None, self.cfg.temperature))
 
     def branch(self, parent: Node) -> Node:
         child = self._new_node(parent, parent.temperature * self.cfg.child_temperature)
         (eid,) = self.engine.fork(parent.engine_id, 1, seeds=[derive_seed(self.cfg.seed, child.id)],
-                                  temperatures=[child.temperature], priority=parent.rank_score())
+                                  temperatures=[child.temperature], priority=parent.rank_score(self.cfg.rank))
         child.engine_id = eid
         self.owner[eid] = (self, child.id)
         if self.scorer is not None:
@@ -121,6 +131,7 @@ class SearchRun:
             node.conf_min, node.conf_mean = w.lowest_or_mean(), w.mean
         if self.scorer is not None and self.cfg.method in ("gambit", "step"):
             self.scorer.drop(self.key(node.id))
+        self.conf.pop(node.id, None)
         self.dirty.add(node.id)
 
     def prune(self, node: Node) -> None:
@@ -150,6 +161,8 @@ class SearchRun:
     def on_token(self, node: Node, ev) -> None:
         node.tokens.append(ev.token_id)
         self.tokens += 1
+        if self.confidence:
+            self.conf.setdefault(node.id, ConfidenceTracker()).token(ev.position, ev.logprob)
         w = self.windows.get(node.id)
         if w is not None and ev.top_logprobs:
             mean = w.push(token_confidence(ev.top_logprobs))
@@ -161,6 +174,13 @@ class SearchRun:
             self.owner.pop(node.engine_id, None)
             self._end(node, T.FINISHED, reason)
 
+    def boundary_features(self, node: Node, position: int) -> list[float] | None:
+        """Every boundary advances the node's confidence tracker (scored or not, the trace-level
+        minimum covers all its thoughts); the features when the scorer reads them."""
+        if not self.confidence:
+            return None
+        return self.conf.setdefault(node.id, ConfidenceTracker()).boundary(position)
+
     def wants_score(self, node: Node) -> bool:
         m = self.cfg.method
         return node.resident and (m == "step" or (m == "gambit" and node.depth >= self.cfg.warmup))
@@ -169,7 +189,7 @@ class SearchRun:
         node.scores.extend(scores)
         self.dirty.add(node.id)
         if node.resident:
-            self.engine.set_priority(node.engine_id, node.rank_score())
+            self.engine.set_priority(node.engine_id, node.rank_score(self.cfg.rank))
 
     # -- rounds ---------------------------------------------------------------------------------
     def counts(self) -> tuple[int, int, int]:
@@ -180,7 +200,9 @@ class SearchRun:
         c = self.cfg
         if c.max_total_tokens and self.tokens >= c.max_total_tokens:
             return 0, [], []
-        plan = plan_round([self.nodes[i] for i in sorted(self.active)], c.capacity, c.swap, c.warmup, c.floor)
+        plan = plan_round([self.nodes[i] for i in sorted(self.active)], self.target, c.swap, c.warmup,
+                          c.floor, c.rank, c.floor_refill)
+        self.target -= plan.shrink
         for nid in plan.prune:
             self.prune(self.nodes[nid])
         pairs = [[pid, self.branch(self.nodes[pid]).id] for pid in plan.branch]
@@ -220,6 +242,20 @@ class SearchRun:
         for _ in range(self.cfg.capacity - self.cfg.deepconf_warmup):
             self._launch(self._new_node(None, self.cfg.temperature))
 
+    def decided(self) -> bool:
+        """``stop_when_decided``: the leading answer has more votes than the runner-up could reach
+        if every trace still active answered for it (refills after that are not counted)."""
+        if not self.cfg.stop_when_decided or self.cfg.method != "gambit":
+            return False
+        votes: dict[str, int] = {}
+        for n in self.nodes.values():
+            if n.state == T.FINISHED and n.answer is not None:
+                votes[n.answer] = votes.get(n.answer, 0) + 1
+        if not votes:
+            return False
+        top = sorted(votes.values(), reverse=True) + [0]
+        return top[0] > top[1] + len(self.active)
+
     def over_limit(self) -> bool:
         c = self.cfg
         return bool((c.max_total_tokens and self.tokens >= c.max_total_tokens)
@@ -247,7 +283,7 @@ class SearchRun:
         if self.cfg.method == "deepconf":
             weights, rule = [n.conf_mean or 0.0 for n in fin], "confidence-weighted"
         else:
-            weights = [n.mean_score or 0.0 for n in fin]
+            weights = [n.rank_score(self.cfg.rank) for n in fin]
             rule = "score-weighted" if self.cfg.method == "step" else "majority"
         votes, wvotes = {}, {}
         for a, w in zip(answers, weights, strict=True):
@@ -272,7 +308,7 @@ class SearchRun:
         counters = {"step": self.step, "round": self.round,
                     "tokens": self.tokens if tokens is None else tokens,
                     "pruned": self.pruned, "branched": self.branched, "evicted": self.evicted,
-                    "phase": self.phase, "threshold": self.threshold}
+                    "phase": self.phase, "threshold": self.threshold, "target": self.target}
         if self.meta_written:
             return counters
         return {"config": self.cfg.to_dict(), "prompt": self.prompt, "prompt_ids": self.prompt_ids,
