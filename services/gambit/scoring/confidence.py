@@ -15,7 +15,7 @@ import torch
 
 FEATURES = 2  # appended to the hidden state when a scorer's config has ``confidence``
 CLIP = -20.0  # log-probabilities below this are clipped (an impossible token gives -inf)
-SCALE = 5.0  # features are logprob / SCALE: about the hidden state's unit scale
+SCALE = 1.0  # features are plain log-probabilities in nats (scaled down, the probe learned them slowly)
 
 
 def features(thought_min: float, trace_min: float) -> list[float]:

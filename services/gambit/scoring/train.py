@@ -41,7 +41,7 @@ class TrainScorerConfig:
     """Scorer training (fields become ``gambit train scorer`` flags)."""
 
     kind: str = "mlp"  # "mlp" (STEP probe) or "sequence" (history-aware)
-    label: str = "final"  # final: trace's final correctness (STEP); process: every thought so far right
+    label: str = "final"  # final: the trace's final correctness (STEP) | process: all thoughts right | path
     confidence: bool = False  # also read the target's sampled-token confidence (see scoring/confidence.py)
     out: str = ""  # output folder (default: the shipped scorer folder of this kind)
     arch: str = "gru"  # sequence: "gru" or "attn"
