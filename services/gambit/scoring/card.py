@@ -25,7 +25,8 @@ def command(cfg: dict) -> str:
                     v = str(Path(v).resolve().relative_to(ASSETS.parent.parent.parent))
                 except ValueError:
                     pass
-            parts.append(f"--{f.name.replace('_', '-')} {v}")
+            flag = f.name.replace('_', '-')
+            parts.append((f"--{flag}" if v else f"--no-{flag}") if isinstance(v, bool) else f"--{flag} {v}")
     return " ".join(parts)
 
 
