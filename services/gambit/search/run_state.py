@@ -25,6 +25,7 @@ from gambit.search.vote import majority_vote, weighted_vote
 from gambit.tasks.answers import extract_boxed, parse_int
 
 TIMING_KEYS = ("forward", "guidance", "tree", "scheduling")
+SCORE_WRITE_EVERY = 4  # rounds: a node whose only change is new scores is rewritten at most this often
 
 def extract_answer(text: str) -> str | None:
     boxed = extract_boxed(text)
@@ -52,6 +53,7 @@ class SearchRun:
         self.phase = 1
         self.target = cfg.capacity  # the pool's size: C, less the slots floor prunes gave up
         self.dirty: set[int] = set()  # nodes whose tree-view record changed since the last write
+        self.scored: set[int] = set()  # nodes with new scores only (written every SCORE_WRITE_EVERY rounds)
         self.active: set[int] = set()  # the tree view's pool (running + ghosts), kept as it changes
         self.written: dict[int, int] = {}  # node id -> its depth in the store (tokens lag until it changes)
         self.meta_written = False  # the static part of meta (config, prompt) is written once
@@ -187,7 +189,7 @@ class SearchRun:
 
     def on_scores(self, node: Node, scores: list[float]) -> None:
         node.scores.extend(scores)
-        self.dirty.add(node.id)
+        self.scored.add(node.id)
         if node.resident:
             self.engine.set_priority(node.engine_id, node.rank_score(self.cfg.rank))
 
@@ -315,11 +317,15 @@ class SearchRun:
                 "gold": self.gold, **counters}
 
     def flush(self) -> RunUpdate:
-        """The changes since the last write: counters, the nodes whose record changed (created, new
-        state or new scores), the rounds, the result. A running node whose only change is new tokens
-        is not rewritten every round (that was most of a round's cost); its stored tokens lag, and
+        """The changes since the last write: counters, the nodes whose record changed (created or a
+        new state: every round; new scores only: every ``SCORE_WRITE_EVERY`` rounds and at the end),
+        the rounds, the result. A running node whose only change is new tokens is not rewritten (that
+        was most of a round's cost); its stored tokens and scores lag, and
         ``meta["tokens"]`` is written consistent with the stored nodes, so a restart that adopts the
         engine's live trace (its tokens past the stored ones) counts every token once."""
+        if self.result is not None or self.round % SCORE_WRITE_EVERY == 0:
+            self.dirty |= self.scored
+            self.scored = set()
         nodes = [self.nodes[i].to_dict() for i in sorted(self.dirty)]
         for d in nodes:
             self.written[d["id"]] = len(d["tokens"])
