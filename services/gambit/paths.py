@@ -12,3 +12,5 @@ DRAFTER_HASS_PR = ASSETS / "drafter-hass-pr"
 ABLATIONS = ASSETS / "ablations"
 SCORER_MLP = ASSETS / "scorer-mlp"
 SCORER_SEQUENCE = ASSETS / "scorer-sequence"
+# per-thought (process) labels + the target's sampled-token confidence: the search's default scorer
+SCORER_PROCESS = ASSETS / "scorer-process"

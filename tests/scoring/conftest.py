@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from gambit.paths import SCORER_MLP, SCORER_SEQUENCE
+from gambit.paths import SCORER_MLP, SCORER_PROCESS, SCORER_SEQUENCE, TARGET
 from gambit.scoring.rollouts import collect_rollouts
 from gambit.scoring.train import TrainScorerConfig
 
-SHIPPED = {"mlp": SCORER_MLP, "sequence": SCORER_SEQUENCE}
+SHIPPED = {"mlp": SCORER_MLP, "sequence": SCORER_SEQUENCE, "process": SCORER_PROCESS}
 
 
 def shipped_training(kind: str) -> dict:
@@ -21,7 +22,10 @@ def shipped_training(kind: str) -> dict:
 
 
 def shipped_config(kind: str) -> TrainScorerConfig:
-    return TrainScorerConfig(**shipped_training(kind)["config"])
+    cfg = TrainScorerConfig(**shipped_training(kind)["config"])
+    if not Path(cfg.model).is_dir():  # recorded as an absolute path on the machine that trained it
+        cfg.model, cfg.out = str(TARGET), str(SHIPPED[kind])
+    return cfg
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ from gambit.scoring.repro import fixed_threads
 from gambit.scoring.train import fit
 
 
-@pytest.mark.parametrize("kind", ["mlp", "sequence"])
+@pytest.mark.parametrize("kind", ["mlp", "sequence", "process"])
 def test_probe_loss_history_matches_card(kind, train_chunk):
     info = shipped_training(kind)
     cfg = shipped_config(kind)

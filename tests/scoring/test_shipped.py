@@ -33,3 +33,22 @@ def test_shipped_scorer_heldout_auc(kind, heldout_chunk):
     # 0.553 (sequence) boundary AUC, 0.651 / 0.573 trace AUC; on all 128 held-out problems 0.684 / 0.682
     assert a > 0.54, f"held-out boundary AUC {a:.3f}"
     assert evaluate(scores, data)["trace_auc"] > 0.55
+
+
+def test_shipped_process_scorer_ranks_within_problems(heldout_chunk):
+    """The default search scorer reads the confidence features too; unlike the final-label scorers
+    on hidden states alone (at chance within a problem), it separates one problem's traces."""
+    from gambit.scoring.confidence import with_confidence
+    from gambit.scoring.evaluate import process_metrics
+
+    shipped_training("process")
+    scorer = load_scorer(SHIPPED["process"])
+    assert scorer.confidence and scorer.input_size == scorer.hidden_size + 2
+    data = heldout_chunk
+    with pytest.raises(ValueError, match="confidence features"):
+        scorer.score(["x"], data["states"][:1])  # hidden states alone are refused, saying why
+    scores = scorer.score(list(range(len(data["states"]))), with_confidence(data["states"], data["conf"]))
+    ev = evaluate(scores, data)
+    # on these 8 problems: see the card (whole held-out set: within-problem final / process AUC)
+    assert ev["within_problem_auc"] > 0.65, ev["within_problem_auc"]
+    assert process_metrics(scores, data)["within_problem_auc"] > 0.7

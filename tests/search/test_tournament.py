@@ -77,3 +77,20 @@ def test_zero_sum_on_random_pools(capacity, swap):
         assert len(plan.prune) == len(plan.branch) <= swap
         assert not set(plan.prune) & set(plan.branch)
         assert all(nodes[p].state == RUNNING and nodes[p].own_tokens >= 10 for p in plan.branch)
+
+
+def test_floor_without_refill_prunes_below_and_shrinks_the_pool():
+    nodes = [node(i, s) for i, s in enumerate([0.9, 0.05, 0.5, 0.7, 0.02, 0.6])]
+    plan = plan_round(nodes, capacity=6, swap=1, warmup=10, floor=0.1, floor_refill=False)
+    # 1 and 4 fall below the floor: pruned, slots given up; the rest (4 traces, pool 4) swap K=1
+    assert plan.shrink == 2 and plan.prune == [1, 4, 2] and plan.branch == [0]
+    refill = plan_round(nodes, capacity=6, swap=1, warmup=10, floor=0.1)
+    assert refill.shrink == 0 and sorted(refill.prune) == [1, 4] and refill.branch == [0, 3]
+
+
+def test_rank_by_last_score():
+    a, b = node(0), node(1)
+    a.scores, b.scores = [0.9, 0.9, 0.1], [0.5, 0.5, 0.6]  # a: mean 0.63 but its last thought failed
+    assert plan_round([a, b], capacity=2, swap=1, warmup=10).prune == [1]
+    assert plan_round([a, b], capacity=2, swap=1, warmup=10, rank="last").prune == [0]
+    assert a.rank_score("min") == 0.1 and b.rank_score("last") == 0.6

@@ -41,6 +41,10 @@ class BenchSearchConfig:
     interval: int = 8  # Gambit Δ (decode steps)
     warmup: int = 24  # Gambit w (tokens)
     floor: float = 0.0  # Gambit δ
+    floor_refill: bool = True  # Gambit: refill a floor-pruned trace's slot (False: the pool shrinks)
+    rank: str = "mean"  # Gambit/STEP ranking score: mean | last | min
+    roots: int = 0  # Gambit: traces launched at the start (0: C)
+    stop_when_decided: bool = False  # Gambit: end a run once the active traces cannot change the majority
     child_temperature: float = 1.0  # Gambit child temperature multiplier
     kv_ratio: float = 0.9  # r for Gambit and STEP
     temperature: float = 0.8  # sampling temperature
@@ -48,6 +52,7 @@ class BenchSearchConfig:
     sensitivity: bool = True  # run the K / Δ / w / r sweep (Figure 10) on the hard problems
     frontier: bool = True  # SC and Gambit at C/4 and C/2 as well (Figure 5)
     pr: bool = True  # Gambit with PR decoding, when the engine has it
+    scorer: str = "process"  # the scorer of Table 1 (Gambit and STEP alike): shipped name or a folder
     scorer_mlp: str = "mlp"  # the MLP scorer: "mlp" (shipped) or a scorer folder
     scorer_sequence: str = "sequence"  # the sequence scorer: "sequence" (shipped) or a scorer folder
     threads: int = 2  # torch threads
@@ -72,18 +77,23 @@ class BenchSearchConfig:
     def search(self, **kw) -> SearchConfig:
         base = SearchConfig(method="gambit", capacity=self.capacity, swap=self.swap, interval=self.interval,
                             warmup=self.warmup, floor=self.floor, child_temperature=self.child_temperature,
-                            kv_ratio=self.kv_ratio, temperature=self.temperature, seed=self.seed)
+                            kv_ratio=self.kv_ratio, temperature=self.temperature, seed=self.seed,
+                            floor_refill=self.floor_refill, rank=self.rank, roots=self.roots,
+                            stop_when_decided=self.stop_when_decided)
         return replace(base, **kw)
 
 
 def variants(cfg: BenchSearchConfig) -> dict[str, tuple[str, SearchConfig]]:
     """name -> (scorer kind, config) for the main comparison (both difficulties)."""
-    v = {"gambit": ("mlp", cfg.search()), "sc": ("", cfg.search(method="sc")),
-         "step": ("mlp", cfg.search(method="step")),
+    v = {"gambit": ("main", cfg.search()), "sc": ("", cfg.search(method="sc")),
+         "step": ("main", cfg.search(method="step")),
          "deepconf": ("", cfg.search(method="deepconf", deepconf_warmup=max(1, cfg.capacity // 4))),
-         "gambit_seq": ("sequence", cfg.search()), "step_seq": ("sequence", cfg.search(method="step"))}
+         "gambit_mlp": ("mlp", cfg.search(rank="mean", floor=0.0, roots=0)),
+         "step_mlp": ("mlp", cfg.search(method="step", rank="mean")),
+         "gambit_seq": ("sequence", cfg.search(rank="mean", floor=0.0, roots=0)),
+         "step_seq": ("sequence", cfg.search(method="step", rank="mean"))}
     if cfg.pr and pr_available():
-        v["gambit_pr"] = ("mlp", cfg.search(decoding="pr"))
+        v["gambit_pr"] = ("main", cfg.search(decoding="pr"))
     if cfg.methods:
         keep = set(cfg.methods.split(","))
         v = {k: x for k, x in v.items() if k in keep}
@@ -105,7 +115,8 @@ def hard_only(cfg: BenchSearchConfig) -> dict[str, tuple[str, SearchConfig]]:
     if cfg.frontier:
         for cap in sorted({max(2, c // 4), c // 2}):
             v[f"sc@{cap}"] = ("", cfg.search(method="sc", capacity=cap))
-            v[f"gambit@{cap}"] = ("mlp", cfg.search(capacity=cap, swap=max(1, min(cfg.swap, cap // 4))))
+            v[f"gambit@{cap}"] = ("main", cfg.search(capacity=cap, swap=max(1, min(cfg.swap, cap // 4)),
+                                                     roots=cfg.roots * cap // c))
     if cfg.sensitivity:
         q = cfg.quick
         sweep = {"swap": [1, 8] if q else [1, 2, 8], "interval": [4, 16] if q else [4, 16, 32],
@@ -113,7 +124,7 @@ def hard_only(cfg: BenchSearchConfig) -> dict[str, tuple[str, SearchConfig]]:
         for name, vals in sweep.items():
             for x in vals:
                 if x != getattr(cfg, name):
-                    v[f"gambit[{name}={x}]"] = ("mlp", cfg.search(**{name: x}))
+                    v[f"gambit[{name}={x}]"] = ("main", cfg.search(**{name: x}))
     return v
 
 
@@ -185,11 +196,12 @@ def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
         return _report(out, cfg, json_path, check_targets, format_tables, plot_all)
     torch.set_num_threads(cfg.threads)
     model, tok = load_model(cfg.model, device="cpu", dtype="float32")
+    main = load_default_scorer(cfg.scorer, model.config.hidden_size)
     mlp = load_default_scorer(cfg.scorer_mlp, model.config.hidden_size)
     seq = load_default_scorer(cfg.scorer_sequence, model.config.hidden_size)
     main_vs, extra_vs = variants(cfg), hard_only(cfg)
     out: dict = {"config": asdict(cfg), "by_difficulty": {},
-                 "scorers": {"mlp": mlp.kind, "sequence": seq.kind}}
+                 "scorers": {"main": cfg.scorer, "mlp": mlp.kind, "sequence": seq.kind}}
     n = cfg.n_problems
     total = n * len(main_vs) * 2 + n * len(extra_vs)
     t_start = time.perf_counter()
@@ -201,7 +213,8 @@ def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
             per_run = max(4, int(cfg.kv_share * blocks_needed(problems, tok, cfg.capacity, 16)))
             engine = Engine(model, tok, EngineConfig(preemption="evict", num_blocks=per_run * cfg.concurrency,
                                                      seed=cfg.seed))
-            drivers = {"": SearchDriver(engine), "mlp": SearchDriver(engine, mlp),
+            drivers = {"": SearchDriver(engine), "main": SearchDriver(engine, main),
+                       "mlp": SearchDriver(engine, mlp),
                        "sequence": SearchDriver(engine, seq)}
             records: dict = {}
 

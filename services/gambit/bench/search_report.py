@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 MAIN = ("sc", "step", "deepconf", "gambit", "gambit_pr")
+TABLE2 = ("gambit", "gambit_mlp", "gambit_seq", "step", "step_mlp", "step_seq")
 
 
 def merge_results(paths: list[str]) -> dict:
@@ -45,8 +46,9 @@ def format_tables(out: dict) -> str:
         lines += [f"\nTable 1 — {diff} ({lo}-{hi} operations, {ms['sc']['problems']} problems, "
                   f"C={out['config']['capacity']}, {d['kv_blocks_per_run']} KV blocks per run)", HEAD]
         lines += [_row(k, ms[k]) for k in MAIN if k in ms]
-        lines += [f"\nTable 2 — MLP vs sequence scorer ({diff})", HEAD]
-        lines += [_row(k, ms[k]) for k in ("gambit", "gambit_seq", "step", "step_seq") if k in ms]
+        lines += [f"\nTable 2 — scorers: process + confidence (default) vs MLP and sequence on final "
+                  f"labels ({diff})", HEAD]
+        lines += [_row(k, ms[k]) for k in TABLE2 if k in ms]
     hard = (out["by_difficulty"].get("hard") or {}).get("methods", {})
     cols = [m for m in ("gambit", "step", "sc") if m in hard]
     lines += ["\nTable 3 — wall-time split (hard), share of wall time",
@@ -58,7 +60,7 @@ def format_tables(out: dict) -> str:
     for k, label in names.items():
         lines.append(f"| {label} | " + " | ".join(f"{100 * hard[m]['time_split'][k]:.2f}%"
                                                   for m in cols) + " |")
-    extra = [k for k in hard if k not in MAIN and k not in ("gambit_seq", "step_seq")]
+    extra = [k for k in hard if k not in MAIN and k not in TABLE2]
     if extra:
         lines += ["\nFigure 5 / Figure 10 points (hard)", HEAD]
         lines += [_row(k, hard[k]) for k in extra]

@@ -37,8 +37,29 @@ def check_priority(priority) -> float:
     return value
 
 
+_M64 = (1 << 64) - 1
+_C1U, _C2U = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+
+
 def derive_seed(*parts: int) -> int:
-    """A non-negative 63-bit seed from integers (engine seed, trace id, ...)."""
+    """A non-negative 63-bit seed from integers (engine seed, trace id, ...).
+
+    ``mix64`` (splitmix64) on plain Python ints, bit for bit the tensor version (a fork derives a
+    seed per child, and four tiny tensor ops per part cost more than the fork itself).
+    """
+    x = 0
+    for p in parts:
+        x = (x + int(p)) & _M64
+        x ^= x >> 30
+        x = (x * _C1U) & _M64
+        x ^= x >> 27
+        x = (x * _C2U) & _M64
+        x ^= x >> 31
+    return x & ((1 << 63) - 1)
+
+
+def _derive_seed_tensor(*parts: int) -> int:
+    """The tensor reference of ``derive_seed`` (tests check they agree)."""
     x = torch.tensor(0, dtype=torch.long)
     for p in parts:
         x = mix64(x + int(p))

@@ -30,6 +30,11 @@ class KVCache:
         """Copy whole blocks src → dst in every layer (the partial last block of a fork)."""
         if not pairs:
             return
+        if len(pairs) <= 8:  # a round's few forks: plain views + copy_, ~3x cheaper than a gather
+            for s, d in pairs:
+                self.k[:, :, d].copy_(self.k[:, :, s])
+                self.v[:, :, d].copy_(self.v[:, :, s])
+            return
         src = torch.tensor([p[0] for p in pairs], device=self.k.device)
         dst = torch.tensor([p[1] for p in pairs], device=self.k.device)
         self.k[:, :, dst] = self.k[:, :, src]

@@ -49,15 +49,19 @@ class Scheduler:
         self.running.append(trace)
 
     def remove(self, trace: Trace) -> None:
+        # by identity: Trace is a dataclass, so ``in`` / ``list.remove`` would compare every field
+        # (token lists included) of every queued trace — most of an abort's cost in a busy engine
         for q in (self.waiting, self.running):
-            if trace in q:
-                q.remove(trace)
+            for i, t in enumerate(q):
+                if t is trace:
+                    del q[i]
+                    break
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
     def _release(self, victim: Trace, batch: ScheduledBatch) -> None:
-        self.running.remove(victim)
+        self.remove(victim)  # it is running
         self.blocks.free(victim)
         if self.preemption == "evict":
             victim.status = TraceStatus.EVICTED

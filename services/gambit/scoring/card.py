@@ -25,7 +25,8 @@ def command(cfg: dict) -> str:
                     v = str(Path(v).resolve().relative_to(ASSETS.parent.parent.parent))
                 except ValueError:
                     pass
-            parts.append(f"--{f.name.replace('_', '-')} {v}")
+            flag = f.name.replace('_', '-')
+            parts.append((f"--{flag}" if v else f"--no-{flag}") if isinstance(v, bool) else f"--{flag} {v}")
     return " ".join(parts)
 
 
@@ -34,15 +35,28 @@ def write_card(folder: str | Path) -> Path:
     info = json.loads((folder / "training.json").read_text())
     cfg, sc, d, ev = info["config"], info["scorer"], info["data"], info["heldout"]
     size = (folder / "model.safetensors").stat().st_size
+    label = cfg.get("label", "final")
+    width = sc["hidden_size"] + (2 if sc.get("confidence") else 0)
+    conf = bool(sc.get("confidence"))
+    labelled = {"final": "with its trace's final correctness",
+                "process": "with whether every thought so far is a correct `a op b = c` line (the task's "
+                           "checker; a per-thought label)",
+                "path": "with whether every thought so far is the reference solution's step"}[label]
+    reads = (" plus 2 confidence features (the lowest log-probability of a token the target sampled in "
+             "the thought this boundary closes, and in the trace so far; `gambit.scoring.confidence`)"
+             if conf else "")
+    estimates = {"final": "the estimated probability that the trace ends with the right answer",
+                 "process": "the estimated probability that every thought so far is right",
+                 "path": "the estimated probability that every thought so far is the reference step"}[label]
     if sc["kind"] == "mlp":
-        arch = (f"STEP probe `Sequential(Linear({sc['hidden_size']}, {sc['mlp_hidden']}), ReLU, "
+        arch = (f"STEP probe `Sequential(Linear({width}, {sc['mlp_hidden']}), ReLU, "
                 f"Linear({sc['mlp_hidden']}, 1))`, sigmoid; one boundary state at a time")
     elif sc["arch"] == "gru":
-        arch = (f"history-aware: LayerNorm → Linear({sc['hidden_size']}, {sc['model_dim']}) → ReLU → "
+        arch = (f"history-aware: LayerNorm → Linear({width}, {sc['model_dim']}) → ReLU → "
                 f"GRU({sc['model_dim']}) → LayerNorm → Linear({sc['model_dim']}, 1), sigmoid; the score at "
                 "boundary j reads boundaries 1..j of the trace (state per trace: one GRU vector)")
     else:
-        arch = (f"history-aware: LayerNorm → Linear({sc['hidden_size']}, {sc['model_dim']}) → one causal "
+        arch = (f"history-aware: LayerNorm → Linear({width}, {sc['model_dim']}) → one causal "
                 f"attention block ({sc['num_heads']} heads, learned thought-index positions) → "
                 f"Linear({sc['model_dim']}, 1), sigmoid; the score at boundary j reads boundaries 1..j")
     hist = "\n".join(f"| {h['epoch']} | {h['train_loss']:.5f} | {h['val_loss']:.5f} | {h['val_auc']:.4f} |"
@@ -51,7 +65,7 @@ def write_card(folder: str | Path) -> Path:
     best_val = info["loss_history"][d["best_epoch"] - 1]["val_auc"]
     choice = f"validation AUC at the best epoch {best_val:.3f}"
     mlp_json = folder.parent / "scorer-mlp" / "training.json"
-    if sc["kind"] == "sequence" and mlp_json.is_file():
+    if sc["kind"] == "sequence" and mlp_json.is_file() and not conf:
         m = json.loads(mlp_json.read_text())
         m_val = m["loss_history"][m["data"]["best_epoch"] - 1]["val_auc"]
         choice += (f" (the MLP on the same split: {m_val:.3f}; the GRU was kept for its validation AUC — "
@@ -59,14 +73,13 @@ def write_card(folder: str | Path) -> Path:
     text = f"""# Boundary scorer: {sc['kind']}{'' if sc['kind'] == 'mlp' else f" ({sc['arch']})"}
 
 Scores a reasoning trace of the shipped target (`{sc['target']}`) at every thought boundary (`\\n\\n`)
-from the target's post-final-norm last-layer hidden state (width {sc['hidden_size']}): the estimated
-probability that the trace ends with the right answer. Gambit's tournament ranks traces by the mean of
-these scores.
+from the target's post-final-norm last-layer hidden state (width {sc['hidden_size']}){reads}: {estimates}.
+Gambit's tournament ranks traces by these scores (by default their mean).
 
 ```python
 from gambit.scoring import load_scorer
 scorer = load_scorer("{folder.name}")       # kind={sc['kind']!r}, hidden_size={sc['hidden_size']}
-scores = scorer.score(keys, states)   # states: float [N, {sc['hidden_size']}], one row per boundary
+scores = scorer.score(keys, states)   # states: float [N, {width}], one row per boundary
 scorer.fork(parent_key, child_key); scorer.drop(key)
 ```
 
@@ -76,7 +89,7 @@ scorer.fork(parent_key, child_key); scorer.drop(key)
 | parameters | {info['params']:,} (`model.safetensors`, fp32, {size / 1e3:.0f} kB) |
 | data | rollouts of the target on {tr['n_problems']} train-split problems × {tr['samples']} samples, \
 T = {tr['temperature']}, ≤ {tr['max_tokens']} tokens, {tr['min_ops']}–{tr['max_ops']} operations; \
-every boundary labelled with its trace's final correctness ({d['train_correct']:.1%} of traces correct) |
+every boundary labelled {labelled} ({d['train_correct']:.1%} of traces correct) |
 | split | by problem: {d['fit_problems']} problems fit ({d['fit_boundaries']} boundaries), \
 {d['val_problems']} validation ({d['val_boundaries']} boundaries; early stopping), fixed by a hash of \
 the problem text; held-out: {ho['n_problems']} dev-split problems × {ho['samples']} samples \
@@ -102,7 +115,8 @@ up to that boundary (what the tournament ranks by).
 
 The within-problem AUC compares only traces of the same problem (what a search over one problem's
 traces needs); "difficulty alone" is the AUC of the problem's operation count, a signal any scorer
-gets for free from the prompt, for reference.
+gets for free from the prompt, for reference. The process / path lines judge the same scores against
+the per-thought labels (within problem: traces of one problem at the same thought index).
 
 ## Loss history
 

@@ -29,6 +29,8 @@ class ScorerConfig:
     num_heads: int = 4  # sequence attn: attention heads
     max_thoughts: int = 64  # sequence attn: learned thought-index positions
     target: str = ""  # the target model this scorer reads (informational)
+    label: str = "final"  # what the score estimates: final | process | path (see labels.py; informational)
+    confidence: bool = False  # input also holds the target's sampled-token confidence (confidence.py)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -39,8 +41,17 @@ class ScorerConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if not isinstance(self.confidence, bool):
+            raise ValueError(f"confidence must be true or false, got {self.confidence!r}")
         if self.model_dim % self.num_heads:
             raise ValueError(f"model_dim {self.model_dim} is not divisible by num_heads {self.num_heads}")
+
+    @property
+    def input_size(self) -> int:
+        """Width of one input row: the hidden state, plus the confidence features when used."""
+        from gambit.scoring.confidence import FEATURES
+
+        return self.hidden_size + (FEATURES if self.confidence else 0)
 
     def to_json(self) -> dict:
         return {"architectures": [f"BoundaryScorer{self.kind.upper()}"], **asdict(self)}

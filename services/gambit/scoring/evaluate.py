@@ -4,6 +4,12 @@ Every boundary is labelled with its trace's final correctness. Reported: boundar
 thought index; the AUC of the running mean of a trace's scores (what the tournament ranks by); and
 the within-problem AUC (pairs of traces of the same problem only — the ranking a search needs, free
 of the easy "hard problems fail more" signal), with the problem's difficulty as a reference.
+
+When the rollouts carry per-thought labels, the same scores are also judged against the process
+label (every thought so far right, ``labels.py``): boundary AUC overall and by thought, and the
+within-problem process AUC over groups of one problem's traces at the same thought index (the
+tournament compares traces of one problem at about the same depth). The trace-level figures are
+given for two rankings, the running mean of the scores (the paper's rule) and the last score.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import torch
 from torch import nn
 
 from gambit.scoring.auc import auc
+from gambit.scoring.labels import boundary_labels
 
 MAX_THOUGHT_ROW = 9  # thoughts >= this share one row
 
@@ -71,6 +78,30 @@ def within_problem_auc(trace_scores: torch.Tensor, data: dict) -> tuple[float, i
     return (sum(vals) / len(vals) if vals else float("nan")), len(vals)
 
 
+def grouped_auc(scores: torch.Tensor, labels: torch.Tensor, groups: torch.Tensor) -> tuple[float, int]:
+    """Mean AUC over the groups (integer ids) that hold both outcomes; and how many did."""
+    vals = []
+    order = torch.argsort(groups, stable=True)
+    ids, counts = torch.unique_consecutive(groups[order], return_counts=True)
+    for sel in torch.split(order, counts.tolist()):
+        a = auc(scores[sel], labels[sel])
+        if not math.isnan(a):
+            vals.append(a)
+    return (sum(vals) / len(vals) if vals else float("nan")), len(vals)
+
+
+def process_metrics(scores: torch.Tensor, data: dict, label: str = "process") -> dict:
+    """Boundary ``scores`` against the per-thought ``label``: overall, by thought, within problem."""
+    y = boundary_labels(data, label)
+    thought = data["thought"].clamp(max=MAX_THOUGHT_ROW)
+    groups = data["problem"][data["trace"]] * (MAX_THOUGHT_ROW + 1) + thought
+    wp, n = grouped_auc(scores, y, groups)
+    by = {(f"{t}+" if t == MAX_THOUGHT_ROW else str(t)): auc(scores[thought == t], y[thought == t])
+          for t in range(1, MAX_THOUGHT_ROW + 1) if int((thought == t).sum())}
+    return {"positive": float(y.float().mean()) if len(y) else float("nan"), "auc": auc(scores, y),
+            "within_problem_auc": wp, "mixed_groups": n, "auc_by_thought": by}
+
+
 def evaluate(scores: torch.Tensor, data: dict) -> dict:
     """AUC table for boundary ``scores`` of ``data`` (see the module docstring)."""
     label = data["correct"][data["trace"]]
@@ -79,6 +110,8 @@ def evaluate(scores: torch.Tensor, data: dict) -> dict:
     has = last >= trace_offsets(data)  # traces with at least one boundary
     final = torch.full((len(data["correct"]),), 0.5)
     final[has] = mean[last[has]]
+    final_last = torch.full((len(data["correct"]),), 0.5)
+    final_last[has] = scores[last[has]]
     wp, n_mixed = within_problem_auc(final, data)
     by = {}
     for t in range(1, MAX_THOUGHT_ROW + 1):
@@ -89,7 +122,13 @@ def evaluate(scores: torch.Tensor, data: dict) -> dict:
             "boundaries": int(sel.sum()), "positive": float(label[sel].float().mean()),
             "auc": auc(scores[sel], label[sel]), "auc_running_mean": auc(mean[sel], label[sel])}
     difficulty = -data["n_ops"][data["trace"]].float()
-    return {"boundaries": len(scores), "traces": len(data["correct"]),
+    extra = {}
+    if "step_ok" in data:
+        extra = {"process": process_metrics(scores, data, "process"),
+                 "path": process_metrics(scores, data, "path"),
+                 "trace_auc_last": auc(final_last, data["correct"]),
+                 "within_problem_auc_last": within_problem_auc(final_last, data)[0]}
+    return {**extra, "boundaries": len(scores), "traces": len(data["correct"]),
             "problems": len(torch.unique(data["problem"])),
             "positive": float(label.float().mean()) if len(label) else float("nan"),
             "auc": auc(scores, label), "auc_running_mean": auc(mean, label),
@@ -107,4 +146,13 @@ def format_table(ev: dict) -> str:
     lines.append(f"trace AUC (mean score at the end) {ev['trace_auc']:.3f}; within-problem AUC "
                  f"{ev['within_problem_auc']:.3f} over {ev['mixed_problems']} problems with both outcomes; "
                  f"difficulty alone (-ops) {ev['difficulty_auc']:.3f}")
+    if "process" in ev:
+        lines.append(f"ranked by the last score instead: trace AUC {ev['trace_auc_last']:.3f}, "
+                     f"within-problem AUC {ev['within_problem_auc_last']:.3f}")
+        for name in ("process", "path"):
+            m = ev[name]
+            by = " ".join(f"{t}:{a:.3f}" for t, a in m["auc_by_thought"].items())
+            lines.append(f"{name} label ({m['positive']:.1%} positive): AUC {m['auc']:.3f}, within problem "
+                         f"and thought {m['within_problem_auc']:.3f} over {m['mixed_groups']} groups; "
+                         f"by thought {by}")
     return "\n".join(lines)

@@ -21,7 +21,7 @@ class MLPNet(nn.Sequential):
     """
 
     def __init__(self, cfg: ScorerConfig) -> None:
-        super().__init__(nn.Linear(cfg.hidden_size, cfg.mlp_hidden), nn.ReLU(), nn.Linear(cfg.mlp_hidden, 1))
+        super().__init__(nn.Linear(cfg.input_size, cfg.mlp_hidden), nn.ReLU(), nn.Linear(cfg.mlp_hidden, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[..., d] -> [...]`` logits."""
@@ -35,8 +35,8 @@ class SequenceNet(nn.Module):
         super().__init__()
         self.cfg = cfg
         D = cfg.model_dim
-        self.in_norm = nn.LayerNorm(cfg.hidden_size)
-        self.proj = nn.Linear(cfg.hidden_size, D)
+        self.in_norm = nn.LayerNorm(cfg.input_size)
+        self.proj = nn.Linear(cfg.input_size, D)
         if cfg.arch == "gru":
             self.gru = nn.GRU(D, D, batch_first=True)
         else:
@@ -73,7 +73,7 @@ class SequenceNet(nn.Module):
         p = self.head.weight
         if self.cfg.arch == "gru":
             return torch.zeros(self.cfg.model_dim, dtype=p.dtype, device=p.device)
-        return torch.zeros(0, self.cfg.hidden_size, dtype=p.dtype, device=p.device)
+        return torch.zeros(0, self.cfg.input_size, dtype=p.dtype, device=p.device)
 
     def step(self, states: list[torch.Tensor], x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Append ``x[i]`` to trace i's state; new states and the logit of each extended history."""

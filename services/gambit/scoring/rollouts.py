@@ -19,11 +19,21 @@ from tqdm import tqdm
 
 from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.engine.engine import derive_seed
-from gambit.engine.events import BoundaryEvent, FinishedEvent
+from gambit.engine.events import BoundaryEvent, FinishedEvent, TokenEvent
 from gambit.model.loader import load_model
 from gambit.paths import TARGET
+from gambit.scoring.confidence import FEATURES, ConfidenceTracker
 from gambit.scoring.repro import fixed_threads
-from gambit.tasks.arithmetic import SPLITS, TaskConfig, check_answer, generate
+from gambit.tasks.arithmetic import (
+    SPLITS,
+    THOUGHT_SEP,
+    Problem,
+    TaskConfig,
+    check_answer,
+    check_thought,
+    format_step,
+    generate,
+)
 
 
 def default_cache_dir() -> str:
@@ -65,7 +75,7 @@ def _weights_digest(model: str) -> str:
 
 
 def cache_path(cfg: RolloutConfig, cache_dir: str | None = None) -> Path:
-    key = json.dumps({**asdict(cfg), "model": _weights_digest(cfg.model), "v": 1}, sort_keys=True)
+    key = json.dumps({**asdict(cfg), "model": _weights_digest(cfg.model), "v": 3}, sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     name = f"rollouts-{cfg.split}-{cfg.n_problems}x{cfg.samples}-{digest}.pt"
     return Path(cache_dir or default_cache_dir()) / name
@@ -74,7 +84,7 @@ def cache_path(cfg: RolloutConfig, cache_dir: str | None = None) -> Path:
 def chunk_dir(cfg: RolloutConfig, cache_dir: str | None = None) -> Path:
     """Where each finished chunk is kept: problems are a prefix-stable sequence, so chunk c does not
     depend on ``n_problems`` and a longer run reuses a shorter one's chunks."""
-    key = json.dumps({**asdict(cfg), "model": _weights_digest(cfg.model), "n_problems": None, "v": 1},
+    key = json.dumps({**asdict(cfg), "model": _weights_digest(cfg.model), "n_problems": None, "v": 3},
                      sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return Path(cache_dir or default_cache_dir()) / f"rollout-chunks-{cfg.split}-{digest}"
@@ -127,14 +137,19 @@ def _run_chunk(cfg, model, tok, problems, c0: int, bar) -> list[dict]:
     for i, p in enumerate(chunk):
         for s in range(cfg.samples):
             sp = SamplingParams(temperature=cfg.temperature, max_tokens=cfg.max_tokens,
-                                seed=derive_seed(cfg.seed, c0 + i, s))
+                                seed=derive_seed(cfg.seed, c0 + i, s), logprobs=1)
             owner[engine.add(p.prompt, sp)] = (c0 + i, s)
     states: dict[int, list[torch.Tensor]] = {tid: [] for tid in owner}
+    conf = {tid: ConfidenceTracker() for tid in owner}
+    feats: dict[int, list[list[float]]] = {tid: [] for tid in owner}
     done: dict[int, tuple[int, ...]] = {}
     while len(done) < len(owner):
         for ev in engine.step():
-            if isinstance(ev, BoundaryEvent):
+            if isinstance(ev, TokenEvent):
+                conf[ev.trace_id].token(ev.position, ev.logprob)
+            elif isinstance(ev, BoundaryEvent):
                 states[ev.trace_id].append(ev.hidden)
+                feats[ev.trace_id].append(conf[ev.trace_id].boundary(ev.position))
             elif isinstance(ev, FinishedEvent):
                 done[ev.trace_id] = ev.output_ids
                 bar.update(1)
@@ -142,11 +157,25 @@ def _run_chunk(cfg, model, tok, problems, c0: int, bar) -> list[dict]:
     for tid in sorted(owner, key=owner.get):
         pi, _ = owner[tid]
         text = tok.decode(list(done[tid]))
+        ok, ref = step_labels(text, problems[pi], len(states[tid]))
         rows.append({"problem": pi, "correct": check_answer(text, problems[pi].answer),
+                     "step_ok": ok, "step_ref": ref,
+                     "conf": torch.tensor(feats[tid], dtype=torch.float32).reshape(-1, FEATURES),
                      "n_ops": problems[pi].n_ops, "tokens": len(done[tid]),
                      "states": torch.stack(states[tid]) if states[tid] else
                      torch.zeros(0, model.config.hidden_size)})
     return rows
+
+
+def step_labels(text: str, problem: Problem, n_boundaries: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per boundary j: is thought j (the one the boundary closes) arithmetically right, and is it the
+    reference step j. A boundary with no thought text behind it (the detector also closes on "\n" +
+    "\n" split across tokens) counts as neither."""
+    thoughts = text.split(THOUGHT_SEP)
+    ref = [format_step(*s, spell=problem.spell_products) for s in problem.steps]
+    ok = [j < len(thoughts) and check_thought(thoughts[j].strip()) is True for j in range(n_boundaries)]
+    same = [j < len(thoughts) and j < len(ref) and thoughts[j].strip() == ref[j] for j in range(n_boundaries)]
+    return torch.tensor(ok, dtype=torch.bool), torch.tensor(same, dtype=torch.bool)
 
 
 def _concat(parts: list[list[dict]], cfg: RolloutConfig, problems, d: int) -> dict:
@@ -157,6 +186,9 @@ def _concat(parts: list[list[dict]], cfg: RolloutConfig, problems, d: int) -> di
         "trace": torch.repeat_interleave(torch.arange(len(rows)), lengths),
         "thought": torch.cat([torch.arange(1, n + 1) for n in lengths.tolist()]) if rows else
         torch.zeros(0, dtype=torch.long),
+        "conf": torch.cat([r["conf"] for r in rows]) if rows else torch.zeros(0, FEATURES),
+        "step_ok": torch.cat([r["step_ok"] for r in rows]) if rows else torch.zeros(0, dtype=torch.bool),
+        "step_ref": torch.cat([r["step_ref"] for r in rows]) if rows else torch.zeros(0, dtype=torch.bool),
         "problem": torch.tensor([r["problem"] for r in rows], dtype=torch.long),
         "correct": torch.tensor([r["correct"] for r in rows], dtype=torch.bool),
         "n_ops": torch.tensor([r["n_ops"] for r in rows], dtype=torch.long),

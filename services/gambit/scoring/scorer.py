@@ -43,22 +43,35 @@ class BoundaryScorer:
         return self.config.hidden_size
 
     @property
+    def input_size(self) -> int:
+        """Width of the rows ``score`` takes: ``hidden_size`` (+ 2 confidence features, when used)."""
+        return self.config.input_size
+
+    @property
+    def confidence(self) -> bool:
+        """The caller appends the target's sampled-token confidence to each state (``confidence.py``)."""
+        return self.config.confidence
+
+    @property
     def num_keys(self) -> int:
         """Keys that hold history (always 0 for the MLP)."""
         return len(self._state)
 
     # -- validation -------------------------------------------------------------------------
     def check_states(self, states) -> torch.Tensor:
-        """``states`` as float32 ``[N, hidden_size]`` on the scorer's device, or ValueError."""
+        """``states`` as float32 ``[N, input_size]`` on the scorer's device, or ValueError."""
+        w = self.input_size
         if not isinstance(states, torch.Tensor):
-            raise ValueError(f"states must be a torch.Tensor of shape [N, {self.hidden_size}], "
+            raise ValueError(f"states must be a torch.Tensor of shape [N, {w}], "
                              f"got {type(states).__name__}")
         if states.dim() != 2:
-            raise ValueError(f"states must be 2-D [N, {self.hidden_size}] (one row per boundary), "
+            raise ValueError(f"states must be 2-D [N, {w}] (one row per boundary), "
                              f"got shape {tuple(states.shape)}")
-        if states.shape[1] != self.hidden_size:
+        if states.shape[1] != w:
+            extra = (f" + {w - self.hidden_size} confidence features (gambit.scoring.confidence)"
+                     if self.confidence else "")
             raise ValueError(f"states have width {states.shape[1]}, but this scorer reads hidden states "
-                             f"of width hidden_size={self.hidden_size} (the target's hidden size)")
+                             f"of width hidden_size={self.hidden_size} (the target's hidden size){extra}")
         if not states.dtype.is_floating_point:
             raise ValueError(f"states must be floating point (float32, bfloat16, float16 or float64), "
                              f"got dtype {states.dtype}")

@@ -1,6 +1,8 @@
 """``gambit train scorer --kind mlp|sequence``: fit a scorer on rollouts of the shipped target.
 
-Recipe after STEP: each boundary is labelled with its trace's final correctness; class-weighted BCE
+Recipe after STEP: each boundary is labelled with its trace's final correctness (``--label final``,
+STEP's choice) or with whether every thought so far is right (``--label process`` / ``path``, see
+``labels.py``: a per-thought label, so that traces of one problem differ); class-weighted BCE
 (``pos_weight = neg / pos`` over the fit boundaries); Adam (lr 1e-4, wd 1e-5), batches of 128
 boundaries, at most 20 epochs, early stop on validation loss with patience 5 (best epoch kept).
 Unlike STEP (split by step, which leaks) the data is split by problem: train-split problems are
@@ -24,8 +26,10 @@ from tqdm import tqdm
 
 from gambit.paths import SCORER_MLP, SCORER_SEQUENCE, TARGET
 from gambit.scoring.auc import auc
+from gambit.scoring.confidence import with_confidence
 from gambit.scoring.config import ScorerConfig
 from gambit.scoring.evaluate import evaluate, pad_traces, predict
+from gambit.scoring.labels import LABELS, boundary_labels
 from gambit.scoring.nets import build_net
 from gambit.scoring.repro import environment, fixed_threads
 from gambit.scoring.rollouts import RolloutConfig, collect_rollouts
@@ -37,6 +41,8 @@ class TrainScorerConfig:
     """Scorer training (fields become ``gambit train scorer`` flags)."""
 
     kind: str = "mlp"  # "mlp" (STEP probe) or "sequence" (history-aware)
+    label: str = "final"  # final: the trace's final correctness (STEP) | process: all thoughts right | path
+    confidence: bool = False  # also read the target's sampled-token confidence (see scoring/confidence.py)
     out: str = ""  # output folder (default: the shipped scorer folder of this kind)
     arch: str = "gru"  # sequence: "gru" or "attn"
     model_dim: int = 128  # sequence: width of the recurrent / attention model
@@ -61,6 +67,8 @@ class TrainScorerConfig:
 
     def __post_init__(self) -> None:
         ScorerConfig(kind=self.kind, arch=self.arch, model_dim=self.model_dim)
+        if self.label not in LABELS:
+            raise ValueError(f"label must be one of {LABELS}, got {self.label!r}")
         if not 0 < self.val_percent < 100:
             raise ValueError(f"val_percent must be in (0, 100), got {self.val_percent}")
         for name in ("n_problems", "samples", "batch_size", "max_epochs", "patience", "threads",
@@ -79,7 +87,8 @@ class TrainScorerConfig:
 
     def scorer_config(self, hidden_size: int) -> ScorerConfig:
         return ScorerConfig(kind=self.kind, hidden_size=hidden_size, arch=self.arch,
-                            model_dim=self.model_dim, target=Path(self.model).name)
+                            model_dim=self.model_dim, target=Path(self.model).name, label=self.label,
+                            confidence=self.confidence)
 
 
 def is_validation(expr: str, val_percent: int) -> bool:
@@ -96,6 +105,7 @@ def select_traces(data: dict, traces: torch.Tensor) -> dict:
     out = {k: data[k][traces] for k in ("problem", "correct", "n_ops", "tokens")}
     out.update(states=data["states"][keep], thought=data["thought"][keep], trace=remap[data["trace"][keep]],
                exprs=data["exprs"])
+    out.update({k: data[k][keep] for k in ("step_ok", "step_ref", "conf", "y") if k in data})
     return out
 
 
@@ -126,14 +136,28 @@ def batches(cfg: TrainScorerConfig, data: dict, gen: torch.Generator) -> list[to
 
 
 def batch_loss(cfg: TrainScorerConfig, net, data: dict, idx: torch.Tensor, pos_weight: torch.Tensor):
+    """``data["y"]`` holds the boundary labels (``with_labels``)."""
     if cfg.kind == "mlp":
         logits = net(data["states"][idx])
-        y = data["correct"][data["trace"][idx]].float()
-        return F.binary_cross_entropy_with_logits(logits, y, pos_weight=pos_weight)
-    x, mask, _, y = pad_traces(data, idx)
+        return F.binary_cross_entropy_with_logits(logits, data["y"][idx].float(), pos_weight=pos_weight)
+    x, mask, rows, _ = pad_traces(data, idx)
     logits = net(x)[mask]
-    y = y[:, None].expand_as(mask)[mask].float()
-    return F.binary_cross_entropy_with_logits(logits, y, pos_weight=pos_weight)
+    return F.binary_cross_entropy_with_logits(logits, data["y"][rows].float(), pos_weight=pos_weight)
+
+
+def with_labels(data: dict, label: str) -> dict:
+    """``data`` with its boundary labels ``y`` under ``label`` (computed once, carried by splits)."""
+    return {**data, "y": boundary_labels(data, label)}
+
+
+def scorer_inputs(data: dict, confidence: bool) -> dict:
+    """``data`` whose ``states`` are what the scorer reads (hidden states + confidence features)."""
+    if not confidence:
+        return data
+    if "conf" not in data:
+        raise ValueError("these rollouts carry no confidence features (cached before they existed); "
+                         "delete the cache under ~/.cache/gambit and roll out again")
+    return {**data, "states": with_confidence(data["states"], data["conf"])}
 
 
 @torch.no_grad()
@@ -142,14 +166,16 @@ def full_loss(cfg, net, data: dict, pos_weight: torch.Tensor) -> float:
     if not len(data["states"]):
         return float("nan")
     p = predict(net, cfg.kind, data).clamp(1e-7, 1 - 1e-7)
-    y = data["correct"][data["trace"]].float()
+    y = data["y"].float()
     return float(-(pos_weight * y * p.log() + (1 - y) * (1 - p).log()).mean())
 
 
 def fit(cfg: TrainScorerConfig, data: dict, quiet: bool = False, max_epochs: int | None = None):
     """Train on ``data`` (split into fit / validation here); the best net and the per-epoch history."""
-    fit_data, val_data = split_fit_val(data, cfg.val_percent)
-    y = fit_data["correct"][fit_data["trace"]]
+    hidden = data["states"].shape[1]  # the target's width, before any confidence features
+    data = scorer_inputs(data, cfg.confidence)
+    fit_data, val_data = split_fit_val(with_labels(data, cfg.label), cfg.val_percent)
+    y = fit_data["y"]
     pos, neg = int(y.sum()), int((~y).sum())
     if not pos or not neg:
         raise ValueError(f"the fit data needs both outcomes; got {pos} positive and {neg} negative "
@@ -157,7 +183,7 @@ def fit(cfg: TrainScorerConfig, data: dict, quiet: bool = False, max_epochs: int
     pos_weight = torch.tensor(neg / pos)
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    net = build_net(cfg.scorer_config(data["states"].shape[1]))
+    net = build_net(cfg.scorer_config(hidden))
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     epochs = max_epochs or cfg.max_epochs
     history, best, best_loss, since = [], None, float("inf"), 0
@@ -172,7 +198,7 @@ def fit(cfg: TrainScorerConfig, data: dict, quiet: bool = False, max_epochs: int
             opt.step()
             losses.append(loss.item())
         val_loss = full_loss(cfg, net, val_data, pos_weight)
-        val_auc = auc(predict(net, cfg.kind, val_data), val_data["correct"][val_data["trace"]])
+        val_auc = auc(predict(net, cfg.kind, val_data), val_data["y"])
         history.append({"epoch": epoch + 1, "train_loss": sum(losses) / len(losses), "val_loss": val_loss,
                         "val_auc": val_auc, "steps": len(losses)})
         bar.set_postfix(train=f"{history[-1]['train_loss']:.4f}", val=f"{val_loss:.4f}", auc=f"{val_auc:.3f}")
@@ -209,7 +235,7 @@ def train_scorer(cfg: TrainScorerConfig, quiet: bool = False) -> dict:
         start = time.time()
         net, history, split = fit(cfg, train, quiet)
         seconds = time.time() - start
-        ev = evaluate(predict(net, cfg.kind, held), held)
+        ev = evaluate(predict(net, cfg.kind, scorer_inputs(held, cfg.confidence)), held)
         env = environment()
         repro = repro_probe(cfg, train) if cfg.repro_epochs else []
     scfg = cfg.scorer_config(train["states"].shape[1])

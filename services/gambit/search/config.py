@@ -6,6 +6,7 @@ import math
 from dataclasses import asdict, dataclass
 
 METHODS = ("gambit", "sc", "step", "deepconf")
+RANKS = ("mean", "last", "min")
 DECODINGS = ("plain", "eagle3.1", "pr")
 
 
@@ -23,7 +24,11 @@ class SearchConfig:
     swap: int = 4  # K: traces pruned and branched per Case-2 round
     interval: int = 8  # Δ: decode steps between tournament rounds
     warmup: int = 24  # w, tokens: no scoring before this depth; branching only w tokens after birth
-    floor: float = 0.0  # δ: hard floor; a ranked trace whose mean score is below it is pruned at a round
+    floor: float = 0.0  # δ: hard floor; a ranked trace scoring (see rank) below it is pruned at a round
+    floor_refill: bool = True  # a floor-pruned trace's slot is refilled (zero-sum); False: the pool shrinks
+    rank: str = "mean"  # ranking score: mean of the boundary scores (paper) | last | min
+    roots: int = 0  # traces launched at the start (0: C); Case 1 branches the rest once they are eligible
+    stop_when_decided: bool = False  # end the run once the traces still active cannot change the majority
     child_temperature: float = 1.0  # multiplier on the parent's temperature for a branched child
     kv_ratio: float = 0.9  # r: above this KV use the lowest-ranked resident trace is evicted (gambit, step)
     temperature: float = 0.8  # sampling temperature of root traces
@@ -50,6 +55,14 @@ class SearchConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+        if self.rank not in RANKS:
+            raise ValueError(f"rank must be one of {RANKS}, got {self.rank!r}")
+        r = self.roots
+        if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r <= self.capacity:
+            raise ValueError(f"roots must be an integer in [0, capacity], got {self.roots!r}")
+        for name in ("floor_refill", "stop_when_decided"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.method == "gambit" and self.swap > self.capacity:
             raise ValueError(f"swap (K={self.swap}) must not exceed capacity (C={self.capacity})")
         if self.method == "deepconf" and not 1 <= self.deepconf_warmup < self.capacity:

@@ -15,6 +15,7 @@ import uuid
 import torch
 
 from gambit.engine import BoundaryEvent, EvictedEvent, FinishedEvent, TokenEvent
+from gambit.scoring.confidence import with_confidence
 from gambit.search import tree as T
 from gambit.search.config import SearchConfig
 from gambit.search.results import Progress, RunResult
@@ -90,7 +91,7 @@ class SearchDriver:
         t0 = time.perf_counter()
         events = self.engine.step()
         t1 = time.perf_counter()
-        keys, states, who = [], [], []
+        keys, states, feats, who = [], [], [], []
         for ev in events:
             o = self.owner.get(ev.trace_id)
             if o is None:
@@ -100,9 +101,11 @@ class SearchDriver:
             if isinstance(ev, TokenEvent):
                 run.on_token(node, ev)
             elif isinstance(ev, BoundaryEvent):
+                f = run.boundary_features(node, ev.position)
                 if run.wants_score(node):
                     keys.append(run.key(nid))
                     states.append(ev.hidden)
+                    feats.append(f)
                     who.append((run, node))
             elif isinstance(ev, FinishedEvent):
                 run.on_finished(node, ev.reason)
@@ -110,10 +113,13 @@ class SearchDriver:
                 run.evict(node)
         t2 = time.perf_counter()
         if keys:
+            x = torch.stack(states)
+            if feats[0] is not None:  # every run of a driver shares its scorer: all or none have them
+                x = with_confidence(x, torch.tensor(feats))
             if hasattr(self.scorer, "score_async"):  # a remote scorer: the call overlaps the next steps
-                self.pending.append((who, self.scorer.score_async(keys, torch.stack(states))))
+                self.pending.append((who, self.scorer.score_async(keys, x)))
             else:
-                self._apply(who, self.scorer.score(keys, torch.stack(states)))
+                self._apply(who, self.scorer.score(keys, x))
         if self.pending and any((r.step + 1) % r.cfg.interval == 0 or r.is_done() for r in runs):
             self._settle()  # rounds and votes rank on every boundary scored so far
         t3 = time.perf_counter()
@@ -127,6 +133,10 @@ class SearchDriver:
                 out.append(self._finish(run, "limit"))
                 continue
             run.maybe_next_phase()
+            if run.decided():
+                run.stop_all(T.STOPPED, "decided")
+                out.append(self._finish(run, "decided"))
+                continue
             if run.is_done():
                 out.append(self._finish(run, "done"))
                 continue
@@ -181,9 +191,10 @@ class SearchDriver:
             resident = [n for n in run.nodes.values() if n.resident]
             if len(resident) < 2:
                 continue
-            n = min(resident, key=lambda x: (x.rank_score(), -x.id))
-            if worst is None or n.rank_score() < worst[0]:
-                worst = (n.rank_score(), run, n)
+            rule = run.cfg.rank
+            n = min(resident, key=lambda x: (x.rank_score(rule), -x.id))
+            if worst is None or n.rank_score(rule) < worst[0]:
+                worst = (n.rank_score(rule), run, n)
         if worst is not None:
             _, run, node = worst
             self.engine.abort(node.engine_id)
@@ -218,11 +229,16 @@ class SearchDriver:
                         self.scorer, self.owner)
         for k in ("step", "round", "tokens", "pruned", "branched", "evicted", "phase", "threshold"):
             setattr(run, k, meta[k])
+        run.target = meta.get("target", cfg.capacity)
         run.nodes = {i: Node.from_dict(d) for i, d in sorted(data["nodes"].items())}
+        run.active = {i for i, n in run.nodes.items() if n.active}
+        run.written = {i: n.depth for i, n in run.nodes.items()}
+        run.meta_written = True
         if cfg.method == "deepconf":
             from gambit.search.deepconf import ConfidenceWindow
 
             run.windows = {i: ConfidenceWindow(cfg.deepconf_window) for i in run.nodes}
+        # a restored trace's confidence minimum restarts (it lived in the old coordinator's memory)
         for node in run.nodes.values():
             if not node.resident:
                 continue

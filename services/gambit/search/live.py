@@ -6,6 +6,7 @@ one plain line per update at most every ``min_interval_s`` seconds, so output st
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -35,7 +36,7 @@ class LiveView:
         self.tty = self.out.isatty() if tty is None else tty
         self.min_interval_s = min_interval_s
         self._drawn = 0
-        self._last = 0.0
+        self._last = -math.inf  # the first update always prints (monotonic() may be small after boot)
         self.capacity: dict[str, int] = {}
 
     def update(self, ev: Progress | RunResult) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 
 @dataclass
@@ -51,7 +51,8 @@ class RunResult:
     deepconf_threshold: float | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        # shallow: asdict deep-copies every trace summary, and the store serialises this at once
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @property
     def trace_throughput(self) -> float:

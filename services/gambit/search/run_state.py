@@ -13,6 +13,7 @@ import time
 
 from gambit.engine import SamplingParams
 from gambit.engine.engine import derive_seed
+from gambit.scoring.confidence import ConfidenceTracker
 from gambit.search import tree as T
 from gambit.search.config import SearchConfig
 from gambit.search.deepconf import ConfidenceWindow, threshold, token_confidence
@@ -24,6 +25,7 @@ from gambit.search.vote import majority_vote, weighted_vote
 from gambit.tasks.answers import extract_boxed, parse_int
 
 TIMING_KEYS = ("forward", "guidance", "tree", "scheduling")
+SCORE_WRITE_EVERY = 4  # rounds: a node whose only change is new scores is rewritten at most this often
 
 def extract_answer(text: str) -> str | None:
     boxed = extract_boxed(text)
@@ -44,9 +46,17 @@ class SearchRun:
         self.t0 = time.perf_counter()
         self.timings = dict.fromkeys(TIMING_KEYS, 0.0)
         self.windows: dict[int, ConfidenceWindow] = {}
+        # the scorer also reads the target's sampled-token confidence: one tracker per node
+        self.confidence = bool(getattr(scorer, "confidence", False)) and cfg.method in ("gambit", "step")
+        self.conf: dict[int, ConfidenceTracker] = {}
         self.threshold: float | None = None
         self.phase = 1
-        self.dirty: set[int] = set()
+        self.target = cfg.capacity  # the pool's size: C, less the slots floor prunes gave up
+        self.dirty: set[int] = set()  # nodes whose tree-view record changed since the last write
+        self.scored: set[int] = set()  # nodes with new scores only (written every SCORE_WRITE_EVERY rounds)
+        self.active: set[int] = set()  # the tree view's pool (running + ghosts), kept as it changes
+        self.written: dict[int, int] = {}  # node id -> its depth in the store (tokens lag until it changes)
+        self.meta_written = False  # the static part of meta (config, prompt) is written once
         self.pending_rounds: list[dict] = []
         self.result: RunResult | None = None
 
@@ -55,7 +65,8 @@ class SearchRun:
         c = self.cfg
         return SamplingParams(temperature=node.temperature, top_p=c.top_p, top_k=c.top_k,
                               max_tokens=max_tokens or c.max_tokens, seed=derive_seed(c.seed, node.id),
-                              logprobs=20 if c.method == "deepconf" else 0, decoding=c.decoding)
+                              logprobs=20 if c.method == "deepconf" else int(self.confidence),
+                              decoding=c.decoding)
 
     def _new_node(self, parent: Node | None, temperature: float) -> Node:
         nid = len(self.nodes)
@@ -65,8 +76,11 @@ class SearchRun:
                     scores=[] if parent is None else list(parent.scores))
         self.nodes[nid] = node
         self.dirty.add(nid)
+        self.active.add(nid)
         if self.cfg.method == "deepconf":
             self.windows[nid] = ConfidenceWindow(self.cfg.deepconf_window)
+        if self.confidence:
+            self.conf[nid] = ConfidenceTracker() if parent is None else self.conf[parent.id].fork()
         return node
 
     def key(self, node_id: int) -> str:
@@ -78,20 +92,22 @@ class SearchRun:
             self._end(node, T.FINISHED, "length")
             return
         eid = self.engine.add(self.prompt_ids + node.tokens, self.params(node, left),
-                              priority=node.rank_score())
+                              priority=node.rank_score(self.cfg.rank))
         node.engine_id = eid
         node.state = T.RUNNING
         self.owner[eid] = (self, node.id)
 
     def start(self) -> None:
-        n = self.cfg.deepconf_warmup if self.cfg.method == "deepconf" else self.cfg.capacity
+        c = self.cfg
+        n = c.deepconf_warmup if c.method == "deepconf" else (c.roots or c.capacity) if c.method == "gambit" \
+            else c.capacity
         for _ in range(n):
             self._launch(self._new_node(None, self.cfg.temperature))
 
     def branch(self, parent: Node) -> Node:
         child = self._new_node(parent, parent.temperature * self.cfg.child_temperature)
         (eid,) = self.engine.fork(parent.engine_id, 1, seeds=[derive_seed(self.cfg.seed, child.id)],
-                                  temperatures=[child.temperature], priority=parent.rank_score())
+                                  temperatures=[child.temperature], priority=parent.rank_score(self.cfg.rank))
         child.engine_id = eid
         self.owner[eid] = (self, child.id)
         if self.scorer is not None:
@@ -109,6 +125,7 @@ class SearchRun:
                 except ValueError:
                     pass  # already gone in the engine
         node.state, node.end_reason, node.end_step = state, reason, self.step
+        self.active.discard(node.id)
         if state == T.FINISHED:
             node.answer = extract_answer(self.engine.tokenizer.decode(node.tokens))
         w = self.windows.get(node.id)
@@ -116,6 +133,7 @@ class SearchRun:
             node.conf_min, node.conf_mean = w.lowest_or_mean(), w.mean
         if self.scorer is not None and self.cfg.method in ("gambit", "step"):
             self.scorer.drop(self.key(node.id))
+        self.conf.pop(node.id, None)
         self.dirty.add(node.id)
 
     def prune(self, node: Node) -> None:
@@ -134,6 +152,7 @@ class SearchRun:
         elif m == "step":
             node.engine_id = None
             node.state, node.end_reason, node.end_step = T.EVICTED, "evicted", self.step
+            self.active.discard(node.id)
             if self.scorer is not None:
                 self.scorer.drop(self.key(node.id))
             self.dirty.add(node.id)
@@ -144,6 +163,8 @@ class SearchRun:
     def on_token(self, node: Node, ev) -> None:
         node.tokens.append(ev.token_id)
         self.tokens += 1
+        if self.confidence:
+            self.conf.setdefault(node.id, ConfidenceTracker()).token(ev.position, ev.logprob)
         w = self.windows.get(node.id)
         if w is not None and ev.top_logprobs:
             mean = w.push(token_confidence(ev.top_logprobs))
@@ -155,27 +176,35 @@ class SearchRun:
             self.owner.pop(node.engine_id, None)
             self._end(node, T.FINISHED, reason)
 
+    def boundary_features(self, node: Node, position: int) -> list[float] | None:
+        """Every boundary advances the node's confidence tracker (scored or not, the trace-level
+        minimum covers all its thoughts); the features when the scorer reads them."""
+        if not self.confidence:
+            return None
+        return self.conf.setdefault(node.id, ConfidenceTracker()).boundary(position)
+
     def wants_score(self, node: Node) -> bool:
         m = self.cfg.method
         return node.resident and (m == "step" or (m == "gambit" and node.depth >= self.cfg.warmup))
 
     def on_scores(self, node: Node, scores: list[float]) -> None:
         node.scores.extend(scores)
-        self.dirty.add(node.id)
+        self.scored.add(node.id)
         if node.resident:
-            self.engine.set_priority(node.engine_id, node.rank_score())
+            self.engine.set_priority(node.engine_id, node.rank_score(self.cfg.rank))
 
     # -- rounds ---------------------------------------------------------------------------------
     def counts(self) -> tuple[int, int, int]:
-        act = sum(n.active for n in self.nodes.values())
-        ghosts = sum(n.state == T.GHOST for n in self.nodes.values())
-        return act, ghosts, act - ghosts
+        ghosts = sum(self.nodes[i].state == T.GHOST for i in self.active)
+        return len(self.active), ghosts, len(self.active) - ghosts
 
     def tournament(self) -> tuple[int, list[int], list[list[int]]]:
         c = self.cfg
         if c.max_total_tokens and self.tokens >= c.max_total_tokens:
             return 0, [], []
-        plan = plan_round(list(self.nodes.values()), c.capacity, c.swap, c.warmup, c.floor)
+        plan = plan_round([self.nodes[i] for i in sorted(self.active)], self.target, c.swap, c.warmup,
+                          c.floor, c.rank, c.floor_refill)
+        self.target -= plan.shrink
         for nid in plan.prune:
             self.prune(self.nodes[nid])
         pairs = [[pid, self.branch(self.nodes[pid]).id] for pid in plan.branch]
@@ -215,32 +244,48 @@ class SearchRun:
         for _ in range(self.cfg.capacity - self.cfg.deepconf_warmup):
             self._launch(self._new_node(None, self.cfg.temperature))
 
+    def decided(self) -> bool:
+        """``stop_when_decided``: the leading answer has more votes than the runner-up could reach
+        if every trace still active answered for it (refills after that are not counted)."""
+        if not self.cfg.stop_when_decided or self.cfg.method != "gambit":
+            return False
+        votes: dict[str, int] = {}
+        for n in self.nodes.values():
+            if n.state == T.FINISHED and n.answer is not None:
+                votes[n.answer] = votes.get(n.answer, 0) + 1
+        if not votes:
+            return False
+        top = sorted(votes.values(), reverse=True) + [0]
+        return top[0] > top[1] + len(self.active)
+
     def over_limit(self) -> bool:
         c = self.cfg
         return bool((c.max_total_tokens and self.tokens >= c.max_total_tokens)
                     or (c.max_wall_s and time.perf_counter() - self.t0 >= c.max_wall_s))
 
     def is_done(self) -> bool:
-        return not any(n.state in (T.RUNNING, T.WAITING) for n in self.nodes.values()) and \
+        """No trace generates any more (every running or waiting trace is in the active pool)."""
+        return not any(self.nodes[i].state in (T.RUNNING, T.WAITING) for i in self.active) and \
             (self.cfg.method != "deepconf" or self.phase == 2)
 
     def stop_all(self, state: str, reason: str) -> None:
-        for n in self.nodes.values():
-            if n.active:
-                self._end(n, state, reason)
+        for i in sorted(self.active):
+            self._end(self.nodes[i], state, reason)
 
     # -- the end --------------------------------------------------------------------------------
     def finish(self, reason: str) -> RunResult:
-        for n in self.nodes.values():
+        for i in sorted(self.active):
+            n = self.nodes[i]
             if n.state == T.GHOST:  # still a ghost when the pool ran out: it never got an answer
                 n.state, n.end_reason, n.end_step = T.PRUNED, "ghost", self.step
+                self.active.discard(i)
                 self.dirty.add(n.id)
         fin = [n for n in self.nodes.values() if n.state == T.FINISHED]
         answers = [n.answer for n in fin]
         if self.cfg.method == "deepconf":
             weights, rule = [n.conf_mean or 0.0 for n in fin], "confidence-weighted"
         else:
-            weights = [n.mean_score or 0.0 for n in fin]
+            weights = [n.rank_score(self.cfg.rank) for n in fin]
             rule = "score-weighted" if self.cfg.method == "step" else "majority"
         votes, wvotes = {}, {}
         for a, w in zip(answers, weights, strict=True):
@@ -261,14 +306,33 @@ class SearchRun:
         return self.result
 
     # -- persistence ----------------------------------------------------------------------------
-    def meta(self) -> dict:
+    def meta(self, tokens: int | None = None) -> dict:
+        counters = {"step": self.step, "round": self.round,
+                    "tokens": self.tokens if tokens is None else tokens,
+                    "pruned": self.pruned, "branched": self.branched, "evicted": self.evicted,
+                    "phase": self.phase, "threshold": self.threshold, "target": self.target}
+        if self.meta_written:
+            return counters
         return {"config": self.cfg.to_dict(), "prompt": self.prompt, "prompt_ids": self.prompt_ids,
-                "gold": self.gold, "step": self.step, "round": self.round, "tokens": self.tokens,
-                "pruned": self.pruned, "branched": self.branched, "evicted": self.evicted,
-                "phase": self.phase, "threshold": self.threshold}
+                "gold": self.gold, **counters}
 
     def flush(self) -> RunUpdate:
-        up = RunUpdate(self.meta(), [self.nodes[i].to_dict() for i in sorted(self.dirty)],
-                       self.pending_rounds, None if self.result is None else self.result.to_dict())
-        self.dirty, self.pending_rounds = {n.id for n in self.nodes.values() if n.active}, []
+        """The changes since the last write: counters, the nodes whose record changed (created or a
+        new state: every round; new scores only: every ``SCORE_WRITE_EVERY`` rounds and at the end),
+        the rounds, the result. A running node whose only change is new tokens is not rewritten (that
+        was most of a round's cost); its stored tokens and scores lag, and
+        ``meta["tokens"]`` is written consistent with the stored nodes, so a restart that adopts the
+        engine's live trace (its tokens past the stored ones) counts every token once."""
+        if self.result is not None or self.round % SCORE_WRITE_EVERY == 0:
+            self.dirty |= self.scored
+            self.scored = set()
+        nodes = [self.nodes[i].to_dict() for i in sorted(self.dirty)]
+        for d in nodes:
+            self.written[d["id"]] = len(d["tokens"])
+        lag = sum(self.nodes[i].depth - self.written.get(i, 0) for i in self.active
+                  if self.nodes[i].resident)
+        up = RunUpdate(self.meta(self.tokens - lag), nodes, self.pending_rounds,
+                       None if self.result is None else self.result.to_dict())
+        self.meta_written = True
+        self.dirty, self.pending_rounds = set(), []
         return up

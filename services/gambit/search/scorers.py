@@ -7,22 +7,23 @@ from pathlib import Path
 
 
 def load_default_scorer(kind_or_path: str = "mlp", hidden_size: int = 192, quiet: bool = False):
-    """``mlp`` / ``sequence`` → the shipped scorer folder; any other value is a scorer folder."""
+    """``process`` / ``mlp`` / ``sequence`` → the shipped scorer folder; any other value is a folder."""
     from gambit import paths
     from gambit.scoring import load_scorer, random_scorer
 
-    folder = {"mlp": getattr(paths, "SCORER_MLP", None),
-              "sequence": getattr(paths, "SCORER_SEQUENCE", None)}.get(kind_or_path, Path(kind_or_path))
+    names = {"mlp": getattr(paths, "SCORER_MLP", None), "sequence": getattr(paths, "SCORER_SEQUENCE", None),
+             "process": getattr(paths, "SCORER_PROCESS", None)}
+    folder = names.get(kind_or_path, Path(kind_or_path))
     if folder is not None and (Path(folder) / "config.json").is_file():
         scorer = load_scorer(folder)
-        if scorer.hidden_size == hidden_size or kind_or_path not in ("mlp", "sequence"):
+        if scorer.hidden_size == hidden_size or kind_or_path not in names:
             return scorer  # a folder given by path must fit (scoring refuses the wrong width)
         why = (f"the shipped {kind_or_path} scorer reads width {scorer.hidden_size}, "
                f"this model has {hidden_size}")
-    elif kind_or_path not in ("mlp", "sequence"):
+    elif kind_or_path not in names:
         raise ValueError(f"scorer {kind_or_path!r}: no scorer folder there (need config.json)")
     else:
         why = f"no shipped {kind_or_path} scorer at {folder}"
     if not quiet:
         print(f"note: {why}; using a random one (no signal)", file=sys.stderr)
-    return random_scorer(kind_or_path, hidden_size)
+    return random_scorer("sequence" if kind_or_path == "sequence" else "mlp", hidden_size)

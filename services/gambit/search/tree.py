@@ -57,10 +57,16 @@ class Node:
     def mean_score(self) -> float | None:
         return sum(self.scores) / len(self.scores) if self.scores else None
 
-    def rank_score(self) -> float:
-        """Ranking key: mean boundary score; an unscored trace counts as 0 (as in STEP)."""
-        m = self.mean_score
-        return 0.0 if m is None else m
+    def rank_score(self, rule: str = "mean") -> float:
+        """Ranking key: the mean boundary score (the paper), or the last one, or the lowest; an
+        unscored trace counts as 0 (as in STEP)."""
+        if not self.scores:
+            return 0.0
+        if rule == "last":
+            return self.scores[-1]
+        if rule == "min":
+            return min(self.scores)
+        return sum(self.scores) / len(self.scores)
 
     def to_dict(self) -> dict:
         # by hand: dataclasses.asdict deep-copies every token list and was most of a round's cost

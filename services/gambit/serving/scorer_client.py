@@ -155,6 +155,8 @@ class LocalScorer:
     def __init__(self, scorer, metrics=None) -> None:
         self.inner, self.metrics = scorer, metrics
         self.kind, self.hidden_size = scorer.kind, scorer.hidden_size
+        # a scorer that also reads the target's sampled-token confidence: the driver appends it
+        self.confidence = bool(getattr(scorer, "confidence", False))
         self.sync_seconds = 0.0
         self.calls = 0
         self.fallbacks = 0
