@@ -3,8 +3,8 @@ and retraining the card's probe gives exactly the loss history recorded in ``tra
 
 import pytest
 import torch
+from scoring_util import shipped_config, shipped_training
 
-from conftest import shipped_config, shipped_training
 from gambit.scoring.repro import fixed_threads
 from gambit.scoring.train import fit
 

@@ -4,8 +4,8 @@ chance, scored through the stateful API as the tournament does."""
 
 import pytest
 import torch
+from scoring_util import SHIPPED, shipped_training
 
-from conftest import SHIPPED, shipped_training
 from gambit.model.config import ModelConfig
 from gambit.paths import TARGET
 from gambit.scoring import auc, load_scorer
