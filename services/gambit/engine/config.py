@@ -16,16 +16,16 @@ class SpecConfig:
     ``reconsider`` (m) applies to drafters trained for Parallel Reconsideration (method ending in
     "pr"); EAGLE-3.1 drafters always draft with m = 0.
 
-    The defaults are the fastest tree measured on the CPU with the shipped 2.7M-parameter target
-    (``gambit bench spec``: a small, shallow tree, since there every verified token and every draft
-    step costs real time). On a GPU, where verifying 48 tokens costs about one decode step, use the
-    paper's tree: gamma=5..8, budget=48, grow_width=6, offer_width=6.
+    The defaults are the fastest tree measured on the CPU with the shipped 2.7M-parameter target and
+    drafters (a sweep of gamma 5/8/11, B 8/16/24, Bw = k 3/4 at batch 1: a small tree, since there
+    every verified token costs real time). On a GPU, where verifying 48 tokens costs about one decode
+    step, use the paper's tree: gamma=8, budget=48, grow_width=6, offer_width=6.
     """
 
-    gamma: int = 2  # draft steps per cycle after the drafter's context pass (tree depth <= gamma + 1)
+    gamma: int = 5  # draft steps per cycle after the drafter's context pass (tree depth <= gamma + 1)
     budget: int = 8  # B: draft tokens verified per cycle and trace (reconsidered ones included)
-    grow_width: int = 3  # Bw: frontier rows each draft step forwards
-    offer_width: int = 3  # k: children each frontier row offers
+    grow_width: int = 4  # Bw: frontier rows each draft step forwards
+    offer_width: int = 4  # k: children each frontier row offers
     reconsider: int = 3  # m: least-confident rows of the previous step reconsidered per step (PR)
     extra: str = "reconsider"  # what the m rows do: "reconsider" (PR) | "advance" (Table 4 control)
     self_query: bool = True  # reconsider rows take their query from the feature
