@@ -99,6 +99,8 @@ def test_solve_streams_progress_then_result_and_records_redis_and_metrics(serve_
     info = stub(serve_stack).GetRun(pb2.GetRunRequest(run_id=run_id), metadata=md())
     assert info.status == "done" and info.result.answer == res.answer and info.request.problem == PROBLEMS[0]
     assert info.num_traces == len(res.traces)
+    # the Target found the Scorer replica's own endpoint and scores there, not through the proxy
+    assert wait_for(lambda: target_load()["scorer_direct"].startswith("127.0.0.1:"), timeout=30)
     r, prefix = serve_stack["redis"], serve_stack["prefix"]
     tree = r.hgetall(f"{prefix}tree:run:{run_id}:nodes")
     assert len(tree) == len(res.traces) and sum('"parent": null' in v for v in tree.values()) == 4

@@ -26,17 +26,19 @@ class Target:
 
         # Ray sets OMP_NUM_THREADS to the actor's num_cpus (1 for num_cpus=0): give the engine the cores
         torch.set_num_threads(threads or os.cpu_count() or 1)
+        self.loop: asyncio.AbstractEventLoop | None = None  # the loop runs are served on (first run)
         ctx = serve.get_replica_context()
         self.replica = ctx.replica_id.unique_id
         cfg = EmbeddedConfig(model=model, scorer=scorer, scorer_address=scorer_address, tree=tree,
                              prefix=prefix, num_blocks=num_blocks, max_num_seqs=max_num_seqs)
         self.svc = build_target(cfg, ray_metrics(), self.replica, scorer_app,
                                 os.environ.get(token_env, "") if token_env else "",
-                                resolve=_direct_scorer(scorer_app) if scorer_app and scorer_direct else None)
+                                resolve=_direct_scorer(scorer_app, lambda: self.loop)
+                                if scorer_app and scorer_direct else None)
 
     async def run(self, run_id: str, problem: str, cfg: dict):
         """Stream of dicts for one run: started, progress..., result — or one ``error`` dict."""
-        loop = asyncio.get_running_loop()
+        loop = self.loop = asyncio.get_running_loop()
         q: asyncio.Queue = asyncio.Queue()
         admitted = self.svc.submit_run(run_id, problem, SolveConfig(**cfg),
                                        lambda d: loop.call_soon_threadsafe(q.put_nowait, d))
@@ -75,18 +77,25 @@ class Target:
             svc.close()
 
 
-def _direct_scorer(app: str):
-    """Ask the Scorer app, through its Ray handle, for one replica's direct gRPC endpoint."""
+def _direct_scorer(app: str, loop_of):
+    """Ask the Scorer app, through its Ray handle, for one replica's direct gRPC endpoint. The call
+    runs on the replica's event loop (``loop_of()``): a handle's router may live there."""
     handle = None
 
-    def resolve() -> str:
+    async def ask() -> str:
         nonlocal handle
         if handle is None:
             handle = serve.get_deployment_handle("Scorer", app_name=app)
         try:
-            return handle.address.remote().result(timeout_s=10)
+            return await handle.address.remote()
         except Exception:
             handle = None  # the app may have been redeployed: a fresh handle next time
             raise
+
+    def resolve() -> str:
+        loop = loop_of()
+        if loop is None:
+            raise RuntimeError("no run yet: the replica's event loop is not known")
+        return asyncio.run_coroutine_threadsafe(ask(), loop).result(timeout=10)
 
     return resolve

@@ -43,6 +43,7 @@ class RemoteScorer:
         self.direct = ""  # the direct endpoint in use ("" = the proxy)
         self._resolving = False
         self._resolve_at = 0.0
+        self.resolve_error = ""
         self.direct_calls = 0
         self.hidden_size, self.kind = hidden_size, kind
         self.timeout_s, self.retry_after_s, self.metrics = timeout_s, retry_after_s, metrics
@@ -147,9 +148,11 @@ class RemoteScorer:
         wait = self.refresh_s
         try:
             self.direct = self.resolve() or ""
+            self.resolve_error = ""
         except Exception as e:  # noqa: BLE001 — no direct endpoint: keep using the proxy
             log.info("no direct scorer endpoint: %s", e)
             self.direct, wait = "", self.retry_after_s
+            self.resolve_error = f"{type(e).__name__}: {e}"
         finally:
             self._resolve_at = time.monotonic() + wait
             self._resolving = False

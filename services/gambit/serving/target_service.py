@@ -69,7 +69,8 @@ class TargetService:
     def load(self) -> dict:
         return {"replica": self.replica, "runs": len(self._sinks),
                 "reserved_blocks": sum(self._reserved.values()), "num_blocks": self.engine.num_blocks,
-                "kv_usage": self.engine.kv_usage()}
+                "kv_usage": self.engine.kv_usage(), "scorer_direct": getattr(self.scorer, "direct", ""),
+                "scorer_error": getattr(self.scorer, "resolve_error", "")}
 
     def submit_run(self, run_id: str, problem: str, cfg: SolveConfig, sink: Callable) -> Future:
         """Queue a run; the engine thread admits it before its next step. The future ends with None,
