@@ -117,3 +117,27 @@ def test_redis_batches_equal_single_writes(n):
         store.clear()
         for k in tree.r.scan_iter(f"{prefix}:*"):
             tree.r.delete(k)
+
+
+def test_store_and_run_records_in_one_redis_go_out_as_one_transaction():
+    from gambit.search.redis_store import RedisStore
+    from gambit.serving.tree_view import RedisTreeView
+
+    prefix = f"test-rw-{uuid.uuid4().hex[:8]}"
+    store, tree = RedisStore(prefix=prefix + "tree"), RedisTreeView(prefix=prefix + ":")
+    w = RecordWriter(store, tree)
+    go = threading.Event()
+    try:
+        w.after(lambda: go.wait(5))  # holds the writer: the next two writes queue up together
+        time.sleep(0.05)
+        w.update("r1", RunUpdate(meta={"step": 3}, nodes=[{"id": 0, "tokens": [1, 2]}]))
+        w.put_run("r1", status="done", result={"answer": "7"})
+        go.set()
+        assert w.flush(5)
+        assert w.batches == 1 and w._shared
+        assert store.load("r1")["meta"]["step"] == 3 and tree.get_run("r1")["result"] == {"answer": "7"}
+    finally:
+        w.close()
+        store.clear()
+        for k in tree.r.scan_iter(f"{prefix}:*"):
+            tree.r.delete(k)

@@ -51,10 +51,12 @@ class RedisStore:
             check_run_id(run_id)
         p = self.r.pipeline(transaction=True)  # MULTI ... EXEC: all of it or none
         for run_id, up in items:
-            self._add(p, run_id, up)
+            self.add(p, run_id, up)
         self._call(p.execute)
 
-    def _add(self, p, run_id: str, up: RunUpdate) -> None:
+    def add(self, p, run_id: str, up: RunUpdate) -> None:
+        """Queue one update on a Redis pipeline ``p`` (a caller may share it with other writes)."""
+        check_run_id(run_id)
         meta = {k: json.dumps(v) for k, v in up.meta.items()}
         nodes = {str(n["id"]): json.dumps(n) for n in up.nodes}
         rounds = [json.dumps(r) for r in up.rounds]

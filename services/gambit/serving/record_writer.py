@@ -75,6 +75,7 @@ class RecordWriter:
         self._closed = False
         self._down_until = 0.0
         self.batches = 0
+        self._shared: bool | None = None  # store and run records in one Redis (known at the first write)
         self._thread = threading.Thread(target=self._loop, name="record-writer", daemon=True)
         self._thread.start()
 
@@ -118,7 +119,11 @@ class RecordWriter:
                 batch, self._queue = self._queue, []
             self.backlog += [it for it in batch if it[0] != "call"]
             if self.backlog and time.monotonic() >= self._down_until:
-                self._write()
+                try:
+                    self._write()
+                except Exception:  # noqa: BLE001 — a write Redis rejects can never succeed: drop it
+                    log.exception("Redis rejected %d writes; dropped", len(self.backlog))
+                    self.backlog.clear()
             for it in batch:
                 if it[0] == "call":
                     try:
@@ -127,7 +132,26 @@ class RecordWriter:
                         log.exception("record writer callback failed")
 
     def _write(self) -> None:
-        """Apply the backlog in order, consecutive writes of one kind as one pipeline."""
+        """Apply the backlog in order: as one MULTI/EXEC when the store and the run records live in
+        the same Redis (one round trip), else consecutive writes of one kind as one pipeline."""
+        if self._shared is None:
+            self._shared = _same_redis(self.store, self.tree)
+        if self._shared and self.backlog:
+            p = self.store.r.pipeline(transaction=True)
+            for it in self.backlog:
+                if it[0] == "tree":
+                    self.store.add(p, it[1], it[2])
+                else:
+                    self.tree.add_run(p, it[1], it[2])
+            try:
+                self.store._call(p.execute)
+            except DOWN as e:
+                self._down_until = time.monotonic() + self.retry_s
+                log.warning("Redis write deferred (%d pending): %s", len(self.backlog), e)
+                return
+            self.backlog.clear()
+            self.batches += 1
+            return
         while self.backlog:
             kind = self.backlog[0][0]
             n = next((i for i, it in enumerate(self.backlog) if it[0] != kind), len(self.backlog))
@@ -154,3 +178,14 @@ def _apply_many(target, many: str, one: str | None, items: list[tuple]) -> None:
     else:
         for run_id, fields in items:
             target.put_run(run_id, **fields)
+
+
+def _same_redis(store, tree) -> bool:
+    """Both are Redis clients of one server and database (then one pipeline can carry both)."""
+    a, b = getattr(store, "r", None), getattr(tree, "r", None)
+    if a is None or b is None or not hasattr(store, "add") or not hasattr(tree, "add_run"):
+        return False
+    keys = {"host": None, "port": 6379, "db": 0, "path": None, "password": None, "username": None}
+    ka, kb = a.connection_pool.connection_kwargs, b.connection_pool.connection_kwargs
+    return (all(ka.get(k, d) == kb.get(k, d) for k, d in keys.items())
+            and type(a.connection_pool) is type(b.connection_pool))

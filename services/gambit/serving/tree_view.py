@@ -95,10 +95,14 @@ class RedisTreeView:
         """Several run-record writes, in order, in one round trip."""
         p = self.r.pipeline()
         for run_id, fields in items:
-            key = self._k("run", run_id)
-            p.hset(key, mapping={k: _enc(v) for k, v in fields.items()} | {"updated": _enc(time.time())})
-            p.expire(key, self.ttl)
+            self.add_run(p, run_id, fields)
         self._call(p.execute)
+
+    def add_run(self, p, run_id: str, fields: dict) -> None:
+        """Queue one run-record write on a Redis pipeline ``p`` (``RecordWriter`` shares pipelines)."""
+        key = self._k("run", run_id)
+        p.hset(key, mapping={k: _enc(v) for k, v in fields.items()} | {"updated": _enc(time.time())})
+        p.expire(key, self.ttl)
 
     def get_run(self, run_id: str) -> dict | None:
         got = self._call(self.r.hgetall, self._k("run", run_id))
