@@ -113,14 +113,21 @@ class RecordWriter:
         while True:
             with self._cv:
                 while not self._queue and not self._closed:
-                    self._cv.wait()
-                if not self._queue:
+                    if not self.backlog:
+                        self._cv.wait()
+                        continue
+                    left = self._down_until - time.monotonic()  # writes wait to be replayed
+                    if left <= 0:
+                        break
+                    self._cv.wait(left)
+                if not self._queue and not self.backlog:
                     return
                 batch, self._queue = self._queue, []
             self.backlog += [it for it in batch if it[0] != "call"]
             if self.backlog and time.monotonic() >= self._down_until:
                 try:
-                    self._write()
+                    if not self._write():  # a dropped connection: the client reconnects on a retry
+                        self._write()
                 except Exception:  # noqa: BLE001 — a write Redis rejects can never succeed: drop it
                     log.exception("Redis rejected %d writes; dropped", len(self.backlog))
                     self.backlog.clear()
@@ -130,43 +137,42 @@ class RecordWriter:
                         it[1]()
                     except Exception:  # noqa: BLE001 — a failing callback must not stop the writer
                         log.exception("record writer callback failed")
+            if self._closed and not self._queue and (not self.backlog or time.monotonic() < self._down_until):
+                return
 
-    def _write(self) -> None:
+    def _write(self) -> bool:
         """Apply the backlog in order: as one MULTI/EXEC when the store and the run records live in
-        the same Redis (one round trip), else consecutive writes of one kind as one pipeline."""
+        the same Redis (one round trip), else consecutive writes of one kind as one pipeline. False:
+        Redis did not answer; what is left waits ``retry_s``."""
         if self._shared is None:
             self._shared = _same_redis(self.store, self.tree)
-        if self._shared and self.backlog:
-            p = self.store.r.pipeline(transaction=True)
-            for it in self.backlog:
-                if it[0] == "tree":
-                    self.store.add(p, it[1], it[2])
-                else:
-                    self.tree.add_run(p, it[1], it[2])
-            try:
+        try:
+            if self._shared:
+                p = self.store.r.pipeline(transaction=True)
+                for it in self.backlog:
+                    if it[0] == "tree":
+                        self.store.add(p, it[1], it[2])
+                    else:
+                        self.tree.add_run(p, it[1], it[2])
                 self.store._call(p.execute)
-            except DOWN as e:
-                self._down_until = time.monotonic() + self.retry_s
-                log.warning("Redis write deferred (%d pending): %s", len(self.backlog), e)
-                return
-            self.backlog.clear()
-            self.batches += 1
-            return
-        while self.backlog:
-            kind = self.backlog[0][0]
-            n = next((i for i, it in enumerate(self.backlog) if it[0] != kind), len(self.backlog))
-            group = self.backlog[:n]
-            try:
+                self.backlog.clear()
+                self.batches += 1
+            while self.backlog:
+                kind = self.backlog[0][0]
+                n = next((i for i, it in enumerate(self.backlog) if it[0] != kind), len(self.backlog))
+                group = self.backlog[:n]
                 if kind == "tree":
                     _apply_many(self.store, "update_many", "update", [(r, up) for _, r, up in group])
                 else:
                     _apply_many(self.tree, "put_runs", None, [(r, f) for _, r, f in group])
-            except DOWN as e:
-                self._down_until = time.monotonic() + self.retry_s
-                log.warning("Redis write deferred (%d pending): %s", len(self.backlog), e)
-                return
-            del self.backlog[:n]
-            self.batches += 1
+                del self.backlog[:n]
+                self.batches += 1
+        except DOWN as e:
+            self._down_until = time.monotonic() + self.retry_s
+            log.warning("Redis write deferred (%d pending): %s", len(self.backlog), e)
+            return False
+        self._down_until = 0.0
+        return True
 
 
 def _apply_many(target, many: str, one: str | None, items: list[tuple]) -> None:
