@@ -111,6 +111,8 @@ class Coordinator:
                     ev = event_msg(self.pb2, d)
                 yield ev
         except Exception as e:  # noqa: BLE001 — every failure becomes a status code
+            if stream is not None and not got_result and not isinstance(e, RPCError):
+                e = await self._target_lost(run_id, e)
             self._fail(grpc_context, e)
         finally:
             if first is None and stream is not None:
@@ -119,6 +121,16 @@ class Coordinator:
             if stream is not None and not got_result:  # client went away or error: free the KV
                 stream.cancel()
                 asyncio.get_running_loop().run_in_executor(None, self._flag_cancel, run_id)
+
+    async def _target_lost(self, run_id: str, e: Exception) -> RPCError:
+        """The Target's stream broke (its replica died): the run's KV is gone with it, so the run
+        ends in Redis as ``failed`` (GetRun says so) and the client gets UNAVAILABLE to retry."""
+        message = f"target lost mid-run ({type(e).__name__}); the run ended as failed"
+        try:
+            await asyncio.to_thread(self.tree.put_run, run_id, status="failed", message=message)
+        except StoreUnavailable:
+            pass
+        return RPCError(grpc.StatusCode.UNAVAILABLE, message)
 
     def _flag_cancel(self, run_id: str) -> None:
         """The Target polls these flags too: a stream cancel that is lost still stops the run."""

@@ -38,7 +38,10 @@ class Target:
 
     async def run(self, run_id: str, problem: str, cfg: dict):
         """Stream of dicts for one run: started, progress..., result — or one ``error`` dict."""
-        loop = self.loop = asyncio.get_running_loop()
+        first, loop = self.loop is None, asyncio.get_running_loop()
+        if first:  # now the Scorer's direct endpoint can be looked up (on this loop)
+            self.loop = loop
+            getattr(self.svc.scorer, "refresh", lambda: None)()
         q: asyncio.Queue = asyncio.Queue()
         admitted = self.svc.submit_run(run_id, problem, SolveConfig(**cfg),
                                        lambda d: loop.call_soon_threadsafe(q.put_nowait, d))

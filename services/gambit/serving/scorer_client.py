@@ -136,6 +136,12 @@ class RemoteScorer:
             self._channels[address] = (ch, self._grpc.ScorerServiceStub(ch))
         return self._channels[address]
 
+    def refresh(self) -> None:
+        """Look the direct endpoint up now (in the background) unless one is known or being looked up."""
+        if not self.direct:
+            self._resolve_at = 0.0
+            self._maybe_resolve()
+
     def _maybe_resolve(self) -> None:
         """Look the direct endpoint up in the background (a Ray handle call must not stall scoring)."""
         if self.resolve is None or self._resolving or time.monotonic() < self._resolve_at:
