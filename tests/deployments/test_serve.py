@@ -164,12 +164,12 @@ def test_bearer_token_is_checked(serve_stack):
 
 def test_cancel_run_and_client_disconnect_free_the_kv(serve_stack):
     keep = Background(serve_stack, max_tokens=100, seed=5)
-    cancel = Background(serve_stack, max_tokens=400, seed=6, capacity=16, problem=LONG)
+    cancel = Background(serve_stack, max_tokens=400, seed=6, capacity=8, problem=LONG)
     rid = cancel.wait_started()
     # at once: a run of ~100 tokens per trace takes well under a second once the services are warm
     resp = stub(serve_stack).CancelRun(pb2.CancelRunRequest(run_id=rid), metadata=md())
     assert resp.cancelled
-    gone = Background(serve_stack, max_tokens=400, seed=7, capacity=16, problem=LONG)
+    gone = Background(serve_stack, max_tokens=400, seed=7, capacity=8, problem=LONG)
     gid = gone.wait_started()
     gone.call.cancel()  # the client goes away
     keep.wait_started()
