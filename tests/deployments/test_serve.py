@@ -173,7 +173,8 @@ def test_cancel_run_and_client_disconnect_free_the_kv(serve_stack):
     gid = gone.wait_started()
     gone.call.cancel()  # the client goes away
     keep.wait_started()
-    assert cancel.join().result.status == "cancelled"
+    last = cancel.join()
+    assert last.result.status == "cancelled", (len(cancel.events), last.result.total_s, resp)
     assert keep.join().result.status == "done"
     info = wait_for(lambda: (i := stub(serve_stack).GetRun(pb2.GetRunRequest(run_id=gid), metadata=md()))
                     .status == "cancelled" and i)

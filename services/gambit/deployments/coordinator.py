@@ -169,6 +169,11 @@ class Coordinator:
             if rec.get("status") in ENDED:
                 return self.pb2.CancelRunResponse(run_id=run_id, cancelled=False, status=rec["status"])
             await asyncio.to_thread(self.tree.request_cancel, run_id)
+            try:  # fast path: the replica the router picks stops it now if it holds it (one Target:
+                # always); the flag above reaches whichever replica holds it within its poll interval
+                await asyncio.wait_for(self.target.cancel.remote(run_id), timeout=2.0)
+            except Exception:  # noqa: BLE001 — best effort
+                pass
             return self.pb2.CancelRunResponse(run_id=run_id, cancelled=True, status="cancelling")
         except Exception as e:  # noqa: BLE001
             self._fail(grpc_context, e)

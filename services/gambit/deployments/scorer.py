@@ -18,6 +18,7 @@ import asyncio
 import os
 
 import grpc
+import ray
 from ray import serve
 
 from gambit.deployments.ray_metrics import ray_metrics
@@ -50,14 +51,13 @@ class Scorer:
                                                    self.token)
             host = direct_host
             if host in ("0.0.0.0", "::", "[::]"):  # advertise an address others can reach
-                import ray
-
                 host = ray.util.get_node_ip_address()
             self._address = f"{host}:{port}"
 
-    def address(self) -> str:
-        """This replica's direct ScorerService endpoint, "" if it has none (Ray handle call)."""
-        return self._address
+    def address(self) -> dict:
+        """This replica's direct ScorerService endpoint ("" if it has none) and its Ray node (a
+        loopback address only serves Targets on the same node). Ray handle call."""
+        return {"address": self._address, "node": ray.get_runtime_context().get_node_id()}
 
     def _fail(self, grpc_context, code: grpc.StatusCode, message: str):
         self.metrics.inc("gambit_request_errors_total", code=code.name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 
+import ray
 from ray import serve
 
 from gambit.deployments.ray_metrics import ray_metrics
@@ -90,10 +91,14 @@ def _direct_scorer(app: str, loop_of):
         if handle is None:
             handle = serve.get_deployment_handle("Scorer", app_name=app)
         try:
-            return await handle.address.remote()
+            got = await handle.address.remote()
         except Exception:
             handle = None  # the app may have been redeployed: a fresh handle next time
             raise
+        loopback = got["address"].startswith(("127.", "localhost:", "[::1]"))
+        if loopback and got["node"] != ray.get_runtime_context().get_node_id():
+            return ""  # that replica's loopback endpoint is on another node: use the proxy
+        return got["address"]
 
     def resolve() -> str:
         loop = loop_of()
