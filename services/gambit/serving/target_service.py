@@ -47,6 +47,7 @@ class TargetService:
         self._reserved: dict[str, int] = {}
         self._cv = threading.Condition()  # guards the driver; the engine thread holds it while stepping
         self._inbox: list[tuple] = []  # runs to admit at the next step: (run id, problem, cfg, sink, future)
+        self._cancels: list[tuple] = []  # runs to stop at the next step: (run id, status, message, future)
         self._inbox_lock = threading.Lock()
         self._idle = False
         self._stop = False
@@ -89,7 +90,20 @@ class TargetService:
         self.submit_run(run_id, problem, cfg, sink).result()
 
     def cancel(self, run_id: str, status: str = "cancelled", message: str = "") -> bool:
-        """Stop a run and free its KV; its sink gets the result. False if it is not here."""
+        """Stop a run and free its KV; its sink gets the result. False if it is not here. From another
+        thread the engine thread does it between two steps (a lock taken here would wait for the run
+        to end: the engine thread takes it again right after each step)."""
+        if threading.current_thread() is self._thread or not self._thread.is_alive():
+            return self._cancel_now(run_id, status, message)
+        fut: Future = Future()
+        with self._inbox_lock:
+            self._cancels.append((run_id, status, message, fut))
+        if self._idle:
+            with self._cv:
+                self._cv.notify()
+        return fut.result()
+
+    def _cancel_now(self, run_id: str, status: str, message: str) -> bool:
         with self._cv:
             if run_id not in self._sinks:
                 return False
@@ -99,12 +113,13 @@ class TargetService:
 
     def close(self) -> None:
         with self._cv:
-            self._admit()
-            for rid in list(self._sinks):
-                self._deliver([self.driver.cancel(rid, "cancelled", "target shutting down")])
             self._stop = True
             self._cv.notify_all()
         self._thread.join(timeout=5)
+        with self._cv:
+            self._admit()
+            for rid in list(self._sinks):
+                self._deliver([self.driver.cancel(rid, "cancelled", "target shutting down")])
         self.records.flush()
         self.records.close()
 
@@ -113,6 +128,9 @@ class TargetService:
         """Admit the queued runs (under ``_cv``): reserve their worst-case KV and submit them."""
         with self._inbox_lock:
             inbox, self._inbox = self._inbox, []
+            cancels, self._cancels = self._cancels, []
+        for run_id, status, message, fut in cancels:
+            fut.set_result(self._cancel_now(run_id, status, message))
         for run_id, problem, cfg, sink, fut in inbox:
             if not fut.set_running_or_notify_cancel():  # given up on before admission
                 continue
@@ -138,11 +156,12 @@ class TargetService:
         while True:
             with self._cv:
                 self._idle = True
-                while not self._stop and not self.driver.has_work() and not self._inbox:
+                while not self._stop and not self.driver.has_work() and not self._inbox and not self._cancels:
                     if not self._cv.wait(timeout=GAUGE_REFRESH_S):
                         self._gauges()  # Ray drops a gauge not set for ~2 export intervals (ops)
                 self._idle = False
                 if self._stop:
+                    self._admit()  # answers the cancels that are waiting; close() stops the rest
                     return
                 self._admit()
                 if not self.driver.has_work():
