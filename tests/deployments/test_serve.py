@@ -18,6 +18,7 @@ from gambit.tasks.arithmetic import TaskConfig, generate
 pytestmark = pytest.mark.slow
 pb2, pb2_grpc = load("reasoning")
 PROBLEMS = [p.prompt for p in generate("test", 4, 0, TaskConfig(2, 4))]
+LONG = generate("test", 1, 0, TaskConfig(7, 8))[0].prompt  # longer traces: still in flight when cancelled
 
 
 def md(token=True):
@@ -99,6 +100,8 @@ def test_solve_streams_progress_then_result_and_records_redis_and_metrics(serve_
     info = stub(serve_stack).GetRun(pb2.GetRunRequest(run_id=run_id), metadata=md())
     assert info.status == "done" and info.result.answer == res.answer and info.request.problem == PROBLEMS[0]
     assert info.num_traces == len(res.traces)
+    # the Target found the Scorer replica's own endpoint and scores there, not through the proxy
+    assert wait_for(lambda: target_load()["scorer_direct"].startswith("127.0.0.1:"), timeout=30)
     r, prefix = serve_stack["redis"], serve_stack["prefix"]
     tree = r.hgetall(f"{prefix}tree:run:{run_id}:nodes")
     assert len(tree) == len(res.traces) and sum('"parent": null' in v for v in tree.values()) == 4
@@ -161,15 +164,17 @@ def test_bearer_token_is_checked(serve_stack):
 
 def test_cancel_run_and_client_disconnect_free_the_kv(serve_stack):
     keep = Background(serve_stack, max_tokens=100, seed=5)
-    cancel = Background(serve_stack, max_tokens=400, seed=6, capacity=6)
-    gone = Background(serve_stack, max_tokens=400, seed=7, capacity=6)
+    cancel = Background(serve_stack, max_tokens=400, seed=6, capacity=8, problem=LONG)
     rid = cancel.wait_started()
-    gid = gone.wait_started()
-    keep.wait_started()
+    # at once: a run of ~100 tokens per trace takes well under a second once the services are warm
     resp = stub(serve_stack).CancelRun(pb2.CancelRunRequest(run_id=rid), metadata=md())
     assert resp.cancelled
-    assert cancel.join().result.status == "cancelled"
+    gone = Background(serve_stack, max_tokens=400, seed=7, capacity=8, problem=LONG)
+    gid = gone.wait_started()
     gone.call.cancel()  # the client goes away
+    keep.wait_started()
+    last = cancel.join()
+    assert last.result.status == "cancelled", (len(cancel.events), last.result.total_s, resp)
     assert keep.join().result.status == "done"
     info = wait_for(lambda: (i := stub(serve_stack).GetRun(pb2.GetRunRequest(run_id=gid), metadata=md()))
                     .status == "cancelled" and i)
@@ -237,3 +242,26 @@ def test_scorer_unreachable_run_continues_with_fallback(serve_stack):
     url = f"http://127.0.0.1:{serve_stack['cfg'].metrics_port}/metrics"
     assert wait_for(lambda: "ray_gambit_scorer_fallback_total" in
                     urllib.request.urlopen(url, timeout=10).read().decode(), timeout=60, every=2)
+
+
+def test_target_replica_lost_mid_run_ends_failed_and_a_new_one_takes_over(serve_stack):
+    import ray
+
+    name = next(a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if "Target" in a["name"])
+    target = ray.get_actor(name, namespace="serve")
+    bg = Background(serve_stack, max_tokens=400, capacity=16, seed=31, problem=LONG)
+    rid = bg.wait_started()
+    ray.kill(target, no_restart=True)
+    bg.thread.join(120)
+    assert bg.error is not None and bg.error.code() == grpc.StatusCode.UNAVAILABLE
+    assert "target lost" in bg.error.details()
+    info = stub(serve_stack).GetRun(pb2.GetRunRequest(run_id=rid), metadata=md())
+    assert info.status == "failed"
+
+    def served():  # Serve starts a new Target replica; new runs are served again
+        try:
+            return solve(serve_stack, max_tokens=40)[-1].result.status == "done"
+        except grpc.RpcError:
+            return False
+
+    assert wait_for(served, timeout=180, every=2)

@@ -68,7 +68,8 @@ def test_cancel_and_disconnect_free_the_kv_and_other_runs_finish(emb):
     cfg = SolveConfig(capacity=4, max_tokens=200, seed=2)
     keep = emb.solve(PROBLEMS[1].prompt, cfg)
     gone = emb.solve(PROBLEMS[2].prompt, cfg)
-    cancelled = emb.solve(PROBLEMS[2].prompt, cfg)
+    long = generate("test", 1, 0, TaskConfig(7, 8))[0].prompt  # still in flight when the flag is polled
+    cancelled = emb.solve(long, SolveConfig(capacity=8, max_tokens=400, seed=2))
     next(keep), next(gone)
     rid = next(cancelled)["run_id"]
     time.sleep(0.05)

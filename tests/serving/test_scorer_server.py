@@ -180,3 +180,32 @@ def test_async_calls_keep_order_and_coalesce(server):
         client.drop(k)
     client.score(["q:1"], torch.randn(1, H))  # carries the drops
     client.close()
+
+
+def test_direct_endpoint_is_used_while_it_answers_then_the_proxy_takes_over():
+    def start():
+        return start_scorer_server(ScorerServerConfig(port=0, metrics_port=-1, token_env="", batch_wait_ms=0),
+                                   scorer=random_scorer("mlp", H, seed=1))
+
+    direct, proxy = start(), start()
+    asked = []
+
+    def resolve():
+        asked.append(1)
+        return f"127.0.0.1:{direct.port}"
+
+    client = RemoteScorer(f"127.0.0.1:{proxy.port}", H, resolve=resolve, retry_after_s=0.0)
+    try:
+        deadline = threading.Event()
+        while not client.direct and not deadline.wait(0.01):  # looked up in the background
+            pass
+        x = torch.randn(3, H)
+        want = random_scorer("mlp", H, seed=1).score([0, 1, 2], x)
+        assert torch.allclose(client.score(["a", "b", "c"], x), want, atol=1e-6)
+        assert client.direct_calls == 1 and direct.core.calls == 1 and proxy.core.calls == 0
+        direct.stop()  # the replica goes away: the same call goes through the proxy, no fallback
+        assert torch.allclose(client.score(["a", "b", "c"], x), want, atol=1e-6)
+        assert proxy.core.calls == 1 and client.fallbacks == 0 and len(asked) >= 1
+    finally:
+        client.close()
+        proxy.stop()

@@ -4,7 +4,8 @@ Interleaved (embedded, distributed, embedded, ...) on the same problems, seeds a
 both do the same work (the token totals are compared). Reports the wall-time ratio at one run,
 the guidance-sync share (decoding blocked on the scorer / run time), throughput and latency at
 1, 4 and 16 concurrent runs, and the scaling efficiency at 16 runs: the service's speed-up from 1
-to 16 runs divided by the engine's own speed-up from batch C to batch 16·C.
+to 16 runs divided by the engine's own speed-up from batch C to batch 16·C (measured after each
+level of each repetition, so it sees the same load as the services).
 """
 
 from __future__ import annotations
@@ -67,14 +68,16 @@ def run_embedded(emb, prompts, cfg: BenchServeConfig) -> list[dict]:
     return out
 
 
-def run_distributed(address: str, prompts, cfg: BenchServeConfig) -> list[dict]:
+def run_distributed(address: str, prompts, cfg: BenchServeConfig, channel=None) -> list[dict]:
+    """``channel``: an open channel to reuse, as a long-lived client would (None: one for this call)."""
     import grpc
 
     from gambit.serving.protos import load
 
     pb2, g = load("reasoning")
     out: list[dict] = [{} for _ in prompts]
-    channel = grpc.insecure_channel(address)
+    own = channel is None
+    channel = grpc.insecure_channel(address) if own else channel
     stub = g.ReasoningServiceStub(channel)
 
     def one(i):
@@ -86,7 +89,8 @@ def run_distributed(address: str, prompts, cfg: BenchServeConfig) -> list[dict]:
                   "sync": res.timings.scorer_s, "total": res.timings.total_s, "answer": res.answer}
 
     _threads(one, len(prompts))
-    channel.close()
+    if own:
+        channel.close()
     return out
 
 
@@ -98,25 +102,33 @@ def _threads(fn, n: int) -> None:
         t.join()
 
 
-def engine_speedup(cfg: BenchServeConfig, levels: list[int]) -> dict[int, float]:
-    """Decode tokens/s of the bare engine at batch n·C relative to batch C (EOS ignored)."""
-    from gambit.engine import Engine, EngineConfig, SamplingParams
-    from gambit.paths import TARGET
+class EngineBaseline:
+    """Decode tokens/s of the bare engine at batch n·C (EOS ignored), measured between the service
+    repetitions so that it sees the same machine load as they do."""
 
-    eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET)))
-    prompt = problems(1)[0]
-    rates: dict[int, list[float]] = {n: [] for n in levels}
-    eng.generate([prompt] * cfg.capacity, SamplingParams(max_tokens=8, ignore_eos=True))  # warm
-    for _ in range(cfg.reps):  # interleaved over the batch sizes, median per size
-        for n in levels:
-            b = n * cfg.capacity
-            sp = [SamplingParams(temperature=0.8, max_tokens=cfg.max_tokens, ignore_eos=True, seed=i)
-                  for i in range(b)]
-            t0 = time.perf_counter()
-            eng.generate([prompt] * b, sp)
-            rates[n].append(b * cfg.max_tokens / (time.perf_counter() - t0))
-    rate = {n: statistics.median(r) for n, r in rates.items()}
-    return {n: rate[n] / rate[levels[0]] for n in levels}
+    def __init__(self, cfg: BenchServeConfig) -> None:
+        from gambit.engine import Engine, EngineConfig, SamplingParams
+        from gambit.paths import TARGET
+
+        self.cfg, self.sp = cfg, SamplingParams
+        self.eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET)))
+        self.prompt = problems(1)[0]
+        self.rates: dict[int, list[float]] = {n: [] for n in cfg.levels}
+        self.eng.generate([self.prompt] * cfg.capacity, self.sp(max_tokens=8, ignore_eos=True))  # warm
+
+    def measure(self, n: int) -> None:
+        b = n * self.cfg.capacity
+        sp = [self.sp(temperature=0.8, max_tokens=self.cfg.max_tokens, ignore_eos=True, seed=i)
+              for i in range(b)]
+        t0 = time.perf_counter()
+        self.eng.generate([self.prompt] * b, sp)
+        self.rates[n].append(b * self.cfg.max_tokens / (time.perf_counter() - t0))
+
+    def speedup(self) -> dict[int, float]:
+        """Median rate at each batch relative to batch C."""
+        rate = {n: statistics.median(r) for n, r in self.rates.items()}
+        first = self.cfg.levels[0]
+        return {n: rate[n] / rate[first] for n in self.cfg.levels}
 
 
 def pct(xs, q):
@@ -136,27 +148,32 @@ def bench(cfg: BenchServeConfig) -> dict:
                              token_env="GAMBIT_BENCH_NO_TOKEN")
     local.start(scfg, wait_s=600)
     address = f"127.0.0.1:{cfg.grpc_port}"
+    import grpc
+
+    channel = grpc.insecure_channel(address)  # one connection for the whole benchmark, like a real client
+    baseline = EngineBaseline(cfg)
     try:
         warm = problems(2)
         run_embedded(emb, warm, cfg)
-        run_distributed(address, warm, cfg)
+        run_distributed(address, warm, cfg, channel)
         rows: dict[tuple[str, int], list[dict]] = {}
         for rep in range(cfg.reps):
             for n in cfg.levels:
                 ps = problems(n)
                 for name in ("embedded", "distributed"):  # interleaved
                     t0 = time.perf_counter()
-                    res = run_embedded(emb, ps, cfg) if name == "embedded" else run_distributed(address, ps,
-                                                                                                cfg)
+                    res = (run_embedded(emb, ps, cfg) if name == "embedded"
+                           else run_distributed(address, ps, cfg, channel))
                     wall = time.perf_counter() - t0
                     rows.setdefault((name, n), []).append({"wall": wall, "runs": res})
                     log(f"rep {rep + 1}/{cfg.reps}  {name:11s}  {n:2d} runs  {wall:6.2f} s  "
                         f"{sum(r['tokens'] for r in res)} tokens")
+                baseline.measure(n)  # the engine alone at batch n*C, under the same load
     finally:
+        channel.close()
         emb.close()
         local.stop()
-    log("engine alone: batch C vs n*C ...")
-    speedup = engine_speedup(cfg, cfg.levels)
+    speedup = baseline.speedup()
     out: dict = {"config": {k: v for k, v in asdict(cfg).items()}, "systems": {}}
     for name in ("embedded", "distributed"):
         conc = []

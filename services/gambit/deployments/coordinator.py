@@ -25,7 +25,7 @@ from gambit.serving.convert import event_msg, progress_msg, result_msg
 from gambit.serving.protos import load
 from gambit.serving.security import check_token
 from gambit.serving.solve_config import SolveConfig, check_run_id, from_request
-from gambit.serving.tree_view import ENDED, StoreUnavailable, open_tree_view
+from gambit.serving.tree_view import ENDED, STREAM_CLOSED, StoreUnavailable, open_tree_view
 
 
 class RPCError(Exception):
@@ -40,6 +40,7 @@ class Coordinator:
                  defaults: dict | None = None, token_env: str = "GAMBIT_TOKEN") -> None:
         self.pb2, _ = load("reasoning")
         self.target = target
+        self.stream = target.options(stream=True)  # one handle for every run, not one per Solve
         self.tree = open_tree_view(tree, prefix)
         self.defaults = SolveConfig(**(defaults or {}))
         self.token = os.environ.get(token_env, "") if token_env else ""
@@ -81,14 +82,16 @@ class Coordinator:
             self._check(grpc_context)
             problem, cfg = from_request(request, self.defaults)
             run_id = check_run_id(request.run_id) if request.run_id else uuid.uuid4().hex[:16]
-            old = await asyncio.to_thread(self.tree.get_run, run_id)
-            if old and old.get("status") not in ENDED:
-                raise RPCError(grpc.StatusCode.ALREADY_EXISTS, f"run_id: {run_id!r} is in flight")
+            if request.run_id:  # a generated id is new: only a client's own id needs the look-up
+                old = await asyncio.to_thread(self.tree.get_run, run_id)
+                if old and old.get("status") not in ENDED:
+                    raise RPCError(grpc.StatusCode.ALREADY_EXISTS, f"run_id: {run_id!r} is in flight")
+            # written before the run starts: a late "queued" must never overwrite the Target's status
             await asyncio.to_thread(self.tree.put_run, run_id, status="queued",
                                     request=MessageToDict(request, preserving_proto_field_name=True))
             self.waiting += 1
             self.metrics.set("gambit_num_requests_waiting", self.waiting)
-            stream = self.target.options(stream=True).run.remote(run_id, problem, asdict(cfg))
+            stream = self.stream.run.remote(run_id, problem, asdict(cfg))
             async for d in stream:
                 if first is None:
                     first = time.perf_counter() - t0
@@ -108,6 +111,8 @@ class Coordinator:
                     ev = event_msg(self.pb2, d)
                 yield ev
         except Exception as e:  # noqa: BLE001 — every failure becomes a status code
+            if stream is not None and not got_result and not isinstance(e, RPCError):
+                e = await self._target_lost(run_id, e)
             self._fail(grpc_context, e)
         finally:
             if first is None and stream is not None:
@@ -115,10 +120,24 @@ class Coordinator:
                 self.metrics.set("gambit_num_requests_waiting", self.waiting)
             if stream is not None and not got_result:  # client went away or error: free the KV
                 stream.cancel()
-                try:
-                    self.tree.request_cancel(run_id)
-                except StoreUnavailable:
-                    pass
+                asyncio.get_running_loop().run_in_executor(None, self._flag_cancel, run_id)
+
+    async def _target_lost(self, run_id: str, e: Exception) -> RPCError:
+        """The Target's stream broke (its replica died): the run's KV is gone with it, so the run
+        ends in Redis as ``failed`` (GetRun says so) and the client gets UNAVAILABLE to retry."""
+        message = f"target lost mid-run ({type(e).__name__}); the run ended as failed"
+        try:
+            await asyncio.to_thread(self.tree.put_run, run_id, status="failed", message=message)
+        except StoreUnavailable:
+            pass
+        return RPCError(grpc.StatusCode.UNAVAILABLE, message)
+
+    def _flag_cancel(self, run_id: str) -> None:
+        """The Target polls these flags too: a stream cancel that is lost still stops the run."""
+        try:
+            self.tree.request_cancel(run_id, STREAM_CLOSED)
+        except StoreUnavailable:
+            pass
 
     async def _known_run(self, request, grpc_context) -> tuple[str, dict]:
         """Authorised request for a run that exists: (run id, its record), else an RPCError."""
@@ -150,6 +169,11 @@ class Coordinator:
             if rec.get("status") in ENDED:
                 return self.pb2.CancelRunResponse(run_id=run_id, cancelled=False, status=rec["status"])
             await asyncio.to_thread(self.tree.request_cancel, run_id)
+            try:  # fast path: the replica the router picks stops it now if it holds it (one Target:
+                # always); the flag above reaches whichever replica holds it within its poll interval
+                await asyncio.wait_for(self.target.cancel.remote(run_id), timeout=2.0)
+            except Exception:  # noqa: BLE001 — best effort
+                pass
             return self.pb2.CancelRunResponse(run_id=run_id, cancelled=True, status="cancelling")
         except Exception as e:  # noqa: BLE001
             self._fail(grpc_context, e)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 
+import ray
 from ray import serve
 
 from gambit.deployments.ray_metrics import ray_metrics
 from gambit.serving.embedded import EmbeddedConfig, build_target
 from gambit.serving.solve_config import SolveConfig
 from gambit.serving.target_service import Overcommitted
-
-CLOSED = "stream closed: client disconnected or coordinator lost"
+from gambit.serving.tree_view import CANCELLED_BY_RPC, STREAM_CLOSED
 
 
 @serve.deployment(max_ongoing_requests=64, ray_actor_options={"num_cpus": 0})
@@ -20,25 +20,38 @@ class Target:
     def __init__(self, model: str = "", tree: str = "redis://127.0.0.1:6379/0", prefix: str = "gambit:",
                  scorer_address: str = "127.0.0.1:9000", scorer_app: str = "scorer", scorer: str = "",
                  num_blocks: int = 0, max_num_seqs: int = 256, token_env: str = "GAMBIT_TOKEN",
-                 threads: int = 0) -> None:
+                 threads: int = 0, scorer_direct: bool = True) -> None:
+        """``scorer_direct``: call a Scorer replica's own gRPC endpoint, not the proxy (the proxy stays
+        the fallback); see ``gambit.deployments.scorer``."""
         import torch
 
         # Ray sets OMP_NUM_THREADS to the actor's num_cpus (1 for num_cpus=0): give the engine the cores
         torch.set_num_threads(threads or os.cpu_count() or 1)
+        self.loop: asyncio.AbstractEventLoop | None = None  # the loop runs are served on (first run)
         ctx = serve.get_replica_context()
         self.replica = ctx.replica_id.unique_id
         cfg = EmbeddedConfig(model=model, scorer=scorer, scorer_address=scorer_address, tree=tree,
                              prefix=prefix, num_blocks=num_blocks, max_num_seqs=max_num_seqs)
         self.svc = build_target(cfg, ray_metrics(), self.replica, scorer_app,
-                                os.environ.get(token_env, "") if token_env else "")
+                                os.environ.get(token_env, "") if token_env else "",
+                                resolve=_direct_scorer(scorer_app, lambda: self.loop)
+                                if scorer_app and scorer_direct else None)
 
     async def run(self, run_id: str, problem: str, cfg: dict):
         """Stream of dicts for one run: started, progress..., result — or one ``error`` dict."""
-        loop = asyncio.get_running_loop()
+        first, loop = self.loop is None, asyncio.get_running_loop()
+        if first:  # now the Scorer's direct endpoint can be looked up (on this loop)
+            self.loop = loop
+            getattr(self.svc.scorer, "refresh", lambda: None)()
         q: asyncio.Queue = asyncio.Queue()
+        admitted = self.svc.submit_run(run_id, problem, SolveConfig(**cfg),
+                                       lambda d: loop.call_soon_threadsafe(q.put_nowait, d))
         try:
-            self.svc.start_run(run_id, problem, SolveConfig(**cfg),
-                               lambda d: loop.call_soon_threadsafe(q.put_nowait, d))
+            await asyncio.shield(asyncio.wrap_future(admitted))  # the engine admits it between steps
+        except asyncio.CancelledError:  # the caller left before admission: stop the run once it is in
+            admitted.add_done_callback(
+                lambda f: f.exception() or self.svc.cancel(run_id, "cancelled", STREAM_CLOSED))
+            raise
         except Overcommitted as e:
             yield {"kind": "error", "code": "RESOURCE_EXHAUSTED", "message": str(e)}
             return
@@ -53,11 +66,11 @@ class Target:
                 done = d["kind"] == "result"
                 yield d
         finally:
-            if not done:  # cancelled stream: free the run's KV now
-                self.svc.cancel(run_id, "cancelled", CLOSED)
+            if not done:  # cancelled stream: free the run's KV now (in a thread: it waits for a step)
+                loop.run_in_executor(None, self.svc.cancel, run_id, "cancelled", STREAM_CLOSED)
 
     def cancel(self, run_id: str) -> bool:
-        return self.svc.cancel(run_id, "cancelled", "cancelled by CancelRun")
+        return self.svc.cancel(run_id, "cancelled", CANCELLED_BY_RPC)
 
     def load(self) -> dict:
         return self.svc.load()
@@ -66,3 +79,31 @@ class Target:
         svc = getattr(self, "svc", None)
         if svc is not None:
             svc.close()
+
+
+def _direct_scorer(app: str, loop_of):
+    """Ask the Scorer app, through its Ray handle, for one replica's direct gRPC endpoint. The call
+    runs on the replica's event loop (``loop_of()``): a handle's router may live there."""
+    handle = None
+
+    async def ask() -> str:
+        nonlocal handle
+        if handle is None:
+            handle = serve.get_deployment_handle("Scorer", app_name=app)
+        try:
+            got = await handle.address.remote()
+        except Exception:
+            handle = None  # the app may have been redeployed: a fresh handle next time
+            raise
+        loopback = got["address"].startswith(("127.", "localhost:", "[::1]"))
+        if loopback and got["node"] != ray.get_runtime_context().get_node_id():
+            return ""  # that replica's loopback endpoint is on another node: use the proxy
+        return got["address"]
+
+    def resolve() -> str:
+        loop = loop_of()
+        if loop is None:
+            raise RuntimeError("no run yet: the replica's event loop is not known")
+        return asyncio.run_coroutine_threadsafe(ask(), loop).result(timeout=10)
+
+    return resolve

@@ -120,8 +120,10 @@ class SearchDriver:
                 self.pending.append((who, self.scorer.score_async(keys, x)))
             else:
                 self._apply(who, self.scorer.score(keys, x))
-        if self.pending and any((r.step + 1) % r.cfg.interval == 0 or r.is_done() for r in runs):
-            self._settle()  # rounds and votes rank on every boundary scored so far
+        if self.pending:  # rounds and votes rank on every boundary of their run scored so far
+            due = {r.run_id for r in runs if (r.step + 1) % r.cfg.interval == 0 or r.is_done()}
+            if due:
+                self._settle(due)
         t3 = time.perf_counter()
         self._account(runs, t1 - t0, t2 - t1, t3 - t2, who)
         out: list[Progress | RunResult] = []
@@ -160,12 +162,22 @@ class SearchDriver:
         for (run, node), s in zip(who, scores.tolist(), strict=True):
             run.on_scores(node, [s])
 
-    def _settle(self) -> float:
-        """Apply the scores still in flight (``score_async``); returns the seconds spent waiting."""
+    def _settle(self, due: set[str] | None = None) -> float:
+        """Apply the scores still in flight (``score_async``); returns the seconds spent waiting.
+
+        ``due``: only the runs that need their scores now (a round or a vote). Calls are applied in
+        the order they were made, up to the last one holding a boundary of a due run, so each trace
+        gets its scores in order and other runs' calls keep overlapping decoding: with many runs
+        whose rounds fall on different steps, settling everything would wait on nearly every step.
+        """
+        n = len(self.pending)
+        if due is not None:
+            n = max((i + 1 for i, (who, _) in enumerate(self.pending)
+                     if any(run.run_id in due for run, _ in who)), default=0)
         t = time.perf_counter()
-        for who, fut in self.pending:
+        for who, fut in self.pending[:n]:
             self._apply(who, fut.result())
-        self.pending.clear()
+        del self.pending[:n]
         return time.perf_counter() - t
 
     def _account(self, runs, forward, routing, guidance, who) -> None:
@@ -202,7 +214,7 @@ class SearchDriver:
 
     def _finish(self, run: SearchRun, reason: str) -> RunResult:
         if self.pending:
-            self.timings["guidance"] += self._settle()
+            self.timings["guidance"] += self._settle({run.run_id})
         result = run.finish(reason)
         self.store.update(run.run_id, run.flush())
         self.runs.pop(run.run_id, None)

@@ -1,4 +1,5 @@
-"""The tree view in Redis: keys namespaced by run, one MULTI/EXEC per update, finished runs expire.
+"""The tree view in Redis: keys namespaced by run, one MULTI/EXEC per update (or per batch of
+updates), finished runs expire.
 
 Layout under ``{prefix}``: ``run:{id}:meta`` and ``run:{id}:nodes`` (hashes of JSON values),
 ``run:{id}:rounds`` (list), ``run:{id}:result`` (string), ``unfinished`` and ``runs`` (sets).
@@ -42,11 +43,23 @@ class RedisStore:
         return f"{self.prefix}:run:{run_id}:{part}"
 
     def update(self, run_id: str, up: RunUpdate) -> None:
+        self.update_many([(run_id, up)])
+
+    def update_many(self, items: list[tuple[str, RunUpdate]]) -> None:
+        """Several updates, in order, as one MULTI/EXEC (one round trip; all of them or none)."""
+        for run_id, _ in items:
+            check_run_id(run_id)
+        p = self.r.pipeline(transaction=True)  # MULTI ... EXEC: all of it or none
+        for run_id, up in items:
+            self.add(p, run_id, up)
+        self._call(p.execute)
+
+    def add(self, p, run_id: str, up: RunUpdate) -> None:
+        """Queue one update on a Redis pipeline ``p`` (a caller may share it with other writes)."""
         check_run_id(run_id)
         meta = {k: json.dumps(v) for k, v in up.meta.items()}
         nodes = {str(n["id"]): json.dumps(n) for n in up.nodes}
         rounds = [json.dumps(r) for r in up.rounds]
-        p = self.r.pipeline(transaction=True)  # MULTI ... EXEC: all of it or none
         p.sadd(f"{self.prefix}:runs", run_id)
         if meta:
             p.hset(self._k(run_id, "meta"), mapping=meta)
@@ -63,7 +76,6 @@ class RedisStore:
             p.srem(f"{self.prefix}:unfinished", run_id)
             for part in ("meta", "nodes", "rounds", "result"):
                 p.pexpire(self._k(run_id, part), int(self.ttl_s * 1000))
-        self._call(p.execute)
 
     def load(self, run_id: str) -> dict | None:
         check_run_id(run_id)

@@ -1,22 +1,20 @@
 """The services' view of the tournament driver (``gambit.search.driver.SearchDriver``).
 
 Maps a validated ``SolveConfig`` to a ``SearchConfig``, the driver's ``Progress``/``RunResult``
-to the API's records (``convert.py``), keeps the tree store's writes from stopping decoding when
-Redis is away (failed updates are replayed in order once it is back), and feeds the metrics.
+to the API's records (``convert.py``), routes the tree store's writes through the Target's record
+writer (off the engine thread; replayed in order after a Redis outage), and feeds the metrics.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import asdict
 
 from gambit.search.config import SearchConfig
 from gambit.search.driver import SearchDriver
 from gambit.search.results import Progress, RunResult
-from gambit.search.store import StoreUnavailable
+from gambit.serving.record_writer import InlineRecords
 from gambit.serving.solve_config import SolveConfig
 
-log = logging.getLogger(__name__)
 REASON = {"finished": "eos", "pruned": "pruned", "evicted": "evicted", "stopped": "abort",
           "ghost": "evicted", "running": "abort", "waiting": "abort"}  # node state -> metric reason label
 
@@ -29,21 +27,15 @@ def search_config(cfg: SolveConfig) -> SearchConfig:
                         deepconf_warmup=max(1, min(4, cfg.capacity - 1)))
 
 
-class SafeStore:
-    """A TreeStore whose failed writes are kept and replayed, so a Redis outage never stops a run."""
+class WrittenStore:
+    """The driver's TreeStore with its writes routed through the Target's record writer (async for
+    Redis, where a failed write is kept and replayed in order); reads go to the store itself."""
 
-    def __init__(self, store) -> None:
-        self.store = store
-        self.backlog: list[tuple[str, object]] = []
+    def __init__(self, store, writes) -> None:
+        self.store, self.writes = store, writes
 
     def update(self, run_id, up) -> None:
-        self.backlog.append((run_id, up))
-        try:
-            while self.backlog:
-                self.store.update(*self.backlog[0])
-                self.backlog.pop(0)
-        except StoreUnavailable as e:
-            log.warning("tree store write deferred (%d pending): %s", len(self.backlog), e)
+        self.writes.update(run_id, up)
 
     def __getattr__(self, name):
         return getattr(self.store, name)
@@ -52,9 +44,12 @@ class SafeStore:
 class DriverAdapter:
     """``submit/step/cancel`` in the API's terms over one ``SearchDriver``."""
 
-    def __init__(self, engine, scorer=None, store=None, metrics=None) -> None:
+    def __init__(self, engine, scorer=None, store=None, metrics=None, writes=None) -> None:
+        """``writes``: a record writer (``record_writer``) the store's updates go through."""
         self.scorer, self.metrics = scorer, metrics
-        self.driver = SearchDriver(engine, scorer, SafeStore(store) if store is not None else None)
+        if store is not None:
+            store = WrittenStore(store, writes if writes is not None else InlineRecords(store))
+        self.driver = SearchDriver(engine, scorer, store)
         self.last: dict[str, dict] = {}  # run id -> last progress (cumulative counters)
         self.runs = self.driver.runs
 

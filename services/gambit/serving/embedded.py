@@ -34,7 +34,9 @@ class EmbeddedConfig:
 
 
 def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "local",
-                 scorer_app: str = "", token: str = "") -> TargetService:
+                 scorer_app: str = "", token: str = "", resolve=None) -> TargetService:
+    """``resolve``: finds a Scorer replica's direct endpoint (``RemoteScorer``), None = always the
+    address given."""
     from gambit.engine import Engine, EngineConfig
     from gambit.paths import TARGET
 
@@ -44,11 +46,11 @@ def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "l
     hidden = engine.model.config.hidden_size
     if cfg.scorer_address:
         scorer = RemoteScorer(cfg.scorer_address, hidden, token=token, application=scorer_app,
-                              metrics=metrics)
+                              metrics=metrics, resolve=resolve)
     else:
         scorer = LocalScorer(load_any_scorer(cfg.scorer, hidden), metrics)
     return TargetService(engine, scorer, open_tree_view(cfg.tree, cfg.prefix), metrics, replica,
-                         store=open_trace_store(cfg.tree, cfg.prefix))
+                         store=open_trace_store(cfg.tree, cfg.prefix), async_records=cfg.tree != "memory")
 
 
 class Embedded:

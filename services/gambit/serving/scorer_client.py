@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
 
 import grpc
@@ -29,11 +29,22 @@ log = logging.getLogger(__name__)
 class RemoteScorer:
     def __init__(self, address: str, hidden_size: int, kind: str = "remote", token: str = "",
                  application: str = "", timeout_s: float = 2.0, retry_after_s: float = 1.0,
-                 tls_ca: str = "", metrics=None) -> None:
-        self.pb2, grpc_mod = load("scorer")
-        self.channel = open_channel(address, tls_ca, options=[("grpc.max_send_message_length", 256 << 20)])
-        self.stub = grpc_mod.ScorerServiceStub(self.channel)
+                 tls_ca: str = "", metrics=None, resolve: Callable[[], str] | None = None,
+                 refresh_s: float = 60.0) -> None:
+        """``resolve``: returns a replica's direct ScorerService address ("" for none); it is called
+        off the scoring path, at start, every ``refresh_s`` and after the direct endpoint fails.
+        Calls go there while it answers, else to ``address`` (the proxy)."""
+        self.pb2, self._grpc = load("scorer")
+        self.address, self.tls_ca = address, tls_ca
+        self._channels: dict[str, tuple[grpc.Channel, object]] = {}
+        self.channel, self.stub = self._stub(address)
         self.metadata = auth_metadata(token) + ((("application", application),) if application else ())
+        self.resolve, self.refresh_s = resolve, refresh_s
+        self.direct = ""  # the direct endpoint in use ("" = the proxy)
+        self._resolving = False
+        self._resolve_at = 0.0
+        self.resolve_error = ""
+        self.direct_calls = 0
         self.hidden_size, self.kind = hidden_size, kind
         self.timeout_s, self.retry_after_s, self.metrics = timeout_s, retry_after_s, metrics
         self._forks: list[tuple[str, str]] = []
@@ -49,6 +60,7 @@ class RemoteScorer:
         self._wake = threading.Condition(self._lock)
         self._sender: threading.Thread | None = None
         self._closed = False
+        self._maybe_resolve()
 
     def fork(self, parent_key: Hashable, child_key: Hashable) -> None:
         with self._lock:
@@ -70,21 +82,24 @@ class RemoteScorer:
             self._forks, self._drops = [], []
         t0 = time.perf_counter()
         scores = None
-        if time.monotonic() >= self._down_until:
+        self._maybe_resolve()
+        if self.direct or time.monotonic() >= self._down_until:
             raw, dtype, shape = encode_states(states)
             req = self.pb2.ScoreRequest(states=raw, dtype=dtype, shape=shape, trace_ids=keys,
                                         forks=[self.pb2.Fork(parent=p, child=c) for p, c in forks],
                                         drops=drops)
-            try:
-                resp = self.stub.Score(req, timeout=self.timeout_s, metadata=self.metadata)
-                scores = torch.tensor(list(resp.scores), dtype=torch.float32)
-                if scores.shape[0] != len(keys):
-                    raise ValueError(f"scorer returned {scores.shape[0]} scores for {len(keys)} rows")
-            except (grpc.RpcError, ValueError) as e:
-                self.last_error = str(e.code()) if isinstance(e, grpc.RpcError) else str(e)
-                log.warning("scorer unreachable (%s): falling back", self.last_error)
-                self._down_until = time.monotonic() + self.retry_after_s
-                scores = None
+            direct = self.direct
+            if direct:
+                scores = self._call(self._stub(direct)[1], req, len(keys))
+                if scores is None:  # the replica went away: the proxy routes to a live one
+                    self.direct, self._resolve_at = "", 0.0
+                else:
+                    self.direct_calls += 1
+            if scores is None and time.monotonic() >= self._down_until:
+                scores = self._call(self.stub, req, len(keys))
+                if scores is None:
+                    log.warning("scorer unreachable (%s): falling back", self.last_error)
+                    self._down_until = time.monotonic() + self.retry_after_s
         dt = time.perf_counter() - t0
         self.sync_seconds += dt
         self.calls += 1
@@ -102,6 +117,51 @@ class RemoteScorer:
                 tot, n = self._sum.get(k, (0.0, 0))
                 self._sum[k] = (tot + s, n + 1)
         return scores
+
+    def _call(self, stub, req, n: int) -> torch.Tensor | None:
+        try:
+            resp = stub.Score(req, timeout=self.timeout_s, metadata=self.metadata)
+            scores = torch.tensor(list(resp.scores), dtype=torch.float32)
+            if scores.shape[0] != n:
+                raise ValueError(f"scorer returned {scores.shape[0]} scores for {n} rows")
+            return scores
+        except (grpc.RpcError, ValueError) as e:
+            self.last_error = str(e.code()) if isinstance(e, grpc.RpcError) else str(e)
+            return None
+
+    def _stub(self, address: str):
+        """One channel per address for the client's life (channel set-up costs a handshake)."""
+        if address not in self._channels:
+            ch = open_channel(address, self.tls_ca, options=[("grpc.max_send_message_length", 256 << 20)])
+            self._channels[address] = (ch, self._grpc.ScorerServiceStub(ch))
+        return self._channels[address]
+
+    def refresh(self) -> None:
+        """Look the direct endpoint up now (in the background) unless one is known or being looked up."""
+        if not self.direct:
+            self._resolve_at = 0.0
+            self._maybe_resolve()
+
+    def _maybe_resolve(self) -> None:
+        """Look the direct endpoint up in the background (a Ray handle call must not stall scoring)."""
+        if self.resolve is None or self._resolving or time.monotonic() < self._resolve_at:
+            return
+        self._resolving = True
+        self._resolve_at = float("inf")  # set again once the look-up ends
+        threading.Thread(target=self._resolve_now, name="scorer-resolve", daemon=True).start()
+
+    def _resolve_now(self) -> None:
+        wait = self.refresh_s
+        try:
+            self.direct = self.resolve() or ""
+            self.resolve_error = ""
+        except Exception as e:  # noqa: BLE001 — no direct endpoint: keep using the proxy
+            log.info("no direct scorer endpoint: %s", e)
+            self.direct, wait = "", self.retry_after_s
+            self.resolve_error = f"{type(e).__name__}: {e}"
+        finally:
+            self._resolve_at = time.monotonic() + wait
+            self._resolving = False
 
     def score_async(self, keys: Sequence[Hashable], states: torch.Tensor) -> Future:
         """A future of ``score`` while the engine keeps decoding. Calls leave one at a time, in order
@@ -146,7 +206,8 @@ class RemoteScorer:
             self._wake.notify_all()
         if self._sender is not None:
             self._sender.join(timeout=5)
-        self.channel.close()
+        for ch, _ in self._channels.values():
+            ch.close()
 
 
 class LocalScorer:

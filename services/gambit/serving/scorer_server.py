@@ -88,21 +88,29 @@ class RunningScorer:
             http.shutdown()
 
 
+def scorer_grpc_server(core: ScorerCore, metrics: Metrics, address: str, token: str = "",
+                       tls: TLSConfig | None = None, workers: int = 8) -> tuple[grpc.Server, int]:
+    """A started ScorerService server over ``core`` (health, reflection, bearer token, TLS); its port.
+    The standalone server and each Ray Serve Scorer replica (its direct endpoint) use it."""
+    pb2, pb2_grpc = load("scorer")
+    interceptors = [BearerTokenInterceptor(token)] if token else []
+    server = grpc.server(futures.ThreadPoolExecutor(workers), interceptors=interceptors,
+                         options=[("grpc.max_receive_message_length", 256 << 20)])
+    pb2_grpc.add_ScorerServiceServicer_to_server(ScorerServicer(core, pb2, metrics), server)
+    add_health_and_reflection(server, [pb2.DESCRIPTOR.services_by_name["ScorerService"].full_name])
+    port = add_port(server, address, tls)
+    server.start()
+    return server, port
+
+
 def start_scorer_server(cfg: ScorerServerConfig, scorer=None) -> RunningScorer:
     """Start serving (non-blocking); ``scorer`` overrides ``cfg.scorer`` (an already-built one)."""
-    pb2, pb2_grpc = load("scorer")
     backend = PrometheusBackend()
     metrics = Metrics(backend, names=SCORER_METRICS)
     core = ScorerCore(scorer if scorer is not None else load_any_scorer(cfg.scorer), cfg.max_rows,
                       cfg.batch_wait_ms / 1000, cfg.max_batch_rows, metrics)
     token = os.environ.get(cfg.token_env, "") if cfg.token_env else ""
-    interceptors = [BearerTokenInterceptor(token)] if token else []
-    server = grpc.server(futures.ThreadPoolExecutor(cfg.workers), interceptors=interceptors,
-                         options=[("grpc.max_receive_message_length", 256 << 20)])
-    pb2_grpc.add_ScorerServiceServicer_to_server(ScorerServicer(core, pb2, metrics), server)
-    add_health_and_reflection(server, [pb2.DESCRIPTOR.services_by_name["ScorerService"].full_name])
-    port = add_port(server, f"{cfg.host}:{cfg.port}", cfg.tls)
-    server.start()
+    server, port = scorer_grpc_server(core, metrics, f"{cfg.host}:{cfg.port}", token, cfg.tls, cfg.workers)
     running = RunningScorer(server, port, -1, core, backend)
     if cfg.metrics_port >= 0:
         http, _ = backend.serve_http(cfg.metrics_port, cfg.host)

@@ -11,12 +11,15 @@ run on the replica that holds it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 
 from gambit.serving.driver_adapter import DriverAdapter
+from gambit.serving.record_writer import InlineRecords, RecordWriter
 from gambit.serving.solve_config import SolveConfig
 from gambit.serving.tree_view import StoreUnavailable
 
@@ -32,15 +35,21 @@ class Overcommitted(RuntimeError):
 
 class TargetService:
     def __init__(self, engine, scorer=None, tree=None, metrics=None, replica: str = "local",
-                 cancel_poll_s: float = 0.1, store=None) -> None:
-        """``tree``: run records and cancel flags (``tree_view``); ``store``: the driver's TreeStore."""
+                 cancel_poll_s: float = 0.1, store=None, async_records: bool = False) -> None:
+        """``tree``: run records and cancel flags (``tree_view``); ``store``: the driver's TreeStore;
+        ``async_records``: write both from a writer thread (Redis), not inline (memory)."""
         self.engine, self.tree, self.metrics, self.replica = engine, tree, metrics, replica
         self.scorer = scorer
-        self.driver = DriverAdapter(engine, scorer, store, metrics)
+        self.records = RecordWriter(store, tree) if async_records else InlineRecords(store, tree)
+        self.driver = DriverAdapter(engine, scorer, store, metrics, writes=self.records)
         self.cancel_poll_s = cancel_poll_s
         self._sinks: dict[str, Callable] = {}
         self._reserved: dict[str, int] = {}
-        self._cv = threading.Condition()
+        self._cv = threading.Condition()  # guards the driver; the engine thread holds it while stepping
+        self._inbox: list[tuple] = []  # runs to admit at the next step: (run id, problem, cfg, sink, future)
+        self._cancels: list[tuple] = []  # runs to stop at the next step: (run id, status, message, future)
+        self._inbox_lock = threading.Lock()
+        self._idle = False
         self._stop = False
         self.step_seconds = 0.0
         self._last: dict[str, int] = {}
@@ -49,6 +58,8 @@ class TargetService:
         self._gauges()  # exported from the start (Ray exports a gauge once it was set)
         self._thread = threading.Thread(target=self._loop, name="target-loop", daemon=True)
         self._thread.start()
+        if tree is not None:
+            threading.Thread(target=self._poll_cancels, name="cancel-poll", daemon=True).start()
 
     # -- API -----------------------------------------------------------------------------------
     def blocks_needed(self, problem: str, cfg: SolveConfig) -> int:
@@ -57,28 +68,42 @@ class TargetService:
         return cfg.capacity * per_trace
 
     def load(self) -> dict:
-        with self._cv:
-            return {"replica": self.replica, "runs": len(self._sinks),
-                    "reserved_blocks": sum(self._reserved.values()), "num_blocks": self.engine.num_blocks,
-                    "kv_usage": self.engine.kv_usage()}
+        return {"replica": self.replica, "runs": len(self._sinks),
+                "reserved_blocks": sum(self._reserved.values()), "num_blocks": self.engine.num_blocks,
+                "kv_usage": self.engine.kv_usage(), "scorer_direct": getattr(self.scorer, "direct", ""),
+                "scorer_error": getattr(self.scorer, "resolve_error", "")}
+
+    def submit_run(self, run_id: str, problem: str, cfg: SolveConfig, sink: Callable) -> Future:
+        """Queue a run; the engine thread admits it before its next step. The future ends with None,
+        or ValueError (bad input), Overcommitted, NotImplementedError. It never waits for a step to end,
+        so an event loop can await it while the engine decodes."""
+        fut: Future = Future()
+        with self._inbox_lock:
+            self._inbox.append((run_id, problem, cfg, sink, fut))
+        if self._idle:
+            with self._cv:
+                self._cv.notify()
+        return fut
 
     def start_run(self, run_id: str, problem: str, cfg: SolveConfig, sink: Callable) -> None:
-        """Admit and start; ValueError (bad input), Overcommitted, NotImplementedError."""
-        need = self.blocks_needed(problem, cfg)
-        with self._cv:
-            free = self.engine.num_blocks - sum(self._reserved.values())
-            if need > free:
-                raise Overcommitted(f"run needs up to {need} KV blocks (capacity {cfg.capacity} x "
-                                    f"{cfg.max_tokens} tokens); {free} of {self.engine.num_blocks} are free")
-            self.driver.submit(run_id, problem, cfg)
-            self._sinks[run_id] = sink
-            self._marks[run_id] = getattr(self.scorer, "fallbacks", 0)
-            self._reserved[run_id] = need
-            self._gauges()
-            self._cv.notify()
+        """``submit_run`` and wait for the admission."""
+        self.submit_run(run_id, problem, cfg, sink).result()
 
     def cancel(self, run_id: str, status: str = "cancelled", message: str = "") -> bool:
-        """Stop a run and free its KV; its sink gets the result. False if it is not here."""
+        """Stop a run and free its KV; its sink gets the result. False if it is not here. From another
+        thread the engine thread does it between two steps (a lock taken here would wait for the run
+        to end: the engine thread takes it again right after each step)."""
+        if threading.current_thread() is self._thread or not self._thread.is_alive():
+            return self._cancel_now(run_id, status, message)
+        fut: Future = Future()
+        with self._inbox_lock:
+            self._cancels.append((run_id, status, message, fut))
+        if self._idle:
+            with self._cv:
+                self._cv.notify()
+        return fut.result()
+
+    def _cancel_now(self, run_id: str, status: str, message: str) -> bool:
         with self._cv:
             if run_id not in self._sinks:
                 return False
@@ -88,22 +113,59 @@ class TargetService:
 
     def close(self) -> None:
         with self._cv:
-            for rid in list(self._sinks):
-                self._deliver([self.driver.cancel(rid, "cancelled", "target shutting down")])
             self._stop = True
             self._cv.notify_all()
         self._thread.join(timeout=5)
+        with self._cv:
+            self._admit()
+            for rid in list(self._sinks):
+                self._deliver([self.driver.cancel(rid, "cancelled", "target shutting down")])
+        self.records.flush()
+        self.records.close()
 
     # -- loop ----------------------------------------------------------------------------------
+    def _admit(self) -> None:
+        """Admit the queued runs (under ``_cv``): reserve their worst-case KV and submit them."""
+        with self._inbox_lock:
+            inbox, self._inbox = self._inbox, []
+            cancels, self._cancels = self._cancels, []
+        for run_id, status, message, fut in cancels:
+            fut.set_result(self._cancel_now(run_id, status, message))
+        for run_id, problem, cfg, sink, fut in inbox:
+            if not fut.set_running_or_notify_cancel():  # given up on before admission
+                continue
+            try:
+                need = self.blocks_needed(problem, cfg)
+                free = self.engine.num_blocks - sum(self._reserved.values())
+                if need > free:
+                    raise Overcommitted(f"run needs up to {need} KV blocks (capacity {cfg.capacity} x "
+                                        f"{cfg.max_tokens} tokens); {free} of {self.engine.num_blocks} "
+                                        "are free")
+                self.driver.submit(run_id, problem, cfg)
+            except Exception as e:  # noqa: BLE001 — the caller gets it
+                fut.set_exception(e)
+                continue
+            self._sinks[run_id] = sink
+            self._marks[run_id] = getattr(self.scorer, "fallbacks", 0)
+            self._reserved[run_id] = need
+            fut.set_result(None)
+        if inbox:
+            self._gauges()
+
     def _loop(self) -> None:
-        last_poll = 0.0
         while True:
             with self._cv:
-                while not self._stop and not self.driver.has_work():
+                self._idle = True
+                while not self._stop and not self.driver.has_work() and not self._inbox and not self._cancels:
                     if not self._cv.wait(timeout=GAUGE_REFRESH_S):
                         self._gauges()  # Ray drops a gauge not set for ~2 export intervals (ops)
+                self._idle = False
                 if self._stop:
+                    self._admit()  # answers the cancels that are waiting; close() stops the rest
                     return
+                self._admit()
+                if not self.driver.has_work():
+                    continue
                 t0 = time.perf_counter()
                 try:
                     outs = self.driver.step()
@@ -113,15 +175,20 @@ class TargetService:
                 self.step_seconds += time.perf_counter() - t0
                 self._counters()
                 self._deliver(outs)
-                ids = list(self._sinks)
-            if self.tree is not None and time.monotonic() - last_poll > self.cancel_poll_s:
-                last_poll = time.monotonic()
-                try:
-                    flagged = self.tree.cancel_requested(ids)
-                except StoreUnavailable:
-                    flagged = set()
-                for rid in flagged:
-                    self.cancel(rid, "cancelled", "cancelled by CancelRun")
+
+    def _poll_cancels(self) -> None:
+        """CancelRun sets a flag in the tree view (any coordinator); stop flagged runs held here."""
+        while not self._stop:
+            time.sleep(self.cancel_poll_s)
+            ids = list(self._sinks)
+            if not ids:
+                continue
+            try:
+                flagged = self.tree.cancel_requested(ids)
+            except StoreUnavailable:
+                continue
+            for rid, reason in flagged.items():
+                self.cancel(rid, "cancelled", reason)
 
     def _deliver(self, outs) -> None:
         for o in outs:
@@ -134,16 +201,15 @@ class TargetService:
                 self._reserved.pop(rid, None)
                 d["scorer_fallbacks"] = getattr(self.scorer, "fallbacks", 0) - self._marks.pop(rid, 0)
                 self._written.pop(rid, None)
-                if self.tree is not None:
-                    _SafeTree(self.tree).put_run(rid, status=d["status"], result=d)
-            elif self.tree is not None and time.monotonic() - self._written.get(rid, 0.0) > 0.5:
+                self.records.put_run(rid, status=d["status"], result=d)
+                if sink is not None:  # once its records are written: GetRun then sees the result
+                    self.records.after(functools.partial(_send, sink, d))
+                continue
+            if time.monotonic() - self._written.get(rid, 0.0) > 0.5:
                 self._written[rid] = time.monotonic()  # at most two progress writes a second per run
-                _SafeTree(self.tree).put_run(rid, status="running", progress=d)
+                self.records.put_run(rid, status="running", progress=d)
             if sink is not None:
-                try:
-                    sink(d)
-                except Exception:  # noqa: BLE001 — a gone consumer must not stop the loop
-                    log.exception("run sink failed")
+                _send(sink, d)
         self._gauges()
 
     def _counters(self) -> None:
@@ -171,20 +237,8 @@ class TargetService:
         m.set("gambit_traces_resident", len(self.engine.traces))
 
 
-class _SafeTree:
-    """Tree-view writes never stop decoding: a Redis outage is logged and the run goes on."""
-
-    def __init__(self, tree) -> None:
-        self.tree = tree
-
-    def __getattr__(self, name):
-        fn = getattr(self.tree, name)
-
-        def call(*a, **kw):
-            try:
-                return fn(*a, **kw)
-            except StoreUnavailable as e:
-                log.warning("tree view write skipped: %s", e)
-                return None
-
-        return call
+def _send(sink: Callable, d: dict) -> None:
+    try:
+        sink(d)
+    except Exception:  # noqa: BLE001 — a gone consumer must not stop the loop
+        log.exception("run sink failed")

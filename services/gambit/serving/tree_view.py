@@ -1,10 +1,10 @@
 """Where runs and their trace trees are recorded: Redis (services) or memory (embedded, tests).
 
 Keys under a prefix: ``<p>run:<id>`` (hash: status, request, replica, progress, result, message),
-``<p>run:<id>:traces`` (hash: trace id → JSON), ``<p>cancel:<id>`` (a flag with a TTL). Values are
-JSON, never pickle. The Redis password comes from the environment (``GAMBIT_REDIS_PASSWORD`` by
-default), never from a flag or a file in the repository. A Redis failure is ``StoreUnavailable``
-with the reason, which the gRPC layer answers as UNAVAILABLE.
+``<p>run:<id>:traces`` (hash: trace id → JSON), ``<p>cancel:<id>`` (a flag holding the reason, with a
+TTL). Values are JSON, never pickle. The Redis password comes from the environment
+(``GAMBIT_REDIS_PASSWORD`` by default), never from a flag or a file in the repository. A Redis
+failure is ``StoreUnavailable`` with the reason, which the gRPC layer answers as UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from urllib.parse import quote
 REDIS_URL = "redis://127.0.0.1:6379/0"
 PASSWORD_ENV = "GAMBIT_REDIS_PASSWORD"
 ENDED = ("done", "limit", "cancelled", "failed")
+CANCELLED_BY_RPC = "cancelled by CancelRun"  # the message of a run stopped by a cancel flag
+STREAM_CLOSED = "stream closed: client disconnected or coordinator lost"
 
 
 class StoreUnavailable(RuntimeError):
@@ -27,7 +29,7 @@ class StoreUnavailable(RuntimeError):
 class MemoryTreeView:
     def __init__(self) -> None:
         self._runs: dict[str, dict] = {}
-        self._cancel: set[str] = set()
+        self._cancel: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def ping(self) -> None:
@@ -45,18 +47,19 @@ class MemoryTreeView:
     def num_traces(self, run_id: str) -> int:
         return 0  # the embedded wiring keeps the trace tree in the driver's MemoryStore
 
-    def request_cancel(self, run_id: str) -> None:
+    def request_cancel(self, run_id: str, reason: str = CANCELLED_BY_RPC) -> None:
         with self._lock:
-            self._cancel.add(run_id)
+            self._cancel[run_id] = reason
 
-    def cancel_requested(self, run_ids) -> set[str]:
+    def cancel_requested(self, run_ids) -> dict[str, str]:
+        """Flagged runs among ``run_ids`` -> the reason given with the flag."""
         with self._lock:
-            return {r for r in run_ids if r in self._cancel}
+            return {r: self._cancel[r] for r in run_ids if r in self._cancel}
 
     def delete_run(self, run_id: str) -> None:
         with self._lock:
             self._runs.pop(run_id, None)
-            self._cancel.discard(run_id)
+            self._cancel.pop(run_id, None)
 
 
 class RedisTreeView:
@@ -86,11 +89,20 @@ class RedisTreeView:
         self._call(self.r.ping)
 
     def put_run(self, run_id: str, **fields) -> None:
-        key = self._k("run", run_id)
+        self.put_runs([(run_id, fields)])
+
+    def put_runs(self, items: list[tuple[str, dict]]) -> None:
+        """Several run-record writes, in order, in one round trip."""
         p = self.r.pipeline()
+        for run_id, fields in items:
+            self.add_run(p, run_id, fields)
+        self._call(p.execute)
+
+    def add_run(self, p, run_id: str, fields: dict) -> None:
+        """Queue one run-record write on a Redis pipeline ``p`` (``RecordWriter`` shares pipelines)."""
+        key = self._k("run", run_id)
         p.hset(key, mapping={k: _enc(v) for k, v in fields.items()} | {"updated": _enc(time.time())})
         p.expire(key, self.ttl)
-        self._call(p.execute)
 
     def get_run(self, run_id: str) -> dict | None:
         got = self._call(self.r.hgetall, self._k("run", run_id))
@@ -100,15 +112,16 @@ class RedisTreeView:
         """Traces of the run in the driver's tree (``gambit.search.redis_store`` layout)."""
         return int(self._call(self.r.hlen, f"{self.prefix}tree:run:{run_id}:nodes"))
 
-    def request_cancel(self, run_id: str) -> None:
-        self._call(self.r.set, self._k("cancel", run_id), 1, 3600)
+    def request_cancel(self, run_id: str, reason: str = CANCELLED_BY_RPC) -> None:
+        self._call(self.r.set, self._k("cancel", run_id), reason, 3600)
 
-    def cancel_requested(self, run_ids) -> set[str]:
+    def cancel_requested(self, run_ids) -> dict[str, str]:
+        """Flagged runs among ``run_ids`` -> the reason given with the flag."""
         ids = list(run_ids)
         if not ids:
-            return set()
+            return {}
         got = self._call(self.r.mget, [self._k("cancel", r) for r in ids])
-        return {r for r, v in zip(ids, got, strict=True) if v}
+        return {r: (CANCELLED_BY_RPC if v == "1" else v) for r, v in zip(ids, got, strict=True) if v}
 
     def delete_run(self, run_id: str) -> None:
         self._call(self.r.delete, self._k("run", run_id), self._k("cancel", run_id))
