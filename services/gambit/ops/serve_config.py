@@ -78,7 +78,7 @@ class ServeAppSpec:
     model: str = ""  # target model folder ("" = the shipped target)
     scorer: str = ""  # scorer folder ("" = the shipped MLP scorer)
     hidden_size: int = 192  # the target's hidden size (the scorer's input width)
-    batch_wait_ms: float = 2.0  # the Scorer waits this long to batch Score calls
+    batch_wait_ms: float = 0.0  # ms the Scorer waits to batch Score calls (0: at once; queued calls batch)
     num_blocks: int = 0  # KV blocks per Target (0 = from the memory budget)
     target_gpus: float = -1  # GPUs per Target (-1: one when the cluster has GPUs)
     solve_defaults: tuple[tuple[str, int], ...] = SOLVE_DEFAULTS  # SolveConfig defaults of a run
