@@ -8,7 +8,6 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from gambit.engine import cpu_attention
 from gambit.engine.attention import SeqInput
 from gambit.engine.block_manager import BlockManager, OutOfBlocks
 from gambit.engine.boundary import BoundaryDetector
@@ -21,7 +20,6 @@ from gambit.engine.sampler import SamplingBatch, mix64, sample, top_logprobs
 from gambit.engine.scheduler import Scheduler
 from gambit.engine.sequence import SamplingParams, Trace, TraceStatus
 from gambit.engine.stats import EngineStats
-from gambit.model.layers import RMSNorm
 from gambit.model.llama import CausalLM
 from gambit.model.tokenizer import Tokenizer
 
@@ -86,10 +84,6 @@ class Engine:
                                    config.preemption)
         self.runner = ModelRunner(self.model, self.num_blocks, config.block_size, self.device, self.dtype,
                                   config.cpu_kernel)
-        norm_kernel = cpu_attention.rms_norm if self.runner.use_kernel else None
-        for module in self.model.modules():  # one kernel call per norm instead of torch's ~7 (CPU fp32)
-            if isinstance(module, RMSNorm):
-                module.fast = norm_kernel
         self.traces: dict[int, Trace] = {}
         self.stats = EngineStats()
         self._next_id = 0
