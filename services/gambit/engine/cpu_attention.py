@@ -28,6 +28,42 @@ _SOURCE = r"""
 #include <limits>
 #include <vector>
 
+// Shared by both kernels. Scores of one key row against the G query heads of its GQA group:
+// out[g * L] = scale * q_g . k (out points at the key's column of a [G, L] score buffer).
+static inline void score_key(const float* qb, const float* kt, int64_t G, int64_t D, float sc, float* out,
+                             int64_t L) {
+  for (int64_t g = 0; g < G; ++g) {
+    const float* qg = qb + g * D;
+    float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t d = 0; d < D; ++d) dot += qg[d] * kt[d];
+    out[g * L] = dot * sc;
+  }
+}
+
+// Softmax of each of the G rows of a [G, L] score buffer, in place (one exp per score).
+static inline void softmax_rows(float* s, int64_t G, int64_t L) {
+  for (int64_t g = 0; g < G; ++g) {
+    float* sg = s + g * L;
+    float mx = std::numeric_limits<float>::lowest();
+    for (int64_t t = 0; t < L; ++t) mx = sg[t] > mx ? sg[t] : mx;
+    float sum = 0.f;
+    for (int64_t t = 0; t < L; ++t) { sg[t] = std::exp(sg[t] - mx); sum += sg[t]; }
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    for (int64_t t = 0; t < L; ++t) sg[t] *= inv;
+  }
+}
+
+// acc[g] += p[g * L] * v for the G heads (p points at the value's column of the [G, L] weights).
+static inline void add_value(const float* vt, int64_t G, int64_t D, const float* p, int64_t L, float* acc) {
+  for (int64_t g = 0; g < G; ++g) {
+    const float w = p[g * L];
+    float* ag = acc + g * D;
+#pragma omp simd
+    for (int64_t d = 0; d < D; ++d) ag[d] += w * vt[d];
+  }
+}
+
 // q [B, H, D]; kc, vc [Hkv, NB, bs, D]; tables [B, nbmax] int64; lens [B] int64 → out [B, H, D]
 torch::Tensor paged_decode(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, torch::Tensor tables,
                            torch::Tensor lens, double scale) {
@@ -56,39 +92,18 @@ torch::Tensor paged_decode(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, 
         const float* kblk = kp + (hk * NB + tp[b * nbmax + t0 / bs]) * bs * D;
         const int64_t n = std::min(bs, L - t0);
         for (int64_t o = 0; o < n; ++o) {
-          const float* kt = kblk + o * D;
-          for (int64_t g = 0; g < G; ++g) {
-            const float* qg = qb + g * D;
-            float dot = 0.f;
-#pragma omp simd reduction(+ : dot)
-            for (int64_t d = 0; d < D; ++d) dot += qg[d] * kt[d];
-            sc_buf[g * L + t0 + o] = dot * sc;
-          }
+          score_key(qb, kblk + o * D, G, D, sc, sc_buf.data() + t0 + o, L);
         }
       }
       // softmax per query head: one exp per score
-      for (int64_t g = 0; g < G; ++g) {
-        float* sg = sc_buf.data() + g * L;
-        float mx = std::numeric_limits<float>::lowest();
-        for (int64_t t = 0; t < L; ++t) mx = sg[t] > mx ? sg[t] : mx;
-        float sum = 0.f;
-        for (int64_t t = 0; t < L; ++t) { sg[t] = std::exp(sg[t] - mx); sum += sg[t]; }
-        const float inv = sum > 0.f ? 1.f / sum : 0.f;
-        for (int64_t t = 0; t < L; ++t) sg[t] *= inv;
-      }
+      softmax_rows(sc_buf.data(), G, L);
       // pass 2: weighted sum of values
       std::fill(acc.begin(), acc.end(), 0.f);
       for (int64_t t0 = 0; t0 < L; t0 += bs) {
         const float* vblk = vp + (hk * NB + tp[b * nbmax + t0 / bs]) * bs * D;
         const int64_t n = std::min(bs, L - t0);
         for (int64_t o = 0; o < n; ++o) {
-          const float* vt = vblk + o * D;
-          for (int64_t g = 0; g < G; ++g) {
-            const float p = sc_buf[g * L + t0 + o];
-            float* ag = acc.data() + g * D;
-#pragma omp simd
-            for (int64_t d = 0; d < D; ++d) ag[d] += p * vt[d];
-          }
+          add_value(vblk + o * D, G, D, sc_buf.data() + t0 + o, L, acc.data());
         }
       }
       for (int64_t g = 0; g < G; ++g) {
@@ -168,34 +183,15 @@ torch::Tensor paged_attention(torch::Tensor q, torch::Tensor kc, torch::Tensor v
       sc_buf.resize(G * L);
       for (int64_t x = 0; x < L; ++x) {
         const int64_t t = keys[x];
-        const float* kt = kp + ((hk * NB + tp[b * nbmax + t / bs]) * bs + t % bs) * D;
-        for (int64_t g = 0; g < G; ++g) {
-          const float* qg = qb + g * D;
-          float dot = 0.f;
-#pragma omp simd reduction(+ : dot)
-          for (int64_t d = 0; d < D; ++d) dot += qg[d] * kt[d];
-          sc_buf[g * L + x] = dot * sc;
-        }
+        score_key(qb, kp + ((hk * NB + tp[b * nbmax + t / bs]) * bs + t % bs) * D, G, D, sc,
+                  sc_buf.data() + x, L);
       }
-      for (int64_t g = 0; g < G; ++g) {
-        float* sg = sc_buf.data() + g * L;
-        float mx = std::numeric_limits<float>::lowest();
-        for (int64_t t = 0; t < L; ++t) mx = sg[t] > mx ? sg[t] : mx;
-        float sum = 0.f;
-        for (int64_t t = 0; t < L; ++t) { sg[t] = std::exp(sg[t] - mx); sum += sg[t]; }
-        const float inv = sum > 0.f ? 1.f / sum : 0.f;
-        for (int64_t t = 0; t < L; ++t) sg[t] *= inv;
-      }
+      softmax_rows(sc_buf.data(), G, L);
       std::fill(acc.begin(), acc.end(), 0.f);
       for (int64_t x = 0; x < L; ++x) {
         const int64_t t = keys[x];
-        const float* vt = vp + ((hk * NB + tp[b * nbmax + t / bs]) * bs + t % bs) * D;
-        for (int64_t g = 0; g < G; ++g) {
-          const float p = sc_buf[g * L + x];
-          float* ag = acc.data() + g * D;
-#pragma omp simd
-          for (int64_t d = 0; d < D; ++d) ag[d] += p * vt[d];
-        }
+        add_value(vp + ((hk * NB + tp[b * nbmax + t / bs]) * bs + t % bs) * D, G, D, sc_buf.data() + x, L,
+                  acc.data());
       }
       for (int64_t g = 0; g < G; ++g) {
         float* o = op + (n * H + hk * G + g) * D;
