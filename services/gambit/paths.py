@@ -1,5 +1,6 @@
-"""Where the shipped assets live."""
+"""Where the shipped assets and the local cache live."""
 
+import os
 from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -14,3 +15,8 @@ SCORER_MLP = ASSETS / "scorer-mlp"
 SCORER_SEQUENCE = ASSETS / "scorer-sequence"
 # per-thought (process) labels + the target's sampled-token confidence: the search's default scorer
 SCORER_PROCESS = ASSETS / "scorer-process"
+
+
+def cache_dir() -> Path:
+    """Downloads, generated training data and rollouts: ``$GAMBIT_CACHE`` or ``~/.cache/gambit``."""
+    return Path(os.environ.get("GAMBIT_CACHE") or Path.home() / ".cache" / "gambit")

