@@ -8,7 +8,7 @@ import pytest
 import torch
 from engine_util import closes_thought, drain
 
-from gambit.engine import BoundaryEvent, Engine, EngineConfig, FinishedEvent, SamplingParams
+from gambit.engine import BoundaryEvent, Engine, EngineConfig, FinishedEvent, SamplingParams, TokenEvent
 from gambit.model import load_model
 
 NEW = 24
@@ -69,3 +69,17 @@ def test_boundaries_with_a_bpe_vocabulary(real):
         for e in got:
             assert torch.allclose(e.hidden, hidden[e.position], atol=1e-3)
     assert kinds == {"merged", "pair"}  # both kinds of boundary were generated and found
+
+
+def test_cpp_layer_loop_is_bit_identical_on_the_real_model(real):
+    """30 layers, GQA 9/3: the C++ layer loop (cpu_decoder) gives the Python loop's exact floats."""
+    eng, _, _ = real
+    runs = []
+    for on in (False, True):
+        eng.runner.cpp_layers = on
+        ids = [eng.add(p, SamplingParams(temperature=0.8, max_tokens=8, seed=3, logprobs=2, ignore_eos=True))
+               for p in PLAIN]
+        runs.append([(e.trace_id - ids[0], e.token_id, e.logprob, e.top_logprobs)
+                     for e in drain(eng) if isinstance(e, TokenEvent)])
+    eng.runner.cpp_layers = True
+    assert len(runs[0]) == 2 * 8 and runs[1] == runs[0]

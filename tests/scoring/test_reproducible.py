@@ -1,5 +1,6 @@
 """The shipped scorers' training is reproducible: regenerating their first rollout chunk from scratch
-and retraining the card's probe gives exactly the loss history recorded in ``training.json``."""
+and retraining the card's probe gives the loss history recorded in ``training.json`` (exactly on the
+CPU instruction set the card records, within ``CROSS_ISA_RTOL`` on another)."""
 
 import pytest
 import torch
@@ -7,6 +8,7 @@ from scoring_util import shipped_config, shipped_training
 
 from gambit.scoring.repro import fixed_threads
 from gambit.scoring.train import fit
+from gambit.train.repro import close, history_rtol
 
 
 @pytest.mark.parametrize("kind", ["mlp", "sequence", "process"])
@@ -16,7 +18,14 @@ def test_probe_loss_history_matches_card(kind, train_chunk):
     assert info["torch_version"] == torch.__version__
     with fixed_threads(info["torch_threads"]):
         _, history, _ = fit(cfg, train_chunk, quiet=True, max_epochs=info["repro"]["epochs"])
-    assert history == info["repro"]["loss_history"]  # exact floats, not approximately
+    card = info["repro"]["loss_history"]
+    rtol = history_rtol(info["environment"].get("cpu_capability"))
+    if rtol == 0:
+        assert history == card  # exact floats, not approximately
+    assert [sorted(h) for h in history] == [sorted(h) for h in card]
+    for got, want in zip(history, card, strict=True):
+        for k, v in want.items():
+            assert close(got[k], v, rtol) if isinstance(v, float) else got[k] == v, (k, got[k], v)
 
 
 def test_chunk_is_the_start_of_the_training_data(train_chunk):

@@ -68,6 +68,7 @@ class EngineConfig:
     eagle_taps: bool = False  # also return hidden states entering layers (2, L//2, L-3)
     cpu_kernel: bool = True  # CPU fp32 decode attention reads KV blocks in place (compiled once)
     cpu_linear: str = "transposed"  # CPU fp32 linears: "transposed" | "packed" | "plain" (engine/linear.py)
+    cpu_layers: bool = True  # kernel-served CPU forwards run the layer loop in C++, same floats (cpu_decoder)
     spec: SpecConfig = field(default_factory=SpecConfig)  # tree drafting for speculative traces
 
     def __post_init__(self) -> None:

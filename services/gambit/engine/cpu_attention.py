@@ -12,6 +12,7 @@ heads of its GQA group. It is compiled on first use (``torch.utils.cpp_extension
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
@@ -221,9 +222,14 @@ def kernel():
             try:
                 from torch.utils.cpp_extension import load_inline
 
+                from gambit.engine.cpu_decoder import SOURCE as DECODER_SOURCE  # uses the kernels here
+
+                sources = [_SOURCE, DECODER_SOURCE]
+                digest = hashlib.sha256("".join(sources).encode()).hexdigest()[:12]
+                # named by its source: checkouts of different versions never share (or race on) a build
                 _module = load_inline(
-                    name="gambit_paged_attention", cpp_sources=[_SOURCE],
-                    functions=["paged_decode", "paged_attention", "rms_norm"],
+                    name=f"gambit_cpu_kernels_{digest}", cpp_sources=sources,
+                    functions=["paged_decode", "paged_attention", "rms_norm", "decoder_layers"],
                     extra_cflags=["-O3", "-march=native", "-fopenmp"],
                     extra_ldflags=["-fopenmp"], verbose=False)
             except Exception as e:  # no compiler, no ninja, ...: keep the portable path

@@ -29,6 +29,11 @@ from gambit.model.layers import RMSNorm
 from gambit.model.llama import CausalLM
 
 CPU_LINEAR_MODES = ("transposed", "packed", "plain")
+_generation = 0  # bumped whenever fast paths are installed or cleared (cpu_decoder caches on it)
+
+
+def generation() -> int:
+    return _generation
 
 
 def mkl_available() -> bool:
@@ -122,6 +127,8 @@ def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: 
 
 def clear_fast_paths(model: CausalLM) -> None:
     """Back to plain ``F.linear`` calls everywhere (frees packed or transposed copies)."""
+    global _generation
+    _generation += 1
     for layer in model.model.layers:
         layer.self_attn.fast.clear()
         layer.mlp.fast.clear()

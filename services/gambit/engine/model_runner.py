@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gambit.engine import cpu_attention
+from gambit.engine import cpu_attention, cpu_decoder
 from gambit.engine.attention import PagedAttention, SeqInput
 from gambit.engine.kv_cache import KVCache
 from gambit.model.llama import CausalLM
@@ -24,13 +24,22 @@ class RunnerOutput:
 
 class ModelRunner:
     def __init__(self, model: CausalLM, num_blocks: int, block_size: int, device: torch.device,
-                 dtype: torch.dtype, cpu_kernel: bool = True) -> None:
+                 dtype: torch.dtype, cpu_kernel: bool = True, cpp_layers: bool = True) -> None:
         self.model = model
+        self.cpp_layers = cpp_layers  # kernel-served forwards run the layer loop in C++ (cpu_decoder)
+        self._weights: tuple | None = None  # (fast-path signature, cpu_decoder.layer_weights)
         self.device = device
         # decode attention straight from the blocks: CPU + float32 only, when the kernel compiles
         self.use_kernel = (cpu_kernel and device.type == "cpu" and dtype == torch.float32
                            and cpu_attention.kernel() is not None)
         self.cache = KVCache(model.config, num_blocks, block_size, dtype, device)
+
+    def _layer_weights(self) -> tuple | None:
+        """``cpu_decoder.layer_weights``, rebuilt only when the model's fast paths changed."""
+        sig, cached = cpu_decoder.signature(self.model), self._weights
+        if cached is None or cached[0] != sig or (cached[1] is not None and cpu_decoder.stale(cached[1][4])):
+            self._weights = (sig, cpu_decoder.layer_weights(self.model))
+        return self._weights[1]
 
     @torch.inference_mode()
     def forward(self, items: list[SeqInput], logit_rows: Sequence[int] | torch.Tensor,
@@ -43,7 +52,12 @@ class ModelRunner:
         positions = torch.tensor([p for it in items for p in it.positions], dtype=torch.long,
                                  device=self.device)
         attn = PagedAttention(self.cache, items, self.device, self.use_kernel)
-        hidden, tapped = self.model(tokens[None], positions[None], attention=attn, taps=taps)
+        weights = self._layer_weights() if self.use_kernel and self.cpp_layers else None
+        if weights is not None and cpu_decoder.serves(attn):  # same ATen calls, the loop in C++
+            hidden, tapped = cpu_decoder.forward(self.model, weights, tokens[None], positions[None], attn,
+                                                 taps)
+        else:
+            hidden, tapped = self.model(tokens[None], positions[None], attention=attn, taps=taps)
         hidden = hidden[0]
         rows = torch.as_tensor(logit_rows, dtype=torch.long, device=self.device)
         logits = self.model.logits(hidden[rows]).float()

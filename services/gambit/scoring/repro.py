@@ -21,4 +21,5 @@ def fixed_threads(threads: int):
 def environment() -> dict:
     """What a loss history depends on besides the config: recorded in ``training.json``."""
     return {"torch": torch.__version__, "threads": torch.get_num_threads(),
-            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled()}
+            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}

@@ -31,12 +31,31 @@ def environment() -> dict:
             "machine": platform.machine()}
 
 
-def compare_history(card: list[dict], fresh: list[dict], upto: int, key: str = "loss") -> list[str]:
+# Another instruction set runs other kernels (AVX2 against AVX-512 reduction widths), so a rerun there
+# gives close, not equal, floats: measured between AVX-512 cards and an AVX2 rerun, the first steps of
+# the drafters and the scorers' first epochs differ by < 1e-6 relative. This bound leaves room for a
+# few more steps of drift and still fails a changed recipe (a different seed moves losses by > 1%).
+CROSS_ISA_RTOL = 1e-4
+
+
+def history_rtol(card_capability: str | None) -> float:
+    """How close a rerun here must come to a card: exactly on the card's instruction set, within
+    ``CROSS_ISA_RTOL`` on another one (``torch.backends.cpu.get_cpu_capability()`` names it)."""
+    return 0.0 if card_capability == torch.backends.cpu.get_cpu_capability() else CROSS_ISA_RTOL
+
+
+def close(a: float, b: float, rtol: float) -> bool:
+    return a == b or abs(a - b) <= rtol * max(abs(a), abs(b))
+
+
+def compare_history(card: list[dict], fresh: list[dict], upto: int, key: str = "loss", rtol: float = 0.0
+                    ) -> list[str]:
     """Mismatches between a card's loss history and a rerun's, for entries with step <= ``upto``.
 
-    Entries are ``{"step": int, key: float, ...}``; values must be equal exactly (they are written
-    rounded, so equality of the rounded values is what "the same loss history" means). An empty
-    list means they agree; a step missing from either side is a mismatch.
+    Entries are ``{"step": int, key: float, ...}``; with ``rtol`` 0 values must be equal exactly (they
+    are written rounded, so equality of the rounded values is what "the same loss history" means),
+    else within that relative difference (``history_rtol``). An empty list means they agree; a step
+    missing from either side is a mismatch.
     """
     a = {h["step"]: h[key] for h in card if h["step"] <= upto}
     b = {h["step"]: h[key] for h in fresh if h["step"] <= upto}
@@ -44,7 +63,7 @@ def compare_history(card: list[dict], fresh: list[dict], upto: int, key: str = "
         return [f"the card has no loss history up to step {upto}"]
     out = []
     for step in sorted(set(a) | set(b)):
-        if a.get(step) != b.get(step):
+        if a.get(step) is None or b.get(step) is None or not close(a[step], b[step], rtol):
             out.append(f"step {step}: card {a.get(step)} rerun {b.get(step)}")
     return out
 

@@ -1,0 +1,210 @@
+"""The decoder-layer loop in one C++ call for forwards the CPU attention kernels serve.
+
+At batch 1 on a 30-layer model a decode step is ~750 eager ops plus ~4,600 Python calls
+(``nn.Module.__call__``, views, attribute look-ups): 7-10 ms of a 29 ms step on top of the weight
+streaming that bounds it. This loop issues the *same* ATen calls, with the same shapes and strides, as
+``CausalLM.forward`` with ``PagedAttention`` (``rms_norm``, ``linear`` or MKL's packed linear, the
+RoPE ``neg``/``cat``/``mul``/``add``, ``index_copy_``, the paged kernels, ``silu``), only from C++, so
+its output is bit-identical to the Python path (tested) while the per-op Python cost goes away. It
+serves models without biases or q/k norms, with fused q/k/v and gate/up (what ``Engine`` builds); every
+other model, and forwards with multi-token SDPA groups, keep the Python path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from gambit.engine import cpu_attention, linear
+from gambit.engine.attention import PagedAttention
+from gambit.engine.linear import PackedLinear
+from gambit.model.llama import CausalLM
+
+SOURCE = r"""
+#include <ATen/core/dispatch/Dispatcher.h>
+
+// mkl::_mkl_linear (the op PackedLinear calls), through the dispatcher as torch.ops does.
+static at::Tensor mkl_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& w,
+                             int64_t rows) {
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkl::_mkl_linear", "")
+      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                        const std::optional<at::Tensor>&, int64_t)>();
+  return op.call(x, packed, w, std::nullopt, rows);
+}
+
+// project(): the packed weight for lo <= rows <= hi (PackedLinear), else F.linear.
+static at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& packed, int64_t lo,
+                          int64_t hi) {
+  const int64_t in = x.size(-1), rows = x.numel() / in;
+  if (packed.numel() > 0 && lo <= rows && rows <= hi) {
+    auto out = mkl_linear(x.reshape({rows, in}), packed, w, rows);
+    auto shape = x.sizes().vec();
+    shape.back() = out.size(-1);
+    return out.view(shape);
+  }
+  return at::linear(x, w);
+}
+
+// apply_rope's arithmetic on one head row of D values: x * cos + cat(-x2, x1) * sin, with each product
+// and the sum rounded on its own as the ATen mul/mul/add do (no FMA contraction here).
+__attribute__((optimize("fp-contract=off")))
+static void rope_row(const float* x, const float* c, const float* s, float* o, int64_t D) {
+  const int64_t half = D / 2;
+  for (int64_t j = 0; j < half; ++j) {
+    const float a = x[j] * c[j], b = (-x[j + half]) * s[j];
+    o[j] = a + b;
+  }
+  for (int64_t j = half; j < D; ++j) {
+    const float a = x[j] * c[j], b = x[j - half] * s[j];
+    o[j] = a + b;
+  }
+}
+
+// The attention block's middle: RoPE on q and k of the fused projection qkv [1, T, (H + 2 Hkv) D],
+// k and v written to their cache slots (what index_copy_ does), q returned as [T, H, D].
+static at::Tensor rope_and_write(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
+                                 const at::Tensor& slots, at::Tensor& kc, at::Tensor& vc, int64_t H,
+                                 int64_t Hkv, int64_t D) {
+  TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && kc.is_contiguous() && vc.is_contiguous(),
+              "contiguous rope tables and caches");
+  const int64_t T = qkv.size(1), W = (H + 2 * Hkv) * D, rows = kc.size(1) * kc.size(2);
+  auto q = at::empty({T, H, D}, qkv.options());
+  const float* x = qkv.data_ptr<float>();
+  const float* cp = cos.data_ptr<float>();
+  const float* sp = sin.data_ptr<float>();
+  const int64_t* slot = slots.data_ptr<int64_t>();
+  float *qp = q.data_ptr<float>(), *kp = kc.data_ptr<float>(), *vp = vc.data_ptr<float>();
+  for (int64_t t = 0; t < T; ++t) {
+    const float *xt = x + t * W, *c = cp + t * D, *s = sp + t * D;
+    for (int64_t h = 0; h < H; ++h) rope_row(xt + h * D, c, s, qp + (t * H + h) * D, D);
+    for (int64_t h = 0; h < Hkv; ++h) {
+      rope_row(xt + (H + h) * D, c, s, kp + (h * rows + slot[t]) * D, D);
+      std::copy(xt + (H + Hkv + h) * D, xt + (H + Hkv + h + 1) * D, vp + (h * rows + slot[t]) * D);
+    }
+  }
+  return q;
+}
+
+static at::Tensor norm(const at::Tensor& x, const at::Tensor& w, double eps, bool kernel) {
+  if (kernel) return rms_norm(x, w, eps);
+  return at::rms_norm(x, {w.size(0)}, w, eps);
+}
+
+// x [1, T, hidden]; per layer i the tensors at lw[8 * i ...]: input norm, qkv weight, qkv packed, o weight,
+// o packed, post norm, gate_up weight, gate_up packed, and at lw2[2 * i ...]: down weight, down packed
+// (empty packed tensors: none). cos, sin [1, T, 1, D] contiguous; slots [T] int64 cache rows.
+// attn: 0 = one decode row per sequence (paged_decode(tables, lens)), 1 = any rows
+// (paged_attention(tables, seq, ctx, qoff, qlen, moff, mask)).
+// Returns [x after the last layer, x entering each layer in taps...].
+std::vector<torch::Tensor> decoder_layers(
+    torch::Tensor x, std::vector<torch::Tensor> lw, std::vector<torch::Tensor> lw2, torch::Tensor kcache,
+    torch::Tensor vcache, torch::Tensor cos, torch::Tensor sin, torch::Tensor slots, int64_t attn,
+    std::vector<torch::Tensor> meta, std::vector<int64_t> taps, int64_t H, int64_t Hkv, int64_t D, double eps,
+    double scale, int64_t lo, int64_t hi, bool norm_kernel) {
+  const int64_t L = static_cast<int64_t>(lw2.size()) / 2, T = x.size(1);
+  std::vector<torch::Tensor> out{torch::Tensor()};
+  for (int64_t i = 0; i < L; ++i) {
+    if (std::find(taps.begin(), taps.end(), i) != taps.end()) out.push_back(x);
+    const torch::Tensor* w = lw.data() + 8 * i;
+    // attention block (Attention.forward, fused q/k/v, no q/k norm)
+    auto h = norm(x, w[0], eps, norm_kernel);
+    auto qkv = project(h, w[1], w[2], lo, hi).contiguous();  // [1, T, (H + 2 Hkv) D]
+    auto kc = kcache.select(0, i), vc = vcache.select(0, i);  // [Hkv, NB, bs, D]
+    auto qf = rope_and_write(qkv, cos, sin, slots, kc, vc, H, Hkv, D);
+    auto o = attn == 0 ? paged_decode(qf, kc, vc, meta[0], meta[1], scale)
+                       : paged_attention(qf, kc, vc, meta[0], meta[1], meta[2], meta[3], meta[4], meta[5],
+                                         meta[6], scale);
+    x = at::add(x, project(o.unsqueeze(0).reshape({1, T, H * D}), w[3], w[4], lo, hi));
+    // MLP block (MLP.forward, fused gate/up)
+    auto gu = project(norm(x, w[5], eps, norm_kernel), w[6], w[7], lo, hi).chunk(2, -1);
+    x = at::add(x, project(at::mul(at::silu(gu[0]), gu[1]), lw2[2 * i], lw2[2 * i + 1], lo, hi));
+  }
+  out[0] = x;
+  return out;
+}
+"""
+
+
+_NONE = torch.empty(0)  # "no packed weight" (pybind takes no None inside a tensor list)
+
+
+def _packed(fast: object) -> tuple[torch.Tensor | None, tuple[int, int] | None]:
+    """The packed weight and row range a ``PackedLinear`` serves (None: plain ``F.linear``)."""
+    if isinstance(fast, PackedLinear) and fast.weight._version == fast.version and fast.bias is None:
+        return fast.packed, (fast.min_rows, fast.max_rows)
+    return None, None
+
+
+def layer_weights(model: CausalLM) -> tuple[list, list, tuple[int, int], bool, list] | None:
+    """The per-layer tensors ``decoder_layers`` takes, or None when this model needs the Python path."""
+    c = model.config
+    if c.qkv_bias or c.o_bias or c.mlp_bias or c.qk_norm:
+        return None
+    lw: list[torch.Tensor | None] = []
+    lw2: list[torch.Tensor | None] = []
+    ranges: set[tuple[int, int]] = set()
+    norm_fasts = set()
+    packs: list[PackedLinear] = []
+    for layer in model.model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        if attn.qkv is None or mlp.gate_up is None:
+            return None
+        row = [layer.input_layernorm.weight, attn.qkv[0], None, attn.o_proj.weight, None,
+               layer.post_attention_layernorm.weight, mlp.gate_up, None]
+        down = [mlp.down_proj.weight, None]
+        for key, fast, slot in (("qkv", attn.fast, (row, 2)), ("o", attn.fast, (row, 4)),
+                                ("gate_up", mlp.fast, (row, 7)), ("down", mlp.fast, (down, 1))):
+            f = fast.get(key)
+            packed, rng = _packed(f)
+            if f is not None and packed is None:
+                return None  # some other fast path: only Python knows how to call it
+            if rng is not None:
+                ranges.add(rng)
+                packs.append(f)
+            slot[0][slot[1]] = _NONE if packed is None else packed
+        norm_fasts.update((layer.input_layernorm.fast, layer.post_attention_layernorm.fast))
+        lw += row
+        lw2 += down
+    if len(ranges) > 1 or not norm_fasts <= {None, cpu_attention.rms_norm} or len(norm_fasts) > 1:
+        return None
+    lo, hi = ranges.pop() if ranges else (1 << 62, 0)
+    return lw, lw2, (lo, hi), norm_fasts == {cpu_attention.rms_norm}, packs
+
+
+def signature(model: CausalLM) -> tuple:
+    """What ``layer_weights`` depends on that can change after it ran: which fast paths are installed
+    (``linear.generation``) and whether a packed weight was modified in place since it was packed."""
+    return model, linear.generation(), model.model.layers[0].input_layernorm.fast
+
+
+def stale(weights_of: list[PackedLinear]) -> bool:
+    return any(p.weight._version != p.version for p in weights_of)
+
+
+def serves(attn: PagedAttention) -> bool:
+    """Whether every row of this forward goes through one of the CPU kernels."""
+    return attn.multi is not None or (attn.all_decode and attn.decode is not None and attn.decode[0] is None)
+
+
+def forward(model: CausalLM, weights: tuple, input_ids: torch.Tensor, positions: torch.Tensor,
+            attn: PagedAttention, taps: Sequence[int] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """``CausalLM.forward`` for a forward that ``serves`` accepts, with the layer loop in C++."""
+    lw, lw2, (lo, hi), norm_kernel, _ = weights
+    c = model.config
+    x = model.model.embed_tokens(input_ids)
+    cos, sin = model.rope.table(positions)
+    if attn.multi is not None:
+        mode, meta = 1, list(attn.multi)
+    else:
+        mode, meta = 0, [attn.decode[1], attn.decode[2]]
+    layer_taps = sorted(t for t in set(taps) if t < c.num_hidden_layers)
+    out = cpu_attention.kernel().decoder_layers(
+        x, lw, lw2, attn.cache.k, attn.cache.v, cos, sin, attn.slots, mode, meta, layer_taps,
+        c.num_attention_heads, c.num_key_value_heads, c.head_dim, model.model.norm.eps, c.head_dim ** -0.5,
+        lo, hi, norm_kernel)
+    tapped = dict(zip(layer_taps, out[1:], strict=True))
+    x = model.model.norm(out[0])
+    if c.num_hidden_layers in taps:
+        tapped[c.num_hidden_layers] = x
+    return x, tapped
