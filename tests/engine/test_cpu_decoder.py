@@ -46,11 +46,11 @@ def _events(eng: Engine, jobs: list[tuple[str, SamplingParams]], fork_at: int = 
 
 
 def _count_calls(monkeypatch) -> list[int]:
-    calls = [0, 0]  # decode-row forwards, any-row (tree / chunk) forwards
+    calls = [0, 0, 0]  # forwards per attention mode: decode rows, any rows (kernel), SDPA groups
     real = cpu_decoder.forward
 
     def counted(model, weights, ids, positions, attn, taps=()):
-        calls[0 if attn.multi is None else 1] += 1
+        calls[cpu_decoder._meta(attn)[0]] += 1
         return real(model, weights, ids, positions, attn, taps)
 
     monkeypatch.setattr(cpu_decoder, "forward", counted)
@@ -75,7 +75,7 @@ def test_plain_decoding_is_bit_identical(target, monkeypatch, batch, cpu_linear)
     calls = _count_calls(monkeypatch)
     runs = [_events(Engine(model, tok, EngineConfig(device="cpu", cpu_linear=cpu_linear, cpu_layers=on)),
                     JOBS[:batch]) for on in (False, True)]
-    assert calls[0] > 10  # the decode steps went through C++
+    assert calls[0] > 10 and calls[2] >= 1  # the decode steps and the prompts' prefill went through C++
     assert runs[1] == runs[0]
 
 
@@ -94,7 +94,10 @@ def test_speculative_decoding_is_bit_identical(target, monkeypatch, method, batc
                                        ignore_eos=True))
                 for p, sp in JOBS[:batch]]
         runs.append(_events(eng, jobs, fork_at=10))
-    assert calls[1] > 5 or batch > 1  # one trace's tree (≤ 12 tokens) took the C++ path
+    if batch == 1:
+        assert calls[1] > 5  # one trace's tree (≤ 12 tokens): the kernel
+    else:
+        assert calls[2] > 5  # several trees: SDPA groups
     assert runs[1] == runs[0]
 
 

@@ -77,6 +77,7 @@ class PagedAttention:
     def __init__(self, cache: KVCache, items: list[SeqInput], device: torch.device,
                  use_kernel: bool = False) -> None:
         self.cache = cache
+        self.use_kernel = use_kernel
         bs = cache.block_size
         self.groups: list[Group] = []  # rows gathered into a padded batch for SDPA
         self.multi = None  # all rows through the CPU kernel: (tables, seq, ctx, qoff, qlen, moff, mask)

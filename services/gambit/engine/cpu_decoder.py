@@ -86,6 +86,30 @@ static at::Tensor rope_and_write(const at::Tensor& qkv, const at::Tensor& cos, c
   return q;
 }
 
+// PagedAttention.__call__ for a mix of decode rows and multi-token groups: the decode rows through the
+// kernel, each group's blocks gathered into a padded batch for one SDPA call with its mask.
+// meta: decode rows, tables, lens (empty rows: none), then per group rows, valid, flat_valid_rows,
+// blocks, mask.
+static at::Tensor grouped_attention(const at::Tensor& qf, const at::Tensor& kc, const at::Tensor& vc,
+                                    const std::vector<torch::Tensor>& meta, int64_t H, int64_t Hkv, int64_t D,
+                                    double scale) {
+  auto out = at::empty_like(qf);
+  if (meta[0].numel() > 0)
+    out.index_put_({meta[0]}, paged_decode(qf.index({meta[0]}), kc, vc, meta[1], meta[2], scale));
+  for (size_t g = 3; g + 4 < meta.size(); g += 5) {
+    const auto &rows = meta[g], &valid = meta[g + 1], &flat_rows = meta[g + 2], &blocks = meta[g + 3];
+    const int64_t B = blocks.size(0);
+    auto flat = blocks.flatten();
+    auto kg = kc.index_select(1, flat).view({Hkv, B, -1, D}).transpose(0, 1);
+    auto vg = vc.index_select(1, flat).view({Hkv, B, -1, D}).transpose(0, 1);
+    auto qg = qf.index({rows}).transpose(1, 2);
+    auto o = at::scaled_dot_product_attention(qg, kg, vg, meta[g + 4], 0.0, false, std::nullopt, H != Hkv)
+                 .transpose(1, 2);
+    out.index_put_({flat_rows}, o.index({valid}));
+  }
+  return out;
+}
+
 static at::Tensor norm(const at::Tensor& x, const at::Tensor& w, double eps, bool kernel) {
   if (kernel) return rms_norm(x, w, eps);
   return at::rms_norm(x, {w.size(0)}, w, eps);
@@ -95,7 +119,7 @@ static at::Tensor norm(const at::Tensor& x, const at::Tensor& w, double eps, boo
 // o packed, post norm, gate_up weight, gate_up packed, and at lw2[2 * i ...]: down weight, down packed
 // (empty packed tensors: none). cos, sin [1, T, 1, D] contiguous; slots [T] int64 cache rows.
 // attn: 0 = one decode row per sequence (paged_decode(tables, lens)), 1 = any rows
-// (paged_attention(tables, seq, ctx, qoff, qlen, moff, mask)).
+// (paged_attention(tables, seq, ctx, qoff, qlen, moff, mask)), 2 = grouped_attention(meta).
 // Returns [x after the last layer, x entering each layer in taps...].
 std::vector<torch::Tensor> decoder_layers(
     torch::Tensor x, std::vector<torch::Tensor> lw, std::vector<torch::Tensor> lw2, torch::Tensor kcache,
@@ -112,9 +136,10 @@ std::vector<torch::Tensor> decoder_layers(
     auto qkv = project(h, w[1], w[2], lo, hi).contiguous();  // [1, T, (H + 2 Hkv) D]
     auto kc = kcache.select(0, i), vc = vcache.select(0, i);  // [Hkv, NB, bs, D]
     auto qf = rope_and_write(qkv, cos, sin, slots, kc, vc, H, Hkv, D);
-    auto o = attn == 0 ? paged_decode(qf, kc, vc, meta[0], meta[1], scale)
-                       : paged_attention(qf, kc, vc, meta[0], meta[1], meta[2], meta[3], meta[4], meta[5],
-                                         meta[6], scale);
+    auto o = attn == 0   ? paged_decode(qf, kc, vc, meta[0], meta[1], scale)
+             : attn == 1 ? paged_attention(qf, kc, vc, meta[0], meta[1], meta[2], meta[3], meta[4], meta[5],
+                                           meta[6], scale)
+                         : grouped_attention(qf, kc, vc, meta, H, Hkv, D, scale);
     x = at::add(x, project(o.unsqueeze(0).reshape({1, T, H * D}), w[3], w[4], lo, hi));
     // MLP block (MLP.forward, fused gate/up)
     auto gu = project(norm(x, w[5], eps, norm_kernel), w[6], w[7], lo, hi).chunk(2, -1);
@@ -183,8 +208,21 @@ def stale(weights_of: list[PackedLinear]) -> bool:
 
 
 def serves(attn: PagedAttention) -> bool:
-    """Whether every row of this forward goes through one of the CPU kernels."""
-    return attn.multi is not None or (attn.all_decode and attn.decode is not None and attn.decode[0] is None)
+    """Whether ``decoder_layers`` mirrors this forward's attention: built for the CPU kernels (their
+    decode rows and small trees, and SDPA groups beside kernel-served decode rows)."""
+    return attn.use_kernel and not (attn.all_decode and attn.decode is None)
+
+
+def _meta(attn: PagedAttention) -> tuple[int, list[torch.Tensor]]:
+    """``decoder_layers``' attention mode and tensors for this forward."""
+    if attn.multi is not None:
+        return 1, list(attn.multi)
+    if attn.decode is not None and attn.decode[0] is None:
+        return 0, [attn.decode[1], attn.decode[2]]
+    meta = list(attn.decode) if attn.decode is not None else [_NONE.long(), _NONE.long(), _NONE.long()]
+    for g in attn.groups:
+        meta += [g.rows, g.valid, g.flat_valid_rows, g.blocks, g.mask]
+    return 2, meta
 
 
 def forward(model: CausalLM, weights: tuple, input_ids: torch.Tensor, positions: torch.Tensor,
@@ -194,10 +232,7 @@ def forward(model: CausalLM, weights: tuple, input_ids: torch.Tensor, positions:
     c = model.config
     x = model.model.embed_tokens(input_ids)
     cos, sin = model.rope.table(positions)
-    if attn.multi is not None:
-        mode, meta = 1, list(attn.multi)
-    else:
-        mode, meta = 0, [attn.decode[1], attn.decode[2]]
+    mode, meta = _meta(attn)
     layer_taps = sorted(t for t in set(taps) if t < c.num_hidden_layers)
     out = cpu_attention.kernel().decoder_layers(
         x, lw, lw2, attn.cache.k, attn.cache.v, cos, sin, attn.slots, mode, meta, layer_taps,
