@@ -34,7 +34,7 @@ def environment() -> dict:
 # Another instruction set runs other kernels (AVX2 against AVX-512 reduction widths), so a rerun there
 # gives close, not equal, floats: measured between AVX-512 cards and an AVX2 rerun, the drafters' step-0
 # losses differ by 2e-7 relative and the scorers' first-epoch train losses by 3e-8. This bound leaves
-# room for a few steps of drift and still fails a changed recipe (a different seed moves losses > 1%).
+# room for a few steps of drift and stays far below one training step's change of the loss (percents).
 CROSS_ISA_RTOL = 1e-4
 
 
