@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from time import thread_time
 
 import torch
 
@@ -23,6 +24,12 @@ from gambit.search.run_state import TIMING_KEYS, SearchRun
 from gambit.search.store import MemoryStore, TreeStore, check_run_id
 from gambit.search.tree import Node
 
+# main-thread CPU seconds by part (``SearchDriver.cpu``): what ``gambit bench rounds`` reads. Thread
+# CPU time does not grow when another process takes the cores, so it measures the tournament's own
+# cost on a shared machine; the forward's share is the main thread's part of it (one of the torch
+# threads), which on an idle machine is its wall time.
+CPU_KEYS = ("forward", "routing", "guidance", "round", "store", "finish", "kv_evict")
+
 
 class SearchDriver:
     def __init__(self, engine, scorer=None, store: TreeStore | None = None) -> None:
@@ -33,6 +40,8 @@ class SearchDriver:
         self.timings = dict.fromkeys(TIMING_KEYS, 0.0)
         self.kv_trace: list[tuple[float, float, int]] = []  # (time, KV use, resident traces) per step
         self.pending: list[tuple[list, object]] = []  # (who, future of scores) from ``score_async``
+        self.cpu = dict.fromkeys(CPU_KEYS, 0.0)
+        self.rounds = self.steps = 0
 
     # -- API ------------------------------------------------------------------------------------
     def submit(self, problem, config: SearchConfig | dict | None = None, run_id: str | None = None) -> str:
@@ -88,9 +97,13 @@ class SearchDriver:
         if not self.runs:
             return []
         runs = list(self.runs.values())
+        cpu, c0 = self.cpu, thread_time()
         t0 = time.perf_counter()
         events = self.engine.step()
         t1 = time.perf_counter()
+        c1 = thread_time()
+        cpu["forward"] += c1 - c0
+        self.steps += 1
         keys, states, feats, who = [], [], [], []
         for ev in events:
             o = self.owner.get(ev.trace_id)
@@ -112,6 +125,8 @@ class SearchDriver:
             elif isinstance(ev, EvictedEvent):
                 run.evict(node)
         t2 = time.perf_counter()
+        c2 = thread_time()
+        cpu["routing"] += c2 - c1
         if keys:
             x = torch.stack(states)
             if feats[0] is not None:  # every run of a driver shares its scorer: all or none have them
@@ -126,6 +141,8 @@ class SearchDriver:
                 self._settle(due)
         t3 = time.perf_counter()
         self._account(runs, t1 - t0, t2 - t1, t3 - t2, who)
+        c3 = thread_time()
+        cpu["guidance"] += c3 - c2
         out: list[Progress | RunResult] = []
         usage = self.engine.kv_usage()
         for run in runs:
@@ -143,13 +160,21 @@ class SearchDriver:
                 out.append(self._finish(run, "done"))
                 continue
             if run.step % run.cfg.interval == 0:
+                c = thread_time()
                 out.append(run.do_round(usage))
-                t = time.perf_counter()
+                t, c4 = time.perf_counter(), thread_time()
                 self.store.update(run.run_id, run.flush())
                 run.timings["tree"] += time.perf_counter() - t
+                c5 = thread_time()
+                cpu["round"] += c4 - c
+                cpu["store"] += c5 - c4
+                self.rounds += 1
         t4 = time.perf_counter()
+        c4 = thread_time()
         self._kv_evict()
         t5 = time.perf_counter()
+        c5 = thread_time()
+        cpu["kv_evict"] += c5 - c4
         for run in runs:
             run.timings["scheduling"] += (t5 - t4) / len(runs)
         self.timings["tree"] += t4 - t3
@@ -213,11 +238,13 @@ class SearchDriver:
             run.evict(node)
 
     def _finish(self, run: SearchRun, reason: str) -> RunResult:
+        c = thread_time()
         if self.pending:
             self.timings["guidance"] += self._settle({run.run_id})
         result = run.finish(reason)
         self.store.update(run.run_id, run.flush())
         self.runs.pop(run.run_id, None)
+        self.cpu["finish"] += thread_time() - c
         return result
 
     # -- coordinator restart --------------------------------------------------------------------
@@ -245,6 +272,7 @@ class SearchDriver:
         run.nodes = {i: Node.from_dict(d) for i, d in sorted(data["nodes"].items())}
         run.active = {i for i, n in run.nodes.items() if n.active}
         run.written = {i: n.depth for i, n in run.nodes.items()}
+        run.recount()
         run.meta_written = True
         if cfg.method == "deepconf":
             from gambit.search.deepconf import ConfidenceWindow
