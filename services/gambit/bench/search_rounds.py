@@ -9,6 +9,12 @@ the overhead share = everything but the forward, over the loop's main-thread CPU
 does not grow when other processes take the cores, so this is the figure to compare before and
 after a change on a shared machine (the bench's ``overhead_fraction`` is the same parts over wall).
 ``--profile N`` also prints cProfile's top N functions of the rounds and store writes of one repeat.
+
+``--ops`` times a round's operations one by one on a live pool (the first run, ``--ops-steps`` steps
+in), each as the best of several batches (preemption only adds time, so the minimum is what the
+code costs): the round decision, one fork + abort in the engine, writing the whole pool's nodes
+(memory store), one round record, the scorer on one step's boundaries, routing one step's tokens.
+These are the numbers to compare between two versions on a busy machine.
 """
 
 from __future__ import annotations
@@ -74,6 +80,84 @@ def _wrap(driver, profiler) -> None:
     driver.store.update = update
 
 
+def _best(fn, n: int, batches: int = 7) -> float:
+    """Microseconds per call: the best of ``batches`` batches of ``n`` calls, in thread CPU time."""
+    best = float("inf")
+    for _ in range(batches):
+        t = time.thread_time()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.thread_time() - t) / n)
+    return 1e6 * best
+
+
+def ops(model, tok, scorer, problems, args) -> dict:
+    """A round's operations timed one by one on a live pool (see the module docstring)."""
+    import torch
+
+    from gambit.bench.search import BenchSearchConfig, blocks_needed
+    from gambit.engine import Engine, EngineConfig, TokenEvent
+    from gambit.search.driver import SearchDriver
+    from gambit.search.store import MemoryStore
+    from gambit.search.tournament import plan_round
+    from gambit.search.tree import Node, RoundRecord
+
+    bcfg = BenchSearchConfig(capacity=args.capacity, concurrency=len(problems))
+    per_run = max(4, int(bcfg.kv_share * blocks_needed(problems, tok, args.capacity, 16)))
+    engine = Engine(model, tok, EngineConfig(preemption="evict", num_blocks=per_run * len(problems), seed=0))
+    driver = SearchDriver(engine, scorer, MemoryStore())
+    ids = [driver.submit(p, bcfg.search()) for p in problems]
+    for _ in range(args.ops_steps):
+        driver.step()
+    run = driver.runs[ids[0]]
+    c = run.cfg
+    pool = [run.nodes[i] for i in sorted(run.active)]
+    parent = max((n for n in pool if n.resident), key=lambda n: n.rank_score(c.rank))
+    out = {"pool": len(pool), "resident": sum(n.resident for n in pool),
+           "mean_depth": sum(n.depth for n in pool) / len(pool)}
+    out["plan_round"] = _best(lambda: plan_round(pool, run.target, c.swap, c.warmup, c.floor, c.rank,
+                                                 c.floor_refill), 200)
+
+    def fork_abort():
+        (e,) = engine.fork(parent.engine_id, 1, seeds=[1], temperatures=[parent.temperature], priority=0.5)
+        engine.abort(e)
+
+    out["fork_abort"] = _best(fork_abort, 50)
+    engine._pending.clear()  # the aborts' FinishedEvents (no one routes them)
+    store = MemoryStore()
+
+    def write_pool():
+        run.dirty = set(run.active)
+        for n in pool:  # a round's worth of new tokens, so cached encodings do their real work
+            n.tokens.extend(n.tokens[-8:])
+        store.update(run.run_id, run.flush())
+        for n in pool:
+            del n.tokens[-8:]
+
+    out["write_pool_nodes"] = _best(write_pool, 20)
+    rec = RoundRecord(1, 8, 2, 16, 0, 16, [1, 2, 3, 4], [[5, 16], [6, 17], [7, 18], [8, 19]], 0.5, 1000, 1.0)
+    out["round_record"] = _best(lambda: json.dumps(rec.to_dict()), 500)
+    rows = max(1, round(len(problems) * args.capacity / 10))  # ~one boundary per 10 tokens per trace
+    x = torch.randn(rows, scorer.input_size)
+    keys = [f"ops:{i}" for i in range(rows)]
+    out["scorer_rows"] = rows
+    out["scorer_call"] = _best(lambda: scorer.score(keys, x), 50)
+    scratch = [Node(n.id, None, 0, 0, 1.0) for n in pool]
+    evs = [TokenEvent(n.engine_id or 0, 7, n.depth, -0.5) for n in pool] * len(problems)
+
+    def route():
+        for ev, node in zip(evs, scratch * len(problems), strict=True):
+            run.on_token(node, ev)
+        for node in scratch:
+            node.tokens.clear()
+
+    out["route_step_tokens"] = _best(route, 50)
+    out["route_events"] = len(evs)
+    for rid in list(driver.runs):
+        driver.cancel(rid)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="gambit bench rounds", description=__doc__.split("\n")[0])
     ap.add_argument("--problems", type=int, default=6, help="hard test problems searched at once")
@@ -83,10 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", default="", help="redis://... to write the tree view to Redis (default: memory)")
     ap.add_argument("--scorer", default="process", help="shipped scorer name or a scorer folder")
     ap.add_argument("--profile", type=int, default=0, help="print cProfile's top N functions of the rounds")
+    ap.add_argument("--ops", action="store_true", help="also time a round's operations one by one")
+    ap.add_argument("--ops-steps", type=int, default=48, help="--ops: steps of the search before timing")
     ap.add_argument("--json", default="", help="write the result JSON here")
     args = ap.parse_args(argv)
-    if args.problems < 1 or args.repeat < 1 or args.capacity < 4:
-        print("error: need --problems >= 1, --repeat >= 1, --capacity >= 4", file=sys.stderr)
+    if args.problems < 1 or args.repeat < 0 or args.capacity < 4 or args.ops_steps < 1:
+        print("error: need --problems >= 1, --repeat >= 0, --capacity >= 4, --ops-steps >= 1", file=sys.stderr)
         return 2
     import torch
 
@@ -110,14 +196,22 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['us_per_round']['round']:.0f} store {r['us_per_round']['store']:.0f}; µs/step routing "
               f"{r['us_per_step']['routing']:.0f} guidance {r['us_per_step']['guidance']:.0f}; overhead "
               f"{100 * r['overhead_cpu_fraction']:.2f}% of CPU ({100 * r['wall_overhead_fraction']:.2f}% of wall)")
-    med = {k: statistics.median(r[k] for r in reps) for k in
-           ("overhead_cpu_fraction", "tree_cpu_fraction", "wall_overhead_fraction")}
-    med |= {f"us_per_round_{k}": statistics.median(r["us_per_round"][k] for r in reps) for k in ("round", "store")}
-    med |= {f"us_per_step_{k}": statistics.median(r["us_per_step"][k] for r in reps)
-            for k in ("routing", "guidance", "kv_evict")}
-    med |= {"finish_cpu_s": statistics.median(r["cpu"]["finish"] for r in reps)}
-    print("median: " + ", ".join(f"{k} {v:.4f}" if "fraction" in k else f"{k} {v:.0f}" for k, v in med.items()))
+    med: dict = {}
+    if reps:
+        med = {k: statistics.median(r[k] for r in reps) for k in
+               ("overhead_cpu_fraction", "tree_cpu_fraction", "wall_overhead_fraction")}
+        med |= {f"us_per_round_{k}": statistics.median(r["us_per_round"][k] for r in reps) for k in ("round", "store")}
+        med |= {f"us_per_step_{k}": statistics.median(r["us_per_step"][k] for r in reps)
+                for k in ("routing", "guidance", "kv_evict")}
+        med |= {"finish_cpu_s": statistics.median(r["cpu"]["finish"] for r in reps)}
+        med |= {f"min_us_per_round_{k}": min(r["us_per_round"][k] for r in reps) for k in ("round", "store")}
+        med |= {f"min_us_per_step_{k}": min(r["us_per_step"][k] for r in reps) for k in ("routing", "guidance")}
+        print("median: " + ", ".join(f"{k} {v:.4f}" if "fraction" in k else f"{k} {v:.0f}" for k, v in med.items()))
     out = {"args": vars(args), "repeats": reps, "median": med}
+    if args.ops:
+        out["ops"] = ops(model, tok, scorer, problems, args)
+        print("ops (µs, best of batches): " + ", ".join(
+            f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in out["ops"].items()))
     if args.profile:
         prof = cProfile.Profile()
         store = open_store(args.store) if args.store else MemoryStore()

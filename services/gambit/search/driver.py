@@ -31,6 +31,14 @@ from gambit.search.tree import Node
 CPU_KEYS = ("forward", "routing", "guidance", "round", "store", "finish", "kv_evict")
 
 
+ENDS = (FinishedEvent, EvictedEvent)
+
+
+def usage_over(runs, usage: float) -> bool:
+    """The KV-ratio check may evict in a scored run this step (it ranks on current scores)."""
+    return any(r.cfg.method in ("gambit", "step") and usage > r.cfg.kv_ratio for r in runs)
+
+
 class SearchDriver:
     def __init__(self, engine, scorer=None, store: TreeStore | None = None) -> None:
         self.engine, self.scorer = engine, scorer
@@ -41,6 +49,8 @@ class SearchDriver:
         self.kv_trace: list[tuple[float, float, int]] = []  # (time, KV use, resident traces) per step
         self.pending: list[tuple[list, object]] = []  # (who, future of scores) from ``score_async``
         self.cpu = dict.fromkeys(CPU_KEYS, 0.0)
+        self.deferred: list[tuple] = []  # Gambit boundaries waiting for the next round's scorer call
+        self.defers = scorer is not None and not hasattr(scorer, "score_async")
         self.rounds = self.steps = 0
 
     # -- API ------------------------------------------------------------------------------------
@@ -104,45 +114,42 @@ class SearchDriver:
         c1 = thread_time()
         cpu["forward"] += c1 - c0
         self.steps += 1
-        keys, states, feats, who = [], [], [], []
+        if self.deferred and (usage_over(runs, self.engine.kv_usage())
+                              or any(type(ev) in ENDS and ev.trace_id in self.owner for ev in events)):
+            self._score(self._take_deferred())  # a trace ends or may be evicted: its scores first
+        t1b, c1b = time.perf_counter(), thread_time()  # that call is guidance, not routing
+        rows: list[tuple] = []  # (key, state, features, run, node) per boundary to score
         for ev in events:
             o = self.owner.get(ev.trace_id)
             if o is None:
                 continue
             run, nid = o
             node = run.nodes[nid]
-            if isinstance(ev, TokenEvent):
+            if type(ev) is TokenEvent:
                 run.on_token(node, ev)
-            elif isinstance(ev, BoundaryEvent):
+            elif type(ev) is BoundaryEvent:
                 f = run.boundary_features(node, ev.position)
                 if run.wants_score(node):
-                    keys.append(run.key(nid))
-                    states.append(ev.hidden)
-                    feats.append(f)
-                    who.append((run, node))
-            elif isinstance(ev, FinishedEvent):
+                    rows.append((run.key(nid), ev.hidden, f, run, node))
+            elif type(ev) is FinishedEvent:
                 run.on_finished(node, ev.reason)
-            elif isinstance(ev, EvictedEvent):
+            elif type(ev) is EvictedEvent:
                 run.evict(node)
         t2 = time.perf_counter()
         c2 = thread_time()
-        cpu["routing"] += c2 - c1
-        if keys:
-            x = torch.stack(states)
-            if feats[0] is not None:  # every run of a driver shares its scorer: all or none have them
-                x = with_confidence(x, torch.tensor(feats))
-            if hasattr(self.scorer, "score_async"):  # a remote scorer: the call overlaps the next steps
-                self.pending.append((who, self.scorer.score_async(keys, x)))
-            else:
-                self._apply(who, self.scorer.score(keys, x))
+        cpu["routing"] += c2 - c1b
+        if self.defers and (rows or self.deferred):
+            rows = self._defer(rows, runs)
+        who = [(r[3], r[4]) for r in rows]
+        self._score(rows)
         if self.pending:  # rounds and votes rank on every boundary of their run scored so far
             due = {r.run_id for r in runs if (r.step + 1) % r.cfg.interval == 0 or r.is_done()}
             if due:
                 self._settle(due)
         t3 = time.perf_counter()
-        self._account(runs, t1 - t0, t2 - t1, t3 - t2, who)
+        self._account(runs, t1 - t0, t2 - t1b, t3 - t2 + t1b - t1, who)
         c3 = thread_time()
-        cpu["guidance"] += c3 - c2
+        cpu["guidance"] += c3 - c2 + c1b - c1
         out: list[Progress | RunResult] = []
         usage = self.engine.kv_usage()
         for run in runs:
@@ -180,6 +187,43 @@ class SearchDriver:
         self.timings["tree"] += t4 - t3
         self.timings["scheduling"] += t5 - t4
         self.kv_trace.append((t5, self.engine.kv_usage(), len(self.owner)))
+        return out
+
+    # -- guidance -------------------------------------------------------------------------------
+    def _score(self, rows: list[tuple]) -> None:
+        """One batched scorer call for ``rows`` (in order, so each trace's rows stay in order)."""
+        if not rows:
+            return
+        x = torch.stack([r[1] for r in rows])
+        if rows[0][2] is not None:  # every run of a driver shares its scorer: all or none have them
+            x = with_confidence(x, torch.tensor([r[2] for r in rows]))
+        keys, who = [r[0] for r in rows], [(r[3], r[4]) for r in rows]
+        if hasattr(self.scorer, "score_async"):  # a remote scorer: the call overlaps the next steps
+            self.pending.append((who, self.scorer.score_async(keys, x)))
+            return
+        self._apply(who, self.scorer.score(keys, x))
+        for key, _, _, _, node in rows:
+            if not node.resident:  # ended in the meantime: the scorer forgets it again
+                self.scorer.drop(key)
+
+    def _defer(self, rows: list[tuple], runs: list[SearchRun]) -> list[tuple]:
+        """Gambit's guidance sync happens at its rounds: a Gambit run's boundaries wait (in order)
+        until a round of any run of this driver is due, then go in one scorer call with the step's
+        other rows (STEP's are scored every step: its eviction reads them). Returns the rows to score
+        now. A local scorer only; a remote one already overlaps decoding (``score_async``)."""
+        if any(r.cfg.method == "gambit" and (r.step + 1) % r.cfg.interval == 0 for r in runs):
+            return self._take_deferred() + rows
+        now = []
+        for r in rows:
+            (self.deferred if r[3].cfg.method == "gambit" else now).append(r)
+        return now
+
+    def _take_deferred(self, run: SearchRun | None = None) -> list[tuple]:
+        if run is None:
+            out, self.deferred = self.deferred, []
+            return out
+        out = [r for r in self.deferred if r[3] is run]
+        self.deferred = [r for r in self.deferred if r[3] is not run]
         return out
 
     @staticmethod
@@ -221,6 +265,8 @@ class SearchDriver:
     def _kv_evict(self) -> None:
         """Scheduler view: above a run's KV ratio r, evict the lowest-ranked resident trace (once)."""
         usage = self.engine.kv_usage()
+        if self.deferred and usage_over(self.runs.values(), usage):
+            self._score(self._take_deferred())  # it ranks on every boundary scored so far
         worst: tuple[float, SearchRun, Node] | None = None
         for run in self.runs.values():
             if run.cfg.method not in ("gambit", "step") or usage <= run.cfg.kv_ratio:
@@ -239,6 +285,8 @@ class SearchDriver:
 
     def _finish(self, run: SearchRun, reason: str) -> RunResult:
         c = thread_time()
+        if self.deferred:
+            self._score(self._take_deferred(run))
         if self.pending:
             self.timings["guidance"] += self._settle({run.run_id})
         result = run.finish(reason)

@@ -197,7 +197,10 @@ class SearchRun:
         node.scores.extend(scores)
         self.scored.add(node.id)
         if node.resident:
-            self.engine.set_priority(node.engine_id, node.rank_score(self.cfg.rank))
+            try:
+                self.engine.set_priority(node.engine_id, node.rank_score(self.cfg.rank))
+            except ValueError:
+                pass  # it ended in the engine this step (its FinishedEvent is routed next)
 
     def _count(self, node: Node) -> None:
         self.finished += 1
