@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 PARTS = ("round", "store", "finish", "routing", "guidance", "kv_evict")
+OVERHEAD = ("guidance", "tree", "scheduling")  # the bench's overhead_fraction parts (wall time)
 
 
 def _one(model, tok, scorer, problems, args, store, profiler=None) -> dict:
@@ -53,11 +54,13 @@ def _one(model, tok, scorer, problems, args, store, profiler=None) -> dict:
     return {"steps": driver.steps, "rounds": driver.rounds, "cpu_s": cpu_total, "wall_s": wall,
             "cpu": dict(cpu), "us_per_round": {k: 1e6 * cpu[k] / max(1, driver.rounds)
                                                for k in ("round", "store")},
-            "us_per_step": {k: 1e6 * cpu[k] / max(1, driver.steps) for k in ("routing", "guidance", "kv_evict")},
+            "us_per_step": {k: 1e6 * cpu[k] / max(1, driver.steps)
+                            for k in ("routing", "guidance", "kv_evict")},
             "overhead_cpu_fraction": over / cpu_total, "tree_cpu_fraction":
                 (cpu["round"] + cpu["store"] + cpu["finish"]) / cpu_total,
-            "wall_overhead_fraction": sum(driver.timings[k] for k in ("guidance", "tree", "scheduling")) / wall,
-            "correct": sum(bool(r.correct) for r in res.values()), "branched": sum(r.branched for r in res.values())}
+            "wall_overhead_fraction": sum(driver.timings[k] for k in OVERHEAD) / wall,
+            "correct": sum(bool(r.correct) for r in res.values()),
+            "branched": sum(r.branched for r in res.values()), "score_calls": driver.score_calls}
 
 
 def _wrap(driver, profiler) -> None:
@@ -164,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--capacity", type=int, default=16, help="C")
     ap.add_argument("--repeat", type=int, default=3, help="repeats (the median is reported)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
-    ap.add_argument("--store", default="", help="redis://... to write the tree view to Redis (default: memory)")
+    ap.add_argument("--store", default="", help="redis://... for the tree view (default: in memory)")
     ap.add_argument("--scorer", default="process", help="shipped scorer name or a scorer folder")
     ap.add_argument("--profile", type=int, default=0, help="print cProfile's top N functions of the rounds")
     ap.add_argument("--ops", action="store_true", help="also time a round's operations one by one")
@@ -172,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default="", help="write the result JSON here")
     args = ap.parse_args(argv)
     if args.problems < 1 or args.repeat < 0 or args.capacity < 4 or args.ops_steps < 1:
-        print("error: need --problems >= 1, --repeat >= 0, --capacity >= 4, --ops-steps >= 1", file=sys.stderr)
+        print("error: need --problems >= 1, --repeat >= 0, --capacity >= 4, --ops-steps >= 1",
+              file=sys.stderr)
         return 2
     import torch
 
@@ -192,21 +196,26 @@ def main(argv: list[str] | None = None) -> int:
         store = open_store(args.store) if args.store else MemoryStore()
         r = _one(model, tok, scorer, problems, args, store)
         reps.append(r)
-        print(f"repeat {i}: {r['rounds']} rounds, {r['steps']} steps; µs/round round "
+        print(f"repeat {i}: {r['rounds']} rounds, {r['steps']} steps, {r['score_calls']} scorer calls; "
+              f"µs/round round "
               f"{r['us_per_round']['round']:.0f} store {r['us_per_round']['store']:.0f}; µs/step routing "
               f"{r['us_per_step']['routing']:.0f} guidance {r['us_per_step']['guidance']:.0f}; overhead "
-              f"{100 * r['overhead_cpu_fraction']:.2f}% of CPU ({100 * r['wall_overhead_fraction']:.2f}% of wall)")
+              f"{100 * r['overhead_cpu_fraction']:.2f}% of CPU "
+              f"({100 * r['wall_overhead_fraction']:.2f}% of wall)")
     med: dict = {}
     if reps:
         med = {k: statistics.median(r[k] for r in reps) for k in
                ("overhead_cpu_fraction", "tree_cpu_fraction", "wall_overhead_fraction")}
-        med |= {f"us_per_round_{k}": statistics.median(r["us_per_round"][k] for r in reps) for k in ("round", "store")}
+        med |= {f"us_per_round_{k}": statistics.median(r["us_per_round"][k] for r in reps)
+                for k in ("round", "store")}
         med |= {f"us_per_step_{k}": statistics.median(r["us_per_step"][k] for r in reps)
                 for k in ("routing", "guidance", "kv_evict")}
         med |= {"finish_cpu_s": statistics.median(r["cpu"]["finish"] for r in reps)}
         med |= {f"min_us_per_round_{k}": min(r["us_per_round"][k] for r in reps) for k in ("round", "store")}
-        med |= {f"min_us_per_step_{k}": min(r["us_per_step"][k] for r in reps) for k in ("routing", "guidance")}
-        print("median: " + ", ".join(f"{k} {v:.4f}" if "fraction" in k else f"{k} {v:.0f}" for k, v in med.items()))
+        med |= {f"min_us_per_step_{k}": min(r["us_per_step"][k] for r in reps)
+                for k in ("routing", "guidance")}
+        print("median: " + ", ".join(f"{k} {v:.4f}" if "fraction" in k else f"{k} {v:.0f}"
+                                     for k, v in med.items()))
     out = {"args": vars(args), "repeats": reps, "median": med}
     if args.ops:
         out["ops"] = ops(model, tok, scorer, problems, args)

@@ -49,6 +49,7 @@ class SearchDriver:
         self.kv_trace: list[tuple[float, float, int]] = []  # (time, KV use, resident traces) per step
         self.pending: list[tuple[list, object]] = []  # (who, future of scores) from ``score_async``
         self.cpu = dict.fromkeys(CPU_KEYS, 0.0)
+        self.score_calls = 0  # scorer calls made (guidance syncs)
         self.deferred: list[tuple] = []  # Gambit boundaries waiting for the next round's scorer call
         self.defers = scorer is not None and not hasattr(scorer, "score_async")
         self.rounds = self.steps = 0
@@ -198,6 +199,7 @@ class SearchDriver:
         if rows[0][2] is not None:  # every run of a driver shares its scorer: all or none have them
             x = with_confidence(x, torch.tensor([r[2] for r in rows]))
         keys, who = [r[0] for r in rows], [(r[3], r[4]) for r in rows]
+        self.score_calls += 1
         if hasattr(self.scorer, "score_async"):  # a remote scorer: the call overlaps the next steps
             self.pending.append((who, self.scorer.score_async(keys, x)))
             return

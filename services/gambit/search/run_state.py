@@ -169,8 +169,13 @@ class SearchRun:
     def on_token(self, node: Node, ev) -> None:
         node.tokens.append(ev.token_id)
         self.tokens += 1
-        if self.confidence:
-            self.conf.setdefault(node.id, ConfidenceTracker()).token(ev.position, ev.logprob)
+        if self.confidence and ev.logprob is not None:  # every token: no tracker built per call
+            c = self.conf.get(node.id)
+            if c is None:
+                c = self.conf[node.id] = ConfidenceTracker()
+            c.pending.append((ev.position, ev.logprob))
+        if not self.windows:
+            return
         w = self.windows.get(node.id)
         if w is not None and ev.top_logprobs:
             mean = w.push(token_confidence(ev.top_logprobs))
@@ -187,7 +192,10 @@ class SearchRun:
         minimum covers all its thoughts); the features when the scorer reads them."""
         if not self.confidence:
             return None
-        return self.conf.setdefault(node.id, ConfidenceTracker()).boundary(position)
+        c = self.conf.get(node.id)
+        if c is None:
+            c = self.conf[node.id] = ConfidenceTracker()
+        return c.boundary(position)
 
     def wants_score(self, node: Node) -> bool:
         m = self.cfg.method
