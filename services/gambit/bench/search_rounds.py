@@ -60,7 +60,8 @@ def _one(model, tok, scorer, problems, args, store, profiler=None) -> dict:
                 (cpu["round"] + cpu["store"] + cpu["finish"]) / cpu_total,
             "wall_overhead_fraction": sum(driver.timings[k] for k in OVERHEAD) / wall,
             "correct": sum(bool(r.correct) for r in res.values()),
-            "branched": sum(r.branched for r in res.values()), "score_calls": driver.score_calls}
+            "branched": sum(r.branched for r in res.values()),
+            "score_calls": getattr(driver, "score_calls", -1)}  # -1: a driver without the counter
 
 
 def _wrap(driver, profiler) -> None:

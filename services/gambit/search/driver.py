@@ -13,12 +13,10 @@ import time
 import uuid
 from time import thread_time
 
-import torch
-
 from gambit.engine import BoundaryEvent, EvictedEvent, FinishedEvent, TokenEvent
-from gambit.scoring.confidence import with_confidence
 from gambit.search import tree as T
 from gambit.search.config import SearchConfig
+from gambit.search.guidance import ENDS, Guidance, usage_over
 from gambit.search.results import Progress, RunResult
 from gambit.search.run_state import TIMING_KEYS, SearchRun
 from gambit.search.store import MemoryStore, TreeStore, check_run_id
@@ -31,15 +29,7 @@ from gambit.search.tree import Node
 CPU_KEYS = ("forward", "routing", "guidance", "round", "store", "finish", "kv_evict")
 
 
-ENDS = (FinishedEvent, EvictedEvent)
-
-
-def usage_over(runs, usage: float) -> bool:
-    """The KV-ratio check may evict in a scored run this step (it ranks on current scores)."""
-    return any(r.cfg.method in ("gambit", "step") and usage > r.cfg.kv_ratio for r in runs)
-
-
-class SearchDriver:
+class SearchDriver(Guidance):
     def __init__(self, engine, scorer=None, store: TreeStore | None = None) -> None:
         self.engine, self.scorer = engine, scorer
         self.store = store if store is not None else MemoryStore()
@@ -120,13 +110,14 @@ class SearchDriver:
             self._score(self._take_deferred())  # a trace ends or may be evicted: its scores first
         t1b, c1b = time.perf_counter(), thread_time()  # that call is guidance, not routing
         rows: list[tuple] = []  # (key, state, features, run, node) per boundary to score
+        owner_get = self.owner.get
         for ev in events:
-            o = self.owner.get(ev.trace_id)
+            o = owner_get(ev.trace_id)
             if o is None:
                 continue
             run, nid = o
             node = run.nodes[nid]
-            if type(ev) is TokenEvent:
+            if type(ev) is TokenEvent:  # most events: checked first, by exact type
                 run.on_token(node, ev)
             elif type(ev) is BoundaryEvent:
                 f = run.boundary_features(node, ev.position)
@@ -189,67 +180,6 @@ class SearchDriver:
         self.timings["scheduling"] += t5 - t4
         self.kv_trace.append((t5, self.engine.kv_usage(), len(self.owner)))
         return out
-
-    # -- guidance -------------------------------------------------------------------------------
-    def _score(self, rows: list[tuple]) -> None:
-        """One batched scorer call for ``rows`` (in order, so each trace's rows stay in order)."""
-        if not rows:
-            return
-        x = torch.stack([r[1] for r in rows])
-        if rows[0][2] is not None:  # every run of a driver shares its scorer: all or none have them
-            x = with_confidence(x, torch.tensor([r[2] for r in rows]))
-        keys, who = [r[0] for r in rows], [(r[3], r[4]) for r in rows]
-        self.score_calls += 1
-        if hasattr(self.scorer, "score_async"):  # a remote scorer: the call overlaps the next steps
-            self.pending.append((who, self.scorer.score_async(keys, x)))
-            return
-        self._apply(who, self.scorer.score(keys, x))
-        for key, _, _, _, node in rows:
-            if not node.resident:  # ended in the meantime: the scorer forgets it again
-                self.scorer.drop(key)
-
-    def _defer(self, rows: list[tuple], runs: list[SearchRun]) -> list[tuple]:
-        """Gambit's guidance sync happens at its rounds: a Gambit run's boundaries wait (in order)
-        until a round of any run of this driver is due, then go in one scorer call with the step's
-        other rows (STEP's are scored every step: its eviction reads them). Returns the rows to score
-        now. A local scorer only; a remote one already overlaps decoding (``score_async``)."""
-        if any(r.cfg.method == "gambit" and (r.step + 1) % r.cfg.interval == 0 for r in runs):
-            return self._take_deferred() + rows
-        now = []
-        for r in rows:
-            (self.deferred if r[3].cfg.method == "gambit" else now).append(r)
-        return now
-
-    def _take_deferred(self, run: SearchRun | None = None) -> list[tuple]:
-        if run is None:
-            out, self.deferred = self.deferred, []
-            return out
-        out = [r for r in self.deferred if r[3] is run]
-        self.deferred = [r for r in self.deferred if r[3] is not run]
-        return out
-
-    @staticmethod
-    def _apply(who, scores) -> None:
-        for (run, node), s in zip(who, scores.tolist(), strict=True):
-            run.on_scores(node, [s])
-
-    def _settle(self, due: set[str] | None = None) -> float:
-        """Apply the scores still in flight (``score_async``); returns the seconds spent waiting.
-
-        ``due``: only the runs that need their scores now (a round or a vote). Calls are applied in
-        the order they were made, up to the last one holding a boundary of a due run, so each trace
-        gets its scores in order and other runs' calls keep overlapping decoding: with many runs
-        whose rounds fall on different steps, settling everything would wait on nearly every step.
-        """
-        n = len(self.pending)
-        if due is not None:
-            n = max((i + 1 for i, (who, _) in enumerate(self.pending)
-                     if any(run.run_id in due for run, _ in who)), default=0)
-        t = time.perf_counter()
-        for who, fut in self.pending[:n]:
-            self._apply(who, fut.result())
-        del self.pending[:n]
-        return time.perf_counter() - t
 
     def _account(self, runs, forward, routing, guidance, who) -> None:
         self.timings["forward"] += forward
