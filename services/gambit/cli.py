@@ -151,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     bsub.add_parser("spec", help="EAGLE-3.1 vs Parallel Reconsideration (see `gambit bench spec --help`)")
     bsub.add_parser("serve", help="embedded vs Ray Serve + gRPC (see `gambit bench serve --help`)")
     bsub.add_parser("profile", help="where one decode step's time goes (see `gambit bench profile --help`)")
+    bsub.add_parser("rounds", help="the tournament's CPU cost per round (see `gambit bench rounds --help`)")
 
     from gambit.serving.commands import add_commands
 
@@ -172,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         from gambit.bench.profile_step import main as profile_main
 
         return profile_main(argv[2:])
+    if argv[:2] == ["bench", "rounds"]:
+        from gambit.bench.search_rounds import main as rounds_main
+
+        return rounds_main(argv[2:])
     if argv[:2] == ["bench", "serve"]:
         from gambit.bench.serve import main as bench_serve_main
 

@@ -126,3 +126,15 @@ def test_redis_that_does_not_answer_fails_fast_naming_the_url():
         RedisStore(f"redis://127.0.0.1:{free}", timeout_s=0.3)
     with pytest.raises(ValueError, match="Redis URL"):
         RedisStore("redis://127.0.0.1:notaport", timeout_s=0.3)
+
+
+def test_encoded_nodes_load_as_their_records(store):
+    """A run's writes carry nodes already encoded (``EncodedNode``); both stores load them as dicts."""
+    from gambit.search.node_json import NodeJSON
+    from gambit.search.store import EncodedNode
+    from gambit.search.tree import Node
+
+    node = Node(0, None, 0, 0, 0.8, tokens=[4, 5, 6], scores=[0.5])
+    store.update("e1", RunUpdate(meta={"step": 1}, nodes=[EncodedNode(0, NodeJSON().encode(node)),
+                                                          {"id": 1, "parent": 0}]))
+    assert store.load("e1")["nodes"] == {0: node.to_dict(), 1: {"id": 1, "parent": 0}}

@@ -5,6 +5,15 @@ its hard end (6-8). Problems go in chunks of ``concurrency`` runs searched at on
 within a chunk every method runs in turn, in an order that rotates from chunk to chunk, so machine
 noise hits all methods alike. KV memory is sized below what C full traces need, so memory pressure
 (eviction, ghosts, recompute queueing) happens as on a full GPU.
+
+``overhead_fraction`` (every method; the target is Gambit's) is the search's own time over the
+chunks' wall time (first submit to last result), from the driver's timers (``SearchDriver.timings``):
+guidance (scorer calls, score application, waiting on remote scores) + tree (per run and step: limit
+checks, rounds with their engine fork/abort, round records and store writes, a finished run's vote
+and last write) + scheduling (routing every engine event to the tree view, confidence features, the
+KV-ratio eviction). Not in it: the engine step (forward, sampling, its own scheduler and KV
+bookkeeping), run submission and loop glue ("other" in Table 3). The CPU-time view of the same parts,
+per round and per step, is ``gambit bench rounds``.
 """
 
 from __future__ import annotations
@@ -183,6 +192,7 @@ def summarise(rec: dict) -> dict:
            "branched": sum(r["branched"] for r in runs) / n, "pruned": sum(r["pruned"] for r in runs) / n,
            "evicted": sum(r["evicted"] for r in runs) / n, "chunk_wall_s": wall,
            "time_split": {k: v / wall for k, v in t.items()} | {"other": max(0.0, wall - spent) / wall},
+           # the search's own time (module docstring): everything the driver does but the engine step
            "overhead_fraction": (t["guidance"] + t["tree"] + t["scheduling"]) / wall if wall else 0.0,
            "series": rec["series"]}
     return out

@@ -11,20 +11,25 @@ from __future__ import annotations
 
 import time
 import uuid
-
-import torch
+from time import thread_time
 
 from gambit.engine import BoundaryEvent, EvictedEvent, FinishedEvent, TokenEvent
-from gambit.scoring.confidence import with_confidence
 from gambit.search import tree as T
 from gambit.search.config import SearchConfig
+from gambit.search.guidance import ENDS, Guidance, usage_over
 from gambit.search.results import Progress, RunResult
 from gambit.search.run_state import TIMING_KEYS, SearchRun
 from gambit.search.store import MemoryStore, TreeStore, check_run_id
 from gambit.search.tree import Node
 
+# main-thread CPU seconds by part (``SearchDriver.cpu``): what ``gambit bench rounds`` reads. Thread
+# CPU time does not grow when another process takes the cores, so it measures the tournament's own
+# cost on a shared machine; the forward's share is the main thread's part of it (one of the torch
+# threads), which on an idle machine is its wall time.
+CPU_KEYS = ("forward", "routing", "guidance", "round", "store", "finish", "kv_evict")
 
-class SearchDriver:
+
+class SearchDriver(Guidance):
     def __init__(self, engine, scorer=None, store: TreeStore | None = None) -> None:
         self.engine, self.scorer = engine, scorer
         self.store = store if store is not None else MemoryStore()
@@ -33,6 +38,11 @@ class SearchDriver:
         self.timings = dict.fromkeys(TIMING_KEYS, 0.0)
         self.kv_trace: list[tuple[float, float, int]] = []  # (time, KV use, resident traces) per step
         self.pending: list[tuple[list, object]] = []  # (who, future of scores) from ``score_async``
+        self.cpu = dict.fromkeys(CPU_KEYS, 0.0)
+        self.score_calls = 0  # scorer calls made (guidance syncs)
+        self.deferred: list[tuple] = []  # Gambit boundaries waiting for the next round's scorer call
+        self.defers = scorer is not None and not hasattr(scorer, "score_async")
+        self.rounds = self.steps = 0
 
     # -- API ------------------------------------------------------------------------------------
     def submit(self, problem, config: SearchConfig | dict | None = None, run_id: str | None = None) -> str:
@@ -88,44 +98,50 @@ class SearchDriver:
         if not self.runs:
             return []
         runs = list(self.runs.values())
+        cpu, c0 = self.cpu, thread_time()
         t0 = time.perf_counter()
         events = self.engine.step()
         t1 = time.perf_counter()
-        keys, states, feats, who = [], [], [], []
+        c1 = thread_time()
+        cpu["forward"] += c1 - c0
+        self.steps += 1
+        if self.deferred and (usage_over(runs, self.engine.kv_usage())
+                              or any(type(ev) in ENDS and ev.trace_id in self.owner for ev in events)):
+            self._score(self._take_deferred())  # a trace ends or may be evicted: its scores first
+        t1b, c1b = time.perf_counter(), thread_time()  # that call is guidance, not routing
+        rows: list[tuple] = []  # (key, state, features, run, node) per boundary to score
+        owner_get = self.owner.get
         for ev in events:
-            o = self.owner.get(ev.trace_id)
+            o = owner_get(ev.trace_id)
             if o is None:
                 continue
             run, nid = o
             node = run.nodes[nid]
-            if isinstance(ev, TokenEvent):
+            if type(ev) is TokenEvent:  # most events: checked first, by exact type
                 run.on_token(node, ev)
-            elif isinstance(ev, BoundaryEvent):
+            elif type(ev) is BoundaryEvent:
                 f = run.boundary_features(node, ev.position)
                 if run.wants_score(node):
-                    keys.append(run.key(nid))
-                    states.append(ev.hidden)
-                    feats.append(f)
-                    who.append((run, node))
-            elif isinstance(ev, FinishedEvent):
+                    rows.append((run.key(nid), ev.hidden, f, run, node))
+            elif type(ev) is FinishedEvent:
                 run.on_finished(node, ev.reason)
-            elif isinstance(ev, EvictedEvent):
+            elif type(ev) is EvictedEvent:
                 run.evict(node)
         t2 = time.perf_counter()
-        if keys:
-            x = torch.stack(states)
-            if feats[0] is not None:  # every run of a driver shares its scorer: all or none have them
-                x = with_confidence(x, torch.tensor(feats))
-            if hasattr(self.scorer, "score_async"):  # a remote scorer: the call overlaps the next steps
-                self.pending.append((who, self.scorer.score_async(keys, x)))
-            else:
-                self._apply(who, self.scorer.score(keys, x))
+        c2 = thread_time()
+        cpu["routing"] += c2 - c1b
+        if self.defers and (rows or self.deferred):
+            rows = self._defer(rows, runs)
+        who = [(r[3], r[4]) for r in rows]
+        self._score(rows)
         if self.pending:  # rounds and votes rank on every boundary of their run scored so far
             due = {r.run_id for r in runs if (r.step + 1) % r.cfg.interval == 0 or r.is_done()}
             if due:
                 self._settle(due)
         t3 = time.perf_counter()
-        self._account(runs, t1 - t0, t2 - t1, t3 - t2, who)
+        self._account(runs, t1 - t0, t2 - t1b, t3 - t2 + t1b - t1, who)
+        c3 = thread_time()
+        cpu["guidance"] += c3 - c2 + c1b - c1
         out: list[Progress | RunResult] = []
         usage = self.engine.kv_usage()
         for run in runs:
@@ -143,42 +159,27 @@ class SearchDriver:
                 out.append(self._finish(run, "done"))
                 continue
             if run.step % run.cfg.interval == 0:
+                c = thread_time()
                 out.append(run.do_round(usage))
-                t = time.perf_counter()
+                t, c4 = time.perf_counter(), thread_time()
                 self.store.update(run.run_id, run.flush())
                 run.timings["tree"] += time.perf_counter() - t
+                c5 = thread_time()
+                cpu["round"] += c4 - c
+                cpu["store"] += c5 - c4
+                self.rounds += 1
         t4 = time.perf_counter()
+        c4 = thread_time()
         self._kv_evict()
         t5 = time.perf_counter()
+        c5 = thread_time()
+        cpu["kv_evict"] += c5 - c4
         for run in runs:
             run.timings["scheduling"] += (t5 - t4) / len(runs)
         self.timings["tree"] += t4 - t3
         self.timings["scheduling"] += t5 - t4
         self.kv_trace.append((t5, self.engine.kv_usage(), len(self.owner)))
         return out
-
-    @staticmethod
-    def _apply(who, scores) -> None:
-        for (run, node), s in zip(who, scores.tolist(), strict=True):
-            run.on_scores(node, [s])
-
-    def _settle(self, due: set[str] | None = None) -> float:
-        """Apply the scores still in flight (``score_async``); returns the seconds spent waiting.
-
-        ``due``: only the runs that need their scores now (a round or a vote). Calls are applied in
-        the order they were made, up to the last one holding a boundary of a due run, so each trace
-        gets its scores in order and other runs' calls keep overlapping decoding: with many runs
-        whose rounds fall on different steps, settling everything would wait on nearly every step.
-        """
-        n = len(self.pending)
-        if due is not None:
-            n = max((i + 1 for i, (who, _) in enumerate(self.pending)
-                     if any(run.run_id in due for run, _ in who)), default=0)
-        t = time.perf_counter()
-        for who, fut in self.pending[:n]:
-            self._apply(who, fut.result())
-        del self.pending[:n]
-        return time.perf_counter() - t
 
     def _account(self, runs, forward, routing, guidance, who) -> None:
         self.timings["forward"] += forward
@@ -196,6 +197,8 @@ class SearchDriver:
     def _kv_evict(self) -> None:
         """Scheduler view: above a run's KV ratio r, evict the lowest-ranked resident trace (once)."""
         usage = self.engine.kv_usage()
+        if self.deferred and usage_over(self.runs.values(), usage):
+            self._score(self._take_deferred())  # it ranks on every boundary scored so far
         worst: tuple[float, SearchRun, Node] | None = None
         for run in self.runs.values():
             if run.cfg.method not in ("gambit", "step") or usage <= run.cfg.kv_ratio:
@@ -213,11 +216,15 @@ class SearchDriver:
             run.evict(node)
 
     def _finish(self, run: SearchRun, reason: str) -> RunResult:
+        c = thread_time()
+        if self.deferred:
+            self._score(self._take_deferred(run))
         if self.pending:
             self.timings["guidance"] += self._settle({run.run_id})
         result = run.finish(reason)
         self.store.update(run.run_id, run.flush())
         self.runs.pop(run.run_id, None)
+        self.cpu["finish"] += thread_time() - c
         return result
 
     # -- coordinator restart --------------------------------------------------------------------
@@ -245,6 +252,7 @@ class SearchDriver:
         run.nodes = {i: Node.from_dict(d) for i, d in sorted(data["nodes"].items())}
         run.active = {i for i, n in run.nodes.items() if n.active}
         run.written = {i: n.depth for i, n in run.nodes.items()}
+        run.recount()
         run.meta_written = True
         if cfg.method == "deepconf":
             from gambit.search.deepconf import ConfidenceWindow

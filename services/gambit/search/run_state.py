@@ -17,8 +17,9 @@ from gambit.scoring.confidence import ConfidenceTracker
 from gambit.search import tree as T
 from gambit.search.config import SearchConfig
 from gambit.search.deepconf import ConfidenceWindow, threshold, token_confidence
+from gambit.search.node_json import NodeJSON
 from gambit.search.results import Progress, RunResult
-from gambit.search.store import RunUpdate
+from gambit.search.store import EncodedNode, RunUpdate
 from gambit.search.tournament import plan_round
 from gambit.search.tree import Node, RoundRecord
 from gambit.search.vote import majority_vote, weighted_vote
@@ -57,6 +58,9 @@ class SearchRun:
         self.active: set[int] = set()  # the tree view's pool (running + ghosts), kept as it changes
         self.written: dict[int, int] = {}  # node id -> its depth in the store (tokens lag until it changes)
         self.meta_written = False  # the static part of meta (config, prompt) is written once
+        self.json: dict[int, NodeJSON] = {}  # node id -> its cached JSON fragments (store writes)
+        self.votes: dict[str, int] = {}  # answers of finished traces, kept as they finish
+        self.finished = 0
         self.pending_rounds: list[dict] = []
         self.result: RunResult | None = None
 
@@ -75,6 +79,7 @@ class SearchRun:
                     tokens=[] if parent is None else list(parent.tokens),
                     scores=[] if parent is None else list(parent.scores))
         self.nodes[nid] = node
+        self.json[nid] = NodeJSON() if parent is None else self._json(parent.id).fork()
         self.dirty.add(nid)
         self.active.add(nid)
         if self.cfg.method == "deepconf":
@@ -128,6 +133,7 @@ class SearchRun:
         self.active.discard(node.id)
         if state == T.FINISHED:
             node.answer = extract_answer(self.engine.tokenizer.decode(node.tokens))
+            self._count(node)
         w = self.windows.get(node.id)
         if w is not None:
             node.conf_min, node.conf_mean = w.lowest_or_mean(), w.mean
@@ -163,8 +169,13 @@ class SearchRun:
     def on_token(self, node: Node, ev) -> None:
         node.tokens.append(ev.token_id)
         self.tokens += 1
-        if self.confidence:
-            self.conf.setdefault(node.id, ConfidenceTracker()).token(ev.position, ev.logprob)
+        if self.confidence and ev.logprob is not None:  # every token: no tracker built per call
+            c = self.conf.get(node.id)
+            if c is None:
+                c = self.conf[node.id] = ConfidenceTracker()
+            c.pending.append((ev.position, ev.logprob))
+        if not self.windows:
+            return
         w = self.windows.get(node.id)
         if w is not None and ev.top_logprobs:
             mean = w.push(token_confidence(ev.top_logprobs))
@@ -181,7 +192,10 @@ class SearchRun:
         minimum covers all its thoughts); the features when the scorer reads them."""
         if not self.confidence:
             return None
-        return self.conf.setdefault(node.id, ConfidenceTracker()).boundary(position)
+        c = self.conf.get(node.id)
+        if c is None:
+            c = self.conf[node.id] = ConfidenceTracker()
+        return c.boundary(position)
 
     def wants_score(self, node: Node) -> bool:
         m = self.cfg.method
@@ -191,7 +205,22 @@ class SearchRun:
         node.scores.extend(scores)
         self.scored.add(node.id)
         if node.resident:
-            self.engine.set_priority(node.engine_id, node.rank_score(self.cfg.rank))
+            try:
+                self.engine.set_priority(node.engine_id, node.rank_score(self.cfg.rank))
+            except ValueError:
+                pass  # it ended in the engine this step (its FinishedEvent is routed next)
+
+    def _count(self, node: Node) -> None:
+        self.finished += 1
+        if node.answer is not None:
+            self.votes[node.answer] = self.votes.get(node.answer, 0) + 1
+
+    def recount(self) -> None:
+        """Votes and the finished count from the nodes (after a reload)."""
+        self.votes, self.finished = {}, 0
+        for n in self.nodes.values():
+            if n.state == T.FINISHED:
+                self._count(n)
 
     # -- rounds ---------------------------------------------------------------------------------
     def counts(self) -> tuple[int, int, int]:
@@ -214,22 +243,18 @@ class SearchRun:
         t = time.perf_counter()
         case, pruned, pairs = self.tournament() if self.cfg.method == "gambit" else (0, [], [])
         self.round += 1
-        act, ghosts, res = self.counts()
-        rec = RoundRecord(self.round, self.step, case, act, ghosts, res, pruned, pairs, kv_usage,
+        counts = self.counts()
+        rec = RoundRecord(self.round, self.step, case, *counts, pruned, pairs, kv_usage,
                           self.tokens, time.perf_counter() - self.t0)
         self.pending_rounds.append(rec.to_dict())
+        out = self.progress(kv_usage, counts)
         self.timings["tree"] += time.perf_counter() - t
-        return self.progress(kv_usage)
+        return out
 
-    def progress(self, kv_usage: float) -> Progress:
-        act, ghosts, res = self.counts()
-        fin = [n for n in self.nodes.values() if n.state == T.FINISHED]
-        votes: dict[str, int] = {}
-        for n in fin:
-            if n.answer is not None:
-                votes[n.answer] = votes.get(n.answer, 0) + 1
+    def progress(self, kv_usage: float, counts: tuple[int, int, int] | None = None) -> Progress:
+        act, ghosts, res = counts or self.counts()
         return Progress(self.run_id, self.cfg.method, self.round, self.step, act, ghosts, res, self.pruned,
-                        self.branched, self.evicted, len(fin), self.tokens, kv_usage, votes,
+                        self.branched, self.evicted, self.finished, self.tokens, kv_usage, dict(self.votes),
                         time.perf_counter() - self.t0)
 
     def maybe_next_phase(self) -> None:
@@ -249,10 +274,7 @@ class SearchRun:
         if every trace still active answered for it (refills after that are not counted)."""
         if not self.cfg.stop_when_decided or self.cfg.method != "gambit":
             return False
-        votes: dict[str, int] = {}
-        for n in self.nodes.values():
-            if n.state == T.FINISHED and n.answer is not None:
-                votes[n.answer] = votes.get(n.answer, 0) + 1
+        votes = self.votes
         if not votes:
             return False
         top = sorted(votes.values(), reverse=True) + [0]
@@ -316,6 +338,12 @@ class SearchRun:
         return {"config": self.cfg.to_dict(), "prompt": self.prompt, "prompt_ids": self.prompt_ids,
                 "gold": self.gold, **counters}
 
+    def _json(self, node_id: int) -> NodeJSON:
+        j = self.json.get(node_id)
+        if j is None:  # a reloaded run's node: its cache starts empty
+            j = self.json[node_id] = NodeJSON()
+        return j
+
     def flush(self) -> RunUpdate:
         """The changes since the last write: counters, the nodes whose record changed (created or a
         new state: every round; new scores only: every ``SCORE_WRITE_EVERY`` rounds and at the end),
@@ -326,9 +354,11 @@ class SearchRun:
         if self.result is not None or self.round % SCORE_WRITE_EVERY == 0:
             self.dirty |= self.scored
             self.scored = set()
-        nodes = [self.nodes[i].to_dict() for i in sorted(self.dirty)]
-        for d in nodes:
-            self.written[d["id"]] = len(d["tokens"])
+        nodes = []
+        for i in sorted(self.dirty):
+            n = self.nodes[i]
+            nodes.append(EncodedNode(i, self._json(i).encode(n)))
+            self.written[i] = n.depth
         lag = sum(self.nodes[i].depth - self.written.get(i, 0) for i in self.active
                   if self.nodes[i].resident)
         up = RunUpdate(self.meta(self.tokens - lag), nodes, self.pending_rounds,

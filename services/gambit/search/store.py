@@ -18,10 +18,18 @@ class StoreUnavailable(ConnectionError):
     """The store cannot be reached (the message names where it was looked for)."""
 
 
+@dataclass(frozen=True)
+class EncodedNode:
+    """A node record already encoded as JSON (``SearchRun`` builds it from cached fragments)."""
+
+    id: int
+    text: str
+
+
 @dataclass
 class RunUpdate:
     meta: dict = field(default_factory=dict)  # merged into the run's meta
-    nodes: list[dict] = field(default_factory=list)  # upserted by node["id"]
+    nodes: list[dict | EncodedNode] = field(default_factory=list)  # upserted by node id
     rounds: list[dict] = field(default_factory=list)  # appended
     result: dict | None = None  # set: the run is finished (it expires after the store's ttl)
 
@@ -36,6 +44,17 @@ class TreeStore(Protocol):
     def runs(self) -> list[str]: ...
 
     def delete(self, run_id: str) -> None: ...
+
+
+def encode_nodes(nodes: list[dict | EncodedNode]) -> dict[str, str]:
+    """Node id -> JSON text, as both stores keep them (an encoded node is taken as it is)."""
+    out = {}
+    for n in nodes:
+        if isinstance(n, EncodedNode):
+            out[str(n.id)] = n.text
+        else:
+            out[str(n["id"])] = json.dumps(n)
+    return out
 
 
 def check_run_id(run_id: str) -> str:
@@ -60,7 +79,7 @@ class MemoryStore:
     def update(self, run_id: str, up: RunUpdate) -> None:
         check_run_id(run_id)
         meta = {k: json.dumps(v) for k, v in up.meta.items()}
-        nodes = {str(n["id"]): json.dumps(n) for n in up.nodes}
+        nodes = encode_nodes(up.nodes)
         rounds = [json.dumps(r) for r in up.rounds]
         result = None if up.result is None else json.dumps(up.result)
         # all serialised first: a bad value changes nothing

@@ -20,9 +20,9 @@ class RoundPlan:
     shrink: int = 0  # slots given up (floor prunes without refill): the pool's size drops by this
 
 
-def _order(nodes: Sequence[Node], reverse: bool, rank: str = "mean") -> list[Node]:
+def _order(nodes: Sequence[Node], reverse: bool, score: dict[int, float]) -> list[Node]:
     # score, then age as a stable tie-break (older first when best, younger first when worst)
-    return sorted(nodes, key=lambda n: (n.rank_score(rank), -n.id), reverse=reverse)
+    return sorted(nodes, key=lambda n: (score[n.id], -n.id), reverse=reverse)
 
 
 def eligible(n: Node, warmup: int) -> bool:
@@ -41,20 +41,21 @@ def plan_round(nodes: Sequence[Node], capacity: int, swap: int, warmup: int, flo
     scored trace below the floor is pruned at once and its slot given up (not refilled), then the
     round runs on the rest with the smaller pool."""
     active = [n for n in nodes if n.active]
+    score = {n.id: n.rank_score(rank) for n in active}  # once per round: every rule below reads it
     if not floor_refill and floor > 0:
-        below = [n for n in active if n.scores and n.rank_score(rank) < floor]
+        below = [n for n in active if n.scores and score[n.id] < floor]
         if below:
             gone = {n.id for n in below}
             plan = plan_round([n for n in active if n.id not in gone], capacity - len(below), swap, warmup,
                               floor, rank, True)
             return RoundPlan(plan.case or 2, [n.id for n in below] + plan.prune, plan.branch, len(below))
     # below the hard floor a trace is never a parent
-    cands = _order([n for n in active if eligible(n, warmup) and n.rank_score(rank) >= floor], True, rank)
+    cands = _order([n for n in active if eligible(n, warmup) and score[n.id] >= floor], True, score)
     if len(active) < capacity:
         take = cands[:capacity - len(active)]
         return RoundPlan(1 if take else 0, [], [n.id for n in take])
-    ranked = _order([n for n in active if rankable(n)], False, rank)
-    below = [n for n in ranked if n.scores and n.rank_score(rank) < floor]
+    ranked = _order([n for n in active if rankable(n)], False, score)
+    below = [n for n in ranked if n.scores and score[n.id] < floor]
     want = max(swap, len(below))
     # the pruned and the branched must not overlap: shrink until enough parents remain
     n = min(want, len(ranked))
