@@ -46,7 +46,8 @@ class TargetService:
         self._sinks: dict[str, Callable] = {}
         self._reserved: dict[str, int] = {}
         self._cv = threading.Condition()  # guards the driver; the engine thread holds it while stepping
-        self._inbox: list[tuple] = []  # runs to admit at the next step: (run id, problem, cfg, sink, future)
+        # runs to admit at the next step: (run id, problem, cfg, sink, future, resume)
+        self._inbox: list[tuple] = []
         self._cancels: list[tuple] = []  # runs to stop at the next step: (run id, status, message, future)
         self._inbox_lock = threading.Lock()
         self._idle = False
@@ -70,16 +71,19 @@ class TargetService:
     def load(self) -> dict:
         return {"replica": self.replica, "runs": len(self._sinks),
                 "reserved_blocks": sum(self._reserved.values()), "num_blocks": self.engine.num_blocks,
+                "block_size": self.engine.blocks.block_size, "max_model_len": self.engine.max_model_len,
                 "kv_usage": self.engine.kv_usage(), "scorer_direct": getattr(self.scorer, "direct", ""),
                 "scorer_error": getattr(self.scorer, "resolve_error", "")}
 
-    def submit_run(self, run_id: str, problem: str, cfg: SolveConfig, sink: Callable) -> Future:
-        """Queue a run; the engine thread admits it before its next step. The future ends with None,
-        or ValueError (bad input), Overcommitted, NotImplementedError. It never waits for a step to end,
-        so an event loop can await it while the engine decodes."""
+    def submit_run(self, run_id: str, problem: str, cfg: SolveConfig, sink: Callable,
+                   resume: bool = False) -> Future:
+        """Queue a run; the engine thread admits it before its next step. The future ends with None
+        (``resume``: True when the run's tree was restored from the store, False when none was recorded
+        and it started afresh), or ValueError (bad input), Overcommitted, NotImplementedError. It never
+        waits for a step to end, so an event loop can await it while the engine decodes."""
         fut: Future = Future()
         with self._inbox_lock:
-            self._inbox.append((run_id, problem, cfg, sink, fut))
+            self._inbox.append((run_id, problem, cfg, sink, fut, resume))
         if self._idle:
             with self._cv:
                 self._cv.notify()
@@ -131,7 +135,7 @@ class TargetService:
             cancels, self._cancels = self._cancels, []
         for run_id, status, message, fut in cancels:
             fut.set_result(self._cancel_now(run_id, status, message))
-        for run_id, problem, cfg, sink, fut in inbox:
+        for run_id, problem, cfg, sink, fut, resume in inbox:
             if not fut.set_running_or_notify_cancel():  # given up on before admission
                 continue
             try:
@@ -140,15 +144,19 @@ class TargetService:
                 if need > free:
                     raise Overcommitted(f"run needs up to {need} KV blocks (capacity {cfg.capacity} x "
                                         f"{cfg.max_tokens} tokens); {free} of {self.engine.num_blocks} "
-                                        "are free")
-                self.driver.submit(run_id, problem, cfg)
+                                        f"are free on replica {self.replica}")
+                if run_id in self._sinks:
+                    raise ValueError(f"run_id: {run_id!r} is already running on replica {self.replica}")
+                restored = self.driver.resume(run_id, problem, cfg) if resume else None
+                if not resume:
+                    self.driver.submit(run_id, problem, cfg)
             except Exception as e:  # noqa: BLE001 — the caller gets it
                 fut.set_exception(e)
                 continue
             self._sinks[run_id] = sink
             self._marks[run_id] = getattr(self.scorer, "fallbacks", 0)
             self._reserved[run_id] = need
-            fut.set_result(None)
+            fut.set_result(restored)
         if inbox:
             self._gauges()
 
