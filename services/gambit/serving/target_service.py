@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 
 
 GAUGE_REFRESH_S = 5.0  # idle replicas re-set their gauges this often, so dashboards never go blank
+# While decoding, gauges and token counters are exported at most this often, and whenever a run ends
+# (so a run's tokens are counted before its result is sent). Every step, they cost ~0.2 ms of the
+# engine thread under Ray's metrics API: ~2% of a one-run step on 2 cores, on the critical path.
+METRICS_EVERY_S = 0.25
 
 
 class Overcommitted(RuntimeError):
@@ -56,6 +60,7 @@ class TargetService:
         self._last: dict[str, int] = {}
         self._marks: dict[str, int] = {}  # run id -> scorer fallbacks when it started
         self._written: dict[str, float] = {}  # run id -> last progress write to the run record
+        self._metrics_due = 0.0  # monotonic time of the next gauge/counter export while decoding
         self._gauges()  # exported from the start (Ray exports a gauge once it was set)
         self._thread = threading.Thread(target=self._loop, name="target-loop", daemon=True)
         self._thread.start()
@@ -112,6 +117,7 @@ class TargetService:
             if run_id not in self._sinks:
                 return False
             res = self.driver.cancel(run_id, status, message)
+            self._counters()  # its tokens are counted before its result goes out
             self._deliver([res] if res else [])
             return True
 
@@ -181,8 +187,13 @@ class TargetService:
                     log.exception("driver step failed")
                     outs = [self.driver.cancel(r, "failed", f"target error: {e}") for r in list(self._sinks)]
                 self.step_seconds += time.perf_counter() - t0
-                self._counters()
-                self._deliver(outs)
+                now = time.monotonic()
+                ended = any(o is not None and o["kind"] == "result" for o in outs)
+                export = ended or now >= self._metrics_due
+                if export:
+                    self._metrics_due = now + METRICS_EVERY_S
+                    self._counters()
+                self._deliver(outs, gauges=export)
 
     def _poll_cancels(self) -> None:
         """CancelRun sets a flag in the tree view (any coordinator); stop flagged runs held here."""
@@ -198,7 +209,7 @@ class TargetService:
             for rid, reason in flagged.items():
                 self.cancel(rid, "cancelled", reason)
 
-    def _deliver(self, outs) -> None:
+    def _deliver(self, outs, gauges: bool = True) -> None:
         for o in outs:
             if o is None:
                 continue
@@ -218,7 +229,8 @@ class TargetService:
                 self.records.put_run(rid, status="running", progress=d)
             if sink is not None:
                 _send(sink, d)
-        self._gauges()
+        if gauges:
+            self._gauges()
 
     def _counters(self) -> None:
         if self.metrics is None:
