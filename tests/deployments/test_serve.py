@@ -181,6 +181,14 @@ def test_cancel_run_and_client_disconnect_free_the_kv(serve_stack):
     assert info and "stream closed" in info.result.message
     load = wait_for(lambda: (x := target_load())["runs"] == 0 and x)
     assert load and load["reserved_blocks"] == 0 and load["kv_usage"] == 0.0
+    from ray import serve
+
+    # what the Target reports to its KV-aware request router (kv_router), from the live replica
+    stats = serve.get_deployment_handle("Target", app_name="gambit").record_routing_stats.remote().result(
+        timeout_s=30)
+    assert {k: stats[k] for k in ("runs", "reserved_blocks", "num_blocks")} == {
+        "runs": 0, "reserved_blocks": 0, "num_blocks": 600}
+    assert stats["block_size"] >= 1 and stats["max_model_len"] > 120 and stats["stamp"] > time.time() - 60
     again = stub(serve_stack).CancelRun(pb2.CancelRunRequest(run_id=rid), metadata=md())
     assert not again.cancelled and again.status == "cancelled"
 
