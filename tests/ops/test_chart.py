@@ -121,8 +121,45 @@ def test_internal_redis_has_aof_volume_and_password_secret(rendered):
     assert c["env"][0]["valueFrom"]["secretKeyRef"] == {"name": name, "key": "redis-password"}
     head = _rayservice(docs)["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
     ref = {"name": name, "key": "redis-password", "optional": True}
-    env0 = head["containers"][0]["env"][0]
-    assert env0 == {"name": "GAMBIT_REDIS_PASSWORD", "valueFrom": {"secretKeyRef": ref}}
+    want = {"name": "GAMBIT_REDIS_PASSWORD", "valueFrom": {"secretKeyRef": ref}}
+    assert want in head["containers"][0]["env"]
+
+
+def _ray_containers(rs) -> dict[str, dict]:
+    """Group name ("head" for the head) -> its Ray container."""
+    out = {"head": rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]}
+    out |= {name: g["template"]["spec"]["containers"][0] for name, g in _groups(rs).items()}
+    return out
+
+
+def _plain_env(c: dict) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in c["env"] if "value" in e}
+
+
+@pytest.mark.parametrize("variant", ["default", "multi-gpu-values"])
+def test_every_ray_pod_runs_with_the_env_gambit_serve_sets(rendered, variant):
+    from gambit.deployments.local import SERVE_ENV
+
+    assert SERVE_ENV["RAY_worker_niceness"] == "0" and SERVE_ENV["RAY_SERVE_USE_GRPC_BY_DEFAULT"] == "1"
+    containers = _ray_containers(_rayservice(rendered[variant]))
+    assert set(containers) == {"head", "gpu-workers", "cpu-workers"}
+    for c in containers.values():
+        assert _plain_env(c) == SERVE_ENV
+        names = [e["name"] for e in c["env"]]
+        assert len(names) == len(set(names))
+
+
+def test_extra_env_adds_and_overrides_the_serve_env(helm):
+    from ops_util import render
+
+    from gambit.deployments.local import SERVE_ENV
+
+    docs = render(helm, "--set", "serve.extraEnv.RAY_worker_niceness=5", "--set-string",
+                  "serve.extraEnv.OMP_NUM_THREADS=4")
+    for c in _ray_containers(by_kind(docs, "RayService")[0]).values():
+        assert _plain_env(c) == SERVE_ENV | {"RAY_worker_niceness": "5", "OMP_NUM_THREADS": "4"}
+    r = run([helm, "template", "g", str(CHART), "--set", "serve.extraEnv.9LIVES=1"])
+    assert r.returncode != 0 and "- serve.extraEnv:" in r.stderr
 
 
 def test_bearer_token_from_a_secret(helm):

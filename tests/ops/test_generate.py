@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from gambit.ops import metrics
 from gambit.ops.alerts import ALERTS, rule_groups
 from gambit.ops.dashboards import PANELS, build_dashboard, panel_queries
@@ -26,6 +28,21 @@ def test_check_reports_a_hand_edit(tmp_path):
     (diff,) = check(tmp_path)
     assert "-  expr: max(ray_gambit_kv_cache_usage_perc) > 0.99" in diff.replace("    ", "  ")
     assert "+  expr: max(ray_gambit_kv_cache_usage_perc) > 0.95" in diff.replace("    ", "  ")
+
+
+def test_serve_env_files_carry_what_gambit_serve_sets():
+    import yaml
+
+    from gambit.deployments.local import SERVE_ENV
+    from gambit.ops.serve_env import env_file
+
+    files = generated_files()
+    assert yaml.safe_load(files["helm/gambit/files/serve-env.yaml"]) == SERVE_ENV
+    lines = [x for x in files["deploy/serve.env"].splitlines() if x and not x.startswith("#")]
+    assert dict(x.split("=", 1) for x in lines) == SERVE_ENV
+    assert "RAY_worker_niceness=0" in lines
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        env_file({"A": "two words"})
 
 
 def test_dashboard_datasource_is_a_variable_never_an_id():

@@ -87,3 +87,25 @@ def test_overcommit_and_bad_input_change_nothing(emb):
     with pytest.raises(ValueError, match="^problem:"):
         next(emb.solve("", SolveConfig()))
     assert emb.target.load()["reserved_blocks"] == 0
+
+
+def test_gauges_and_counters_are_exported_per_interval_not_per_step_and_exact_at_the_end(emb, monkeypatch):
+    from gambit.serving import target_service
+
+    monkeypatch.setattr(target_service, "METRICS_EVERY_S", 60.0)
+    backend, kv = emb.metrics.backend, emb.metrics._m["gambit_kv_cache_usage_perc"]
+    sets, real_set = [], backend.set
+
+    def counted(m, v, labels):
+        if m is kv:
+            sets.append(v)
+        real_set(m, v, labels)
+
+    monkeypatch.setattr(backend, "set", counted)
+    steps0, tok0 = len(emb.target.driver.driver.kv_trace), metric(emb, "gambit_generation_tokens_total")
+    emb.target._metrics_due = 0.0
+    res = list(emb.solve(PROBLEMS[1].prompt, SolveConfig(capacity=4, max_tokens=120, seed=3)))[-1]
+    steps = len(emb.target.driver.driver.kv_trace) - steps0
+    assert steps > 20 and 2 <= len(sets) <= 4  # admission, first step, the end (and nothing between)
+    assert sets[-1] == 0.0  # the run's blocks are back when its result goes out
+    assert metric(emb, "gambit_generation_tokens_total") - tok0 == res["generated_tokens"]

@@ -100,8 +100,14 @@ redis-password
 {{- toYaml $cfg -}}
 {{- end -}}
 
-{{/* Env shared by every Ray container. */}}
+{{/* Env shared by every Ray container: the Ray/Serve settings of files/serve-env.yaml (generated from
+gambit.ops.serve_env, what `gambit serve` sets; serve.extraEnv adds or overrides), then the secrets. */}}
 {{- define "gambit.env" -}}
+{{- $env := mergeOverwrite (.Files.Get "files/serve-env.yaml" | fromYaml) (.Values.serve.extraEnv | default dict) -}}
+{{- range $k, $v := $env -}}
+- name: {{ $k }}
+  value: {{ $v | toString | quote }}
+{{ end -}}
 - name: GAMBIT_REDIS_PASSWORD
   valueFrom:
     secretKeyRef:

@@ -30,7 +30,8 @@ def build_gambit(args: dict):
     target = Target.options(num_replicas=int(args.get("target_replicas", 1)), ray_actor_options=actor).bind(
         tree=tree, prefix=prefix, token_env=token_env, **tkw)
     return Coordinator.options(num_replicas=int(args.get("coordinator_replicas", 1))).bind(
-        target, tree=tree, prefix=prefix, defaults=args.get("defaults"), token_env=token_env)
+        target, tree=tree, prefix=prefix, defaults=args.get("defaults"), token_env=token_env,
+        target_replicas=int(args.get("target_replicas", 1)))
 
 
 def build_scorer(args: dict):

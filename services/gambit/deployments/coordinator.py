@@ -1,10 +1,12 @@
 """``Coordinator`` deployment: the ReasoningService behind Ray Serve's gRPC proxy.
 
 It validates requests, records runs in the tree view (Redis), starts each run on a Target replica
-(the run stays pinned there: its KV lives there; Serve's router picks the replica with the fewest
-runs in flight among two sampled, and a full replica answers RESOURCE_EXHAUSTED) and relays the
-run's events. The tournament itself runs inside the Target next to its engine (see README,
-"Architecture"), so a Coordinator holds no run state: any replica serves GetRun/CancelRun.
+(the run stays pinned there: its KV lives there; the Target's request router, ``kv_router``, picks
+the replica whose KV holds it with the most room left; a replica that cannot hold it refuses, and
+the run is tried on the others before RESOURCE_EXHAUSTED) and relays the run's events. If that
+replica dies mid-run, another one takes the run over from its tree in Redis (``takeover``). The
+tournament itself runs inside the Target next to its engine (see README, "Architecture"), so a
+Coordinator holds no run state: any replica serves GetRun/CancelRun.
 """
 
 from __future__ import annotations
@@ -14,18 +16,42 @@ import os
 import threading
 import time
 import uuid
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 import grpc
 from google.protobuf.json_format import MessageToDict, ParseDict
 from ray import serve
 
 from gambit.deployments.ray_metrics import ray_metrics
+from gambit.deployments.takeover import Lost, TargetLost, target_died
 from gambit.serving.convert import event_msg, progress_msg, result_msg
 from gambit.serving.protos import load
 from gambit.serving.security import check_token
 from gambit.serving.solve_config import SolveConfig, check_run_id, from_request
 from gambit.serving.tree_view import ENDED, STREAM_CLOSED, StoreUnavailable, open_tree_view
+
+
+@dataclass
+class Call:
+    """One Solve's state: the stream it relays, its first event's time, whether the result came,
+    the replicas that refused it."""
+
+    t0: float
+    stream: object = None
+    first: float | None = None
+    got_result: bool = False
+    avoid: tuple[str, ...] = ()
+
+    def try_elsewhere(self, error: dict, replicas: int) -> bool:
+        """A replica refused the run for its KV: True (and that replica avoided from now on) while some
+        of the ``replicas`` have not refused it yet; False: no replica can hold it."""
+        who = error.get("replica", "")
+        if error.get("code") != "RESOURCE_EXHAUSTED" or not who or who in self.avoid:
+            return False
+        if len(self.avoid) + 1 >= replicas:
+            return False
+        self.avoid += (who,)
+        return True
 
 
 class RPCError(Exception):
@@ -37,12 +63,21 @@ class RPCError(Exception):
 @serve.deployment(max_ongoing_requests=256, ray_actor_options={"num_cpus": 0})
 class Coordinator:
     def __init__(self, target, tree: str = "redis://127.0.0.1:6379/0", prefix: str = "gambit:",
-                 defaults: dict | None = None, token_env: str = "GAMBIT_TOKEN") -> None:
+                 defaults: dict | None = None, token_env: str = "GAMBIT_TOKEN", max_resumes: int = 2,
+                 resume_wait_s: float = 120.0, target_replicas: int = 1) -> None:
+        """``max_resumes``: times a run is taken over after its Target replica was lost;
+        ``resume_wait_s``: how long each takeover may wait for a live replica; ``target_replicas``:
+        how many replicas a run refused for its KV may be tried on."""
         self.pb2, _ = load("reasoning")
         self.target = target
         self.stream = target.options(stream=True)  # one handle for every run, not one per Solve
         self.tree = open_tree_view(tree, prefix)
         self.defaults = SolveConfig(**(defaults or {}))
+        if max_resumes < 0 or resume_wait_s <= 0:
+            raise ValueError(f"max_resumes must be >= 0 and resume_wait_s > 0, got {max_resumes}, "
+                             f"{resume_wait_s}")
+        self.max_resumes, self.resume_wait_s = max_resumes, resume_wait_s
+        self.target_replicas = max(1, int(target_replicas))
         self.token = os.environ.get(token_env, "") if token_env else ""
         self.metrics = ray_metrics(("gambit_num_requests_waiting", "gambit_time_to_first_token_seconds",
                                     "gambit_e2e_request_latency_seconds", "gambit_request_errors_total"))
@@ -75,8 +110,7 @@ class Coordinator:
 
     # -- RPCs ----------------------------------------------------------------------------------
     async def Solve(self, request, grpc_context):  # noqa: N802 — the RPC's name
-        t0 = time.perf_counter()
-        stream, got_result, first = None, False, None
+        call = Call(time.perf_counter())
         run_id = ""
         try:
             self._check(grpc_context)
@@ -91,41 +125,83 @@ class Coordinator:
                                     request=MessageToDict(request, preserving_proto_field_name=True))
             self.waiting += 1
             self.metrics.set("gambit_num_requests_waiting", self.waiting)
-            stream = self.stream.run.remote(run_id, problem, asdict(cfg))
-            async for d in stream:
-                if first is None:
-                    first = time.perf_counter() - t0
-                    self.waiting -= 1
-                    self.metrics.set("gambit_num_requests_waiting", self.waiting)
-                    self.metrics.observe("gambit_time_to_first_token_seconds", first, method=cfg.method)
-                if d["kind"] == "error":
-                    await asyncio.to_thread(self.tree.put_run, run_id, status="failed", message=d["message"])
-                    raise RPCError(getattr(grpc.StatusCode, d["code"]), d["message"])
-                if d["kind"] == "result":
-                    got_result = True
-                    d = {**d, "first_event_s": first}
-                    self.metrics.observe("gambit_e2e_request_latency_seconds", time.perf_counter() - t0,
-                                         method=cfg.method)
-                    ev = self.pb2.SolveEvent(result=result_msg(self.pb2, d, first_event_s=first))
-                else:
-                    ev = event_msg(self.pb2, d)
+            async for ev in self._relay(call, (run_id, problem, asdict(cfg)), cfg.method):
                 yield ev
         except Exception as e:  # noqa: BLE001 — every failure becomes a status code
-            if stream is not None and not got_result and not isinstance(e, RPCError):
+            if isinstance(e, TargetLost) or (call.stream is not None and not call.got_result
+                                             and not isinstance(e, RPCError)):
                 e = await self._target_lost(run_id, e)
             self._fail(grpc_context, e)
         finally:
-            if first is None and stream is not None:
+            if call.first is None and call.stream is not None:
                 self.waiting -= 1
                 self.metrics.set("gambit_num_requests_waiting", self.waiting)
-            if stream is not None and not got_result:  # client went away or error: free the KV
-                stream.cancel()
+            if call.stream is not None and not call.got_result:  # client went away or error: free the KV
+                call.stream.cancel()
                 asyncio.get_running_loop().run_in_executor(None, self._flag_cancel, run_id)
 
+    async def _relay(self, call: Call, args: tuple, method: str):
+        """The run's events from its Target as SolveEvents. A replica that refuses the run for its KV
+        is avoided on the next try while others remain (``kv_router``); a replica that dies mid-run
+        hands the run to another one (``takeover``)."""
+        run_id = args[0]
+        call.stream = self.stream.run.remote(*args)
+        lost = Lost(self.max_resumes, self.resume_wait_s)
+        while not call.got_result:
+            retry = False
+            try:
+                async for d in call.stream:
+                    if d["kind"] == "error":
+                        if call.try_elsewhere(d, self.target_replicas):
+                            retry = True
+                            break
+                        await asyncio.to_thread(self.tree.put_run, run_id, status="failed",
+                                                message=d["message"])
+                        raise RPCError(getattr(grpc.StatusCode, d["code"]), d["message"])
+                    if call.first is None:
+                        call.first = self._first_event(call.t0, method)
+                    if d["kind"] == "started" and d.get("resumed"):
+                        lost.taken_over()
+                        await asyncio.to_thread(self.tree.put_run, run_id, status="running",
+                                                replica=d["replica"], resumes=lost.resumes)
+                    if d["kind"] == "result":
+                        call.got_result = True
+                        yield self._result(d, call, method)
+                    else:
+                        yield event_msg(self.pb2, d)
+                if retry:
+                    call.stream = self.stream.run.remote(*args, avoid=call.avoid)
+                elif not call.got_result:  # the stream ended without a result: nothing to take over
+                    raise RPCError(grpc.StatusCode.INTERNAL, "target stream ended without a result")
+            except Exception as e:  # noqa: BLE001 — a lost replica is taken over, the rest is raised
+                if isinstance(e, RPCError) or call.got_result or not target_died(e):
+                    raise
+                await lost.wait(e)  # raises TargetLost when the run cannot be taken over
+                rec = await asyncio.to_thread(self.tree.get_run, run_id)
+                if rec and rec.get("result"):  # it ended just before its replica went
+                    call.got_result = True
+                    yield self._result(rec["result"], call, method)
+                    return
+                call.stream = self.stream.run.remote(*args, resume=True)
+
+    def _first_event(self, t0: float, method: str) -> float:
+        first = time.perf_counter() - t0
+        self.waiting -= 1
+        self.metrics.set("gambit_num_requests_waiting", self.waiting)
+        self.metrics.observe("gambit_time_to_first_token_seconds", first, method=method)
+        return first
+
+    def _result(self, d: dict, call: Call, method: str):
+        e2e = time.perf_counter() - call.t0
+        self.metrics.observe("gambit_e2e_request_latency_seconds", e2e, method=method)
+        return self.pb2.SolveEvent(result=result_msg(self.pb2, {**d, "first_event_s": call.first},
+                                                     first_event_s=call.first or 0.0))
+
     async def _target_lost(self, run_id: str, e: Exception) -> RPCError:
-        """The Target's stream broke (its replica died): the run's KV is gone with it, so the run
-        ends in Redis as ``failed`` (GetRun says so) and the client gets UNAVAILABLE to retry."""
-        message = f"target lost mid-run ({type(e).__name__}); the run ended as failed"
+        """No replica took the run over (or the stream broke another way): the run ends in Redis as
+        ``failed`` (GetRun says so; its tree stays there) and the client gets UNAVAILABLE to retry."""
+        why = str(e) if isinstance(e, TargetLost) else f"target lost mid-run ({type(e).__name__})"
+        message = f"{why}; the run ended as failed"
         try:
             await asyncio.to_thread(self.tree.put_run, run_id, status="failed", message=message)
         except StoreUnavailable:

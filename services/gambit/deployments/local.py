@@ -15,20 +15,11 @@ from dataclasses import dataclass
 
 import grpc
 
+from gambit.ops.serve_env import SERVE_ENV
 from gambit.serving.grpc_api import SERVICER_FUNCTIONS
 
-# Set before Ray starts (its processes inherit them); a value already in the environment wins.
-# * RAY_worker_niceness 0: Ray starts its workers, hence every Serve replica and the Target's engine,
-#   at nice 15, below every ordinary process on the host; on a shared machine the engine then only
-#   gets the CPU others leave (it decoded ~20% slower than the same engine in a nice-0 process).
-# * Ray Serve's own knobs for request-path overhead (its RAY_SERVE_THROUGHPUT_OPTIMIZED set, without
-#   direct ingress, which would move the ports): user code and the router on the replica's main
-#   event loop instead of extra threads, gRPC between proxy and replicas, buffered access logs.
-#   Measured on 2 cores: the Coordinator's CPU per run halves and the Target's drops ~13%.
-SERVE_ENV = {"RAY_worker_niceness": "0",
-             "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0", "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
-             "RAY_SERVE_USE_GRPC_BY_DEFAULT": "1", "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE": "1000",
-             "RAY_SERVE_LOG_TO_STDERR": "0"}
+# SERVE_ENV: set before Ray starts (its processes inherit it); a value already in the environment
+# wins. The chart and deploy/serve.env carry the same (gambit.ops.serve_env).
 
 
 @dataclass

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 import ray
 from ray import serve
+from ray.serve.config import RequestRouterConfig
 
+from gambit.deployments.kv_router import STATS_PERIOD_S, KVAwareRouter
 from gambit.deployments.ray_metrics import ray_metrics
 from gambit.serving.embedded import EmbeddedConfig, build_target
 from gambit.serving.solve_config import SolveConfig
@@ -15,7 +18,9 @@ from gambit.serving.target_service import Overcommitted
 from gambit.serving.tree_view import CANCELLED_BY_RPC, STREAM_CLOSED
 
 
-@serve.deployment(max_ongoing_requests=64, ray_actor_options={"num_cpus": 0})
+@serve.deployment(max_ongoing_requests=64, ray_actor_options={"num_cpus": 0},
+                  request_router_config=RequestRouterConfig(request_router_class=KVAwareRouter,
+                                                            request_routing_stats_period_s=STATS_PERIOD_S))
 class Target:
     def __init__(self, model: str = "", tree: str = "redis://127.0.0.1:6379/0", prefix: str = "gambit:",
                  scorer_address: str = "127.0.0.1:9000", scorer_app: str = "scorer", scorer: str = "",
@@ -37,28 +42,34 @@ class Target:
                                 resolve=_direct_scorer(scorer_app, lambda: self.loop)
                                 if scorer_app and scorer_direct else None)
 
-    async def run(self, run_id: str, problem: str, cfg: dict):
-        """Stream of dicts for one run: started, progress..., result — or one ``error`` dict."""
+    async def run(self, run_id: str, problem: str, cfg: dict, avoid: tuple = (), resume: bool = False):
+        """Stream of dicts for one run: started, progress..., result — or one ``error`` dict.
+
+        ``avoid``: replicas that refused the run (read by the request router, ``kv_router``).
+        ``resume``: the replica that held the run was lost; rebuild it from its tree in Redis
+        (``DriverAdapter.resume``). Its ``started`` dict then says ``resumed``, and ``restored``
+        (False: no tree was recorded, the run started afresh under its id)."""
         first, loop = self.loop is None, asyncio.get_running_loop()
         if first:  # now the Scorer's direct endpoint can be looked up (on this loop)
             self.loop = loop
             getattr(self.svc.scorer, "refresh", lambda: None)()
         q: asyncio.Queue = asyncio.Queue()
         admitted = self.svc.submit_run(run_id, problem, SolveConfig(**cfg),
-                                       lambda d: loop.call_soon_threadsafe(q.put_nowait, d))
+                                       lambda d: loop.call_soon_threadsafe(q.put_nowait, d), resume=resume)
         try:
-            await asyncio.shield(asyncio.wrap_future(admitted))  # the engine admits it between steps
+            restored = await asyncio.shield(asyncio.wrap_future(admitted))  # admitted between steps
         except asyncio.CancelledError:  # the caller left before admission: stop the run once it is in
             admitted.add_done_callback(
                 lambda f: f.exception() or self.svc.cancel(run_id, "cancelled", STREAM_CLOSED))
             raise
         except Overcommitted as e:
-            yield {"kind": "error", "code": "RESOURCE_EXHAUSTED", "message": str(e)}
+            yield {"kind": "error", "code": "RESOURCE_EXHAUSTED", "message": str(e), "replica": self.replica}
             return
         except ValueError as e:
             yield {"kind": "error", "code": "INVALID_ARGUMENT", "message": str(e)}
             return
-        yield {"kind": "started", "run_id": run_id, "replica": self.replica}
+        yield {"kind": "started", "run_id": run_id, "replica": self.replica, "resumed": resume,
+               "restored": bool(restored)}
         done = False
         try:
             while not done:
@@ -74,6 +85,12 @@ class Target:
 
     def load(self) -> dict:
         return self.svc.load()
+
+    def record_routing_stats(self) -> dict:
+        """What the request router ranks replicas by (``kv_router``): KV blocks free and reserved."""
+        load = self.svc.load()
+        return {k: load[k] for k in ("runs", "reserved_blocks", "num_blocks", "block_size", "max_model_len")
+                } | {"stamp": time.time()}
 
     def __del__(self) -> None:
         svc = getattr(self, "svc", None)

@@ -55,7 +55,8 @@ def solve(problem: str, cfg: ClientConfig, out=sys.stdout) -> int:
             for ev in stub.Solve(solve_request(pb2, problem, cfg), metadata=metadata(cfg)):
                 kind = ev.WhichOneof("event")
                 if kind == "started":
-                    print(f"run {ev.started.run_id} on replica {ev.started.replica}", file=out)
+                    again = " (resumed: its replica was lost)" if ev.started.resumed else ""
+                    print(f"run {ev.started.run_id} on replica {ev.started.replica}{again}", file=out)
                 elif kind == "progress":
                     p = ev.progress
                     print(f"round {p.round:3d}  active {p.active:3d}  ghost {p.ghost:2d}  "

@@ -25,7 +25,8 @@ def result_msg(pb2, d: dict, first_event_s: float = 0.0, scorer_s: float = 0.0, 
 
 def event_msg(pb2, d: dict):
     if d["kind"] == "started":
-        return pb2.SolveEvent(started=pb2.RunStarted(run_id=d["run_id"], replica=d["replica"]))
+        return pb2.SolveEvent(started=pb2.RunStarted(run_id=d["run_id"], replica=d["replica"],
+                                                     resumed=d.get("resumed", False)))
     if d["kind"] == "progress":
         return pb2.SolveEvent(progress=progress_msg(pb2, d))
     return pb2.SolveEvent(result=result_msg(pb2, d))

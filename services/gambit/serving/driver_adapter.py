@@ -70,6 +70,25 @@ class DriverAdapter:
         self._inc("gambit_traces_started_total", cfg.capacity)
         return run_id
 
+    def resume(self, run_id: str, problem: str, cfg: SolveConfig) -> bool:
+        """Take over a run whose Target replica was lost: rebuild it from its tree in the store (every
+        node kept, counters and rounds where the last write left them) and re-prefill each resident
+        trace from its stored token ids (the lost engine's KV is gone; tokens generated after the last
+        write are decoded again). True if restored; False if the store has no unfinished tree for it
+        (the replica died before its first write): then it starts afresh under the same id."""
+        data = self.driver.store.load(run_id)
+        if data is None or data.get("result") is not None or not data["nodes"]:
+            self.submit(run_id, problem, cfg)
+            return False
+        for node in data["nodes"].values():
+            node["engine_id"] = None  # the lost replica's engine ids: never adopt a live trace here
+        # SearchDriver.recover() does this for every unfinished run of a store; here only this one
+        run = self.driver.runs[run_id] = self.driver._restore(run_id, data)  # noqa: SLF001
+        # counters go on from the stored ones: the metrics count only what happens from here
+        self.last[run_id] = {"pruned": run.pruned, "branched": run.branched, "evicted": run.evicted,
+                             "active": 0, "ghosts": 0, "resident": 0}
+        return True
+
     def cancel(self, run_id: str, status: str = "cancelled", message: str = "") -> dict | None:
         if run_id not in self.driver.runs:
             return None

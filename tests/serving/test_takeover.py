@@ -1,0 +1,125 @@
+"""A run whose Target replica dies is taken over by another replica from its tree in Redis: two real
+engines (shipped target) on one real Redis; replica A is frozen mid-run with its writes cut off, as
+a killed process would leave it, and replica B resumes the run. Plus the takeover policy (``Lost``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import uuid
+
+import pytest
+
+from gambit.deployments.takeover import Lost, TargetLost, target_died
+from gambit.serving.embedded import Embedded, EmbeddedConfig
+from gambit.serving.solve_config import SolveConfig
+from gambit.tasks.arithmetic import TaskConfig, generate
+
+PROBLEM = generate("test", 1, 0, TaskConfig(3, 4))[0].prompt
+
+
+@pytest.fixture(scope="module")
+def pair():
+    prefix = f"test-takeover-{uuid.uuid4().hex[:8]}:"
+    cfg = EmbeddedConfig(scorer="random:mlp:192", tree="redis://127.0.0.1:6379/0", prefix=prefix,
+                         num_blocks=400)
+    a, b = Embedded(cfg), Embedded(cfg)
+    a.target.replica, b.target.replica = "A", "B"
+    yield a, b
+    b.close()
+    r = b.target.tree.r
+    keys = list(r.scan_iter(f"{prefix}*"))
+    if keys:
+        r.delete(*keys)
+
+
+def _kill(svc) -> None:
+    """Freeze a TargetService as a dead process leaves it: its engine thread stops at the next step
+    and nothing it still has to write reaches Redis."""
+    svc._cv.acquire()  # the engine thread takes it before every step: it never steps again
+    svc.records.flush()
+    for name in ("update", "put_run", "after"):
+        setattr(svc.records, name, lambda *a, **k: None)
+
+
+def _nodes(tree, run_id: str) -> dict[int, dict]:
+    raw = tree.r.hgetall(f"{tree.prefix}tree:run:{run_id}:nodes")
+    return {int(k): json.loads(v) for k, v in raw.items()}
+
+
+def test_a_run_resumes_on_another_replica_from_its_tree_in_redis(pair):
+    a, b = pair
+    cfg = SolveConfig(capacity=6, swap=2, round_interval=8, warmup=4, max_tokens=240, seed=4)
+    run_id = "takeover-" + uuid.uuid4().hex[:6]
+    seen: queue.Queue = queue.Queue()
+    a.target.start_run(run_id, PROBLEM, cfg, seen.put)
+    before = [seen.get(timeout=60) for _ in range(3)]  # three rounds on A
+    assert [d["round"] for d in before] == [1, 2, 3]
+    _kill(a.target)
+    tree = b.target.tree
+    stored = _nodes(tree, run_id)
+    assert len(stored) >= 6 and any(n["tokens"] for n in stored.values())
+    raw_meta = tree.r.hgetall(f"{tree.prefix}tree:run:{run_id}:meta")
+    stored_meta = {k: json.loads(v) for k, v in raw_meta.items()}
+
+    got: queue.Queue = queue.Queue()
+    assert b.target.submit_run(run_id, PROBLEM, cfg, got.put, resume=True).result(timeout=60) is True
+    events = [got.get(timeout=120)]
+    while events[-1]["kind"] != "result":
+        events.append(got.get(timeout=120))
+    res = events[-1]
+    assert res["status"] == "done" and res["answer"]
+    rounds = [d["round"] for d in events if d["kind"] == "progress"]
+    assert rounds and rounds[0] == stored_meta["round"] + 1 and rounds == sorted(rounds)
+    after = _nodes(tree, run_id)
+    assert set(stored) <= set(after)  # nothing recorded before the loss is gone
+    assert {t["trace_id"] for t in res["traces"]} == set(after)
+    for nid, old in stored.items():  # every trace goes on from the tokens it had
+        assert after[nid]["tokens"][:len(old["tokens"])] == old["tokens"]
+        assert after[nid]["parent"] == old["parent"]
+    assert res["generated_tokens"] >= stored_meta["tokens"]
+    assert tree.get_run(run_id)["status"] == "done"
+    assert b.target.load()["runs"] == 0 and b.target.engine.kv_usage() == 0.0
+
+
+def test_a_run_lost_before_its_first_write_starts_afresh_under_its_id(pair):
+    _, b = pair
+    got: queue.Queue = queue.Queue()
+    cfg = SolveConfig(capacity=2, max_tokens=40, seed=1)
+    restored = b.target.submit_run("never-written", PROBLEM, cfg, got.put, resume=True).result(timeout=60)
+    assert restored is False
+    while (d := got.get(timeout=120))["kind"] != "result":
+        pass
+    assert d["status"] == "done" and sum(t["parent_id"] == -1 for t in d["traces"]) == 2
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_lost_allows_max_resumes_each_within_the_wait():
+    from ray.exceptions import ActorDiedError
+
+    clock = _Clock()
+    lost = Lost(max_resumes=1, wait_s=10, retry_s=0.001, clock=clock)
+    e = ActorDiedError()
+    assert target_died(e) and not target_died(ValueError("x"))
+    asyncio.run(lost.wait(e))  # first loss: try at once
+    clock.t = 5
+    asyncio.run(lost.wait(e))  # the router still picked the dead replica: retry, within the wait
+    lost.taken_over()
+    assert (lost.resumes, lost.losses) == (1, 1)
+    with pytest.raises(TargetLost, match="at most 1 times"):
+        asyncio.run(lost.wait(e))  # a second loss is one too many
+    slow = Lost(max_resumes=2, wait_s=10, clock=clock)
+    asyncio.run(slow.wait(e))
+    clock.t = 15.5
+    with pytest.raises(TargetLost, match="no replica took the run over within 10 s"):
+        asyncio.run(slow.wait(e))
+    with pytest.raises(ValueError, match="max_resumes"):
+        Lost(max_resumes=-1)
