@@ -89,3 +89,28 @@ def test_unknown_mode_is_refused():
         EngineConfig(cpu_linear="fast")
     with pytest.raises(ValueError, match="cpu_linear"):
         install_cpu_linears(_fused(True), "fast")
+
+
+@pytest.mark.parametrize("backend", ["mkl", "onednn"])
+def test_packed_backends_compute_f_linear(backend):
+    from gambit.engine.linear import onednn_available
+
+    if backend == "onednn" and not onednn_available() or backend == "mkl" and not mkl_available():
+        pytest.skip(f"no {backend}")
+    w = torch.randn(96, 64) * 0.1
+    lin = PackedLinear(w, None, 2, backend=backend)
+    with one_thread(), torch.inference_mode():
+        for rows in (1, 2, 16, 70):
+            x = torch.randn(1, rows, 64)
+            torch.testing.assert_close(lin(x), torch.nn.functional.linear(x, w), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="backend"):
+        PackedLinear(w, None, 2, backend="cublas")
+
+
+def test_onednn_serves_only_large_weights_on_amd():
+    from gambit.engine.linear import ONEDNN_MIN_ELEMENTS, onednn_available, packing_backend
+
+    big = torch.empty(ONEDNN_MIN_ELEMENTS // 64, 64)
+    small = torch.empty(192, 1024)  # the shipped target's largest layer
+    assert packing_backend(big, "GenuineIntel") == "mkl" and packing_backend(small, "AuthenticAMD") == "mkl"
+    assert packing_backend(big, "AuthenticAMD") == ("onednn" if onednn_available() else "mkl")

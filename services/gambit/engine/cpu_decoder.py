@@ -33,12 +33,25 @@ static at::Tensor mkl_linear(const at::Tensor& x, const at::Tensor& packed, cons
   return op.call(x, packed, w, std::nullopt, rows);
 }
 
+// mkldnn::_linear_pointwise(x, packed, None, "none", [], "") (PackedLinear's oneDNN backend), boxed.
+static at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& packed) {
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+  std::vector<c10::IValue> stack{x, packed, c10::IValue(), std::string("none"),
+                                 c10::List<std::optional<c10::Scalar>>(), std::string("")};
+  op.callBoxed(&stack);
+  return stack[0].toTensor();
+}
+
+// Which packed GEMM the model's PackedLinears use (one for all of them, see layer_weights).
+static bool g_onednn = false;
+
 // project(): the packed weight for lo <= rows <= hi (PackedLinear), else F.linear.
 static at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& packed, int64_t lo,
                           int64_t hi) {
   const int64_t in = x.size(-1), rows = x.numel() / in;
   if (packed.numel() > 0 && lo <= rows && rows <= hi) {
-    auto out = mkl_linear(x.reshape({rows, in}), packed, w, rows);
+    auto x2 = x.reshape({rows, in});
+    auto out = g_onednn ? onednn_linear(x2, packed) : mkl_linear(x2, packed, w, rows);
     auto shape = x.sizes().vec();
     shape.back() = out.size(-1);
     return out.view(shape);
@@ -125,7 +138,8 @@ std::vector<torch::Tensor> decoder_layers(
     torch::Tensor x, std::vector<torch::Tensor> lw, std::vector<torch::Tensor> lw2, torch::Tensor kcache,
     torch::Tensor vcache, torch::Tensor cos, torch::Tensor sin, torch::Tensor slots, int64_t attn,
     std::vector<torch::Tensor> meta, std::vector<int64_t> taps, int64_t H, int64_t Hkv, int64_t D, double eps,
-    double scale, int64_t lo, int64_t hi, bool norm_kernel) {
+    double scale, int64_t lo, int64_t hi, bool norm_kernel, bool onednn) {
+  g_onednn = onednn;
   const int64_t L = static_cast<int64_t>(lw2.size()) / 2, T = x.size(1);
   std::vector<torch::Tensor> out{torch::Tensor()};
   for (int64_t i = 0; i < L; ++i) {
@@ -169,6 +183,7 @@ def layer_weights(model: CausalLM) -> tuple[list, list, tuple[int, int], bool, l
     lw: list[torch.Tensor | None] = []
     lw2: list[torch.Tensor | None] = []
     ranges: set[tuple[int, int]] = set()
+    backends: set[str] = set()
     norm_fasts = set()
     packs: list[PackedLinear] = []
     for layer in model.model.layers:
@@ -186,15 +201,17 @@ def layer_weights(model: CausalLM) -> tuple[list, list, tuple[int, int], bool, l
                 return None  # some other fast path: only Python knows how to call it
             if rng is not None:
                 ranges.add(rng)
+                backends.add(f.backend)
                 packs.append(f)
             slot[0][slot[1]] = _NONE if packed is None else packed
         norm_fasts.update((layer.input_layernorm.fast, layer.post_attention_layernorm.fast))
         lw += row
         lw2 += down
-    if len(ranges) > 1 or not norm_fasts <= {None, cpu_attention.rms_norm} or len(norm_fasts) > 1:
+    if (len(ranges) > 1 or len(backends) > 1 or not norm_fasts <= {None, cpu_attention.rms_norm}
+            or len(norm_fasts) > 1):
         return None
     lo, hi = ranges.pop() if ranges else (1 << 62, 0)
-    return lw, lw2, (lo, hi), norm_fasts == {cpu_attention.rms_norm}, packs
+    return lw, lw2, (lo, hi), norm_fasts == {cpu_attention.rms_norm}, packs, backends == {"onednn"}
 
 
 def signature(model: CausalLM) -> tuple:
@@ -228,7 +245,7 @@ def _meta(attn: PagedAttention) -> tuple[int, list[torch.Tensor]]:
 def forward(model: CausalLM, weights: tuple, input_ids: torch.Tensor, positions: torch.Tensor,
             attn: PagedAttention, taps: Sequence[int] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
     """``CausalLM.forward`` for a forward that ``serves`` accepts, with the layer loop in C++."""
-    lw, lw2, (lo, hi), norm_kernel, _ = weights
+    lw, lw2, (lo, hi), norm_kernel, _, onednn = weights
     c = model.config
     x = model.model.embed_tokens(input_ids)
     cos, sin = model.rope.table(positions)
@@ -237,7 +254,7 @@ def forward(model: CausalLM, weights: tuple, input_ids: torch.Tensor, positions:
     out = cpu_attention.kernel().decoder_layers(
         x, lw, lw2, attn.cache.k, attn.cache.v, cos, sin, attn.slots, mode, meta, layer_taps,
         c.num_attention_heads, c.num_key_value_heads, c.head_dim, model.model.norm.eps, c.head_dim ** -0.5,
-        lo, hi, norm_kernel)
+        lo, hi, norm_kernel, onednn)
     tapped = dict(zip(layer_taps, out[1:], strict=True))
     x = model.model.norm(out[0])
     if c.num_hidden_layers in taps:
