@@ -17,7 +17,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-LINEAR_OPS = {"aten::mm", "aten::addmm", "mkl::_mkl_linear", "aten::bmm"}
+LINEAR_OPS = {"mkldnn::_linear_pointwise", "aten::mm", "aten::addmm", "mkl::_mkl_linear", "aten::bmm"}
 SAMPLER_OPS = {"aten::div", "aten::amax", "aten::sub_", "aten::exp_", "aten::cumsum_", "aten::searchsorted",
                "aten::argmax", "aten::sum"}
 ATTENTION_OPS = {"aten::index_copy_", "aten::_scaled_dot_product_flash_attention_for_cpu"}
