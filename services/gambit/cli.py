@@ -152,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     bsub.add_parser("serve", help="embedded vs Ray Serve + gRPC (see `gambit bench serve --help`)")
     bsub.add_parser("profile", help="where one decode step's time goes (see `gambit bench profile --help`)")
     bsub.add_parser("rounds", help="the tournament's CPU cost per round (see `gambit bench rounds --help`)")
+    bsub.add_parser("linears", help="CPU GEMM backends at a model's shapes (`gambit bench linears --help`)")
 
     from gambit.serving.commands import add_commands
 
@@ -173,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         from gambit.bench.profile_step import main as profile_main
 
         return profile_main(argv[2:])
+    if argv[:2] == ["bench", "linears"]:
+        from gambit.bench.linears import main as linears_main
+
+        return linears_main(argv[2:])
     if argv[:2] == ["bench", "rounds"]:
         from gambit.bench.search_rounds import main as rounds_main
 

@@ -75,3 +75,14 @@ def test_weight_bytes_counts_every_tensor(tiny_folder: Path):
 
     model, _ = load_model(tiny_folder)
     assert weight_bytes(tiny_folder) == 4 * sum(p.numel() for p in model.parameters())
+
+
+def test_linears_bench_times_every_backend_at_every_shape():
+    from gambit.bench.linears import measure
+    from gambit.paths import TARGET
+
+    r = measure(str(TARGET), rows=[1, 3], repeats=1, threads=1, calls=1)
+    assert len(r["us"]) == 5 * 2  # q/k/v, o, gate/up, down, head × rows
+    for times in r["us"].values():
+        assert {"row-major F.linear", "transposed F.linear"} <= set(times)
+        assert all(t > 0 for t in times.values())

@@ -36,7 +36,8 @@ def _linear_name(shapes: list, cfg) -> str:
     return "linear: down" if i in dims else "linear: o"
 
 
-def profile(folder: str, batch: int, steps: int, threads: int, cpu_linear: str) -> dict:
+def profile(folder: str, batch: int, steps: int, threads: int, cpu_linear: str,
+            compare_layers: bool = False) -> dict:
     import torch
     from torch.profiler import profile as torch_profile
 
@@ -45,19 +46,26 @@ def profile(folder: str, batch: int, steps: int, threads: int, cpu_linear: str) 
 
     torch.set_num_threads(threads)
     prompts = make_prompts(Path(folder), batch)
-    need = sum(-(-(len(p) + 3 * steps + 16) // 16) for p in prompts)
+    need = sum(-(-(len(p) + 5 * steps + 16) // 16) for p in prompts)
     cfg = EngineConfig(model=folder, device="cpu", dtype="float32", block_size=16, num_blocks=need + 4,
                        max_num_seqs=batch, cpu_linear=cpu_linear)
     eng = Engine.from_pretrained(folder, cfg)
     for p in prompts:
-        eng.add(p, SamplingParams(temperature=0.8, max_tokens=3 * steps + 8, ignore_eos=True, seed=1))
+        eng.add(p, SamplingParams(temperature=0.8, max_tokens=5 * steps + 8, ignore_eos=True, seed=1))
     for _ in range(3):
         eng.step()
-    walls = []
+    walls, ab = [], {False: [], True: []}
     for _ in range(steps):
         t0 = time.perf_counter()
         eng.step()
         walls.append(time.perf_counter() - t0)
+    if compare_layers:  # Python layer loop vs the C++ one, interleaved step by step (same floats)
+        for i in range(2 * steps):
+            eng.runner.cpp_layers = on = bool(i % 2)
+            t0 = time.perf_counter()
+            eng.step()
+            ab[on].append(time.perf_counter() - t0)
+        eng.runner.cpp_layers = True
     with torch_profile(record_shapes=True) as prof:
         for _ in range(steps):
             eng.step()
@@ -81,7 +89,9 @@ def profile(folder: str, batch: int, steps: int, threads: int, cpu_linear: str) 
     ranked = sorted(groups.items(), key=lambda kv: -kv[1])
     return {"model": folder, "batch": batch, "threads": threads, "cpu_linear": cpu_linear, "steps": steps,
             "wall_ms_per_step": walls[len(walls) // 2] * 1e3, "profiled_ms_per_step": total,
-            "groups": {k: {"ms": v, "share": v / total} for k, v in ranked}}
+            "groups": {k: {"ms": v, "share": v / total} for k, v in ranked},
+            "layer_loop_ms": {("cpp" if k else "python"): sorted(v)[len(v) // 2] * 1e3 for k, v in ab.items()
+                              if v}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,11 +104,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     p.add_argument("--cpu-linear", default="transposed", choices=("transposed", "packed", "plain"),
                    help="EngineConfig.cpu_linear: weight layout/kernel of the linear layers")
+    p.add_argument("--compare-layers", action="store_true",
+                   help="also time steps with the Python and the C++ layer loop, interleaved (ms medians)")
     p.add_argument("--json", default=None, help="write the result JSON here")
     args = p.parse_args(argv)
-    r = profile(str(resolve_model(args.model)), args.batch, args.steps, args.threads, args.cpu_linear)
+    r = profile(str(resolve_model(args.model)), args.batch, args.steps, args.threads, args.cpu_linear,
+                args.compare_layers)
     print(f"batch {r['batch']}, {r['threads']} threads, cpu_linear={r['cpu_linear']}: "
           f"{r['wall_ms_per_step']:.1f} ms per step unprofiled, {r['profiled_ms_per_step']:.1f} ms profiled")
+    if r["layer_loop_ms"]:
+        py, cpp = r["layer_loop_ms"]["python"], r["layer_loop_ms"]["cpp"]
+        print(f"step with the Python layer loop {py:.1f} ms, with the C++ one {cpp:.1f} ms ({py / cpp:.2f}x)")
     print("| part | ms / step | share |\n|---|---:|---:|")
     for k, g in r["groups"].items():
         print(f"| {k} | {g['ms']:.2f} | {g['share']:.1%} |")

@@ -1,0 +1,93 @@
+"""``gambit bench linears``: each CPU GEMM backend at a model's linear shapes, the measurement behind
+``engine/linear.py``'s choices (transposed layout, MKL-packed, oneDNN-packed).
+
+For every weight shape of the model (fused q/k/v, o, fused gate/up, down, LM head) and every row count,
+the backends run in turn (A B C A B C ...) on random fp32 weights; the table gives the median µs per
+call over ``--repeats`` rounds, and the JSON the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+
+def shapes(cfg) -> dict[str, tuple[int, int]]:
+    """name → (in, out) of each distinct linear of a Llama-family config."""
+    h, i, d = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+    qkv = (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * d
+    return {"qkv": (h, qkv), "o": (cfg.num_attention_heads * d, h), "gate_up": (h, 2 * i), "down": (i, h),
+            "head": (h, cfg.vocab_size)}
+
+
+def backends(w):
+    """name → callable(x) for one weight [out, in]."""
+    import torch
+    import torch.nn.functional as F
+
+    wt = w.t().contiguous().t()
+    fs = {"row-major F.linear": lambda x: F.linear(x, w), "transposed F.linear": lambda x: F.linear(x, wt)}
+    if torch.backends.mkl.is_available():
+        pm = torch.ops.mkl._mkl_reorder_linear_weight(w, 16)
+        fs["MKL packed"] = lambda x: torch.ops.mkl._mkl_linear(x, pm, w, None, x.shape[0])
+    if torch.backends.mkldnn.is_available():
+        po = torch.ops.mkldnn._reorder_linear_weight(w, 16)
+        fs["oneDNN packed"] = lambda x: torch.ops.mkldnn._linear_pointwise(x, po, None, "none", [], "")
+    return fs
+
+
+def measure(folder: str, rows: list[int], repeats: int, threads: int, calls: int = 10) -> dict:
+    import torch
+
+    from gambit.engine.linear import cpu_vendor
+    from gambit.model import load_model
+
+    torch.set_num_threads(threads)
+    cfg = load_model(folder)[0].config
+    out: dict = {"model": folder, "threads": threads, "vendor": cpu_vendor(), "us": {}}
+    for name, (i, o) in shapes(cfg).items():
+        fs = backends(torch.randn(o, i) * 0.02)
+        for r in rows:
+            x = torch.randn(r, i)
+            times: dict[str, list[float]] = {k: [] for k in fs}
+            for f in fs.values():
+                f(x)  # warm-up
+            for _ in range(repeats):
+                for k, f in fs.items():
+                    t0 = time.perf_counter()
+                    for _ in range(calls):
+                        f(x)
+                    times[k].append((time.perf_counter() - t0) / calls * 1e6)
+            out["us"][f"{name} {i}->{o} x{r}"] = {k: statistics.median(v) for k, v in times.items()}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from gambit.model.registry import resolve_model
+
+    p = argparse.ArgumentParser(prog="gambit bench linears", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="smollm2", help="model folder or registered name whose shapes to time")
+    p.add_argument("--rows", default="1,16,64", help="comma-separated row counts (tokens per product)")
+    p.add_argument("--repeats", type=int, default=5, help="interleaved rounds; the median is reported")
+    p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    p.add_argument("--json", default=None, help="write the result JSON here")
+    args = p.parse_args(argv)
+    r = measure(str(resolve_model(args.model)), [int(x) for x in args.rows.split(",")], args.repeats,
+                args.threads)
+    names = list(next(iter(r["us"].values())))
+    print(f"CPU {r['vendor'] or '?'}, {r['threads']} threads, µs per call (median of {args.repeats} rounds)")
+    print("| shape x rows | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names))
+    for k, v in r["us"].items():
+        print(f"| {k} | " + " | ".join(f"{v[n]:.0f}" for n in names) + " |")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(r, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
