@@ -3,7 +3,7 @@
 
 For every weight shape of the model (fused q/k/v, o, fused gate/up, down, LM head) and every row count,
 the backends run in turn (A B C A B C ...) on random fp32 weights; the table gives the median µs per
-call over ``--repeats`` rounds, and the JSON the same.
+call over ``--repeats`` rounds and the weight bytes read per second, and the JSON the same.
 """
 
 from __future__ import annotations
@@ -24,23 +24,29 @@ def shapes(cfg) -> dict[str, tuple[int, int]]:
             "head": (h, cfg.vocab_size)}
 
 
-def backends(w):
-    """name → callable(x) for one weight [out, in]."""
+def backends(ws: list):
+    """name → callable(x) that multiplies x by each of the weights ``ws`` [out, in] in turn."""
     import torch
     import torch.nn.functional as F
 
-    wt = w.t().contiguous().t()
-    fs = {"row-major F.linear": lambda x: F.linear(x, w), "transposed F.linear": lambda x: F.linear(x, wt)}
+    wts = [w.t().contiguous().t() for w in ws]
+    fs = {"row-major F.linear": lambda x: [F.linear(x, w) for w in ws],
+          "transposed F.linear": lambda x: [F.linear(x, w) for w in wts]}
     if torch.backends.mkl.is_available():
-        pm = torch.ops.mkl._mkl_reorder_linear_weight(w, 16)
-        fs["MKL packed"] = lambda x: torch.ops.mkl._mkl_linear(x, pm, w, None, x.shape[0])
+        pm = [torch.ops.mkl._mkl_reorder_linear_weight(w, 16) for w in ws]
+        fs["MKL packed"] = lambda x: [torch.ops.mkl._mkl_linear(x, p, w, None, x.shape[0])
+                                      for p, w in zip(pm, ws, strict=True)]
     if torch.backends.mkldnn.is_available():
-        po = torch.ops.mkldnn._reorder_linear_weight(w, 16)
-        fs["oneDNN packed"] = lambda x: torch.ops.mkldnn._linear_pointwise(x, po, None, "none", [], "")
+        po = [torch.ops.mkldnn._reorder_linear_weight(w, 16) for w in ws]
+        fs["oneDNN packed"] = lambda x: [torch.ops.mkldnn._linear_pointwise(x, p, None, "none", [], "")
+                                         for p in po]
     return fs
 
 
-def measure(folder: str, rows: list[int], repeats: int, threads: int, calls: int = 10) -> dict:
+def measure(folder: str, rows: list[int], repeats: int, threads: int, calls: int = 10,
+            distinct_mb: float = 0.0) -> dict:
+    """``distinct_mb`` > 0: each call cycles through that many MB of distinct copies of the weight, so it
+    streams from memory as a model's layers do (more than the last-level cache), not from the cache."""
     import torch
 
     from gambit.engine.linear import cpu_vendor
@@ -48,9 +54,11 @@ def measure(folder: str, rows: list[int], repeats: int, threads: int, calls: int
 
     torch.set_num_threads(threads)
     cfg = load_model(folder)[0].config
-    out: dict = {"model": folder, "threads": threads, "vendor": cpu_vendor(), "us": {}}
+    out: dict = {"model": folder, "threads": threads, "vendor": cpu_vendor(), "distinct_mb": distinct_mb,
+                 "us": {}, "gb_s": {}}
     for name, (i, o) in shapes(cfg).items():
-        fs = backends(torch.randn(o, i) * 0.02)
+        copies = max(1, round(distinct_mb * 1e6 / (i * o * 4)))
+        fs = backends([torch.randn(o, i) * 0.02 for _ in range(copies)])
         for r in rows:
             x = torch.randn(r, i)
             times: dict[str, list[float]] = {k: [] for k in fs}
@@ -61,8 +69,10 @@ def measure(folder: str, rows: list[int], repeats: int, threads: int, calls: int
                     t0 = time.perf_counter()
                     for _ in range(calls):
                         f(x)
-                    times[k].append((time.perf_counter() - t0) / calls * 1e6)
-            out["us"][f"{name} {i}->{o} x{r}"] = {k: statistics.median(v) for k, v in times.items()}
+                    times[k].append((time.perf_counter() - t0) / (calls * copies) * 1e6)
+            key = f"{name} {i}->{o} x{r}"
+            out["us"][key] = {k: statistics.median(v) for k, v in times.items()}
+            out["gb_s"][key] = {k: i * o * 4 / (v * 1e3) for k, v in out["us"][key].items()}
     return out
 
 
@@ -74,15 +84,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", default="1,16,64", help="comma-separated row counts (tokens per product)")
     p.add_argument("--repeats", type=int, default=5, help="interleaved rounds; the median is reported")
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    p.add_argument("--distinct-mb", type=float, default=0.0,
+                   help="MB of distinct weight copies each call cycles through (0: one weight, cache-warm)")
     p.add_argument("--json", default=None, help="write the result JSON here")
     args = p.parse_args(argv)
     r = measure(str(resolve_model(args.model)), [int(x) for x in args.rows.split(",")], args.repeats,
-                args.threads)
+                args.threads, calls=1 if args.distinct_mb else 10, distinct_mb=args.distinct_mb)
     names = list(next(iter(r["us"].values())))
     print(f"CPU {r['vendor'] or '?'}, {r['threads']} threads, µs per call (median of {args.repeats} rounds)")
     print("| shape x rows | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names))
     for k, v in r["us"].items():
-        print(f"| {k} | " + " | ".join(f"{v[n]:.0f}" for n in names) + " |")
+        g = r["gb_s"][k]
+        print(f"| {k} | " + " | ".join(f"{v[n]:.0f} ({g[n]:.1f} GB/s)" for n in names) + " |")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(r, indent=1))

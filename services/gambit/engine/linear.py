@@ -57,9 +57,10 @@ def cpu_vendor() -> str:
 
 
 # On AMD CPUs MKL's GEMM takes slower code paths: measured on a 2-core AMD EPYC (AVX2) at SmolLM2's
-# shapes, oneDNN's packed GEMM beat MKL's packed one 1.5x over a layer at 16 rows and the LM head 2x
-# at 16 and 64 rows (README, "A real checkpoint"); on Intel MKL's packed GEMM measured fastest at 2-32
-# rows. Layers below this many weights keep MKL everywhere (the shipped 2.7M target's largest has
+# shapes (`gambit bench linears`), oneDNN's packed GEMM beat MKL's packed one 1.5x over a layer at 16
+# rows and the LM head 2x at 16 and 64 rows, and streamed one-row products from memory 12% faster than
+# the transposed layout (README, "A real checkpoint"); on Intel MKL's packed GEMM measured fastest at
+# 2-32 rows. Layers below this many weights keep MKL everywhere (the shipped 2.7M target's largest has
 # 196,608: its floats, which the shipped scorers' cards pin, stay as they were).
 ONEDNN_MIN_ELEMENTS = 1 << 18
 
@@ -156,8 +157,8 @@ def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: 
     lo, hi = packed_rows if mode == "transposed" else (2, 1 << 30)
 
     def pack(w: torch.Tensor, b: torch.Tensor | None, fallback=None) -> PackedLinear:
-        if mode == "transposed" and packing_backend(w) == "onednn":  # every row count >= 2
-            return PackedLinear(w, b, 2, 1 << 30, fallback, backend="onednn")
+        if mode == "transposed" and packing_backend(w) == "onednn":  # every row count
+            return PackedLinear(w, b, 1, 1 << 30, fallback, backend="onednn")
         return PackedLinear(w, b, lo, hi, fallback)
 
     for layer in model.model.layers:
