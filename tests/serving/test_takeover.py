@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import queue
+import threading
 import uuid
 
 import pytest
@@ -34,10 +35,11 @@ def pair():
         r.delete(*keys)
 
 
-def _kill(svc) -> None:
+def _kill(svc, frozen: bool = False) -> None:
     """Freeze a TargetService as a dead process leaves it: its engine thread stops at the next step
-    and nothing it still has to write reaches Redis."""
-    svc._cv.acquire()  # the engine thread takes it before every step: it never steps again
+    (or is already held, ``frozen``) and nothing it still has to write reaches Redis."""
+    if not frozen:
+        svc._cv.acquire()  # the engine thread takes it before every step: it never steps again
     svc.records.flush()
     for name in ("update", "put_run", "after"):
         setattr(svc.records, name, lambda *a, **k: None)
@@ -53,10 +55,17 @@ def test_a_run_resumes_on_another_replica_from_its_tree_in_redis(pair):
     cfg = SolveConfig(capacity=6, swap=2, round_interval=8, warmup=4, max_tokens=240, seed=4)
     run_id = "takeover-" + uuid.uuid4().hex[:6]
     seen: queue.Queue = queue.Queue()
-    a.target.start_run(run_id, PROBLEM, cfg, seen.put)
+    hold = threading.Event()  # never set: A's engine thread stays in its sink after round 3
+
+    def sink(d: dict) -> None:
+        seen.put(d)
+        if d.get("round") == 3:  # freeze A here, mid-run, however fast its engine is
+            hold.wait()
+
+    a.target.start_run(run_id, PROBLEM, cfg, sink)
     before = [seen.get(timeout=60) for _ in range(3)]  # three rounds on A
     assert [d["round"] for d in before] == [1, 2, 3]
-    _kill(a.target)
+    _kill(a.target, frozen=True)
     tree = b.target.tree
     stored = _nodes(tree, run_id)
     assert len(stored) >= 6 and any(n["tokens"] for n in stored.values())
