@@ -9,11 +9,9 @@ call over ``--repeats`` rounds and the weight bytes read per second, and the JSO
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 
 def shapes(cfg) -> dict[str, tuple[int, int]]:
@@ -77,6 +75,7 @@ def measure(folder: str, rows: list[int], repeats: int, threads: int, calls: int
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gambit.bench.eval import write_json
     from gambit.model.registry import resolve_model
 
     p = argparse.ArgumentParser(prog="gambit bench linears", description=__doc__.splitlines()[0])
@@ -97,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         g = r["gb_s"][k]
         print(f"| {k} | " + " | ".join(f"{v[n]:.0f} ({g[n]:.1f} GB/s)" for n in names) + " |")
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(r, indent=1))
+        write_json(r, args.json)
     return 0
 
 

@@ -11,7 +11,6 @@ the wall time per step without the profiler is measured first and reported besid
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections import defaultdict
@@ -95,6 +94,7 @@ def profile(folder: str, batch: int, steps: int, threads: int, cpu_linear: str,
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gambit.bench.eval import write_json
     from gambit.model.registry import resolve_model
 
     p = argparse.ArgumentParser(prog="gambit bench profile", description=__doc__.splitlines()[0])
@@ -119,8 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     for k, g in r["groups"].items():
         print(f"| {k} | {g['ms']:.2f} | {g['share']:.1%} |")
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(r, indent=1))
+        write_json(r, args.json)
     return 0
 
 

@@ -13,6 +13,7 @@ other model, and forwards with multi-token SDPA groups, keep the Python path.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -166,6 +167,7 @@ std::vector<torch::Tensor> decoder_layers(
 
 
 _NONE = torch.empty(0)  # "no packed weight" (pybind takes no None inside a tensor list)
+_NO_ROWS = torch.empty(0, dtype=torch.long)  # "no decode rows" in grouped attention
 
 
 def _packed(fast: object) -> tuple[torch.Tensor | None, tuple[int, int] | None]:
@@ -175,7 +177,24 @@ def _packed(fast: object) -> tuple[torch.Tensor | None, tuple[int, int] | None]:
     return None, None
 
 
-def layer_weights(model: CausalLM) -> tuple[list, list, tuple[int, int], bool, list] | None:
+@dataclass
+class LayerWeights:
+    """What ``decoder_layers`` takes for a model, collected once (see ``ModelRunner``)."""
+
+    lw: list[torch.Tensor]  # per layer: input norm, qkv, qkv packed, o, o packed, post norm, gate_up, packed
+    lw2: list[torch.Tensor]  # per layer: down, down packed
+    lo: int  # packed weights serve lo <= rows <= hi
+    hi: int
+    norm_kernel: bool  # RMSNorms through cpu_attention.rms_norm
+    onednn: bool  # the packed weights are oneDNN's (else MKL's)
+    packs: list[PackedLinear]
+
+    def stale(self) -> bool:
+        """A packed weight was modified in place since it was packed (then rebuild: Python path)."""
+        return any(p.weight._version != p.version for p in self.packs)
+
+
+def layer_weights(model: CausalLM) -> LayerWeights | None:
     """The per-layer tensors ``decoder_layers`` takes, or None when this model needs the Python path."""
     c = model.config
     if c.qkv_bias or c.o_bias or c.mlp_bias or c.qk_norm:
@@ -211,17 +230,14 @@ def layer_weights(model: CausalLM) -> tuple[list, list, tuple[int, int], bool, l
             or len(norm_fasts) > 1):
         return None
     lo, hi = ranges.pop() if ranges else (1 << 62, 0)
-    return lw, lw2, (lo, hi), norm_fasts == {cpu_attention.rms_norm}, packs, backends == {"onednn"}
+    return LayerWeights(lw, lw2, lo, hi, norm_kernel=norm_fasts == {cpu_attention.rms_norm},
+                        onednn=backends == {"onednn"}, packs=packs)
 
 
 def signature(model: CausalLM) -> tuple:
     """What ``layer_weights`` depends on that can change after it ran: which fast paths are installed
     (``linear.generation``) and whether a packed weight was modified in place since it was packed."""
     return model, linear.generation(), model.model.layers[0].input_layernorm.fast
-
-
-def stale(weights_of: list[PackedLinear]) -> bool:
-    return any(p.weight._version != p.version for p in weights_of)
 
 
 def serves(attn: PagedAttention) -> bool:
@@ -236,25 +252,24 @@ def _meta(attn: PagedAttention) -> tuple[int, list[torch.Tensor]]:
         return 1, list(attn.multi)
     if attn.decode is not None and attn.decode[0] is None:
         return 0, [attn.decode[1], attn.decode[2]]
-    meta = list(attn.decode) if attn.decode is not None else [_NONE.long(), _NONE.long(), _NONE.long()]
+    meta = list(attn.decode) if attn.decode is not None else [_NO_ROWS] * 3
     for g in attn.groups:
         meta += [g.rows, g.valid, g.flat_valid_rows, g.blocks, g.mask]
     return 2, meta
 
 
-def forward(model: CausalLM, weights: tuple, input_ids: torch.Tensor, positions: torch.Tensor,
+def forward(model: CausalLM, weights: LayerWeights, input_ids: torch.Tensor, positions: torch.Tensor,
             attn: PagedAttention, taps: Sequence[int] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
     """``CausalLM.forward`` for a forward that ``serves`` accepts, with the layer loop in C++."""
-    lw, lw2, (lo, hi), norm_kernel, _, onednn = weights
-    c = model.config
+    c, w = model.config, weights
     x = model.model.embed_tokens(input_ids)
     cos, sin = model.rope.table(positions)
     mode, meta = _meta(attn)
     layer_taps = sorted(t for t in set(taps) if t < c.num_hidden_layers)
     out = cpu_attention.kernel().decoder_layers(
-        x, lw, lw2, attn.cache.k, attn.cache.v, cos, sin, attn.slots, mode, meta, layer_taps,
+        x, w.lw, w.lw2, attn.cache.k, attn.cache.v, cos, sin, attn.slots, mode, meta, layer_taps,
         c.num_attention_heads, c.num_key_value_heads, c.head_dim, model.model.norm.eps, c.head_dim ** -0.5,
-        lo, hi, norm_kernel, onednn)
+        w.lo, w.hi, w.norm_kernel, w.onednn)
     tapped = dict(zip(layer_taps, out[1:], strict=True))
     x = model.model.norm(out[0])
     if c.num_hidden_layers in taps:

@@ -19,6 +19,7 @@ fast path steps aside (plain ``F.linear``) instead of using stale numbers.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -44,6 +45,7 @@ def onednn_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
+@functools.cache
 def cpu_vendor() -> str:
     """``vendor_id`` from /proc/cpuinfo ("GenuineIntel", "AuthenticAMD", ...; "" when unknown)."""
     try:

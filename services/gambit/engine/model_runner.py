@@ -34,10 +34,10 @@ class ModelRunner:
                            and cpu_attention.kernel() is not None)
         self.cache = KVCache(model.config, num_blocks, block_size, dtype, device)
 
-    def _layer_weights(self) -> tuple | None:
+    def _layer_weights(self) -> cpu_decoder.LayerWeights | None:
         """``cpu_decoder.layer_weights``, rebuilt only when the model's fast paths changed."""
         sig, cached = cpu_decoder.signature(self.model), self._weights
-        if cached is None or cached[0] != sig or (cached[1] is not None and cpu_decoder.stale(cached[1][4])):
+        if cached is None or cached[0] != sig or (cached[1] is not None and cached[1].stale()):
             self._weights = (sig, cpu_decoder.layer_weights(self.model))
         return self._weights[1]
 
