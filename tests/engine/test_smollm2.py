@@ -44,6 +44,22 @@ def test_greedy_equals_transformers_with_and_without_chat_template(real):
     assert any(2 in out for out in outs[2:])
 
 
+def test_batch_one_streams_and_equals_transformers(real):
+    """One trace: every product is one row, so the large weights stream through cpu_gemv and the norms
+    run in one kernel call (other floats than transformers' in the last bits); greedy output is equal."""
+    eng, hf, hf_tok = real
+    assert eng.model.model.layers[0].mlp.fast["gate_up"].stream is not None
+    chat = hf_tok.apply_chat_template(CHATS[0], tokenize=False, add_generation_prompt=True)
+    for text in (PLAIN[0], chat):
+        ids = eng.tokenizer.encode(text)
+        out = eng.generate([ids], SamplingParams(temperature=0, max_tokens=NEW, ignore_eos=True))[0]
+        x = torch.tensor([ids])
+        with torch.inference_mode():
+            ref = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=NEW, do_sample=False,
+                              eos_token_id=None, pad_token_id=2)[0, len(ids):].tolist()
+        assert out == ref, text
+
+
 def test_boundaries_with_a_bpe_vocabulary(real):
     eng, _, _ = real
     tok = eng.tokenizer

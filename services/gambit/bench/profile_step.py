@@ -16,7 +16,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-LINEAR_OPS = {"mkldnn::_linear_pointwise", "aten::mm", "aten::addmm", "mkl::_mkl_linear", "aten::bmm"}
+LINEAR_OPS = {"mkldnn::_linear_pointwise", "aten::mm", "aten::addmm", "mkl::_mkl_linear", "aten::bmm",
+              "gambit::gemv_t"}
 SAMPLER_OPS = {"aten::div", "aten::amax", "aten::sub_", "aten::exp_", "aten::cumsum_", "aten::searchsorted",
                "aten::argmax", "aten::sum"}
 ATTENTION_OPS = {"aten::index_copy_", "aten::_scaled_dot_product_flash_attention_for_cpu"}
@@ -35,8 +36,25 @@ def _linear_name(shapes: list, cfg) -> str:
     return "linear: down" if i in dims else "linear: o"
 
 
+def _stream_ab(eng, steps: int) -> dict[bool, list[float]]:
+    """Steps with one-row products through cpu_gemv and without (MKL/oneDNN), alternating, each after a
+    re-install of the linears and one untimed step."""
+    from gambit.engine.linear import install_cpu_linears
+
+    ab: dict[bool, list[float]] = {False: [], True: []}
+    for i in range(2 * steps):
+        on = bool(i % 2)
+        install_cpu_linears(eng.model, eng.config.cpu_linear, stream=on)
+        eng.step()
+        t0 = time.perf_counter()
+        eng.step()
+        ab[on].append(time.perf_counter() - t0)
+    install_cpu_linears(eng.model, eng.config.cpu_linear, stream=eng.config.cpu_stream)
+    return ab
+
+
 def profile(folder: str, batch: int, steps: int, threads: int, cpu_linear: str,
-            compare_layers: bool = False) -> dict:
+            compare_layers: bool = False, compare_stream: bool = False) -> dict:
     import torch
     from torch.profiler import profile as torch_profile
 
@@ -45,12 +63,12 @@ def profile(folder: str, batch: int, steps: int, threads: int, cpu_linear: str,
 
     torch.set_num_threads(threads)
     prompts = make_prompts(Path(folder), batch)
-    need = sum(-(-(len(p) + 5 * steps + 16) // 16) for p in prompts)
+    need = sum(-(-(len(p) + 9 * steps + 16) // 16) for p in prompts)
     cfg = EngineConfig(model=folder, device="cpu", dtype="float32", block_size=16, num_blocks=need + 4,
                        max_num_seqs=batch, cpu_linear=cpu_linear)
     eng = Engine.from_pretrained(folder, cfg)
     for p in prompts:
-        eng.add(p, SamplingParams(temperature=0.8, max_tokens=5 * steps + 8, ignore_eos=True, seed=1))
+        eng.add(p, SamplingParams(temperature=0.8, max_tokens=9 * steps + 8, ignore_eos=True, seed=1))
     for _ in range(3):
         eng.step()
     walls, ab = [], {False: [], True: []}
@@ -65,6 +83,7 @@ def profile(folder: str, batch: int, steps: int, threads: int, cpu_linear: str,
             eng.step()
             ab[on].append(time.perf_counter() - t0)
         eng.runner.cpp_layers = True
+    stream_ab = _stream_ab(eng, steps) if compare_stream else {}
     with torch_profile(record_shapes=True) as prof:
         for _ in range(steps):
             eng.step()
@@ -90,7 +109,9 @@ def profile(folder: str, batch: int, steps: int, threads: int, cpu_linear: str,
             "wall_ms_per_step": walls[len(walls) // 2] * 1e3, "profiled_ms_per_step": total,
             "groups": {k: {"ms": v, "share": v / total} for k, v in ranked},
             "layer_loop_ms": {("cpp" if k else "python"): sorted(v)[len(v) // 2] * 1e3 for k, v in ab.items()
-                              if v}}
+                              if v},
+            "stream_ms": {("gemv" if k else "gemm"): sorted(v)[len(v) // 2] * 1e3
+                          for k, v in stream_ab.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,15 +127,22 @@ def main(argv: list[str] | None = None) -> int:
                    help="EngineConfig.cpu_linear: weight layout/kernel of the linear layers")
     p.add_argument("--compare-layers", action="store_true",
                    help="also time steps with the Python and the C++ layer loop, interleaved (ms medians)")
+    p.add_argument("--compare-stream", action="store_true",
+                   help="also time steps with one-row products through cpu_gemv and through MKL/oneDNN, "
+                        "alternating (ms medians; batch 1 is where it applies)")
     p.add_argument("--json", default=None, help="write the result JSON here")
     args = p.parse_args(argv)
     r = profile(str(resolve_model(args.model)), args.batch, args.steps, args.threads, args.cpu_linear,
-                args.compare_layers)
+                args.compare_layers, args.compare_stream)
     print(f"batch {r['batch']}, {r['threads']} threads, cpu_linear={r['cpu_linear']}: "
           f"{r['wall_ms_per_step']:.1f} ms per step unprofiled, {r['profiled_ms_per_step']:.1f} ms profiled")
     if r["layer_loop_ms"]:
         py, cpp = r["layer_loop_ms"]["python"], r["layer_loop_ms"]["cpp"]
         print(f"step with the Python layer loop {py:.1f} ms, with the C++ one {cpp:.1f} ms ({py / cpp:.2f}x)")
+    if r["stream_ms"]:
+        mm, gv = r["stream_ms"]["gemm"], r["stream_ms"]["gemv"]
+        print(f"step with MKL/oneDNN one-row products {mm:.1f} ms, streamed through cpu_gemv {gv:.1f} ms "
+              f"({mm / gv:.2f}x)")
     print("| part | ms / step | share |\n|---|---:|---:|")
     for k, g in r["groups"].items():
         print(f"| {k} | {g['ms']:.2f} | {g['share']:.1%} |")

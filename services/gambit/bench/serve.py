@@ -6,6 +6,10 @@ the guidance-sync share (decoding blocked on the scorer / run time), throughput 
 1, 4 and 16 concurrent runs, and the scaling efficiency at 16 runs: the service's speed-up from 1
 to 16 runs divided by the engine's own speed-up from batch C to batch 16·C (measured after each
 level of each repetition, so it sees the same load as the services).
+
+At n concurrent runs, n clients each send ``--waves`` runs back to back (a closed loop, as a load test
+runs): throughput is sustained, not the makespan of one burst, whose wait for its slowest run
+measures the spread of run lengths rather than the service. ``--waves 1`` gives the burst.
 """
 
 from __future__ import annotations
@@ -29,13 +33,14 @@ class BenchServeConfig:
     round_interval: int = 16  # Δ, decode steps
     reps: int = 3  # interleaved repetitions per system and concurrency
     concurrency: str = "1,4,16"  # concurrent runs to measure
+    waves: int = 3  # runs each concurrent client sends back to back (1: one burst of n runs)
     scorer: str = ""  # scorer folder ("" = shipped MLP scorer, untrained random one if none)
     grpc_port: int = 9310  # Serve gRPC port for the benchmark
     metrics_port: int = 9311  # Ray metrics port for the benchmark
 
     def __post_init__(self) -> None:
-        if self.capacity < 1 or self.max_tokens < 1 or self.reps < 1:
-            raise ValueError("capacity, max_tokens and reps must be >= 1")
+        if self.capacity < 1 or self.max_tokens < 1 or self.reps < 1 or self.waves < 1:
+            raise ValueError("capacity, max_tokens, reps and waves must be >= 1")
         self.levels = [int(x) for x in self.concurrency.split(",")]
         if not self.levels or min(self.levels) < 1:
             raise ValueError("concurrency: comma-separated integers >= 1")
@@ -51,7 +56,7 @@ def problems(n: int) -> list[str]:
     return [p.prompt for p in generate("dev", n, 7, TaskConfig(3, 6))]
 
 
-def run_embedded(emb, prompts, cfg: BenchServeConfig) -> list[dict]:
+def run_embedded(emb, prompts, cfg: BenchServeConfig, clients: int | None = None) -> list[dict]:
     from gambit.serving.solve_config import SolveConfig
 
     out: list[dict] = [{} for _ in prompts]
@@ -64,11 +69,12 @@ def run_embedded(emb, prompts, cfg: BenchServeConfig) -> list[dict]:
         out[i] = {"latency": time.perf_counter() - t0, "tokens": res["generated_tokens"],
                   "sync": res["scorer_s"], "total": res["total_s"], "answer": res["answer"]}
 
-    _threads(one, len(prompts))
+    _threads(one, len(prompts), clients)
     return out
 
 
-def run_distributed(address: str, prompts, cfg: BenchServeConfig, channel=None) -> list[dict]:
+def run_distributed(address: str, prompts, cfg: BenchServeConfig, channel=None, clients: int | None = None
+                    ) -> list[dict]:
     """``channel``: an open channel to reuse, as a long-lived client would (None: one for this call)."""
     import grpc
 
@@ -88,14 +94,22 @@ def run_distributed(address: str, prompts, cfg: BenchServeConfig, channel=None) 
         out[i] = {"latency": time.perf_counter() - t0, "tokens": res.generated_tokens,
                   "sync": res.timings.scorer_s, "total": res.timings.total_s, "answer": res.answer}
 
-    _threads(one, len(prompts))
+    _threads(one, len(prompts), clients)
     if own:
         channel.close()
     return out
 
 
-def _threads(fn, n: int) -> None:
-    ts = [threading.Thread(target=fn, args=(i,)) for i in range(n)]
+def _threads(fn, n: int, clients: int | None = None) -> None:
+    """``fn(0..n-1)`` from ``clients`` threads (default n), each calling its share back to back: a closed
+    loop that keeps ``clients`` runs in flight until the last share starts."""
+    clients = min(n, clients or n)
+
+    def client(c: int) -> None:
+        for i in range(c, n, clients):
+            fn(i)
+
+    ts = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
     for t in ts:
         t.start()
     for t in ts:
@@ -159,11 +173,11 @@ def bench(cfg: BenchServeConfig) -> dict:
         rows: dict[tuple[str, int], list[dict]] = {}
         for rep in range(cfg.reps):
             for n in cfg.levels:
-                ps = problems(n)
+                ps = problems(n * cfg.waves)  # n clients, each sending `waves` runs back to back
                 for name in ("embedded", "distributed"):  # interleaved
                     t0 = time.perf_counter()
-                    res = (run_embedded(emb, ps, cfg) if name == "embedded"
-                           else run_distributed(address, ps, cfg, channel))
+                    res = (run_embedded(emb, ps, cfg, n) if name == "embedded"
+                           else run_distributed(address, ps, cfg, channel, n))
                     wall = time.perf_counter() - t0
                     rows.setdefault((name, n), []).append({"wall": wall, "runs": res})
                     log(f"rep {rep + 1}/{cfg.reps}  {name:11s}  {n:2d} runs  {wall:6.2f} s  "
@@ -181,7 +195,7 @@ def bench(cfg: BenchServeConfig) -> dict:
             reps = rows[(name, n)]
             walls = [r["wall"] for r in reps]
             lats = [x["latency"] for r in reps for x in r["runs"]]
-            conc.append({"runs": n, "runs_per_s": n / statistics.median(walls),
+            conc.append({"runs": n, "runs_per_s": n * cfg.waves / statistics.median(walls),
                          "wall_s": statistics.median(walls),
                          "wall_spread_s": [min(walls), max(walls)], "p50_s": pct(lats, 0.5),
                          "p95_s": pct(lats, 0.95),

@@ -69,6 +69,7 @@ class EngineConfig:
     cpu_kernel: bool = True  # CPU fp32 decode attention reads KV blocks in place (compiled once)
     cpu_linear: str = "transposed"  # CPU fp32 linears: "transposed" | "packed" | "plain" (engine/linear.py)
     cpu_layers: bool = True  # kernel-served CPU forwards run the layer loop in C++, same floats (cpu_decoder)
+    cpu_stream: bool = True  # one-row products of weights >= 2^18 elements stream through cpu_gemv
     spec: SpecConfig = field(default_factory=SpecConfig)  # tree drafting for speculative traces
 
     def __post_init__(self) -> None:

@@ -223,13 +223,14 @@ def kernel():
                 from torch.utils.cpp_extension import load_inline
 
                 from gambit.engine.cpu_decoder import SOURCE as DECODER_SOURCE  # uses the kernels here
+                from gambit.engine.cpu_gemv import SOURCE as GEMV_SOURCE
 
-                sources = [_SOURCE, DECODER_SOURCE]
+                sources = [_SOURCE, GEMV_SOURCE, DECODER_SOURCE]
                 digest = hashlib.sha256("".join(sources).encode()).hexdigest()[:12]
                 # named by its source: checkouts of different versions never share (or race on) a build
                 _module = load_inline(
                     name=f"gambit_cpu_kernels_{digest}", cpp_sources=sources,
-                    functions=["paged_decode", "paged_attention", "rms_norm", "decoder_layers"],
+                    functions=["paged_decode", "paged_attention", "rms_norm", "gemv_t", "decoder_layers"],
                     extra_cflags=["-O3", "-march=native", "-fopenmp"],
                     extra_ldflags=["-fopenmp"], verbose=False)
             except Exception as e:  # no compiler, no ninja, ...: keep the portable path

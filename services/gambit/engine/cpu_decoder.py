@@ -43,13 +43,17 @@ static at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& packed) {
   return stack[0].toTensor();
 }
 
-// Which packed GEMM the model's PackedLinears use (one for all of them, see layer_weights).
+// Which packed GEMM the model's PackedLinears use (one for all of them, see layer_weights), and the
+// smallest weight whose one-row products stream through gemv_t (PackedLinear.stream).
 static bool g_onednn = false;
+static int64_t g_stream_min = INT64_MAX;
 
-// project(): the packed weight for lo <= rows <= hi (PackedLinear), else F.linear.
+// project(): one row of a large weight through gemv_t, the packed weight for lo <= rows <= hi
+// (PackedLinear), else F.linear.
 static at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& packed, int64_t lo,
                           int64_t hi) {
   const int64_t in = x.size(-1), rows = x.numel() / in;
+  if (rows == 1 && w.numel() >= g_stream_min) return gemv_add(x, w, nullptr, true);
   if (packed.numel() > 0 && lo <= rows && rows <= hi) {
     auto x2 = x.reshape({rows, in});
     auto out = g_onednn ? onednn_linear(x2, packed) : mkl_linear(x2, packed, w, rows);
@@ -58,6 +62,14 @@ static at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Te
     return out.view(shape);
   }
   return at::linear(x, w);
+}
+
+// x + project(h, ...): a streamed one-row product adds x as it writes its sums (the same floats as
+// at::add after it), else at::add.
+static at::Tensor residual(const at::Tensor& x, const at::Tensor& h, const at::Tensor& w,
+                           const at::Tensor& packed, int64_t lo, int64_t hi) {
+  if (h.numel() == h.size(-1) && w.numel() >= g_stream_min) return gemv_add(h, w, &x, true);
+  return at::add(x, project(h, w, packed, lo, hi));
 }
 
 // apply_rope's arithmetic on one head row of D values: x * cos + cat(-x2, x1) * sin, with each product
@@ -139,8 +151,9 @@ std::vector<torch::Tensor> decoder_layers(
     torch::Tensor x, std::vector<torch::Tensor> lw, std::vector<torch::Tensor> lw2, torch::Tensor kcache,
     torch::Tensor vcache, torch::Tensor cos, torch::Tensor sin, torch::Tensor slots, int64_t attn,
     std::vector<torch::Tensor> meta, std::vector<int64_t> taps, int64_t H, int64_t Hkv, int64_t D, double eps,
-    double scale, int64_t lo, int64_t hi, bool norm_kernel, bool onednn) {
+    double scale, int64_t lo, int64_t hi, bool norm_kernel, bool onednn, int64_t stream_min) {
   g_onednn = onednn;
+  g_stream_min = stream_min;
   const int64_t L = static_cast<int64_t>(lw2.size()) / 2, T = x.size(1);
   std::vector<torch::Tensor> out{torch::Tensor()};
   for (int64_t i = 0; i < L; ++i) {
@@ -155,10 +168,10 @@ std::vector<torch::Tensor> decoder_layers(
              : attn == 1 ? paged_attention(qf, kc, vc, meta[0], meta[1], meta[2], meta[3], meta[4], meta[5],
                                            meta[6], scale)
                          : grouped_attention(qf, kc, vc, meta, H, Hkv, D, scale);
-    x = at::add(x, project(o.unsqueeze(0).reshape({1, T, H * D}), w[3], w[4], lo, hi));
+    x = residual(x, o.unsqueeze(0).reshape({1, T, H * D}), w[3], w[4], lo, hi);
     // MLP block (MLP.forward, fused gate/up)
     auto gu = project(norm(x, w[5], eps, norm_kernel), w[6], w[7], lo, hi).chunk(2, -1);
-    x = at::add(x, project(at::mul(at::silu(gu[0]), gu[1]), lw2[2 * i], lw2[2 * i + 1], lo, hi));
+    x = residual(x, at::mul(at::silu(gu[0]), gu[1]), lw2[2 * i], lw2[2 * i + 1], lo, hi);
   }
   out[0] = x;
   return out;
@@ -188,6 +201,7 @@ class LayerWeights:
     norm_kernel: bool  # RMSNorms through cpu_attention.rms_norm
     onednn: bool  # the packed weights are oneDNN's (else MKL's)
     packs: list[PackedLinear]
+    stream_min: int = 1 << 62  # weights this large stream one-row products through cpu_gemv
 
     def stale(self) -> bool:
         """A packed weight was modified in place since it was packed (then rebuild: Python path)."""
@@ -230,8 +244,12 @@ def layer_weights(model: CausalLM) -> LayerWeights | None:
             or len(norm_fasts) > 1):
         return None
     lo, hi = ranges.pop() if ranges else (1 << 62, 0)
+    streamed = any(p.stream is not None for p in packs)
+    if streamed and any(p.stream is None and p.weight.numel() >= linear.STREAM_MIN_ELEMENTS for p in packs):
+        return None  # a mix the one threshold cannot express: only Python knows
     return LayerWeights(lw, lw2, lo, hi, norm_kernel=norm_fasts == {cpu_attention.rms_norm},
-                        onednn=backends == {"onednn"}, packs=packs)
+                        onednn=backends == {"onednn"}, packs=packs,
+                        stream_min=linear.STREAM_MIN_ELEMENTS if streamed else 1 << 62)
 
 
 def signature(model: CausalLM) -> tuple:
@@ -269,7 +287,7 @@ def forward(model: CausalLM, weights: LayerWeights, input_ids: torch.Tensor, pos
     out = cpu_attention.kernel().decoder_layers(
         x, w.lw, w.lw2, attn.cache.k, attn.cache.v, cos, sin, attn.slots, mode, meta, layer_taps,
         c.num_attention_heads, c.num_key_value_heads, c.head_dim, model.model.norm.eps, c.head_dim ** -0.5,
-        w.lo, w.hi, w.norm_kernel, w.onednn)
+        w.lo, w.hi, w.norm_kernel, w.onednn, w.stream_min)
     tapped = dict(zip(layer_taps, out[1:], strict=True))
     x = model.model.norm(out[0])
     if c.num_hidden_layers in taps:

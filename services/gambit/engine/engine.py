@@ -74,7 +74,8 @@ class Engine:
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
         self.model.rope.cos, self.model.rope.sin = self.model.rope.cos.float(), self.model.rope.sin.float()
         self.model.fuse_projections()  # (re)fuse: a .to() above may have unshared earlier fusion
-        self.cpu_linear = install_cpu_linears(self.model, config.cpu_linear)  # CPU fp32 only
+        self.cpu_linear = install_cpu_linears(self.model, config.cpu_linear,  # CPU fp32 only
+                                              stream=config.cpu_stream and config.cpu_kernel)
         self.tokenizer = tokenizer
         mc = model.config
         self.max_model_len = mc.max_position_embeddings

@@ -25,7 +25,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from gambit.engine import cpu_attention
+from gambit.engine import cpu_attention, cpu_gemv
 from gambit.model.layers import RMSNorm
 from gambit.model.llama import CausalLM
 
@@ -65,6 +65,9 @@ def cpu_vendor() -> str:
 # 2-32 rows. Layers below this many weights keep MKL everywhere (the shipped 2.7M target's largest has
 # 196,608: its floats, which the shipped scorers' cards pin, stay as they were).
 ONEDNN_MIN_ELEMENTS = 1 << 18
+# One-row products of weights at least this large stream through ``cpu_gemv`` (its sums run in another
+# order than MKL's, so the shipped target, whose weights are all smaller, keeps its floats).
+STREAM_MIN_ELEMENTS = 1 << 18
 
 
 def packing_backend(weight: torch.Tensor, vendor: str | None = None) -> str:
@@ -77,14 +80,19 @@ def packing_backend(weight: torch.Tensor, vendor: str | None = None) -> str:
 
 class PackedLinear:
     """A packed weight (MKL's, or oneDNN's with ``backend="onednn"``) for ``min_rows <= rows <=
-    max_rows``; ``F.linear`` (or ``fallback``) else."""
+    max_rows``; with ``stream`` (the weight's contiguous ``[in, out]`` storage) one-row products go
+    through ``cpu_gemv``; ``F.linear`` (or ``fallback``) else."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, min_rows: int,
                  max_rows: int = 1 << 30, fallback: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 backend: str = "mkl") -> None:
+                 backend: str = "mkl", stream: torch.Tensor | None = None) -> None:
         if backend not in ("mkl", "onednn"):
             raise ValueError(f"backend must be mkl or onednn, got {backend!r}")
+        if stream is not None and (not stream.is_contiguous() or stream.shape != weight.t().shape
+                                   or bias is not None):
+            raise ValueError("stream must be the weight's contiguous [in, out] transpose, without bias")
         self.weight, self.bias, self.min_rows, self.max_rows = weight, bias, min_rows, max_rows
+        self.stream = stream
         self.fallback = fallback or (lambda x: F.linear(x, self.weight, self.bias))
         self.version = weight._version
         self.backend = backend
@@ -95,9 +103,12 @@ class PackedLinear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if (not self.min_rows <= rows <= self.max_rows or x.dtype != torch.float32
-                or self.weight._version != self.version
+        if (x.dtype != torch.float32 or self.weight._version != self.version
                 or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))):
+            return self.fallback(x)
+        if rows == 1 and self.stream is not None:
+            return cpu_gemv.gemv(x, self.stream)
+        if not self.min_rows <= rows <= self.max_rows:
             return self.fallback(x)
         x2 = x.reshape(rows, x.shape[-1])
         if self.backend == "onednn":
@@ -136,11 +147,13 @@ def _relayout(model: CausalLM, transposed: bool) -> None:
             model.lm_head.weight.data = lay(model.lm_head.weight.data)
 
 
-def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: tuple[int, int] = (2, 32)
-                        ) -> str:
+def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: tuple[int, int] = (2, 32),
+                        stream: bool = True) -> str:
     """Lay out a fused fp32 CPU model's linears for ``mode``; returns the mode in effect.
 
     ``packed_rows``: the row counts served by MKL-packed copies (all rows ≥ 2 in "packed" mode).
+    ``stream``: in "transposed" mode, one-row products of weights of at least ``STREAM_MIN_ELEMENTS``
+    go through ``cpu_gemv`` (the tied LM head through its transposed copy).
     """
     if mode not in CPU_LINEAR_MODES:
         raise ValueError(f"cpu_linear must be one of {CPU_LINEAR_MODES}, got {mode!r}")
@@ -149,19 +162,24 @@ def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: 
     if head.dtype != torch.float32 or head.device.type != "cpu":
         return "plain"
     _relayout(model, transposed=mode == "transposed")
-    head_fallback = None
+    head_fallback = head_t = None
     if mode == "transposed" and model.config.tie_word_embeddings:
-        wt = head.detach().t().contiguous()  # the embedding table stays row-major for lookups
-        head_fallback = lambda x: torch.matmul(x, wt)  # noqa: E731
+        head_t = head.detach().t().contiguous()  # the embedding table stays row-major for lookups
+        head_fallback = lambda x: torch.matmul(x, head_t)  # noqa: E731
         model.fast["head"] = head_fallback
+    # one-row products of large weights: the streaming kernel, on the transposed layout only
+    stream_rows = stream and mode == "transposed" and cpu_attention.kernel() is not None
     if mode == "plain" or not mkl_available():
         return mode if mode != "packed" else "plain"
     lo, hi = packed_rows if mode == "transposed" else (2, 1 << 30)
 
-    def pack(w: torch.Tensor, b: torch.Tensor | None, fallback=None) -> PackedLinear:
+    def pack(w: torch.Tensor, b: torch.Tensor | None, fallback=None, wt: torch.Tensor | None = None
+             ) -> PackedLinear:
+        wt = w.t() if wt is None else wt
+        stream = wt if stream_rows and b is None and w.numel() >= STREAM_MIN_ELEMENTS else None
         if mode == "transposed" and packing_backend(w) == "onednn":  # every row count
-            return PackedLinear(w, b, 1, 1 << 30, fallback, backend="onednn")
-        return PackedLinear(w, b, lo, hi, fallback)
+            return PackedLinear(w, b, 1, 1 << 30, fallback, backend="onednn", stream=stream)
+        return PackedLinear(w, b, lo, hi, fallback, stream=stream)
 
     for layer in model.model.layers:
         attn, mlp = layer.self_attn, layer.mlp
@@ -171,8 +189,22 @@ def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: 
         if mlp.gate_up is not None and mlp.gate_proj.bias is None:
             mlp.fast["gate_up"] = pack(mlp.gate_up, None)
         mlp.fast["down"] = pack(mlp.down_proj.weight, mlp.down_proj.bias)
-    model.fast["head"] = pack(head, None, head_fallback)
+    model.fast["head"] = pack(head, None, head_fallback, head_t)
+    if any(getattr(f, "stream", None) is not None for f in _packs(model)):
+        # a model large enough to stream: its RMSNorms in one kernel call each, not torch's ~7 (their
+        # floats differ from F.rms_norm's in the last bits; the shipped target never gets here)
+        for norm in _norms(model):
+            norm.fast = cpu_attention.rms_norm
     return mode
+
+
+def _packs(model: CausalLM) -> list:
+    layers = model.model.layers
+    return [f for x in layers for f in (*x.self_attn.fast.values(), *x.mlp.fast.values())]
+
+
+def _norms(model: CausalLM) -> list[RMSNorm]:
+    return [m for m in model.modules() if isinstance(m, RMSNorm)]
 
 
 def clear_fast_paths(model: CausalLM) -> None:
@@ -183,6 +215,8 @@ def clear_fast_paths(model: CausalLM) -> None:
         layer.self_attn.fast.clear()
         layer.mlp.fast.clear()
     model.fast.clear()
+    for norm in _norms(model):
+        norm.fast = None
 
 
 def pack_drafter(drafter, enabled: bool = True, norm_kernel: bool = True, min_rows: int = 2) -> int:

@@ -1,0 +1,101 @@
+"""One-row products of large fp32 weights, streamed from memory in one pass (a small C++ kernel).
+
+At batch 1 a decode step is the whole model's weights read once: a 135M-parameter model is 538 MB
+per token, so the step is bounded by memory bandwidth, and the one-row GEMMs of MKL and oneDNN read
+weights at 11-25 GB/s against the 26 GB/s a plain ``x.sum()`` streams on the same machine (README,
+"A real checkpoint"). This kernel multiplies ``x [1, in]`` by the transposed layout the engine already
+stores (``wt [in, out]`` contiguous, ``engine/linear.py``): ``GEMV_PARTS`` fixed contiguous bands of
+input rows, each streamed front to back into its own partial sums held in L1-sized tiles of outputs
+(four weight rows per pass over a tile, vectorised over the outputs), then the partials added in a
+fixed order. The bands are fixed, not per thread, so the floats do not depend on the thread count.
+
+The sums run in a different order from MKL's, so only weights of at least
+``linear.STREAM_MIN_ELEMENTS`` take this path: the shipped 2.7M target keeps exactly its floats.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gambit.engine import cpu_attention
+
+SOURCE = r"""
+#include <ATen/record_function.h>
+
+static constexpr int64_t GEMV_PARTS = 4;    // input-row bands (fixed: floats independent of threads)
+static constexpr int64_t GEMV_TILE = 4096;  // outputs per accumulator tile (16 KB, stays in L1)
+
+// acc[0:out] = sum over i in [i0, i1) of x[i] * wt[i, :], in order of i, tile by tile.
+static void gemv_band(const float* x, const float* wt, int64_t i0, int64_t i1, int64_t out, float* acc) {
+  for (int64_t c0 = 0; c0 < out; c0 += GEMV_TILE) {
+    const int64_t c1 = std::min(out, c0 + GEMV_TILE);
+    std::fill(acc + c0, acc + c1, 0.f);
+    int64_t i = i0;
+    for (; i + 4 <= i1; i += 4) {
+      const float a0 = x[i], a1 = x[i + 1], a2 = x[i + 2], a3 = x[i + 3];
+      const float *w0 = wt + i * out, *w1 = w0 + out, *w2 = w1 + out, *w3 = w2 + out;
+#pragma omp simd
+      for (int64_t c = c0; c < c1; ++c) acc[c] = acc[c] + a0 * w0[c] + a1 * w1[c] + a2 * w2[c] + a3 * w3[c];
+    }
+    for (; i < i1; ++i) {
+      const float a = x[i];
+      const float* w = wt + i * out;
+#pragma omp simd
+      for (int64_t c = c0; c < c1; ++c) acc[c] = acc[c] + a * w[c];
+    }
+  }
+}
+
+// y [..., out] = res + x @ wt (res: none, or a tensor of y's shape, added last as at::add would) for x
+// [..., in] holding one row and wt [in, out] contiguous fp32.
+// w is the weight as the model holds it, [out, in] viewed over contiguous [in, out] storage (strides
+// (1, out)), or with transposed = false that storage itself.
+static at::Tensor gemv_add(const at::Tensor& x, const at::Tensor& w, const at::Tensor* res, bool transposed) {
+  const int64_t in = w.size(transposed ? 1 : 0), out = w.size(transposed ? 0 : 1);
+  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kFloat && w.stride(transposed ? 0 : 1) == 1 &&
+                  w.stride(transposed ? 1 : 0) == out, "gemv_t: wt must be a contiguous [in, out]");
+  TORCH_CHECK(x.numel() == in && x.scalar_type() == at::kFloat, "gemv_t: x must hold one row of ", in);
+  RECORD_FUNCTION("gambit::gemv_t", std::vector<c10::IValue>({x, w}));
+  auto xc = x.contiguous();
+  thread_local std::vector<float> parts;  // per calling thread: no allocation per call
+  parts.resize(GEMV_PARTS * out);
+  const float* xp = xc.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  float* pp = parts.data();
+  const int64_t band = ((in + GEMV_PARTS - 1) / GEMV_PARTS + 3) / 4 * 4;
+  at::parallel_for(0, GEMV_PARTS, 1, [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      const int64_t i0 = std::min(in, p * band), i1 = std::min(in, i0 + band);
+      gemv_band(xp, wp, i0, i1, out, pp + p * out);
+    }
+  });
+  auto shape = x.sizes().vec();
+  shape.back() = out;
+  auto y = at::empty(shape, x.options());
+  float* yp = y.data_ptr<float>();
+  at::Tensor rc;
+  const float* rp = nullptr;
+  if (res != nullptr) {
+    TORCH_CHECK(res->numel() == out && res->scalar_type() == at::kFloat, "gemv_t: residual of ", out);
+    rc = res->contiguous();
+    rp = rc.data_ptr<float>();
+  }
+  at::parallel_for(0, out, 16384, [&](int64_t b, int64_t e) {
+#pragma omp simd
+    for (int64_t c = b; c < e; ++c) {
+      float s = pp[c];
+      for (int64_t p = 1; p < GEMV_PARTS; ++p) s = s + pp[p * out + c];
+      yp[c] = rp != nullptr ? rp[c] + s : s;
+    }
+  });
+  return res != nullptr ? y.view(res->sizes()) : y;
+}
+
+// x [..., in] holding one row, wt [in, out] contiguous fp32 -> [..., out].
+torch::Tensor gemv_t(torch::Tensor x, torch::Tensor wt) { return gemv_add(x, wt, nullptr, false); }
+"""
+
+
+def gemv(x: torch.Tensor, wt: torch.Tensor) -> torch.Tensor:
+    """``x [..., in]`` (one row) times ``wt [in, out]`` (contiguous, transposed layout) → [..., out]."""
+    return cpu_attention.kernel().gemv_t(x, wt)
