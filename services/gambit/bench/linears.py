@@ -38,7 +38,16 @@ def backends(ws: list):
         po = [torch.ops.mkldnn._reorder_linear_weight(w, 16) for w in ws]
         fs["oneDNN packed"] = lambda x: [torch.ops.mkldnn._linear_pointwise(x, p, None, "none", [], "")
                                          for p in po]
+    from gambit.engine import cpu_attention
+
+    if cpu_attention.kernel() is not None:  # one row only: cpu_gemv over the transposed layout
+        from gambit.engine.cpu_gemv import gemv
+
+        fs[GEMV] = lambda x: [gemv(x, w.t()) for w in wts]
     return fs
+
+
+GEMV = "streamed gemv"
 
 
 def measure(folder: str, rows: list[int], repeats: int, threads: int, calls: int = 10,
@@ -59,11 +68,12 @@ def measure(folder: str, rows: list[int], repeats: int, threads: int, calls: int
         fs = backends([torch.randn(o, i) * 0.02 for _ in range(copies)])
         for r in rows:
             x = torch.randn(r, i)
-            times: dict[str, list[float]] = {k: [] for k in fs}
-            for f in fs.values():
+            fr = {k: f for k, f in fs.items() if k != GEMV or r == 1}
+            times: dict[str, list[float]] = {k: [] for k in fr}
+            for f in fr.values():
                 f(x)  # warm-up
             for _ in range(repeats):
-                for k, f in fs.items():
+                for k, f in fr.items():
                     t0 = time.perf_counter()
                     for _ in range(calls):
                         f(x)
@@ -89,12 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     r = measure(str(resolve_model(args.model)), [int(x) for x in args.rows.split(",")], args.repeats,
                 args.threads, calls=1 if args.distinct_mb else 10, distinct_mb=args.distinct_mb)
-    names = list(next(iter(r["us"].values())))
+    names = list(dict.fromkeys(n for v in r["us"].values() for n in v))
     print(f"CPU {r['vendor'] or '?'}, {r['threads']} threads, µs per call (median of {args.repeats} rounds)")
     print("| shape x rows | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names))
     for k, v in r["us"].items():
         g = r["gb_s"][k]
-        print(f"| {k} | " + " | ".join(f"{v[n]:.0f} ({g[n]:.1f} GB/s)" for n in names) + " |")
+        print(f"| {k} | " + " | ".join(f"{v[n]:.0f} ({g[n]:.1f} GB/s)" if n in v else "—" for n in names)
+              + " |")
     if args.json:
         write_json(r, args.json)
     return 0
