@@ -34,6 +34,7 @@ class BenchServeConfig:
     reps: int = 3  # interleaved repetitions per system and concurrency
     concurrency: str = "1,4,16"  # concurrent runs to measure
     waves: int = 3  # runs each concurrent client sends back to back (1: one burst of n runs)
+    target_threads: int = 0  # torch threads of the Target's engine (0 = every core; embedded: the bench's)
     scorer: str = ""  # scorer folder ("" = shipped MLP scorer, untrained random one if none)
     grpc_port: int = 9310  # Serve gRPC port for the benchmark
     metrics_port: int = 9311  # Ray metrics port for the benchmark
@@ -159,6 +160,7 @@ def bench(cfg: BenchServeConfig) -> dict:
     scfg = local.ServeConfig(grpc_port=cfg.grpc_port, http_port=cfg.grpc_port + 2,
                              metrics_port=cfg.metrics_port,
                              scorer=cfg.scorer, tree="redis://127.0.0.1:6379/0", prefix="bench-serve:",
+                             target_threads=cfg.target_threads,
                              token_env="GAMBIT_BENCH_NO_TOKEN")
     local.start(scfg, wait_s=600)
     address = f"127.0.0.1:{cfg.grpc_port}"

@@ -40,6 +40,7 @@ class ServeConfig:
     target_replicas: int = 1  # Target replicas (each run pinned to one)
     target_gpus: float = -1  # GPUs per Target replica (-1 = 1 when the node has a GPU, else 0)
     coordinator_replicas: int = 1  # Coordinator replicas
+    target_threads: int = 0  # torch intra-op threads of each Target's engine (0 = every core of the node)
     capacity: int = 8  # default C of a run
     swap: int = 2  # default K
     round_interval: int = 16  # default Δ, decode steps
@@ -51,13 +52,15 @@ class ServeConfig:
                 raise ValueError(f"{name} must be a TCP port, got {getattr(self, name)}")
         if self.num_cpus < 1 or self.target_replicas < 1 or self.coordinator_replicas < 1:
             raise ValueError("num_cpus, target_replicas and coordinator_replicas must be >= 1")
+        if self.target_threads < 0:
+            raise ValueError(f"target_threads must be >= 0, got {self.target_threads}")
 
     def app_args(self) -> dict:
         return {"tree": self.tree, "prefix": self.prefix, "token_env": self.token_env,
                 "target_replicas": self.target_replicas, "coordinator_replicas": self.coordinator_replicas,
                 "target_gpus": self.target_gpus,
                 "target": {"model": self.model, "scorer": self.scorer, "num_blocks": self.num_blocks,
-                           "scorer_address": f"127.0.0.1:{self.grpc_port}"},
+                           "scorer_address": f"127.0.0.1:{self.grpc_port}", "threads": self.target_threads},
                 "defaults": {"capacity": self.capacity, "swap": min(self.swap, self.capacity),
                              "round_interval": self.round_interval, "max_tokens": self.max_tokens}}
 
