@@ -32,3 +32,13 @@ def test_deferred_scoring_matches_scoring_every_step_with_fewer_calls(make_engin
     assert any(b for _, _, b, _, _ in now.values())  # the runs did branch (rounds ranked on scores)
     assert calls_later < calls_now, (calls_later, calls_now)
 
+
+
+def test_stand_in_scores_do_not_depend_on_the_batch(scorer):
+    """What lets deferral keep the search: a state's score is the same alone or in any batch."""
+    import torch
+
+    x = torch.randn(37, scorer.hidden_size, generator=torch.Generator().manual_seed(0))
+    full = scorer.score(list(range(37)), x)
+    parts = torch.cat([scorer.score(list(range(a, b)), x[a:b]) for a, b in ((0, 1), (1, 9), (9, 37))])
+    assert torch.equal(full, parts)

@@ -178,7 +178,7 @@ def test_sampling_matches_target_distribution(tiny):
     model, tok = tiny
     eng = Engine(model, tok, EngineConfig(device="cpu", dtype="float32", num_blocks=2048,
                                           spec=SpecConfig(gamma=2, budget=8, grow_width=2, offer_width=3,
-                                                          reconsider=1)))
+                                                          reconsider=1, verify="rejection")))
     eng.register_drafter("pr", random_drafter(eng.model, seed=3, method="pr", std=0.5))
     prompt = tok.encode("Compute 12+7.\nSolution:\n")
     n = 1500
@@ -199,3 +199,35 @@ def test_sampling_matches_target_distribution(tiny):
     chi2 = float(((obs - exp) ** 2 / exp.clamp(min=1e-9)).sum())
     assert len(seconds) > 100
     assert chi2 < _chi2_999(int(big.sum())), chi2
+
+
+@pytest.mark.parametrize("method", ["eagle3.1", "pr"])
+def test_match_verify_samples_exactly_plain_decoding(target, method):
+    """``spec.verify = "match"`` at T > 0 (top-k and top-p on some rows), the shipped drafters: the
+    same tokens as plain sampling with the same seeds, at batch 8 and for children forked after the
+    prompt (their own seeds), with many draft tokens accepted."""
+    prompts = _prompts(target[1])[:8]
+    spec = SpecConfig(gamma=3, budget=12, grow_width=3, offer_width=3, reconsider=2, verify="match")
+    model, tok = target
+
+    def params(i, decoding):
+        return SamplingParams(temperature=0.8, top_k=20 if i % 3 == 1 else 0, top_p=0.9 if i % 3 == 2 else 1.0,
+                              seed=100 + i, max_tokens=NEW, decoding=decoding, ignore_eos=True)
+
+    runs = []
+    for decoding in ("plain", method):
+        eng = Engine(model, tok, EngineConfig(device="cpu", dtype="float32", spec=spec, num_blocks=512))
+        ids = [eng.add(p, params(i, decoding)) for i, p in enumerate(prompts)]
+        events = eng.step()  # the prompts: one token each, in both engines
+        kids = [eng.fork(ids[k], 1, seeds=[500 + k])[0] for k in (0, 5)]
+        events += _drain(eng)
+        fin = {e.trace_id: list(e.output_ids) for e in events if isinstance(e, FinishedEvent)}
+        runs.append(([fin[i] for i in ids + kids], eng.stats))
+    (plain, _), (spec_out, stats) = runs
+    assert spec_out == plain
+    assert stats.spec_drafts > 0 and stats.tau > 2.0, stats.tau
+
+
+def test_match_verify_is_refused_unless_known():
+    with pytest.raises(ValueError, match="spec.verify"):
+        SpecConfig(verify="typical")

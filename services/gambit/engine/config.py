@@ -31,6 +31,12 @@ class SpecConfig:
     self_query: bool = True  # reconsider rows take their query from the feature
     fresh: bool = True  # the corrected token is the best one the node did not already offer
     max_drafters: int = 2  # drafter KV caches the KV budget reserves room for (one layer each)
+    # sampled rows (T > 0): "match" = a child is accepted iff it is the token plain decoding samples
+    # there (same seed, same position): exactly plain decoding's samples, so a search decodes the same
+    # text with or without speculation; "rejection" = multi-candidate rejection sampling (the target's
+    # distribution, other samples; accepts more where the target is flat; at T = 0.8 on the shipped
+    # target tau was within 3% of "match")
+    verify: str = "match"
 
     def __post_init__(self) -> None:
         for name in ("gamma", "budget", "grow_width", "offer_width"):
@@ -41,6 +47,8 @@ class SpecConfig:
             raise ValueError(f"spec.reconsider must be an integer >= 0, got {self.reconsider!r}")
         if self.extra not in ("reconsider", "advance"):
             raise ValueError(f"spec.extra must be 'reconsider' or 'advance', got {self.extra!r}")
+        if self.verify not in ("rejection", "match"):
+            raise ValueError(f"spec.verify must be 'rejection' or 'match', got {self.verify!r}")
         if not isinstance(self.max_drafters, int) or self.max_drafters < 0:
             raise ValueError(f"spec.max_drafters must be an integer >= 0, got {self.max_drafters!r}")
 

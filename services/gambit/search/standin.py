@@ -31,8 +31,11 @@ class StandInScorer:
         if len(keys) != states.shape[0]:
             raise ValueError(f"{len(keys)} keys for {states.shape[0]} states")
         self.keys.update(keys)
-        h = torch.relu(states.float() @ self.w1 + self.b1)
-        return torch.sigmoid(h @ self.w2).flatten()
+        # in float64, rounded to float32 at the end: a GEMM's rounding depends on the batch's size (and
+        # deferred scoring batches differently), by ~1e-16 here, far below what float32 keeps, so a
+        # row's score is the same alone or in any batch
+        h = torch.relu(states.double() @ self.w1.double() + self.b1.double())
+        return torch.sigmoid(h @ self.w2.double()).flatten().float()
 
     def fork(self, parent_key: Hashable, child_key: Hashable) -> None:
         self.keys.add(child_key)

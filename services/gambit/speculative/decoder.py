@@ -25,7 +25,14 @@ from gambit.engine.sampler import top_logprobs
 from gambit.engine.sequence import Trace
 from gambit.speculative.drafter import Drafter, load_drafter
 from gambit.speculative.tree import DraftTree, TreeAttention, TreeConfig, draft_tree
-from gambit.speculative.verify import accept, greedy_accept, spec_uniforms, target_probs
+from gambit.speculative.verify import (
+    accept,
+    greedy_accept,
+    match_accept,
+    sampled_tokens,
+    spec_uniforms,
+    target_probs,
+)
 
 SHIPPED = ("eagle3.1", "pr", "hass", "hass+pr")
 
@@ -256,6 +263,12 @@ class SpecDecoder:
         valid = torch.cat([torch.ones(S, 1, dtype=torch.bool, device=dev), tree.valid], 1)
         if all(x.temperature == 0 for x in p):  # the same rule with one-hot p, fewer ops
             on_path, end, bonus = greedy_accept(tokens, parent, depth, valid, tree.mask, lg)
+        elif e.config.spec.verify == "match":  # plain decoding's own draws: the same text
+            drawn = sampled_tokens(lg, torch.tensor([x.temperature for x in p], device=dev),
+                                   torch.tensor([x.top_k for x in p], device=dev),
+                                   torch.tensor([x.top_p for x in p], device=dev),
+                                   torch.tensor([t.seed for t in ts], device=dev), Ns[:, None] + 1 + depth)
+            on_path, end, bonus = match_accept(tokens, parent, depth, valid, tree.mask, drawn)
         else:
             probs = target_probs(lg, torch.tensor([x.temperature for x in p], device=dev),
                                  torch.tensor([x.top_k for x in p], device=dev),

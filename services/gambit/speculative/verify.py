@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from gambit.engine.sampler import mix64
+from gambit.engine.sampler import SamplingBatch, _needs_filter, mix64, sample
 
 _GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64
 _STREAM = 0x5EC  # separates these uniforms from the sampler's
@@ -98,6 +98,29 @@ def accept(tokens: torch.Tensor, parent: torch.Tensor, depth: torch.Tensor, vali
     bonus = torch.searchsorted(c, x[:, None]).squeeze(-1).clamp(max=q.shape[-1] - 1)
     bonus = torch.where(c[:, -1] > 0, bonus, p_end.argmax(-1))  # rounding left no mass: argmax
     return on_path, end, bonus
+
+
+def sampled_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                   seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    """[S, T]: the token plain decoding draws from each node's logits [S, T, V] — the engine's own
+    sampler, with the trace's seed and, per node, the position its next token takes (``counters``)."""
+    S, T, V = logits.shape
+    rep = lambda x: x.repeat_interleave(T)  # noqa: E731
+    batch = SamplingBatch(rep(temperature.float()), rep(top_k), rep(top_p.float()), rep(seeds),
+                          counters.reshape(-1), filtered=_needs_filter(V, top_k, top_p))
+    return sample(logits.reshape(S * T, V), batch).view(S, T)
+
+
+def match_accept(tokens: torch.Tensor, parent: torch.Tensor, depth: torch.Tensor, valid: torch.Tensor,
+                 mask: torch.Tensor, drawn: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Accept a child iff its token is ``drawn`` [S, T] at its parent (the token plain decoding takes
+    there); the bonus is ``drawn`` at the deepest accepted node. Lossless because the emitted tokens
+    *are* plain decoding's: with drawn = argmax this is ``greedy_accept``."""
+    ok = (tokens == drawn.gather(1, parent)) & valid
+    ok[:, 0] = True
+    on_path = ~(mask & ~ok[:, None, :]).any(-1)
+    end = (depth * on_path).argmax(-1)
+    return on_path, end, drawn.gather(1, end[:, None]).squeeze(1)
 
 
 def greedy_accept(tokens: torch.Tensor, parent: torch.Tensor, depth: torch.Tensor, valid: torch.Tensor,
