@@ -19,12 +19,18 @@ def test_probe_loss_history_matches_card(kind, train_chunk):
     with fixed_threads(info["torch_threads"]):
         _, history, _ = fit(cfg, train_chunk, quiet=True, max_epochs=info["repro"]["epochs"])
     card = info["repro"]["loss_history"]
-    rtol = history_rtol(info["environment"].get("cpu_capability"))
+    env = info["environment"]
+    rtol = history_rtol(env.get("cpu_capability"), env.get("cpu_amx", False))
     if rtol == 0:
         assert history == card  # exact floats, not approximately
     assert [sorted(h) for h in history] == [sorted(h) for h in card]
     for got, want in zip(history, card, strict=True):
         for k, v in want.items():
+            if k.endswith("auc") and rtol > 0:
+                # a rank statistic: scores 1e-8 apart can swap on another ISA, each swap moving the
+                # AUC by 1 / (positives x negatives), ~0.005 on this validation split
+                assert abs(got[k] - v) <= 0.03, (k, got[k], v)
+                continue
             assert close(got[k], v, rtol) if isinstance(v, float) else got[k] == v, (k, got[k], v)
 
 

@@ -211,8 +211,9 @@ def test_match_verify_samples_exactly_plain_decoding(target, method):
     model, tok = target
 
     def params(i, decoding):
-        return SamplingParams(temperature=0.8, top_k=20 if i % 3 == 1 else 0, top_p=0.9 if i % 3 == 2 else 1.0,
-                              seed=100 + i, max_tokens=NEW, decoding=decoding, ignore_eos=True)
+        return SamplingParams(temperature=0.8, top_k=20 if i % 3 == 1 else 0,
+                              top_p=0.9 if i % 3 == 2 else 1.0, seed=100 + i, max_tokens=NEW,
+                              decoding=decoding, ignore_eos=True)
 
     runs = []
     for decoding in ("plain", method):

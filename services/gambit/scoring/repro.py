@@ -6,6 +6,8 @@ import contextlib
 
 import torch
 
+from gambit.train.repro import cpu_amx
+
 
 @contextlib.contextmanager
 def fixed_threads(threads: int):
@@ -22,4 +24,4 @@ def environment() -> dict:
     """What a loss history depends on besides the config: recorded in ``training.json``."""
     return {"torch": torch.__version__, "threads": torch.get_num_threads(),
             "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu_amx": cpu_amx()}

@@ -9,6 +9,7 @@ retrains the first steps and compares the history entry by entry (``compare_hist
 
 from __future__ import annotations
 
+import functools
 import platform
 import random
 
@@ -27,8 +28,21 @@ def setup(seed: int, threads: int) -> random.Random:
 def environment() -> dict:
     """What a rerun must match to give the same floats: torch build, threads, CPU instruction set."""
     return {"torch_version": torch.__version__, "torch_threads": torch.get_num_threads(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "python": platform.python_version(),
-            "machine": platform.machine()}
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu_amx": cpu_amx(),
+            "python": platform.python_version(), "machine": platform.machine()}
+
+
+@functools.cache
+def cpu_amx() -> bool:
+    """Whether this CPU has AMX tiles (Intel Sapphire Rapids and later). Such CPUs report the same
+    torch capability ("AVX512") as earlier AVX-512 ones but MKL/oneDNN run other fp32 code paths on
+    them: a scorer card made on an AVX-512 machine without AMX and a rerun on one with it differed in
+    the first epoch's train loss by 5e-8 relative."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " amx_tile" in line for line in f)
+    except OSError:
+        return False
 
 
 # Another instruction set runs other kernels (AVX2 against AVX-512 reduction widths), so a rerun there
@@ -38,10 +52,13 @@ def environment() -> dict:
 CROSS_ISA_RTOL = 1e-4
 
 
-def history_rtol(card_capability: str | None) -> float:
+def history_rtol(card_capability: str | None, card_amx: bool = False) -> float:
     """How close a rerun here must come to a card: exactly on the card's instruction set, within
-    ``CROSS_ISA_RTOL`` on another one (``torch.backends.cpu.get_cpu_capability()`` names it)."""
-    return 0.0 if card_capability == torch.backends.cpu.get_cpu_capability() else CROSS_ISA_RTOL
+    ``CROSS_ISA_RTOL`` on another one (``torch.backends.cpu.get_cpu_capability()`` names it, and
+    ``cpu_amx`` tells AVX-512 machines with AMX from those without; cards that predate the field were
+    made without)."""
+    same = card_capability == torch.backends.cpu.get_cpu_capability() and bool(card_amx) == cpu_amx()
+    return 0.0 if same else CROSS_ISA_RTOL
 
 
 def close(a: float, b: float, rtol: float) -> bool:
