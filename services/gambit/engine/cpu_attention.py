@@ -223,13 +223,16 @@ def kernel():
                 from torch.utils.cpp_extension import load_inline
 
                 from gambit.engine.cpu_decoder import SOURCE as DECODER_SOURCE  # uses the kernels here
+                from gambit.speculative.cpu_drafter import SOURCE as DRAFTER_SOURCE  # uses both
+                from gambit.speculative.cpu_tree import SOURCE as TREE_SOURCE  # uses the drafter's
 
-                sources = [_SOURCE, DECODER_SOURCE]
+                sources = [_SOURCE, DECODER_SOURCE, DRAFTER_SOURCE, TREE_SOURCE]
                 digest = hashlib.sha256("".join(sources).encode()).hexdigest()[:12]
                 # named by its source: checkouts of different versions never share (or race on) a build
                 _module = load_inline(
                     name=f"gambit_cpu_kernels_{digest}", cpp_sources=sources,
-                    functions=["paged_decode", "paged_attention", "rms_norm", "decoder_layers"],
+                    functions=["paged_decode", "paged_attention", "rms_norm", "decoder_layers",
+                               "drafter_forward", "tree_steps"],
                     extra_cflags=["-O3", "-march=native", "-fopenmp"],
                     extra_ldflags=["-fopenmp"], verbose=False)
             except Exception as e:  # no compiler, no ninja, ...: keep the portable path

@@ -23,6 +23,7 @@ from gambit.engine.kv_cache import KVCache
 from gambit.engine.linear import pack_drafter
 from gambit.engine.sampler import top_logprobs
 from gambit.engine.sequence import Trace
+from gambit.speculative import cpu_drafter
 from gambit.speculative.drafter import Drafter, load_drafter
 from gambit.speculative.tree import DraftTree, TreeAttention, TreeConfig, draft_tree
 from gambit.speculative.verify import accept, greedy_accept, spec_uniforms, target_probs
@@ -92,6 +93,8 @@ class SpecDecoder:
             if getattr(layer.self_attn, "qkv", None) is None:
                 layer.self_attn.fuse()
         pack_drafter(drafter, e.config.cpu_linear != "plain", e.runner.use_kernel)
+        if e.runner.use_kernel and e.runner.cpp_layers:
+            cpu_drafter.install(drafter)  # the same ATen calls, from C++
         self.drafters[name] = drafter
         self.caches[name] = KVCache(drafter.config.model_config(), e.num_blocks, e.config.block_size,
                                     e.dtype, e.device)

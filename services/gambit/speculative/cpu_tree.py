@@ -1,0 +1,228 @@
+"""Tree drafting's step loop in one C++ call (the CPU kernels' extension), identical to ``draft_tree``.
+
+Each draft step of ``tree.draft_tree`` is ~60 small tensor ops (top-k, gathers, scatters, masks) around
+the drafter's forward; over the few rows of one tree their dispatch, not the arithmetic, is the cost.
+Here the same step runs as plain loops over the pool, with the ATen calls whose floats or order matter
+kept as they are (``topk`` on the same tensors for the frontier, the least-confident rows and the
+offered children, ``log_softmax``, ``exp`` of the top-1 log-probabilities, the drafter's forward
+through ``cpu_drafter``): the pool, and so the tree, is the one the Python loop builds (tested).
+It serves the common configuration (``extra="reconsider"``, ``fresh``, no analysis, a full draft
+vocabulary); anything else keeps the Python loop.
+"""
+
+from __future__ import annotations
+
+from gambit.engine import cpu_attention
+
+SOURCE = r"""
+// tree.draft_tree's loop for extra = "reconsider", fresh, no analysis, identity draft vocabulary.
+// Pool tensors (filled in place, contiguous): tok, par, score, depth [S, P + 1] (depth read-only when
+// m = 0), vis_row [S, P + 1], feat [S, rows + 1, Hd], vis [S, rows + 1, rows + 1] bool; feat_row [P + 1].
+// cfg: k, Bw, m, gamma, self_query. mbuf [S, R, L + rows] additive mask (context part filled), kbuf/vbuf
+// TreeAttention's layer-0 buffers. The drafter: w (see drafter_forward), embw, cos_t/sin_t tables,
+// dims: H, Hkv, D, lo, hi.
+void tree_steps(torch::Tensor tok, torch::Tensor par, torch::Tensor score, torch::Tensor depth,
+                torch::Tensor vis_row, torch::Tensor feat, torch::Tensor vis, torch::Tensor feat_row,
+                torch::Tensor root_pos, torch::Tensor root_tok, torch::Tensor root_logits,
+                std::vector<int64_t> cfg, torch::Tensor mbuf, torch::Tensor kbuf, torch::Tensor vbuf,
+                int64_t L, std::vector<torch::Tensor> w, torch::Tensor embw, torch::Tensor cos_t,
+                torch::Tensor sin_t, std::vector<int64_t> dims, double eps, bool norm_kernel,
+                bool norm_output) {
+  const int64_t k = cfg[0], Bw = cfg[1], m = cfg[2], G = cfg[3];
+  const bool self_query = cfg[4] != 0;
+  const int64_t S = tok.size(0), P1 = tok.size(1), P = P1 - 1, R = Bw + m, RW = vis.size(1);
+  const int64_t Hd = feat.size(2), V = root_logits.size(-1), MW = mbuf.size(2);
+  const int64_t H = dims[0], Hkv = dims[1], D = dims[2], lo = dims[3], hi = dims[4];
+  const float NEG = -std::numeric_limits<float>::infinity(), INF = std::numeric_limits<float>::infinity();
+  int64_t *tk = tok.data_ptr<int64_t>(), *pr = par.data_ptr<int64_t>(), *dp = depth.data_ptr<int64_t>();
+  int64_t* vr = vis_row.data_ptr<int64_t>();
+  float *sc = score.data_ptr<float>(), *ft = feat.data_ptr<float>(), *mb = mbuf.data_ptr<float>();
+  bool* vs = vis.data_ptr<bool>();
+  const int64_t* fr = feat_row.data_ptr<int64_t>();
+  const int64_t* rp = root_pos.data_ptr<int64_t>();
+  const int64_t* rt = root_tok.data_ptr<int64_t>();
+  auto lng = tok.options();
+
+  // offer(): the top-k children of n rows (log-probs lp [S, n, V]) into the pool at `at`
+  auto offer = [&](const at::Tensor& lp, const std::vector<float>& ns, const std::vector<int64_t>& nd,
+                   int64_t n, int64_t at) {
+    auto t = at::topk(lp, k, -1);
+    auto vals = std::get<0>(t), ids = std::get<1>(t).contiguous();
+    auto vc = vals.contiguous();
+    const float* vp = vc.data_ptr<float>();
+    const int64_t* ip = ids.data_ptr<int64_t>();
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < k; ++c) {
+          const int64_t i = s * P1 + at + r * k + c, j = (s * n + r) * k + c;
+          const float v = vp[j];
+          tk[i] = ip[j];
+          sc[i] = ns[s * n + r] + (v > 0.f ? 0.f : v);  // node score + vals.clamp(max=0)
+          if (m) dp[i] = nd[s * n + r] + 1;
+        }
+    at::Tensor conf = m ? at::exp(vals.select(-1, 0)).contiguous() : at::Tensor();
+    return std::make_pair(conf, ids);
+  };
+
+  auto first = offer(at::log_softmax(root_logits.unsqueeze(1), -1), std::vector<float>(S, 0.f),
+                     std::vector<int64_t>(S, 0), 1, 0);
+  at::Tensor prev_conf = first.first, prev_did = first.second;  // [S, n_prev], [S, n_prev, k]
+  int64_t n_prev = 1, prev_base = 0, b0 = 0, b1 = k, at = k;
+  std::vector<int64_t> prev_info(S * 4);  // [S, n_prev, 4]: token, position, node, depth
+  for (int64_t s = 0; s < S; ++s) {
+    prev_info[s * 4] = rt[s];
+    prev_info[s * 4 + 1] = rp[s];
+    prev_info[s * 4 + 2] = -1;
+    prev_info[s * 4 + 3] = 0;
+  }
+  std::vector<float> prev_score(S, 0.f), node_score(S * Bw);
+  std::vector<char> prev_ok(S, 1), sel_ok(S * Bw), lo_ok(S * m);
+  std::vector<int64_t> sel(S * Bw), sel_depth(S * Bw), li(S * m);
+  std::vector<float> row(V);
+  auto ids_t = at::empty({S, R}, lng), pos_t = at::empty({S, R}, lng);
+  int64_t *ip = ids_t.data_ptr<int64_t>(), *pp = pos_t.data_ptr<int64_t>();
+  for (int64_t st = 1; st <= G; ++st) {
+    const int64_t base = 1 + (st - 1) * R, nxt_at = at + Bw * k + m;
+    // frontier: the best Bw candidates the previous step offered
+    const int64_t nsel = std::min(Bw, b1 - b0);
+    auto top = at::topk(score.slice(1, b0, b1), nsel, 1);
+    auto tv = std::get<0>(top).contiguous(), ti = std::get<1>(top).contiguous();
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t j = 0; j < Bw; ++j) {
+        const bool ok = j < nsel && tv.data_ptr<float>()[s * nsel + j] > NEG;
+        sel_ok[s * Bw + j] = ok;
+        sel[s * Bw + j] = ok ? ti.data_ptr<int64_t>()[s * nsel + j] + b0 : P;
+      }
+    int64_t mm = 0;
+    if (m) {  // the m least-confident rows of the previous step
+      mm = std::min(m, n_prev);
+      auto cm = at::empty({S, n_prev}, score.options());
+      const float* cp = prev_conf.data_ptr<float>();
+      float* cmp = cm.data_ptr<float>();
+      for (int64_t i = 0; i < S * n_prev; ++i) cmp[i] = prev_ok[i] ? cp[i] : INF;
+      auto low = at::topk(cm, mm, 1, false, true);
+      auto lv = std::get<0>(low).contiguous(), lx = std::get<1>(low).contiguous();
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t j = 0; j < m; ++j) {
+          li[s * m + j] = j < mm ? lx.data_ptr<int64_t>()[s * mm + j] : 0;
+          lo_ok[s * m + j] = j < mm && lv.data_ptr<float>()[s * mm + j] < INF;
+        }
+    }
+    // the rows' inputs: regular rows read their node, reconsider rows their previous row
+    auto fin = at::empty({S, R, Hd}, feat.options());
+    float* fp = fin.data_ptr<float>();
+    for (int64_t s = 0; s < S; ++s) {
+      for (int64_t r = 0; r < R; ++r) {
+        int64_t src, vsrc;
+        if (r < Bw) {
+          const int64_t node = sel[s * Bw + r];
+          sel_depth[s * Bw + r] = dp[s * P1 + node];
+          ip[s * R + r] = tk[s * P1 + node];
+          pp[s * R + r] = rp[s] + sel_depth[s * Bw + r];
+          src = fr[node];
+          vsrc = vr[s * P1 + node];
+        } else {
+          const int64_t* info = prev_info.data() + (s * n_prev + li[s * m + r - Bw]) * 4;
+          ip[s * R + r] = info[0];
+          pp[s * R + r] = info[1];
+          src = vsrc = prev_base + li[s * m + r - Bw];
+        }
+        std::copy(ft + (s * RW + src) * Hd, ft + (s * RW + src + 1) * Hd, fp + (s * R + r) * Hd);
+        bool* vrow = vs + (s * RW + base + r) * RW;
+        std::copy(vs + (s * RW + vsrc) * RW, vs + (s * RW + vsrc + 1) * RW, vrow);
+        for (int64_t j = 0; j < R; ++j) vrow[base + j] = j == r;
+        float* mrow = mb + (s * R + r) * MW + L;
+        for (int64_t c = 0; c < base + R; ++c) mrow[c] = vrow[c] ? 0.f : NEG;
+      }
+    }
+    auto mask = mbuf.unsqueeze(1).slice(3, 0, L + base + R);
+    auto emb = embw.index_select(0, ids_t.view({-1})).view({S, R, Hd});
+    auto posf = pos_t.view({-1});
+    auto out = drafter_forward(fin, emb, w, cos_t.index_select(0, posf), sin_t.index_select(0, posf),
+                               (m && self_query) ? m : 0, 3, {kbuf, vbuf, mask}, at::Tensor(), at::Tensor(),
+                               at::Tensor(), L + base, H, Hkv, D, eps, 1.0 / std::sqrt((double)D), lo, hi,
+                               norm_kernel, norm_output);
+    feat.slice(1, base, base + R).copy_(out[1]);
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t r = 0; r < Bw; ++r) node_score[s * Bw + r] = sc[s * P1 + sel[s * Bw + r]];
+    auto lp = at::log_softmax(out[0], -1);
+    auto offered = offer(lp.slice(1, 0, Bw), node_score, sel_depth, Bw, at);
+    if (m) {  // corrected tokens: the best token each reconsidered node did not already offer
+      auto lpc = lp.contiguous();
+      const float* lpp = lpc.data_ptr<float>();
+      const int64_t* did = prev_did.data_ptr<int64_t>();
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t j = 0; j < m; ++j) {
+          const int64_t l = li[s * m + j];
+          std::copy(lpp + (s * R + Bw + j) * V, lpp + (s * R + Bw + j + 1) * V, row.begin());
+          for (int64_t c = 0; c < k; ++c) row[did[(s * n_prev + l) * k + c]] = NEG;
+          float best = row[0];
+          int64_t bid = 0;
+          for (int64_t v = 0; v < V; ++v)  // max(-1): the first maximum (NaN wins), as ATen's CPU max
+            if (!(row[v] <= best)) {
+              best = row[v];
+              bid = v;
+              if (std::isnan(row[v])) break;
+            }
+          float s_new = prev_score[s * n_prev + l] + (best > 0.f ? 0.f : best);
+          if (mm < m && !lo_ok[s * m + j]) s_new = NEG;
+          const int64_t* info = prev_info.data() + (s * n_prev + l) * 4;
+          const int64_t i = s * P1 + nxt_at - m + j;
+          tk[i] = bid;
+          sc[i] = s_new;
+          pr[i] = info[2];
+          vr[i] = prev_base + l;
+          dp[i] = info[3] + 1;
+        }
+      prev_info.assign(S * Bw * 4, 0);
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t r = 0; r < Bw; ++r) {
+          int64_t* info = prev_info.data() + (s * Bw + r) * 4;
+          info[0] = ip[s * R + r];
+          info[1] = pp[s * R + r];
+          info[2] = sel[s * Bw + r];
+          info[3] = sel_depth[s * Bw + r];
+        }
+    }
+    for (int64_t s = 0; s < S; ++s)  // parents of this step's regular children
+      for (int64_t r = 0; r < Bw; ++r)
+        for (int64_t c = 0; c < k; ++c) pr[s * P1 + at + r * k + c] = sel[s * Bw + r];
+    prev_ok.assign(sel_ok.begin(), sel_ok.end());
+    prev_conf = offered.first;
+    prev_did = offered.second;
+    prev_score.assign(node_score.begin(), node_score.end());
+    n_prev = Bw;
+    prev_base = base;
+    b0 = at;
+    b1 = nxt_at;
+    at = nxt_at;
+  }
+}
+"""
+
+
+def serves(drafter, cfg, attn, analysis: bool) -> bool:
+    """Whether ``grow`` builds this tree (else ``draft_tree``'s Python loop does)."""
+    from gambit.speculative.cpu_drafter import _Forward
+    from gambit.speculative.tree import TreeAttention
+
+    ff = drafter.fast_forward
+    return (isinstance(ff, _Forward) and ff.usable() and type(attn) is TreeAttention and not analysis
+            and cfg.extra == "reconsider" and (cfg.fresh or cfg.reconsider == 0) and drafter.identity_vocab
+            and len(attn.k) == 1)
+
+
+def grow(drafter, cfg, tok, par, score, depth, vis_row, feat, vis, feat_row, root_pos, root_tok, root_logits,
+         attn) -> None:
+    """Fill the pool tensors as ``draft_tree``'s step loop does."""
+    ff = drafter.fast_forward
+    w, (H, Hkv, D) = ff.w, ff.shape
+    R = cfg.grow_width + cfg.reconsider
+    mbuf = attn.context_mask(R)
+    cpu_attention.kernel().tree_steps(
+        tok, par, score, depth, vis_row, feat, vis, feat_row, root_pos.contiguous(), root_tok.contiguous(),
+        root_logits.contiguous(), [cfg.offer_width, cfg.grow_width, cfg.reconsider, cfg.gamma,
+                                   int(cfg.self_query)],
+        mbuf, attn.k[0], attn.v[0], attn.L, w.w, drafter.embed_tokens.weight, drafter.rope.cos,
+        drafter.rope.sin, [H, Hkv, D, w.lo, w.hi], drafter.norm.eps, w.norm_kernel,
+        drafter.config.norm_output)
