@@ -22,19 +22,34 @@ from gambit.engine.linear import PackedLinear
 
 SOURCE = r"""
 // The drafter's midlayer, final norm and head (Drafter.forward with one fused first layer, EAGLE-3 layout).
-// h (feature), emb [B, T, Hd]; w: hidden_norm, input_norm, qkv, qkv packed, q packed, o, o packed, post norm,
+// h (feature) [B, T, Hd]; w: hidden_norm, input_norm, qkv, qkv packed, q packed, o, o packed, post norm,
 // gate_up, gate_up packed, down, down packed, final norm, head, head packed (empty packed: none).
-// cos, sin [B * T, D]. n_tail: the last n rows take their query from [input_norm(h), hidden_norm(h)].
+// n_tail: the last n rows take their query from [input_norm(h), hidden_norm(h)].
 // attn 0/1/2: paged modes as in decoder_layers (B = 1; meta, slots, cache kc/vc [Hkv, NB, bs, D]);
 // attn 3: tree (TreeAttention): meta = {k buffer, v buffer, additive mask}, rows written at `at`.
 // Returns {logits, next feature}.
+// Rows of table [n, width] at idx [N] into a new [N, width] tensor (what embedding/index_select copy).
+static at::Tensor take_rows(const at::Tensor& table, const at::Tensor& idx) {
+  TORCH_CHECK(table.is_contiguous() && idx.is_contiguous(), "contiguous tables and indices");
+  const int64_t N = idx.numel(), W = table.size(1);
+  auto out = at::empty({N, W}, table.options());
+  const float* t = table.data_ptr<float>();
+  const int64_t* ix = idx.data_ptr<int64_t>();
+  float* o = out.data_ptr<float>();
+  for (int64_t n = 0; n < N; ++n) std::copy(t + ix[n] * W, t + (ix[n] + 1) * W, o + n * W);
+  return out;
+}
+
+// ids, pos [B, T]: token ids (rows of the embedding table embw) and RoPE positions (rows of cos_t, sin_t).
 std::vector<torch::Tensor> drafter_forward(
-    torch::Tensor h, torch::Tensor emb, std::vector<torch::Tensor> w, torch::Tensor cos, torch::Tensor sin,
-    int64_t n_tail, int64_t attn, std::vector<torch::Tensor> meta, torch::Tensor slots, torch::Tensor kc,
-    torch::Tensor vc, int64_t at, int64_t H, int64_t Hkv, int64_t D, double eps, double scale, int64_t lo,
-    int64_t hi, bool norm_kernel, bool norm_output) {
+    torch::Tensor h, torch::Tensor ids, torch::Tensor pos, torch::Tensor embw, std::vector<torch::Tensor> w,
+    torch::Tensor cos_t, torch::Tensor sin_t, int64_t n_tail, int64_t attn, std::vector<torch::Tensor> meta,
+    torch::Tensor slots, torch::Tensor kc, torch::Tensor vc, int64_t at, int64_t H, int64_t Hkv, int64_t D,
+    double eps, double scale, int64_t lo, int64_t hi, bool norm_kernel, bool norm_output) {
   g_onednn = false;
   const int64_t B = h.size(0), T = h.size(1);
+  auto emb = take_rows(embw, ids.reshape({-1})).view({B, T, -1});
+  auto cos = take_rows(cos_t, pos.reshape({-1})), sin = take_rows(sin_t, pos.reshape({-1}));
   auto hn = norm(h, w[0], eps, norm_kernel);
   auto x = at::cat({norm(emb, w[1], eps, norm_kernel), hn}, -1);
   auto qkv = project(x, w[2], w[3], lo, hi).view({B, T, H + 2 * Hkv, D});
@@ -164,7 +179,9 @@ class _Forward:
 
     def usable(self) -> bool:
         """The weights it collected are still the drafter's (not modified, not re-packed)."""
-        return not torch.is_grad_enabled() and not self.w.stale() and _signature(self.d) == self.sig
+        e = self.d.embed_tokens.weight
+        return (not torch.is_grad_enabled() and not self.w.stale() and _signature(self.d) == self.sig
+                and e.dtype == torch.float32 and e.is_contiguous() and self.d.rope.cos.is_contiguous())
 
     def __call__(self, input_ids: torch.Tensor, feature: torch.Tensor, positions: torch.Tensor, attention,
                  self_query) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -177,9 +194,6 @@ class _Forward:
         H, Hkv, D = self.shape
         B, T = input_ids.shape
         n_tail = self_query or 0
-        pos = positions.reshape(-1)
-        cos, sin = d.rope.cos.index_select(0, pos), d.rope.sin.index_select(0, pos)
-        emb = d.embed_tokens.weight.index_select(0, input_ids.reshape(-1)).view(B, T, -1)
         if type(attention) is TreeAttention:  # subclasses (tests' recorders) keep Python
             mode, meta, slots, kc, vc, at = 3, [attention.k[0], attention.v[0], attention.mask], _NONE, \
                 _NONE, _NONE, attention.L + attention.start
@@ -189,9 +203,8 @@ class _Forward:
             slots, kc, vc, at = attention.slots, attention.cache.k[0], attention.cache.v[0], 0
         else:
             return None
-        if emb.dtype != feature.dtype:
-            return None
         logits, nxt = cpu_attention.kernel().drafter_forward(
-            feature, emb, w.w, cos, sin, n_tail, mode, meta, slots, kc, vc, at, H, Hkv, D,
+            feature, input_ids.contiguous(), positions.contiguous(), d.embed_tokens.weight, w.w, d.rope.cos,
+            d.rope.sin, n_tail, mode, meta, slots, kc, vc, at, H, Hkv, D,
             d.norm.eps, D ** -0.5, w.lo, w.hi, w.norm_kernel, d.config.norm_output)
         return logits, nxt

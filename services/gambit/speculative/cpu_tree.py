@@ -136,12 +136,9 @@ void tree_steps(torch::Tensor tok, torch::Tensor par, torch::Tensor score, torch
       }
     }
     auto mask = mbuf.unsqueeze(1).slice(3, 0, L + base + R);
-    auto emb = embw.index_select(0, ids_t.view({-1})).view({S, R, Hd});
-    auto posf = pos_t.view({-1});
-    auto out = drafter_forward(fin, emb, w, cos_t.index_select(0, posf), sin_t.index_select(0, posf),
-                               (m && self_query) ? m : 0, 3, {kbuf, vbuf, mask}, at::Tensor(), at::Tensor(),
-                               at::Tensor(), L + base, H, Hkv, D, eps, 1.0 / std::sqrt((double)D), lo, hi,
-                               norm_kernel, norm_output);
+    auto out = drafter_forward(fin, ids_t, pos_t, embw, w, cos_t, sin_t, (m && self_query) ? m : 0, 3,
+                               {kbuf, vbuf, mask}, at::Tensor(), at::Tensor(), at::Tensor(), L + base, H, Hkv,
+                               D, eps, 1.0 / std::sqrt((double)D), lo, hi, norm_kernel, norm_output);
     feat.slice(1, base, base + R).copy_(out[1]);
     for (int64_t s = 0; s < S; ++s)
       for (int64_t r = 0; r < Bw; ++r) node_score[s * Bw + r] = sc[s * P1 + sel[s * Bw + r]];
@@ -198,7 +195,68 @@ void tree_steps(torch::Tensor tok, torch::Tensor par, torch::Tensor score, torch
     at = nxt_at;
   }
 }
+
+// tree._select: the budget's best candidates (a stable descending sort by score), in pool order, with
+// tree parents and the ancestor mask (G hops). tok, par, score, depth, is_rec [S, P + 1] (last: the sink).
+// Returns tokens, parent, depth, valid, mask, reconsidered, score.
+std::vector<torch::Tensor> tree_select(torch::Tensor tok, torch::Tensor par, torch::Tensor score,
+                                       torch::Tensor depth, torch::Tensor is_rec, int64_t B, int64_t G) {
+  const int64_t S = score.size(0), P1 = score.size(1), P = P1 - 1;
+  const float NEG = -std::numeric_limits<float>::infinity();
+  auto lng = tok.options();
+  auto o_tok = at::empty({S, B}, lng), o_par = at::empty({S, B}, lng), o_dep = at::empty({S, B}, lng);
+  auto o_valid = at::empty({S, B}, lng.dtype(at::kBool)), o_rec = at::empty({S, B}, lng.dtype(at::kBool));
+  auto o_score = at::empty({S, B}, score.options());
+  auto mask = at::zeros({S, B + 1, B + 1}, lng.dtype(at::kBool));
+  const int64_t *tk = tok.data_ptr<int64_t>(), *pr = par.data_ptr<int64_t>(), *dp = depth.data_ptr<int64_t>();
+  const float* sc = score.data_ptr<float>();
+  const bool* rc = is_rec.data_ptr<bool>();
+  int64_t *ot = o_tok.data_ptr<int64_t>(), *op = o_par.data_ptr<int64_t>(), *od = o_dep.data_ptr<int64_t>();
+  bool *ov = o_valid.data_ptr<bool>(), *orc = o_rec.data_ptr<bool>(), *mk = mask.data_ptr<bool>();
+  float* os = o_score.data_ptr<float>();
+  std::vector<int64_t> order(P), inv(P1), full(B + 1);
+  for (int64_t s = 0; s < S; ++s) {
+    const float* scs = sc + s * P1;
+    for (int64_t i = 0; i < P; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return scs[a] > scs[b]; });
+    std::sort(order.begin(), order.begin() + B);
+    std::fill(inv.begin(), inv.end(), -1);
+    for (int64_t j = 0; j < B; ++j) inv[order[j]] = j + 1;
+    full[0] = 0;
+    for (int64_t j = 0; j < B; ++j) {
+      const int64_t i = order[j], o = s * B + j, p = pr[s * P1 + i];
+      int64_t parent = p >= 0 ? inv[p] : 0;
+      const bool valid = scs[i] > NEG && parent >= 0;
+      parent = valid ? parent : 0;
+      ot[o] = tk[s * P1 + i];
+      od[o] = dp[s * P1 + i];
+      orc[o] = rc[s * P1 + i];
+      os[o] = scs[i];
+      ov[o] = valid;
+      op[o] = parent;
+      full[j + 1] = parent;
+    }
+    bool* m = mk + s * (B + 1) * (B + 1);
+    m[0] = true;
+    for (int64_t j = 1; j <= B; ++j) {
+      bool* row = m + j * (B + 1);
+      row[j] = row[0] = true;
+      int64_t a = full[j];
+      row[a] = true;
+      for (int64_t h = 1; h < G; ++h) {
+        a = full[a];
+        row[a] = true;
+      }
+    }
+  }
+  return {o_tok, o_par, o_dep, o_valid, mask, o_rec, o_score};
+}
 """
+
+
+def select(B: int, G: int, tok, par, score, depth, is_rec) -> list:
+    """``tree._select``'s tensors (tokens, parent, depth, valid, mask, reconsidered, score)."""
+    return cpu_attention.kernel().tree_select(tok, par, score, depth.contiguous(), is_rec.contiguous(), B, G)
 
 
 def serves(drafter, cfg, attn, analysis: bool) -> bool:

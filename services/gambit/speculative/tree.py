@@ -212,7 +212,7 @@ def draft_tree(drafter: Drafter, cfg: TreeConfig, root_token: torch.Tensor, root
         cpu_tree.grow(drafter, cfg, tok, par, score, depth if n_rec else depth.contiguous(),
                       vis_row if n_rec else vis_row.contiguous(), feat, vis, lay.feat_row, root_pos,
                       root_token, root_logits, attn)
-        return _select(cfg.budget, G, tok, par, score, depth, lay.is_rec.expand(S, P + 1), None)
+        return DraftTree(*cpu_tree.select(cfg.budget, G, tok, par, score, depth, lay.is_rec.expand(S, P + 1)))
     kk = torch.arange(k, device=dev)
 
     def offer(row_ids, node_score, node_depth, lp, at):
