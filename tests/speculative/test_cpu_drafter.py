@@ -1,9 +1,7 @@
-"""The C++ drafter forward (cpu_drafter) and tree loop (cpu_tree) against the Python ones: the same
-floats, the same trees, the same attention buffers, through whole speculative generations."""
+"""The C++ drafter forward (cpu_drafter) and tree drafting (cpu_tree) against the Python ones: the same
+floats and cache writes, the same trees, through whole speculative generations."""
 
 from __future__ import annotations
-
-import copy
 
 import pytest
 import torch
@@ -12,7 +10,7 @@ from spec_util import SHIPPED, one_thread, tiny_target
 from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.engine.config import SpecConfig
 from gambit.model import load_model
-from gambit.speculative import cpu_tree, decoder, random_drafter
+from gambit.speculative import cpu_tree, random_drafter
 from gambit.speculative import tree as tree_mod
 from gambit.speculative.drafter import Drafter
 from gambit.speculative.tree import TreeAttention
@@ -44,7 +42,7 @@ def test_cpp_drafting_matches_python(target, monkeypatch):
         model, tok = tiny_target(seed=3, hidden=32, heads=4, kv_heads=2)
     prompts = [tok.encode(p.prompt) for p in generate("test", 3, 5, TaskConfig(2, 6))]
     seen = {"forward": 0, "tree": 0}
-    py_forward, py_draft, py_serves = Drafter.forward, tree_mod.draft_tree, cpu_tree.serves
+    py_forward, cpp_draft = Drafter.forward, cpu_tree.draft
 
     def forward(self, input_ids, feature, positions, attention=None, self_query=None):
         ff = self.fast_forward
@@ -67,24 +65,20 @@ def test_cpp_drafting_matches_python(target, monkeypatch):
         seen["forward"] += 1
         return out
 
-    def draft(drafter, cfg, root_token, root_pos, root_feature, root_logits, attn, analysis=False):
-        if not py_serves(drafter, cfg, attn, analysis):
-            return py_draft(drafter, cfg, root_token, root_pos, root_feature, root_logits, attn, analysis)
-        other = copy.copy(attn)
-        other.k, other.v = [x.clone() for x in attn.k], [x.clone() for x in attn.v]
-        other.buf = None if attn.buf is None else attn.buf.clone()
-        monkeypatch.setattr(cpu_tree, "serves", lambda *a: False)
-        ref = py_draft(drafter, cfg, root_token, root_pos, root_feature, root_logits, other, analysis)
-        monkeypatch.setattr(cpu_tree, "serves", py_serves)
-        out = py_draft(drafter, cfg, root_token, root_pos, root_feature, root_logits, attn, analysis)
+    def draft(drafter, cfg, kc, vc, tables, ctx_len, *root):
+        out = cpp_draft(drafter, cfg, kc, vc, tables, ctx_len, *root)
+        S, Hkv, D = tables.shape[0], kc.shape[0], kc.shape[-1]
+        ck = kc.index_select(1, tables.flatten()).view(Hkv, S, -1, D).transpose(0, 1)
+        cv = vc.index_select(1, tables.flatten()).view(Hkv, S, -1, D).transpose(0, 1)
+        attn = TreeAttention([ck], [cv], ctx_len, 1 + cfg.gamma * cfg.rows)
+        ref = tree_mod.draft_tree(drafter, cfg, *root, attn)
         for f in ("tokens", "parent", "depth", "valid", "mask", "reconsidered", "score"):
             assert torch.equal(getattr(out, f), getattr(ref, f)), f
-        assert torch.equal(attn.k[0], other.k[0]) and torch.equal(attn.v[0], other.v[0])
         seen["tree"] += 1
         return out
 
     monkeypatch.setattr(Drafter, "forward", forward)
-    monkeypatch.setattr(decoder, "draft_tree", draft)
+    monkeypatch.setattr(cpu_tree, "draft", draft)
     with one_thread():
         for spec in SPECS:
             eng = _engine(model, tok, spec)

@@ -232,7 +232,7 @@ def kernel():
                 _module = load_inline(
                     name=f"gambit_cpu_kernels_{digest}", cpp_sources=sources,
                     functions=["paged_decode", "paged_attention", "rms_norm", "decoder_layers",
-                               "drafter_forward", "tree_steps", "tree_select"],
+                               "drafter_forward", "tree_draft"],
                     extra_cflags=["-O3", "-march=native", "-fopenmp"],
                     extra_ldflags=["-fopenmp"], verbose=False)
             except Exception as e:  # no compiler, no ninja, ...: keep the portable path

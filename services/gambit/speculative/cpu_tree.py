@@ -12,6 +12,8 @@ vocabulary); anything else keeps the Python loop.
 
 from __future__ import annotations
 
+import torch
+
 from gambit.engine import cpu_attention
 
 SOURCE = r"""
@@ -251,36 +253,80 @@ std::vector<torch::Tensor> tree_select(torch::Tensor tok, torch::Tensor par, tor
   }
   return {o_tok, o_par, o_dep, o_valid, mask, o_rec, o_score};
 }
+
+// The whole tree of one cycle: TreeAttention's buffers (the drafter context gathered from its blocks,
+// zero padding for the tree rows, the context part of the additive mask), the pool as draft_tree
+// allocates it, tree_steps, tree_select. kc, vc [Hkv, NB, bs, D] (the drafter's layer 0); tables [S, nb];
+// ctx_len [S]; feat_row, lay_depth, is_rec [P + 1] (tree._layout); cfg: k, Bw, m, gamma, self_query, budget.
+std::vector<torch::Tensor> tree_draft(
+    torch::Tensor kc, torch::Tensor vc, torch::Tensor tables, torch::Tensor ctx_len, torch::Tensor feat_row,
+    torch::Tensor lay_depth, torch::Tensor is_rec, torch::Tensor root_pos, torch::Tensor root_tok,
+    torch::Tensor root_feature, torch::Tensor root_logits, std::vector<int64_t> cfg,
+    std::vector<torch::Tensor> w, torch::Tensor embw, torch::Tensor cos_t, torch::Tensor sin_t,
+    std::vector<int64_t> dims, double eps, bool norm_kernel, bool norm_output) {
+  TORCH_CHECK(kc.is_contiguous() && vc.is_contiguous() && tables.is_contiguous(), "contiguous caches");
+  const int64_t k = cfg[0], Bw = cfg[1], m = cfg[2], G = cfg[3], R = Bw + m, rows = 1 + G * R;
+  const int64_t S = tables.size(0), nb = tables.size(1), Hkv = kc.size(0), NB = kc.size(1), bs = kc.size(2);
+  const int64_t D = kc.size(3), L = nb * bs, W = L + rows, P1 = feat_row.size(0), Hd = root_feature.size(-1);
+  const float NEG = -std::numeric_limits<float>::infinity();
+  auto kbuf = at::zeros({S, Hkv, W, D}, kc.options()), vbuf = at::zeros({S, Hkv, W, D}, vc.options());
+  const int64_t* tb = tables.data_ptr<int64_t>();
+  const float *kp = kc.data_ptr<float>(), *vp = vc.data_ptr<float>();
+  float *kb = kbuf.data_ptr<float>(), *vb = vbuf.data_ptr<float>();
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t h = 0; h < Hkv; ++h)
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t src = (h * NB + tb[s * nb + b]) * bs * D, dst = ((s * Hkv + h) * W + b * bs) * D;
+        std::copy(kp + src, kp + src + bs * D, kb + dst);
+        std::copy(vp + src, vp + src + bs * D, vb + dst);
+      }
+  auto mbuf = at::zeros({S, R, W}, root_feature.options());
+  const int64_t* cl = ctx_len.data_ptr<int64_t>();
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t r = 0; r < R; ++r) {
+      float* mr = mbuf.data_ptr<float>() + (s * R + r) * W;
+      for (int64_t c = cl[s]; c < L; ++c) mr[c] = NEG;
+    }
+  auto lng = root_tok.options();
+  auto tok = at::zeros({S, P1}, lng), par = at::full({S, P1}, -1, lng);
+  auto score = at::full({S, P1}, NEG, root_feature.options());
+  auto vis_row = feat_row.expand({S, P1}).contiguous();
+  auto depth = m ? at::zeros({S, P1}, lng) : lay_depth.expand({S, P1}).contiguous();
+  auto feat = at::zeros({S, rows + 1, Hd}, root_feature.options());
+  feat.select(1, 0).copy_(root_feature);
+  auto vis = at::zeros({S, rows + 1, rows + 1}, lng.dtype(at::kBool));
+  tree_steps(tok, par, score, depth, vis_row, feat, vis, feat_row, root_pos.contiguous(),
+             root_tok.contiguous(), root_logits.contiguous(), {k, Bw, m, G, cfg[4]}, mbuf, kbuf, vbuf, L, w,
+             embw, cos_t, sin_t, dims, eps, norm_kernel, norm_output);
+  return tree_select(tok, par, score, depth, is_rec.expand({S, P1}).contiguous(), cfg[5], G);
+}
 """
 
 
-def select(B: int, G: int, tok, par, score, depth, is_rec) -> list:
-    """``tree._select``'s tensors (tokens, parent, depth, valid, mask, reconsidered, score)."""
-    return cpu_attention.kernel().tree_select(tok, par, score, depth.contiguous(), is_rec.contiguous(), B, G)
-
-
-def serves(drafter, cfg, attn, analysis: bool) -> bool:
-    """Whether ``grow`` builds this tree (else ``draft_tree``'s Python loop does)."""
+def serves(drafter, cfg, analysis: bool) -> bool:
+    """Whether ``draft`` builds this tree (else ``tree.draft_tree``'s Python loop does)."""
     from gambit.speculative.cpu_drafter import _Forward
-    from gambit.speculative.tree import TreeAttention
 
     ff = drafter.fast_forward
-    return (isinstance(ff, _Forward) and ff.usable() and type(attn) is TreeAttention and not analysis
-            and cfg.extra == "reconsider" and (cfg.fresh or cfg.reconsider == 0) and drafter.identity_vocab
-            and len(attn.k) == 1)
+    return (isinstance(ff, _Forward) and ff.usable() and not analysis and cfg.extra == "reconsider"
+            and (cfg.fresh or cfg.reconsider == 0) and drafter.identity_vocab
+            and drafter.config.num_layers == 1)
 
 
-def grow(drafter, cfg, tok, par, score, depth, vis_row, feat, vis, feat_row, root_pos, root_tok, root_logits,
-         attn) -> None:
-    """Fill the pool tensors as ``draft_tree``'s step loop does."""
+def draft(drafter, cfg, kc: torch.Tensor, vc: torch.Tensor, tables: torch.Tensor, ctx_len: torch.Tensor,
+          root_token: torch.Tensor, root_pos: torch.Tensor, root_feature: torch.Tensor,
+          root_logits: torch.Tensor):
+    """``tree.draft_tree`` over a ``TreeAttention(kc/vc gathered at tables, ctx_len)`` in one call:
+    the same tree (``serves`` says when)."""
+    from gambit.speculative.tree import DraftTree, _layout
+
     ff = drafter.fast_forward
     w, (H, Hkv, D) = ff.w, ff.shape
-    R = cfg.grow_width + cfg.reconsider
-    mbuf = attn.context_mask(R)
-    cpu_attention.kernel().tree_steps(
-        tok, par, score, depth, vis_row, feat, vis, feat_row, root_pos.contiguous(), root_tok.contiguous(),
-        root_logits.contiguous(), [cfg.offer_width, cfg.grow_width, cfg.reconsider, cfg.gamma,
-                                   int(cfg.self_query)],
-        mbuf, attn.k[0], attn.v[0], attn.L, w.w, drafter.embed_tokens.weight, drafter.rope.cos,
-        drafter.rope.sin, [H, Hkv, D, w.lo, w.hi], drafter.norm.eps, w.norm_kernel,
-        drafter.config.norm_output)
+    lay = _layout(cfg, cfg.grow_width, cfg.reconsider, root_token.device)
+    out = cpu_attention.kernel().tree_draft(
+        kc, vc, tables.contiguous(), ctx_len.contiguous(), lay.feat_row, lay.depth, lay.is_rec, root_pos,
+        root_token, root_feature, root_logits,
+        [cfg.offer_width, cfg.grow_width, cfg.reconsider, cfg.gamma, int(cfg.self_query), cfg.budget],
+        w.w, drafter.embed_tokens.weight, drafter.rope.cos, drafter.rope.sin, [H, Hkv, D, w.lo, w.hi],
+        drafter.norm.eps, w.norm_kernel, drafter.config.norm_output)
+    return DraftTree(*out)

@@ -23,7 +23,7 @@ from gambit.engine.kv_cache import KVCache
 from gambit.engine.linear import pack_drafter
 from gambit.engine.sampler import top_logprobs
 from gambit.engine.sequence import Trace
-from gambit.speculative import cpu_drafter
+from gambit.speculative import cpu_drafter, cpu_tree
 from gambit.speculative.drafter import Drafter, load_drafter
 from gambit.speculative.tree import DraftTree, TreeAttention, TreeConfig, draft_tree
 from gambit.speculative.verify import accept, greedy_paths, spec_uniforms, target_probs
@@ -224,17 +224,21 @@ class SpecDecoder:
         tables = _padded_tables([SeqInput([], [], t.num_cached, t.block_table) for t in ts],
                                 e.config.block_size).to(dev)
         S, nb = tables.shape
-        ck, cv = [], []
-        for layer in range(d.config.num_layers):
-            kc, vc = cache.k[layer], cache.v[layer]
-            Hkv, D = kc.shape[0], kc.shape[-1]
-            ck.append(kc.index_select(1, tables.flatten()).view(Hkv, S, -1, D).transpose(0, 1))
-            cv.append(vc.index_select(1, tables.flatten()).view(Hkv, S, -1, D).transpose(0, 1))
         cfg = self.tree_config(key)
-        tattn = TreeAttention(ck, cv, Ns, 1 + cfg.gamma * cfg.rows)
         root_tok = torch.tensor([t.token_ids[-1] for t in ts], device=dev)
-        tree = draft_tree(d, cfg, root_tok, Ns - 1, nxt[0, last], logits[0, last], tattn,
-                          analysis=self.records is not None)
+        if cpu_tree.serves(d, cfg, self.records is not None):  # the same tree in one C++ call
+            tree = cpu_tree.draft(d, cfg, cache.k[0], cache.v[0], tables, Ns, root_tok, Ns - 1, nxt[0, last],
+                                  logits[0, last])
+        else:
+            ck, cv = [], []
+            for layer in range(d.config.num_layers):
+                kc, vc = cache.k[layer], cache.v[layer]
+                Hkv, D = kc.shape[0], kc.shape[-1]
+                ck.append(kc.index_select(1, tables.flatten()).view(Hkv, S, -1, D).transpose(0, 1))
+                cv.append(vc.index_select(1, tables.flatten()).view(Hkv, S, -1, D).transpose(0, 1))
+            tattn = TreeAttention(ck, cv, Ns, 1 + cfg.gamma * cfg.rows)
+            tree = draft_tree(d, cfg, root_tok, Ns - 1, nxt[0, last], logits[0, last], tattn,
+                              analysis=self.records is not None)
         vitems = []
         for t, row, dep, mask in zip(ts, tree.tokens.tolist(), tree.depth.tolist(), tree.mask, strict=True):
             N = t.num_cached

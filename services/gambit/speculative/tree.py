@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from gambit.speculative import cpu_tree
 from gambit.speculative.drafter import Drafter
 
 NEG = float("-inf")
@@ -95,18 +94,12 @@ class TreeAttention:
         self.start = 0
         self.mask: torch.Tensor | None = None
 
-    def context_mask(self, R: int) -> torch.Tensor:
-        """The [S, R, L + rows] additive mask buffer for R rows a step, its context part filled."""
-        if self.buf is None or self.buf.shape[1] != R:
-            S = self.ctx_ok.shape[0]
-            self.buf = torch.zeros(S, R, self.L + self.total, device=self.ctx_ok.device)
-            self.buf[:, :, :self.L].masked_fill_(~self.ctx_ok[:, None, :], NEG)
-        return self.buf
-
     def set_rows(self, start: int, vis: torch.Tensor) -> None:
         """Next call writes rows start..start+R-1; vis [S, R, start+R] over tree rows."""
         S, R, n = vis.shape
-        self.context_mask(R)
+        if self.buf is None or self.buf.shape[1] != R:
+            self.buf = torch.zeros(S, R, self.L + self.total, device=vis.device)
+            self.buf[:, :, :self.L].masked_fill_(~self.ctx_ok[:, None, :], NEG)
         self.start = start
         b = self.L + n
         self.buf[:, :, self.L:b] = torch.where(vis, 0.0, NEG)  # one additive mask for every layer
@@ -208,11 +201,6 @@ def draft_tree(drafter: Drafter, cfg: TreeConfig, root_token: torch.Tensor, root
         r_conf = torch.full((S, rows + 1), float("nan"), device=dev)
         r_top1 = torch.full((S, rows + 1), -1, dtype=torch.long, device=dev)
         r_recon = torch.full((S, rows + 1), -1, dtype=torch.long, device=dev)
-    if cpu_tree.serves(drafter, cfg, attn, analysis):  # the same loop in C++
-        cpu_tree.grow(drafter, cfg, tok, par, score, depth if n_rec else depth.contiguous(),
-                      vis_row if n_rec else vis_row.contiguous(), feat, vis, lay.feat_row, root_pos,
-                      root_token, root_logits, attn)
-        return DraftTree(*cpu_tree.select(cfg.budget, G, tok, par, score, depth, lay.is_rec.expand(S, P + 1)))
     kk = torch.arange(k, device=dev)
 
     def offer(row_ids, node_score, node_depth, lp, at):
