@@ -1,13 +1,14 @@
-"""Tree drafting's step loop in one C++ call (the CPU kernels' extension), identical to ``draft_tree``.
+"""A cycle's whole draft tree in one C++ call (the CPU kernels' extension), identical to ``draft_tree``.
 
 Each draft step of ``tree.draft_tree`` is ~60 small tensor ops (top-k, gathers, scatters, masks) around
 the drafter's forward; over the few rows of one tree their dispatch, not the arithmetic, is the cost.
-Here the same step runs as plain loops over the pool, with the ATen calls whose floats or order matter
-kept as they are (``topk`` on the same tensors for the frontier, the least-confident rows and the
-offered children, ``log_softmax``, ``exp`` of the top-1 log-probabilities, the drafter's forward
-through ``cpu_drafter``): the pool, and so the tree, is the one the Python loop builds (tested).
-It serves the common configuration (``extra="reconsider"``, ``fresh``, no analysis, a full draft
-vocabulary); anything else keeps the Python loop.
+Here ``tree_draft`` gathers the context into ``TreeAttention``'s buffers, allocates the pool, runs the
+steps as plain loops over it and selects the budget (``tree_select``, ``_select``'s stable sort). The
+ATen calls whose floats or order matter are kept as they are (``topk`` on the same tensors for the
+frontier, the least-confident rows and the offered children, ``log_softmax``, ``exp`` of the top-1
+log-probabilities, the drafter's forward through ``cpu_drafter``), so the tree is the one the Python
+loop builds (tested). It serves the common configuration (``extra="reconsider"``, ``fresh``, no
+analysis, a full draft vocabulary, one drafter layer); anything else keeps the Python loop.
 """
 
 from __future__ import annotations
