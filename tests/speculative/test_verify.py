@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from gambit.speculative.verify import accept, filter_logits, greedy_accept, spec_uniforms, target_probs
+from gambit.speculative.verify import (
+    accept,
+    filter_logits,
+    greedy_accept,
+    greedy_paths,
+    spec_uniforms,
+    target_probs,
+)
 
 # root 0 → nodes 1 (token 0), 2 (token 1); node 1 → 3 (token 2), 4 (token 3); node 2 → 5 (token 0)
 TOKENS = [4, 0, 1, 2, 3, 0]  # the root token (index 0) is not a candidate
@@ -97,6 +104,30 @@ def test_greedy_fast_path_equals_the_general_rule():
     for a, b in zip(got, want, strict=True):
         assert torch.equal(a, b)
     assert len(set(want[1].tolist())) >= 4  # several different ends were exercised
+
+
+def test_greedy_paths_equal_greedy_accept():
+    """The list walk (serving's greedy verification) picks greedy_accept's end, bonus and path."""
+    g = torch.Generator().manual_seed(1)
+    n, T = 400, len(TOKENS)
+    rep = lambda x: torch.tensor(x).expand(n, T).clone()  # noqa: E731
+    logits = torch.randn(n, T, V, generator=g) * 0.5
+    logits[..., 0] += 0.8
+    valid = torch.rand(n, T, generator=g) > 0.1
+    valid[:, 0] = True
+    depth = rep(DEPTH)
+    mask = _mask().expand(n, T, T)
+    on_path, end, bonus = greedy_accept(rep(TOKENS), rep(PARENT), depth, valid, mask, logits)
+    width = max(DEPTH) + 2
+    paths, n_acc, got_bonus = greedy_paths(rep(TOKENS).tolist(), rep(PARENT)[:, 1:].tolist(),
+                                           depth[:, 1:].tolist(), valid[:, 1:].tolist(),
+                                           logits.argmax(-1).tolist(), width)
+    assert got_bonus == bonus.tolist() and n_acc == depth.gather(1, end[:, None]).squeeze(1).tolist()
+    path = torch.zeros(n, width, dtype=torch.long)  # the tensor construction verification used
+    path.scatter_(1, torch.where(on_path, depth, width - 1), torch.arange(T)[None].expand(n, T))
+    path[:, width - 1] = 0
+    assert paths == path.tolist()
+    assert len(set(n_acc)) >= 3
 
 
 def test_uniforms_are_a_function_of_seed_and_counter():

@@ -91,6 +91,9 @@ class PagedAttention:
             self.all_decode = True
             self.num_tokens = len(items)
             return
+        if use_kernel and sum(it.q for it in items) <= KERNEL_MAX_TOKENS:
+            self._few_rows(items, device)
+            return
         q_len = torch.tensor([it.q for it in items])
         offsets = torch.cumsum(q_len, 0) - q_len
         self.num_tokens = int(q_len.sum())
@@ -100,17 +103,6 @@ class PagedAttention:
         ctx = torch.tensor([it.ctx for it in items])
         pos = torch.arange(self.num_tokens) - offsets[item] + ctx[item]
         self.slots = (tables[item, pos // bs] * bs + pos % bs).to(device)
-        if use_kernel and self.num_tokens <= KERNEL_MAX_TOKENS:
-            # few rows (small draft trees, short chunks): read the blocks in place, one call, no
-            # gathered copy and no padded mask; more rows amortise those and SDPA's matmuls win
-            masks = [it.mask.reshape(-1) for it in items if it.mask is not None]
-            sizes = torch.tensor([it.q * it.q if it.mask is not None else 0 for it in items])
-            moff = torch.where(torch.tensor([it.mask is not None for it in items]),
-                               torch.cumsum(sizes, 0) - sizes, -1)
-            mask = torch.cat(masks).to(torch.bool) if masks else torch.zeros(1, dtype=torch.bool)
-            self.multi = (tables, item, ctx, offsets, q_len, moff, mask.contiguous())
-            self.decode, self.all_decode = None, False
-            return
         is_decode = q_len == 1
         dec = is_decode.nonzero().flatten()
         multi = (~is_decode).nonzero().flatten()
@@ -123,6 +115,30 @@ class PagedAttention:
                 ids = idx.tolist()
                 self.groups.append(_group([items[i] for i in ids], offsets[idx], tables[idx], bs, device))
         self.all_decode = len(multi) == 0  # rows 0..N-1 are the sequences in order
+
+    def _few_rows(self, items: list[SeqInput], device: torch.device) -> None:
+        """Every row through the CPU kernel (small draft trees, short chunks): read the blocks in place,
+        one call, no gathered copy and no padded mask (more rows amortise those and SDPA's matmuls
+        win). The metadata comes from the items' lists: a few rows do not pay for tensor ops."""
+        bs = self.cache.block_size
+        seq, slots, qoff, moff, masks = [], [], [], [], []
+        n = m = 0
+        for b, it in enumerate(items):
+            seq += [b] * it.q
+            slots += [it.block_table[p // bs] * bs + p % bs for p in range(it.ctx, it.ctx + it.q)]
+            qoff.append(n)
+            n += it.q
+            moff.append(-1 if it.mask is None else m)
+            if it.mask is not None:
+                masks.append(it.mask.reshape(-1))
+                m += it.q * it.q
+        self.num_tokens = n
+        self.slots = torch.tensor(slots, dtype=torch.long, device=device)
+        mask = torch.cat(masks).to(torch.bool) if masks else torch.zeros(1, dtype=torch.bool)
+        self.multi = (_padded_tables(items, bs), torch.tensor(seq), torch.tensor([it.ctx for it in items]),
+                      torch.tensor(qoff), torch.tensor([it.q for it in items]), torch.tensor(moff),
+                      mask.contiguous())
+        self.decode, self.all_decode = None, False
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         kc, vc = self.cache.k[layer], self.cache.v[layer]  # [Hkv, blocks, bs, D]

@@ -290,10 +290,14 @@ class Engine:
 
     def _tree_boundaries(self, batch, offsets, tree_rows, trees, out) -> list[Event]:
         """Boundary states of the plain rows and of each tree's root (tree nodes: once accepted)."""
+        if not self.boundary.enabled:  # nothing to gather
+            return []
         plain = [(t, n, off) for t, n, off in zip(batch.traces, batch.num_new, offsets, strict=True)
                  if t.id not in trees]
         keep = [r for _, n, off in plain for r in range(off, off + n)] + [rows[0] for rows in tree_rows]
         traces = [t for t, _, _ in plain] + [t for t in batch.traces if t.id in trees]
+        if not self._any_closes(traces):  # the common case: no tensor work at all
+            return []
         num_new = [n for _, n, _ in plain] + [1] * len(tree_rows)
         keep_t = torch.tensor(keep, device=self.device)
         return self._boundaries(traces, num_new, out.tokens[keep_t], out.positions[keep_t],
@@ -316,12 +320,16 @@ class Engine:
         self._pending = []
         return events
 
+    def _any_closes(self, traces) -> bool:
+        """Whether some trace's last token closes a boundary (only a trace's last token can be new, see
+        ``_boundaries``): when none does, the tensor work is skipped."""
+        return any(self.boundary.closes(t.token_ids[-2] if len(t.token_ids) > 1 else None, t.token_ids[-1])
+                   for t in traces)
+
     def _boundaries(self, traces, num_new, tokens, positions, hidden) -> list[Event]:
         if not self.boundary.enabled:
             return []
-        # only a trace's last token can be new (see below): skip the tensor work when none is a boundary
-        if not any(self.boundary.closes(t.token_ids[-2] if len(t.token_ids) > 1 else None, t.token_ids[-1])
-                   for t in traces):
+        if not self._any_closes(traces):
             return []
         # a fed token is new unless it was fed before (re-prefill after preemption or a waiting
         # fork): only the last token of a trace and generated tokens count, never history twice

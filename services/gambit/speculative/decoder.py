@@ -23,16 +23,10 @@ from gambit.engine.kv_cache import KVCache
 from gambit.engine.linear import pack_drafter
 from gambit.engine.sampler import top_logprobs
 from gambit.engine.sequence import Trace
+from gambit.speculative import cpu_drafter, cpu_tree
 from gambit.speculative.drafter import Drafter, load_drafter
 from gambit.speculative.tree import DraftTree, TreeAttention, TreeConfig, draft_tree
-from gambit.speculative.verify import (
-    accept,
-    greedy_accept,
-    match_accept,
-    sampled_tokens,
-    spec_uniforms,
-    target_probs,
-)
+from gambit.speculative.verify import accept, greedy_paths, sampled_tokens, spec_uniforms, target_probs
 
 SHIPPED = ("eagle3.1", "pr", "hass", "hass+pr")
 
@@ -99,6 +93,8 @@ class SpecDecoder:
             if getattr(layer.self_attn, "qkv", None) is None:
                 layer.self_attn.fuse()
         pack_drafter(drafter, e.config.cpu_linear != "plain", e.runner.use_kernel)
+        if e.runner.use_kernel and e.runner.cpp_layers:
+            cpu_drafter.install(drafter)  # the same ATen calls, from C++
         self.drafters[name] = drafter
         self.caches[name] = KVCache(drafter.config.model_config(), e.num_blocks, e.config.block_size,
                                     e.dtype, e.device)
@@ -214,8 +210,13 @@ class SpecDecoder:
         ids = torch.tensor([x for it in items for x in it.tokens], device=dev)
         pos = torch.tensor([p for it in items for p in it.positions], device=dev)
         attn = PagedAttention(cache, items, dev, e.runner.use_kernel)
-        logits, nxt = d(ids[None], torch.cat(feats)[None], pos[None], attention=attn)
-        last = torch.cumsum(torch.tensor([it.q for it in items], device=dev), 0) - 1
+        logits, nxt = d(ids[None], (feats[0] if len(feats) == 1 else torch.cat(feats))[None], pos[None],
+                        attention=attn)
+        ends, n = [], 0
+        for it in items:
+            n += it.q
+            ends.append(n - 1)
+        last = torch.tensor(ends, device=dev)
         for t in ts:
             t.draft.drafter_len, t.draft.feats = t.num_cached, []
         # the context, gathered dense once per cycle for the tree steps
@@ -223,21 +224,26 @@ class SpecDecoder:
         tables = _padded_tables([SeqInput([], [], t.num_cached, t.block_table) for t in ts],
                                 e.config.block_size).to(dev)
         S, nb = tables.shape
-        ck, cv = [], []
-        for layer in range(d.config.num_layers):
-            kc, vc = cache.k[layer], cache.v[layer]
-            Hkv, D = kc.shape[0], kc.shape[-1]
-            ck.append(kc.index_select(1, tables.flatten()).view(Hkv, S, -1, D).transpose(0, 1))
-            cv.append(vc.index_select(1, tables.flatten()).view(Hkv, S, -1, D).transpose(0, 1))
         cfg = self.tree_config(key)
-        tattn = TreeAttention(ck, cv, Ns, 1 + cfg.gamma * cfg.rows)
         root_tok = torch.tensor([t.token_ids[-1] for t in ts], device=dev)
-        tree = draft_tree(d, cfg, root_tok, Ns - 1, nxt[0, last], logits[0, last], tattn,
-                          analysis=self.records is not None)
-        toks = torch.cat([root_tok[:, None], tree.tokens], 1).tolist()
-        posn = torch.cat([Ns[:, None], Ns[:, None] + tree.depth], 1).tolist()
-        vitems = [SeqInput(toks[i], posn[i], t.num_cached, t.block_table, tree.mask[i])
-                  for i, t in enumerate(ts)]
+        if cpu_tree.serves(d, cfg, self.records is not None):  # the same tree in one C++ call
+            tree = cpu_tree.draft(d, cfg, cache.k[0], cache.v[0], tables, Ns, root_tok, Ns - 1, nxt[0, last],
+                                  logits[0, last])
+        else:
+            ck, cv = [], []
+            for layer in range(d.config.num_layers):
+                kc, vc = cache.k[layer], cache.v[layer]
+                Hkv, D = kc.shape[0], kc.shape[-1]
+                ck.append(kc.index_select(1, tables.flatten()).view(Hkv, S, -1, D).transpose(0, 1))
+                cv.append(vc.index_select(1, tables.flatten()).view(Hkv, S, -1, D).transpose(0, 1))
+            tattn = TreeAttention(ck, cv, Ns, 1 + cfg.gamma * cfg.rows)
+            tree = draft_tree(d, cfg, root_tok, Ns - 1, nxt[0, last], logits[0, last], tattn,
+                              analysis=self.records is not None)
+        vitems = []
+        for t, row, dep, mask in zip(ts, tree.tokens.tolist(), tree.depth.tolist(), tree.mask, strict=True):
+            N = t.num_cached
+            vitems.append(SeqInput([t.token_ids[-1], *row], [N, *(N + x for x in dep)], N, t.block_table,
+                                   mask))
         return Plan(key, ts, tree, vitems)
 
     # -- verification -----------------------------------------------------------------------------
@@ -252,57 +258,61 @@ class SpecDecoder:
         ts, dev = plan.traces, e.device
         S, B = tree.tokens.shape
         T = B + 1
-        Ns = torch.tensor([t.num_cached for t in ts], device=dev)
         lg = logits[logit_rows]  # [S, T, V]
         p = [t.params for t in ts]
-        root = torch.tensor([t.token_ids[-1] for t in ts], device=dev)
-        tokens = torch.cat([root[:, None], tree.tokens], 1)
-        zero = torch.zeros(S, 1, dtype=torch.long, device=dev)
-        parent = torch.cat([zero, tree.parent], 1)
-        depth = torch.cat([zero, tree.depth], 1)
-        valid = torch.cat([torch.ones(S, 1, dtype=torch.bool, device=dev), tree.valid], 1)
-        if all(x.temperature == 0 for x in p):  # the same rule with one-hot p, fewer ops
-            on_path, end, bonus = greedy_accept(tokens, parent, depth, valid, tree.mask, lg)
-        elif e.config.spec.verify == "match":  # plain decoding's own draws: the same text
+        par_l, dep_l, val_l = tree.parent.tolist(), tree.depth.tolist(), tree.valid.tolist()
+        tok_l = [[t.token_ids[-1], *row] for t, row in zip(ts, tree.tokens.tolist(), strict=True)]
+        G = max(0, *(max(r) for r in dep_l)) + 2  # path width: the deepest node, the bonus
+        if all(x.temperature == 0 for x in p):  # the same rule with one-hot p, over lists
+            path_l, n_l, bonus_l = greedy_paths(tok_l, par_l, dep_l, val_l, lg.argmax(-1).tolist(), G)
+        elif e.config.spec.verify == "match":  # plain decoding's own draws at each node: the same text
+            Ns = torch.tensor([t.num_cached for t in ts], device=dev)
+            depth = torch.cat([torch.zeros(S, 1, dtype=torch.long, device=dev), tree.depth], 1)
             drawn = sampled_tokens(lg, torch.tensor([x.temperature for x in p], device=dev),
                                    torch.tensor([x.top_k for x in p], device=dev),
                                    torch.tensor([x.top_p for x in p], device=dev),
                                    torch.tensor([t.seed for t in ts], device=dev), Ns[:, None] + 1 + depth)
-            on_path, end, bonus = match_accept(tokens, parent, depth, valid, tree.mask, drawn)
+            path_l, n_l, bonus_l = greedy_paths(tok_l, par_l, dep_l, val_l, drawn.tolist(), G)
         else:
+            Ns = torch.tensor([t.num_cached for t in ts], device=dev)
+            tokens = torch.tensor(tok_l, device=dev)
+            zero = torch.zeros(S, 1, dtype=torch.long, device=dev)
+            parent = torch.cat([zero, tree.parent], 1)
+            depth = torch.cat([zero, tree.depth], 1)
+            valid = torch.cat([torch.ones(S, 1, dtype=torch.bool, device=dev), tree.valid], 1)
             probs = target_probs(lg, torch.tensor([x.temperature for x in p], device=dev),
                                  torch.tensor([x.top_k for x in p], device=dev),
                                  torch.tensor([x.top_p for x in p], device=dev))
             u = spec_uniforms(torch.tensor([t.seed for t in ts], device=dev), Ns, T + 1)
             on_path, end, bonus = accept(tokens, parent, depth, valid, tree.mask, probs, u)
-        n_acc = depth.gather(1, end[:, None]).squeeze(1)  # accepted draft tokens
-        # path[s, j]: tree index of the node at depth j (j = 0: root), for j <= n_acc
-        G = int(depth.max()) + 2
-        path = torch.zeros(S, G, dtype=torch.long, device=dev)
-        path.scatter_(1, torch.where(on_path, depth, G - 1), torch.arange(T, device=dev)[None].expand(S, T))
-        path[:, G - 1] = 0
+            # path[s, j]: tree index of the node at depth j (j = 0: root), for j <= n_acc
+            path = torch.zeros(S, G, dtype=torch.long, device=dev)
+            path.scatter_(1, torch.where(on_path, depth, G - 1),
+                          torch.arange(T, device=dev)[None].expand(S, T))
+            path[:, G - 1] = 0
+            path_l, bonus_l = path.tolist(), bonus.tolist()
+            n_l = depth.gather(1, end[:, None]).squeeze(1).tolist()  # accepted draft tokens
         # KV of the accepted nodes: slot of tree index i (position N + i) → position N + depth
         bs = e.config.block_size
-        tables = _padded_tables([SeqInput([], [], t.num_cached + T, t.block_table) for t in ts], bs).to(dev)
-        jj = torch.arange(G, device=dev)[None]
-        move = (jj >= 1) & (jj <= n_acc[:, None]) & (path != jj)
-        src_pos, dst_pos = Ns[:, None] + path, Ns[:, None] + jj
-
-        def slot(pos):
-            return tables.gather(1, pos // bs) * bs + pos % bs
-
-        if bool(move.any()):
-            e.runner.cache.move_slots(slot(src_pos.clamp(max=tables.shape[1] * bs - 1))[move],
-                                      slot(dst_pos.clamp(max=tables.shape[1] * bs - 1))[move])
+        src, dst = [], []
+        for t, pth, a in zip(ts, path_l, n_l, strict=True):
+            N, table = t.num_cached, t.block_table
+            for j in range(1, a + 1):
+                if pth[j] != j:
+                    src.append(table[(N + pth[j]) // bs] * bs + (N + pth[j]) % bs)
+                    dst.append(table[(N + j) // bs] * bs + (N + j) % bs)
+        if src:
+            e.runner.cache.move_slots(torch.tensor(src, device=dev), torch.tensor(dst, device=dev))
         # target features of root + path rows: the next cycle's drafter context
-        keep = jj <= n_acc[:, None]
-        rows = flat_rows.gather(1, path)[keep]
+        frows_l = flat_rows.tolist()
+        rows = torch.tensor([frows_l[s_][pth[j]] for s_, (pth, a) in enumerate(zip(path_l, n_l, strict=True))
+                             for j in range(a + 1)], device=dev)
         fused = d.fuse(torch.cat([taps[i][rows] for i in d.config.target_taps], dim=-1))
-        counts = (n_acc + 1).tolist()
-        fused_parts = fused.split(counts)
-        path_l, bonus_l, tok_l = path.tolist(), bonus.tolist(), tokens.tolist()
-        n_l = n_acc.tolist()
+        fused_parts = fused.split([a + 1 for a in n_l])
         want = max(x.logprobs for x in p)
+        if want or self.records is not None:
+            path, bonus = torch.tensor(path_l, device=dev), torch.tensor(bonus_l, device=dev)
+            tokens, n_acc = torch.tensor(tok_l, device=dev), torch.tensor(n_l, device=dev)
         if want:
             emitted = torch.cat([tokens.gather(1, path[:, 1:]), bonus[:, None]], 1)  # [S, G]
             for s_ in range(S):  # the bonus sits right after the accepted nodes
@@ -310,7 +320,6 @@ class SpecDecoder:
             lp_rows = lg.gather(1, path[..., None].expand(S, G, lg.shape[-1]))
             ch, vals, ids = (x.view(S, G, -1).tolist() for x in
                              top_logprobs(lp_rows.reshape(S * G, -1), emitted.reshape(-1), want))
-        hid_rows = flat_rows.gather(1, path)
         boundary = e.boundary_set
         if self.records is not None:  # confidences from the untempered target distribution
             self._record(plan, torch.softmax(lg.float(), -1), tokens, path, n_acc, bonus)
@@ -322,7 +331,7 @@ class SpecDecoder:
             st = t.draft
             st.cycles += 1
             stats.spec_drafts += 1
-            stats.spec_draft_tokens += int(tree.valid[i].sum())
+            stats.spec_draft_tokens += sum(val_l[i])
             stats.spec_accepted += a
             done = False
             for j, tok in enumerate(seq):
@@ -343,7 +352,7 @@ class SpecDecoder:
                     done = True
                     break
                 if j < a and tok in boundary:  # accepted nodes were fed: their states are final
-                    h = hidden[hid_rows[i, j + 1]].float().cpu()
+                    h = hidden[frows_l[i][path_l[i][j + 1]]].float().cpu()
                     events.append(BoundaryEvent(t.id, posn, h))
             stats.trace_tau[t.id] = st.tau
             if len(stats.trace_tau) > 4096:

@@ -14,6 +14,7 @@ replaces the token-embedding half — while their keys and values stay those of 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -223,6 +224,8 @@ class Drafter(nn.Module):
         self.rope = RotaryEmbedding(c.model_config())
         self.identity_vocab = False  # True when d2t is all zeros over a full vocabulary (a shortcut)
         self.fast: dict[str, FastLinear] = {}  # "fc" / "head" fast paths (inference only)
+        # the whole forward in C++ (cpu_drafter.install); returns None for calls it does not serve
+        self.fast_forward: Callable | None = None
 
     def fuse(self, taps: torch.Tensor) -> torch.Tensor:
         """[..., 3H] concatenated target taps (layer order of ``target_taps``) → [..., H] feature."""
@@ -239,6 +242,10 @@ class Drafter(nn.Module):
         ``self_query``: [B, T] bool, rows whose query reads the feature in place of the embedding
         (PR's reconsideration pass), or an int n: the last n rows.
         """
+        if self.fast_forward is not None:
+            out = self.fast_forward(input_ids, feature, positions, attention, self_query)
+            if out is not None:
+                return out
         rope = self.rope.table(positions)
         emb = self.embed_tokens(input_ids).to(feature.dtype)
         h = self.midlayer(feature, emb, rope, attention, self_query)

@@ -111,18 +111,6 @@ def sampled_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch
     return sample(logits.reshape(S * T, V), batch).view(S, T)
 
 
-def match_accept(tokens: torch.Tensor, parent: torch.Tensor, depth: torch.Tensor, valid: torch.Tensor,
-                 mask: torch.Tensor, drawn: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Accept a child iff its token is ``drawn`` [S, T] at its parent (the token plain decoding takes
-    there); the bonus is ``drawn`` at the deepest accepted node. Lossless because the emitted tokens
-    *are* plain decoding's: with drawn = argmax this is ``greedy_accept``."""
-    ok = (tokens == drawn.gather(1, parent)) & valid
-    ok[:, 0] = True
-    on_path = ~(mask & ~ok[:, None, :]).any(-1)
-    end = (depth * on_path).argmax(-1)
-    return on_path, end, drawn.gather(1, end[:, None]).squeeze(1)
-
-
 def greedy_accept(tokens: torch.Tensor, parent: torch.Tensor, depth: torch.Tensor, valid: torch.Tensor,
                   mask: torch.Tensor, logits: torch.Tensor
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -138,3 +126,32 @@ def greedy_accept(tokens: torch.Tensor, parent: torch.Tensor, depth: torch.Tenso
     on_path = ~(mask & ~ok[:, None, :]).any(-1)
     end = (depth * on_path).argmax(-1)
     return on_path, end, am.gather(1, end[:, None]).squeeze(1)
+
+
+def greedy_paths(tokens: list, parent: list, depth: list, valid: list, argmax: list, width: int
+                 ) -> tuple[list[list[int]], list[int], list[int]]:
+    """``greedy_accept`` over Python lists, with the path read off (a tree of a few dozen nodes: one
+    pass in Python costs less than the ~15 small tensor ops).
+
+    tokens/argmax [S][B+1] (index 0: the root); parent/depth/valid [S][B] for nodes 1..B (parents
+    precede their children). Returns (path [S][width]: the tree index at each depth along the accepted
+    path, 0 past its end; accepted draft tokens per sequence; bonus token per sequence).
+    """
+    paths, n_acc, bonus = [], [], []
+    for tok, par, dep, val, am in zip(tokens, parent, depth, valid, argmax, strict=True):
+        on = [True] + [False] * len(par)
+        end = end_depth = 0
+        for i, (pa, d, v) in enumerate(zip(par, dep, val, strict=True), 1):
+            if v and on[pa] and tok[i] == am[pa]:  # accepted, and so are its ancestors
+                on[i] = True
+                if d > end_depth:  # the first deepest, as argmax picks
+                    end, end_depth = i, d
+        path = [0] * width
+        i = end
+        while i:
+            path[dep[i - 1]] = i
+            i = par[i - 1]
+        paths.append(path)
+        n_acc.append(end_depth)
+        bonus.append(am[end])
+    return paths, n_acc, bonus

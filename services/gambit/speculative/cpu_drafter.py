@@ -1,0 +1,210 @@
+"""The drafter's forward in one C++ call (the CPU kernels' extension), bit-identical to ``Drafter``.
+
+A speculative cycle runs the drafter γ + 1 times (its context pass, then one pass per draft step), each
+~45 eager ops and ~100 Python calls over a handful of rows: at the shipped 2.7M target that overhead,
+not the arithmetic, was most of the drafting time. Like ``engine.cpu_decoder`` for the target, this
+issues the *same* ATen calls with the same shapes (``rms_norm`` or the norm kernel, ``cat``, MKL's
+packed linear or ``linear``, the RoPE arithmetic, ``scaled_dot_product_attention`` / the paged
+kernels, ``silu``, ``mul``, ``add``), only from C++, so drafts, and τ, do not change (tested).
+It serves fused fp32 CPU drafters with one layer, served by ``TreeAttention`` (draft steps) or a
+``PagedAttention`` that ``cpu_decoder.serves`` (the context pass); everything else keeps the Python path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from gambit.engine import cpu_attention, cpu_decoder
+from gambit.engine.attention import PagedAttention
+from gambit.engine.linear import PackedLinear
+
+SOURCE = r"""
+// The drafter's midlayer, final norm and head (Drafter.forward with one fused first layer, EAGLE-3 layout).
+// h (feature) [B, T, Hd]; w: hidden_norm, input_norm, qkv, qkv packed, q packed, o, o packed, post norm,
+// gate_up, gate_up packed, down, down packed, final norm, head, head packed (empty packed: none).
+// n_tail: the last n rows take their query from [input_norm(h), hidden_norm(h)].
+// attn 0/1/2: paged modes as in decoder_layers (B = 1; meta, slots, cache kc/vc [Hkv, NB, bs, D]);
+// attn 3: tree (TreeAttention): meta = {k buffer, v buffer, additive mask}, rows written at `at`.
+// Returns {logits, next feature}.
+// Rows of table [n, width] at idx [N] into a new [N, width] tensor (what embedding/index_select copy).
+static at::Tensor take_rows(const at::Tensor& table, const at::Tensor& idx) {
+  TORCH_CHECK(table.is_contiguous() && idx.is_contiguous(), "contiguous tables and indices");
+  const int64_t N = idx.numel(), W = table.size(1);
+  auto out = at::empty({N, W}, table.options());
+  const float* t = table.data_ptr<float>();
+  const int64_t* ix = idx.data_ptr<int64_t>();
+  float* o = out.data_ptr<float>();
+  for (int64_t n = 0; n < N; ++n) std::copy(t + ix[n] * W, t + (ix[n] + 1) * W, o + n * W);
+  return out;
+}
+
+// ids, pos [B, T]: token ids (rows of the embedding table embw) and RoPE positions (rows of cos_t, sin_t).
+std::vector<torch::Tensor> drafter_forward(
+    torch::Tensor h, torch::Tensor ids, torch::Tensor pos, torch::Tensor embw, std::vector<torch::Tensor> w,
+    torch::Tensor cos_t, torch::Tensor sin_t, int64_t n_tail, int64_t attn, std::vector<torch::Tensor> meta,
+    torch::Tensor slots, torch::Tensor kc, torch::Tensor vc, int64_t at, int64_t H, int64_t Hkv, int64_t D,
+    double eps, double scale, int64_t lo, int64_t hi, bool norm_kernel, bool norm_output) {
+  g_onednn = false;
+  const int64_t B = h.size(0), T = h.size(1);
+  auto emb = take_rows(embw, ids.reshape({-1})).view({B, T, -1});
+  auto cos = take_rows(cos_t, pos.reshape({-1})), sin = take_rows(sin_t, pos.reshape({-1}));
+  auto hn = norm(h, w[0], eps, norm_kernel);
+  auto x = at::cat({norm(emb, w[1], eps, norm_kernel), hn}, -1);
+  auto qkv = project(x, w[2], w[3], lo, hi).view({B, T, H + 2 * Hkv, D});
+  if (n_tail > 0) {  // DraftAttention's tail: only these rows' queries change
+    auto tail = at::cat({norm(h.slice(1, T - n_tail, T), w[1], eps, norm_kernel),
+                         hn.slice(1, T - n_tail, T)}, -1);
+    auto q_tail = project(tail, w[2].slice(0, 0, H * D), w[4], lo, hi);
+    qkv.slice(1, T - n_tail, T).slice(2, 0, H).copy_(q_tail.view({B, -1, H, D}));
+  }
+  qkv = qkv.contiguous();
+  at::Tensor o;
+  if (attn == 3) {
+    // apply_rope(qk) [B, T, H + Hkv, D], then q, k split off it (same layout as the Python path)
+    auto rot = at::empty({B, T, H + Hkv, D}, qkv.options());
+    const int64_t W = (H + 2 * Hkv) * D;
+    const float* xp = qkv.data_ptr<float>();
+    const float* cp = cos.data_ptr<float>();
+    const float* sp = sin.data_ptr<float>();
+    float* rp = rot.data_ptr<float>();
+    for (int64_t r = 0; r < B * T; ++r)
+      for (int64_t hh = 0; hh < H + Hkv; ++hh)
+        rope_row(xp + r * W + hh * D, cp + r * D, sp + r * D, rp + (r * (H + Hkv) + hh) * D, D);
+    auto q = rot.narrow(2, 0, H), k = rot.narrow(2, H, Hkv), v = qkv.narrow(2, H + Hkv, Hkv);
+    auto &kb = meta[0], &vb = meta[1];
+    kb.slice(2, at, at + T).copy_(k.transpose(1, 2));
+    vb.slice(2, at, at + T).copy_(v.transpose(1, 2));
+    o = at::scaled_dot_product_attention(q.transpose(1, 2), kb.slice(2, 0, at + T), vb.slice(2, 0, at + T),
+                                         meta[2], 0.0, false, std::nullopt, H != Hkv)
+            .transpose(1, 2);
+  } else {
+    auto qf = rope_and_write(qkv, cos, sin, slots, kc, vc, H, Hkv, D);
+    o = (attn == 0   ? paged_decode(qf, kc, vc, meta[0], meta[1], scale)
+         : attn == 1 ? paged_attention(qf, kc, vc, meta[0], meta[1], meta[2], meta[3], meta[4], meta[5],
+                                       meta[6], scale)
+                     : grouped_attention(qf, kc, vc, meta, H, Hkv, D, scale))
+            .unsqueeze(0);
+  }
+  h = at::add(h, project(o.reshape({B, T, H * D}), w[5], w[6], lo, hi));
+  auto gu = project(norm(h, w[7], eps, norm_kernel), w[8], w[9], lo, hi).chunk(2, -1);
+  h = at::add(h, project(at::mul(at::silu(gu[0]), gu[1]), w[10], w[11], lo, hi));
+  auto out = norm(h, w[12], eps, norm_kernel);
+  return {project(out, w[13], w[14], lo, hi), norm_output ? out : h};
+}
+"""
+
+_NONE = torch.empty(0)
+
+
+@dataclass
+class DrafterWeights:
+    """What ``drafter_forward`` takes for a drafter, collected once (see ``install``)."""
+
+    w: list[torch.Tensor]
+    lo: int
+    hi: int
+    norm_kernel: bool
+    packs: list[PackedLinear]
+
+    def stale(self) -> bool:
+        return any(p.weight._version != p.version for p in self.packs)
+
+
+def drafter_weights(drafter) -> DrafterWeights | None:
+    """The tensors ``drafter_forward`` takes, or None when this drafter needs the Python path."""
+    c = drafter.config
+    if c.num_layers != 1 or cpu_attention.kernel() is None:
+        return None
+    m = drafter.midlayer
+    attn, mlp = m.self_attn, m.mlp
+    qkv = getattr(attn, "qkv", None)
+    if qkv is None or mlp.gate_up is None or mlp.down_proj.bias is not None:
+        return None
+    if qkv.dtype != torch.float32 or qkv.device.type != "cpu":
+        return None
+    norms = (m.hidden_norm, m.input_layernorm, m.post_attention_layernorm, drafter.norm)
+    kinds = {n.fast for n in norms}
+    if len(kinds) > 1 or not kinds <= {None, cpu_attention.rms_norm} or len({n.eps for n in norms}) > 1:
+        return None
+    ranges, packs = set(), []
+
+    def packed(fast) -> torch.Tensor | None:
+        p, rng = cpu_decoder._packed(fast)
+        if fast is not None and (p is None or fast.backend != "mkl"):
+            return None
+        if rng is not None:
+            ranges.add(rng)
+            packs.append(fast)
+        return _NONE if p is None else p
+
+    pk = [packed(f) for f in (attn.fast.get("qkv"), attn.fast.get("q"), attn.fast.get("o"),
+                              mlp.fast.get("gate_up"), mlp.fast.get("down"), drafter.fast.get("head"))]
+    if any(p is None for p in pk) or len(ranges) > 1:
+        return None
+    if bool(pk[0].numel()) != bool(pk[1].numel()):  # q's pack must follow qkv's (one row range)
+        return None
+    lo, hi = ranges.pop() if ranges else (1 << 62, 0)
+    w = [m.hidden_norm.weight, m.input_layernorm.weight, qkv, pk[0], pk[1], attn.o_proj.weight, pk[2],
+         m.post_attention_layernorm.weight, mlp.gate_up, pk[3], mlp.down_proj.weight, pk[4],
+         drafter.norm.weight, drafter.lm_head.weight, pk[5]]
+    return DrafterWeights([t.detach() for t in w], lo, hi, kinds == {cpu_attention.rms_norm}, packs)
+
+
+def _signature(drafter) -> tuple:
+    """The fast paths ``drafter_weights`` read: re-packing or clearing them retires the C++ path."""
+    m = drafter.midlayer
+    objs = (*m.self_attn.fast.values(), *m.mlp.fast.values(), *drafter.fast.values(), m.input_layernorm.fast,
+            m.self_attn.qkv)
+    return tuple(map(id, objs))
+
+
+def install(drafter) -> bool:
+    """Route ``drafter``'s inference forwards through C++ where served; returns whether installed."""
+    weights = drafter_weights(drafter)
+    drafter.fast_forward = None if weights is None else _Forward(drafter, weights)
+    return weights is not None
+
+
+class _Forward:
+    """``Drafter.fast_forward``: the C++ forward, or None for a call it does not serve."""
+
+    def __init__(self, drafter, weights: DrafterWeights) -> None:
+        self.d, self.w = drafter, weights
+        c = drafter.config
+        self.shape = (c.num_attention_heads, c.num_key_value_heads, c.head_dim)
+        self.sig = _signature(drafter)
+
+
+    def usable(self) -> bool:
+        """The weights it collected are still the drafter's (not modified, not re-packed)."""
+        e = self.d.embed_tokens.weight
+        return (not torch.is_grad_enabled() and not self.w.stale() and _signature(self.d) == self.sig
+                and e.dtype == torch.float32 and e.is_contiguous() and self.d.rope.cos.is_contiguous())
+
+    def __call__(self, input_ids: torch.Tensor, feature: torch.Tensor, positions: torch.Tensor, attention,
+                 self_query) -> tuple[torch.Tensor, torch.Tensor] | None:
+        from gambit.speculative.tree import TreeAttention
+
+        if (self_query is not None and not isinstance(self_query, int)) or feature.dtype != torch.float32 \
+                or not self.usable():
+            return None
+        d, w = self.d, self.w
+        H, Hkv, D = self.shape
+        B, T = input_ids.shape
+        n_tail = self_query or 0
+        if type(attention) is TreeAttention:  # subclasses (tests' recorders) keep Python
+            mode, meta, slots, kc, vc, at = 3, [attention.k[0], attention.v[0], attention.mask], _NONE, \
+                _NONE, _NONE, attention.L + attention.start
+        elif type(attention) is PagedAttention and B == 1 and cpu_decoder.serves(attention) \
+                and not n_tail:
+            mode, meta = cpu_decoder._meta(attention)
+            slots, kc, vc, at = attention.slots, attention.cache.k[0], attention.cache.v[0], 0
+        else:
+            return None
+        logits, nxt = cpu_attention.kernel().drafter_forward(
+            feature, input_ids.contiguous(), positions.contiguous(), d.embed_tokens.weight, w.w, d.rope.cos,
+            d.rope.sin, n_tail, mode, meta, slots, kc, vc, at, H, Hkv, D,
+            d.norm.eps, D ** -0.5, w.lo, w.hi, w.norm_kernel, d.config.norm_output)
+        return logits, nxt

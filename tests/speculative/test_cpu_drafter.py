@@ -1,0 +1,101 @@
+"""The C++ drafter forward (cpu_drafter) and tree drafting (cpu_tree) against the Python ones: the same
+floats and cache writes, the same trees, through whole speculative generations."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from spec_util import SHIPPED, one_thread, tiny_target
+
+from gambit.engine import Engine, EngineConfig, SamplingParams
+from gambit.engine.config import SpecConfig
+from gambit.model import load_model
+from gambit.speculative import cpu_tree, random_drafter
+from gambit.speculative import tree as tree_mod
+from gambit.speculative.drafter import Drafter
+from gambit.speculative.tree import TreeAttention
+from gambit.tasks.arithmetic import TaskConfig, generate
+
+SPECS = [SpecConfig(gamma=3, budget=12, grow_width=3, offer_width=3, reconsider=2),
+         SpecConfig(gamma=4, budget=10, grow_width=2, offer_width=4, reconsider=3),  # m > Bw
+         SpecConfig(gamma=3, budget=12, grow_width=3, offer_width=3, reconsider=2, self_query=False)]
+
+
+def _engine(model, tok, spec) -> Engine:
+    eng = Engine(model, tok, EngineConfig(device="cpu", dtype="float32", spec=spec, num_blocks=512))
+    eng.register_drafter("eagle", random_drafter(eng.model, seed=1))
+    eng.register_drafter("pr", random_drafter(eng.model, seed=2, method="pr"))
+    return eng
+
+
+def _buffers(attention):
+    if type(attention) is TreeAttention:
+        return [attention.k[0], attention.v[0]]
+    return [attention.cache.k, attention.cache.v]
+
+
+@pytest.mark.parametrize("target", ["shipped", "gqa"])
+def test_cpp_drafting_matches_python(target, monkeypatch):
+    if target == "shipped":
+        model, tok = load_model(SHIPPED, device="cpu", dtype="float32")
+    else:
+        model, tok = tiny_target(seed=3, hidden=32, heads=4, kv_heads=2)
+    prompts = [tok.encode(p.prompt) for p in generate("test", 3, 5, TaskConfig(2, 6))]
+    seen = {"forward": 0, "tree": 0}
+    py_forward, cpp_draft = Drafter.forward, cpu_tree.draft
+
+    def forward(self, input_ids, feature, positions, attention=None, self_query=None):
+        ff = self.fast_forward
+        if ff is None:
+            return py_forward(self, input_ids, feature, positions, attention, self_query)
+        before = [b.clone() for b in _buffers(attention)]
+        out = ff(input_ids, feature, positions, attention, self_query)
+        if out is None:
+            return py_forward(self, input_ids, feature, positions, attention, self_query)
+        after = [b.clone() for b in _buffers(attention)]
+        for b, x in zip(_buffers(attention), before, strict=True):
+            b.copy_(x)
+        self.fast_forward = None
+        try:
+            ref = py_forward(self, input_ids, feature, positions, attention, self_query)
+        finally:
+            self.fast_forward = ff
+        assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
+        assert all(torch.equal(a, b) for a, b in zip(after, _buffers(attention), strict=True))
+        seen["forward"] += 1
+        return out
+
+    def draft(drafter, cfg, kc, vc, tables, ctx_len, *root):
+        out = cpp_draft(drafter, cfg, kc, vc, tables, ctx_len, *root)
+        S, Hkv, D = tables.shape[0], kc.shape[0], kc.shape[-1]
+        ck = kc.index_select(1, tables.flatten()).view(Hkv, S, -1, D).transpose(0, 1)
+        cv = vc.index_select(1, tables.flatten()).view(Hkv, S, -1, D).transpose(0, 1)
+        attn = TreeAttention([ck], [cv], ctx_len, 1 + cfg.gamma * cfg.rows)
+        ref = tree_mod.draft_tree(drafter, cfg, *root, attn)
+        for f in ("tokens", "parent", "depth", "valid", "mask", "reconsidered", "score"):
+            assert torch.equal(getattr(out, f), getattr(ref, f)), f
+        seen["tree"] += 1
+        return out
+
+    monkeypatch.setattr(Drafter, "forward", forward)
+    monkeypatch.setattr(cpu_tree, "draft", draft)
+    with one_thread():
+        for spec in SPECS:
+            eng = _engine(model, tok, spec)
+            assert all(d.fast_forward is not None for d in eng.speculator().drafters.values())
+            for key in ("eagle", "pr"):
+                for batch in (1, 3):
+                    eng.generate(prompts[:batch], SamplingParams(temperature=0, max_tokens=24, decoding=key))
+    assert seen["forward"] > 50 and seen["tree"] > 20
+
+
+def test_stale_weights_fall_back_to_python():
+    model, tok = load_model(SHIPPED, device="cpu", dtype="float32")
+    eng = _engine(model, tok, SPECS[0])
+    d = eng.speculator().drafters["pr"]
+    with torch.inference_mode():
+        assert d.fast_forward is not None and d.fast_forward.usable()
+    with torch.no_grad():
+        d.midlayer.mlp.gate_up.mul_(1.0)  # modified in place: the packed copies are stale
+    with torch.inference_mode():
+        assert not d.fast_forward.usable()
