@@ -190,7 +190,7 @@ class Engine:
                 try:
                     pair = self.blocks.fork(parent, child)
                     if pair:
-                        self.runner.cache.copy_blocks([pair])
+                        self.runner.cache.copy_blocks([pair], parent.num_cached % self.blocks.block_size)
                     copied = True
                 except OutOfBlocks:
                     pass
