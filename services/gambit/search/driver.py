@@ -120,7 +120,11 @@ class SearchDriver(Guidance):
                 node.tokens.append(ev.token_id)
                 run.tokens += 1
                 if run.per_token:  # confidence or DeepConf windows: the rest of ``on_token``
-                    run.on_token_rest(node, ev)
+                    if run.windows or not run.confidence or ev.logprob is None:
+                        run.on_token_rest(node, ev)
+                    else:  # confidence only (Gambit, STEP): its one append, inlined
+                        c = run.conf.get(nid) or run.conf_of(nid)
+                        c.pending.append((ev.position, ev.logprob))
             elif type(ev) is BoundaryEvent:
                 f = run.boundary_features(node, ev.position)
                 if run.wants_score(node):

@@ -40,7 +40,7 @@ def scalar(v) -> str:
 
 def items(xs: list) -> str:
     """The JSON text of a non-empty list without its brackets (ints fast, as ``json.dumps``)."""
-    if all(type(x) is int for x in xs):
+    if set(map(type, xs)) == {int}:  # token ids (bools, a subclass, take json.dumps)
         return ", ".join(map(int.__repr__, xs))
     return json.dumps(xs)[1:-1]
 

@@ -174,13 +174,16 @@ class SearchRun:
         if self.per_token:
             self.on_token_rest(node, ev)
 
+    def conf_of(self, node_id: int) -> ConfidenceTracker:
+        c = self.conf.get(node_id)
+        if c is None:  # a reloaded run's trace: its tracker restarts
+            c = self.conf[node_id] = ConfidenceTracker()
+        return c
+
     def on_token_rest(self, node: Node, ev) -> None:
         """A token's work beyond the append (the driver inlines that): confidence, DeepConf windows."""
         if self.confidence and ev.logprob is not None:  # every token: no tracker built per call
-            c = self.conf.get(node.id)
-            if c is None:
-                c = self.conf[node.id] = ConfidenceTracker()
-            c.pending.append((ev.position, ev.logprob))
+            self.conf_of(node.id).pending.append((ev.position, ev.logprob))
         if not self.windows:
             return
         w = self.windows.get(node.id)
