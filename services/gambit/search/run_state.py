@@ -169,9 +169,12 @@ class SearchRun:
 
     # -- events ---------------------------------------------------------------------------------
     def on_token(self, node: Node, ev) -> None:
+        """One token (the driver inlines this: the append, and the confidence append)."""
         node.tokens.append(ev.token_id)
         self.tokens += 1
-        if self.per_token:
+        if self.confidence and ev.logprob is not None and not self.windows:
+            (self.conf.get(node.id) or self.conf_of(node.id)).pending.append((ev.position, ev.logprob))
+        elif self.per_token:
             self.on_token_rest(node, ev)
 
     def conf_of(self, node_id: int) -> ConfidenceTracker:
