@@ -42,3 +42,17 @@ def test_copy_blocks_refuses_slots_outside_a_block():
     for bad in (0, 5, -1):
         with pytest.raises(ValueError, match="slots"):
             cache.copy_blocks([(0, 1)], slots=bad)
+
+
+def test_sampling_params_child_equals_replace_and_checks_what_it_changes():
+    import dataclasses
+
+    from gambit.engine.sequence import SamplingParams
+
+    p = SamplingParams(temperature=0.8, top_k=5, seed=3, logprobs=1, stop=("x",))
+    c = p.child(7, 1.2)
+    assert c == dataclasses.replace(p, seed=7, temperature=1.2) and c is not p and p.seed == 3
+    assert p.child(None, 0.0).seed is None
+    for seed, temp in ((-1, 1.0), (1.5, 1.0), ("1", 1.0), (1, float("nan")), (1, -0.1), (1, "hot")):
+        with pytest.raises(ValueError):
+            p.child(seed, temp)
