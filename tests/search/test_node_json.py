@@ -42,3 +42,23 @@ def test_encode_nodes_takes_dicts_and_encoded_text_alike():
     got = encode_nodes([{"id": 0, "v": 1}, EncodedNode(3, NodeJSON().encode(node))])
     assert {k: json.loads(v) for k, v in got.items()} == {"0": {"id": 0, "v": 1}, "3": node.to_dict()}
     assert RunUpdate(nodes=[EncodedNode(3, "{}")]).nodes[0].id == 3
+
+
+def test_scalar_writes_what_json_dumps_writes():
+    from gambit.search.node_json import items, scalar
+
+    values = [None, 0, -3, 2**70, 0.1, 1e-9, 1e300, -0.0, float("nan"), float("inf"), "", "running",
+              'a"b\\é\n', True, False, [1, 2], {"a": 1}]
+    for v in values:
+        assert scalar(v) == json.dumps(v), v
+    for xs in ([1], [1, 2, 3], [0.5, 2], [True, 1], [1, None]):
+        assert f"[{items(xs)}]" == json.dumps(xs), xs
+
+
+def test_node_json_rewrites_the_changed_scalars_only_when_they_change():
+    node = Node(2, 0, 5, 3, 0.8, tokens=[1, 2, 3], scores=[0.5])
+    cache = NodeJSON()
+    first = cache.encode(node)
+    assert cache.encode(node) == first
+    node.state, node.end_reason, node.end_step, node.answer = "finished", "eos", 9, "7"
+    assert json.loads(cache.encode(node)) == node.to_dict()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Iterable, Sequence
 
@@ -174,9 +173,8 @@ class Engine:
         for name, vals in (("seeds", seeds), ("temperatures", temperatures)):
             if vals is not None and len(vals) != n:
                 raise ValueError(f"{name} has {len(vals)} values for {n} children")
-        params = [dataclasses.replace(parent.params,
-                                      seed=None if seeds is None else seeds[i],
-                                      temperature=parent.params.temperature if temperatures is None
+        params = [parent.params.child(None if seeds is None else seeds[i],
+                                      parent.params.temperature if temperatures is None
                                       else temperatures[i]) for i in range(n)]  # validates
         out = []
         for i in range(n):
@@ -191,7 +189,7 @@ class Engine:
                 try:
                     pair = self.blocks.fork(parent, child)
                     if pair:
-                        self.runner.cache.copy_blocks([pair])
+                        self.runner.cache.copy_blocks([pair], parent.num_cached % self.blocks.block_size)
                     copied = True
                 except OutOfBlocks:
                     pass

@@ -16,10 +16,10 @@ from time import thread_time
 from gambit.engine import BoundaryEvent, EvictedEvent, FinishedEvent, TokenEvent
 from gambit.search import tree as T
 from gambit.search.config import SearchConfig
-from gambit.search.guidance import ENDS, Guidance, usage_over
+from gambit.search.guidance import Guidance, usage_over
 from gambit.search.results import Progress, RunResult
 from gambit.search.run_state import TIMING_KEYS, SearchRun
-from gambit.search.store import MemoryStore, TreeStore, check_run_id
+from gambit.search.store import MemoryStore, RunUpdate, TreeStore, check_run_id
 from gambit.search.tree import Node
 
 # main-thread CPU seconds by part (``SearchDriver.cpu``): what ``gambit bench rounds`` reads. Thread
@@ -34,7 +34,7 @@ class SearchDriver(Guidance):
         self.engine, self.scorer = engine, scorer
         self.store = store if store is not None else MemoryStore()
         self.runs: dict[str, SearchRun] = {}
-        self.owner: dict[int, tuple[SearchRun, int]] = {}  # engine trace id -> (run, node id)
+        self.owner: dict[int, tuple[SearchRun, int, Node]] = {}  # engine trace id -> (run, node id, node)
         self.timings = dict.fromkeys(TIMING_KEYS, 0.0)
         self.kv_trace: list[tuple[float, float, int]] = []  # (time, KV use, resident traces) per step
         self.pending: list[tuple[list, object]] = []  # (who, future of scores) from ``score_async``
@@ -105,30 +105,41 @@ class SearchDriver(Guidance):
         c1 = thread_time()
         cpu["forward"] += c1 - c0
         self.steps += 1
-        if self.deferred and (usage_over(runs, self.engine.kv_usage())
-                              or any(type(ev) in ENDS and ev.trace_id in self.owner for ev in events)):
-            self._score(self._take_deferred())  # a trace ends or may be evicted: its scores first
+        if self.deferred and usage_over(runs, self.engine.kv_usage()):
+            self._score(self._take_deferred())  # a trace may be evicted: it ranks on its scores
         t1b, c1b = time.perf_counter(), thread_time()  # that call is guidance, not routing
+        gw = gc = 0.0  # guidance inside the loop: a trace ends, the deferred scores go first
         rows: list[tuple] = []  # (key, state, features, run, node) per boundary to score
         owner_get = self.owner.get
         for ev in events:
             o = owner_get(ev.trace_id)
             if o is None:
                 continue
-            run, nid = o
-            node = run.nodes[nid]
-            if type(ev) is TokenEvent:  # most events: checked first, by exact type
-                run.on_token(node, ev)
+            run, nid, node = o
+            if type(ev) is TokenEvent:  # most events: checked first, by exact type, inlined
+                node.tokens.append(ev.token_id)
+                run.tokens += 1
+                if run.per_token:  # confidence or DeepConf windows: the rest of ``on_token``
+                    if run.windows or not run.confidence or ev.logprob is None:
+                        run.on_token_rest(node, ev)
+                    else:  # confidence only (Gambit, STEP): its one append, inlined
+                        c = run.conf.get(nid) or run.conf_of(nid)
+                        c.pending.append((ev.position, ev.logprob))
             elif type(ev) is BoundaryEvent:
                 f = run.boundary_features(node, ev.position)
                 if run.wants_score(node):
                     rows.append((run.key(nid), ev.hidden, f, run, node))
             elif type(ev) is FinishedEvent:
+                if self.deferred:
+                    gw, gc = self._score_deferred(gw, gc)
                 run.on_finished(node, ev.reason)
             elif type(ev) is EvictedEvent:
+                if self.deferred:
+                    gw, gc = self._score_deferred(gw, gc)
                 run.evict(node)
         t2 = time.perf_counter()
         c2 = thread_time()
+        t1b, c1b = t1b + gw, c1b + gc  # the deferred call's time counts as guidance, not routing
         cpu["routing"] += c2 - c1b
         if self.defers and (rows or self.deferred):
             rows = self._defer(rows, runs)
@@ -144,6 +155,7 @@ class SearchDriver(Guidance):
         cpu["guidance"] += c3 - c2 + c1b - c1
         out: list[Progress | RunResult] = []
         usage = self.engine.kv_usage()
+        writes: list[tuple[str, RunUpdate]] = []  # this step's rounds, written at once
         for run in runs:
             run.step += 1
             if run.over_limit():
@@ -162,12 +174,13 @@ class SearchDriver(Guidance):
                 c = thread_time()
                 out.append(run.do_round(usage))
                 t, c4 = time.perf_counter(), thread_time()
-                self.store.update(run.run_id, run.flush())
+                writes.append((run.run_id, run.flush()))
                 run.timings["tree"] += time.perf_counter() - t
-                c5 = thread_time()
                 cpu["round"] += c4 - c
-                cpu["store"] += c5 - c4
+                cpu["store"] += thread_time() - c4
                 self.rounds += 1
+        if writes:
+            self._write(writes)
         t4 = time.perf_counter()
         c4 = thread_time()
         self._kv_evict()
@@ -180,6 +193,29 @@ class SearchDriver(Guidance):
         self.timings["scheduling"] += t5 - t4
         self.kv_trace.append((t5, self.engine.kv_usage(), len(self.owner)))
         return out
+
+    def _score_deferred(self, wall: float, cpu: float) -> tuple[float, float]:
+        """Score the deferred boundaries before the first trace that ends this step is routed (so
+        its vote and scorer history are as if scored at once; nothing routed before it reads
+        scores); returns ``wall``, ``cpu`` plus the time it took."""
+        t, c = time.perf_counter(), thread_time()
+        self._score(self._take_deferred())
+        return wall + time.perf_counter() - t, cpu + thread_time() - c
+
+    def _write(self, writes: list[tuple[str, RunUpdate]]) -> None:
+        """A step's round updates in one store call (Redis: one MULTI/EXEC, one round trip); each
+        run's update stays whole, so a reader still sees whole rounds only."""
+        t, c = time.perf_counter(), thread_time()
+        many = getattr(self.store, "update_many", None)
+        if many is not None and len(writes) > 1:
+            many(writes)
+        else:
+            for run_id, up in writes:
+                self.store.update(run_id, up)
+        dt = (time.perf_counter() - t) / len(writes)
+        for run_id, _ in writes:
+            self.runs[run_id].timings["tree"] += dt
+        self.cpu["store"] += thread_time() - c
 
     def _account(self, runs, forward, routing, guidance, who) -> None:
         self.timings["forward"] += forward
@@ -268,7 +304,7 @@ class SearchDriver(Guidance):
                 extra = live.token_ids[len(expected):]  # generated after the last write
                 node.tokens.extend(extra)
                 run.tokens += len(extra)
-                self.owner[node.engine_id] = (run, node.id)
+                self.owner[node.engine_id] = (run, node.id, node)
             else:
                 run._launch(node)  # the engine lost it: recompute from its tokens
         run.dirty = set(run.nodes)

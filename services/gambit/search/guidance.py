@@ -10,10 +10,7 @@ import time
 
 import torch
 
-from gambit.engine import EvictedEvent, FinishedEvent
 from gambit.scoring.confidence import with_confidence
-
-ENDS = (FinishedEvent, EvictedEvent)
 
 
 def usage_over(runs, usage: float) -> bool:

@@ -2,15 +2,47 @@
 
 A node's ``tokens`` and ``scores`` only grow (a child starts with a copy of its parent's), so each
 keeps the JSON text of its list and, on the next write, encodes just the new tail and splices it
-in. The rest of the record (a dozen scalars) is encoded whole. ``json.loads`` of the text equals
-``node.to_dict()``; re-encoding ~100 token ids for every written node was most of a store write.
+in. Of the dozen scalars, the five fixed at creation (id, parent, birth step and depth, temperature)
+are encoded once; the rest by ``scalar``, which writes what ``json.dumps`` writes without its
+per-call set-up (that set-up, not the bytes, was most of a small value's cost). ``json.loads`` of
+the text equals ``node.to_dict()``.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import fields
+from json.encoder import encode_basestring_ascii
 
 from gambit.search.tree import Node
+
+STATIC = ("id", "parent", "birth_step", "birth_depth", "temperature")  # fixed once the node exists
+DYNAMIC = ("state", "answer", "end_step", "end_reason", "engine_id", "conf_min", "conf_mean")
+LISTS = ("tokens", "scores")
+if set(STATIC + DYNAMIC + LISTS) != {f.name for f in fields(Node)}:  # a new field must be encoded too
+    raise ImportError("node_json: Node's fields changed; update STATIC / DYNAMIC / LISTS")
+
+
+def scalar(v) -> str:
+    """``json.dumps(v)`` for one value, fast for None, int, finite float and str (the same text)."""
+    if v is None:
+        return "null"
+    t = type(v)
+    if t is int:
+        return int.__repr__(v)
+    if t is float and math.isfinite(v):
+        return float.__repr__(v)
+    if t is str:
+        return encode_basestring_ascii(v)
+    return json.dumps(v)
+
+
+def items(xs: list) -> str:
+    """The JSON text of a non-empty list without its brackets (ints fast, as ``json.dumps``)."""
+    if set(map(type, xs)) == {int}:  # token ids (bools, a subclass, take json.dumps)
+        return ", ".join(map(int.__repr__, xs))
+    return json.dumps(xs)[1:-1]
 
 
 class ListJSON:
@@ -26,8 +58,8 @@ class ListJSON:
         if n < self.n:  # not append-only after all (cannot happen in a run): start again
             self.n, self.text = 0, "[]"
         if n > self.n:
-            tail = json.dumps(xs[self.n:])
-            self.text = tail if self.n == 0 else f"{self.text[:-1]}, {tail[1:]}"
+            tail = items(xs[self.n:])
+            self.text = f"[{tail}]" if self.n == 0 else f"{self.text[:-1]}, {tail}]"
             self.n = n
         return self.text
 
@@ -36,19 +68,27 @@ class ListJSON:
 
 
 class NodeJSON:
-    """Per node: its tokens' and scores' cached JSON; ``encode`` gives the whole record's text."""
+    """Per node: its fixed fields' and its lists' cached JSON; ``encode`` gives the record's text."""
 
-    __slots__ = ("tokens", "scores")
+    __slots__ = ("tokens", "scores", "head", "values", "rest")
 
     def __init__(self, tokens: ListJSON | None = None, scores: ListJSON | None = None) -> None:
         self.tokens, self.scores = tokens or ListJSON(), scores or ListJSON()
+        self.head: str | None = None  # '{"id": 3, ..., "temperature": 0.8' once encoded
+        self.values: tuple | None = None  # the DYNAMIC values ``rest`` was encoded from
+        self.rest = ""
 
     def fork(self) -> NodeJSON:
         """A child's cache: its lists start as copies of the parent's at the branch point."""
         return NodeJSON(self.tokens.copy(), self.scores.copy())
 
     def encode(self, node: Node) -> str:
-        head = dict(node.__dict__)
-        del head["tokens"], head["scores"]
-        return (f"{json.dumps(head)[:-1]}, \"tokens\": {self.tokens.of(node.tokens)}, "
+        if self.head is None:
+            self.head = json.dumps({k: getattr(node, k) for k in STATIC})[:-1]
+        values = (node.state, node.answer, node.end_step, node.end_reason, node.engine_id, node.conf_min,
+                  node.conf_mean)  # DYNAMIC, in order
+        if values != self.values:  # most writes of a running node change only its lists
+            self.values = values
+            self.rest = "".join([f', "{k}": {scalar(v)}' for k, v in zip(DYNAMIC, values, strict=True)])
+        return (f"{self.head}{self.rest}, \"tokens\": {self.tokens.of(node.tokens)}, "
                 f"\"scores\": {self.scores.of(node.scores)}}}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from gambit.search.node_json import scalar
 from gambit.search.store import RunUpdate, StoreUnavailable, _assemble, check_run_id, encode_nodes
 
 DEFAULT_URL = "redis://127.0.0.1:6379"
@@ -57,7 +58,7 @@ class RedisStore:
     def add(self, p, run_id: str, up: RunUpdate) -> None:
         """Queue one update on a Redis pipeline ``p`` (a caller may share it with other writes)."""
         check_run_id(run_id)
-        meta = {k: json.dumps(v) for k, v in up.meta.items()}
+        meta = {k: scalar(v) for k, v in up.meta.items()}
         nodes = encode_nodes(up.nodes)
         rounds = [json.dumps(r) for r in up.rounds]
         p.sadd(f"{self.prefix}:runs", run_id)

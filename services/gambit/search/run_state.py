@@ -40,7 +40,8 @@ class SearchRun:
         if cfg.method in ("gambit", "step") and scorer is None:
             raise ValueError(f"method {cfg.method!r} needs a scorer")
         self.run_id, self.cfg, self.prompt, self.prompt_ids, self.gold = run_id, cfg, prompt, prompt_ids, gold
-        self.engine, self.scorer, self.owner = engine, scorer, owner  # owner: engine id -> (run, node id)
+        # owner: engine id -> (run, node id, node), shared by the driver's runs
+        self.engine, self.scorer, self.owner = engine, scorer, owner
         self.nodes: dict[int, Node] = {}
         self.step = self.round = self.tokens = 0
         self.pruned = self.branched = self.evicted = 0
@@ -50,6 +51,7 @@ class SearchRun:
         # the scorer also reads the target's sampled-token confidence: one tracker per node
         self.confidence = bool(getattr(scorer, "confidence", False)) and cfg.method in ("gambit", "step")
         self.conf: dict[int, ConfidenceTracker] = {}
+        self.per_token = self.confidence or cfg.method == "deepconf"  # a token needs more than its append
         self.threshold: float | None = None
         self.phase = 1
         self.target = cfg.capacity  # the pool's size: C, less the slots floor prunes gave up
@@ -100,7 +102,7 @@ class SearchRun:
                               priority=node.rank_score(self.cfg.rank))
         node.engine_id = eid
         node.state = T.RUNNING
-        self.owner[eid] = (self, node.id)
+        self.owner[eid] = (self, node.id, node)
 
     def start(self) -> None:
         c = self.cfg
@@ -114,7 +116,7 @@ class SearchRun:
         (eid,) = self.engine.fork(parent.engine_id, 1, seeds=[derive_seed(self.cfg.seed, child.id)],
                                   temperatures=[child.temperature], priority=parent.rank_score(self.cfg.rank))
         child.engine_id = eid
-        self.owner[eid] = (self, child.id)
+        self.owner[eid] = (self, child.id, child)
         if self.scorer is not None:
             self.scorer.fork(self.key(parent.id), self.key(child.id))
         self.branched += 1
@@ -167,13 +169,24 @@ class SearchRun:
 
     # -- events ---------------------------------------------------------------------------------
     def on_token(self, node: Node, ev) -> None:
+        """One token (the driver inlines this: the append, and the confidence append)."""
         node.tokens.append(ev.token_id)
         self.tokens += 1
+        if self.confidence and ev.logprob is not None and not self.windows:
+            (self.conf.get(node.id) or self.conf_of(node.id)).pending.append((ev.position, ev.logprob))
+        elif self.per_token:
+            self.on_token_rest(node, ev)
+
+    def conf_of(self, node_id: int) -> ConfidenceTracker:
+        c = self.conf.get(node_id)
+        if c is None:  # a reloaded run's trace: its tracker restarts
+            c = self.conf[node_id] = ConfidenceTracker()
+        return c
+
+    def on_token_rest(self, node: Node, ev) -> None:
+        """A token's work beyond the append (the driver inlines that): confidence, DeepConf windows."""
         if self.confidence and ev.logprob is not None:  # every token: no tracker built per call
-            c = self.conf.get(node.id)
-            if c is None:
-                c = self.conf[node.id] = ConfidenceTracker()
-            c.pending.append((ev.position, ev.logprob))
+            self.conf_of(node.id).pending.append((ev.position, ev.logprob))
         if not self.windows:
             return
         w = self.windows.get(node.id)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from gambit.search.node_json import scalar
+
 
 class StoreUnavailable(ConnectionError):
     """The store cannot be reached (the message names where it was looked for)."""
@@ -78,7 +80,7 @@ class MemoryStore:
 
     def update(self, run_id: str, up: RunUpdate) -> None:
         check_run_id(run_id)
-        meta = {k: json.dumps(v) for k, v in up.meta.items()}
+        meta = {k: scalar(v) for k, v in up.meta.items()}
         nodes = encode_nodes(up.nodes)
         rounds = [json.dumps(r) for r in up.rounds]
         result = None if up.result is None else json.dumps(up.result)
@@ -89,6 +91,11 @@ class MemoryStore:
         if result is not None:
             self._result[run_id] = result
             self._expires[run_id] = time.monotonic() + self.ttl_s
+
+    def update_many(self, items: list[tuple[str, RunUpdate]]) -> None:
+        """Several updates in order (the driver writes a step's rounds at once; Redis: one MULTI)."""
+        for run_id, up in items:
+            self.update(run_id, up)
 
     def _expire(self) -> None:
         now = time.monotonic()

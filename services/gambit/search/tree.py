@@ -7,7 +7,7 @@ holds KV in the engine. Everything here is plain data that round-trips through J
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 # node.state values
 RUNNING = "running"  # resident, generating
@@ -19,7 +19,7 @@ STOPPED = "stopped"  # ended by a method's rule (DeepConf threshold) or a run li
 WAITING = "waiting"  # created, not started yet (DeepConf's second wave)
 
 
-@dataclass
+@dataclass(slots=True)  # slots: routing touches a node per token, after a forward has evicted caches
 class Node:
     id: int
     parent: int | None
@@ -70,13 +70,16 @@ class Node:
 
     def to_dict(self) -> dict:
         # by hand: dataclasses.asdict deep-copies every token list and was most of a round's cost
-        d = dict(self.__dict__)
+        d = {k: getattr(self, k) for k in NODE_FIELDS}
         d["tokens"], d["scores"] = list(self.tokens), list(self.scores)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Node:
         return cls(**d)
+
+
+NODE_FIELDS = tuple(f.name for f in fields(Node))
 
 
 @dataclass

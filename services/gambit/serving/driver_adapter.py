@@ -37,6 +37,11 @@ class WrittenStore:
     def update(self, run_id, up) -> None:
         self.writes.update(run_id, up)
 
+    def update_many(self, items) -> None:
+        """Defined here so that ``__getattr__`` never hands the store's own (unrouted) one out."""
+        for run_id, up in items:
+            self.writes.update(run_id, up)
+
     def __getattr__(self, name):
         return getattr(self.store, name)
 
