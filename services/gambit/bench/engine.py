@@ -243,13 +243,13 @@ def _child(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[obj
 def machine_info() -> dict:
     import torch
 
-    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
-    names = [ln.split(":", 1)[1].strip() for ln in cpuinfo if ln.startswith("model name")]
+    from gambit.engine.linear import cpu_model
+
     try:
         tf = metadata.version("transformers")
     except metadata.PackageNotFoundError:
         tf = None
-    return {"cpu": names[0] if names else platform.processor(), "cores": os.cpu_count(),
+    return {"cpu": cpu_model() or platform.processor(), "cores": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
             "torch": torch.__version__, "transformers": tf, "platform": platform.platform()}
 

@@ -46,16 +46,34 @@ def onednn_available() -> bool:
 
 
 @functools.cache
-def cpu_vendor() -> str:
-    """``vendor_id`` from /proc/cpuinfo ("GenuineIntel", "AuthenticAMD", ...; "" when unknown)."""
+def _cpuinfo() -> dict[str, str]:
+    """The first CPU's fields in /proc/cpuinfo (empty when unreadable)."""
+    info: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break  # the end of the first CPU's block
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return ""
+    return info
+
+
+def cpu_vendor() -> str:
+    """``vendor_id`` from /proc/cpuinfo ("GenuineIntel", "AuthenticAMD", ...; "" when unknown)."""
+    return _cpuinfo().get("vendor_id", "")
+
+
+def cpu_model() -> str:
+    """``model name`` from /proc/cpuinfo ("" when unknown)."""
+    return _cpuinfo().get("model name", "")
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from /proc/cpuinfo ("avx512f", "amx_tile", ...; empty when unknown)."""
+    return frozenset(_cpuinfo().get("flags", "").split())
 
 
 # On AMD CPUs MKL's GEMM takes slower code paths: measured on a 2-core AMD EPYC (AVX2) at SmolLM2's
@@ -177,9 +195,12 @@ def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: 
              ) -> PackedLinear:
         wt = w.t() if wt is None else wt
         stream = wt if stream_rows and b is None and w.numel() >= STREAM_MIN_ELEMENTS else None
+        streamed.append(stream is not None)
         if mode == "transposed" and packing_backend(w) == "onednn":  # every row count
             return PackedLinear(w, b, 1, 1 << 30, fallback, backend="onednn", stream=stream)
         return PackedLinear(w, b, lo, hi, fallback, stream=stream)
+
+    streamed: list[bool] = []
 
     for layer in model.model.layers:
         attn, mlp = layer.self_attn, layer.mlp
@@ -189,18 +210,14 @@ def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: 
         if mlp.gate_up is not None and mlp.gate_proj.bias is None:
             mlp.fast["gate_up"] = pack(mlp.gate_up, None)
         mlp.fast["down"] = pack(mlp.down_proj.weight, mlp.down_proj.bias)
+    layers_stream = any(streamed)
     model.fast["head"] = pack(head, None, head_fallback, head_t)
-    if any(getattr(f, "stream", None) is not None for f in _packs(model)):
+    if layers_stream:
         # a model large enough to stream: its RMSNorms in one kernel call each, not torch's ~7 (their
         # floats differ from F.rms_norm's in the last bits; the shipped target never gets here)
         for norm in _norms(model):
             norm.fast = cpu_attention.rms_norm
     return mode
-
-
-def _packs(model: CausalLM) -> list:
-    layers = model.model.layers
-    return [f for x in layers for f in (*x.self_attn.fast.values(), *x.mlp.fast.values())]
 
 
 def _norms(model: CausalLM) -> list[RMSNorm]:

@@ -247,6 +247,34 @@ class SpecDecoder:
         return Plan(key, ts, tree, vitems)
 
     # -- verification -----------------------------------------------------------------------------
+    def _sampled_paths(self, ts: list[Trace], tree: DraftTree, lg: torch.Tensor, lists: tuple, G: int
+                       ) -> tuple[list[list[int]], list[int], list[int]]:
+        """(path, accepted count, bonus) per trace when some row samples: ``spec.verify`` "match" walks
+        plain decoding's own draws like greedy; "rejection" runs ``accept``. ``lists``: the tree's
+        (tokens with the root, parent, depth, valid) as lists."""
+        dev, (S, B), p = self.engine.device, tree.tokens.shape, [t.params for t in ts]
+        Ns = torch.tensor([t.num_cached for t in ts], device=dev)
+        zero = torch.zeros(S, 1, dtype=torch.long, device=dev)
+        depth = torch.cat([zero, tree.depth], 1)
+        temp, top_k, top_p = (torch.tensor([getattr(x, k) for x in p], device=dev)
+                              for k in ("temperature", "top_k", "top_p"))
+        seeds = torch.tensor([t.seed for t in ts], device=dev)
+        if self.engine.config.spec.verify == "match":  # plain decoding's own draws: the same text
+            drawn = sampled_tokens(lg, temp, top_k, top_p, seeds, Ns[:, None] + 1 + depth)
+            return greedy_paths(*lists, drawn.tolist(), G)
+        T = B + 1
+        tokens = torch.tensor(lists[0], device=dev)
+        parent = torch.cat([zero, tree.parent], 1)
+        valid = torch.cat([torch.ones(S, 1, dtype=torch.bool, device=dev), tree.valid], 1)
+        probs = target_probs(lg, temp, top_k, top_p)
+        u = spec_uniforms(seeds, Ns, T + 1)
+        on_path, end, bonus = accept(tokens, parent, depth, valid, tree.mask, probs, u)
+        # path[s, j]: tree index of the node at depth j (j = 0: root), for j <= n_acc
+        path = torch.zeros(S, G, dtype=torch.long, device=dev)
+        path.scatter_(1, torch.where(on_path, depth, G - 1), torch.arange(T, device=dev)[None].expand(S, T))
+        path[:, G - 1] = 0
+        return path.tolist(), depth.gather(1, end[:, None]).squeeze(1).tolist(), bonus.tolist()
+
     @torch.inference_mode()
     def verify(self, plan: Plan, logits: torch.Tensor, hidden: torch.Tensor, taps: dict,
                logit_rows: torch.Tensor, flat_rows: torch.Tensor) -> list[Event]:
@@ -256,42 +284,16 @@ class SpecDecoder:
         """
         e, d, tree = self.engine, self.drafters[plan.key], plan.tree
         ts, dev = plan.traces, e.device
-        S, B = tree.tokens.shape
-        T = B + 1
-        lg = logits[logit_rows]  # [S, T, V]
+        S = tree.tokens.shape[0]
+        lg = logits[logit_rows]  # [S, B + 1, V]
         p = [t.params for t in ts]
         par_l, dep_l, val_l = tree.parent.tolist(), tree.depth.tolist(), tree.valid.tolist()
         tok_l = [[t.token_ids[-1], *row] for t, row in zip(ts, tree.tokens.tolist(), strict=True)]
         G = max(0, *(max(r) for r in dep_l)) + 2  # path width: the deepest node, the bonus
         if all(x.temperature == 0 for x in p):  # the same rule with one-hot p, over lists
             path_l, n_l, bonus_l = greedy_paths(tok_l, par_l, dep_l, val_l, lg.argmax(-1).tolist(), G)
-        elif e.config.spec.verify == "match":  # plain decoding's own draws at each node: the same text
-            Ns = torch.tensor([t.num_cached for t in ts], device=dev)
-            depth = torch.cat([torch.zeros(S, 1, dtype=torch.long, device=dev), tree.depth], 1)
-            drawn = sampled_tokens(lg, torch.tensor([x.temperature for x in p], device=dev),
-                                   torch.tensor([x.top_k for x in p], device=dev),
-                                   torch.tensor([x.top_p for x in p], device=dev),
-                                   torch.tensor([t.seed for t in ts], device=dev), Ns[:, None] + 1 + depth)
-            path_l, n_l, bonus_l = greedy_paths(tok_l, par_l, dep_l, val_l, drawn.tolist(), G)
         else:
-            Ns = torch.tensor([t.num_cached for t in ts], device=dev)
-            tokens = torch.tensor(tok_l, device=dev)
-            zero = torch.zeros(S, 1, dtype=torch.long, device=dev)
-            parent = torch.cat([zero, tree.parent], 1)
-            depth = torch.cat([zero, tree.depth], 1)
-            valid = torch.cat([torch.ones(S, 1, dtype=torch.bool, device=dev), tree.valid], 1)
-            probs = target_probs(lg, torch.tensor([x.temperature for x in p], device=dev),
-                                 torch.tensor([x.top_k for x in p], device=dev),
-                                 torch.tensor([x.top_p for x in p], device=dev))
-            u = spec_uniforms(torch.tensor([t.seed for t in ts], device=dev), Ns, T + 1)
-            on_path, end, bonus = accept(tokens, parent, depth, valid, tree.mask, probs, u)
-            # path[s, j]: tree index of the node at depth j (j = 0: root), for j <= n_acc
-            path = torch.zeros(S, G, dtype=torch.long, device=dev)
-            path.scatter_(1, torch.where(on_path, depth, G - 1),
-                          torch.arange(T, device=dev)[None].expand(S, T))
-            path[:, G - 1] = 0
-            path_l, bonus_l = path.tolist(), bonus.tolist()
-            n_l = depth.gather(1, end[:, None]).squeeze(1).tolist()  # accepted draft tokens
+            path_l, n_l, bonus_l = self._sampled_paths(ts, tree, lg, (tok_l, par_l, dep_l, val_l), G)
         # KV of the accepted nodes: slot of tree index i (position N + i) → position N + depth
         bs = e.config.block_size
         src, dst = [], []

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from gambit.engine.sampler import SamplingBatch, _needs_filter, mix64, sample
+from gambit.engine.sampler import SamplingBatch, mix64, sample
 
 _GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64
 _STREAM = 0x5EC  # separates these uniforms from the sampler's
@@ -107,7 +107,7 @@ def sampled_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch
     S, T, V = logits.shape
     rep = lambda x: x.repeat_interleave(T)  # noqa: E731
     batch = SamplingBatch(rep(temperature.float()), rep(top_k), rep(top_p.float()), rep(seeds),
-                          counters.reshape(-1), filtered=_needs_filter(V, top_k, top_p))
+                          counters.reshape(-1))  # filtered: sample's filter passes unfiltered rows through
     return sample(logits.reshape(S * T, V), batch).view(S, T)
 
 

@@ -9,11 +9,12 @@ retrains the first steps and compares the history entry by entry (``compare_hist
 
 from __future__ import annotations
 
-import functools
 import platform
 import random
 
 import torch
+
+from gambit.engine.linear import cpu_flags
 
 
 def setup(seed: int, threads: int) -> random.Random:
@@ -32,17 +33,12 @@ def environment() -> dict:
             "python": platform.python_version(), "machine": platform.machine()}
 
 
-@functools.cache
 def cpu_amx() -> bool:
     """Whether this CPU has AMX tiles (Intel Sapphire Rapids and later). Such CPUs report the same
     torch capability ("AVX512") as earlier AVX-512 ones but MKL/oneDNN run other fp32 code paths on
     them: a scorer card made on an AVX-512 machine without AMX and a rerun on one with it differed in
     the first epoch's train loss by 5e-8 relative."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and " amx_tile" in line for line in f)
-    except OSError:
-        return False
+    return "amx_tile" in cpu_flags()
 
 
 # Another instruction set runs other kernels (AVX2 against AVX-512 reduction widths), so a rerun there
