@@ -109,3 +109,17 @@ def test_gauges_and_counters_are_exported_per_interval_not_per_step_and_exact_at
     assert steps > 20 and 2 <= len(sets) <= 4  # admission, first step, the end (and nothing between)
     assert sets[-1] == 0.0  # the run's blocks are back when its result goes out
     assert metric(emb, "gambit_generation_tokens_total") - tok0 == res["generated_tokens"]
+
+
+def test_call_runs_on_the_engine_thread_between_steps(emb):
+    import threading
+
+    got = emb.target.call(lambda: threading.get_native_id()).result(timeout=30)
+    assert got == emb.target.engine_thread_id != threading.get_native_id()
+    with pytest.raises(ZeroDivisionError):
+        emb.target.call(lambda: 1 / 0).result(timeout=30)
+    # while a run decodes: the call is answered between two of its steps, and the run still ends well
+    events = emb.solve(PROBLEMS[1].prompt, SolveConfig(capacity=4, swap=1, round_interval=8, seed=2))
+    assert next(events)["kind"] == "started"
+    assert emb.target.call(lambda: len(emb.target.engine.traces)).result(timeout=30) >= 0
+    assert list(events)[-1]["status"] == "done"

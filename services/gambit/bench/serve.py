@@ -119,25 +119,34 @@ def _threads(fn, n: int, clients: int | None = None) -> None:
 
 class EngineBaseline:
     """Decode tokens/s of the bare engine at batch n·C (EOS ignored), measured between the service
-    repetitions so that it sees the same machine load as they do."""
+    repetitions so that it sees the same machine load as they do. Its engine runs on the embedded
+    Target's engine thread (``TargetService.call``), like every engine of that wiring: a second
+    thread with OpenMP work would slow both (``gambit.engine.torch_threads``)."""
 
-    def __init__(self, cfg: BenchServeConfig) -> None:
+    def __init__(self, cfg: BenchServeConfig, target) -> None:
         from gambit.engine import Engine, EngineConfig, SamplingParams
+        from gambit.engine.torch_threads import on_fresh_thread
         from gambit.paths import TARGET
 
-        self.cfg, self.sp = cfg, SamplingParams
-        self.eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET)))
+        self.cfg, self.sp, self.target = cfg, SamplingParams, target
+        self.eng = on_fresh_thread(lambda: Engine.from_pretrained(str(TARGET),
+                                                                  EngineConfig(model=str(TARGET))))
         self.prompt = problems(1)[0]
         self.rates: dict[int, list[float]] = {n: [] for n in cfg.levels}
-        self.eng.generate([self.prompt] * cfg.capacity, self.sp(max_tokens=8, ignore_eos=True))  # warm
+        warm = self.sp(max_tokens=8, ignore_eos=True)
+        target.call(lambda: self.eng.generate([self.prompt] * cfg.capacity, warm)).result()
 
     def measure(self, n: int) -> None:
         b = n * self.cfg.capacity
         sp = [self.sp(temperature=0.8, max_tokens=self.cfg.max_tokens, ignore_eos=True, seed=i)
               for i in range(b)]
-        t0 = time.perf_counter()
-        self.eng.generate([self.prompt] * b, sp)
-        self.rates[n].append(b * self.cfg.max_tokens / (time.perf_counter() - t0))
+
+        def timed() -> float:
+            t0 = time.perf_counter()
+            self.eng.generate([self.prompt] * b, sp)
+            return time.perf_counter() - t0
+
+        self.rates[n].append(b * self.cfg.max_tokens / self.target.call(timed).result())
 
     def speedup(self) -> dict[int, float]:
         """Median rate at each batch relative to batch C."""
@@ -167,7 +176,7 @@ def bench(cfg: BenchServeConfig) -> dict:
     import grpc
 
     channel = grpc.insecure_channel(address)  # one connection for the whole benchmark, like a real client
-    baseline = EngineBaseline(cfg)
+    baseline = EngineBaseline(cfg, emb.target)
     try:
         warm = problems(2)
         run_embedded(emb, warm, cfg)

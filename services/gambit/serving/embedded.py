@@ -36,19 +36,26 @@ class EmbeddedConfig:
 def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "local",
                  scorer_app: str = "", token: str = "", resolve=None) -> TargetService:
     """``resolve``: finds a Scorer replica's direct endpoint (``RemoteScorer``), None = always the
-    address given."""
+    address given. The engine and scorer are built on a thread that exits, so the only OpenMP pool
+    left is the engine thread's (``gambit.engine.torch_threads``)."""
     from gambit.engine import Engine, EngineConfig
+    from gambit.engine.torch_threads import on_fresh_thread
     from gambit.paths import TARGET
 
-    model = cfg.model or str(TARGET)
-    engine = Engine.from_pretrained(model, EngineConfig(model=model, num_blocks=cfg.num_blocks or None,
-                                                        max_num_seqs=cfg.max_num_seqs, preemption="evict"))
-    hidden = engine.model.config.hidden_size
-    if cfg.scorer_address:
-        scorer = RemoteScorer(cfg.scorer_address, hidden, token=token, application=scorer_app,
-                              metrics=metrics, resolve=resolve)
-    else:
-        scorer = LocalScorer(load_any_scorer(cfg.scorer, hidden), metrics)
+    def build():
+        model = cfg.model or str(TARGET)
+        ecfg = EngineConfig(model=model, num_blocks=cfg.num_blocks or None, max_num_seqs=cfg.max_num_seqs,
+                            preemption="evict")
+        engine = Engine.from_pretrained(model, ecfg)
+        hidden = engine.model.config.hidden_size
+        if cfg.scorer_address:
+            scorer = RemoteScorer(cfg.scorer_address, hidden, token=token, application=scorer_app,
+                                  metrics=metrics, resolve=resolve)
+        else:
+            scorer = LocalScorer(load_any_scorer(cfg.scorer, hidden), metrics)
+        return engine, scorer
+
+    engine, scorer = on_fresh_thread(build)
     return TargetService(engine, scorer, open_tree_view(cfg.tree, cfg.prefix), metrics, replica,
                          store=open_trace_store(cfg.tree, cfg.prefix), async_records=cfg.tree != "memory")
 

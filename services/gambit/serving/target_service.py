@@ -53,6 +53,7 @@ class TargetService:
         # runs to admit at the next step: (run id, problem, cfg, sink, future, resume)
         self._inbox: list[tuple] = []
         self._cancels: list[tuple] = []  # runs to stop at the next step: (run id, status, message, future)
+        self._calls: list[tuple] = []  # (fn, future): torch work to run on the engine thread (``call``)
         self._inbox_lock = threading.Lock()
         self._idle = False
         self._stop = False
@@ -112,6 +113,23 @@ class TargetService:
                 self._cv.notify()
         return fut.result()
 
+    def call(self, fn: Callable[[], object]) -> Future:
+        """Run ``fn()`` on the engine thread between two steps; the future ends with its result.
+        Torch work of this process belongs there (``gambit.engine.torch_threads``): a second thread
+        running parallel regions would make every step's OpenMP workers sleep and wake."""
+        fut: Future = Future()
+        with self._inbox_lock:
+            self._calls.append((fn, fut))
+        if self._idle:
+            with self._cv:
+                self._cv.notify()
+        return fut
+
+    @property
+    def engine_thread_id(self) -> int | None:
+        """Native id of the engine thread (its OS thread, for CPU and context-switch accounting)."""
+        return self._thread.native_id
+
     def _cancel_now(self, run_id: str, status: str, message: str) -> bool:
         with self._cv:
             if run_id not in self._sinks:
@@ -139,6 +157,13 @@ class TargetService:
         with self._inbox_lock:
             inbox, self._inbox = self._inbox, []
             cancels, self._cancels = self._cancels, []
+            calls, self._calls = self._calls, []
+        for fn, fut in calls:
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(fn())
+                except Exception as e:  # noqa: BLE001 — the caller gets it
+                    fut.set_exception(e)
         for run_id, status, message, fut in cancels:
             fut.set_result(self._cancel_now(run_id, status, message))
         for run_id, problem, cfg, sink, fut, resume in inbox:
@@ -170,7 +195,8 @@ class TargetService:
         while True:
             with self._cv:
                 self._idle = True
-                while not self._stop and not self.driver.has_work() and not self._inbox and not self._cancels:
+                while not (self._stop or self.driver.has_work() or self._inbox or self._cancels
+                           or self._calls):
                     if not self._cv.wait(timeout=GAUGE_REFRESH_S):
                         self._gauges()  # Ray drops a gauge not set for ~2 export intervals (ops)
                 self._idle = False
