@@ -153,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     bsub.add_parser("profile", help="where one decode step's time goes (see `gambit bench profile --help`)")
     bsub.add_parser("rounds", help="the tournament's CPU cost per round (see `gambit bench rounds --help`)")
     bsub.add_parser("linears", help="CPU GEMM backends at a model's shapes (`gambit bench linears --help`)")
+    bsub.add_parser("pools", help="one OpenMP pool vs two in a serving process (`gambit bench pools --help`)")
 
     from gambit.serving.commands import add_commands
 
@@ -160,32 +161,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# `gambit bench NAME` commands with their own parsers (engine re-invokes itself per backend)
+OWN_PARSERS = {"engine": "gambit.bench.engine", "spec": "gambit.bench.spec",
+               "profile": "gambit.bench.profile_step", "linears": "gambit.bench.linears",
+               "rounds": "gambit.bench.search_rounds", "serve": "gambit.bench.serve",
+               "pools": "gambit.bench.pools"}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:2] == ["bench", "engine"]:  # its own parser (it re-invokes itself per backend)
-        from gambit.bench.engine import main as bench_main
+    if argv[:1] == ["bench"] and len(argv) > 1 and argv[1] in OWN_PARSERS:  # each has its own parser
+        import importlib
 
-        return bench_main(argv[2:])
-    if argv[:2] == ["bench", "spec"]:
-        from gambit.bench.spec import main as spec_main
-
-        return spec_main(argv[2:])
-    if argv[:2] == ["bench", "profile"]:
-        from gambit.bench.profile_step import main as profile_main
-
-        return profile_main(argv[2:])
-    if argv[:2] == ["bench", "linears"]:
-        from gambit.bench.linears import main as linears_main
-
-        return linears_main(argv[2:])
-    if argv[:2] == ["bench", "rounds"]:
-        from gambit.bench.search_rounds import main as rounds_main
-
-        return rounds_main(argv[2:])
-    if argv[:2] == ["bench", "serve"]:
-        from gambit.bench.serve import main as bench_serve_main
-
-        return bench_serve_main(argv[2:])
+        return importlib.import_module(OWN_PARSERS[argv[1]]).main(argv[2:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -1,0 +1,113 @@
+"""``gambit bench pools``: A/B of the one-OpenMP-pool rule (``gambit.engine.torch_threads``) on
+embedded Gambit runs.
+
+Each repetition starts two fresh processes, interleaved: "one pool" (the wiring as shipped) and
+"two pools" (the main thread ran torch parallel work before the wiring was built, as the previous
+commits' Target replica and ``bench serve`` did). Each process times `--runs` one-problem Solves
+after a warm one and counts the engine thread's voluntary context switches per step.
+
+``python -m gambit.bench.pools --child MODE C TOKENS RUNS`` is one such process (the test's too);
+it prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+MODES = ("one pool", "two pools")
+
+
+def child(mode: str, capacity: int, max_tokens: int, runs: int) -> dict:
+    """One process's figures: median Solve latency and engine-thread switches per step."""
+    import torch
+
+    torch.set_num_threads(2)
+    if mode == "two pools":  # parallel regions on the main thread: its OpenMP pool stays for its life
+        x = torch.randn(512, 512)
+        for _ in range(20):
+            (x @ x).sum()
+    from gambit.bench.serve import problems
+    from gambit.engine.torch_threads import voluntary_switches
+    from gambit.serving.embedded import Embedded, EmbeddedConfig
+    from gambit.serving.solve_config import SolveConfig
+
+    emb = Embedded(EmbeddedConfig(scorer=""))
+    eng, steps = emb.target.engine, [0]
+    step = eng.step
+
+    def counted():
+        steps[0] += 1
+        return step()
+
+    eng.step = counted
+    prompt = problems(1)[0]
+    cfg = SolveConfig(capacity=capacity, swap=min(2, capacity), round_interval=16, max_tokens=max_tokens,
+                      seed=0)
+    list(emb.solve(prompt, cfg))  # warm: kernels compiled, pools made
+    tid = emb.target.engine_thread_id
+    s0, n0, lat = voluntary_switches(tid), steps[0], []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        list(emb.solve(prompt, cfg))
+        lat.append(time.perf_counter() - t0)
+    out = {"latency_s": statistics.median(lat), "steps": steps[0] - n0,
+           "switches_per_step": (voluntary_switches(tid) - s0) / max(1, steps[0] - n0)}
+    emb.close()
+    return out
+
+
+def run_child(mode: str, capacity: int = 4, max_tokens: int = 96, runs: int = 6) -> dict:
+    """``child`` in a fresh process (no OpenMP settings inherited)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
+    out = subprocess.run([sys.executable, "-m", "gambit.bench.pools", "--child", mode, str(capacity),
+                          str(max_tokens), str(runs)], capture_output=True, text=True, timeout=600, env=env)
+    if out.returncode:
+        raise RuntimeError(f"{mode} process failed: {out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--child"]:
+        print(json.dumps(child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]))))
+        return 0
+    ap = argparse.ArgumentParser(prog="gambit bench pools", description="one OpenMP pool vs two, "
+                                 "interleaved fresh processes of embedded Gambit runs")
+    ap.add_argument("--reps", type=int, default=4, help="interleaved repetitions (processes per mode)")
+    ap.add_argument("--capacity", type=int, default=4, help="C of each run (traces)")
+    ap.add_argument("--max-tokens", type=int, default=96, help="tokens per trace at most")
+    ap.add_argument("--runs", type=int, default=6, help="timed Solves per process")
+    ap.add_argument("--json", default="", help="write the result JSON here")
+    a = ap.parse_args(argv)
+    got: dict[str, list[dict]] = {m: [] for m in MODES}
+    for rep in range(a.reps):
+        for mode in MODES:
+            got[mode].append(run_child(mode, a.capacity, a.max_tokens, a.runs))
+            print(f"rep {rep + 1}/{a.reps}  {mode:9s}  {got[mode][-1]['latency_s'] * 1e3:6.1f} ms per run  "
+                  f"{got[mode][-1]['switches_per_step']:5.1f} switches/step", file=sys.stderr, flush=True)
+    res = {"config": vars(a), "modes": {}}
+    print(f"| wiring (C = {a.capacity}, {a.max_tokens} tokens) | run latency ms, median [min, max] | "
+          "engine-thread voluntary switches per step |\n|---|---|---:|")
+    for mode in MODES:
+        lat = [r["latency_s"] * 1e3 for r in got[mode]]
+        sw = statistics.median(r["switches_per_step"] for r in got[mode])
+        res["modes"][mode] = {"latency_ms": statistics.median(lat), "spread_ms": [min(lat), max(lat)],
+                              "switches_per_step": sw}
+        print(f"| {mode} | {statistics.median(lat):.1f} [{min(lat):.1f}, {max(lat):.1f}] | {sw:.1f} |")
+    ratio = res["modes"]["two pools"]["latency_ms"] / res["modes"]["one pool"]["latency_ms"]
+    res["two_over_one"] = ratio
+    print(f"two pools / one pool: {ratio:.2f}x run latency")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
