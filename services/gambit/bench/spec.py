@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from dataclasses import replace
@@ -194,6 +195,7 @@ def _cycle_ratio(rows: dict, a: str, b: str) -> dict:
 
 def run_bench(quick: bool, reps: int, max_tokens: int, threads: int, folder: Path = ASSETS,
               device: str = "auto") -> dict:
+    threads = threads or os.cpu_count() or 1  # 0: every core, as the serving engine runs (Target)
     torch.set_num_threads(threads)
     eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET), device=device))
     tok = eng.tokenizer
@@ -317,7 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=None,
                     help="interleaved repetitions (default 2 quick, 3 full)")
     ap.add_argument("--max-tokens", type=int, default=128, help="new tokens per trace at most")
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch intra-op threads for plain and speculative decoding alike (0 = every core, "
+                         "as the serving Target runs; the previous commits measured 1)")
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda")
     ap.add_argument("--drafters", default=str(ASSETS), help="folder holding drafter-* folders")
     ap.add_argument("--json", help="write the result JSON here")
