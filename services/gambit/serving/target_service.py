@@ -18,6 +18,9 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
+import torch
+
+from gambit.engine.torch_threads import voluntary_switches
 from gambit.serving.driver_adapter import DriverAdapter
 from gambit.serving.record_writer import InlineRecords, RecordWriter
 from gambit.serving.solve_config import SolveConfig
@@ -31,6 +34,10 @@ GAUGE_REFRESH_S = 5.0  # idle replicas re-set their gauges this often, so dashbo
 # (so a run's tokens are counted before its result is sent). Every step, they cost ~0.2 ms of the
 # engine thread under Ray's metrics API: ~2% of a one-run step on 2 cores, on the critical path.
 METRICS_EVERY_S = 0.25
+# engine steps between which the engine thread's voluntary context switches are counted once, and the
+# count per step above which a second OpenMP pool is reported (0-1 with one pool, ~30 with two)
+SWITCH_CHECK = (16, 80)
+SWITCH_WARN_PER_STEP = 8.0
 
 
 class Overcommitted(RuntimeError):
@@ -58,6 +65,8 @@ class TargetService:
         self._idle = False
         self._stop = False
         self.step_seconds = 0.0
+        self._steps = 0
+        self._switches_at = (0, 0)  # (step, engine-thread voluntary switches) when the check began
         self._last: dict[str, int] = {}
         self._marks: dict[str, int] = {}  # run id -> scorer fallbacks when it started
         self._written: dict[str, float] = {}  # run id -> last progress write to the run record
@@ -213,6 +222,9 @@ class TargetService:
                     log.exception("driver step failed")
                     outs = [self.driver.cancel(r, "failed", f"target error: {e}") for r in list(self._sinks)]
                 self.step_seconds += time.perf_counter() - t0
+                self._steps += 1
+                if self._steps in (SWITCH_CHECK[0], SWITCH_CHECK[1]):
+                    self._check_switches()
                 now = time.monotonic()
                 ended = any(o is not None and o["kind"] == "result" for o in outs)
                 export = ended or now >= self._metrics_due
@@ -220,6 +232,19 @@ class TargetService:
                     self._metrics_due = now + METRICS_EVERY_S
                     self._counters()
                 self._deliver(outs, gauges=export)
+
+    def _check_switches(self) -> None:
+        """Once per process: warn when the engine thread sleeps at nearly every parallel region of its
+        steps, the sign of a second OpenMP pool (``gambit.engine.torch_threads``), 2-3x slower."""
+        n = voluntary_switches(self._thread.native_id)
+        if self._steps == SWITCH_CHECK[0] or n < 0:
+            self._switches_at = (self._steps, n)
+            return
+        per_step = (n - self._switches_at[1]) / max(1, self._steps - self._switches_at[0])
+        if per_step > SWITCH_WARN_PER_STEP and torch.get_num_threads() > 1:
+            log.warning("the engine thread slept %.0f times per step: another thread of this process ran "
+                        "torch parallel work, so OpenMP workers sleep between regions (a second pool; "
+                        "see gambit.engine.torch_threads) and steps run 2-3x slower", per_step)
 
     def _poll_cancels(self) -> None:
         """CancelRun sets a flag in the tree view (any coordinator); stop flagged runs held here."""
