@@ -27,7 +27,8 @@ def child(mode: str, capacity: int, max_tokens: int, runs: int) -> dict:
     """One process's figures: median Solve latency and engine-thread switches per step."""
     import torch
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(os.cpu_count() or 1)  # every core, as the Target runs: with two pools, more
+    # pooled threads than CPUs on any machine of 2+ cores (libgomp's condition for short spins)
     if mode == "two pools":  # parallel regions on the main thread: its OpenMP pool stays for its life
         x = torch.randn(512, 512)
         for _ in range(20):
