@@ -23,7 +23,7 @@ import time
 MODES = ("one pool", "two pools")
 
 
-def child(mode: str, capacity: int, max_tokens: int, runs: int) -> dict:
+def child(mode: str, capacity: int, max_tokens: int, runs: int, model: str = "", scorer: str = "") -> dict:
     """One process's figures: median Solve latency and engine-thread switches per step."""
     import torch
 
@@ -38,7 +38,7 @@ def child(mode: str, capacity: int, max_tokens: int, runs: int) -> dict:
     from gambit.serving.embedded import Embedded, EmbeddedConfig
     from gambit.serving.solve_config import SolveConfig
 
-    emb = Embedded(EmbeddedConfig(scorer=""))
+    emb = Embedded(EmbeddedConfig(model=model, scorer=scorer))
     eng, steps = emb.target.engine, [0]
     step = eng.step
 
@@ -63,11 +63,13 @@ def child(mode: str, capacity: int, max_tokens: int, runs: int) -> dict:
     return out
 
 
-def run_child(mode: str, capacity: int = 4, max_tokens: int = 96, runs: int = 6) -> dict:
+def run_child(mode: str, capacity: int = 4, max_tokens: int = 96, runs: int = 6, model: str = "",
+              scorer: str = "") -> dict:
     """``child`` in a fresh process (no OpenMP settings inherited)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
     out = subprocess.run([sys.executable, "-m", "gambit.bench.pools", "--child", mode, str(capacity),
-                          str(max_tokens), str(runs)], capture_output=True, text=True, timeout=600, env=env)
+                          str(max_tokens), str(runs), model, scorer], capture_output=True, text=True,
+                         timeout=1200, env=env)
     if out.returncode:
         raise RuntimeError(f"{mode} process failed: {out.stderr[-3000:]}")
     got = json.loads(out.stdout.strip().splitlines()[-1])
@@ -78,7 +80,7 @@ def run_child(mode: str, capacity: int = 4, max_tokens: int = 96, runs: int = 6)
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["--child"]:
-        print(json.dumps(child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]))))
+        print(json.dumps(child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), *argv[5:7])))
         return 0
     ap = argparse.ArgumentParser(prog="gambit bench pools", description="one OpenMP pool vs two, "
                                  "interleaved fresh processes of embedded Gambit runs")
@@ -86,16 +88,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--capacity", type=int, default=4, help="C of each run (traces)")
     ap.add_argument("--max-tokens", type=int, default=96, help="tokens per trace at most")
     ap.add_argument("--runs", type=int, default=6, help="timed Solves per process")
+    ap.add_argument("--model", default="", help="target model folder or registry name (\"\" = the shipped "
+                    "target; smollm2 after `gambit models fetch smollm2`)")
+    ap.add_argument("--scorer", default="", help="scorer folder or random:<kind>:<hidden> (\"\" = the "
+                    "shipped MLP scorer, whose width fits only the shipped target)")
     ap.add_argument("--json", default="", help="write the result JSON here")
     a = ap.parse_args(argv)
     got: dict[str, list[dict]] = {m: [] for m in MODES}
     for rep in range(a.reps):
         for mode in MODES:
-            got[mode].append(run_child(mode, a.capacity, a.max_tokens, a.runs))
+            got[mode].append(run_child(mode, a.capacity, a.max_tokens, a.runs, a.model, a.scorer))
             print(f"rep {rep + 1}/{a.reps}  {mode:9s}  {got[mode][-1]['latency_s'] * 1e3:6.1f} ms per run  "
                   f"{got[mode][-1]['switches_per_step']:5.1f} switches/step", file=sys.stderr, flush=True)
     res = {"config": vars(a), "modes": {}}
-    print(f"| wiring (C = {a.capacity}, {a.max_tokens} tokens) | run latency ms, median [min, max] | "
+    print(f"| wiring ({a.model or 'shipped target'}, C = {a.capacity}, {a.max_tokens} tokens) | "
+          "run latency ms, median [min, max] | "
           "engine-thread voluntary switches per step |\n|---|---|---:|")
     for mode in MODES:
         lat = [r["latency_s"] * 1e3 for r in got[mode]]
