@@ -123,3 +123,10 @@ def test_call_runs_on_the_engine_thread_between_steps(emb):
     assert next(events)["kind"] == "started"
     assert emb.target.call(lambda: len(emb.target.engine.traces)).result(timeout=30) >= 0
     assert list(events)[-1]["status"] == "done"
+
+
+def test_call_after_close_fails_instead_of_waiting():
+    e = Embedded(EmbeddedConfig(scorer="random:mlp:192", num_blocks=64))
+    e.close()
+    with pytest.raises(RuntimeError, match="engine thread has stopped"):
+        e.target.call(lambda: 1).result(timeout=5)

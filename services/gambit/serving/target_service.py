@@ -127,6 +127,9 @@ class TargetService:
         Torch work of this process belongs there (``gambit.engine.torch_threads``): a second thread
         running parallel regions would make every step's OpenMP workers sleep and wake."""
         fut: Future = Future()
+        if self._stop or not self._thread.is_alive():
+            fut.set_exception(RuntimeError("the target's engine thread has stopped (closed)"))
+            return fut
         with self._inbox_lock:
             self._calls.append((fn, fut))
         if self._idle:
