@@ -228,7 +228,8 @@ class Coordinator:
         try:
             run_id, rec = await self._known_run(request, grpc_context)
             n = await asyncio.to_thread(self.tree.num_traces, run_id)
-            info = self.pb2.RunInfo(run_id=run_id, status=rec.get("status", ""), num_traces=n)
+            info = self.pb2.RunInfo(run_id=run_id, status=rec.get("status", ""), num_traces=n,
+                                    replica=str(rec.get("replica") or ""))
             if rec.get("request"):
                 ParseDict(rec["request"], info.request)
             if rec.get("progress"):

@@ -274,13 +274,13 @@ class TargetService:
                 self._reserved.pop(rid, None)
                 d["scorer_fallbacks"] = getattr(self.scorer, "fallbacks", 0) - self._marks.pop(rid, 0)
                 self._written.pop(rid, None)
-                self.records.put_run(rid, status=d["status"], result=d)
+                self.records.put_run(rid, status=d["status"], result=d, replica=self.replica)
                 if sink is not None:  # once its records are written: GetRun then sees the result
                     self.records.after(functools.partial(_send, sink, d))
                 continue
             if time.monotonic() - self._written.get(rid, 0.0) > 0.5:
                 self._written[rid] = time.monotonic()  # at most two progress writes a second per run
-                self.records.put_run(rid, status="running", progress=d)
+                self.records.put_run(rid, status="running", progress=d, replica=self.replica)
             if sink is not None:
                 _send(sink, d)
         if gauges:
