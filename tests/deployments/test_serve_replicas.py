@@ -11,6 +11,8 @@ import grpc
 import pytest
 from test_serve import LONG, PROBLEMS, pb2, pb2_grpc
 
+from gambit.deployments.kv_router import STATS_PERIOD_S
+
 pytestmark = pytest.mark.slow
 APP = "gambit2"
 NUM_BLOCKS = 150  # per replica; a run of C = 4 and 240 tokens reserves 4 x 18 = 72 (two fit, not three)
@@ -41,7 +43,15 @@ def two(serve_stack):
                 break
             assert time.monotonic() < deadline, f"{APP} not ready: {e.code()} {e.details()}"
             time.sleep(0.5)
-    time.sleep(2 * 1.0 + 0.5)  # both replicas' KV reports reached the router (STATS_PERIOD_S = 1)
+    def targets_running() -> int:
+        app = serve.status().applications.get(APP)
+        dep = app.deployments.get("Target") if app is not None else None
+        return dep.replica_states.get("RUNNING", 0) if dep is not None else 0
+
+    while targets_running() < 2:  # the Coordinator answers before both Targets are up
+        assert time.monotonic() < deadline, "two Target replicas never ran"
+        time.sleep(0.5)
+    time.sleep(3 * STATS_PERIOD_S + 1)  # both replicas' KV reports have reached the router
     try:
         yield stub
     finally:
