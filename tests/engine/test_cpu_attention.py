@@ -74,3 +74,42 @@ def test_rms_norm_kernel_matches_torch():
     x = torch.randn(9, 2, 192, generator=g).transpose(0, 1)  # not contiguous
     w = torch.randn(192, generator=g)
     torch.testing.assert_close(rms_norm(x, w, 1e-6), F.rms_norm(x, (192,), w, 1e-6), atol=1e-5, rtol=1e-5)
+
+
+def test_kernels_release_the_gil_while_they_run():
+    """A long kernel call leaves the GIL to the process's other threads (a replica's event loop, the
+    writer and RPC threads): the main thread keeps running during it, with no gap as long as a call."""
+    import threading
+    import time
+
+    g = torch.Generator().manual_seed(0)
+    Hkv, NB, bs, D, B = 4, 1024, 16, 64, 32
+    kc, vc = torch.randn(Hkv, NB, bs, D, generator=g), torch.randn(Hkv, NB, bs, D, generator=g)
+    tables = torch.randint(0, NB, (B, NB), generator=g)
+    lens = torch.full((B,), NB * bs)
+    q = torch.randn(B, Hkv, D, generator=g)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # the other core stays free for the main thread
+    try:
+        t = time.perf_counter()
+        paged_decode(q, kc, vc, tables, lens, D ** -0.5)
+        call = time.perf_counter() - t
+        done = threading.Event()
+
+        def work():
+            torch.set_num_threads(1)
+            for _ in range(4):
+                paged_decode(q, kc, vc, tables, lens, D ** -0.5)
+            done.set()
+
+        th = threading.Thread(target=work)
+        th.start()
+        gap, last = 0.0, time.perf_counter()
+        while not done.is_set():
+            now = time.perf_counter()
+            gap, last = max(gap, now - last), now
+        th.join()
+    finally:
+        torch.set_num_threads(before)
+    assert call > 0.02, f"the call took {call * 1e3:.1f} ms: too short to tell"
+    assert gap < call / 2, f"main thread stalled {gap * 1e3:.1f} ms during {call * 1e3:.1f} ms calls"

@@ -29,6 +29,19 @@ _SOURCE = r"""
 #include <limits>
 #include <vector>
 
+// Every kernel called from Python releases the GIL for the call (no Python object is touched inside),
+// so the process's other threads (a replica's event loop, RPC and writer threads, a client reading
+// events) run while the engine thread is in a forward; a nested call (GIL already released) keeps it so.
+struct NoGil {
+  PyThreadState* state = nullptr;
+  NoGil() {
+    if (PyGILState_Check()) state = PyEval_SaveThread();
+  }
+  ~NoGil() {
+    if (state) PyEval_RestoreThread(state);
+  }
+};
+
 // Shared by both kernels. Scores of one key row against the G query heads of its GQA group:
 // out[g * L] = scale * q_g . k (out points at the key's column of a [G, L] score buffer).
 static inline void score_key(const float* qb, const float* kt, int64_t G, int64_t D, float sc, float* out,
@@ -68,6 +81,7 @@ static inline void add_value(const float* vt, int64_t G, int64_t D, const float*
 // q [B, H, D]; kc, vc [Hkv, NB, bs, D]; tables [B, nbmax] int64; lens [B] int64 → out [B, H, D]
 torch::Tensor paged_decode(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, torch::Tensor tables,
                            torch::Tensor lens, double scale) {
+  NoGil no_gil;
   TORCH_CHECK(q.dtype() == torch::kFloat32 && kc.dtype() == torch::kFloat32, "float32 only");
   TORCH_CHECK(q.is_contiguous() && kc.is_contiguous() && vc.is_contiguous(), "contiguous inputs");
   const int64_t B = q.size(0), H = q.size(1), D = q.size(2);
@@ -119,6 +133,7 @@ torch::Tensor paged_decode(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, 
 // RMSNorm of x [N, H] with weight [H] in one pass (torch's CPU rms_norm runs ~7 kernels: at a
 // drafter's few rows their dispatch costs more than the arithmetic).
 torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
+  NoGil no_gil;
   TORCH_CHECK(x.dtype() == torch::kFloat32 && w.dtype() == torch::kFloat32, "float32 only");
   auto xc = x.contiguous();
   auto out = torch::empty_like(xc);
@@ -146,6 +161,7 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
 torch::Tensor paged_attention(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, torch::Tensor tables,
                               torch::Tensor seq, torch::Tensor ctx, torch::Tensor qoff, torch::Tensor qlen,
                               torch::Tensor moff, torch::Tensor mask, double scale) {
+  NoGil no_gil;
   TORCH_CHECK(q.dtype() == torch::kFloat32 && kc.dtype() == torch::kFloat32, "float32 only");
   TORCH_CHECK(q.is_contiguous() && kc.is_contiguous() && vc.is_contiguous(), "contiguous inputs");
   TORCH_CHECK(mask.dtype() == torch::kBool && mask.is_contiguous(), "bool contiguous mask");

@@ -45,8 +45,9 @@ static at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& packed) {
 
 // Which packed GEMM the model's PackedLinears use (one for all of them, see layer_weights), and the
 // smallest weight whose one-row products stream through gemv_t (PackedLinear.stream).
-static bool g_onednn = false;
-static int64_t g_stream_min = INT64_MAX;
+// per thread: the GIL no longer orders calls from two engine threads
+static thread_local bool g_onednn = false;
+static thread_local int64_t g_stream_min = INT64_MAX;
 
 // project(): one row of a large weight through gemv_t, the packed weight for lo <= rows <= hi
 // (PackedLinear), else F.linear.
@@ -152,6 +153,7 @@ std::vector<torch::Tensor> decoder_layers(
     torch::Tensor vcache, torch::Tensor cos, torch::Tensor sin, torch::Tensor slots, int64_t attn,
     std::vector<torch::Tensor> meta, std::vector<int64_t> taps, int64_t H, int64_t Hkv, int64_t D, double eps,
     double scale, int64_t lo, int64_t hi, bool norm_kernel, bool onednn, int64_t stream_min) {
+  NoGil no_gil;
   g_onednn = onednn;
   g_stream_min = stream_min;
   const int64_t L = static_cast<int64_t>(lw2.size()) / 2, T = x.size(1);

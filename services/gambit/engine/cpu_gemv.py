@@ -92,7 +92,10 @@ static at::Tensor gemv_add(const at::Tensor& x, const at::Tensor& w, const at::T
 }
 
 // x [..., in] holding one row, wt [in, out] contiguous fp32 -> [..., out].
-torch::Tensor gemv_t(torch::Tensor x, torch::Tensor wt) { return gemv_add(x, wt, nullptr, false); }
+torch::Tensor gemv_t(torch::Tensor x, torch::Tensor wt) {
+  NoGil no_gil;
+  return gemv_add(x, wt, nullptr, false);
+}
 """
 
 

@@ -46,6 +46,7 @@ std::vector<torch::Tensor> drafter_forward(
     torch::Tensor cos_t, torch::Tensor sin_t, int64_t n_tail, int64_t attn, std::vector<torch::Tensor> meta,
     torch::Tensor slots, torch::Tensor kc, torch::Tensor vc, int64_t at, int64_t H, int64_t Hkv, int64_t D,
     double eps, double scale, int64_t lo, int64_t hi, bool norm_kernel, bool norm_output) {
+  NoGil no_gil;
   g_onednn = false;
   const int64_t B = h.size(0), T = h.size(1);
   auto emb = take_rows(embw, ids.reshape({-1})).view({B, T, -1});

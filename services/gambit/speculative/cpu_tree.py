@@ -265,6 +265,7 @@ std::vector<torch::Tensor> tree_draft(
     torch::Tensor root_feature, torch::Tensor root_logits, std::vector<int64_t> cfg,
     std::vector<torch::Tensor> w, torch::Tensor embw, torch::Tensor cos_t, torch::Tensor sin_t,
     std::vector<int64_t> dims, double eps, bool norm_kernel, bool norm_output) {
+  NoGil no_gil;
   TORCH_CHECK(kc.is_contiguous() && vc.is_contiguous() && tables.is_contiguous(), "contiguous caches");
   const int64_t k = cfg[0], Bw = cfg[1], m = cfg[2], G = cfg[3], R = Bw + m, rows = 1 + G * R;
   const int64_t S = tables.size(0), nb = tables.size(1), Hkv = kc.size(0), NB = kc.size(1), bs = kc.size(2);
