@@ -27,22 +27,16 @@ def md():
 def two(serve_stack):
     from ray import serve
 
+    from gambit.deployments import local
     from gambit.deployments.app import build_gambit
 
     args = serve_stack["cfg"].app_args() | {"target_replicas": 2, "coordinator_replicas": 1,
                                             "prefix": serve_stack["prefix"] + "two:"}
     args["target"] = dict(args["target"], num_blocks=NUM_BLOCKS)
     serve.run(build_gambit(args), name=APP, route_prefix=f"/{APP}", blocking=False)
-    stub = pb2_grpc.ReasoningServiceStub(grpc.insecure_channel(serve_stack["address"]))
+    local.wait_ready(serve_stack["address"], 300, os.environ["GAMBIT_TEST_SERVE_TOKEN"], application=APP)
     deadline = time.monotonic() + 300
-    while True:  # ready when the app answers: GetRun of an unknown id is NOT_FOUND
-        try:
-            stub.GetRun(pb2.GetRunRequest(run_id="ready-probe"), metadata=md(), timeout=5)
-        except grpc.RpcError as e:
-            if e.code() == grpc.StatusCode.NOT_FOUND and "Application" not in (e.details() or ""):
-                break
-            assert time.monotonic() < deadline, f"{APP} not ready: {e.code()} {e.details()}"
-            time.sleep(0.5)
+
     def targets_running() -> int:
         app = serve.status().applications.get(APP)
         dep = app.deployments.get("Target") if app is not None else None
@@ -53,7 +47,7 @@ def two(serve_stack):
         time.sleep(0.5)
     time.sleep(3 * STATS_PERIOD_S + 1)  # both replicas' KV reports have reached the router
     try:
-        yield stub
+        yield pb2_grpc.ReasoningServiceStub(grpc.insecure_channel(serve_stack["address"]))
     finally:
         serve.delete(APP)
 

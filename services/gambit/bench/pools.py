@@ -6,8 +6,8 @@ Each repetition starts two fresh processes, interleaved: "one pool" (the wiring 
 commits' Target replica and ``bench serve`` did). Each process times `--runs` one-problem Solves
 after a warm one and counts the engine thread's voluntary context switches per step.
 
-``python -m gambit.bench.pools --child MODE C TOKENS RUNS`` is one such process (the test's too);
-it prints one JSON line.
+``python -m gambit.bench.pools --child MODE C TOKENS RUNS [MODEL SCORER]`` is one such process (the
+test's too); it prints one JSON line.
 """
 
 from __future__ import annotations
@@ -39,26 +39,20 @@ def child(mode: str, capacity: int, max_tokens: int, runs: int, model: str = "",
     from gambit.serving.solve_config import SolveConfig
 
     emb = Embedded(EmbeddedConfig(model=model, scorer=scorer))
-    eng, steps = emb.target.engine, [0]
-    step = eng.step
-
-    def counted():
-        steps[0] += 1
-        return step()
-
-    eng.step = counted
+    stats = emb.target.engine.stats  # stats.steps: the engine's forward steps
     prompt = problems(1)[0]
     cfg = SolveConfig(capacity=capacity, swap=min(2, capacity), round_interval=16, max_tokens=max_tokens,
                       seed=0)
     list(emb.solve(prompt, cfg))  # warm: kernels compiled, pools made
     tid = emb.target.engine_thread_id
-    s0, n0, lat = voluntary_switches(tid), steps[0], []
+    s0, n0, lat = voluntary_switches(tid), stats.steps, []
     for _ in range(runs):
         t0 = time.perf_counter()
         list(emb.solve(prompt, cfg))
         lat.append(time.perf_counter() - t0)
-    out = {"latency_s": statistics.median(lat), "steps": steps[0] - n0,
-           "switches_per_step": (voluntary_switches(tid) - s0) / max(1, steps[0] - n0)}
+    steps = stats.steps - n0
+    out = {"latency_s": statistics.median(lat), "steps": steps,
+           "switches_per_step": (voluntary_switches(tid) - s0) / max(1, steps)}
     emb.close()
     return out
 

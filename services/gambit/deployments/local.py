@@ -102,8 +102,9 @@ def start(cfg: ServeConfig, wait_s: float = 120.0) -> None:
                                                                     "") if cfg.token_env else "")
 
 
-def wait_ready(address: str, wait_s: float = 120.0, token: str = "") -> None:
-    """Until the proxy routes both apps (GetRun of an unknown id answers NOT_FOUND)."""
+def wait_ready(address: str, wait_s: float = 120.0, token: str = "", application: str = "gambit") -> None:
+    """Until the proxy routes both apps (GetRun of an unknown id answers NOT_FOUND); ``application``:
+    the name the ReasoningService app was deployed under."""
     from gambit.serving.protos import load
     from gambit.serving.security import auth_metadata
 
@@ -117,7 +118,7 @@ def wait_ready(address: str, wait_s: float = 120.0, token: str = "") -> None:
             try:
                 try:
                     stub.GetRun(pb2.GetRunRequest(run_id="ready-probe"), timeout=5,
-                                metadata=md + (("application", "gambit"),))
+                                metadata=md + (("application", application),))
                 except grpc.RpcError as e:
                     if e.code() != grpc.StatusCode.NOT_FOUND or "Application" in (e.details() or ""):
                         raise
