@@ -7,10 +7,12 @@ import json
 from dataclasses import fields
 
 import pytest
+import torch
 
+from gambit.engine.linear import cpu_vendor
 from gambit.paths import ASSETS
 from gambit.train.drafter import TrainDrafterConfig, train_drafter
-from gambit.train.repro import compare_history, history_rtol
+from gambit.train.repro import CROSS_ISA_RTOL, compare_history, cpu_amx, history_rtol
 
 STEPS = 4
 
@@ -26,7 +28,19 @@ def test_first_steps_match_the_card(name):
     assert cfg.threads == card["torch_threads"]
     fresh = train_drafter(cfg, stop=STEPS)
     assert len(fresh["loss_history"]) == STEPS
-    rtol = history_rtol(card["cpu_capability"], card.get("cpu_amx", False))  # exact on the card's ISA
+    # exact on the card's instruction set and CPU vendor
+    rtol = history_rtol(card["cpu_capability"], card.get("cpu_amx", False), card.get("cpu_vendor"))
     assert compare_history(card["loss_history"], fresh["loss_history"], upto=STEPS - 1, rtol=rtol) == []
     readme = (folder / "README.md").read_text()
     assert card["torch_version"] and f"{card['torch_threads']} CPU threads" in readme
+
+
+def test_exact_only_on_the_cards_instruction_set_and_vendor():
+    here = (torch.backends.cpu.get_cpu_capability(), cpu_amx(), cpu_vendor())
+    assert history_rtol(*here) == 0.0
+    other = "AuthenticAMD" if here[2] == "GenuineIntel" else "GenuineIntel"
+    assert history_rtol(here[0], here[1], other) == CROSS_ISA_RTOL  # MKL dispatches by vendor
+    assert history_rtol("AVX2" if here[0] != "AVX2" else "AVX512", here[1], here[2]) == CROSS_ISA_RTOL
+    assert history_rtol(here[0], not here[1], here[2]) == CROSS_ISA_RTOL
+    # cards from before the vendor field were made on Intel
+    assert history_rtol(here[0], here[1], None) == (0.0 if here[2] == "GenuineIntel" else CROSS_ISA_RTOL)

@@ -14,7 +14,7 @@ import random
 
 import torch
 
-from gambit.engine.linear import cpu_flags
+from gambit.engine.linear import cpu_flags, cpu_vendor
 
 
 def setup(seed: int, threads: int) -> random.Random:
@@ -30,7 +30,7 @@ def environment() -> dict:
     """What a rerun must match to give the same floats: torch build, threads, CPU instruction set."""
     return {"torch_version": torch.__version__, "torch_threads": torch.get_num_threads(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu_amx": cpu_amx(),
-            "python": platform.python_version(), "machine": platform.machine()}
+            "cpu_vendor": cpu_vendor(), "python": platform.python_version(), "machine": platform.machine()}
 
 
 def cpu_amx() -> bool:
@@ -43,17 +43,27 @@ def cpu_amx() -> bool:
 
 # Another instruction set runs other kernels (AVX2 against AVX-512 reduction widths), so a rerun there
 # gives close, not equal, floats: measured between AVX-512 cards and an AVX2 rerun, the drafters' step-0
-# losses differ by 2e-7 relative and the scorers' first-epoch train losses by 3e-8. This bound leaves
-# room for a few steps of drift and stays far below one training step's change of the loss (percents).
+# losses differ by 2e-7 relative and the scorers' first-epoch train losses by 3e-8. Another CPU vendor
+# with the same instruction set does too: MKL dispatches by vendor, and on a 2-core AMD EPYC (AVX-512)
+# the Intel-made drafter-pr card's step-0 loss came out 28.843445 against 28.843452 (2.4e-7 relative).
+# This bound leaves room for a few steps of drift and stays far below one training step's change of
+# the loss (percents).
 CROSS_ISA_RTOL = 1e-4
 
 
-def history_rtol(card_capability: str | None, card_amx: bool = False) -> float:
-    """How close a rerun here must come to a card: exactly on the card's instruction set, within
-    ``CROSS_ISA_RTOL`` on another one (``torch.backends.cpu.get_cpu_capability()`` names it, and
-    ``cpu_amx`` tells AVX-512 machines with AMX from those without; cards that predate the field were
-    made without)."""
-    same = card_capability == torch.backends.cpu.get_cpu_capability() and bool(card_amx) == cpu_amx()
+# Every card made before ``cpu_vendor`` was recorded came from Intel Xeon machines.
+CARD_VENDOR_BEFORE_THE_FIELD = "GenuineIntel"
+
+
+def history_rtol(card_capability: str | None, card_amx: bool = False,
+                 card_vendor: str | None = None) -> float:
+    """How close a rerun here must come to a card: exactly on the card's instruction set and CPU
+    vendor, within ``CROSS_ISA_RTOL`` elsewhere (``torch.backends.cpu.get_cpu_capability()`` names the
+    set, ``cpu_amx`` tells AVX-512 machines with AMX from those without, ``cpu_vendor`` Intel from AMD;
+    cards that predate the fields were made on Intel without AMX)."""
+    vendor = card_vendor or CARD_VENDOR_BEFORE_THE_FIELD
+    same = (card_capability == torch.backends.cpu.get_cpu_capability() and bool(card_amx) == cpu_amx()
+            and vendor == cpu_vendor())
     return 0.0 if same else CROSS_ISA_RTOL
 
 
