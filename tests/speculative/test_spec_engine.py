@@ -23,7 +23,7 @@ from gambit.model import load_model
 from gambit.speculative import random_drafter
 from gambit.tasks.arithmetic import TaskConfig, generate
 
-SMALL = SpecConfig(gamma=3, budget=12, grow_width=3, offer_width=3, reconsider=2)
+SMALL = SpecConfig(gamma=3, budget=12, grow_width=3, offer_width=3, reconsider=2, max_batch=0)
 METHODS = ["eagle", "pr"]
 NEW = 40
 
@@ -104,6 +104,36 @@ def test_greedy_equals_plain_batch8(target, reference, method):
 
 
 @pytest.mark.parametrize("method", METHODS)
+def test_batch_cap_decodes_plainly_then_drafts_again(target, reference, method):
+    """Above ``spec.max_batch`` traces a step decodes plainly; the drafter's context stays current,
+    so once enough traces finish the rest draft again, and every output is still plain greedy."""
+    prompts, refs, _ = reference
+    short = [_params(method, max_tokens=n) for n in (8, 8, 8, NEW, NEW)]  # 5 traces, then 2
+    eng = _engine(target, spec=SpecConfig(gamma=3, budget=12, grow_width=3, offer_width=3, reconsider=2,
+                                          max_batch=2))
+    ids = [eng.add(p, sp) for p, sp in zip(prompts[:5], short, strict=True)]
+    drafts_while_big = None
+    for _ in range(5000):
+        if not eng.has_unfinished():
+            break
+        busy = sum(not t.is_done for t in eng.traces.values())
+        before = eng.stats.spec_drafts
+        events = eng.step()
+        if busy > 2:
+            drafts_while_big = (drafts_while_big or 0) + eng.stats.spec_drafts - before
+        for e in events:
+            if isinstance(e, FinishedEvent):
+                k = ids.index(e.trace_id)
+                assert list(e.output_ids) == refs[k][:short[k].max_tokens], f"prompt {k}"
+    s = eng.stats
+    assert drafts_while_big == 0 and s.spec_capped_steps >= 7  # 5 traces: plain steps only
+    assert s.spec_drafts > 0 and s.tau > 1.0  # two left: drafting resumed on a current context
+    assert eng.blocks.num_free == eng.num_blocks
+    with pytest.raises(ValueError, match="max_batch"):
+        SpecConfig(max_batch=-1)
+
+
+@pytest.mark.parametrize("method", METHODS)
 def test_greedy_equals_plain_batch1_default_tree(target, reference, method):
     """One trace at a time, the paper's tree (B = 48, gamma = 5, m = 3; the benchmark's headline)."""
     prompts, refs, _ = reference
@@ -178,7 +208,7 @@ def test_sampling_matches_target_distribution(tiny):
     model, tok = tiny
     eng = Engine(model, tok, EngineConfig(device="cpu", dtype="float32", num_blocks=2048,
                                           spec=SpecConfig(gamma=2, budget=8, grow_width=2, offer_width=3,
-                                                          reconsider=1, verify="rejection")))
+                                                          reconsider=1, verify="rejection", max_batch=0)))
     eng.register_drafter("pr", random_drafter(eng.model, seed=3, method="pr", std=0.5))
     prompt = tok.encode("Compute 12+7.\nSolution:\n")
     n = 1500

@@ -38,7 +38,9 @@ DRAFTERS = {  # key → (asset folder, method for a random stand-in)
 OPTIONAL = ("pr-beta0", "pr-noselfq", "eagle3.1-2layer")  # ablation drafters: used when present
 # the paper's tree (the headline cell); the engine's defaults (SpecConfig()) are the fastest
 # tree measured on the CPU and get their own cell
-BASE = SpecConfig(gamma=8, budget=48, grow_width=6, offer_width=6, reconsider=3)  # the paper's default
+# the tables measure each tree at every batch size: no batch cap (``spec.max_batch``, its own table)
+BASE = SpecConfig(gamma=8, budget=48, grow_width=6, offer_width=6, reconsider=3, max_batch=0)
+DEFAULTS = SpecConfig(max_batch=0)  # the engine's tree, uncapped
 
 
 def load_drafters(eng: Engine, folder: Path) -> dict[str, str]:
@@ -212,7 +214,7 @@ def run_bench(quick: bool, reps: int, max_tokens: int, threads: int, folder: Pat
     both = lambda spec, tag="": {f"{E}{tag}": (E, spec), f"{P}{tag}": (P, spec)}  # noqa: E731
     plan = []  # (table, name, prompts, batch, systems)
     plan.append(("headline", "B=48 batch 1", mixed, 1, both(BASE)))
-    plan.append(("defaults", "engine defaults batch 1", mixed, 1, both(SpecConfig())))
+    plan.append(("defaults", "engine defaults batch 1", mixed, 1, both(DEFAULTS)))
     for name, ps in splits.items():
         plan.append(("table1", name, ps, 1, {**both(replace(BASE, budget=24), "@24"), **both(BASE, "@48")}))
     for b in batches:
@@ -235,6 +237,12 @@ def run_bench(quick: bool, reps: int, max_tokens: int, threads: int, folder: Pat
         plan.append(("table5", f"Bw={w}", mixed, 1, both(replace(BASE, grow_width=w))))
         plan.append(("table5", f"k={w}", mixed, 1, both(replace(BASE, offer_width=w))))
     plan.append(("table6", "hass", mixed, 1, {"hass": ("hass", BASE), "hass+pr": ("hass+pr", BASE)}))
+    cap = SpecConfig()  # the engine's defaults: its tree and its batch cap
+    cap_batches = [1, 4, 8, 16] if quick else [1, 2, 4, 8, 16, 32]
+    pool = prompts_for((2, 8), max(cap_batches), 11, tok)
+    for b in cap_batches:
+        plan.append(("batch_cap", f"batch {b}", pool[:b], b, {
+            "pr, no cap": (P, DEFAULTS), f"pr, cap {cap.max_batch} (default)": (P, cap)}))
     total = sum(reps * (1 + len(s)) for *_, s in plan)
     ref: dict = {}
     out: dict = {"drafters": found, "reps": reps, "max_tokens": max_tokens, "threads": threads,
@@ -253,7 +261,7 @@ def run_bench(quick: bool, reps: int, max_tokens: int, threads: int, folder: Pat
                                                                            max(t1b24.values())]}
     t9["serial_bound"] = (BASE.gamma + BASE.reconsider) / BASE.gamma
     out["table9"] = t9
-    tables = ("headline", "defaults", "table1", "table2", "table3", "table4", "table5", "table6")
+    tables = ("headline", "defaults", "table1", "table2", "table3", "table4", "table5", "table6", "batch_cap")
     lossless = all(r["lossless"] for t in tables for cell in out[t].values() for r in cell.values())
     out.update(eagle={"tau": h[E]["tau"], "speedup": h[E]["speedup"]},
                pr={"tau": h[P]["tau"], "speedup": h[P]["speedup"]},
@@ -291,6 +299,13 @@ def format_tables(r: dict) -> str:
               "| setting | EAGLE-3.1 | PR | d tau |", "|---|---|---|---|"]
     for n, c in r["table5"].items():
         lines.append(f"| {n} | {_cell(c[E])} | {_cell(c[P])} | {c[P]['tau'] - c[E]['tau']:+.2f} |")
+    cap = SpecConfig().max_batch
+    lines += ["", f"Batch cap: PR at the engine's tree (gamma={DEFAULTS.gamma}, B={DEFAULTS.budget}, "
+              f"Bw={DEFAULTS.grow_width}, k={DEFAULTS.offer_width}) by batch; with the cap, steps of more "
+              f"than {cap} traces decode plainly", "| batch | no cap | cap (default) |", "|---|---|---|"]
+    for name, cell in r["batch_cap"].items():
+        capped = next(v for k, v in cell.items() if k.startswith("pr, cap"))
+        lines.append(f"| {name.split()[-1]} | {_cell(cell['pr, no cap'])} | {_cell(capped)} |")
     t9 = r["table9"]
     lines += ["", "Table 9: per-cycle cost PR / EAGLE-3.1 (measured, whole cycle) vs serial bound (g+N)/g",
               "| B | measured | serial bound |", "|---|---|---|"]

@@ -31,6 +31,13 @@ class SpecConfig:
     self_query: bool = True  # reconsider rows take their query from the feature
     fresh: bool = True  # the corrected token is the best one the node did not already offer
     max_drafters: int = 2  # drafter KV caches the KV budget reserves room for (one layer each)
+    # draft only in steps of at most this many traces (0: no cap); in a larger batch speculative traces
+    # take plain steps (their target taps kept, so drafting resumes when the batch shrinks). On the CPU
+    # with the shipped target and this tree, uncapped PR against plain greedy decoding fell from
+    # 1.06-1.17x at batch 1-4 to 0.93x at 8 and 0.78-0.84x at 16 (`gambit bench spec`, "Batch cap"),
+    # and a search of 6 x 16 traces ran 1.6x slower speculating (`gambit bench search`, gambit_pr).
+    # On a GPU, where verifying a tree costs about one decode step, raise it (or 0), as with the tree.
+    max_batch: int = 8
     # sampled rows (T > 0): "match" = a child is accepted iff it is the token plain decoding samples
     # there (same seed, same position): exactly plain decoding's samples, so a search decodes the same
     # text with or without speculation; "rejection" = multi-candidate rejection sampling (the target's
@@ -51,6 +58,8 @@ class SpecConfig:
             raise ValueError(f"spec.verify must be 'rejection' or 'match', got {self.verify!r}")
         if not isinstance(self.max_drafters, int) or self.max_drafters < 0:
             raise ValueError(f"spec.max_drafters must be an integer >= 0, got {self.max_drafters!r}")
+        if not isinstance(self.max_batch, int) or isinstance(self.max_batch, bool) or self.max_batch < 0:
+            raise ValueError(f"spec.max_batch must be an integer >= 0 (0: no cap), got {self.max_batch!r}")
 
 
 @dataclass

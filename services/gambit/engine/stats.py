@@ -24,6 +24,7 @@ class EngineStats:
     spec_draft_tokens: int = 0  # draft tokens verified
     spec_accepted: int = 0  # draft tokens accepted
     draft_seconds: float = 0.0  # time spent drafting
+    spec_capped_steps: int = 0  # steps with speculative traces that decoded plainly (spec.max_batch)
     trace_tau: dict = field(default_factory=dict)  # trace id -> tokens per target forward (recent 4096)
 
     @property

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from itertools import groupby
 from pathlib import Path
 
 import torch
@@ -29,6 +30,11 @@ from gambit.speculative.tree import DraftTree, TreeAttention, TreeConfig, draft_
 from gambit.speculative.verify import accept, greedy_paths, sampled_tokens, spec_uniforms, target_probs
 
 SHIPPED = ("eagle3.1", "pr", "hass", "hass+pr")
+FEATS_COMPACT = 64  # a trace's newest pending chunks are joined into one tensor at this many
+
+
+def _width(f: torch.Tensor) -> int:
+    return f.shape[-1]
 
 
 @dataclass
@@ -38,17 +44,28 @@ class DraftState:
     feats: list[torch.Tensor] = field(default_factory=list)  # [n, H] chunks, positions drafter_len..
     cycles: int = 0
     emitted: int = 0
+    pending: int = 0  # rows in ``feats`` (kept with it: read for every trace of every step)
+    joined: int = 0  # leading chunks of ``feats`` already joined by ``add``
 
-    @property
-    def pending(self) -> int:
-        return sum(f.shape[0] for f in self.feats)
+    def set_feats(self, feats: list[torch.Tensor]) -> None:
+        self.feats, self.pending, self.joined = feats, sum(f.shape[0] for f in feats), 0
+
+    def add(self, part: torch.Tensor) -> None:
+        """Append a chunk. Every ``FEATS_COMPACT`` new chunks are joined (each row copied once): a
+        plain step's chunk is a view that keeps its whole batch's taps alive."""
+        self.feats.append(part)
+        self.pending += part.shape[0]
+        if len(self.feats) - self.joined >= FEATS_COMPACT:  # raw taps and features differ in width
+            tail = self.feats[self.joined:]
+            self.feats[self.joined:] = [torch.cat(list(run)) for _, run in groupby(tail, key=_width)]
+            self.joined = len(self.feats)
 
     @property
     def tau(self) -> float:
         return self.emitted / self.cycles if self.cycles else 0.0
 
     def clone(self) -> DraftState:
-        return DraftState(self.key, self.drafter_len, list(self.feats), 0, 0)
+        return DraftState(self.key, self.drafter_len, list(self.feats), 0, 0, self.pending, self.joined)
 
 
 @dataclass
@@ -139,38 +156,42 @@ class SpecDecoder:
             child.draft = parent.draft.clone()
 
     def store(self, traces: list[Trace], num_new: list[int], offsets: list[int], taps: dict) -> None:
-        """Features of rows fed the plain way (prefill chunks, decode steps without a tree)."""
-        rows, owners = [], []
+        """Target taps of rows fed the plain way (prefill chunks, decode steps without a tree), kept
+        raw ([n, 3H]) and projected by the drafter's ``fuse`` when the trace next drafts, in one call
+        over everything it gathered: in a capped batch (``spec.max_batch``) every trace is here every
+        step, and per-step norms and projections would cost more than the plain step saves."""
+        by_key: dict[str, tuple[list[int], list[Trace], list[int]]] = {}
         for t, n, off in zip(traces, num_new, offsets, strict=True):
             if t.params.decoding == "plain" or off < 0:
                 continue
-            rows.append(torch.arange(off, off + n))
-            owners.append((t, n))
-        if not rows:
-            return
-        flat = torch.cat(rows).to(self.engine.device)
-        by_key: dict[str, list] = {}
-        for t, n in owners:
-            by_key.setdefault(self._state(t).key, []).append((t, n))
-        start = 0
-        parts = {}
-        for t, n in owners:
-            parts[t.id] = flat[start:start + n]
-            start += n
-        for key, group in by_key.items():
-            d = self.drafters[key]
-            idx = torch.cat([parts[t.id] for t, _ in group])
-            f = d.fuse(torch.cat([taps[i][idx] for i in d.config.target_taps], dim=-1))
-            start = 0
-            for t, n in group:
-                t.draft.feats.append(f[start:start + n])
-                start += n
+            idx, owners, sizes = by_key.setdefault(self._state(t).key, ([], [], []))
+            idx.extend(range(off, off + n))
+            owners.append(t)
+            sizes.append(n)
+        for key, (idx, owners, sizes) in by_key.items():
+            layers = self.drafters[key].config.target_taps
+            if len(idx) == taps[layers[0]].shape[0]:  # every row, in order (offsets increase): no gather
+                raw = torch.cat([taps[i] for i in layers], dim=-1)
+            else:
+                rows = torch.tensor(idx, device=self.engine.device)
+                raw = torch.cat([taps[i][rows] for i in layers], dim=-1)
+            for t, part in zip(owners, raw.split(sizes), strict=True):
+                t.draft.add(part)
+
+    def _features(self, d: Drafter, chunks: list[torch.Tensor]) -> list[torch.Tensor]:
+        """A trace's pending chunks as drafter features: raw taps (width 3H, from ``store``) through
+        ``fuse``; verified features (width H) as they are."""
+        H = d.config.hidden_size
+        return [c if c.shape[-1] == H else d.fuse(c) for c in chunks]
 
     # -- drafting ---------------------------------------------------------------------------------
     @torch.inference_mode()
     def draft(self, traces: list[Trace], num_new: list[int]) -> dict[int, tuple[Plan, int]]:
         """Trees for the decode-ready speculative traces of this batch: trace id → (plan, index)."""
         e, s = self.engine, self.engine.config.spec
+        if s.max_batch and len(traces) > s.max_batch:  # plain steps; ``store`` keeps the context current
+            e.stats.spec_capped_steps += 1
+            return {}
         t0 = time.perf_counter()
         groups: dict[str, list[Trace]] = {}
         cap = e.num_blocks * e.config.block_size
@@ -206,7 +227,7 @@ class SpecDecoder:
             st, N = t.draft, t.num_cached
             items.append(SeqInput(t.token_ids[st.drafter_len + 1:N + 1], list(range(st.drafter_len, N)),
                                   st.drafter_len, t.block_table))
-            feats.extend(st.feats)
+            feats.extend(self._features(d, st.feats))
         ids = torch.tensor([x for it in items for x in it.tokens], device=dev)
         pos = torch.tensor([p for it in items for p in it.positions], device=dev)
         attn = PagedAttention(cache, items, dev, e.runner.use_kernel)
@@ -218,7 +239,8 @@ class SpecDecoder:
             ends.append(n - 1)
         last = torch.tensor(ends, device=dev)
         for t in ts:
-            t.draft.drafter_len, t.draft.feats = t.num_cached, []
+            t.draft.drafter_len = t.num_cached
+            t.draft.set_feats([])
         # the context, gathered dense once per cycle for the tree steps
         Ns = torch.tensor([t.num_cached for t in ts], device=dev)
         tables = _padded_tables([SeqInput([], [], t.num_cached, t.block_table) for t in ts],
@@ -362,7 +384,7 @@ class SpecDecoder:
             if done:
                 continue
             t.num_cached = N + 1 + a
-            st.feats = [fused_parts[i]]
+            st.set_feats([fused_parts[i]])
             e.blocks.truncate(t, len(t.token_ids))
         return events
 
