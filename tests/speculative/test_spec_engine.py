@@ -237,7 +237,8 @@ def test_match_verify_samples_exactly_plain_decoding(target, method):
     same tokens as plain sampling with the same seeds, at batch 8 and for children forked after the
     prompt (their own seeds), with many draft tokens accepted."""
     prompts = _prompts(target[1])[:8]
-    spec = SpecConfig(gamma=3, budget=12, grow_width=3, offer_width=3, reconsider=2, verify="match")
+    spec = SpecConfig(gamma=3, budget=12, grow_width=3, offer_width=3, reconsider=2, verify="match",
+                      max_batch=0)  # 8 traces and 2 children: above the default cap
     model, tok = target
 
     def params(i, decoding):

@@ -41,6 +41,7 @@ class ServeConfig:
     target_gpus: float = -1  # GPUs per Target replica (-1 = 1 when the node has a GPU, else 0)
     coordinator_replicas: int = 1  # Coordinator replicas
     target_threads: int = 0  # torch intra-op threads of each Target's engine (0 = every core of the node)
+    spec_max_batch: int = 8  # eagle3.1/pr runs draft in steps of <= this many traces (0: no cap; GPU: raise)
     capacity: int = 8  # default C of a run
     swap: int = 2  # default K
     round_interval: int = 16  # default Δ, decode steps
@@ -54,13 +55,16 @@ class ServeConfig:
             raise ValueError("num_cpus, target_replicas and coordinator_replicas must be >= 1")
         if self.target_threads < 0:
             raise ValueError(f"target_threads must be >= 0, got {self.target_threads}")
+        if self.spec_max_batch < 0:
+            raise ValueError(f"spec_max_batch must be >= 0 (0 = no cap), got {self.spec_max_batch}")
 
     def app_args(self) -> dict:
         return {"tree": self.tree, "prefix": self.prefix, "token_env": self.token_env,
                 "target_replicas": self.target_replicas, "coordinator_replicas": self.coordinator_replicas,
                 "target_gpus": self.target_gpus,
                 "target": {"model": self.model, "scorer": self.scorer, "num_blocks": self.num_blocks,
-                           "scorer_address": f"127.0.0.1:{self.grpc_port}", "threads": self.target_threads},
+                           "scorer_address": f"127.0.0.1:{self.grpc_port}", "threads": self.target_threads,
+                           "spec_max_batch": self.spec_max_batch},
                 "defaults": {"capacity": self.capacity, "swap": min(self.swap, self.capacity),
                              "round_interval": self.round_interval, "max_tokens": self.max_tokens}}
 

@@ -42,6 +42,8 @@ SPECS = [
     Spec("gambit_spec_decode_num_drafts_total", "counter", "Speculative verification forwards"),
     Spec("gambit_spec_decode_num_draft_tokens_total", "counter", "Drafted tokens verified"),
     Spec("gambit_spec_decode_num_accepted_tokens_total", "counter", "Accepted draft tokens"),
+    Spec("gambit_spec_decode_capped_steps_total", "counter",
+         "Steps whose speculative traces decoded plainly (batch above spec.max_batch)"),
     Spec("gambit_scorer_latency_seconds", "histogram", "One Score call", (), SCORER_BUCKETS),
     Spec("gambit_scorer_batch_size", "histogram", "States per Score call", (), BATCH_BUCKETS),
     Spec("gambit_scorer_fallback_total", "counter",

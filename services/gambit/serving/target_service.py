@@ -295,6 +295,7 @@ class TargetService:
         now["gambit_spec_decode_num_drafts_total"] = s.spec_drafts
         now["gambit_spec_decode_num_draft_tokens_total"] = s.spec_draft_tokens
         now["gambit_spec_decode_num_accepted_tokens_total"] = s.spec_accepted
+        now["gambit_spec_decode_capped_steps_total"] = s.spec_capped_steps
         for k, v in now.items():
             self.metrics.inc(k, v - last.get(k, 0))
         self._last = now
