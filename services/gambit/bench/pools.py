@@ -74,8 +74,12 @@ def run_child(mode: str, capacity: int = 4, max_tokens: int = 96, runs: int = 6,
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["--child"]:
-        print(json.dumps(child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), *argv[5:7])))
-        return 0
+        print(json.dumps(child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), *argv[5:7])), flush=True)
+        sys.stderr.flush()
+        # the figures are out: skip interpreter teardown, where daemon threads still inside torch or
+        # libgomp (the second pool's workers) once aborted the process ("terminate called without an
+        # active exception") after a complete measurement
+        os._exit(0)
     ap = argparse.ArgumentParser(prog="gambit bench pools", description="one OpenMP pool vs two, "
                                  "interleaved fresh processes of embedded Gambit runs")
     ap.add_argument("--reps", type=int, default=4, help="interleaved repetitions (processes per mode)")
