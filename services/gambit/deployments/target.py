@@ -25,7 +25,8 @@ class Target:
     def __init__(self, model: str = "", tree: str = "redis://127.0.0.1:6379/0", prefix: str = "gambit:",
                  scorer_address: str = "127.0.0.1:9000", scorer_app: str = "scorer", scorer: str = "",
                  num_blocks: int = 0, max_num_seqs: int = 256, token_env: str = "GAMBIT_TOKEN",
-                 threads: int = 0, scorer_direct: bool = True, spec_max_batch: int = 8) -> None:
+                 threads: int = 0, scorer_direct: bool = True,
+                 spec_max_batch: int = EmbeddedConfig.spec_max_batch) -> None:
         """``scorer_direct``: call a Scorer replica's own gRPC endpoint, not the proxy (the proxy stays
         the fallback); see ``gambit.deployments.scorer``."""
         import torch

@@ -6,8 +6,7 @@ import contextlib
 
 import torch
 
-from gambit.engine.linear import cpu_vendor
-from gambit.train.repro import cpu_amx
+from gambit.train.repro import cpu_environment
 
 
 @contextlib.contextmanager
@@ -24,6 +23,4 @@ def fixed_threads(threads: int):
 def environment() -> dict:
     """What a loss history depends on besides the config: recorded in ``training.json``."""
     return {"torch": torch.__version__, "threads": torch.get_num_threads(),
-            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu_amx": cpu_amx(),
-            "cpu_vendor": cpu_vendor()}
+            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(), **cpu_environment()}

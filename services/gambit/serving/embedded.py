@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from gambit.engine.config import SpecConfig
 from gambit.serving.metrics import Metrics, PrometheusBackend
 from gambit.serving.scorer_client import LocalScorer, RemoteScorer
 from gambit.serving.scorer_core import load_any_scorer
@@ -27,13 +28,12 @@ class EmbeddedConfig:
     prefix: str = "gambit:"  # Redis key prefix
     num_blocks: int = 0  # KV blocks (0 = from the memory budget)
     max_num_seqs: int = 256  # traces in one engine batch at most
-    spec_max_batch: int = 8  # speculative traces draft only in steps of at most this many traces (0: no cap)
+    spec_max_batch: int = SpecConfig.max_batch  # spec traces draft in steps of <= this many (0: no cap)
 
     def __post_init__(self) -> None:
         if self.num_blocks < 0 or self.max_num_seqs < 1:
             raise ValueError("num_blocks must be >= 0 and max_num_seqs >= 1")
-        if self.spec_max_batch < 0:
-            raise ValueError(f"spec_max_batch must be >= 0 (0: no cap), got {self.spec_max_batch}")
+        SpecConfig(max_batch=self.spec_max_batch)  # its check, at configuration time
 
 
 def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "local",
@@ -42,7 +42,6 @@ def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "l
     address given. The engine and scorer are built on a thread that exits, so the only OpenMP pool
     left is the engine thread's (``gambit.engine.torch_threads``)."""
     from gambit.engine import Engine, EngineConfig
-    from gambit.engine.config import SpecConfig
     from gambit.engine.torch_threads import on_fresh_thread
     from gambit.paths import TARGET
 

@@ -28,9 +28,14 @@ def setup(seed: int, threads: int) -> random.Random:
 
 def environment() -> dict:
     """What a rerun must match to give the same floats: torch build, threads, CPU instruction set."""
-    return {"torch_version": torch.__version__, "torch_threads": torch.get_num_threads(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu_amx": cpu_amx(),
-            "cpu_vendor": cpu_vendor(), "python": platform.python_version(), "machine": platform.machine()}
+    return {"torch_version": torch.__version__, "torch_threads": torch.get_num_threads(), **cpu_environment(),
+            "python": platform.python_version(), "machine": platform.machine()}
+
+
+def cpu_environment() -> dict:
+    """The CPU facts a card's floats depend on (what ``history_rtol`` compares)."""
+    return {"cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu_amx": cpu_amx(),
+            "cpu_vendor": cpu_vendor()}
 
 
 def cpu_amx() -> bool:
