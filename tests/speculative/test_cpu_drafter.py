@@ -21,10 +21,14 @@ SPECS = [SpecConfig(gamma=3, budget=12, grow_width=3, offer_width=3, reconsider=
          SpecConfig(gamma=3, budget=12, grow_width=3, offer_width=3, reconsider=2, self_query=False)]
 
 
-def _engine(model, tok, spec) -> Engine:
+def _engine(model, tok, spec, tied: bool = False) -> Engine:
     eng = Engine(model, tok, EngineConfig(device="cpu", dtype="float32", spec=spec, num_blocks=512))
-    eng.register_drafter("eagle", random_drafter(eng.model, seed=1))
-    eng.register_drafter("pr", random_drafter(eng.model, seed=2, method="pr"))
+    for key, seed, method in (("eagle", 1, "eagle3.1"), ("pr", 2, "pr")):
+        d = random_drafter(eng.model, seed=seed, method=method)
+        if tied:  # a zero head: every row equally sure, every child equally scored (ties everywhere)
+            with torch.no_grad():
+                d.lm_head.weight.zero_()
+        eng.register_drafter(key, d)
     return eng
 
 
@@ -34,9 +38,11 @@ def _buffers(attention):
     return [attention.cache.k, attention.cache.v]
 
 
-@pytest.mark.parametrize("target", ["shipped", "gqa"])
+@pytest.mark.parametrize("target", ["shipped", "gqa", "tied"])
 def test_cpp_drafting_matches_python(target, monkeypatch):
-    if target == "shipped":
+    """``tied``: ties in confidence and score break the same way in both (the least-confident rows by a
+    stable sort, the earlier row first)."""
+    if target in ("shipped", "tied"):
         model, tok = load_model(SHIPPED, device="cpu", dtype="float32")
     else:
         model, tok = tiny_target(seed=3, hidden=32, heads=4, kv_heads=2)
@@ -81,7 +87,7 @@ def test_cpp_drafting_matches_python(target, monkeypatch):
     monkeypatch.setattr(cpu_tree, "draft", draft)
     with one_thread():
         for spec in SPECS:
-            eng = _engine(model, tok, spec)
+            eng = _engine(model, tok, spec, tied=target == "tied")
             assert all(d.fast_forward is not None for d in eng.speculator().drafters.values())
             for key in ("eagle", "pr"):
                 for batch in (1, 3):

@@ -53,12 +53,15 @@ std::vector<torch::Tensor> drafter_forward(
   auto cos = take_rows(cos_t, pos.reshape({-1})), sin = take_rows(sin_t, pos.reshape({-1}));
   auto hn = norm(h, w[0], eps, norm_kernel);
   auto x = at::cat({norm(emb, w[1], eps, norm_kernel), hn}, -1);
-  auto qkv = project(x, w[2], w[3], lo, hi).view({B, T, H + 2 * Hkv, D});
-  if (n_tail > 0) {  // DraftAttention's tail: only these rows' queries change
+  at::Tensor qkv;
+  if (n_tail > 0) {  // DraftAttention's tail: its query rows ride in the same matmul, appended after x
     auto tail = at::cat({norm(h.slice(1, T - n_tail, T), w[1], eps, norm_kernel),
                          hn.slice(1, T - n_tail, T)}, -1);
-    auto q_tail = project(tail, w[2].slice(0, 0, H * D), w[4], lo, hi);
-    qkv.slice(1, T - n_tail, T).slice(2, 0, H).copy_(q_tail.view({B, -1, H, D}));
+    auto all = project(at::cat({x, tail}, 1), w[2], w[3], lo, hi).view({B, T + n_tail, H + 2 * Hkv, D});
+    all.slice(1, T - n_tail, T).slice(2, 0, H).copy_(all.slice(1, T, T + n_tail).slice(2, 0, H));
+    qkv = all.slice(1, 0, T);
+  } else {
+    qkv = project(x, w[2], w[3], lo, hi).view({B, T, H + 2 * Hkv, D});
   }
   qkv = qkv.contiguous();
   at::Tensor o;

@@ -63,13 +63,18 @@ void tree_steps(torch::Tensor tok, torch::Tensor par, torch::Tensor score, torch
           sc[i] = ns[s * n + r] + (v > 0.f ? 0.f : v);  // node score + vals.clamp(max=0)
           if (m) dp[i] = nd[s * n + r] + 1;
         }
-    at::Tensor conf = m ? at::exp(vals.select(-1, 0)).contiguous() : at::Tensor();
-    return std::make_pair(conf, ids);
+    std::vector<float> conf;  // each row's top log-probability: its confidence, for reconsideration
+    if (m) {
+      conf.resize(S * n);
+      for (int64_t j = 0; j < S * n; ++j) conf[j] = vp[j * k];
+    }
+    return std::make_pair(std::move(conf), ids);
   };
 
   auto first = offer(at::log_softmax(root_logits.unsqueeze(1), -1), std::vector<float>(S, 0.f),
                      std::vector<int64_t>(S, 0), 1, 0);
-  at::Tensor prev_conf = first.first, prev_did = first.second;  // [S, n_prev], [S, n_prev, k]
+  std::vector<float> prev_conf = std::move(first.first);  // [S, n_prev]
+  at::Tensor prev_did = first.second;                      // [S, n_prev, k]
   int64_t n_prev = 1, prev_base = 0, b0 = 0, b1 = k, at = k;
   std::vector<int64_t> prev_info(S * 4);  // [S, n_prev, 4]: token, position, node, depth
   for (int64_t s = 0; s < S; ++s) {
@@ -97,19 +102,21 @@ void tree_steps(torch::Tensor tok, torch::Tensor par, torch::Tensor score, torch
         sel[s * Bw + j] = ok ? ti.data_ptr<int64_t>()[s * nsel + j] + b0 : P;
       }
     int64_t mm = 0;
-    if (m) {  // the m least-confident rows of the previous step
+    if (m) {  // the m least-confident rows of the previous step (a stable ascending sort, as tree.py)
       mm = std::min(m, n_prev);
-      auto cm = at::empty({S, n_prev}, score.options());
-      const float* cp = prev_conf.data_ptr<float>();
-      float* cmp = cm.data_ptr<float>();
-      for (int64_t i = 0; i < S * n_prev; ++i) cmp[i] = prev_ok[i] ? cp[i] : INF;
-      auto low = at::topk(cm, mm, 1, false, true);
-      auto lv = std::get<0>(low).contiguous(), lx = std::get<1>(low).contiguous();
-      for (int64_t s = 0; s < S; ++s)
-        for (int64_t j = 0; j < m; ++j) {
-          li[s * m + j] = j < mm ? lx.data_ptr<int64_t>()[s * mm + j] : 0;
-          lo_ok[s * m + j] = j < mm && lv.data_ptr<float>()[s * mm + j] < INF;
+      std::vector<float> cm(n_prev);
+      std::vector<int64_t> order(n_prev);
+      for (int64_t s = 0; s < S; ++s) {
+        for (int64_t i = 0; i < n_prev; ++i) {
+          cm[i] = prev_ok[s * n_prev + i] ? prev_conf[s * n_prev + i] : INF;
+          order[i] = i;
         }
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return cm[a] < cm[b]; });
+        for (int64_t j = 0; j < m; ++j) {
+          li[s * m + j] = j < mm ? order[j] : 0;
+          lo_ok[s * m + j] = j < mm && cm[order[j]] < INF;
+        }
+      }
     }
     // the rows' inputs: regular rows read their node, reconsider rows their previous row
     auto fin = at::empty({S, R, Hd}, feat.options());
@@ -188,7 +195,7 @@ void tree_steps(torch::Tensor tok, torch::Tensor par, torch::Tensor score, torch
       for (int64_t r = 0; r < Bw; ++r)
         for (int64_t c = 0; c < k; ++c) pr[s * P1 + at + r * k + c] = sel[s * Bw + r];
     prev_ok.assign(sel_ok.begin(), sel_ok.end());
-    prev_conf = offered.first;
+    prev_conf = std::move(offered.first);
     prev_did = offered.second;
     prev_score.assign(node_score.begin(), node_score.end());
     n_prev = Bw;

@@ -148,10 +148,13 @@ class DraftAttention(nn.Module):
             if w is None:  # unfused: the general path
                 q_in = torch.cat([x[:, :T - n], tail], 1)
         if w is not None and q_in is x:  # one matmul, one rotation for q and k together
-            qkv = project(x, w, None, fast.get("qkv")).view(B, T, H + 2 * Hkv, D)
-            if tail is not None:  # only the tail's queries change: one small extra matmul
-                q_tail = project(tail, w[:H * D], None, fast.get("q"))
-                qkv[:, T - tail.shape[1]:, :H] = q_tail.view(B, -1, H, D)
+            if tail is None:
+                qkv = project(x, w, None, fast.get("qkv")).view(B, T, H + 2 * Hkv, D)
+            else:  # only the tail's queries change: its rows ride in the same matmul, after x's
+                n = tail.shape[1]
+                qkv = project(torch.cat([x, tail], 1), w, None, fast.get("qkv")).view(B, T + n, H + 2 * Hkv, D)
+                qkv[:, T - n:T, :H] = qkv[:, T:, :H]
+                qkv = qkv[:, :T]
             qk, v = qkv.split((H + Hkv, Hkv), 2)
             q, k = apply_rope(qk, rope).split((H, Hkv), dim=2)
         else:

@@ -212,10 +212,10 @@ def draft_tree(drafter: Drafter, cfg: TreeConfig, root_token: torch.Tensor, root
         score[:, sl] = (node_score[..., None] + vals.clamp(max=0)).view(S, -1)
         if n_rec:
             depth[:, sl] = (node_depth + 1).repeat_interleave(k, dim=1)
-        conf = vals[..., 0].exp() if (m or analysis) else None
+        conf = vals[..., 0] if m else None  # the top log-probability ranks rows by confidence
         if analysis:
             r_top1[:, row_ids] = tok[:, sl].view(S, n, k)[..., 0]
-            r_conf[:, row_ids] = conf
+            r_conf[:, row_ids] = vals[..., 0].exp()
         return conf, ids
 
     zero = torch.zeros(S, 1, dtype=torch.long, device=dev)
@@ -241,10 +241,11 @@ def draft_tree(drafter: Drafter, cfg: TreeConfig, root_token: torch.Tensor, root
             sel_ok = torch.cat([sel_ok, sel_ok.new_zeros(S, padn)], 1)
         if m:  # the m least-confident rows of the previous step (li: their index among its rows)
             mm = min(m, prev_conf.shape[1])
-            low = prev_conf.masked_fill(~prev_ok, float("inf")).topk(mm, dim=1, largest=False)
-            li = low.indices
+            # a stable sort: ties (two rows both sure, log-prob 0) go to the earlier row, as in cpu_tree
+            low_v, li = prev_conf.masked_fill(~prev_ok, float("inf")).sort(dim=1, stable=True)
+            low_v, li = low_v[:, :mm], li[:, :mm]
             if merge or advance or mm < m:
-                lo_ok = low.values < float("inf")
+                lo_ok = low_v < float("inf")
             if mm < m:  # fewer rows than m (after the root): pads that can never be selected
                 li = torch.cat([li, li.new_zeros(S, m - mm)], 1)
                 lo_ok = torch.cat([lo_ok, lo_ok.new_zeros(S, m - mm)], 1)
