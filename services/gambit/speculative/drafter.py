@@ -152,7 +152,8 @@ class DraftAttention(nn.Module):
                 qkv = project(x, w, None, fast.get("qkv")).view(B, T, H + 2 * Hkv, D)
             else:  # only the tail's queries change: its rows ride in the same matmul, after x's
                 n = tail.shape[1]
-                qkv = project(torch.cat([x, tail], 1), w, None, fast.get("qkv")).view(B, T + n, H + 2 * Hkv, D)
+                qkv = project(torch.cat([x, tail], 1), w, None, fast.get("qkv"))
+                qkv = qkv.view(B, T + n, H + 2 * Hkv, D)
                 qkv[:, T - n:T, :H] = qkv[:, T:, :H]
                 qkv = qkv[:, :T]
             qk, v = qkv.split((H + Hkv, Hkv), 2)
