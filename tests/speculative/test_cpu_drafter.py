@@ -105,3 +105,33 @@ def test_stale_weights_fall_back_to_python():
         d.midlayer.mlp.gate_up.mul_(1.0)  # modified in place: the packed copies are stale
     with torch.inference_mode():
         assert not d.fast_forward.usable()
+
+
+def test_cpp_tree_leaves_the_cached_layout_alone():
+    """At batch 1 ``expand().contiguous()`` of the cached layout is the layout itself: the C++ tree once
+    wrote its corrected tokens' rows into it, so every later tree (C++ or Python) of that configuration
+    read them as feature rows. The layout must not change, and a batch-1 run must give the trees the
+    Python loop gives."""
+    model, tok = load_model(SHIPPED, device="cpu", dtype="float32")
+    prompts = [tok.encode(p.prompt) for p in generate("test", 2, 9, TaskConfig(4, 6))]
+    spec = SpecConfig(gamma=4, budget=16, grow_width=3, offer_width=3, reconsider=2)
+    outs = {}
+    with one_thread():
+        for use_cpp in (True, False):
+            tree_mod._LAYOUTS.clear()
+            eng = _engine(model, tok, spec)
+            if not use_cpp:
+                for d in eng.speculator().drafters.values():
+                    d.fast_forward = None
+            params = SamplingParams(temperature=0, max_tokens=32, decoding="pr")
+            cfg = eng.speculator().tree_config("pr")
+            tree_mod._layout(cfg, cfg.grow_width, cfg.reconsider, torch.device("cpu"))  # what trees reuse
+            before = {k: [t.clone() for t in (v.feat_row, v.depth, v.is_rec)]
+                      for k, v in tree_mod._LAYOUTS.items()}
+            res = [eng.generate([p], params)[0] for p in prompts]  # batch 1, one after the other
+            after = {k: [v.feat_row, v.depth, v.is_rec] for k, v in tree_mod._LAYOUTS.items()}
+            assert before.keys() == after.keys() and before
+            for k in before:
+                assert all(torch.equal(a, b) for a, b in zip(before[k], after[k], strict=True)), k
+            outs[use_cpp] = (res, eng.stats.spec_drafts, eng.stats.spec_accepted)
+    assert outs[True] == outs[False]  # the same tokens and the same cycles and accepted counts

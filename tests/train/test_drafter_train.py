@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gambit.train.drafter import TrainDrafterConfig, make_reconsider
-from gambit.train.ttt import soft_ce, topk_ce
+from gambit.train.ttt import fresh_ce, soft_ce, topk_ce
 
 
 def test_config_validation_names_the_field():
@@ -16,6 +16,10 @@ def test_config_validation_names_the_field():
         TrainDrafterConfig(method="pr", reconsider_frac=0.9)
     with pytest.raises(ValueError, match="threads"):
         TrainDrafterConfig(threads=0)
+    with pytest.raises(ValueError, match="reconsider_loss"):
+        TrainDrafterConfig(method="pr", reconsider_loss="kl")
+    with pytest.raises(ValueError, match="fresh_k"):
+        TrainDrafterConfig(method="pr", reconsider_loss="fresh", fresh_k=0)
     assert TrainDrafterConfig(method="hass+pr").out.endswith("drafter-hass-pr")
 
 
@@ -44,3 +48,21 @@ def test_losses_against_direct_formulas():
     ref = -torch.stack([sum(p[i, v] * logq[i, v] for v in top[i]) for i in range(4)])
     torch.testing.assert_close(topk_ce(p_logits, q_logits, 2), ref)
     assert torch.all(soft_ce(p_logits, p_logits) <= soft_ce(p_logits, q_logits) + 1e-6)  # Gibbs
+
+
+def test_fresh_loss_counts_only_the_tokens_not_offered():
+    """FreshCE(p, q'; O) = −Σ_{v ∉ O} p(v) log q̃'(v), q̃' renormalised outside O = top-k(first pass)."""
+    p_logits, q_logits, first = torch.randn(4, 7), torch.randn(4, 7), torch.randn(4, 7)
+    out = first.topk(2, -1).indices
+    p = p_logits.softmax(-1)
+    ref = []
+    for i in range(4):
+        rest = [v for v in range(7) if v not in out[i].tolist()]
+        logq = q_logits[i, rest].log_softmax(-1)
+        ref.append(-(p[i, rest] * logq).sum())
+    torch.testing.assert_close(fresh_ce(p_logits, q_logits, first, 2), torch.stack(ref))
+    # the draft's logits on offered tokens do not matter; all target mass offered: nothing to learn
+    q2 = q_logits.scatter(-1, out, 50.0)
+    torch.testing.assert_close(fresh_ce(p_logits, q2, first, 2), fresh_ce(p_logits, q_logits, first, 2))
+    sure = torch.full((4, 7), -1e4).scatter(-1, out[:, :1], 0.0)
+    assert torch.all(fresh_ce(sure, q_logits, first, 2).abs() < 1e-6)

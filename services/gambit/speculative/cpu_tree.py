@@ -299,8 +299,10 @@ std::vector<torch::Tensor> tree_draft(
   auto lng = root_tok.options();
   auto tok = at::zeros({S, P1}, lng), par = at::full({S, P1}, -1, lng);
   auto score = at::full({S, P1}, NEG, root_feature.options());
-  auto vis_row = feat_row.expand({S, P1}).contiguous();
-  auto depth = m ? at::zeros({S, P1}, lng) : lay_depth.expand({S, P1}).contiguous();
+  // vis_row is written (corrected tokens' rows): a copy, never a view of the cached layout. At S = 1
+  // expand().contiguous() would return feat_row itself, and every later tree would read the writes.
+  auto vis_row = feat_row.expand({S, P1}).clone(at::MemoryFormat::Contiguous);
+  auto depth = m ? at::zeros({S, P1}, lng) : lay_depth.expand({S, P1}).contiguous();  // read-only
   auto feat = at::zeros({S, rows + 1, Hd}, root_feature.options());
   feat.select(1, 0).copy_(root_feature);
   auto vis = at::zeros({S, rows + 1, rows + 1}, lng.dtype(at::kBool));

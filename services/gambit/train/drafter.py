@@ -11,6 +11,9 @@ valid rows of step ``i``, the losses are::
                TopK(p, q) = −Σ_{v ∈ top-K(p)} p(v) log q(v)   (K = hass_topk, w = hass_weight)
     pr:        L = L_eagle3.1 + Σ_i 0.8^i · [mean_{R_i} CE(p_t, q'_{i,j}) + β · mean_{C_i} CE(p_t, q'_{i,j})]
     hass+pr:   L = L_hass     + the same PR term
+    pr, --reconsider-loss fresh: the R_i term is FreshCE(p_t, q'_{i,j}; O) = −Σ_{v ∉ O} p_t(v) log q̃'(v),
+               O = top-k of the first pass q_{i,j} (k = fresh_k), q̃' = softmax of q' over the tokens
+               outside O: serving adds the best token the node did not offer, so that is what is trained
 
 PR: ``R_i`` are the ``reconsider_frac`` of step ``i``'s valid rows with the lowest drafter top-1
 probability (the positions it is least sure of); ``q'`` is the reconsideration pass on the row's own
@@ -38,7 +41,7 @@ from gambit.speculative.drafter import Drafter, DrafterConfig, save_drafter
 from gambit.train import repro
 from gambit.train.drafter_data import DrafterDataConfig, build_data
 from gambit.train.drafter_eval import heldout_acceptance
-from gambit.train.ttt import soft_ce, topk_ce, unroll
+from gambit.train.ttt import fresh_ce, soft_ce, topk_ce, unroll
 
 METHODS = ("eagle3.1", "pr", "hass", "hass+pr")
 SHIPPED = {"eagle3.1": "drafter-eagle3.1", "pr": "drafter-pr", "hass": "drafter-hass",
@@ -62,6 +65,8 @@ class TrainDrafterConfig:
     beta: float = 0.5  # PR balance term weight on the confident rows' reconsideration
     reconsider_frac: float = 0.25  # PR: fraction of valid rows reconsidered per unrolled step
     self_query: bool = True  # PR: the reconsideration pass takes its query from the feature
+    reconsider_loss: str = "full"  # PR: full (CE to the target) | fresh (only the tokens not offered)
+    fresh_k: int = 6  # PR, reconsider_loss fresh: first-pass top-k left out (serving offer width k)
     hass_topk: int = 10  # HASS: top-K of the target's distribution distilled
     hass_weight: float = 1.0  # HASS: weight of the top-K term
     num_layers: int = 1  # decoder layers of the drafter (2: the "second layer" ablation)
@@ -81,6 +86,10 @@ class TrainDrafterConfig:
             raise ValueError(f"reconsider_frac must be in (0, 0.5], got {self.reconsider_frac}")
         if self.beta < 0 or self.hass_weight < 0 or self.hass_topk < 1:
             raise ValueError("beta and hass_weight must be >= 0 and hass_topk >= 1")
+        if self.reconsider_loss not in ("full", "fresh"):
+            raise ValueError(f"reconsider_loss must be 'full' or 'fresh', got {self.reconsider_loss!r}")
+        if self.fresh_k < 1:
+            raise ValueError(f"fresh_k must be >= 1, got {self.fresh_k}")
         if self.threads < 1:
             raise ValueError(f"threads must be >= 1 (it is recorded in the card), got {self.threads}")
         if not self.out:
@@ -148,7 +157,11 @@ def step_loss(cfg: TrainDrafterConfig, drafter: Drafter, batch, pad_id: int, rec
             b, r, rl = recon
             ce = soft_ce(tl[b, r], rl)
             n = reconsider.n_low
-            total = total + w * ce[:n].mean()
+            if cfg.reconsider_loss == "fresh":  # R's rows: rank what the node did not offer
+                low = fresh_ce(tl[b[:n], r[:n]], rl[:n], logits[b[:n], r[:n]].detach(), cfg.fresh_k)
+                total = total + w * low.mean()
+            else:
+                total = total + w * ce[:n].mean()
             if cfg.beta > 0 and ce.numel() > n:
                 total = total + w * cfg.beta * ce[n:].mean()
     return total

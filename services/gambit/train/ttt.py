@@ -81,6 +81,17 @@ def soft_ce(target_logits: torch.Tensor, draft_logits: torch.Tensor) -> torch.Te
     return -(target_logits.softmax(-1) * draft_logits.log_softmax(-1)).sum(-1)
 
 
+def fresh_ce(target_logits: torch.Tensor, draft_logits: torch.Tensor, first_logits: torch.Tensor,
+             k: int) -> torch.Tensor:
+    """−Σ_{v ∉ O} p(v) log q̃(v) per row: O the top-k of ``first_logits`` (the tokens the node already
+    offers), q̃ the draft distribution renormalised over the rest (what reconsideration picks from)."""
+    top = first_logits.topk(k, -1).indices
+    offered = torch.zeros_like(draft_logits, dtype=torch.bool).scatter_(-1, top, True)
+    logq = draft_logits.masked_fill(offered, float("-inf")).log_softmax(-1)
+    p = target_logits.softmax(-1).masked_fill(offered, 0.0)
+    return -(p * logq.masked_fill(offered, 0.0)).sum(-1)
+
+
 def topk_ce(target_logits: torch.Tensor, draft_logits: torch.Tensor, k: int) -> torch.Tensor:
     """HASS's top-k distillation: −Σ_{v ∈ top-k(p)} p(v) log q(v) per row."""
     p = target_logits.softmax(-1)
