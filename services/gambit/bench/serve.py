@@ -35,6 +35,7 @@ class BenchServeConfig:
     concurrency: str = "1,4,16"  # concurrent runs to measure
     waves: int = 3  # runs each concurrent client sends back to back (1: one burst of n runs)
     target_threads: int = 0  # torch threads of the Target's engine (0 = every core; embedded: the bench's)
+    model: str = ""  # target model folder or name ("" = shipped target; smollm2: --scorer random:mlp:576)
     scorer: str = ""  # scorer folder ("" = shipped MLP scorer, untrained random one if none)
     grpc_port: int = 9310  # Serve gRPC port for the benchmark
     metrics_port: int = 9311  # Ray metrics port for the benchmark
@@ -129,8 +130,8 @@ class EngineBaseline:
         from gambit.paths import TARGET
 
         self.cfg, self.sp, self.target = cfg, SamplingParams, target
-        self.eng = on_fresh_thread(lambda: Engine.from_pretrained(str(TARGET),
-                                                                  EngineConfig(model=str(TARGET))))
+        model = cfg.model or str(TARGET)
+        self.eng = on_fresh_thread(lambda: Engine.from_pretrained(model, EngineConfig(model=model)))
         self.prompt = problems(1)[0]
         self.rates: dict[int, list[float]] = {n: [] for n in cfg.levels}
         warm = self.sp(max_tokens=8, ignore_eos=True)
@@ -165,9 +166,9 @@ def bench(cfg: BenchServeConfig) -> dict:
     from gambit.serving.embedded import Embedded, EmbeddedConfig
 
     log("starting embedded wiring and Ray Serve ...")
-    emb = Embedded(EmbeddedConfig(scorer=cfg.scorer))
+    emb = Embedded(EmbeddedConfig(model=cfg.model, scorer=cfg.scorer))
     scfg = local.ServeConfig(grpc_port=cfg.grpc_port, http_port=cfg.grpc_port + 2,
-                             metrics_port=cfg.metrics_port,
+                             metrics_port=cfg.metrics_port, model=cfg.model,
                              scorer=cfg.scorer, tree="redis://127.0.0.1:6379/0", prefix="bench-serve:",
                              target_threads=cfg.target_threads,
                              token_env="GAMBIT_BENCH_NO_TOKEN")
