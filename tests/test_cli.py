@@ -82,3 +82,18 @@ def test_run_shows_live_view_answer_and_lineage(tmp_path, capsys):
     assert (tmp_path / "l.png").stat().st_size > 1000
     assert main(["inspect", "p1", "--store", str(store)]) == 0
     assert "run p1: method gambit" in capsys.readouterr().out
+
+
+def test_run_with_pr_decoding_shows_tau_per_trace(tmp_path, capsys):
+    """``gambit run --decoding pr``: every trace drafts (no batch cap in the main job) and each one's
+    tokens per target forward is printed; with a cap below the pool nothing drafts, and it says so."""
+    args = ["run", "--problems", "1", "--samples", "4", "--swap", "1", "--save", str(tmp_path / "s.json"),
+            "--png", "", "--min-ops", "4", "--max-ops", "4", "--decoding", "pr"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("tau per trace"))
+    taus = [float(x.split()[1]) for x in line.split(": ", 1)[1].split(", ")]
+    assert len(taus) >= 4 and all(t >= 1.0 for t in taus) and max(taus) > 1.5, line
+    assert "speculative (pr): tau" in out
+    assert main(args + ["--spec-max-batch", "2"]) == 0
+    assert "no trace drafted" in capsys.readouterr().out

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gambit.engine import Engine, EngineConfig
+from gambit.engine.config import SpecConfig
 from gambit.paths import TARGET
 from gambit.search.config import SearchConfig
 from gambit.search.driver import SearchDriver
@@ -37,13 +38,18 @@ class RunConfig:
     save: str = "results/run_store.json"  # the tree store as JSON, for `gambit inspect RUN --store FILE`
     png: str = "results/run_lineage.png"  # lineage picture of the last problem ("" to skip)
     lineage_nodes: int = 60  # most lineage lines printed per problem
-    decoding: str = "plain"  # plain | eagle3.1 | pr: speculative decoding of every trace
+    decoding: str = "plain"  # plain | eagle3.1 | pr: speculative decoding of every trace (tau per trace)
+    # speculative traces draft only in engine steps of at most this many traces (0: no cap). The engine's
+    # serving default (8) would leave a pool of 16 decoding plainly all along; here every trace drafts.
+    spec_max_batch: int = 0
 
     def __post_init__(self) -> None:
         if self.problems < 1 or self.samples < 1:
             raise ValueError("problems and samples must be >= 1")
         if self.kv_blocks < 1:
             raise ValueError("kv_blocks must be >= 1")
+        if self.spec_max_batch < 0:
+            raise ValueError(f"spec_max_batch must be >= 0 (0: no cap), got {self.spec_max_batch}")
 
     def search(self) -> SearchConfig:
         return SearchConfig(method=self.method, capacity=self.samples, swap=min(self.swap, self.samples),
@@ -52,10 +58,23 @@ class RunConfig:
                             max_tokens=self.max_tokens)
 
 
+def tau_line(nodes: dict, trace_tau: dict) -> str:
+    """Tokens per target forward of each trace that drafted (node #id: tau), from the engine's stats."""
+    got = [(int(i), trace_tau[n["engine_id"]]) for i, n in nodes.items()
+           if n.get("engine_id") is not None and n["engine_id"] in trace_tau]
+    if not got:
+        return "tau per trace: no trace drafted (every step had more traces than --spec-max-batch)"
+    got.sort()
+    mean = sum(t for _, t in got) / len(got)
+    each = ", ".join(f"#{i} {t:.2f}" for i, t in got)
+    return f"tau per trace ({len(got)} drafted, mean {mean:.2f}): {each}"
+
+
 def run(cfg: RunConfig) -> dict:
     scfg = cfg.search()  # validates before loading anything
     engine = Engine.from_pretrained(cfg.model, EngineConfig(model=cfg.model, preemption="evict",
-                                                            num_blocks=cfg.kv_blocks))
+                                                            num_blocks=cfg.kv_blocks,
+                                                            spec=SpecConfig(max_batch=cfg.spec_max_batch)))
     scorer = load_default_scorer(cfg.scorer, engine.model.config.hidden_size) \
         if cfg.method in ("gambit", "step") else None
     store = MemoryStore()
@@ -77,6 +96,8 @@ def run(cfg: RunConfig) -> dict:
               f"[{res.tokens} tokens, {res.wall_s:.1f} s, {res.branched} branched, {res.pruned} pruned, "
               f"{res.evicted} evicted]")
         print(lineage_text(run_id, store.load(run_id), max_nodes=cfg.lineage_nodes))
+        if cfg.decoding != "plain":
+            print(tau_line(store.load(run_id)["nodes"], engine.stats.trace_tau))
         last = run_id
     if getattr(engine.stats, "spec_drafts", 0):
         print(f"speculative ({cfg.decoding}): tau {engine.stats.tau:.2f} tokens per target forward over "
