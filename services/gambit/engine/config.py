@@ -37,7 +37,9 @@ class SpecConfig:
     # 1.06-1.17x at batch 1-4 to 0.93x at 8 and 0.78-0.84x at 16 (`gambit bench spec`, "Batch cap"),
     # and a search of 6 x 16 traces ran 1.6x slower speculating (`gambit bench search`, gambit_pr).
     # On a GPU, where verifying a tree costs about one decode step, raise it (or 0), as with the tree.
-    max_batch: int = 8
+    # 4: PR's break-even was batch 3-4 on a 2-core Intel Xeon (1.07x at 3, 0.87x at 4) and ~7 on a
+    # 2-core AMD EPYC (1.17x at 4, 0.94x at 8); at 8 the Intel machine lost up to 25% at batch 5-8.
+    max_batch: int = 4
     # sampled rows (T > 0): "match" = a child is accepted iff it is the token plain decoding samples
     # there (same seed, same position): exactly plain decoding's samples, so a search decodes the same
     # text with or without speculation; "rejection" = multi-candidate rejection sampling (the target's
