@@ -109,6 +109,19 @@ def variants(cfg: BenchSearchConfig) -> dict[str, tuple[str, SearchConfig]]:
     return v
 
 
+def warm_up(engine: Engine, prompt: list[int], batch: int, decodings: set[str]) -> None:
+    """Before timing: load each drafter and decode a few steps at the bench's batch with each decoding,
+    so no method's first chunk pays for first calls (a drafter's load and packing, first-shape buffers:
+    ~0.4 s of Gambit + PR's first chunk, measured) that a running server paid at start."""
+    from gambit.engine import SamplingParams
+
+    for dec in sorted(decodings):
+        if dec != "plain":
+            engine.speculator().prepare(dec)
+        engine.generate([prompt] * batch, SamplingParams(temperature=0.8, max_tokens=8, ignore_eos=True,
+                                                         decoding=dec))
+
+
 def pr_available() -> bool:
     """The engine decodes speculatively and the PR drafter ships."""
     from gambit import paths
@@ -223,6 +236,8 @@ def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
             per_run = max(4, int(cfg.kv_share * blocks_needed(problems, tok, cfg.capacity, 16)))
             engine = Engine(model, tok, EngineConfig(preemption="evict", num_blocks=per_run * cfg.concurrency,
                                                      seed=cfg.seed))
+            warm_up(engine, tok.encode(problems[0].prompt), cfg.capacity * cfg.concurrency,
+                    {sc.decoding for _, sc in (*main_vs.values(), *extra_vs.values())})
             drivers = {"": SearchDriver(engine), "main": SearchDriver(engine, main),
                        "mlp": SearchDriver(engine, mlp),
                        "sequence": SearchDriver(engine, seq)}

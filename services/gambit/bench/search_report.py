@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 MAIN = ("sc", "step", "deepconf", "gambit", "gambit_pr")
+FASTER_BY = 0.05  # "Gambit+PR faster": at least this much less wall time (runs here differ by ~5%)
 TABLE2 = ("gambit", "gambit_mlp", "gambit_seq", "step", "step_mlp", "step_seq")
 
 
@@ -100,9 +101,13 @@ def check_targets(out: dict) -> list[dict]:
                     "detail": f"{100 * g['overhead_fraction']:.2f}%"})
         if "gambit_pr" in m:
             p = m["gambit_pr"]
+            # faster beyond this machine's noise: at least FASTER_BY less wall time (parity is not faster)
             res.append({"target": f"[{diff}] Gambit+PR faster than Gambit at equal accuracy",
-                        "met": p["wall_s"] < g["wall_s"] and p["accuracy"] >= g["accuracy"] - 0.05,
-                        "detail": f"{p['wall_s']:.2f} s vs {g['wall_s']:.2f} s; "
+                        "met": p["wall_s"] <= (1 - FASTER_BY) * g["wall_s"]
+                        and p["accuracy"] >= g["accuracy"] - 0.05,
+                        "detail": f"{p['wall_s']:.2f} s vs {g['wall_s']:.2f} s "
+                                  f"({p['wall_s'] / max(g['wall_s'], 1e-9):.2f}x, "
+                                  f"met at <= {1 - FASTER_BY:.2f}x); "
                                   f"{100 * p['accuracy']:.1f}% vs "
                                   f"{100 * g['accuracy']:.1f}%"})
     return res

@@ -1,0 +1,28 @@
+"""The search bench's target checks: what counts as met."""
+
+from __future__ import annotations
+
+from gambit.bench.search_report import FASTER_BY, check_targets
+
+
+def _out(gambit: dict, step: dict, pr: dict) -> dict:
+    base = {"accuracy": 0.75, "tokens": 1000.0, "wall_s": 1.0, "trace_throughput": 10.0,
+            "overhead_fraction": 0.02}
+    sc = dict(base, accuracy=0.5)
+    m = {"sc": sc, "step": dict(base, **step), "gambit": dict(base, **gambit), "gambit_pr": dict(base, **pr)}
+    return {"by_difficulty": {"hard": {"methods": m}}}
+
+
+def _met(out: dict, name: str) -> bool:
+    return next(t["met"] for t in check_targets(out) if name in t["target"])
+
+
+def test_pr_faster_means_beyond_noise_not_parity():
+    assert not _met(_out({}, {}, {"wall_s": 0.99}), "Gambit+PR faster")  # parity
+    assert _met(_out({}, {}, {"wall_s": 1 - FASTER_BY - 0.01}), "Gambit+PR faster")
+    assert not _met(_out({}, {}, {"wall_s": 0.5, "accuracy": 0.6}), "Gambit+PR faster")  # lost accuracy
+
+
+def test_throughput_with_nothing_answered_is_not_met():
+    assert not _met(_out({"trace_throughput": 0.0}, {"trace_throughput": 0.0}, {}), "trace throughput")
+    assert _met(_out({"trace_throughput": 15.0}, {"trace_throughput": 10.0}, {}), "trace throughput")
