@@ -148,12 +148,14 @@ class SpecDecoder:
         return st
 
     def on_fork(self, parent: Trace, child: Trace, pair: tuple[int, int] | None, copied: bool) -> None:
-        """A copied child inherits the drafter's KV (same blocks) and its pending features."""
-        if pair is not None:
-            for cache in self.caches.values():
-                cache.copy_blocks([pair])
-        if copied and parent.draft is not None:
-            child.draft = parent.draft.clone()
+        """A copied child inherits the drafter's KV (same blocks) and its pending features. Only the
+        parent's own drafter has rows in those blocks: a parent that never drafted has none, and the
+        other drafters' caches hold nothing of it (copying them all cost 6x at 7 loaded drafters)."""
+        st = parent.draft
+        if pair is not None and st is not None and st.key in self.caches:
+            self.caches[st.key].copy_blocks([pair])
+        if copied and st is not None:
+            child.draft = st.clone()
 
     def store(self, traces: list[Trace], num_new: list[int], offsets: list[int], taps: dict) -> None:
         """Target taps of rows fed the plain way (prefill chunks, decode steps without a tree), kept
