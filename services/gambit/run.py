@@ -39,9 +39,8 @@ class RunConfig:
     png: str = "results/run_lineage.png"  # lineage picture of the last problem ("" to skip)
     lineage_nodes: int = 60  # most lineage lines printed per problem
     decoding: str = "plain"  # plain | eagle3.1 | pr: speculative decoding of every trace (tau per trace)
-    # speculative traces draft only in engine steps of at most this many traces (0: no cap). The engine's
-    # serving default (8) would leave a pool of 16 decoding plainly all along; here every trace drafts.
-    spec_max_batch: int = 0
+    # the engine's serving default (SpecConfig.max_batch) leaves a pool of 16 decoding plainly; here all draft
+    spec_max_batch: int = 0  # speculative traces draft only in steps of <= this many traces (0: no cap)
 
     def __post_init__(self) -> None:
         if self.problems < 1 or self.samples < 1:
@@ -95,9 +94,10 @@ def run(cfg: RunConfig) -> dict:
               f"correct {p.answer}: {'CORRECT' if res.correct else 'WRONG'}  "
               f"[{res.tokens} tokens, {res.wall_s:.1f} s, {res.branched} branched, {res.pruned} pruned, "
               f"{res.evicted} evicted]")
-        print(lineage_text(run_id, store.load(run_id), max_nodes=cfg.lineage_nodes))
+        record = store.load(run_id)
+        print(lineage_text(run_id, record, max_nodes=cfg.lineage_nodes))
         if cfg.decoding != "plain":
-            print(tau_line(store.load(run_id)["nodes"], engine.stats.trace_tau))
+            print(tau_line(record["nodes"], engine.stats.trace_tau))
         last = run_id
     if getattr(engine.stats, "spec_drafts", 0):
         print(f"speculative ({cfg.decoding}): tau {engine.stats.tau:.2f} tokens per target forward over "

@@ -24,7 +24,8 @@ SOURCE = r"""
 // The drafter's midlayer, final norm and head (Drafter.forward with one fused first layer, EAGLE-3 layout).
 // h (feature) [B, T, Hd]; w: hidden_norm, input_norm, qkv, qkv packed, q packed, o, o packed, post norm,
 // gate_up, gate_up packed, down, down packed, final norm, head, head packed (empty packed: none).
-// n_tail: the last n rows take their query from [input_norm(h), hidden_norm(h)].
+// n_tail: the last n rows take their query from [input_norm(h), hidden_norm(h)]; those query rows are
+// appended to qkv's own matmul, so "q packed" (w[4]) is not read here (the Python per-row path uses it).
 // attn 0/1/2: paged modes as in decoder_layers (B = 1; meta, slots, cache kc/vc [Hkv, NB, bs, D]);
 // attn 3: tree (TreeAttention): meta = {k buffer, v buffer, additive mask}, rows written at `at`.
 // Returns {logits, next feature}.
