@@ -1,39 +1,72 @@
-"""Greedy τ of the shipped EAGLE-3.1 and PR drafters, and of any drafter folders given, on the spec
-bench's prompts (PER test problems per difficulty split, 96 tokens, batch 1), at the paper's tree
-(B = 48, γ = 8, Bw = 6, k = 6, m = 3), with k = 4, at B = 24 and at the engine's defaults. Greedy
-τ is deterministic: one pass, no repetitions; it prints τ and the ratio to EAGLE-3.1's.
+"""Greedy τ of drafters at the paper's tree (B = 48, γ = 8, Bw = 6, k = 6, m = 3), with k = 4, at
+B = 24 and at the engine's defaults, batch 1. Greedy τ is deterministic: one pass, no repetitions;
+it prints τ and the ratio to the first drafter's, and with --json writes them.
 
-Usage: .venv/bin/python tools/drafter_tau.py [PER] [DRAFTER_FOLDER ...]   (PER default 4)
+Shipped target (default): the shipped EAGLE-3.1 and PR drafters plus any folders given, on the spec
+bench's prompts (PER test problems per difficulty split, 96 tokens).
+A real checkpoint (--model): the drafter folders given (EAGLE-3.1's first), on the last PER questions
+of a GSM8K-layout file through the model's chat template (the held-out end `gambit train drafter
+--prompts` never trains on).
+
+Usage: .venv/bin/python tools/drafter_tau.py [--per N] [--model M --prompts FILE] [FOLDER ...]
 """
-import sys
+import argparse
+import json
+import time
 from dataclasses import replace
 
 import torch
 
 from gambit.bench.spec import ASSETS, BASE, DEFAULTS, SPLITS, load_drafters, prompts_for, run_once
 from gambit.engine import Engine, EngineConfig
+from gambit.model.registry import resolve_model
 from gambit.paths import TARGET
 from gambit.speculative import load_drafter
 
-per = int(sys.argv[1]) if len(sys.argv) > 1 else 4
-extra = sys.argv[2:]
-torch.set_num_threads(1)
-eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET)))
-load_drafters(eng, ASSETS)
-keys = ["eagle3.1", "pr"]
-for path in extra:
+ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+ap.add_argument("folders", nargs="*", help="drafter folders (with --model: EAGLE-3.1's first)")
+ap.add_argument("--per", type=int, default=4, help="prompts per split (shipped) or in all (--model)")
+ap.add_argument("--model", default="", help="target model folder or name ('' = the shipped target)")
+ap.add_argument("--prompts", default="", help="with --model: GSM8K-layout JSONL; its last --per questions")
+ap.add_argument("--max-tokens", type=int, default=96, help="tokens generated per prompt")
+ap.add_argument("--trees", default="B=48,B=48 k=4,B=24,defaults", help="comma-separated tree names")
+ap.add_argument("--threads", type=int, default=1, help="torch threads")
+ap.add_argument("--json", default="", help="write the τ table here")
+args = ap.parse_args()
+torch.set_num_threads(args.threads)
+model = str(resolve_model(args.model)) if args.model else str(TARGET)
+eng = Engine.from_pretrained(model, EngineConfig(model=model))
+keys = []
+if not args.model:
+    load_drafters(eng, ASSETS)
+    keys = ["eagle3.1", "pr"]
+    prompts = [p for i, (_, ops) in enumerate(SPLITS.items())
+               for p in prompts_for(ops, args.per, 100 + i, eng.tokenizer)]
+else:
+    from gambit.tasks.benchmarks import load_gsm8k
+    from gambit.train.drafter_data import chat_prompts
+
+    qs = [it.prompt for it in load_gsm8k(args.prompts)][-args.per:]
+    prompts = [eng.tokenizer.encode(p) for p in chat_prompts(model, qs)]
+for path in args.folders:
     eng.register_drafter(path, load_drafter(path, eng.model))
     keys.append(path)
-prompts = [p for i, (_, ops) in enumerate(SPLITS.items())
-           for p in prompts_for(ops, per, 100 + i, eng.tokenizer)]
-trees = {"B=48": BASE, "B=48, k=4": replace(BASE, offer_width=4), "B=24": replace(BASE, budget=24),
+trees = {"B=48": BASE, "B=48 k=4": replace(BASE, offer_width=4), "B=24": replace(BASE, budget=24),
          "defaults": DEFAULTS}
-print(f"greedy tau, {len(prompts)} prompts, batch 1 | " + " | ".join(keys))
-for name, spec in trees.items():
-    eng.config.spec = spec
+print(f"greedy tau, {len(prompts)} prompts, batch 1 | " + " | ".join(keys), flush=True)
+table = {}
+for name in args.trees.split(","):
+    eng.config.spec = trees[name]
     taus = []
+    t0 = time.perf_counter()
     for key in keys:
-        _, _, cycles, accepted = run_once(eng, prompts, 1, key, 96)
+        _, _, cycles, accepted = run_once(eng, prompts, 1, key, args.max_tokens)
         taus.append((accepted + cycles) / cycles)
+    table[name] = dict(zip(keys, taus, strict=True))
     print(f"{name:10s} " + "  ".join(f"{t:.3f}" for t in taus) +
-          "   / EAGLE-3.1: " + " ".join(f"{t / taus[0]:.3f}" for t in taus[1:]))
+          "   / first: " + " ".join(f"{t / taus[0]:.3f}" for t in taus[1:]) +
+          f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
+if args.json:
+    with open(args.json, "w") as f:
+        json.dump({"model": model, "prompts": len(prompts), "max_tokens": args.max_tokens, "tau": table}, f,
+                  indent=1)

@@ -263,3 +263,26 @@ def test_match_verify_samples_exactly_plain_decoding(target, method):
 def test_match_verify_is_refused_unless_known():
     with pytest.raises(ValueError, match="spec.verify"):
         SpecConfig(verify="typical")
+
+
+def _reduced_drafter(model, seed: int, method: str, vd: int = 40):
+    """A random drafter over ``vd`` of the target's ids (spread over the vocabulary, ascending)."""
+    d = random_drafter(model, seed=seed, method=method, draft_vocab_size=vd)
+    ids = torch.linspace(0, model.config.vocab_size - 1, vd).long()
+    d.d2t.copy_(ids - torch.arange(vd))
+    d.t2d.zero_()
+    d.t2d[ids] = True
+    return d
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_reduced_draft_vocabulary_is_lossless(target, reference, method):
+    """A drafter over part of the vocabulary (d2t/t2d, as trained for a real model) drafts target ids
+    through its map; greedy output still equals plain decoding at batch 8."""
+    prompts, refs, _ = reference
+    eng = _engine(target)
+    eng.register_drafter("reduced", _reduced_drafter(eng.model, 7, "pr" if method == "pr" else "eagle3.1"))
+    ids = [eng.add(p, _params("reduced")) for p in prompts]
+    fin = {e.trace_id: e for e in _drain(eng) if isinstance(e, FinishedEvent)}
+    assert [list(fin[t].output_ids) for t in ids] == refs
+    assert eng.stats.spec_drafts > 0 and eng.blocks.num_free == eng.num_blocks

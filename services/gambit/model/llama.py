@@ -170,6 +170,9 @@ class CausalLM(nn.Module):
             layer.mlp.fuse()
         return self
 
+    def lm_head_weight(self) -> torch.Tensor:
+        """[V, H]: the output head (the embedding when tied)."""
+        return self.model.embed_tokens.weight if self.config.tie_word_embeddings else self.lm_head.weight
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        w = self.model.embed_tokens.weight if self.config.tie_word_embeddings else self.lm_head.weight
-        return project(hidden, w, None, self.fast.get("head"))
+        return project(hidden, self.lm_head_weight(), None, self.fast.get("head"))

@@ -75,6 +75,9 @@ class TrainDrafterConfig:
     n_train: int = 1536  # data: train-split problems (one target trace each)
     n_heldout: int = 64  # data: dev-split problems (greedy target traces)
     data_temperature: float = 0.8  # data: sampling temperature of the training traces
+    data_max_tokens: int = 400  # data: generated tokens per trace at most
+    prompts: str = ""  # data: "" = the arithmetic task; else a GSM8K-layout JSONL of questions (real models)
+    draft_vocab: int = 0  # draft vocabulary: 0 = the target's; N = its N most used tokens (d2t/t2d)
     cache_dir: str = ""  # data cache ("" = $GAMBIT_CACHE or ~/.cache/gambit)
 
     def __post_init__(self) -> None:
@@ -92,7 +95,12 @@ class TrainDrafterConfig:
             raise ValueError(f"fresh_k must be >= 1, got {self.fresh_k}")
         if self.threads < 1:
             raise ValueError(f"threads must be >= 1 (it is recorded in the card), got {self.threads}")
+        from gambit.model.registry import resolve_model
+
+        self.target = str(resolve_model(self.target))
         if not self.out:
+            if Path(self.target).resolve() != TARGET.resolve():
+                raise ValueError("give --out for a drafter of a target other than the shipped one")
             self.out = str(ASSETS / SHIPPED[self.method])
 
     @property
@@ -105,7 +113,9 @@ class TrainDrafterConfig:
 
     def data(self) -> DrafterDataConfig:
         return DrafterDataConfig(target=self.target, n_train=self.n_train, n_heldout=self.n_heldout,
-                                 temperature=self.data_temperature, seed=0, cache_dir=self.cache_dir)
+                                 temperature=self.data_temperature, max_tokens=self.data_max_tokens,
+                                 seed=0, prompts=self.prompts, draft_vocab=self.draft_vocab,
+                                 cache_dir=self.cache_dir)
 
 
 def lr_at(cfg: TrainDrafterConfig, step: int) -> float:
@@ -115,11 +125,21 @@ def lr_at(cfg: TrainDrafterConfig, step: int) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def build_drafter(cfg: TrainDrafterConfig, target) -> Drafter:
-    dc = DrafterConfig.for_target(target.config, num_layers=cfg.num_layers, method=cfg.method)
+def build_drafter(cfg: TrainDrafterConfig, target, draft_ids: torch.Tensor | None = None) -> Drafter:
+    """``draft_ids``: the target ids of a reduced draft vocabulary (ascending), else the whole one."""
+    vd = target.config.vocab_size if draft_ids is None else draft_ids.numel()
+    dc = DrafterConfig.for_target(target.config, num_layers=cfg.num_layers, method=cfg.method,
+                                  draft_vocab_size=vd)
     drafter = Drafter(dc, target.model.embed_tokens)
-    with torch.no_grad():  # the target's (tied) output head: a drafter starts by predicting like it
-        drafter.lm_head.weight.copy_(target.model.embed_tokens.weight)
+    head = target.lm_head_weight()
+    with torch.no_grad():  # the target's output head: a drafter starts by predicting like it
+        if draft_ids is None:
+            drafter.lm_head.weight.copy_(head)
+        else:  # EAGLE-3's maps: target id = draft id + d2t[draft id]; t2d marks the draft tokens
+            drafter.lm_head.weight.copy_(head[draft_ids])
+            drafter.d2t.copy_(draft_ids - torch.arange(vd))
+            drafter.t2d.zero_()
+            drafter.t2d[draft_ids] = True
     return drafter
 
 
@@ -180,7 +200,7 @@ def train_drafter(cfg: TrainDrafterConfig, stop: int | None = None, data: dict |
     taps = DrafterConfig.for_target(target.config).target_taps
     data = data or build_data(cfg.data(), taps)
     torch.manual_seed(cfg.seed)  # data generation may have drawn from the global generator
-    drafter = build_drafter(cfg, target)
+    drafter = build_drafter(cfg, target, data["train"].draft_ids)
     decay = [p for p in drafter.parameters() if p.dim() >= 2]
     other = [p for p in drafter.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},

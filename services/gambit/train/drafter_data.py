@@ -6,6 +6,12 @@ three tapped hidden states the drafter fuses (``target_taps``) and the target's 
 targets). A held-out set does the same on dev-split problems with greedy traces, so that a drafter's
 greedy chain acceptance can be read off it exactly. Everything is seeded; the file is keyed by a hash
 of the target's weights and this config and lives under ``cache_dir``.
+
+A real checkpoint (``prompts``: a GSM8K-layout JSONL file) takes its questions from that file through
+the model's chat template: the first ``n_train`` for training, the last ``n_heldout`` held out. Its
+vocabulary is too wide to store logits over (SmolLM2: 49,152 × 4 bytes per position), so
+``draft_vocab`` keeps the N tokens the train traces use most (EAGLE-3's reduced draft vocabulary,
+``d2t``/``t2d``): the logits are recorded over those tokens only, in fp16.
 """
 
 from __future__ import annotations
@@ -32,11 +38,17 @@ class DrafterDataConfig:
     min_ops: int = 2  # operations per problem, smallest
     max_ops: int = 8  # operations per problem, largest
     seed: int = 0  # problem and sampling seed
+    prompts: str = ""  # "" = the arithmetic task; else a GSM8K-layout JSONL file of questions
+    draft_vocab: int = 0  # 0 = the target's whole vocabulary; N = its N most used tokens (d2t/t2d)
     cache_dir: str = ""  # where the data file goes ("" = $GAMBIT_CACHE or ~/.cache/gambit)
 
     def __post_init__(self) -> None:
         if self.n_train < 1 or self.n_heldout < 1:
             raise ValueError("n_train and n_heldout must be >= 1")
+        if self.draft_vocab < 0:
+            raise ValueError(f"draft_vocab must be >= 0 (0 = the whole vocabulary), got {self.draft_vocab}")
+        if self.prompts and not Path(self.prompts).is_file():
+            raise ValueError(f"prompts file not found: {self.prompts}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if self.max_tokens < 1:
@@ -49,6 +61,12 @@ class DrafterDataConfig:
         d = asdict(self)
         d.pop("cache_dir")
         d.pop("target")
+        if not d["prompts"]:  # keys of the arithmetic data as they were before these fields
+            d.pop("prompts")
+            if not d["draft_vocab"]:
+                d.pop("draft_vocab")
+        else:
+            d["prompts"] = hashlib.sha256(Path(self.prompts).read_bytes()).hexdigest()
         h.update(json.dumps(d, sort_keys=True).encode())
         return h.hexdigest()[:16]
 
@@ -59,13 +77,15 @@ class DrafterDataConfig:
 @dataclass
 class TraceSet:
     """Ragged sequences: ``tokens`` [N], ``offsets`` [S+1], ``prompt_len`` [S], per-position
-    ``taps`` [N, 3H] (fp16) and target ``logits`` [N, V] (fp32)."""
+    ``taps`` [N, 3H] (fp16) and target ``logits`` [N, V] (fp32), or [N, Vd] (fp16) over the target ids
+    ``draft_ids`` [Vd] (ascending) of a reduced draft vocabulary."""
 
     tokens: torch.Tensor
     offsets: torch.Tensor
     prompt_len: torch.Tensor
     taps: torch.Tensor
     logits: torch.Tensor
+    draft_ids: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.prompt_len.numel()
@@ -81,27 +101,52 @@ class TraceSet:
             s = int(self.offsets[i])
             ids[r, :n] = self.tokens[s:s + n]
             taps[r, :n] = self.taps[s:s + n].float()
-            logits[r, :n] = self.logits[s:s + n]
+            logits[r, :n] = self.logits[s:s + n].float()
         return {"ids": ids, "taps": taps, "logits": logits, "length": torch.tensor(lens),
                 "prompt_len": self.prompt_len[idx].clone()}
 
 
-def _traces(engine, problems, temperature: float, max_tokens: int, seed: int, desc: str) -> list[list[int]]:
+def _traces(engine, prompts: list[str], temperature: float, max_tokens: int, seed: int, desc: str
+            ) -> list[list[int]]:
     from gambit.engine import SamplingParams
     from gambit.engine.engine import derive_seed
 
     params = [SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=derive_seed(seed, i, 0))
-              for i in range(len(problems))]
-    with tqdm(total=len(problems), desc=desc, mininterval=2) as bar:
-        return engine.generate([p.prompt for p in problems], params, progress=bar)
+              for i in range(len(prompts))]
+    with tqdm(total=len(prompts), desc=desc, mininterval=2) as bar:
+        return engine.generate(prompts, params, progress=bar)
+
+
+def most_used(outputs: list[list[int]], vocab_size: int, n: int) -> torch.Tensor:
+    """The ``n`` target ids the traces use most (ties: the lower id), ascending: a draft vocabulary."""
+    counts = torch.bincount(torch.tensor([t for o in outputs for t in o], dtype=torch.long),
+                            minlength=vocab_size).double()
+    counts -= torch.arange(vocab_size, dtype=torch.double) / vocab_size  # ties to the lower id
+    return counts.topk(min(n, vocab_size)).indices.sort().values
+
+
+def chat_prompts(folder: str, questions: list[str]) -> list[str]:
+    """Each question as one user turn through the model's chat template (its tokenizer_config.json),
+    ready for the assistant's answer; the questions as they are when the model has no template."""
+    conf = Path(folder) / "tokenizer_config.json"
+    template = json.loads(conf.read_text()).get("chat_template") if conf.is_file() else None
+    if not template:
+        return list(questions)
+    import jinja2
+
+    t = jinja2.Environment(keep_trailing_newline=True).from_string(template)
+    return [t.render(messages=[{"role": "user", "content": q}], add_generation_prompt=True)
+            for q in questions]
 
 
 @torch.no_grad()
 def _record(model, tok, prompts: list[str], outputs: list[list[int]], taps: tuple[int, ...],
-            desc: str, batch_size: int = 32) -> TraceSet:
-    """Dense forward of the target over prompt + output; taps and logits at every position."""
+            desc: str, batch_size: int = 32, draft_ids: torch.Tensor | None = None) -> TraceSet:
+    """Dense forward of the target over prompt + output; taps and logits at every position (over
+    ``draft_ids`` only, in fp16, when given)."""
     seqs = [tok.encode(p) + list(o) for p, o in zip(prompts, outputs, strict=True)]
     plen = [len(tok.encode(p)) for p in prompts]
+    head = None if draft_ids is None else model.lm_head_weight()[draft_ids].float()
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
     tap_rows: list[torch.Tensor | None] = [None] * len(seqs)
     logit_rows: list[torch.Tensor | None] = [None] * len(seqs)
@@ -112,15 +157,34 @@ def _record(model, tok, prompts: list[str], outputs: list[list[int]], taps: tupl
         for r, i in enumerate(idx):
             ids[r, :len(seqs[i])] = torch.tensor(seqs[i])
         hidden, tapped = model(ids, taps=taps)
-        logits = model.logits(hidden)
+        logits = model.logits(hidden) if head is None else (hidden @ head.T).half()
         cat = torch.cat([tapped[t] for t in taps], dim=-1)
         for r, i in enumerate(idx):
             n = len(seqs[i])
-            tap_rows[i], logit_rows[i] = cat[r, :n].half(), logits[r, :n].float()
+            tap_rows[i] = cat[r, :n].half()
+            logit_rows[i] = logits[r, :n] if head is not None else logits[r, :n].float()
     lens = torch.tensor([len(s) for s in seqs])
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)])
     return TraceSet(torch.tensor([t for s in seqs for t in s]), offsets, torch.tensor(plen),
-                    torch.cat(tap_rows), torch.cat(logit_rows))
+                    torch.cat(tap_rows), torch.cat(logit_rows), draft_ids)
+
+
+def _prompts(cfg: DrafterDataConfig) -> tuple[list[str], list[str]]:
+    """(train prompts, held-out prompts): the arithmetic splits, or the ends of a question file."""
+    if not cfg.prompts:
+        from gambit.tasks.arithmetic import TaskConfig, generate
+
+        task = TaskConfig(cfg.min_ops, cfg.max_ops)
+        return ([p.prompt for p in generate("train", cfg.n_train, cfg.seed, task)],
+                [p.prompt for p in generate("dev", cfg.n_heldout, cfg.seed, task)])
+    from gambit.tasks.benchmarks import load_gsm8k
+
+    items = load_gsm8k(cfg.prompts)
+    if cfg.n_train + cfg.n_heldout > len(items):
+        raise ValueError(f"{cfg.prompts} has {len(items)} questions, fewer than n_train {cfg.n_train} + "
+                         f"n_heldout {cfg.n_heldout}")
+    qs = chat_prompts(cfg.target, [it.prompt for it in items])
+    return qs[:cfg.n_train], qs[len(qs) - cfg.n_heldout:]
 
 
 def build_data(cfg: DrafterDataConfig, taps: tuple[int, ...]) -> dict:
@@ -131,21 +195,21 @@ def build_data(cfg: DrafterDataConfig, taps: tuple[int, ...]) -> dict:
         return {"train": TraceSet(**d["train"]), "heldout": TraceSet(**d["heldout"]), "info": d["info"]}
     from gambit.engine import Engine, EngineConfig
     from gambit.model import load_model
-    from gambit.tasks.arithmetic import TaskConfig, generate
 
-    task = TaskConfig(cfg.min_ops, cfg.max_ops)
-    train = generate("train", cfg.n_train, cfg.seed, task)
-    held = generate("dev", cfg.n_heldout, cfg.seed, task)
-    # cpu_kernel off: no C++ build (or build lock) on the data path
+    train, held = _prompts(cfg)
+    # cpu_kernel off for the shipped target: no C++ build (or build lock) on the data path; a real
+    # checkpoint needs the fast path (hundreds of thousands of tokens)
     engine = Engine.from_pretrained(cfg.target, EngineConfig(model=cfg.target, max_num_seqs=512,
-                                                             cpu_kernel=False))
+                                                             cpu_kernel=bool(cfg.prompts)))
     out_train = _traces(engine, train, cfg.temperature, cfg.max_tokens, cfg.seed, "target traces (train)")
     out_held = _traces(engine, held, 0.0, cfg.max_tokens, cfg.seed, "target traces (held-out, greedy)")
     del engine
     model, tok = load_model(cfg.target)
-    sets = {"train": _record(model, tok, [p.prompt for p in train], out_train, taps, "states (train)"),
-            "heldout": _record(model, tok, [p.prompt for p in held], out_held, taps, "states (held-out)")}
+    draft_ids = most_used(out_train, model.config.vocab_size, cfg.draft_vocab) if cfg.draft_vocab else None
+    sets = {"train": _record(model, tok, train, out_train, taps, "states (train)", draft_ids=draft_ids),
+            "heldout": _record(model, tok, held, out_held, taps, "states (held-out)", draft_ids=draft_ids)}
     info = {"config": asdict(cfg), "taps": list(taps), "key": cfg.key(),
+            "draft_vocab_coverage": _coverage(out_train, draft_ids),
             "positions": {k: int(v.tokens.numel()) for k, v in sets.items()},
             "sequences": {k: len(v) for k, v in sets.items()}}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -153,3 +217,11 @@ def build_data(cfg: DrafterDataConfig, taps: tuple[int, ...]) -> dict:
     torch.save({"train": asdict(sets["train"]), "heldout": asdict(sets["heldout"]), "info": info}, tmp)
     tmp.replace(path)
     return {**sets, "info": info}
+
+
+def _coverage(outputs: list[list[int]], draft_ids: torch.Tensor | None) -> float:
+    """Share of the traces' tokens inside the draft vocabulary (1.0 for the whole vocabulary)."""
+    if draft_ids is None:
+        return 1.0
+    toks = torch.tensor([t for o in outputs for t in o], dtype=torch.long)
+    return round(float(torch.isin(toks, draft_ids).double().mean()), 6)
