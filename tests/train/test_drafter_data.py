@@ -27,7 +27,8 @@ def test_most_used_ranks_by_count_then_lower_id_ascending():
 
 def test_chat_prompts_render_the_models_template(tmp_path):
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML}))
-    assert chat_prompts(str(tmp_path), ["2+2?"]) == ["<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"]
+    want = "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"
+    assert chat_prompts(str(tmp_path), ["2+2?"]) == [want]
     (tmp_path / "tokenizer_config.json").write_text("{}")
     assert chat_prompts(str(tmp_path), ["2+2?"]) == ["2+2?"]
     assert chat_prompts(str(tmp_path / "none"), ["q"]) == ["q"]
@@ -45,7 +46,8 @@ def test_config_checks_and_keys(tmp_path):
     base = DrafterDataConfig()
     # the arithmetic data keeps the key it had before the real-model fields (its cache stays valid)
     assert base.key() == DrafterDataConfig(prompts="", draft_vocab=0).key()
-    assert len({base.key(), DrafterDataConfig(draft_vocab=50).key(), DrafterDataConfig(prompts=str(f)).key()}) == 3
+    keys = {base.key(), DrafterDataConfig(draft_vocab=50).key(), DrafterDataConfig(prompts=str(f)).key()}
+    assert len(keys) == 3
 
 
 def test_reduced_vocabulary_logits_and_drafter_map():

@@ -43,11 +43,12 @@ static at::Tensor take_rows(const at::Tensor& table, const at::Tensor& idx) {
 
 // project() without its streamed one-row product: that reads the target's [in, out] stream copies, and
 // a drafter's weights are plain [out, in] (a one-row draft call at a real model's width reached it).
-static at::Tensor draft_project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& packed, int64_t lo,
-                                int64_t hi) {
+static at::Tensor draft_project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& packed,
+                                int64_t lo, int64_t hi) {
   const int64_t in = x.size(-1), rows = x.numel() / in;
   if (packed.numel() > 0 && lo <= rows && rows <= hi) {
-    auto out = g_onednn ? onednn_linear(x.reshape({rows, in}), packed) : mkl_linear(x.reshape({rows, in}), packed, w, rows);
+    auto x2 = x.reshape({rows, in});
+    auto out = g_onednn ? onednn_linear(x2, packed) : mkl_linear(x2, packed, w, rows);
     auto shape = x.sizes().vec();
     shape.back() = out.size(-1);
     return out.view(shape);
