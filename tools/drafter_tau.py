@@ -17,7 +17,16 @@ from dataclasses import replace
 
 import torch
 
-from gambit.bench.spec import ASSETS, BASE, DEFAULTS, SPLITS, load_drafters, prompts_for, run_once
+from gambit.bench.spec import (
+    ASSETS,
+    BASE,
+    DEFAULTS,
+    SPLITS,
+    _pool_analysis,
+    load_drafters,
+    prompts_for,
+    run_once,
+)
 from gambit.engine import Engine, EngineConfig
 from gambit.model.registry import resolve_model
 from gambit.paths import TARGET
@@ -31,6 +40,7 @@ ap.add_argument("--prompts", default="", help="with --model: GSM8K-layout JSONL;
 ap.add_argument("--max-tokens", type=int, default=96, help="tokens generated per prompt")
 ap.add_argument("--trees", default="B=48,B=48 k=4,B=24,defaults", help="comma-separated tree names")
 ap.add_argument("--threads", type=int, default=1, help="torch threads")
+ap.add_argument("--pool", action="store_true", help="also the reject pool at B = 48 (one more pass each)")
 ap.add_argument("--json", default="", help="write the τ table here")
 args = ap.parse_args()
 torch.set_num_threads(args.threads)
@@ -52,7 +62,7 @@ for path in args.folders:
     eng.register_drafter(path, load_drafter(path, eng.model))
     keys.append(path)
 trees = {"B=48": BASE, "B=48 k=4": replace(BASE, offer_width=4), "B=24": replace(BASE, budget=24),
-         "defaults": DEFAULTS}
+         "B=48 m=0": replace(BASE, reconsider=0), "defaults": DEFAULTS}
 print(f"greedy tau, {len(prompts)} prompts, batch 1 | " + " | ".join(keys), flush=True)
 table = {}
 for name in args.trees.split(","):
@@ -66,7 +76,16 @@ for name in args.trees.split(","):
     print(f"{name:10s} " + "  ".join(f"{t:.3f}" for t in taus) +
           "   / first: " + " ".join(f"{t / taus[0]:.3f}" for t in taus[1:]) +
           f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
+pools = {}
+if args.pool:  # the reject pool: how many rejects were reconsidered, and how many of those recovered
+    for key in keys:
+        a = _pool_analysis(eng, prompts, key, BASE, args.max_tokens)
+        pools[key] = {k: a[k] for k in ("positions", "rejects", "unsure_share", "reconsidered_share",
+                                        "recovered_of_reconsidered", "table7")}
+        print(f"pool {key}: rejects {a['rejects']} of {a['positions']}, unsure (cpd < 0.5) "
+              f"{a['unsure_share']:.3f}, reconsidered {a['reconsidered_share']:.3f}, recovered of those "
+              f"{a['recovered_of_reconsidered'] or 0:.3f}", flush=True)
 if args.json:
     with open(args.json, "w") as f:
-        json.dump({"model": model, "prompts": len(prompts), "max_tokens": args.max_tokens, "tau": table}, f,
-                  indent=1)
+        json.dump({"model": model, "prompts": len(prompts), "max_tokens": args.max_tokens, "tau": table,
+                   "pool": pools}, f, indent=1)
