@@ -72,8 +72,9 @@ def card_text(info: dict) -> str:
                         f"CPU capability {info['cpu_capability']}"),
         ("held-out", f"{data['sequences']['heldout']} greedy {_held(data['config'])} "
                      f"({ev.get('positions')} start positions): top-1 {ev.get('top1')}, "
-                     f"per-step {ev.get('step_acc')}, chain τ {ev.get('tau_chain')}" + (f", reconsideration recovers {ev['recovered']} of the wrong "
-                                                 "least-confident guesses" if "recovered" in ev else "")),
+                     f"per-step {ev.get('step_acc')}, chain τ {ev.get('tau_chain')}"
+                     + (f", reconsideration recovers {ev['recovered']} of the wrong least-confident guesses"
+                        if "recovered" in ev else "")),
         ("command", f"`{command(cfg)}`"),
     ]
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
