@@ -12,6 +12,7 @@ Usage: .venv/bin/python tools/drafter_tau.py [--per N] [--model M --prompts FILE
 """
 import argparse
 import json
+import statistics
 import time
 from dataclasses import replace
 
@@ -41,6 +42,9 @@ ap.add_argument("--max-tokens", type=int, default=96, help="tokens generated per
 ap.add_argument("--trees", default="B=48,B=48 k=4,B=24,defaults", help="comma-separated tree names")
 ap.add_argument("--threads", type=int, default=1, help="torch threads")
 ap.add_argument("--pool", action="store_true", help="also the reject pool at B = 48 (one more pass each)")
+ap.add_argument("--speed", type=int, default=0,
+                help="also wall time: N interleaved repetitions (plain, each drafter, ...) per tree; "
+                     "speedup = plain seconds / drafter seconds per repetition, median and spread")
 ap.add_argument("--json", default="", help="write the τ table here")
 args = ap.parse_args()
 torch.set_num_threads(args.threads)
@@ -77,6 +81,23 @@ for name in args.trees.split(","):
     print(f"{name:10s} " + "  ".join(f"{t:.3f}" for t in taus) +
           "   / first: " + " ".join(f"{t / taus[0]:.3f}" for t in taus[1:]) +
           f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
+speed = {}
+for name in args.trees.split(",") if args.speed else []:
+    eng.config.spec = trees[name]
+    for key in ["plain", *keys]:  # warm-up: first calls, buffers
+        run_once(eng, prompts[:1], 1, key, 8)
+    secs = {key: [] for key in ["plain", *keys]}
+    for _ in range(args.speed):
+        for key in secs:
+            secs[key].append(run_once(eng, prompts, 1, key, args.max_tokens)[0])
+    speed[name] = {}
+    for key in keys:
+        r = [p / x for p, x in zip(secs["plain"], secs[key], strict=True)]
+        speed[name][key] = {"speedup": statistics.median(r), "spread": [min(r), max(r)],
+                            "seconds": secs[key], "plain_seconds": secs["plain"]}
+    print(f"{name:10s} speedup over plain, median (min-max) of {args.speed}: " + "  ".join(
+        f"{v['speedup']:.2f}x ({v['spread'][0]:.2f}-{v['spread'][1]:.2f})" for v in speed[name].values()),
+        flush=True)
 pools = {}
 if args.pool:  # the reject pool: how many rejects were reconsidered, and how many of those recovered
     for key in keys:
@@ -89,4 +110,4 @@ if args.pool:  # the reject pool: how many rejects were reconsidered, and how ma
 if args.json:
     with open(args.json, "w") as f:
         json.dump({"model": model, "prompts": len(prompts), "max_tokens": args.max_tokens, "tau": table,
-                   "pool": pools}, f, indent=1)
+                   "speed": speed, "pool": pools}, f, indent=1)

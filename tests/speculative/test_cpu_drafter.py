@@ -21,10 +21,18 @@ SPECS = [SpecConfig(gamma=3, budget=12, grow_width=3, offer_width=3, reconsider=
          SpecConfig(gamma=3, budget=12, grow_width=3, offer_width=3, reconsider=2, self_query=False)]
 
 
-def _engine(model, tok, spec, tied: bool = False) -> Engine:
+def _engine(model, tok, spec, tied: bool = False, reduced: bool = False) -> Engine:
     eng = Engine(model, tok, EngineConfig(device="cpu", dtype="float32", spec=spec, num_blocks=512))
     for key, seed, method in (("eagle", 1, "eagle3.1"), ("pr", 2, "pr")):
-        d = random_drafter(eng.model, seed=seed, method=method)
+        if reduced:  # a reduced draft vocabulary: 40 target ids spread over the vocabulary (d2t/t2d)
+            vd = 40
+            d = random_drafter(eng.model, seed=seed, method=method, draft_vocab_size=vd)
+            ids = torch.linspace(0, model.config.vocab_size - 1, vd).long()
+            d.d2t.copy_(ids - torch.arange(vd))
+            d.t2d.zero_()
+            d.t2d[ids] = True
+        else:
+            d = random_drafter(eng.model, seed=seed, method=method)
         if tied:  # a zero head: every row equally sure, every child equally scored (ties everywhere)
             with torch.no_grad():
                 d.lm_head.weight.zero_()
@@ -38,11 +46,12 @@ def _buffers(attention):
     return [attention.cache.k, attention.cache.v]
 
 
-@pytest.mark.parametrize("target", ["shipped", "gqa", "tied"])
+@pytest.mark.parametrize("target", ["shipped", "gqa", "tied", "reduced"])
 def test_cpp_drafting_matches_python(target, monkeypatch):
     """``tied``: ties in confidence and score break the same way in both (the least-confident rows by a
-    stable sort, the earlier row first)."""
-    if target in ("shipped", "tied"):
+    stable sort, the earlier row first); ``reduced``: a drafter over part of the vocabulary, whose draft
+    ids the tree maps to target ids (d2t)."""
+    if target in ("shipped", "tied", "reduced"):
         model, tok = load_model(SHIPPED, device="cpu", dtype="float32")
     else:
         model, tok = tiny_target(seed=3, hidden=32, heads=4, kv_heads=2)
@@ -87,7 +96,7 @@ def test_cpp_drafting_matches_python(target, monkeypatch):
     monkeypatch.setattr(cpu_tree, "draft", draft)
     with one_thread():
         for spec in SPECS:
-            eng = _engine(model, tok, spec, tied=target == "tied")
+            eng = _engine(model, tok, spec, tied=target == "tied", reduced=target == "reduced")
             assert all(d.fast_forward is not None for d in eng.speculator().drafters.values())
             for key in ("eagle", "pr"):
                 for batch in (1, 3):

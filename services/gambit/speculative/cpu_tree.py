@@ -17,6 +17,8 @@ import torch
 
 from gambit.engine import cpu_attention
 
+_NONE = torch.empty(0, dtype=torch.long)
+
 SOURCE = r"""
 // tree.draft_tree's loop for extra = "reconsider", fresh, no analysis, identity draft vocabulary.
 // Pool tensors (filled in place, contiguous): tok, par, score, depth [S, P + 1] (depth read-only when
@@ -30,7 +32,7 @@ void tree_steps(torch::Tensor tok, torch::Tensor par, torch::Tensor score, torch
                 std::vector<int64_t> cfg, torch::Tensor mbuf, torch::Tensor kbuf, torch::Tensor vbuf,
                 int64_t L, std::vector<torch::Tensor> w, torch::Tensor embw, torch::Tensor cos_t,
                 torch::Tensor sin_t, std::vector<int64_t> dims, double eps, bool norm_kernel,
-                bool norm_output) {
+                bool norm_output, torch::Tensor d2t) {
   const int64_t k = cfg[0], Bw = cfg[1], m = cfg[2], G = cfg[3];
   const bool self_query = cfg[4] != 0;
   const int64_t S = tok.size(0), P1 = tok.size(1), P = P1 - 1, R = Bw + m, RW = vis.size(1);
@@ -44,6 +46,9 @@ void tree_steps(torch::Tensor tok, torch::Tensor par, torch::Tensor score, torch
   const int64_t* fr = feat_row.data_ptr<int64_t>();
   const int64_t* rp = root_pos.data_ptr<int64_t>();
   const int64_t* rt = root_tok.data_ptr<int64_t>();
+  // a reduced draft vocabulary: target id = draft id + d2t[draft id] (empty d2t: the ids are the same)
+  TORCH_CHECK(d2t.numel() == 0 || (d2t.is_contiguous() && d2t.numel() == root_logits.size(-1)), "d2t [Vd]");
+  const int64_t* d2 = d2t.numel() ? d2t.data_ptr<int64_t>() : nullptr;
   auto lng = tok.options();
 
   // offer(): the top-k children of n rows (log-probs lp [S, n, V]) into the pool at `at`
@@ -59,7 +64,7 @@ void tree_steps(torch::Tensor tok, torch::Tensor par, torch::Tensor score, torch
         for (int64_t c = 0; c < k; ++c) {
           const int64_t i = s * P1 + at + r * k + c, j = (s * n + r) * k + c;
           const float v = vp[j];
-          tk[i] = ip[j];
+          tk[i] = d2 ? ip[j] + d2[ip[j]] : ip[j];
           sc[i] = ns[s * n + r] + (v > 0.f ? 0.f : v);  // node score + vals.clamp(max=0)
           if (m) dp[i] = nd[s * n + r] + 1;
         }
@@ -175,7 +180,7 @@ void tree_steps(torch::Tensor tok, torch::Tensor par, torch::Tensor score, torch
           if (mm < m && !lo_ok[s * m + j]) s_new = NEG;
           const int64_t* info = prev_info.data() + (s * n_prev + l) * 4;
           const int64_t i = s * P1 + nxt_at - m + j;
-          tk[i] = bid;
+          tk[i] = d2 ? bid + d2[bid] : bid;
           sc[i] = s_new;
           pr[i] = info[2];
           vr[i] = prev_base + l;
@@ -271,7 +276,7 @@ std::vector<torch::Tensor> tree_draft(
     torch::Tensor lay_depth, torch::Tensor is_rec, torch::Tensor root_pos, torch::Tensor root_tok,
     torch::Tensor root_feature, torch::Tensor root_logits, std::vector<int64_t> cfg,
     std::vector<torch::Tensor> w, torch::Tensor embw, torch::Tensor cos_t, torch::Tensor sin_t,
-    std::vector<int64_t> dims, double eps, bool norm_kernel, bool norm_output) {
+    std::vector<int64_t> dims, double eps, bool norm_kernel, bool norm_output, torch::Tensor d2t) {
   NoGil no_gil;
   TORCH_CHECK(kc.is_contiguous() && vc.is_contiguous() && tables.is_contiguous(), "contiguous caches");
   const int64_t k = cfg[0], Bw = cfg[1], m = cfg[2], G = cfg[3], R = Bw + m, rows = 1 + G * R;
@@ -308,7 +313,7 @@ std::vector<torch::Tensor> tree_draft(
   auto vis = at::zeros({S, rows + 1, rows + 1}, lng.dtype(at::kBool));
   tree_steps(tok, par, score, depth, vis_row, feat, vis, feat_row, root_pos.contiguous(),
              root_tok.contiguous(), root_logits.contiguous(), {k, Bw, m, G, cfg[4]}, mbuf, kbuf, vbuf, L, w,
-             embw, cos_t, sin_t, dims, eps, norm_kernel, norm_output);
+             embw, cos_t, sin_t, dims, eps, norm_kernel, norm_output, d2t);
   return tree_select(tok, par, score, depth, is_rec.expand({S, P1}).contiguous(), cfg[5], G);
 }
 """
@@ -320,8 +325,7 @@ def serves(drafter, cfg, analysis: bool) -> bool:
 
     ff = drafter.fast_forward
     return (isinstance(ff, _Forward) and ff.usable() and not analysis and cfg.extra == "reconsider"
-            and (cfg.fresh or cfg.reconsider == 0) and drafter.identity_vocab
-            and drafter.config.num_layers == 1)
+            and (cfg.fresh or cfg.reconsider == 0) and drafter.config.num_layers == 1)
 
 
 def draft(drafter, cfg, kc: torch.Tensor, vc: torch.Tensor, tables: torch.Tensor, ctx_len: torch.Tensor,
@@ -339,5 +343,6 @@ def draft(drafter, cfg, kc: torch.Tensor, vc: torch.Tensor, tables: torch.Tensor
         root_token, root_feature, root_logits,
         [cfg.offer_width, cfg.grow_width, cfg.reconsider, cfg.gamma, int(cfg.self_query), cfg.budget],
         w.w, drafter.embed_tokens.weight, drafter.rope.cos, drafter.rope.sin, [H, Hkv, D, w.lo, w.hi],
-        drafter.norm.eps, w.norm_kernel, drafter.config.norm_output)
+        drafter.norm.eps, w.norm_kernel, drafter.config.norm_output,
+        _NONE if drafter.identity_vocab else drafter.d2t.contiguous())
     return DraftTree(*out)
