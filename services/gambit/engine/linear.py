@@ -251,17 +251,24 @@ def pack_drafter(drafter, enabled: bool = True, norm_kernel: bool = True, min_ro
     if norm_kernel and cpu_attention.kernel() is not None:  # one call per norm, not torch's ~7
         for norm in norms:
             norm.fast = cpu_attention.rms_norm
+    # one backend for the whole drafter (its C++ forward runs one kind): oneDNN where the target's large
+    # weights get it (AMD: MKL's few-row GEMM there is 2-6x slower at a real model's width), else MKL
+    weights = [drafter.fc.weight, w] + [x for layer in layers for x in (
+        layer.self_attn.o_proj.weight, layer.mlp.down_proj.weight)]
+    backend = "onednn" if all(packing_backend(x) == "onednn" for x in weights) else "mkl"
+
+    def pack(x: torch.Tensor, b: torch.Tensor | None = None) -> PackedLinear:
+        return PackedLinear(x, b, min_rows, backend=backend)
+
     for layer in layers:
         attn, mlp = layer.self_attn, layer.mlp
         qkv = getattr(attn, "qkv", None)
         if qkv is not None:
             n_q = attn.n_heads * attn.head_dim
-            attn.fast.update(qkv=PackedLinear(qkv, None, min_rows), q=PackedLinear(qkv[:n_q], None, min_rows),
-                             kv=PackedLinear(qkv[n_q:], None, min_rows))
-        attn.fast["o"] = PackedLinear(attn.o_proj.weight, None, min_rows)
+            attn.fast.update(qkv=pack(qkv), q=pack(qkv[:n_q]), kv=pack(qkv[n_q:]))
+        attn.fast["o"] = pack(attn.o_proj.weight)
         if mlp.gate_up is not None and mlp.gate_proj.bias is None:
-            mlp.fast["gate_up"] = PackedLinear(mlp.gate_up, None, min_rows)
-        mlp.fast["down"] = PackedLinear(mlp.down_proj.weight, mlp.down_proj.bias, min_rows)
-    drafter.fast.update(fc=PackedLinear(drafter.fc.weight, None, min_rows),
-                        head=PackedLinear(w, None, min_rows))
+            mlp.fast["gate_up"] = pack(mlp.gate_up)
+        mlp.fast["down"] = pack(mlp.down_proj.weight, mlp.down_proj.bias)
+    drafter.fast.update(fc=pack(drafter.fc.weight), head=pack(w))
     return len(drafter.fast) + sum(len(x.self_attn.fast) + len(x.mlp.fast) for x in layers)

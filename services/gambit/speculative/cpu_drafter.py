@@ -61,9 +61,9 @@ std::vector<torch::Tensor> drafter_forward(
     torch::Tensor h, torch::Tensor ids, torch::Tensor pos, torch::Tensor embw, std::vector<torch::Tensor> w,
     torch::Tensor cos_t, torch::Tensor sin_t, int64_t n_tail, int64_t attn, std::vector<torch::Tensor> meta,
     torch::Tensor slots, torch::Tensor kc, torch::Tensor vc, int64_t at, int64_t H, int64_t Hkv, int64_t D,
-    double eps, double scale, int64_t lo, int64_t hi, bool norm_kernel, bool norm_output) {
+    double eps, double scale, int64_t lo, int64_t hi, bool norm_kernel, bool norm_output, bool onednn) {
   NoGil no_gil;
-  g_onednn = false;
+  g_onednn = onednn;  // the packed weights' kind (pack_drafter packs one kind for a whole drafter)
   const int64_t B = h.size(0), T = h.size(1);
   auto emb = take_rows(embw, ids.reshape({-1})).view({B, T, -1});
   auto cos = take_rows(cos_t, pos.reshape({-1})), sin = take_rows(sin_t, pos.reshape({-1}));
@@ -127,6 +127,7 @@ class DrafterWeights:
     hi: int
     norm_kernel: bool
     packs: list[PackedLinear]
+    onednn: bool = False  # the packs are oneDNN's (else MKL's)
 
     def stale(self) -> bool:
         return any(p.weight._version != p.version for p in self.packs)
@@ -148,12 +149,14 @@ def drafter_weights(drafter) -> DrafterWeights | None:
     kinds = {n.fast for n in norms}
     if len(kinds) > 1 or not kinds <= {None, cpu_attention.rms_norm} or len({n.eps for n in norms}) > 1:
         return None
-    ranges, packs = set(), []
+    ranges, packs, backends = set(), [], set()
 
     def packed(fast) -> torch.Tensor | None:
         p, rng = cpu_decoder._packed(fast)
-        if fast is not None and (p is None or fast.backend != "mkl"):
+        if fast is not None and p is None:
             return None
+        if fast is not None:
+            backends.add(fast.backend)
         if rng is not None:
             ranges.add(rng)
             packs.append(fast)
@@ -161,7 +164,7 @@ def drafter_weights(drafter) -> DrafterWeights | None:
 
     pk = [packed(f) for f in (attn.fast.get("qkv"), attn.fast.get("q"), attn.fast.get("o"),
                               mlp.fast.get("gate_up"), mlp.fast.get("down"), drafter.fast.get("head"))]
-    if any(p is None for p in pk) or len(ranges) > 1:
+    if any(p is None for p in pk) or len(ranges) > 1 or len(backends) > 1:
         return None
     if bool(pk[0].numel()) != bool(pk[1].numel()):  # q's pack must follow qkv's (one row range)
         return None
@@ -169,7 +172,8 @@ def drafter_weights(drafter) -> DrafterWeights | None:
     w = [m.hidden_norm.weight, m.input_layernorm.weight, qkv, pk[0], pk[1], attn.o_proj.weight, pk[2],
          m.post_attention_layernorm.weight, mlp.gate_up, pk[3], mlp.down_proj.weight, pk[4],
          drafter.norm.weight, drafter.lm_head.weight, pk[5]]
-    return DrafterWeights([t.detach() for t in w], lo, hi, kinds == {cpu_attention.rms_norm}, packs)
+    return DrafterWeights([t.detach() for t in w], lo, hi, kinds == {cpu_attention.rms_norm}, packs,
+                          backends == {"onednn"})
 
 
 def _signature(drafter) -> tuple:
@@ -226,5 +230,5 @@ class _Forward:
         logits, nxt = cpu_attention.kernel().drafter_forward(
             feature, input_ids.contiguous(), positions.contiguous(), d.embed_tokens.weight, w.w, d.rope.cos,
             d.rope.sin, n_tail, mode, meta, slots, kc, vc, at, H, Hkv, D,
-            d.norm.eps, D ** -0.5, w.lo, w.hi, w.norm_kernel, d.config.norm_output)
+            d.norm.eps, D ** -0.5, w.lo, w.hi, w.norm_kernel, d.config.norm_output, w.onednn)
         return logits, nxt

@@ -32,7 +32,7 @@ void tree_steps(torch::Tensor tok, torch::Tensor par, torch::Tensor score, torch
                 std::vector<int64_t> cfg, torch::Tensor mbuf, torch::Tensor kbuf, torch::Tensor vbuf,
                 int64_t L, std::vector<torch::Tensor> w, torch::Tensor embw, torch::Tensor cos_t,
                 torch::Tensor sin_t, std::vector<int64_t> dims, double eps, bool norm_kernel,
-                bool norm_output, torch::Tensor d2t) {
+                bool norm_output, torch::Tensor d2t, bool onednn) {
   const int64_t k = cfg[0], Bw = cfg[1], m = cfg[2], G = cfg[3];
   const bool self_query = cfg[4] != 0;
   const int64_t S = tok.size(0), P1 = tok.size(1), P = P1 - 1, R = Bw + m, RW = vis.size(1);
@@ -153,7 +153,7 @@ void tree_steps(torch::Tensor tok, torch::Tensor par, torch::Tensor score, torch
     auto mask = mbuf.unsqueeze(1).slice(3, 0, L + base + R);
     auto out = drafter_forward(fin, ids_t, pos_t, embw, w, cos_t, sin_t, (m && self_query) ? m : 0, 3,
                                {kbuf, vbuf, mask}, at::Tensor(), at::Tensor(), at::Tensor(), L + base, H, Hkv,
-                               D, eps, 1.0 / std::sqrt((double)D), lo, hi, norm_kernel, norm_output);
+                               D, eps, 1.0 / std::sqrt((double)D), lo, hi, norm_kernel, norm_output, onednn);
     feat.slice(1, base, base + R).copy_(out[1]);
     for (int64_t s = 0; s < S; ++s)
       for (int64_t r = 0; r < Bw; ++r) node_score[s * Bw + r] = sc[s * P1 + sel[s * Bw + r]];
@@ -276,7 +276,8 @@ std::vector<torch::Tensor> tree_draft(
     torch::Tensor lay_depth, torch::Tensor is_rec, torch::Tensor root_pos, torch::Tensor root_tok,
     torch::Tensor root_feature, torch::Tensor root_logits, std::vector<int64_t> cfg,
     std::vector<torch::Tensor> w, torch::Tensor embw, torch::Tensor cos_t, torch::Tensor sin_t,
-    std::vector<int64_t> dims, double eps, bool norm_kernel, bool norm_output, torch::Tensor d2t) {
+    std::vector<int64_t> dims, double eps, bool norm_kernel, bool norm_output, torch::Tensor d2t,
+    bool onednn) {
   NoGil no_gil;
   TORCH_CHECK(kc.is_contiguous() && vc.is_contiguous() && tables.is_contiguous(), "contiguous caches");
   const int64_t k = cfg[0], Bw = cfg[1], m = cfg[2], G = cfg[3], R = Bw + m, rows = 1 + G * R;
@@ -313,7 +314,7 @@ std::vector<torch::Tensor> tree_draft(
   auto vis = at::zeros({S, rows + 1, rows + 1}, lng.dtype(at::kBool));
   tree_steps(tok, par, score, depth, vis_row, feat, vis, feat_row, root_pos.contiguous(),
              root_tok.contiguous(), root_logits.contiguous(), {k, Bw, m, G, cfg[4]}, mbuf, kbuf, vbuf, L, w,
-             embw, cos_t, sin_t, dims, eps, norm_kernel, norm_output, d2t);
+             embw, cos_t, sin_t, dims, eps, norm_kernel, norm_output, d2t, onednn);
   return tree_select(tok, par, score, depth, is_rec.expand({S, P1}).contiguous(), cfg[5], G);
 }
 """
@@ -344,5 +345,5 @@ def draft(drafter, cfg, kc: torch.Tensor, vc: torch.Tensor, tables: torch.Tensor
         [cfg.offer_width, cfg.grow_width, cfg.reconsider, cfg.gamma, int(cfg.self_query), cfg.budget],
         w.w, drafter.embed_tokens.weight, drafter.rope.cos, drafter.rope.sin, [H, Hkv, D, w.lo, w.hi],
         drafter.norm.eps, w.norm_kernel, drafter.config.norm_output,
-        _NONE if drafter.identity_vocab else drafter.d2t.contiguous())
+        _NONE if drafter.identity_vocab else drafter.d2t.contiguous(), w.onednn)
     return DraftTree(*out)
