@@ -44,7 +44,8 @@ fetch-smollm2: $(STAMP)
 	$(VENV)/bin/gambit models fetch smollm2
 
 # EAGLE-3.1 and PR drafters for SmolLM2 (same data, budget and seed; ~20 min of data, then ~22 and ~32 min
-# of training side by side on 2 cores), then their greedy tau on held-out GSM8K questions (~15 min)
+# of training side by side on 2 cores), then their greedy tau on held-out GSM8K questions (~15 min) and
+# their speed over plain decoding at batch 1 (~8 min)
 SMOLLM2_DRAFTERS := $(HOME)/.cache/gambit/drafters
 SMOLLM2_TRAIN := --target smollm2 --prompts ../shared/datasets/gsm8k_test.jsonl --n-train 640 --n-heldout 48 \
 	--data-max-tokens 256 --draft-vocab 4096 --batch-size 8 --threads 1 --warmup 20 --lr 1e-3 --steps 240
@@ -54,6 +55,9 @@ smollm2-drafters: fetch-smollm2
 	$(VENV)/bin/gambit train drafter --method pr $(SMOLLM2_TRAIN) --out $(SMOLLM2_DRAFTERS)/smollm2-pr & wait
 	PYTHONPATH=services $(PY) tools/drafter_tau.py --model smollm2 --prompts ../shared/datasets/gsm8k_test.jsonl \
 		--per 16 --threads 2 --trees "B=48,B=24,B=48 m=0" --pool --json results/drafter_tau_smollm2.json \
+		$(SMOLLM2_DRAFTERS)/smollm2-eagle3.1 $(SMOLLM2_DRAFTERS)/smollm2-pr
+	PYTHONPATH=services $(PY) tools/drafter_tau.py --model smollm2 --prompts ../shared/datasets/gsm8k_test.jsonl \
+		--per 8 --threads 2 --speed 3 --trees "defaults,B=24" --json results/drafter_speed_smollm2.json \
 		$(SMOLLM2_DRAFTERS)/smollm2-eagle3.1 $(SMOLLM2_DRAFTERS)/smollm2-pr
 
 -include services/gambit/bench/vllm.mk

@@ -8,7 +8,10 @@ A real checkpoint (--model): the drafter folders given (EAGLE-3.1's first), on t
 of a GSM8K-layout file through the model's chat template (the held-out end `gambit train drafter
 --prompts` never trains on).
 
-Usage: .venv/bin/python tools/drafter_tau.py [--per N] [--model M --prompts FILE] [FOLDER ...]
+--speed N adds wall time: plain and each drafter interleaved N times per tree, speedup = plain seconds /
+drafter seconds within a repetition (median and min-max), after a warm-up of each.
+
+Usage: .venv/bin/python tools/drafter_tau.py [--per N] [--model M --prompts FILE] [--speed N] [FOLDER ...]
 """
 import argparse
 import json
