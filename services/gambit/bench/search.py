@@ -61,6 +61,7 @@ class BenchSearchConfig:
     sensitivity: bool = True  # run the K / Δ / w / r sweep (Figure 10) on the hard problems
     frontier: bool = True  # SC and Gambit at C/4 and C/2 as well (Figure 5)
     pr: bool = True  # Gambit with PR decoding, when the engine has it
+    pr_drafter: str = ""  # Gambit + PR drafter folder ("" = the shipped one; a real model needs its own)
     scorer: str = "process"  # the scorer of Table 1 (Gambit and STEP alike): shipped name or a folder
     scorer_mlp: str = "mlp"  # the MLP scorer: "mlp" (shipped) or a scorer folder
     scorer_sequence: str = "sequence"  # the sequence scorer: "sequence" (shipped) or a scorer folder
@@ -101,7 +102,7 @@ def variants(cfg: BenchSearchConfig) -> dict[str, tuple[str, SearchConfig]]:
          "step_mlp": ("mlp", cfg.search(method="step", rank="mean")),
          "gambit_seq": ("sequence", cfg.search(rank="mean", floor=0.0, roots=0)),
          "step_seq": ("sequence", cfg.search(method="step", rank="mean"))}
-    if cfg.pr and pr_available():
+    if cfg.pr and (pr_available() or cfg.pr_drafter):
         v["gambit_pr"] = ("main", cfg.search(decoding="pr"))
     if cfg.methods:
         keep = set(cfg.methods.split(","))
@@ -236,6 +237,10 @@ def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
             per_run = max(4, int(cfg.kv_share * blocks_needed(problems, tok, cfg.capacity, 16)))
             engine = Engine(model, tok, EngineConfig(preemption="evict", num_blocks=per_run * cfg.concurrency,
                                                      seed=cfg.seed))
+            if cfg.pr_drafter:  # "pr" drafts with this drafter (the shipped one fits only its target)
+                from gambit.speculative import load_drafter
+
+                engine.register_drafter("pr", load_drafter(cfg.pr_drafter, engine.model))
             warm_up(engine, tok.encode(problems[0].prompt), cfg.capacity * cfg.concurrency,
                     {sc.decoding for _, sc in (*main_vs.values(), *extra_vs.values())})
             drivers = {"": SearchDriver(engine), "main": SearchDriver(engine, main),
