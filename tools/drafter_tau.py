@@ -70,7 +70,8 @@ for path in args.folders:
     keys.append(path)
 trees = {"B=48": BASE, "B=48 k=4": replace(BASE, offer_width=4), "B=24": replace(BASE, budget=24),
          "B=48 m=0": replace(BASE, reconsider=0), "B=48 m=1": replace(BASE, reconsider=1),
-         "B=48 m=6": replace(BASE, reconsider=6), "defaults": DEFAULTS}
+         "B=48 m=6": replace(BASE, reconsider=6), "B=48 merge": replace(BASE, fresh=False),
+         "defaults": DEFAULTS}
 print(f"greedy tau, {len(prompts)} prompts, batch 1 | " + " | ".join(keys), flush=True)
 table = {}
 for name in args.trees.split(","):
