@@ -49,12 +49,10 @@ static at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& packed) {
 static thread_local bool g_onednn = false;
 static thread_local int64_t g_stream_min = INT64_MAX;
 
-// project(): one row of a large weight through gemv_t, the packed weight for lo <= rows <= hi
-// (PackedLinear), else F.linear.
-static at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& packed, int64_t lo,
-                          int64_t hi) {
+// packed_project(): the packed weight for lo <= rows <= hi (PackedLinear), else at::linear.
+static at::Tensor packed_project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& packed,
+                                 int64_t lo, int64_t hi) {
   const int64_t in = x.size(-1), rows = x.numel() / in;
-  if (rows == 1 && w.numel() >= g_stream_min) return gemv_add(x, w, nullptr, true);
   if (packed.numel() > 0 && lo <= rows && rows <= hi) {
     auto x2 = x.reshape({rows, in});
     auto out = g_onednn ? onednn_linear(x2, packed) : mkl_linear(x2, packed, w, rows);
@@ -63,6 +61,13 @@ static at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Te
     return out.view(shape);
   }
   return at::linear(x, w);
+}
+
+// project(): one row of a large weight through gemv_t (the target's [in, out] layout), else packed_project.
+static at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& packed, int64_t lo,
+                          int64_t hi) {
+  if (x.numel() == x.size(-1) && w.numel() >= g_stream_min) return gemv_add(x, w, nullptr, true);
+  return packed_project(x, w, packed, lo, hi);
 }
 
 // x + project(h, ...): a streamed one-row product adds x as it writes its sums (the same floats as

@@ -24,6 +24,8 @@ SOURCE = r"""
 // The drafter's midlayer, final norm and head (Drafter.forward with one fused first layer, EAGLE-3 layout).
 // h (feature) [B, T, Hd]; w: hidden_norm, input_norm, qkv, qkv packed, q packed, o, o packed, post norm,
 // gate_up, gate_up packed, down, down packed, final norm, head, head packed (empty packed: none).
+// Products through packed_project: never the target's streamed one-row path, which reads [in, out]
+// stream copies (a drafter's weights are plain [out, in]; a one-row call at SmolLM2's width reached it).
 // n_tail: the last n rows take their query from [input_norm(h), hidden_norm(h)]; those query rows are
 // appended to qkv's own matmul, so "q packed" (w[4]) is not read here (the Python per-row path uses it).
 // attn 0/1/2: paged modes as in decoder_layers (B = 1; meta, slots, cache kc/vc [Hkv, NB, bs, D]);
@@ -39,21 +41,6 @@ static at::Tensor take_rows(const at::Tensor& table, const at::Tensor& idx) {
   float* o = out.data_ptr<float>();
   for (int64_t n = 0; n < N; ++n) std::copy(t + ix[n] * W, t + (ix[n] + 1) * W, o + n * W);
   return out;
-}
-
-// project() without its streamed one-row product: that reads the target's [in, out] stream copies, and
-// a drafter's weights are plain [out, in] (a one-row draft call at a real model's width reached it).
-static at::Tensor draft_project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& packed,
-                                int64_t lo, int64_t hi) {
-  const int64_t in = x.size(-1), rows = x.numel() / in;
-  if (packed.numel() > 0 && lo <= rows && rows <= hi) {
-    auto x2 = x.reshape({rows, in});
-    auto out = g_onednn ? onednn_linear(x2, packed) : mkl_linear(x2, packed, w, rows);
-    auto shape = x.sizes().vec();
-    shape.back() = out.size(-1);
-    return out.view(shape);
-  }
-  return at::linear(x, w);
 }
 
 // ids, pos [B, T]: token ids (rows of the embedding table embw) and RoPE positions (rows of cos_t, sin_t).
@@ -73,11 +60,12 @@ std::vector<torch::Tensor> drafter_forward(
   if (n_tail > 0) {  // DraftAttention's tail: its query rows ride in the same matmul, appended after x
     auto tail = at::cat({norm(h.slice(1, T - n_tail, T), w[1], eps, norm_kernel),
                          hn.slice(1, T - n_tail, T)}, -1);
-    auto all = draft_project(at::cat({x, tail}, 1), w[2], w[3], lo, hi).view({B, T + n_tail, H + 2 * Hkv, D});
+    auto all =
+        packed_project(at::cat({x, tail}, 1), w[2], w[3], lo, hi).view({B, T + n_tail, H + 2 * Hkv, D});
     all.slice(1, T - n_tail, T).slice(2, 0, H).copy_(all.slice(1, T, T + n_tail).slice(2, 0, H));
     qkv = all.slice(1, 0, T);
   } else {
-    qkv = draft_project(x, w[2], w[3], lo, hi).view({B, T, H + 2 * Hkv, D});
+    qkv = packed_project(x, w[2], w[3], lo, hi).view({B, T, H + 2 * Hkv, D});
   }
   qkv = qkv.contiguous();
   at::Tensor o;
@@ -107,11 +95,11 @@ std::vector<torch::Tensor> drafter_forward(
                      : grouped_attention(qf, kc, vc, meta, H, Hkv, D, scale))
             .unsqueeze(0);
   }
-  h = at::add(h, draft_project(o.reshape({B, T, H * D}), w[5], w[6], lo, hi));
-  auto gu = draft_project(norm(h, w[7], eps, norm_kernel), w[8], w[9], lo, hi).chunk(2, -1);
-  h = at::add(h, draft_project(at::mul(at::silu(gu[0]), gu[1]), w[10], w[11], lo, hi));
+  h = at::add(h, packed_project(o.reshape({B, T, H * D}), w[5], w[6], lo, hi));
+  auto gu = packed_project(norm(h, w[7], eps, norm_kernel), w[8], w[9], lo, hi).chunk(2, -1);
+  h = at::add(h, packed_project(at::mul(at::silu(gu[0]), gu[1]), w[10], w[11], lo, hi));
   auto out = norm(h, w[12], eps, norm_kernel);
-  return {draft_project(out, w[13], w[14], lo, hi), norm_output ? out : h};
+  return {packed_project(out, w[13], w[14], lo, hi), norm_output ? out : h};
 }
 """
 
