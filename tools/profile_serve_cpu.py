@@ -104,7 +104,7 @@ def main():
     actors = {}
     for a in ray.util.list_named_actors(all_namespaces=True):
         for key in ("Target", "Coordinator", "Scorer", "Proxy", "Controller"):
-            if key in a["name"] and key not in actors:
+            if key.lower() in a["name"].lower() and key not in actors:
                 actors[key] = ray.get_actor(a["name"], namespace=a["namespace"])
     pids = {k: ray.get(h.__ray_call__.remote(pid_of)) for k, h in actors.items()}
     ray.get(actors["Target"].__ray_call__.remote(instrument))
@@ -112,11 +112,19 @@ def main():
         if p.info["name"] in ("raylet", "gcs_server") and p.info["ppid"] == os.getpid():
             pids[p.info["name"]] = p.pid
     pids["client(driver)"] = os.getpid()
+    for p in psutil.process_iter(["name"]):  # read only: the machine's Redis, which the runs write to
+        if p.info["name"] == "redis-server":
+            pids.setdefault("redis-server", p.pid)
     print("pids", pids, flush=True)
     address = f"127.0.0.1:{cfg.grpc_port}"
     ch = grpc.insecure_channel(address)
     run_distributed(address, problems(2), bcfg, ch)  # warm
     res = {}
+    before = cpu(pids)
+    time.sleep(5.0)  # idle: what the services cost with no run in flight
+    after = cpu(pids)
+    res["idle_cpu_pct"] = {k: round(100 * (after[k] - before[k]) / 5.0, 2) for k in pids}
+    print("idle CPU % of a core", res["idle_cpu_pct"], flush=True)
     for i, n in enumerate(LEVELS):
         prompts = problems(n)
         before, tb = cpu(pids), thread_cpu(pids["Target"])

@@ -51,7 +51,8 @@ def test_scalar_writes_what_json_dumps_writes():
               'a"b\\é\n', True, False, [1, 2], {"a": 1}]
     for v in values:
         assert scalar(v) == json.dumps(v), v
-    for xs in ([1], [1, 2, 3], [0.5, 2], [True, 1], [1, None]):
+    for xs in ([1], [1, 2, 3], [0.5, 2], [True, 1], [1, None], [0.25, 1e-9, -0.0, 1e300, 0.1 + 0.2],
+               [0.5, float("nan")], [float("-inf")]):
         assert f"[{items(xs)}]" == json.dumps(xs), xs
 
 

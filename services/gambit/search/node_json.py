@@ -39,9 +39,13 @@ def scalar(v) -> str:
 
 
 def items(xs: list) -> str:
-    """The JSON text of a non-empty list without its brackets (ints fast, as ``json.dumps``)."""
-    if set(map(type, xs)) == {int}:  # token ids (bools, a subclass, take json.dumps)
+    """The JSON text of a non-empty list without its brackets (ints and finite floats fast, the same
+    text as ``json.dumps``, which writes a float by ``float.__repr__``)."""
+    types = set(map(type, xs))
+    if types == {int}:  # token ids (bools, a subclass, take json.dumps)
         return ", ".join(map(int.__repr__, xs))
+    if types == {float} and all(map(math.isfinite, xs)):  # scores: NaN / inf take json.dumps
+        return ", ".join(map(float.__repr__, xs))
     return json.dumps(xs)[1:-1]
 
 
@@ -84,7 +88,7 @@ class NodeJSON:
 
     def encode(self, node: Node) -> str:
         if self.head is None:
-            self.head = json.dumps({k: getattr(node, k) for k in STATIC})[:-1]
+            self.head = "{" + ", ".join([f'"{k}": {scalar(getattr(node, k))}' for k in STATIC])
         values = (node.state, node.answer, node.end_step, node.end_reason, node.engine_id, node.conf_min,
                   node.conf_mean)  # DYNAMIC, in order
         if values != self.values:  # most writes of a running node change only its lists
