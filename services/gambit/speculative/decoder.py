@@ -1,18 +1,20 @@
 """Speculative decoding inside the engine: drafter state per trace, drafting, verification.
 
-Per trace, ``DraftState`` holds the fused target features of positions the drafter has not read yet
-(``drafter_len .. num_cached - 1``). Each cycle the drafter first reads them (its context pass, over a
-paged drafter KV cache that shares the trace's block table, so fork and preemption treat drafter and
-target KV alike), then grows a tree (``tree.draft_tree``). The engine feeds the tree in one target
-forward with its tree mask; ``verify.accept`` picks the path; the path's KV moves into place, the rest
-of the tree's slots are released, and the path's target features become the next cycle's context.
+Per trace, ``DraftState`` counts the positions the drafter has not read yet (``drafter_len ..
+num_cached - 1``): the verified path's fused features (kept with the state), then the raw target taps
+of rows fed the plain way, which live in a paged tap buffer indexed like the KV cache (one write per
+step for the whole batch; fork copies a partial block of it like the KV's). Each cycle the drafter
+first reads them (its context pass, over a paged drafter KV cache that shares the trace's block
+table, so fork and preemption treat drafter and target KV alike), then grows a tree
+(``tree.draft_tree``). The engine feeds the tree in one target forward with its tree mask;
+``verify.accept`` picks the path; the path's KV moves into place, the rest of the tree's slots are
+released, and the path's target features become the next cycle's context.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from itertools import groupby
 from pathlib import Path
 
 import torch
@@ -30,11 +32,6 @@ from gambit.speculative.tree import DraftTree, TreeAttention, TreeConfig, draft_
 from gambit.speculative.verify import accept, greedy_paths, sampled_tokens, spec_uniforms, target_probs
 
 SHIPPED = ("eagle3.1", "pr", "hass", "hass+pr")
-FEATS_COMPACT = 64  # a trace's newest pending chunks are joined into one tensor at this many
-
-
-def _width(f: torch.Tensor) -> int:
-    return f.shape[-1]
 
 
 @dataclass
@@ -44,28 +41,18 @@ class DraftState:
     feats: list[torch.Tensor] = field(default_factory=list)  # [n, H] chunks, positions drafter_len..
     cycles: int = 0
     emitted: int = 0
-    pending: int = 0  # rows in ``feats`` (kept with it: read for every trace of every step)
-    joined: int = 0  # leading chunks of ``feats`` already joined by ``add``
+    pending: int = 0  # unread positions: the rows of ``feats``, then ``raw`` (read every step)
+    raw: int = 0  # the last ``raw`` pending positions: raw taps in the decoder's tap buffer
 
     def set_feats(self, feats: list[torch.Tensor]) -> None:
-        self.feats, self.pending, self.joined = feats, sum(f.shape[0] for f in feats), 0
-
-    def add(self, part: torch.Tensor) -> None:
-        """Append a chunk. Every ``FEATS_COMPACT`` new chunks are joined (each row copied once): a
-        plain step's chunk is a view that keeps its whole batch's taps alive."""
-        self.feats.append(part)
-        self.pending += part.shape[0]
-        if len(self.feats) - self.joined >= FEATS_COMPACT:  # raw taps and features differ in width
-            tail = self.feats[self.joined:]
-            self.feats[self.joined:] = [torch.cat(list(run)) for _, run in groupby(tail, key=_width)]
-            self.joined = len(self.feats)
+        self.feats, self.pending, self.raw = feats, sum(f.shape[0] for f in feats), 0
 
     @property
     def tau(self) -> float:
         return self.emitted / self.cycles if self.cycles else 0.0
 
     def clone(self) -> DraftState:
-        return DraftState(self.key, self.drafter_len, list(self.feats), 0, 0, self.pending, self.joined)
+        return DraftState(self.key, self.drafter_len, list(self.feats), 0, 0, self.pending, self.raw)
 
 
 @dataclass
@@ -93,6 +80,7 @@ class SpecDecoder:
         self.drafters: dict[str, Drafter] = {}
         self.caches: dict[str, KVCache] = {}
         self.records: list[dict] | None = None  # analyses (bench): per verified position, when set
+        self.tap_buffers: dict[tuple[int, ...], torch.Tensor] = {}  # tap layers -> [slots, 3H]
 
     # -- drafters ---------------------------------------------------------------------------------
     def register(self, name: str, drafter: Drafter) -> None:
@@ -154,37 +142,78 @@ class SpecDecoder:
         st = parent.draft
         if pair is not None and st is not None and st.key in self.caches:
             self.caches[st.key].copy_blocks([pair])
+            if st.raw:  # its raw taps in the partial block's cached slots
+                bs = self.engine.config.block_size
+                n = parent.num_cached % bs or bs
+                buf = self._tap_buffer(self.drafters[st.key].config.target_taps)
+                buf[pair[1] * bs:pair[1] * bs + n] = buf[pair[0] * bs:pair[0] * bs + n]
         if copied and st is not None:
             child.draft = st.clone()
 
     def store(self, traces: list[Trace], num_new: list[int], offsets: list[int], taps: dict) -> None:
-        """Target taps of rows fed the plain way (prefill chunks, decode steps without a tree), kept
-        raw ([n, 3H]) and projected by the drafter's ``fuse`` when the trace next drafts, in one call
-        over everything it gathered: in a capped batch (``spec.max_batch``) every trace is here every
-        step, and per-step norms and projections would cost more than the plain step saves."""
-        by_key: dict[str, tuple[list[int], list[Trace], list[int]]] = {}
+        """Target taps of rows fed the plain way (prefill chunks, decode steps without a tree), written
+        raw ([n, 3H]) into the tap buffer at the rows' KV slots, one ``index_copy_`` per tap set for the
+        whole batch; the drafter's ``fuse`` reads them when the trace next drafts. In a capped batch
+        (``spec.max_batch``) every trace is here every step: per-trace chunks (views, joins) cost
+        ~1.6 ms a step at 96 traces, this costs the per-trace slot arithmetic."""
+        bs = self.engine.config.block_size
+        by_taps: dict[tuple[int, ...], tuple[list[int], list[int]]] = {}  # layers -> (rows, slots)
+        layers_of = {k: d.config.target_taps for k, d in self.drafters.items()}
         for t, n, off in zip(traces, num_new, offsets, strict=True):
-            if t.params.decoding == "plain" or off < 0:
+            if off < 0 or t.params.decoding == "plain":
                 continue
-            idx, owners, sizes = by_key.setdefault(self._state(t).key, ([], [], []))
-            idx.extend(range(off, off + n))
-            owners.append(t)
-            sizes.append(n)
-        for key, (idx, owners, sizes) in by_key.items():
-            layers = self.drafters[key].config.target_taps
-            if len(idx) == taps[layers[0]].shape[0]:  # every row, in order (offsets increase): no gather
+            st, p = t.draft, t.num_cached
+            if st is None or st.drafter_len + st.pending != p:  # ``_state``, inlined: every trace, every step
+                st = self._state(t)
+            rows, slots = by_taps.setdefault(layers_of[st.key], ([], []))
+            bt = t.block_table
+            if n == 1:
+                rows.append(off)
+                slots.append(bt[p // bs] * bs + p % bs)
+            else:
+                rows.extend(range(off, off + n))
+                slots.extend([bt[q // bs] * bs + q % bs for q in range(p, p + n)])
+            st.pending += n
+            st.raw += n
+        dev = self.engine.device
+        for layers, (rows, slots) in by_taps.items():
+            if len(rows) == taps[layers[0]].shape[0]:  # every row, in order (offsets increase): no gather
                 raw = torch.cat([taps[i] for i in layers], dim=-1)
             else:
-                rows = torch.tensor(idx, device=self.engine.device)
-                raw = torch.cat([taps[i][rows] for i in layers], dim=-1)
-            for t, part in zip(owners, raw.split(sizes), strict=True):
-                t.draft.add(part)
+                r = torch.tensor(rows, device=dev)
+                raw = torch.cat([taps[i][r] for i in layers], dim=-1)
+            self._tap_buffer(layers).index_copy_(0, torch.tensor(slots, device=dev), raw)
 
-    def _features(self, d: Drafter, chunks: list[torch.Tensor]) -> list[torch.Tensor]:
-        """A trace's pending chunks as drafter features: raw taps (width 3H, from ``store``) through
-        ``fuse``; verified features (width H) as they are."""
-        H = d.config.hidden_size
-        return [c if c.shape[-1] == H else d.fuse(c) for c in chunks]
+    def _tap_buffer(self, layers: tuple[int, ...]) -> torch.Tensor:
+        """Raw taps by KV slot for one set of tap layers (drafters that tap the same layers share it):
+        [num_blocks * block_size, len(layers) * H], allocated at first use; only written slots are read."""
+        buf = self.tap_buffers.get(layers)
+        if buf is None:
+            e = self.engine
+            buf = self.tap_buffers[layers] = torch.empty(
+                e.num_blocks * e.config.block_size, len(layers) * e.model.config.hidden_size, dtype=e.dtype,
+                device=e.device)
+        return buf
+
+    def _group_features(self, d: Drafter, ts: list[Trace]) -> torch.Tensor:
+        """The pending rows of every trace of a group, in order, as drafter features [rows, H]: each
+        trace's verified features, then its raw taps from the tap buffer (gathered and fused once for
+        the whole group)."""
+        bs, H = self.engine.config.block_size, d.config.hidden_size
+        slots: list[int] = []
+        for t in ts:
+            st, N, bt = t.draft, t.num_cached, t.block_table
+            slots.extend([bt[q // bs] * bs + q % bs for q in range(N - st.raw, N)])
+        buf = self._tap_buffer(d.config.target_taps)
+        fused = d.fuse(buf[torch.tensor(slots, device=self.engine.device)]) if slots else None
+        parts, at = [], 0
+        for t in ts:
+            st = t.draft
+            parts.extend(c if c.shape[-1] == H else d.fuse(c) for c in st.feats)
+            if st.raw:
+                parts.append(fused[at:at + st.raw])
+                at += st.raw
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     # -- drafting ---------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -224,17 +253,16 @@ class SpecDecoder:
         e, d, cache = self.engine, self.drafters[key], self.caches[key]
         dev = e.device
         # context pass: rows drafter_len .. N-1 (feature j, token j + 1) into the paged drafter cache
-        items, feats = [], []
+        items = []
         for t in ts:
             st, N = t.draft, t.num_cached
             items.append(SeqInput(t.token_ids[st.drafter_len + 1:N + 1], list(range(st.drafter_len, N)),
                                   st.drafter_len, t.block_table))
-            feats.extend(self._features(d, st.feats))
+        feats = self._group_features(d, ts)
         ids = torch.tensor([x for it in items for x in it.tokens], device=dev)
         pos = torch.tensor([p for it in items for p in it.positions], device=dev)
         attn = PagedAttention(cache, items, dev, e.runner.use_kernel)
-        logits, nxt = d(ids[None], (feats[0] if len(feats) == 1 else torch.cat(feats))[None], pos[None],
-                        attention=attn)
+        logits, nxt = d(ids[None], feats[None], pos[None], attention=attn)
         ends, n = [], 0
         for it in items:
             n += it.q
