@@ -263,7 +263,7 @@ class Engine:
         taps = tuple(sorted(set(self.taps) | set(spec.taps()))) if spec is not None else self.taps
         out = self.runner.forward(items, sample_rows + [r for rows in tree_rows for r in rows], taps)
         if spec is not None:
-            spec.store(batch.traces, batch.num_new, offsets, out.taps)
+            spec.store(batch.traces, batch.num_new, offsets, out.taps, out.slots)
         for t, n in zip(batch.traces, batch.num_new, strict=True):
             if t.id not in trees:
                 t.num_cached += n

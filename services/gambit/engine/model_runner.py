@@ -20,6 +20,7 @@ class RunnerOutput:
     taps: dict[int, torch.Tensor]  # layer → [N, H] hidden state entering that layer
     tokens: torch.Tensor  # [N] the fed tokens (flat)
     positions: torch.Tensor  # [N]
+    slots: torch.Tensor  # [N] the KV slot each fed token was written to (long, on the device)
 
 
 class ModelRunner:
@@ -61,4 +62,5 @@ class ModelRunner:
         hidden = hidden[0]
         rows = torch.as_tensor(logit_rows, dtype=torch.long, device=self.device)
         logits = self.model.logits(hidden[rows]).float()
-        return RunnerOutput(logits, hidden, {k: v[0] for k, v in tapped.items()}, tokens, positions)
+        return RunnerOutput(logits, hidden, {k: v[0] for k, v in tapped.items()}, tokens, positions,
+                            attn.slots)

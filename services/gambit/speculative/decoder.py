@@ -150,39 +150,35 @@ class SpecDecoder:
         if copied and st is not None:
             child.draft = st.clone()
 
-    def store(self, traces: list[Trace], num_new: list[int], offsets: list[int], taps: dict) -> None:
+    def store(self, traces: list[Trace], num_new: list[int], offsets: list[int], taps: dict,
+              slots: torch.Tensor) -> None:
         """Target taps of rows fed the plain way (prefill chunks, decode steps without a tree), written
-        raw ([n, 3H]) into the tap buffer at the rows' KV slots, one ``index_copy_`` per tap set for the
-        whole batch; the drafter's ``fuse`` reads them when the trace next drafts. In a capped batch
-        (``spec.max_batch``) every trace is here every step: per-trace chunks (views, joins) cost
-        ~1.6 ms a step at 96 traces, this costs the per-trace slot arithmetic."""
-        bs = self.engine.config.block_size
-        by_taps: dict[tuple[int, ...], tuple[list[int], list[int]]] = {}  # layers -> (rows, slots)
+        raw ([n, 3H]) into the tap buffer at the rows' KV slots (``slots``: every fed row's, from the
+        forward), one ``index_copy_`` per tap set for the whole batch; the drafter's ``fuse`` reads them
+        when the trace next drafts. In a capped batch (``spec.max_batch``) every trace is here every
+        step: per-trace chunks (views, joins) cost ~1.6 ms a step at 96 traces; this costs a count."""
+        by_taps: dict[tuple[int, ...], list[int]] = {}  # tap layers -> flat rows
         layers_of = {k: d.config.target_taps for k, d in self.drafters.items()}
         for t, n, off in zip(traces, num_new, offsets, strict=True):
             if off < 0 or t.params.decoding == "plain":
                 continue
-            st, p = t.draft, t.num_cached
-            if st is None or st.drafter_len + st.pending != p:  # ``_state``, inlined: every trace, every step
+            st = t.draft
+            if st is None or st.drafter_len + st.pending != t.num_cached:  # ``_state``, inlined
                 st = self._state(t)
-            rows, slots = by_taps.setdefault(layers_of[st.key], ([], []))
-            bt = t.block_table
+            rows = by_taps.setdefault(layers_of[st.key], [])
             if n == 1:
                 rows.append(off)
-                slots.append(bt[p // bs] * bs + p % bs)
             else:
                 rows.extend(range(off, off + n))
-                slots.extend([bt[q // bs] * bs + q % bs for q in range(p, p + n)])
             st.pending += n
             st.raw += n
-        dev = self.engine.device
-        for layers, (rows, slots) in by_taps.items():
+        for layers, rows in by_taps.items():
             if len(rows) == taps[layers[0]].shape[0]:  # every row, in order (offsets increase): no gather
-                raw = torch.cat([taps[i] for i in layers], dim=-1)
+                raw, at = torch.cat([taps[i] for i in layers], dim=-1), slots
             else:
-                r = torch.tensor(rows, device=dev)
-                raw = torch.cat([taps[i][r] for i in layers], dim=-1)
-            self._tap_buffer(layers).index_copy_(0, torch.tensor(slots, device=dev), raw)
+                r = torch.tensor(rows, device=self.engine.device)
+                raw, at = torch.cat([taps[i][r] for i in layers], dim=-1), slots[r]
+            self._tap_buffer(layers).index_copy_(0, at, raw)
 
     def _tap_buffer(self, layers: tuple[int, ...]) -> torch.Tensor:
         """Raw taps by KV slot for one set of tap layers (drafters that tap the same layers share it):
