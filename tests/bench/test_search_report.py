@@ -23,6 +23,13 @@ def test_pr_faster_means_beyond_noise_not_parity():
     assert not _met(_out({}, {}, {"wall_s": 0.5, "accuracy": 0.6}), "Gambit+PR faster")  # lost accuracy
 
 
+def test_pr_faster_needs_speculation_to_have_run():
+    """Every step capped (no tree drafted): Gambit+PR decoded plainly, so a lower wall is noise."""
+    fast = {"wall_s": 0.8}
+    assert not _met(_out({}, {}, dict(fast, spec_drafts=0, spec_capped_steps=98)), "Gambit+PR faster")
+    assert _met(_out({}, {}, dict(fast, spec_drafts=40, spec_capped_steps=58)), "Gambit+PR faster")
+
+
 def test_throughput_with_nothing_answered_is_not_met():
     assert not _met(_out({"trace_throughput": 0.0}, {"trace_throughput": 0.0}, {}), "trace throughput")
     assert _met(_out({"trace_throughput": 15.0}, {"trace_throughput": 10.0}, {}), "trace throughput")
