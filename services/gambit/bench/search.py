@@ -172,11 +172,12 @@ def run_variants(drivers, names, vs, problems, cfg, bar, records, checkpoint=Non
                 str.maketrans("[]=", "___"))) for j, p in enumerate(chunk)]
             res = d.run_until_done(ids)
             wall = time.perf_counter() - t0
-            rec = records.setdefault(name, {"runs": [], "wall": 0.0, "series": None, "spec": [0, 0],
+            rec = records.setdefault(name, {"runs": [], "wall": 0.0, "series": None,
+                                            "spec_drafts": 0, "spec_capped_steps": 0,
                                             "timings": dict.fromkeys(TIMING_KEYS, 0.0)})
             rec["wall"] += wall
-            rec["spec"][0] += st.spec_drafts - spec0[0]  # trees drafted, and steps a batch cap made plain
-            rec["spec"][1] += st.spec_capped_steps - spec0[1]
+            rec["spec_drafts"] += st.spec_drafts - spec0[0]  # trees drafted
+            rec["spec_capped_steps"] += st.spec_capped_steps - spec0[1]  # steps a batch cap made plain
             for key in TIMING_KEYS:
                 rec["timings"][key] += d.timings[key] - before[key]
             for rid, p in zip(ids, chunk, strict=True):
@@ -212,7 +213,7 @@ def summarise(rec: dict) -> dict:
            "time_split": {k: v / wall for k, v in t.items()} | {"other": max(0.0, wall - spent) / wall},
            # the search's own time (module docstring): everything the driver does but the engine step
            "overhead_fraction": (t["guidance"] + t["tree"] + t["scheduling"]) / wall if wall else 0.0,
-           "spec_drafts": rec.get("spec", [0, 0])[0], "spec_capped_steps": rec.get("spec", [0, 0])[1],
+           "spec_drafts": rec["spec_drafts"], "spec_capped_steps": rec["spec_capped_steps"],
            "series": rec["series"]}
     return out
 

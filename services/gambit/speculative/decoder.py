@@ -195,7 +195,7 @@ class SpecDecoder:
         """The pending rows of every trace of a group, in order, as drafter features [rows, H]: each
         trace's verified features, then its raw taps from the tap buffer (gathered and fused once for
         the whole group)."""
-        bs, H = self.engine.config.block_size, d.config.hidden_size
+        bs = self.engine.config.block_size
         slots: list[int] = []
         for t in ts:
             st, N, bt = t.draft, t.num_cached, t.block_table
@@ -205,7 +205,7 @@ class SpecDecoder:
         parts, at = [], 0
         for t in ts:
             st = t.draft
-            parts.extend(c if c.shape[-1] == H else d.fuse(c) for c in st.feats)
+            parts.extend(st.feats)  # verified features are fused already (width H)
             if st.raw:
                 parts.append(fused[at:at + st.raw])
                 at += st.raw
