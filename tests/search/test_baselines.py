@@ -23,12 +23,12 @@ def test_sc_is_c_independent_traces_and_majority(make_engine, hard_problems):
 
 
 def test_sc_requeues_under_pressure_and_step_evicts_without_replacement(make_engine, scorer, hard_problems):
-    sc = SearchDriver(make_engine(num_blocks=40))
+    sc = SearchDriver(make_engine(num_blocks=30))
     rid = sc.submit(hard_problems[1], SearchConfig(method="sc", capacity=6))
     res = sc.run_until_done()[rid]
     assert res.evicted > 0 and res.finished_traces == 6  # recomputed, all finish (vLLM-style preemption)
 
-    step = SearchDriver(make_engine(num_blocks=40), scorer)
+    step = SearchDriver(make_engine(num_blocks=30), scorer)
     rid = step.submit(hard_problems[1], SearchConfig(method="step", capacity=6, kv_ratio=0.9))
     res = step.run_until_done()[rid]
     assert res.evicted > 0 and len(res.traces) == 6 and res.branched == 0  # no replacement

@@ -36,7 +36,8 @@ def test_zero_sum_pool_stays_at_capacity_every_round(make_engine, scorer, hard_p
 
 
 def test_ghosts_keep_the_pool_and_never_trigger_case1(make_engine, scorer, hard_problems):
-    driver = SearchDriver(make_engine(num_blocks=44), scorer)  # ~5 of 8 traces fit at full length
+    # ~4 of 8 traces fit at full length (the prompt's full blocks held once)
+    driver = SearchDriver(make_engine(num_blocks=36), scorer)
     res, data = run_to_end(driver, driver.submit(hard_problems[1], SearchConfig(**CFG, kv_ratio=0.85)))
     assert res.evicted > 0
     rounds = data["rounds"]

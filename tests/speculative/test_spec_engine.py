@@ -286,3 +286,31 @@ def test_reduced_draft_vocabulary_is_lossless(target, reference, method):
     fin = {e.trace_id: e for e in _drain(eng) if isinstance(e, FinishedEvent)}
     assert [list(fin[t].output_ids) for t in ids] == refs
     assert eng.stats.spec_drafts > 0 and eng.blocks.num_free == eng.num_blocks
+
+
+@pytest.mark.parametrize("method", ["eagle3.1", "pr"])
+def test_add_samples_speculative_equals_plain_separate_adds(target, method):
+    """``Engine.add_samples`` with a drafter: the followers inherit the leader's prompt taps (the
+    drafter's context) with its KV, so they draft from their first cycle and still emit exactly what
+    plain decoding of separately added traces emits (T = 0.8, match verification)."""
+    model, tok = target
+    prompt = _prompts(tok)[0]
+    spec = SpecConfig(gamma=3, budget=12, grow_width=3, offer_width=3, reconsider=2, verify="match",
+                      max_batch=0)
+
+    def params(i, decoding):
+        return SamplingParams(temperature=0.8, seed=300 + i, max_tokens=NEW, decoding=decoding,
+                              ignore_eos=True)
+
+    outs = []
+    for decoding, shared in (("plain", False), (method, True)):
+        eng = Engine(model, tok, EngineConfig(device="cpu", dtype="float32", spec=spec, num_blocks=512))
+        ps = [params(i, decoding) for i in range(4)]
+        ids = eng.add_samples(prompt, ps) if shared else [eng.add(prompt, p) for p in ps]
+        fin = {e.trace_id: list(e.output_ids) for e in _drain(eng) if isinstance(e, FinishedEvent)}
+        outs.append(([fin[i] for i in ids], eng.stats))
+    (plain, _), (spec_out, stats) = outs
+    assert spec_out == plain
+    assert stats.shared_prompt_tokens == 3 * len(prompt)
+    assert stats.spec_drafts > 0 and stats.tau > 2.0, stats.tau
+    assert set(stats.trace_tau) >= set(range(1, 4))  # the followers drafted too

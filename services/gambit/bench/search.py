@@ -152,8 +152,14 @@ def hard_only(cfg: BenchSearchConfig) -> dict[str, tuple[str, SearchConfig]]:
 
 
 def blocks_needed(problems, tokenizer, capacity: int, block_size: int) -> int:
-    longest = max(len(tokenizer.encode(p.prompt)) + len(tokenizer.encode(p.solution)) for p in problems)
-    return capacity * -(-(longest + 8) // block_size)
+    """KV blocks C full-length traces of the longest problem need: the prompt's full blocks once (a
+    run's traces share one prefill, ``Engine.add_samples``), the rest per trace."""
+    def need(p) -> int:
+        n = len(tokenizer.encode(p.prompt))
+        full = n // block_size
+        return full + capacity * (-(-(n + len(tokenizer.encode(p.solution)) + 8) // block_size) - full)
+
+    return max(need(p) for p in problems)
 
 
 def run_variants(drivers, names, vs, problems, cfg, bar, records, checkpoint=None) -> None:

@@ -41,6 +41,12 @@ class BlockManager:
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
+    def blocks_for_samples(self, prompt_len: int, num_tokens: int, n: int) -> int:
+        """Blocks ``n`` traces of one prompt need at ``num_tokens`` tokens each when they share the
+        prompt's full blocks (``Engine.add_samples``, forks): those once, the rest per trace."""
+        full = min(prompt_len, num_tokens) // self.block_size
+        return full + n * (self.blocks_for(num_tokens) - full)
+
     def extra_blocks(self, trace: Trace, num_tokens: int) -> int:
         """Blocks ``trace`` must gain to hold ``num_tokens`` tokens in total."""
         return max(0, self.blocks_for(num_tokens) - len(trace.block_table))

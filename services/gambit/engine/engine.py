@@ -18,6 +18,7 @@ from gambit.engine.model_runner import ModelRunner
 from gambit.engine.sampler import SamplingBatch, mix64, sample, top_logprobs
 from gambit.engine.scheduler import Scheduler
 from gambit.engine.sequence import SamplingParams, Trace, TraceStatus
+from gambit.engine.shared_prompt import SharedPrompts
 from gambit.engine.stats import EngineStats
 from gambit.model.llama import CausalLM
 from gambit.model.tokenizer import Tokenizer
@@ -95,6 +96,7 @@ class Engine:
         self.taps = tuple(model.eagle_taps) if config.eagle_taps else ()
         self.last_taps: dict[int, torch.Tensor] = {}
         self._spec = None  # gambit.speculative.decoder.SpecDecoder, made when a trace first asks
+        self.shared = SharedPrompts(self)  # ``add_samples``: followers waiting on a leader's prefill
 
     @classmethod
     def from_pretrained(cls, folder: str, config: EngineConfig | None = None) -> Engine:
@@ -135,7 +137,28 @@ class Engine:
             priority: float = 0.0) -> int:
         """Queue a new trace; returns its id. Invalid input raises ValueError and changes nothing."""
         params = params or SamplingParams()
-        if not isinstance(params, SamplingParams):
+        ids, priority = self._check_new(prompt, [params], priority)
+        return self._queue(ids, params, priority).id
+
+    def add_samples(self, prompt: str | Sequence[int], params: Sequence[SamplingParams],
+                    priority: float = 0.0) -> list[int]:
+        """One trace per ``params`` entry, all of one prompt, which is prefilled once: the others take
+        its KV (full blocks shared) and sample their own first token from its last logits, each with
+        its own seed (``gambit.engine.shared_prompt``). Returns their ids; the same tokens as
+        ``add`` for each. Invalid input raises ValueError and changes nothing."""
+        params = list(params)
+        if not params:
+            raise ValueError("params is empty: need one SamplingParams per trace")
+        ids, priority = self._check_new(prompt, params, priority)
+        if len({p.decoding for p in params}) > 1:
+            raise ValueError("every trace of add_samples must use the same decoding")
+        traces = [self._queue(ids, p, priority, schedule=i == 0) for i, p in enumerate(params)]
+        if len(traces) > 1:
+            self.shared.wait_on(traces[0], traces[1:])
+        return [t.id for t in traces]
+
+    def _check_new(self, prompt, params: list[SamplingParams], priority) -> tuple[list[int], float]:
+        if not all(isinstance(p, SamplingParams) for p in params):
             raise ValueError("params must be a SamplingParams")
         priority = check_priority(priority)
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
@@ -144,20 +167,25 @@ class Engine:
         vocab = self.model.config.vocab_size
         if any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
             raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
-        if params.decoding != "plain":
-            self.speculator().prepare(params.decoding)  # ValueError for an unknown drafter
+        for d in {p.decoding for p in params} - {"plain"}:
+            self.speculator().prepare(d)  # ValueError for an unknown drafter
         if len(ids) >= self.max_model_len:
             raise ValueError(f"prompt has {len(ids)} tokens; the context holds {self.max_model_len} "
                              "including at least one generated token")
         if self.blocks.blocks_for(len(ids) + 1) > self.num_blocks:
             raise ValueError(f"prompt of {len(ids)} tokens needs more KV blocks than the cache has "
                              f"({self.num_blocks})")
+        return ids, priority
+
+    def _queue(self, ids: list[int], params: SamplingParams, priority: float, schedule: bool = True
+               ) -> Trace:
         tid = self._new_id()
         seed = params.seed if params.seed is not None else derive_seed(self.config.seed, tid)
-        trace = Trace(tid, ids, len(ids), params, seed, priority, arrival=tid)
+        trace = Trace(tid, list(ids), len(ids), params, seed, priority, arrival=tid)
         self.traces[tid] = trace
-        self.scheduler.add(trace)
-        return tid
+        if schedule:
+            self.scheduler.add(trace)
+        return trace
 
     def fork(self, trace_id: int, n: int = 1, seeds: Sequence[int] | None = None,
              temperatures: Sequence[float] | None = None, priority: float | None = None) -> list[int]:
@@ -230,6 +258,8 @@ class Engine:
         for t in batch.evicted:
             events.append(EvictedEvent(t.id, tuple(t.output_ids)))
             self.traces.pop(t.id, None)
+            if self.shared:
+                self.shared.release(t)
         self.stats.evictions += len(batch.evicted)
         self.stats.preemptions += len(batch.preempted)
         if not batch:
@@ -275,7 +305,12 @@ class Engine:
         if self.taps:
             self.last_taps = out.taps
         if samplers:
-            events.extend(self._sample(samplers, out.logits[:len(sample_rows)]))
+            logits = out.logits[:len(sample_rows)]
+            if self.shared:  # followers of a leader whose prefill completed: its logits row
+                samplers, rows = self.shared.attach(samplers)
+                if len(rows) > len(sample_rows):
+                    logits = logits[torch.tensor(rows, device=logits.device)]
+            events.extend(self._sample(samplers, logits))
         if trees:
             events.extend(self._verify(trees, tree_rows, batch.traces, out, len(sample_rows)))
         self.stats.forward_seconds += time.perf_counter() - t0
@@ -387,6 +422,9 @@ class Engine:
         return None
 
     def _finish(self, t: Trace, reason: str) -> None:
+        if self.shared:
+            self.shared.release(t)
+            self.shared.drop(t)
         self.scheduler.remove(t)
         self.blocks.free(t)
         t.status = TraceStatus.FINISHED

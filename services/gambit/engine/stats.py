@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 class EngineStats:
     steps: int = 0
     prompt_tokens: int = 0  # tokens fed by prefill (including recompute after preemption)
+    shared_prompt_tokens: int = 0  # prompt tokens not prefilled: taken from a leader (add_samples)
     generated_tokens: int = 0
     batched_traces: int = 0  # sum over steps of traces in the batch
     last_batch_size: int = 0

@@ -54,9 +54,10 @@ def _pct(q: float, hist: str) -> tuple[str, str]:
 
 PANELS: tuple[Panel, ...] = (
     Panel("Trace throughput", "suffix: tok/s", "Generated tokens per second across all Target replicas "
-          "(prompt tokens separately).", (
+          "(prompt tokens prefilled, and those taken from a shared prefill, separately).", (
               (_q(f"sum(rate({{m:gambit_generation_tokens_total}}[{RATE}]))"), "generated"),
-              (_q(f"sum(rate({{m:gambit_prompt_tokens_total}}[{RATE}]))"), "prompt"))),
+              (_q(f"sum(rate({{m:gambit_prompt_tokens_total}}[{RATE}]))"), "prompt"),
+              (_q(f"sum(rate({{m:gambit_prompt_tokens_shared_total}}[{RATE}]))"), "prompt, shared"))),
     Panel("KV cache utilisation", "percentunit", "KV blocks used / total per Target replica; above 95% "
           "traces get evicted or pruned.", (
               (_q("max({m:gambit_kv_cache_usage_perc})"), "max"),

@@ -14,6 +14,7 @@ COUNTERS = (
     "gambit_traces_finished_total",
     "gambit_generation_tokens_total",
     "gambit_prompt_tokens_total",
+    "gambit_prompt_tokens_shared_total",
     "gambit_rounds_total",
     "gambit_prunes_total",
     "gambit_branches_total",

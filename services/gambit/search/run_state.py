@@ -108,8 +108,20 @@ class SearchRun:
         c = self.cfg
         n = c.deepconf_warmup if c.method == "deepconf" else (c.roots or c.capacity) if c.method == "gambit" \
             else c.capacity
-        for _ in range(n):
-            self._launch(self._new_node(None, self.cfg.temperature))
+        self._launch_roots(n)
+
+    def _launch_roots(self, n: int) -> None:
+        """``n`` fresh traces of the prompt, prefilled once (``Engine.add_samples``): each samples
+        the tokens it would alone (its own seed), and the prompt's KV is held once, not n times."""
+        nodes = [self._new_node(None, self.cfg.temperature) for _ in range(n)]
+        if not nodes:
+            return
+        eids = self.engine.add_samples(self.prompt_ids, [self.params(nd) for nd in nodes],
+                                       priority=nodes[0].rank_score(self.cfg.rank))
+        for node, eid in zip(nodes, eids, strict=True):
+            node.engine_id = eid
+            node.state = T.RUNNING
+            self.owner[eid] = (self, node.id, node)
 
     def branch(self, parent: Node) -> Node:
         child = self._new_node(parent, parent.temperature * self.cfg.child_temperature)
@@ -279,8 +291,7 @@ class SearchRun:
         lows = [self.windows[n.id].lowest_or_mean() for n in self.nodes.values()]
         self.threshold = threshold(lows, self.cfg.deepconf_keep)
         self.phase = 2
-        for _ in range(self.cfg.capacity - self.cfg.deepconf_warmup):
-            self._launch(self._new_node(None, self.cfg.temperature))
+        self._launch_roots(self.cfg.capacity - self.cfg.deepconf_warmup)
 
     def decided(self) -> bool:
         """``stop_when_decided``: the leading answer has more votes than the runner-up could reach

@@ -29,6 +29,8 @@ SPECS = [
     Spec("gambit_traces_finished_total", "counter", "Traces ended, by reason", ("reason",)),
     Spec("gambit_generation_tokens_total", "counter", "Tokens generated"),
     Spec("gambit_prompt_tokens_total", "counter", "Prompt tokens prefilled"),
+    Spec("gambit_prompt_tokens_shared_total", "counter",
+         "Prompt tokens not prefilled: KV taken from another trace's prefill of the same prompt"),
     Spec("gambit_kv_cache_usage_perc", "gauge", "KV blocks used / total, 0..1"),
     Spec("gambit_num_requests_running", "gauge", "Runs in flight"),
     Spec("gambit_num_requests_waiting", "gauge", "Runs queued"),

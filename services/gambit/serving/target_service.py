@@ -79,9 +79,11 @@ class TargetService:
 
     # -- API -----------------------------------------------------------------------------------
     def blocks_needed(self, problem: str, cfg: SolveConfig) -> int:
+        """KV blocks of C full-length traces; the prompt's full blocks are held once (the run's
+        traces start from one prefill and share them, ``Engine.add_samples``)."""
         n = len(self.engine.tokenizer.encode(problem))
-        per_trace = self.engine.blocks.blocks_for(min(n + cfg.max_tokens, self.engine.max_model_len))
-        return cfg.capacity * per_trace
+        return self.engine.blocks.blocks_for_samples(n, min(n + cfg.max_tokens, self.engine.max_model_len),
+                                                     cfg.capacity)
 
     def load(self) -> dict:
         return {"replica": self.replica, "runs": len(self._sinks),
@@ -291,7 +293,8 @@ class TargetService:
             return
         s, last = self.engine.stats, self._last
         now = {"gambit_generation_tokens_total": s.generated_tokens,
-               "gambit_prompt_tokens_total": s.prompt_tokens}
+               "gambit_prompt_tokens_total": s.prompt_tokens,
+               "gambit_prompt_tokens_shared_total": s.shared_prompt_tokens}
         now["gambit_spec_decode_num_drafts_total"] = s.spec_drafts
         now["gambit_spec_decode_num_draft_tokens_total"] = s.spec_draft_tokens
         now["gambit_spec_decode_num_accepted_tokens_total"] = s.spec_accepted
