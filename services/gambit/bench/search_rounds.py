@@ -13,7 +13,8 @@ after a change on a shared machine (the bench's ``overhead_fraction`` is the sam
 ``--ops`` times a round's operations one by one on a live pool (the first run, ``--ops-steps`` steps
 in), each as the best of several batches (preemption only adds time, so the minimum is what the
 code costs): the round decision, one fork + abort in the engine, writing the whole pool's nodes
-(memory store), one round record, the scorer on one step's boundaries, routing one step's tokens.
+(memory store), one round record, the scorer on one step's boundaries, reading 8 new tokens per
+resident node back from the engine traces (``SearchRun.sync_all``, what a round does for the tokens).
 These are the numbers to compare between two versions on a busy machine.
 """
 
@@ -100,11 +101,11 @@ def ops(model, tok, scorer, problems, args) -> dict:
     import torch
 
     from gambit.bench.search import BenchSearchConfig, blocks_needed
-    from gambit.engine import Engine, EngineConfig, TokenEvent
+    from gambit.engine import Engine, EngineConfig
     from gambit.search.driver import SearchDriver
     from gambit.search.store import MemoryStore
     from gambit.search.tournament import plan_round
-    from gambit.search.tree import Node, RoundRecord
+    from gambit.search.tree import RoundRecord
 
     bcfg = BenchSearchConfig(capacity=args.capacity, concurrency=len(problems))
     per_run = max(4, int(bcfg.kv_share * blocks_needed(problems, tok, args.capacity, 16)))
@@ -146,17 +147,18 @@ def ops(model, tok, scorer, problems, args) -> dict:
     keys = [f"ops:{i}" for i in range(rows)]
     out["scorer_rows"] = rows
     out["scorer_call"] = _best(lambda: scorer.score(keys, x), 50)
-    scratch = [Node(n.id, None, 0, 0, 1.0) for n in pool]
-    evs = [TokenEvent(n.engine_id or 0, 7, n.depth, -0.5) for n in pool] * len(problems)
+    resident = [n for n in pool if n.resident]
 
-    def route():
-        for ev, node in zip(evs, scratch * len(problems), strict=True):
-            run.on_token(node, ev)
-        for node in scratch:
-            node.tokens.clear()
+    def sync_pool():  # each resident node 8 tokens behind its engine trace, read back at a round
+        for n in resident:
+            del n.tokens[-8:]
+            run.tokens -= 8
+            c = run.conf.get(n.id)
+            if c is not None:
+                del c.pending[-8:]
+        run.sync_all()
 
-    out["route_step_tokens"] = _best(route, 50)
-    out["route_events"] = len(evs)
+    out["sync_pool_8_tokens"] = _best(sync_pool, 50)
     for rid in list(driver.runs):
         driver.cancel(rid)
     return out

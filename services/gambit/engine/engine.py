@@ -209,8 +209,7 @@ class Engine:
             cid = self._new_id()
             seed = params[i].seed if params[i].seed is not None else derive_seed(parent.seed, cid)
             child = Trace(cid, list(parent.token_ids), parent.prompt_len, params[i], seed,
-                          priority, arrival=cid,
-                          parent=parent.id)
+                          priority, arrival=cid, parent=parent.id, logprobs=list(parent.logprobs))
             self.traces[cid] = child
             copied, pair = False, None
             if parent.status is TraceStatus.RUNNING and parent.num_cached:
@@ -397,6 +396,7 @@ class Engine:
             t.token_ids.append(tok)
             if lp is not None and t.params.logprobs:
                 k = t.params.logprobs
+                t.logprobs.append(chosen[i])
                 events.append(TokenEvent(t.id, tok, pos, chosen[i], tuple(zip(ids[i][:k], vals[i][:k],
                                                                                strict=True))))
             else:

@@ -82,6 +82,7 @@ class Trace:
     block_table: list[int] = field(default_factory=list)
     num_cached: int = 0  # leading tokens whose KV is in the cache
     finish_reason: str | None = None
+    logprobs: list[float] = field(default_factory=list)  # generated tokens' log-probs (params.logprobs > 0)
     draft: Any = None  # speculative decoding state (gambit.speculative.decoder.DraftState)
 
     @property

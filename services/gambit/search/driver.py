@@ -111,21 +111,20 @@ class SearchDriver(Guidance):
         gw = gc = 0.0  # guidance inside the loop: a trace ends, the deferred scores go first
         rows: list[tuple] = []  # (key, state, features, run, node) per boundary to score
         owner_get = self.owner.get
+        per_token = any(r.per_token for r in runs)  # DeepConf's windows; tokens are read by ``sync``
         for ev in events:
+            if type(ev) is TokenEvent:  # most events: nothing to do unless a window reads them
+                if per_token:
+                    o = owner_get(ev.trace_id)
+                    if o is not None and o[0].per_token:
+                        o[0].on_token(o[2], ev)
+                continue
             o = owner_get(ev.trace_id)
             if o is None:
                 continue
             run, nid, node = o
-            if type(ev) is TokenEvent:  # most events: checked first, by exact type, inlined
-                node.tokens.append(ev.token_id)
-                run.tokens += 1
-                if run.per_token:  # confidence or DeepConf windows: the rest of ``on_token``
-                    if run.windows or not run.confidence or ev.logprob is None:
-                        run.on_token_rest(node, ev)
-                    else:  # confidence only (Gambit, STEP): its one append, inlined
-                        c = run.conf.get(nid) or run.conf_of(nid)
-                        c.pending.append((ev.position, ev.logprob))
-            elif type(ev) is BoundaryEvent:
+            if type(ev) is BoundaryEvent:
+                run.sync(node, ev.position + 1)  # its tokens up to this one (depth, confidence)
                 f = run.boundary_features(node, ev.position)
                 if run.wants_score(node):
                     rows.append((run.key(nid), ev.hidden, f, run, node))
@@ -301,9 +300,8 @@ class SearchDriver(Guidance):
             live = self.engine.traces.get(node.engine_id) if node.engine_id is not None else None
             expected = run.prompt_ids + node.tokens
             if live is not None and not live.is_done and live.token_ids[:len(expected)] == expected:
-                extra = live.token_ids[len(expected):]  # generated after the last write
-                node.tokens.extend(extra)
-                run.tokens += len(extra)
+                run.traces[node.id] = live
+                run.sync(node)  # the tokens generated after the last write
                 self.owner[node.engine_id] = (run, node.id, node)
             else:
                 run._launch(node)  # the engine lost it: recompute from its tokens

@@ -391,9 +391,10 @@ class SpecDecoder:
                 stats.generated_tokens += 1
                 if want and t.params.logprobs:
                     kk = t.params.logprobs
-                    events.append(TokenEvent(t.id, tok, posn, ch[i][j][0] if isinstance(ch[i][j], list)
-                                             else ch[i][j], tuple(zip(ids[i][j][:kk], vals[i][j][:kk],
-                                                                      strict=True))))
+                    chosen = ch[i][j][0] if isinstance(ch[i][j], list) else ch[i][j]
+                    t.logprobs.append(chosen)
+                    top = tuple(zip(ids[i][j][:kk], vals[i][j][:kk], strict=True))
+                    events.append(TokenEvent(t.id, tok, posn, chosen, top))
                 else:
                     events.append(TokenEvent(t.id, tok, posn))
                 reason = e._stop_reason(t, tok)
