@@ -37,6 +37,7 @@ def metric(e, name):
 
 def test_solve_streams_rounds_then_result_and_records_the_tree(emb):
     tok0 = metric(emb, "gambit_generation_tokens_total")
+    fed0, shared0 = metric(emb, "gambit_prompt_tokens_total"), metric(emb, "gambit_prompt_tokens_shared_total")
     events = list(emb.solve(PROBLEMS[0].prompt, SolveConfig(capacity=6, swap=2, round_interval=8, warmup=4,
                                                             seed=1)))
     assert events[0]["kind"] == "started" and events[-1]["kind"] == "result"
@@ -51,6 +52,10 @@ def test_solve_streams_rounds_then_result_and_records_the_tree(emb):
     assert res["majority_answer"] == max(res["majority_votes"], key=res["majority_votes"].get)
     assert res["answer"] in res["weighted_votes"]
     assert metric(emb, "gambit_generation_tokens_total") - tok0 == res["generated_tokens"]
+    # the prompt is prefilled once; the other five roots take its KV (branches fork theirs)
+    n = len(emb.target.engine.tokenizer.encode(PROBLEMS[0].prompt))
+    assert metric(emb, "gambit_prompt_tokens_total") - fed0 == n
+    assert metric(emb, "gambit_prompt_tokens_shared_total") - shared0 == 5 * n
     # tree view in Redis: every trace, parents consistent, and the result
     tree: RedisTreeView = emb.target.tree
     raw = tree.r.hgetall(f"{tree.prefix}tree:run:{res['run_id']}:nodes")
