@@ -37,7 +37,8 @@ def metric(e, name):
 
 def test_solve_streams_rounds_then_result_and_records_the_tree(emb):
     tok0 = metric(emb, "gambit_generation_tokens_total")
-    fed0, shared0 = metric(emb, "gambit_prompt_tokens_total"), metric(emb, "gambit_prompt_tokens_shared_total")
+    fed0 = metric(emb, "gambit_prompt_tokens_total")
+    shared0 = metric(emb, "gambit_prompt_tokens_shared_total")
     events = list(emb.solve(PROBLEMS[0].prompt, SolveConfig(capacity=6, swap=2, round_interval=8, warmup=4,
                                                             seed=1)))
     assert events[0]["kind"] == "started" and events[-1]["kind"] == "result"

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from gambit.engine import cpu_sampler
 from gambit.engine.attention import SeqInput
 from gambit.engine.block_manager import BlockManager, OutOfBlocks
 from gambit.engine.boundary import BoundaryDetector
@@ -97,6 +98,9 @@ class Engine:
         self.last_taps: dict[int, torch.Tensor] = {}
         self._spec = None  # gambit.speculative.decoder.SpecDecoder, made when a trace first asks
         self.shared = SharedPrompts(self)  # ``add_samples``: followers waiting on a leader's prefill
+        # the sampler's ATen calls in one C++ call on the CPU (the same tokens; engine/cpu_sampler.py)
+        self._draw = cpu_sampler.sample if config.cpu_kernel and cpu_sampler.available(self.device) \
+            else sample
 
     @classmethod
     def from_pretrained(cls, folder: str, config: EngineConfig | None = None) -> Engine:
@@ -384,7 +388,7 @@ class Engine:
         p = [t.params for t in traces]
         sb = SamplingBatch.build([x.temperature for x in p], [x.top_k for x in p], [x.top_p for x in p],
                                  [t.seed for t in traces], [len(t.token_ids) for t in traces], self.device)
-        tokens = sample(logits, sb)
+        tokens = self._draw(logits, sb)
         want = max(x.logprobs for x in p)
         lp = top_logprobs(logits, tokens, want) if want else None
         token_list = tokens.tolist()

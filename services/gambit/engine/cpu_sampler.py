@@ -1,0 +1,126 @@
+"""``sampler.sample`` in one C++ call, drawing bit for bit the same tokens.
+
+At a small vocabulary the sampler is ~40 tiny tensor ops a step, and their dispatch, not the
+arithmetic, was its cost: ~0.4 ms a step at 96 rows of the shipped target's 100 symbols (in a search,
+cache-cold after the forward, 0.8 ms of an ~11 ms step). The float work keeps the ATen calls
+``sampler.py`` makes (temperature division, top-k/top-p filtering, max, exp, the blocks' fp32 sums);
+what is exact or sequential in ATen's CPU kernels is plain C++ here: the counter hash, the float64
+cumsums (in order from 0, as ``cumsum_`` accumulates) and the searches. ``tests/engine/
+test_cpu_sampler.py`` compares both over greedy, hot, top-k and top-p rows and padded vocabularies.
+Built with the other CPU kernels (``cpu_attention.kernel``); without a compiler the engine keeps the
+Python sampler.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gambit.engine import cpu_attention
+from gambit.engine.sampler import CDF_BLOCK, SamplingBatch
+
+SOURCE = r"""
+static constexpr uint64_t SAMPLE_GOLDEN = 0x9E3779B97F4A7C15ULL;  // sampler.py's _GOLDEN, _C1, _C2
+static constexpr uint64_t SAMPLE_C1 = 0xBF58476D1CE4E5B9ULL;
+static constexpr uint64_t SAMPLE_C2 = 0x94D049BB133111EBULL;
+
+// splitmix64's finaliser; unsigned arithmetic wraps as torch's int64 ops do, and >> is logical (_srl)
+static inline uint64_t sample_mix64(uint64_t x) {
+  x = (x ^ (x >> 30)) * SAMPLE_C1;
+  x = (x ^ (x >> 27)) * SAMPLE_C2;
+  return x ^ (x >> 31);
+}
+
+// sampler.uniforms(seeds, counters, 1)[:, 0]: integer hashing and exact conversions, so plain C++
+// gives its very bits (the double is exact; the cast to float rounds to nearest, as .to() does)
+static inline float sample_uniform(int64_t seed, int64_t counter) {
+  const uint64_t h = sample_mix64(sample_mix64(uint64_t(seed) * SAMPLE_GOLDEN + 0) + uint64_t(counter));
+  const uint64_t x = sample_mix64(h + 1 * SAMPLE_GOLDEN);
+  const float u = static_cast<float>(static_cast<double>(x >> 11) * (1.0 / double(uint64_t(1) << 53)));
+  return std::min(std::max(u, 1e-12f), 1.0f - 5.9604644775390625e-08f);  // clamp(1e-12, 1 - 2^-24)
+}
+
+// sampler._nucleus and filter_logits
+static at::Tensor sample_filter(const at::Tensor& logits, const at::Tensor& top_k,
+                                const at::Tensor& top_p) {
+  const int64_t V = logits.size(-1);
+  const bool needs = at::bitwise_or(at::bitwise_and(at::gt(top_k, 0), at::lt(top_k, V)).any(),
+                                    at::lt(top_p, 1).any()).item<bool>();
+  if (!needs) return logits;
+  auto sorted = logits.sort(-1, true);
+  auto sl = std::get<0>(sorted), order = std::get<1>(sorted);
+  auto k = at::where(at::gt(top_k, 0), top_k.clamp_max(V), at::scalar_tensor(V, top_k.options()));
+  auto rank = at::arange(V, sl.options().dtype(at::kLong)).unsqueeze(0);
+  auto remove = at::ge(rank, k.unsqueeze(1));
+  auto probs = sl.masked_fill(remove, -std::numeric_limits<double>::infinity()).softmax(-1);
+  remove.bitwise_or_(at::gt(at::sub(probs.cumsum(-1), probs), top_p.unsqueeze(1)));
+  remove.select(1, 0).fill_(false);
+  return logits.masked_fill(at::zeros_like(remove).scatter(1, order, remove),
+                            -std::numeric_limits<double>::infinity());
+}
+
+// sampler._invert_cdf_ (w overwritten). The float work stays in ATen (exp, the blocks' pairwise fp32
+// sums); the rest is exact or sequential, as ATen's CPU kernels do it: the float64 cumsums accumulate
+// in order from 0 (cpu_cum_base_kernel), searchsorted(right=True) is the first entry > x, and the
+// inner cumsum gets the block's prefix added after (cumsum_, then add_).
+static at::Tensor sample_invert_cdf(at::Tensor w, const int64_t* seeds, const int64_t* counters,
+                                    int64_t block) {
+  const int64_t B = w.size(0), V = w.size(1);
+  w.sub_(w.amax(-1, true)).exp_();
+  const int64_t nb = (V + block - 1) / block;
+  if (nb * block != V) w = at::constant_pad_nd(w, {0, nb * block - V}, 0);
+  auto wc = w.contiguous();
+  auto bsum = wc.view({B, nb, block}).sum(-1).contiguous();
+  auto out = at::empty({B}, at::kLong);
+  const float* wp = wc.data_ptr<float>();
+  const float* sp = bsum.data_ptr<float>();
+  int64_t* op = out.data_ptr<int64_t>();
+  std::vector<double> bcdf(nb), icdf(block);
+  for (int64_t b = 0; b < B; ++b) {
+    double cum = 0.0;
+    for (int64_t i = 0; i < nb; ++i) bcdf[i] = cum += static_cast<double>(sp[b * nb + i]);
+    const double x = static_cast<double>(sample_uniform(seeds[b], counters[b])) * bcdf[nb - 1];
+    int64_t blk = std::upper_bound(bcdf.begin(), bcdf.end(), x) - bcdf.begin();
+    blk = std::min(blk, nb - 1);
+    const double prefix = blk > 0 ? bcdf[blk - 1] : 0.0;
+    const float* inner = wp + (b * nb + blk) * block;
+    cum = 0.0;
+    int64_t last = 0;
+    for (int64_t i = 0; i < block; ++i) {
+      cum += static_cast<double>(inner[i]);
+      icdf[i] = cum + prefix;
+      if (inner[i] > 0) last = i;
+    }
+    int64_t j = std::upper_bound(icdf.begin(), icdf.end(), x) - icdf.begin();
+    if (j >= block) j = last;  // rounding put x at or past the block's last sum
+    op[b] = std::min(blk * block + j, V - 1);
+  }
+  return out;
+}
+
+// sampler.sample(logits, SamplingBatch(temperature, top_k, top_p, seeds, counters, filtered))
+torch::Tensor sample_tokens(torch::Tensor logits, torch::Tensor temperature, torch::Tensor top_k,
+                            torch::Tensor top_p, torch::Tensor seeds, torch::Tensor counters, bool filtered,
+                            int64_t block) {
+  NoGil no_gil;
+  logits = logits.to(at::kFloat);
+  auto hot = at::gt(temperature, 0);
+  const bool all_hot = hot.all().item<bool>();
+  if (!all_hot && !hot.any().item<bool>()) return logits.argmax(-1);
+  auto t = all_hot ? temperature : at::where(hot, temperature, at::scalar_tensor(1.0, temperature.options()));
+  auto scaled = at::div(logits, t.unsqueeze(1));
+  if (filtered) scaled = sample_filter(scaled, top_k, top_p);
+  auto sc = seeds.contiguous(), cc = counters.contiguous();
+  auto sampled = sample_invert_cdf(scaled, sc.data_ptr<int64_t>(), cc.data_ptr<int64_t>(), block);
+  return all_hot ? sampled : at::where(hot, sampled, logits.argmax(-1));
+}
+"""
+
+
+def sample(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    """``sampler.sample`` through the compiled kernel (CPU; the caller checks ``available``)."""
+    return cpu_attention.kernel().sample_tokens(logits, batch.temperature, batch.top_k, batch.top_p,
+                                                batch.seeds, batch.counters, batch.filtered, CDF_BLOCK)
+
+
+def available(device: torch.device) -> bool:
+    return device.type == "cpu" and cpu_attention.kernel() is not None

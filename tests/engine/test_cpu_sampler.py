@@ -1,0 +1,63 @@
+"""The compiled sampler draws exactly the tokens of ``sampler.sample`` (same ATen calls in C++)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gambit.engine import cpu_sampler
+from gambit.engine.sampler import SamplingBatch, sample
+
+pytestmark = pytest.mark.skipif(not cpu_sampler.available(torch.device("cpu")), reason="no C++ kernels")
+
+
+def _batch(B: int, V: int, seed: int, mode: str) -> tuple[torch.Tensor, SamplingBatch]:
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(B, V, generator=g) * (1 + 4 * torch.rand(B, 1, generator=g))
+    logits[:, torch.randint(0, V, (V // 10,), generator=g)] = float("-inf")  # impossible tokens
+    logits[0, :] = 0.0  # a row of ties
+    temps = (0.3 + 1.5 * torch.rand(B, generator=g)).tolist()
+    if mode == "mixed":  # greedy rows among sampled ones
+        temps = [0.0 if i % 3 == 0 else t for i, t in enumerate(temps)]
+    if mode == "greedy":
+        temps = [0.0] * B
+    top_k = [int(x) for x in torch.randint(0, V + 5, (B,), generator=g)] if mode == "filtered" else [0] * B
+    top_p = [0.5 + 0.5 * float(x) for x in torch.rand(B, generator=g)] if mode == "filtered" else [1.0] * B
+    seeds = [int(x) for x in torch.randint(0, 2**62, (B,), generator=g)]
+    counters = [int(x) for x in torch.randint(0, 4000, (B,), generator=g)]
+    return logits, SamplingBatch.build(temps, top_k, top_p, seeds, counters, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("V", [100, 256, 1000, 4099])
+@pytest.mark.parametrize("mode", ["hot", "mixed", "greedy", "filtered"])
+def test_same_tokens_as_the_python_sampler(V, mode):
+    for seed in range(6):
+        logits, sb = _batch(64, V, seed, mode)
+        want = sample(logits.clone(), sb)
+        got = cpu_sampler.sample(logits.clone(), sb)
+        assert torch.equal(got, want), (V, mode, seed)
+        assert got.dtype == want.dtype == torch.long
+
+
+def test_leaves_the_logits_alone():
+    logits, sb = _batch(8, 100, 0, "filtered")
+    before = logits.clone()
+    cpu_sampler.sample(logits, sb)
+    assert torch.equal(logits, before)
+
+
+def test_atens_float64_cumsum_accumulates_in_order():
+    """What the C++ sampler's plain loops rely on: ``cumsum_`` of float64 rows is the running sum taken
+    left to right from 0 (the token only moves when a uniform lands within an ulp of an edge, so the
+    token comparison above would rarely see a different order; this checks the order itself)."""
+    g = torch.Generator().manual_seed(0)
+    for n in (1, 2, 7, 64, 196, 256, 1000):
+        scale = torch.logspace(-8, 2, n, dtype=torch.float64)
+        x = torch.rand(16, n, generator=g, dtype=torch.float64) * scale
+        got = x.clone().cumsum_(-1)
+        for row, want_row in zip(x.tolist(), got.tolist(), strict=True):
+            acc, want = 0.0, []
+            for v in row:
+                acc += v
+                want.append(acc)
+            assert want == want_row, n
