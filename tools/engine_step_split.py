@@ -10,8 +10,7 @@ import time
 
 import torch
 
-from gambit.bench.search import DIFFICULTIES, BenchSearchConfig, blocks_needed
-from gambit.engine import Engine, EngineConfig
+from gambit.bench.search import DIFFICULTIES, BenchSearchConfig, chunk_engine
 from gambit.engine import attention as A
 from gambit.engine import engine as E
 from gambit.engine import scheduler as SC
@@ -28,7 +27,6 @@ model, tok = load_model(str(TARGET), device="cpu", dtype="float32")
 scorer = load_default_scorer("process", model.config.hidden_size)
 problems = generate("test", 6, 1, TaskConfig(*DIFFICULTIES["hard"]))
 bcfg = BenchSearchConfig(capacity=16, concurrency=len(problems))
-per_run = max(4, int(bcfg.kv_share * blocks_needed(problems, tok, 16, 16)))
 acc: dict[str, float] = {}
 
 
@@ -51,7 +49,7 @@ for owner, name, key in ((E.Engine, "step", "engine step"), (E.ModelRunner, "for
     timed(owner, name, key)
 for rep in range(reps + 1):  # the first is a warm-up
     acc.clear()
-    engine = Engine(model, tok, EngineConfig(preemption="evict", num_blocks=per_run * len(problems), seed=0))
+    engine, _ = chunk_engine(model, tok, problems, bcfg)
     driver = SearchDriver(engine, scorer, MemoryStore())
     t0 = time.perf_counter()
     driver.run_until_done([driver.submit(p, bcfg.search()) for p in problems])

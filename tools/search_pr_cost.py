@@ -10,8 +10,7 @@ from collections import defaultdict
 
 import torch
 
-from gambit.bench.search import DIFFICULTIES, BenchSearchConfig, blocks_needed
-from gambit.engine import Engine, EngineConfig
+from gambit.bench.search import DIFFICULTIES, BenchSearchConfig, chunk_engine
 from gambit.model.loader import load_model
 from gambit.paths import TARGET
 from gambit.search.driver import SearchDriver
@@ -43,8 +42,7 @@ def timed(name):
 for name in ("store", "draft", "on_fork"):
     timed(name)
 bcfg = BenchSearchConfig(capacity=16, concurrency=len(problems))
-per_run = max(4, int(bcfg.kv_share * blocks_needed(problems, tok, 16, 16)))
-eng = Engine(model, tok, EngineConfig(preemption="evict", num_blocks=per_run * len(problems), seed=0))
+eng, _ = chunk_engine(model, tok, problems, bcfg)
 eng.speculator().prepare("pr")
 drv = SearchDriver(eng, scorer, MemoryStore())
 for rep in range(reps):

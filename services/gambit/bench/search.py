@@ -27,6 +27,7 @@ import torch
 from tqdm import tqdm
 
 from gambit.engine import Engine, EngineConfig
+from gambit.engine.block_manager import shared_prompt_blocks
 from gambit.model.loader import load_model
 from gambit.paths import TARGET
 from gambit.search.config import SearchConfig
@@ -156,10 +157,18 @@ def blocks_needed(problems, tokenizer, capacity: int, block_size: int) -> int:
     run's traces share one prefill, ``Engine.add_samples``), the rest per trace."""
     def need(p) -> int:
         n = len(tokenizer.encode(p.prompt))
-        full = n // block_size
-        return full + capacity * (-(-(n + len(tokenizer.encode(p.solution)) + 8) // block_size) - full)
+        return shared_prompt_blocks(n, n + len(tokenizer.encode(p.solution)) + 8, capacity, block_size)
 
     return max(need(p) for p in problems)
+
+
+def chunk_engine(model, tok, problems, cfg: BenchSearchConfig) -> tuple[Engine, int]:
+    """The bench's engine for ``cfg.concurrency`` runs of these problems at once, and its KV blocks
+    per run: ``kv_share`` of what C full traces need, evicting under pressure (as on a full GPU)."""
+    per_run = max(4, int(cfg.kv_share * blocks_needed(problems, tok, cfg.capacity, 16)))
+    engine = Engine(model, tok, EngineConfig(preemption="evict", num_blocks=per_run * cfg.concurrency,
+                                             seed=cfg.seed))
+    return engine, per_run
 
 
 def run_variants(drivers, names, vs, problems, cfg, bar, records, checkpoint=None) -> None:
@@ -246,9 +255,7 @@ def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
             if diff not in cfg.difficulties.split(","):
                 continue
             problems = generate("test", n, cfg.seed + 1, TaskConfig(lo, hi))
-            per_run = max(4, int(cfg.kv_share * blocks_needed(problems, tok, cfg.capacity, 16)))
-            engine = Engine(model, tok, EngineConfig(preemption="evict", num_blocks=per_run * cfg.concurrency,
-                                                     seed=cfg.seed))
+            engine, per_run = chunk_engine(model, tok, problems, cfg)
             if cfg.pr_drafter:  # "pr" drafts with this drafter (the shipped one fits only its target)
                 from gambit.speculative import load_drafter
 

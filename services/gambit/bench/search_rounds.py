@@ -35,13 +35,11 @@ OVERHEAD = ("guidance", "tree", "scheduling")  # the bench's overhead_fraction p
 
 
 def _one(model, tok, scorer, problems, args, store, profiler=None) -> dict:
-    from gambit.bench.search import BenchSearchConfig, blocks_needed
-    from gambit.engine import Engine, EngineConfig
+    from gambit.bench.search import BenchSearchConfig, chunk_engine
     from gambit.search.driver import SearchDriver
 
     bcfg = BenchSearchConfig(capacity=args.capacity, concurrency=len(problems))
-    per_run = max(4, int(bcfg.kv_share * blocks_needed(problems, tok, args.capacity, 16)))
-    engine = Engine(model, tok, EngineConfig(preemption="evict", num_blocks=per_run * len(problems), seed=0))
+    engine, _ = chunk_engine(model, tok, problems, bcfg)
     driver = SearchDriver(engine, scorer, store)
     if profiler is not None:
         _wrap(driver, profiler)
@@ -100,16 +98,14 @@ def ops(model, tok, scorer, problems, args) -> dict:
     """A round's operations timed one by one on a live pool (see the module docstring)."""
     import torch
 
-    from gambit.bench.search import BenchSearchConfig, blocks_needed
-    from gambit.engine import Engine, EngineConfig
+    from gambit.bench.search import BenchSearchConfig, chunk_engine
     from gambit.search.driver import SearchDriver
     from gambit.search.store import MemoryStore
     from gambit.search.tournament import plan_round
     from gambit.search.tree import RoundRecord
 
     bcfg = BenchSearchConfig(capacity=args.capacity, concurrency=len(problems))
-    per_run = max(4, int(bcfg.kv_share * blocks_needed(problems, tok, args.capacity, 16)))
-    engine = Engine(model, tok, EngineConfig(preemption="evict", num_blocks=per_run * len(problems), seed=0))
+    engine, _ = chunk_engine(model, tok, problems, bcfg)
     driver = SearchDriver(engine, scorer, MemoryStore())
     ids = [driver.submit(p, bcfg.search()) for p in problems]
     for _ in range(args.ops_steps):

@@ -16,6 +16,13 @@ class OutOfBlocks(RuntimeError):
     """Not enough free KV blocks for the request."""
 
 
+def shared_prompt_blocks(prompt_len: int, num_tokens: int, n: int, block_size: int) -> int:
+    """Blocks ``n`` traces of one prompt need at ``num_tokens`` tokens each when they share the
+    prompt's full blocks (``Engine.add_samples``, forks): those once, the rest per trace."""
+    full = min(prompt_len, num_tokens) // block_size
+    return full + n * (-(-num_tokens // block_size) - full)
+
+
 class BlockManager:
     def __init__(self, num_blocks: int, block_size: int) -> None:
         if num_blocks <= 0 or block_size <= 0:
@@ -40,12 +47,6 @@ class BlockManager:
 
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
-
-    def blocks_for_samples(self, prompt_len: int, num_tokens: int, n: int) -> int:
-        """Blocks ``n`` traces of one prompt need at ``num_tokens`` tokens each when they share the
-        prompt's full blocks (``Engine.add_samples``, forks): those once, the rest per trace."""
-        full = min(prompt_len, num_tokens) // self.block_size
-        return full + n * (self.blocks_for(num_tokens) - full)
 
     def extra_blocks(self, trace: Trace, num_tokens: int) -> int:
         """Blocks ``trace`` must gain to hold ``num_tokens`` tokens in total."""

@@ -208,8 +208,7 @@ class SearchRun:
         self.tokens += end - k
         if self.confidence:  # every generated token's log-prob is on the trace (params.logprobs = 1)
             lps = t.logprobs[k - t.prompt_len:end - t.prompt_len]
-            c = self.conf.get(node.id) or self.conf_of(node.id)
-            c.pending.extend(zip(range(k, end), lps, strict=True))
+            self.conf_of(node.id).pending.extend(zip(range(k, end), lps, strict=True))
 
     def sync_all(self) -> None:
         for i in self.traces:

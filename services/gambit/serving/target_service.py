@@ -20,6 +20,7 @@ from concurrent.futures import Future
 
 import torch
 
+from gambit.engine.block_manager import shared_prompt_blocks
 from gambit.engine.torch_threads import voluntary_switches
 from gambit.serving.driver_adapter import DriverAdapter
 from gambit.serving.record_writer import InlineRecords, RecordWriter
@@ -82,8 +83,8 @@ class TargetService:
         """KV blocks of C full-length traces; the prompt's full blocks are held once (the run's
         traces start from one prefill and share them, ``Engine.add_samples``)."""
         n = len(self.engine.tokenizer.encode(problem))
-        return self.engine.blocks.blocks_for_samples(n, min(n + cfg.max_tokens, self.engine.max_model_len),
-                                                     cfg.capacity)
+        return shared_prompt_blocks(n, min(n + cfg.max_tokens, self.engine.max_model_len), cfg.capacity,
+                                    self.engine.blocks.block_size)
 
     def load(self) -> dict:
         return {"replica": self.replica, "runs": len(self._sinks),
