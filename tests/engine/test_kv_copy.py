@@ -1,5 +1,6 @@
 """``KVCache.copy_blocks``: a fork's partial block copies only its cached slots, bit for bit, on
-the numpy fast path and the torch path alike, for float and half-width dtypes."""
+the compiled path (``kv_copy_slots``), the numpy path and the torch path alike, for float and
+half-width dtypes."""
 
 from __future__ import annotations
 
@@ -21,10 +22,16 @@ def _cache(dtype: torch.dtype) -> KVCache:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("numpy_path", [True, False], ids=["numpy", "torch"])
-def test_copy_blocks_copies_only_the_cached_slots(dtype, numpy_path):
+@pytest.mark.parametrize("path", ["kernel", "numpy", "torch"])
+def test_copy_blocks_copies_only_the_cached_slots(dtype, path):
     cache = _cache(dtype)
-    if not numpy_path:
+    if path == "kernel":
+        from gambit.engine import cpu_attention
+
+        cache.kernel = cpu_attention.kernel()
+        if cache.kernel is None:
+            pytest.skip("the CPU kernels do not build here")
+    if path == "torch":
         cache._bits = ()  # as off the CPU: torch views
     k0, v0 = cache.k.clone(), cache.v.clone()
     cache.copy_blocks([(1, 4), (2, 5)], slots=3)
@@ -42,6 +49,20 @@ def test_copy_blocks_refuses_slots_outside_a_block():
     for bad in (0, 5, -1):
         with pytest.raises(ValueError, match="slots"):
             cache.copy_blocks([(0, 1)], slots=bad)
+
+
+def test_the_kernel_refuses_blocks_outside_the_cache():
+    from gambit.engine import cpu_attention
+
+    kernel = cpu_attention.kernel()
+    if kernel is None:
+        pytest.skip("the CPU kernels do not build here")
+    cache = _cache(torch.float32)
+    for src, dst in ((0, 6), (-1, 2), (3, 3)):
+        with pytest.raises(RuntimeError, match="bad blocks"):
+            kernel.kv_copy_slots(cache.k, cache.v, src, dst, 2)
+    with pytest.raises(RuntimeError, match="contiguous"):
+        kernel.kv_copy_slots(cache.k.transpose(0, 1), cache.v, 0, 1, 2)
 
 
 def test_sampling_params_child_equals_replace_and_checks_what_it_changes():

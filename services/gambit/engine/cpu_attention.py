@@ -26,6 +26,7 @@ _SOURCE = r"""
 #include <ATen/Parallel.h>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -241,16 +242,18 @@ def kernel():
                 from gambit.engine.cpu_decoder import SOURCE as DECODER_SOURCE  # uses the kernels here
                 from gambit.engine.cpu_gemv import SOURCE as GEMV_SOURCE
                 from gambit.engine.cpu_sampler import SOURCE as SAMPLER_SOURCE
+                from gambit.engine.kv_cache import SOURCE as KV_SOURCE
                 from gambit.speculative.cpu_drafter import SOURCE as DRAFTER_SOURCE  # uses both
                 from gambit.speculative.cpu_tree import SOURCE as TREE_SOURCE  # uses the drafter's
 
-                sources = [_SOURCE, GEMV_SOURCE, DECODER_SOURCE, DRAFTER_SOURCE, TREE_SOURCE, SAMPLER_SOURCE]
+                sources = [_SOURCE, GEMV_SOURCE, DECODER_SOURCE, DRAFTER_SOURCE, TREE_SOURCE, SAMPLER_SOURCE,
+                           KV_SOURCE]
                 digest = hashlib.sha256("".join(sources).encode()).hexdigest()[:12]
                 # named by its source: checkouts of different versions never share (or race on) a build
                 _module = load_inline(
                     name=f"gambit_cpu_kernels_{digest}", cpp_sources=sources,
                     functions=["paged_decode", "paged_attention", "rms_norm", "gemv_t", "decoder_layers",
-                               "drafter_forward", "tree_draft", "sample_tokens"],
+                               "drafter_forward", "tree_draft", "sample_tokens", "kv_copy_slots"],
                     extra_cflags=["-O3", "-march=native", "-fopenmp"],
                     extra_ldflags=["-fopenmp"], verbose=False)
             except Exception as e:  # no compiler, no ninja, ...: keep the portable path

@@ -24,8 +24,11 @@ class MLPNet(nn.Sequential):
         super().__init__(nn.Linear(cfg.input_size, cfg.mlp_hidden), nn.ReLU(), nn.Linear(cfg.mlp_hidden, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``[..., d] -> [...]`` logits."""
-        return super().forward(x).squeeze(-1)
+        """``[..., d] -> [...]`` logits: the three modules' own functions, called directly (the same
+        ops, so the same floats, without ``Sequential``'s per-module dispatch: ~20 us of a ~100 us
+        guidance call)."""
+        first, last = self[0], self[2]
+        return F.linear(F.relu(F.linear(x, first.weight, first.bias)), last.weight, last.bias).squeeze(-1)
 
 
 class SequenceNet(nn.Module):

@@ -41,7 +41,7 @@ class SearchDriver(Guidance):
         self.cpu = dict.fromkeys(CPU_KEYS, 0.0)
         self.score_calls = 0  # scorer calls made (guidance syncs)
         self.deferred: list[tuple] = []  # Gambit boundaries waiting for the next round's scorer call
-        self.defers = scorer is not None and not hasattr(scorer, "score_async")
+        self.defers = scorer is not None  # Gambit's boundaries wait for its rounds (``Guidance._defer``)
         self.rounds = self.steps = 0
 
     # -- API ------------------------------------------------------------------------------------
@@ -106,7 +106,7 @@ class SearchDriver(Guidance):
         cpu["forward"] += c1 - c0
         self.steps += 1
         if self.deferred and usage_over(runs, self.engine.kv_usage()):
-            self._score(self._take_deferred())  # a trace may be evicted: it ranks on its scores
+            self._score_now(self._take_deferred())  # a trace may be evicted: it ranks on its scores
         t1b, c1b = time.perf_counter(), thread_time()  # that call is guidance, not routing
         gw = gc = 0.0  # guidance inside the loop: a trace ends, the deferred scores go first
         rows: list[tuple] = []  # (key, state, features, run, node) per boundary to score
@@ -233,7 +233,7 @@ class SearchDriver(Guidance):
         """Scheduler view: above a run's KV ratio r, evict the lowest-ranked resident trace (once)."""
         usage = self.engine.kv_usage()
         if self.deferred and usage_over(self.runs.values(), usage):
-            self._score(self._take_deferred())  # it ranks on every boundary scored so far
+            self._score_now(self._take_deferred())  # it ranks on every boundary scored so far
         worst: tuple[float, SearchRun, Node] | None = None
         for run in self.runs.values():
             if run.cfg.method not in ("gambit", "step") or usage <= run.cfg.kv_ratio:
