@@ -395,19 +395,30 @@ class Engine:
         if lp is not None:
             chosen, vals, ids = (x.tolist() for x in lp)
         events: list[Event] = []
-        for i, (t, tok) in enumerate(zip(traces, token_list, strict=True)):
-            pos = len(t.token_ids)
-            t.token_ids.append(tok)
-            if lp is not None and t.params.logprobs:
-                k = t.params.logprobs
-                t.logprobs.append(chosen[i])
-                events.append(TokenEvent(t.id, tok, pos, chosen[i], tuple(zip(ids[i][:k], vals[i][:k],
-                                                                               strict=True))))
+        # per trace and step, so written for speed (at 96 traces it was ~2.9 us a trace, 5% of a
+        # search step): locals, the top-1 pair without zip, and ``_stop_reason`` only for a trace
+        # that may stop (an EOS, stop strings, or at a length limit)
+        eos, cap = self.eos_ids, min(self.max_model_len, self.num_blocks * self.config.block_size) - 1
+        append = events.append
+        if len(token_list) != len(traces):
+            raise AssertionError(f"{len(token_list)} tokens drawn for {len(traces)} traces")
+        for i, t in enumerate(traces):
+            tok, prm, seq = token_list[i], t.params, t.token_ids
+            pos = len(seq)
+            seq.append(tok)
+            k = prm.logprobs if lp is not None else 0
+            if k:
+                c = chosen[i]
+                t.logprobs.append(c)
+                top = ((ids[i][0], vals[i][0]),) if k == 1 else tuple(zip(ids[i][:k], vals[i][:k],
+                                                                          strict=True))
+                append(TokenEvent(t.id, tok, pos, c, top))
             else:
-                events.append(TokenEvent(t.id, tok, pos))
-            reason = self._stop_reason(t, tok)
-            if reason:
-                self._finish(t, reason)
+                append(TokenEvent(t.id, tok, pos))
+            if tok in eos or prm.stop or pos >= cap or pos + 1 - t.prompt_len >= prm.max_tokens:
+                reason = self._stop_reason(t, tok)
+                if reason:
+                    self._finish(t, reason)
         self.stats.generated_tokens += len(traces)
         events.extend(self._pending)
         self._pending = []
