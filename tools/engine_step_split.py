@@ -31,7 +31,9 @@ acc: dict[str, float] = {}
 
 
 def timed(owner, name: str, key: str) -> None:
-    orig = getattr(owner, name)
+    orig = getattr(owner, name, None)
+    if orig is None:  # an older checkout (A/B runs): nothing to time
+        return
 
     def wrapper(*a, **k):
         t = time.perf_counter()
@@ -45,7 +47,8 @@ def timed(owner, name: str, key: str) -> None:
 for owner, name, key in ((E.Engine, "step", "engine step"), (E.ModelRunner, "forward", "forward"),
                          (E.Engine, "_sample", "sampling"), (SC.Scheduler, "schedule", "scheduler"),
                          (A.PagedAttention, "__init__", "attention metadata"),
-                         (E.Engine, "_boundaries", "boundary checks")):
+                         (E.Engine, "_boundaries", "boundary checks"),
+                         (E.Engine, "_decode_boundaries", "boundary checks")):
     timed(owner, name, key)
 for rep in range(reps + 1):  # the first is a warm-up
     acc.clear()

@@ -30,6 +30,7 @@ class BoundaryDetector:
 
         self._inside, self._ends, self._starts = table(self.inside), table(self.ends), table(self.starts)
         self.enabled = bool(self.inside or (self.ends and self.starts))
+        self.closers = frozenset(self.inside) | frozenset(self.starts)  # a token that can close one
 
     def closes(self, prev: int | None, tok: int) -> bool:
         """Does ``tok`` (after ``prev``; None at position 0) close a thought?"""

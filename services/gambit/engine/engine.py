@@ -302,6 +302,9 @@ class Engine:
                 t.num_cached += n
         if trees:  # boundary states of plain rows and of each tree's root (its nodes: at acceptance)
             events.extend(self._tree_boundaries(batch, offsets, tree_rows, trees, out))
+        elif self.boundary.enabled and all(n == 1 and t.num_cached == len(t.token_ids)
+                                           for t, n in zip(batch.traces, batch.num_new, strict=True)):
+            events.extend(self._decode_boundaries(batch.traces, out.hidden))  # a plain decode step
         else:
             events.extend(self._boundaries(batch.traces, batch.num_new, out.tokens, out.positions,
                                            out.hidden))
@@ -355,6 +358,24 @@ class Engine:
         events.extend(self._pending)
         self._pending = []
         return events
+
+    def _decode_boundaries(self, traces, hidden) -> list[Event]:
+        """``_boundaries`` when every trace was fed one token, its last (``num_cached`` equals its
+        length): one pass over the traces, without the general path's index tensors (~200 us a step
+        at 96 traces, where ~7 close a thought). The same rows: a fed token counts once generated."""
+        b = self.boundary
+        closers, closes = b.closers, b.closes
+        rows = []
+        for i, t in enumerate(traces):
+            ids = t.token_ids
+            n = t.num_cached
+            if ids[n - 1] in closers and n - 1 >= t.prompt_len and closes(ids[n - 2] if n > 1 else None,
+                                                                          ids[n - 1]):
+                rows.append(i)
+        if not rows:
+            return []
+        states = hidden[rows].float().cpu()
+        return [BoundaryEvent(traces[r].id, traces[r].num_cached - 1, states[i]) for i, r in enumerate(rows)]
 
     def _any_closes(self, traces) -> bool:
         """Whether some trace's last token closes a boundary (only a trace's last token can be new, see
