@@ -12,6 +12,7 @@ import torch
 
 from gambit.bench.search import DIFFICULTIES, BenchSearchConfig, chunk_engine
 from gambit.engine import attention as A
+from gambit.engine import boundary as B
 from gambit.engine import engine as E
 from gambit.engine import scheduler as SC
 from gambit.model.loader import load_model
@@ -47,8 +48,9 @@ def timed(owner, name: str, key: str) -> None:
 for owner, name, key in ((E.Engine, "step", "engine step"), (E.ModelRunner, "forward", "forward"),
                          (E.Engine, "_sample", "sampling"), (SC.Scheduler, "schedule", "scheduler"),
                          (A.PagedAttention, "__init__", "attention metadata"),
-                         (E.Engine, "_boundaries", "boundary checks"),
-                         (E.Engine, "_decode_boundaries", "boundary checks")):
+                         (E.Engine, "_boundaries", "boundary checks"),  # older checkouts
+                         (B.BoundaryDetector, "events", "boundary checks"),
+                         (B.BoundaryDetector, "decode_events", "boundary checks")):
     timed(owner, name, key)
 for rep in range(reps + 1):  # the first is a warm-up
     acc.clear()

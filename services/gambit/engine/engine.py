@@ -12,7 +12,7 @@ from gambit.engine.attention import SeqInput
 from gambit.engine.block_manager import BlockManager, OutOfBlocks
 from gambit.engine.boundary import BoundaryDetector
 from gambit.engine.config import EngineConfig
-from gambit.engine.events import BoundaryEvent, Event, EvictedEvent, FinishedEvent, TokenEvent
+from gambit.engine.events import Event, EvictedEvent, FinishedEvent, TokenEvent
 from gambit.engine.kv_cache import bytes_per_block
 from gambit.engine.linear import install_cpu_linears
 from gambit.engine.model_runner import ModelRunner
@@ -301,13 +301,13 @@ class Engine:
             if t.id not in trees:
                 t.num_cached += n
         if trees:  # boundary states of plain rows and of each tree's root (its nodes: at acceptance)
-            events.extend(self._tree_boundaries(batch, offsets, tree_rows, trees, out))
+            events.extend(self.boundary.tree_events(batch, offsets, tree_rows, trees, out))
         elif self.boundary.enabled and all(n == 1 and t.num_cached == len(t.token_ids)
                                            for t, n in zip(batch.traces, batch.num_new, strict=True)):
-            events.extend(self._decode_boundaries(batch.traces, out.hidden))  # a plain decode step
+            events.extend(self.boundary.decode_events(batch.traces, out.hidden))  # a plain decode step
         else:
-            events.extend(self._boundaries(batch.traces, batch.num_new, out.tokens, out.positions,
-                                           out.hidden))
+            events.extend(self.boundary.events(batch.traces, batch.num_new, out.tokens, out.positions,
+                                               out.hidden))
         if self.taps:
             self.last_taps = out.taps
         if samplers:
@@ -327,21 +327,6 @@ class Engine:
         self.stats.kv_usage = self.kv_usage()
         return events
 
-    def _tree_boundaries(self, batch, offsets, tree_rows, trees, out) -> list[Event]:
-        """Boundary states of the plain rows and of each tree's root (tree nodes: once accepted)."""
-        if not self.boundary.enabled:  # nothing to gather
-            return []
-        plain = [(t, n, off) for t, n, off in zip(batch.traces, batch.num_new, offsets, strict=True)
-                 if t.id not in trees]
-        keep = [r for _, n, off in plain for r in range(off, off + n)] + [rows[0] for rows in tree_rows]
-        traces = [t for t, _, _ in plain] + [t for t in batch.traces if t.id in trees]
-        if not self._any_closes(traces):  # the common case: no tensor work at all
-            return []
-        num_new = [n for _, n, _ in plain] + [1] * len(tree_rows)
-        keep_t = torch.tensor(keep, device=self.device)
-        return self._boundaries(traces, num_new, out.tokens[keep_t], out.positions[keep_t],
-                                out.hidden[keep_t])
-
     def _verify(self, trees, tree_rows, traces, out, first_logit: int) -> list[Event]:
         """Accept every tree's path (grouped by drafter); tree logits follow the plain ones."""
         spec_traces = [t for t in traces if t.id in trees]
@@ -358,52 +343,6 @@ class Engine:
         events.extend(self._pending)
         self._pending = []
         return events
-
-    def _decode_boundaries(self, traces, hidden) -> list[Event]:
-        """``_boundaries`` when every trace was fed one token, its last (``num_cached`` equals its
-        length): one pass over the traces, without the general path's index tensors (~200 us a step
-        at 96 traces, where ~7 close a thought). The same rows: a fed token counts once generated."""
-        b = self.boundary
-        closers, closes = b.closers, b.closes
-        rows = []
-        for i, t in enumerate(traces):
-            ids = t.token_ids
-            n = t.num_cached
-            if ids[n - 1] in closers and n - 1 >= t.prompt_len and closes(ids[n - 2] if n > 1 else None,
-                                                                          ids[n - 1]):
-                rows.append(i)
-        if not rows:
-            return []
-        states = hidden[rows].float().cpu()
-        return [BoundaryEvent(traces[r].id, traces[r].num_cached - 1, states[i]) for i, r in enumerate(rows)]
-
-    def _any_closes(self, traces) -> bool:
-        """Whether some trace's last token closes a boundary (only a trace's last token can be new, see
-        ``_boundaries``): when none does, the tensor work is skipped."""
-        return any(self.boundary.closes(t.token_ids[-2] if len(t.token_ids) > 1 else None, t.token_ids[-1])
-                   for t in traces)
-
-    def _boundaries(self, traces, num_new, tokens, positions, hidden) -> list[Event]:
-        if not self.boundary.enabled:
-            return []
-        if not self._any_closes(traces):
-            return []
-        # a fed token is new unless it was fed before (re-prefill after preemption or a waiting
-        # fork): only the last token of a trace and generated tokens count, never history twice
-        first_new = torch.repeat_interleave(
-            torch.tensor([max(t.prompt_len, len(t.token_ids) - 1) for t in traces], device=self.device),
-            torch.tensor(num_new, device=self.device))
-        prev = torch.tensor([x for t, n in zip(traces, num_new, strict=True) for x in
-                             ([t.token_ids[t.num_cached - n - 1]] if t.num_cached > n else [-1])
-                             + t.token_ids[t.num_cached - n:t.num_cached - 1]], device=self.device)
-        hit = self.boundary.mask(tokens, prev) & (positions >= first_new)
-        rows = hit.nonzero().flatten().tolist()
-        if not rows:
-            return []
-        owner = torch.repeat_interleave(torch.arange(len(traces)), torch.tensor(num_new)).tolist()
-        states = hidden[rows].float().cpu()
-        pos = positions[rows].tolist()
-        return [BoundaryEvent(traces[owner[r]].id, pos[i], states[i]) for i, r in enumerate(rows)]
 
     def _sample(self, traces: list[Trace], logits: torch.Tensor) -> list[Event]:
         p = [t.params for t in traces]
