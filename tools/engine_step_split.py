@@ -49,8 +49,7 @@ for owner, name, key in ((E.Engine, "step", "engine step"), (E.ModelRunner, "for
                          (E.Engine, "_sample", "sampling"), (SC.Scheduler, "schedule", "scheduler"),
                          (A.PagedAttention, "__init__", "attention metadata"),
                          (E.Engine, "_boundaries", "boundary checks"),  # older checkouts
-                         (B.BoundaryDetector, "events", "boundary checks"),
-                         (B.BoundaryDetector, "decode_events", "boundary checks")):
+                         (B.BoundaryDetector, "events", "boundary checks")):
     timed(owner, name, key)
 for rep in range(reps + 1):  # the first is a warm-up
     acc.clear()

@@ -1,5 +1,5 @@
 """``BoundaryDetector``: a plain decode step's one-pass check (``decode_events``) gives the very events
-of the general tensor path (``events``), on the shipped target's tokenizer, whose ``\\n\\n`` is one
+of the general tensor path (``tensor_events``), on the shipped target's tokenizer, whose ``\\n\\n`` is one
 token, and on a tokenizer-shaped stand-in where a boundary is ``"\\n"`` then ``"\\n"``."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _both(det: BoundaryDetector, traces, width: int = 8):
     hidden = torch.randn(len(traces), width)
     tokens = torch.tensor([t.token_ids[-1] for t in traces])
     positions = torch.tensor([t.num_cached - 1 for t in traces])
-    general = det.events(traces, [1] * len(traces), tokens, positions, hidden)
+    general = det.tensor_events(traces, [1] * len(traces), tokens, positions, hidden)
     fast = det.decode_events(traces, hidden)
     return general, fast
 

@@ -6,8 +6,9 @@ previous token's text ends with exactly one ``"\\n"`` and this one's starts with
 ``"\\n\\n"`` then ``"\\n"`` is one boundary, not two). The second case is
 common with byte-level BPE: GPT-2's pre-tokenizer splits ``"\\n\\nWord"`` into ``"\\n"``, ``"\\n"``,
 so SmolLM2 writes most paragraph breaks as two tokens. Lookup tables over the vocabulary make the
-check one gather per fed token; a plain decode step (one fed token per trace) checks its traces' last
-tokens against a set instead (``decode_events``). The engine gets its ``BoundaryEvent`` lists here.
+check one gather per fed token; a plain decode step (one fed token per trace, its last) checks the
+traces' last tokens against a set instead (``decode_events``, chosen by ``events``). The engine gets its
+``BoundaryEvent`` lists here.
 """
 
 from __future__ import annotations
@@ -56,6 +57,12 @@ class BoundaryDetector:
         grew by it)."""
         if not self.enabled:
             return []
+        if all(n == 1 and t.num_cached == len(t.token_ids) for t, n in zip(traces, num_new, strict=True)):
+            return self.decode_events(traces, hidden)  # a plain decode step
+        return self.tensor_events(traces, num_new, tokens, positions, hidden)
+
+    def tensor_events(self, traces, num_new, tokens, positions, hidden) -> list[Event]:
+        """``events`` for any batch (prefill, chunks, re-prefill, tree roots), with index tensors."""
         if not self.any_closes(traces):
             return []
         # a fed token is new unless it was fed before (re-prefill after preemption or a waiting

@@ -302,9 +302,6 @@ class Engine:
                 t.num_cached += n
         if trees:  # boundary states of plain rows and of each tree's root (its nodes: at acceptance)
             events.extend(self.boundary.tree_events(batch, offsets, tree_rows, trees, out))
-        elif self.boundary.enabled and all(n == 1 and t.num_cached == len(t.token_ids)
-                                           for t, n in zip(batch.traces, batch.num_new, strict=True)):
-            events.extend(self.boundary.decode_events(batch.traces, out.hidden))  # a plain decode step
         else:
             events.extend(self.boundary.events(batch.traces, batch.num_new, out.tokens, out.positions,
                                                out.hidden))

@@ -34,8 +34,8 @@ class ModelRunner:
         self.use_kernel = (cpu_kernel and device.type == "cpu" and dtype == torch.float32
                            and cpu_attention.kernel() is not None)
         self.cache = KVCache(model.config, num_blocks, block_size, dtype, device)
-        if device.type == "cpu" and cpu_kernel and cpu_attention.kernel() is not None:
-            self.cache.kernel = cpu_attention.kernel()  # any dtype: the slot copy moves bytes
+        if device.type == "cpu" and cpu_kernel:  # any dtype: the slot copy moves bytes (None: not built)
+            self.cache.kernel = cpu_attention.kernel()
 
     def _layer_weights(self) -> cpu_decoder.LayerWeights | None:
         """``cpu_decoder.layer_weights``, rebuilt only when the model's fast paths changed."""
