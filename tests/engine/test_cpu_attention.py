@@ -110,13 +110,19 @@ def test_kernels_release_the_gil_while_they_run():
             done.set()
 
         th = threading.Thread(target=work)
+        start = last = time.perf_counter()
         th.start()
-        gap, last = 0.0, time.perf_counter()
+        stalled = 0.0  # time lost in gaps longer than 5 ms: a held GIL loses all four calls
         while not done.is_set():
             now = time.perf_counter()
-            gap, last = max(gap, now - last), now
+            if now - last > 0.005:
+                stalled += now - last
+            last = now
         th.join()
+        total = time.perf_counter() - start
     finally:
         torch.set_num_threads(before)
     assert call > 0.02, f"the call took {call * 1e3:.1f} ms: too short to tell"
-    assert gap < call / 2, f"main thread stalled {gap * 1e3:.1f} ms during {call * 1e3:.1f} ms calls"
+    # The sum, not the longest gap: one scheduler preemption on a loaded 2-core machine can stall
+    # the main thread for most of a call without the kernel holding the GIL.
+    assert stalled < total / 2, f"main thread stalled {stalled * 1e3:.1f} of {total * 1e3:.1f} ms"
