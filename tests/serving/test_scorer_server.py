@@ -182,6 +182,43 @@ def test_async_calls_keep_order_and_coalesce(server):
     client.close()
 
 
+def test_async_calls_leave_torch_work_to_the_callers_thread(server, monkeypatch):
+    """The states are encoded on the caller's (the engine's) thread and the sender thread only joins
+    bytes: a torch op there above ATen's grain size (a cat of a few hundred boundary rows) gave the
+    Target a second OpenMP pool, after which every parallel region of every engine step slept and
+    woke its worker (2x the step wall at 16 runs; ``gambit.engine.torch_threads``)."""
+    from gambit.serving import scorer_client
+
+    seen: list[str] = []
+    real_cat, real_encode = torch.cat, scorer_client.encode_states
+
+    def cat(*a, **k):
+        seen.append(threading.current_thread().name)
+        return real_cat(*a, **k)
+
+    def encode(states):
+        seen.append(threading.current_thread().name)
+        return real_encode(states)
+
+    monkeypatch.setattr(torch, "cat", cat)
+    monkeypatch.setattr(scorer_client, "encode_states", encode)
+    client = RemoteScorer(f"127.0.0.1:{server.port}", H, token="s3cret")
+    ref = random_scorer("sequence", H, seed=3)
+    xs = [torch.randn(3, H) for _ in range(8)]
+    keys = [[f"t:{i}", f"u:{i}", f"v:{i}"] for i in range(8)]
+    futs = [client.score_async(k, x) for k, x in zip(keys, xs, strict=True)]
+    for k, x, f in zip(keys, xs, futs, strict=True):
+        assert torch.allclose(f.result(30), ref.score(k, x), atol=1e-6)
+    assert client.fallbacks == 0 and seen and "scorer-client" not in seen, seen
+    bad = client.score_async(["a"], torch.randn(2, H))  # a shape error reaches the future, as before
+    with pytest.raises(ValueError, match="states must be"):
+        bad.result(5)
+    for k in (k for ks in keys for k in ks):
+        client.drop(k)
+    client.score(["t:0"], torch.randn(1, H))  # carries the drops
+    client.close()
+
+
 def test_direct_endpoint_is_used_while_it_answers_then_the_proxy_takes_over():
     def start():
         return start_scorer_server(ScorerServerConfig(port=0, metrics_port=-1, token_env="", batch_wait_ms=0),

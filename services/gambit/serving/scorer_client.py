@@ -17,6 +17,7 @@ from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
 
 import grpc
+import numpy as np
 import torch
 
 from gambit.serving.payload import encode_states
@@ -56,7 +57,8 @@ class RemoteScorer:
         self.calls = 0
         self.fallbacks = 0
         self.last_error = ""
-        self._queue: list[tuple[list[str], torch.Tensor, Future]] = []
+        # (keys, encoded states, future) per score_async call not sent yet
+        self._queue: list[tuple[list[str], tuple[bytes, str, list[int]], Future]] = []
         self._wake = threading.Condition(self._lock)
         self._sender: threading.Thread | None = None
         self._closed = False
@@ -73,10 +75,18 @@ class RemoteScorer:
             self._drops.append(str(key))
             self._sum.pop(str(key), None)
 
-    def score(self, keys: Sequence[Hashable], states: torch.Tensor) -> torch.Tensor:
-        keys = [str(k) for k in keys]
+    def _check(self, keys: list[str], states: torch.Tensor) -> None:
         if states.dim() != 2 or states.shape[0] != len(keys) or states.shape[1] != self.hidden_size:
             raise ValueError(f"states must be [{len(keys)}, {self.hidden_size}], got {tuple(states.shape)}")
+
+    def score(self, keys: Sequence[Hashable], states: torch.Tensor) -> torch.Tensor:
+        keys = [str(k) for k in keys]
+        self._check(keys, states)
+        return self._score_raw(keys, *encode_states(states))
+
+    def _score_raw(self, keys: list[str], raw: bytes, dtype: str, shape: list[int]) -> torch.Tensor:
+        """``score`` of states already encoded (``encode_states``): no torch op on the tensors here,
+        so the scorer-client thread never runs a parallel region (``gambit.engine.torch_threads``)."""
         with self._lock:
             forks, drops = self._forks, self._drops
             self._forks, self._drops = [], []
@@ -84,7 +94,6 @@ class RemoteScorer:
         scores = None
         self._maybe_resolve()
         if self.direct or time.monotonic() >= self._down_until:
-            raw, dtype, shape = encode_states(states)
             req = self.pb2.ScoreRequest(states=raw, dtype=dtype, shape=shape, trace_ids=keys,
                                         forks=[self.pb2.Fork(parent=p, child=c) for p, c in forks],
                                         drops=drops)
@@ -121,7 +130,7 @@ class RemoteScorer:
     def _call(self, stub, req, n: int) -> torch.Tensor | None:
         try:
             resp = stub.Score(req, timeout=self.timeout_s, metadata=self.metadata)
-            scores = torch.tensor(list(resp.scores), dtype=torch.float32)
+            scores = torch.from_numpy(np.asarray(resp.scores, dtype=np.float32))  # numpy: no ATen work
             if scores.shape[0] != n:
                 raise ValueError(f"scorer returned {scores.shape[0]} scores for {n} rows")
             return scores
@@ -168,8 +177,15 @@ class RemoteScorer:
         (a sequence scorer sees each trace's boundaries in order); whatever queued up while one
         was in flight leaves as one request, so a slow scorer gets fewer, larger calls."""
         fut: Future = Future()
+        keys = [str(k) for k in keys]
+        try:  # encoded here, on the caller's (the engine's) thread: see ``_score_raw``
+            self._check(keys, states)
+            raw, dtype, shape = encode_states(states)
+        except ValueError as e:
+            fut.set_exception(e)
+            return fut
         with self._lock:
-            self._queue.append(([str(k) for k in keys], states, fut))
+            self._queue.append((keys, (raw, dtype, shape), fut))
             if self._sender is None:
                 self._sender = threading.Thread(target=self._send_loop, name="scorer-client", daemon=True)
                 self._sender.start()
@@ -186,7 +202,12 @@ class RemoteScorer:
                 jobs, self._queue = self._queue, []
             keys = [k for ks, _, _ in jobs for k in ks]
             try:
-                out = self.score(keys, torch.cat([st for _, st, _ in jobs]))
+                encs = [enc for _, enc, _ in jobs]
+                if len({(d, tuple(sh[1:])) for _, d, sh in encs}) > 1:
+                    raise ValueError("queued states differ in dtype or width")
+                # the rows one after the other: the bytes of their concatenation along dim 0
+                out = self._score_raw(keys, b"".join(r for r, _, _ in encs), encs[0][1],
+                                      [sum(sh[0] for _, _, sh in encs), *encs[0][2][1:]])
             except Exception as e:  # noqa: BLE001 — hand the error to every waiting caller
                 for _, _, f in jobs:
                     f.set_exception(e)
