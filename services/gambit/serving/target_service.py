@@ -35,9 +35,11 @@ GAUGE_REFRESH_S = 5.0  # idle replicas re-set their gauges this often, so dashbo
 # (so a run's tokens are counted before its result is sent). Every step, they cost ~0.2 ms of the
 # engine thread under Ray's metrics API: ~2% of a one-run step on 2 cores, on the critical path.
 METRICS_EVERY_S = 0.25
-# engine steps between which the engine thread's voluntary context switches are counted once, and the
-# count per step above which a second OpenMP pool is reported (0-1 with one pool, ~30 with two)
+# engine steps between which the engine thread's voluntary context switches are counted, again every
+# SWITCH_PERIOD steps (a second pool can appear at any time: a thread that runs torch work only for
+# large batches), and the count per step above which it is reported (0-1 with one pool, ~30 with two)
 SWITCH_CHECK = (16, 80)
+SWITCH_PERIOD = 2048
 SWITCH_WARN_PER_STEP = 8.0
 
 
@@ -68,6 +70,7 @@ class TargetService:
         self.step_seconds = 0.0
         self._steps = 0
         self._switches_at = (0, 0)  # (step, engine-thread voluntary switches) when the check began
+        self._pool_warned = False
         self._last: dict[str, int] = {}
         self._marks: dict[str, int] = {}  # run id -> scorer fallbacks when it started
         self._written: dict[str, float] = {}  # run id -> last progress write to the run record
@@ -229,7 +232,7 @@ class TargetService:
                     outs = [self.driver.cancel(r, "failed", f"target error: {e}") for r in list(self._sinks)]
                 self.step_seconds += time.perf_counter() - t0
                 self._steps += 1
-                if self._steps in (SWITCH_CHECK[0], SWITCH_CHECK[1]):
+                if self._steps % SWITCH_PERIOD in SWITCH_CHECK and not self._pool_warned:
                     self._check_switches()
                 now = time.monotonic()
                 ended = any(o is not None and o["kind"] == "result" for o in outs)
@@ -240,14 +243,15 @@ class TargetService:
                 self._deliver(outs, gauges=export)
 
     def _check_switches(self) -> None:
-        """Once per process: warn when the engine thread sleeps at nearly every parallel region of its
-        steps, the sign of a second OpenMP pool (``gambit.engine.torch_threads``), 2-3x slower."""
+        """Warn (once per process) when the engine thread sleeps at nearly every parallel region of
+        its steps, the sign of a second OpenMP pool (``gambit.engine.torch_threads``), 2-3x slower."""
         n = voluntary_switches(self._thread.native_id)
-        if self._steps == SWITCH_CHECK[0] or n < 0:
+        if self._steps % SWITCH_PERIOD == SWITCH_CHECK[0] or n < 0:
             self._switches_at = (self._steps, n)
             return
         per_step = (n - self._switches_at[1]) / max(1, self._steps - self._switches_at[0])
         if per_step > SWITCH_WARN_PER_STEP and torch.get_num_threads() > 1:
+            self._pool_warned = True
             log.warning("the engine thread slept %.0f times per step: another thread of this process ran "
                         "torch parallel work, so OpenMP workers sleep between regions (a second pool; "
                         "see gambit.engine.torch_threads) and steps run 2-3x slower", per_step)
