@@ -210,6 +210,23 @@ def test_redis_unreachable_is_unavailable_and_runs_in_flight_finish(serve_stack)
     assert wait_for(lambda: solve(serve_stack, max_tokens=40)[-1].result.status == "done", timeout=90)
 
 
+def test_coordinator_calls_its_target_over_grpc(serve_stack):
+    """The node asks for Serve's gRPC transport (SERVE_ENV); the handle the driver built (whose Serve
+    was imported before that) must follow the node, not the driver: Ray actor calls doubled the
+    Coordinator's CPU per run."""
+    import ray
+
+    def handle_transport(actor_self) -> tuple[bool, bool]:  # local: pickled by value to the replica
+        co = actor_self._replica_impl._user_callable_wrapper._callable
+        return co.target.handle_options._by_reference, co.stream.handle_options._by_reference
+
+    name = next(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                if "Coordinator" in a["name"])
+    coordinator = ray.get_actor(name, namespace="serve")
+    assert ray.get(coordinator.__ray_call__.remote(handle_transport)) == (False, False)
+    assert solve(serve_stack, max_tokens=24)[-1].result.status == "done"
+
+
 def test_coordinator_replica_killed_mid_run_ends_with_a_clear_status(serve_stack):
     import ray
 
