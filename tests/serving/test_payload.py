@@ -40,3 +40,13 @@ def test_too_many_rows_and_nan_are_refused():
     raw, name, shape = encode_states(bad)
     with pytest.raises(ValueError, match="^states:"):
         decode_states(raw, name, shape, ["a", "b"], 12, 64)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_states_are_refused_in_every_dtype(dtype, bad):
+    x = torch.randn(3, 12)
+    x[2, 7] = bad
+    raw, name, shape = encode_states(x.to(dtype))
+    with pytest.raises(ValueError, match="^states: contains NaN or infinity"):
+        decode_states(raw, name, shape, ["a", "b", "c"], 12, 64)

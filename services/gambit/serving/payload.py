@@ -49,11 +49,13 @@ def decode_states(raw: bytes, dtype: str, shape: Sequence[int], trace_ids: Seque
         raise ValueError(f"trace_ids: {len(trace_ids)} ids for {n} rows")
     if any(not k for k in trace_ids):
         raise ValueError("trace_ids: empty trace id")
+    # numpy only: this runs on a server's handler threads, and a torch op there could start an
+    # OpenMP pool per thread (``gambit.engine.torch_threads``); bfloat16 is float32's top 16 bits
     if dtype == "bfloat16":
-        t = torch.from_numpy(np.frombuffer(raw, dtype="<i2").copy()).view(torch.bfloat16)
+        a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
     else:
-        t = torch.from_numpy(np.frombuffer(raw, dtype="<f4" if dtype == "float32" else "<f2").copy())
-    t = t.reshape(n, d).float()
-    if not torch.isfinite(t).all():
+        a = np.frombuffer(raw, dtype="<f4" if dtype == "float32" else "<f2").astype(np.float32)
+    a = a.reshape(n, d)
+    if not np.isfinite(a).all():
         raise ValueError("states: contains NaN or infinity")
-    return t
+    return torch.from_numpy(a)
