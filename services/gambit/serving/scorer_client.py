@@ -202,12 +202,12 @@ class RemoteScorer:
                 jobs, self._queue = self._queue, []
             keys = [k for ks, _, _ in jobs for k in ks]
             try:
-                encs = [enc for _, enc, _ in jobs]
-                if len({(d, tuple(sh[1:])) for _, d, sh in encs}) > 1:
-                    raise ValueError("queued states differ in dtype or width")
+                encs = [enc for _, enc, _ in jobs]  # each [n, hidden_size] (``_check``)
+                if len({d for _, d, _ in encs}) > 1:
+                    raise ValueError("queued states differ in dtype")
                 # the rows one after the other: the bytes of their concatenation along dim 0
                 out = self._score_raw(keys, b"".join(r for r, _, _ in encs), encs[0][1],
-                                      [sum(sh[0] for _, _, sh in encs), *encs[0][2][1:]])
+                                      [len(keys), self.hidden_size])
             except Exception as e:  # noqa: BLE001 — hand the error to every waiting caller
                 for _, _, f in jobs:
                     f.set_exception(e)
