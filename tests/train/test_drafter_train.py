@@ -66,3 +66,26 @@ def test_fresh_loss_counts_only_the_tokens_not_offered():
     torch.testing.assert_close(fresh_ce(p_logits, q2, first, 2), fresh_ce(p_logits, q_logits, first, 2))
     sure = torch.full((4, 7), -1e4).scatter(-1, out[:, :1], 0.0)
     assert torch.all(fresh_ce(sure, q_logits, first, 2).abs() < 1e-6)
+
+
+def test_init_copies_a_drafter_and_refuses_one_that_does_not_fit(tmp_path):
+    from gambit.model import load_model
+    from gambit.paths import ASSETS, TARGET
+    from gambit.speculative.drafter import load_drafter, save_drafter
+    from gambit.train.drafter import build_drafter, init_from
+
+    target, _ = load_model(TARGET)
+    src = ASSETS / "drafter-eagle3.1"
+    drafter = build_drafter(TrainDrafterConfig(method="pr"), target)
+    init_from(drafter, str(src), target)
+    ref = load_drafter(src, target).state_dict()
+    got = drafter.state_dict()
+    assert set(got) == set(ref) and all(torch.equal(got[k], ref[k]) for k in ref)
+    with pytest.raises(ValueError, match="num_layers"):
+        init_from(build_drafter(TrainDrafterConfig(method="pr", num_layers=2), target), str(src), target)
+    with pytest.raises(ValueError, match="draft_vocab_size"):
+        init_from(build_drafter(TrainDrafterConfig(), target, torch.arange(50)), str(src), target)
+    save_drafter(build_drafter(TrainDrafterConfig(), target, torch.arange(50)), tmp_path / "reduced")
+    with pytest.raises(ValueError, match="d2t"):
+        init_from(build_drafter(TrainDrafterConfig(), target, torch.arange(1, 51)), str(tmp_path / "reduced"),
+                  target)

@@ -70,6 +70,7 @@ class TrainDrafterConfig:
     hass_topk: int = 10  # HASS: top-K of the target's distribution distilled
     hass_weight: float = 1.0  # HASS: weight of the top-K term
     num_layers: int = 1  # decoder layers of the drafter (2: the "second layer" ablation)
+    init: str = ""  # start from this drafter folder (EAGLE-3 layout, e.g. a published one; "" = fresh)
     threads: int = 1  # torch intra-op threads (recorded in the card; part of reproducibility)
     eval_every: int = 1000  # held-out acceptance every N steps (and at the end)
     n_train: int = 1536  # data: train-split problems (one target trace each)
@@ -143,6 +144,24 @@ def build_drafter(cfg: TrainDrafterConfig, target, draft_ids: torch.Tensor | Non
     return drafter
 
 
+def init_from(drafter: Drafter, folder: str, target) -> None:
+    """Copy the weights of the drafter in ``folder`` into ``drafter`` (a continued or a fine-tuned
+    drafter: a published EAGLE-3 checkpoint can become a PR one). Its layers, taps and draft
+    vocabulary must be the ones this run trains, else ValueError naming what differs."""
+    from gambit.speculative.drafter import load_drafter
+
+    src = load_drafter(folder, target)
+    a, b = src.config, drafter.config
+    for name in ("num_layers", "target_taps", "draft_vocab_size", "fc_norm", "norm_output"):
+        if getattr(a, name) != getattr(b, name):
+            raise ValueError(f"init drafter {folder}: {name} is {getattr(a, name)!r}, this run trains "
+                             f"{getattr(b, name)!r}")
+    if not torch.equal(src.d2t, drafter.d2t):
+        raise ValueError(f"init drafter {folder}: its draft vocabulary (d2t) is not this data's")
+    with torch.no_grad():
+        drafter.load_state_dict(src.state_dict(), strict=True)
+
+
 def make_reconsider(cfg: TrainDrafterConfig, gen: torch.Generator):
     """PR row selection: lowest top-1 rows (R) then an equal random draw of the rest (C)."""
     def select(i, logits, valid):
@@ -201,6 +220,8 @@ def train_drafter(cfg: TrainDrafterConfig, stop: int | None = None, data: dict |
     data = data or build_data(cfg.data(), taps)
     torch.manual_seed(cfg.seed)  # data generation may have drawn from the global generator
     drafter = build_drafter(cfg, target, data["train"].draft_ids)
+    if cfg.init:
+        init_from(drafter, cfg.init, target)
     decay = [p for p in drafter.parameters() if p.dim() >= 2]
     other = [p for p in drafter.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
