@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test venv lint eval bench-engine bench-search train-target fetch-smollm2 smollm2-drafters clean ops-tools deploy-generate loadtest
+.PHONY: run test venv lint eval bench-engine bench-search train-target fetch-smollm2 smollm2-drafters smollm2-drafters-cont clean ops-tools deploy-generate loadtest
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,19 @@ smollm2-drafters: fetch-smollm2
 	PYTHONPATH=services $(PY) tools/drafter_tau.py --model smollm2 --prompts ../shared/datasets/gsm8k_test.jsonl \
 		--per 8 --threads 2 --speed 3 --trees "defaults,B=24" --json results/drafter_speed_smollm2.json \
 		$(SMOLLM2_DRAFTERS)/smollm2-eagle3.1 $(SMOLLM2_DRAFTERS)/smollm2-pr
+
+# Twice the budget from a shared start: smollm2-eagle3.1 (after smollm2-drafters) continued for 240 more
+# steps as EAGLE-3.1 and fine-tuned for 240 steps into PR (`--init`; ~23 and ~33 min side by side), then
+# the three drafters' greedy tau (~8 min). Figures: README, "On the real checkpoint".
+smollm2-drafters-cont:
+	$(VENV)/bin/gambit train drafter --method eagle3.1 $(SMOLLM2_TRAIN) --init $(SMOLLM2_DRAFTERS)/smollm2-eagle3.1 \
+		--out $(SMOLLM2_DRAFTERS)/smollm2-eagle3.1-cont & \
+	$(VENV)/bin/gambit train drafter --method pr $(SMOLLM2_TRAIN) --init $(SMOLLM2_DRAFTERS)/smollm2-eagle3.1 \
+		--out $(SMOLLM2_DRAFTERS)/smollm2-pr-from-eagle & wait
+	PYTHONPATH=services $(PY) tools/drafter_tau.py --model smollm2 --prompts ../shared/datasets/gsm8k_test.jsonl \
+		--per 16 --threads 2 --trees "B=48,B=48 m=0" --pool --json results/drafter_tau_smollm2_cont.json \
+		$(SMOLLM2_DRAFTERS)/smollm2-eagle3.1-cont $(SMOLLM2_DRAFTERS)/smollm2-pr-from-eagle \
+		$(SMOLLM2_DRAFTERS)/smollm2-eagle3.1
 
 -include services/gambit/bench/vllm.mk
 
