@@ -18,7 +18,7 @@ from gambit.bench.serve import BenchServeConfig, problems, run_distributed, run_
 from gambit.deployments import local
 
 LEVELS = [int(x) for x in (sys.argv[1] if len(sys.argv) > 1 else "1,16").split(",")]
-bcfg = BenchServeConfig(capacity=8, max_tokens=160, round_interval=16)
+bcfg = BenchServeConfig()  # bench serve's defaults
 
 
 def instrument(actor_self):

@@ -11,6 +11,7 @@ import grpc
 import psutil
 import ray
 
+from gambit.bench.serve import QUICK as QUICK_CFG
 from gambit.bench.serve import BenchServeConfig, problems, run_distributed
 from gambit.deployments import local
 
@@ -35,8 +36,7 @@ def threads_ns(pid: int) -> dict[str, tuple[str, int]]:
 
 
 def main() -> None:
-    bcfg = (BenchServeConfig(capacity=4, max_tokens=96, round_interval=16) if QUICK
-            else BenchServeConfig(capacity=8, max_tokens=160, round_interval=16))
+    bcfg = BenchServeConfig(**QUICK_CFG) if QUICK else BenchServeConfig()
     cfg = local.ServeConfig(grpc_port=9450, http_port=9452, metrics_port=9451, prefix="cpu-per-solve:",
                             capacity=bcfg.capacity, max_tokens=bcfg.max_tokens)
     local.start(cfg, wait_s=400)

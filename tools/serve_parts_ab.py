@@ -21,7 +21,7 @@ import time
 import grpc
 import ray
 
-from gambit.bench.serve import BenchServeConfig, problems, run_distributed, run_embedded
+from gambit.bench.serve import QUICK, BenchServeConfig, problems, run_distributed, run_embedded
 from gambit.deployments import local
 from gambit.serving.embedded import Embedded, EmbeddedConfig
 
@@ -73,10 +73,10 @@ def main() -> int:
     if bad:
         print(f"unknown switches {bad}; known: base, {', '.join(sorted(SWITCHES))}", file=sys.stderr)
         return 2
-    bcfg = BenchServeConfig(capacity=4, max_tokens=96, round_interval=16)  # bench serve --quick
+    bcfg = BenchServeConfig(**QUICK)  # bench serve --quick
     cfg = local.ServeConfig(grpc_port=9430, http_port=9432, metrics_port=9431,
-                            tree="redis://127.0.0.1:6379/0", prefix="serve-parts-ab:", capacity=4,
-                            max_tokens=96)
+                            tree="redis://127.0.0.1:6379/0", prefix="serve-parts-ab:", capacity=bcfg.capacity,
+                            max_tokens=bcfg.max_tokens)
     local.start(cfg, wait_s=400)
     try:
         target = next(ray.get_actor(a["name"], namespace=a["namespace"])

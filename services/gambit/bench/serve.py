@@ -23,6 +23,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+QUICK = {"capacity": 4, "max_tokens": 96}  # `--quick` (with 2 repetitions); tools reuse it
+
 
 @dataclass
 class BenchServeConfig:
@@ -266,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="C=4, 96 tokens, 2 repetitions")
     p.add_argument("--json", help="write the result JSON here")
     args = p.parse_args(argv)
-    fixed = {"capacity": 4, "max_tokens": 96, "reps": 2} if args.quick else {}
+    fixed = {**QUICK, "reps": 2} if args.quick else {}
     fixed = {k: v for k, v in fixed.items() if getattr(args, k, None) is None}
     cfg = from_args(BenchServeConfig, args, **fixed)
     res = bench(cfg)

@@ -158,8 +158,7 @@ def init_from(drafter: Drafter, folder: str, target) -> None:
                              f"{getattr(b, name)!r}")
     if not torch.equal(src.d2t, drafter.d2t):
         raise ValueError(f"init drafter {folder}: its draft vocabulary (d2t) is not this data's")
-    with torch.no_grad():
-        drafter.load_state_dict(src.state_dict(), strict=True)
+    drafter.load_state_dict(src.state_dict(), strict=True)
 
 
 def make_reconsider(cfg: TrainDrafterConfig, gen: torch.Generator):
