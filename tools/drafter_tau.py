@@ -44,7 +44,8 @@ ap.add_argument("--prompts", default="", help="with --model: GSM8K-layout JSONL;
 ap.add_argument("--max-tokens", type=int, default=96, help="tokens generated per prompt")
 ap.add_argument("--trees", default="B=48,B=48 k=4,B=24,defaults", help="comma-separated tree names")
 ap.add_argument("--threads", type=int, default=1, help="torch threads")
-ap.add_argument("--pool", action="store_true", help="also the reject pool at B = 48 (one more pass each)")
+ap.add_argument("--pool", action="store_true",
+                help="also the reject pool and why cycles end at B = 48 (one more pass each)")
 ap.add_argument("--speed", type=int, default=0,
                 help="also wall time: N interleaved repetitions (plain, each drafter, ...) per tree; "
                      "speedup = plain seconds / drafter seconds per repetition, median and spread")
@@ -107,10 +108,14 @@ if args.pool:  # the reject pool: how many rejects were reconsidered, and how ma
     for key in keys:
         a = _pool_analysis(eng, prompts, key, BASE, args.max_tokens)
         pools[key] = {k: a[k] for k in ("positions", "rejects", "unsure_share", "reconsidered_share",
-                                        "recovered_of_reconsidered", "table7")}
+                                        "recovered_of_reconsidered", "table7", "cycle_ends")}
         print(f"pool {key}: rejects {a['rejects']} of {a['positions']}, unsure (cpd < 0.5) "
               f"{a['unsure_share']:.3f}, reconsidered {a['reconsidered_share']:.3f}, recovered of those "
               f"{a['recovered_of_reconsidered'] or 0:.3f}", flush=True)
+        e = a["cycle_ends"]
+        print(f"cycle ends {key} ({e['cycles']} cycles): " + ", ".join(
+            f"{k} {v:.3f}" for k, v in e["share"].items()) + f"; outside top-k at rank < 2k "
+            f"{e['outside_within_next_k'] or 0:.3f}, median rank {e['outside_median_rank']}", flush=True)
 if args.json:
     with open(args.json, "w") as f:
         json.dump({"model": model, "prompts": len(prompts), "max_tokens": args.max_tokens, "tau": table,

@@ -26,6 +26,8 @@ from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.engine.config import SpecConfig
 from gambit.paths import ASSETS, TARGET
 from gambit.speculative import load_drafter, random_drafter
+from gambit.speculative.cycle_ends import KINDS
+from gambit.speculative.cycle_ends import summarise as summarise_ends
 from gambit.tasks.arithmetic import TaskConfig, generate
 
 SPLITS = {"easy (2-3 ops)": (2, 3), "medium (4-5 ops)": (4, 5), "hard (6-8 ops)": (6, 8)}
@@ -112,9 +114,10 @@ def _pool_analysis(eng: Engine, prompts, key: str, spec: SpecConfig, max_tokens:
     """Figure 1 and Table 7: acceptance vs drafter confidence; the reject pool by cpd x cpt."""
     eng.config.spec = spec
     dec = eng.speculator()
-    dec.records = []
+    dec.records, dec.cycle_ends = [], []
     run_once(eng, prompts, 1, key, max_tokens)
     recs, dec.records = dec.records, None
+    ends = summarise_ends(dec.cycle_ends, spec.offer_width)
     bins = [i / 10 for i in range(11)]
     fig1 = []
     for lo, hi in zip(bins, bins[1:], strict=False):
@@ -137,7 +140,7 @@ def _pool_analysis(eng: Engine, prompts, key: str, spec: SpecConfig, max_tokens:
             "unsure_share": sum(r["cpd"] < 0.5 for r in rejects) / len(rejects) if rejects else 0.0,
             "reconsidered_share": len(rec_all) / len(rejects) if rejects else 0.0,
             "recovered_of_reconsidered": (sum(r["recovered"] for r in rec_all) / len(rec_all)
-                                          if rec_all else None)}
+                                          if rec_all else None), "cycle_ends": ends}
 
 
 def plots(result: dict, folder: Path) -> list[str]:
@@ -324,6 +327,14 @@ def format_tables(r: dict) -> str:
                 rec = "-" if c["recovered"] is None else f"{c['recovered'] * 100:.0f}%"
                 cells.append(f"{rec} ({c['share'] * 100:.1f}%)")
             lines.append(f"| {d} | " + " | ".join(cells) + " |")
+    lines += ["", "Why cycles end (B=48): share of cycles by where the target's next token was",
+              "| drafter | " + " | ".join(KINDS) + " | outside top-k: rank < 2k |", "|---|" + "---:|" * 5]
+    for key, a in r["analysis"].items():
+        e = a.get("cycle_ends")
+        if e:
+            near = e["outside_within_next_k"]
+            lines.append(f"| {key} | " + " | ".join(f"{100 * e['share'][k]:.1f}%" for k in KINDS)
+                         + f" | {'-' if near is None else f'{100 * near:.0f}%'} |")
     return "\n".join(lines)
 
 

@@ -27,6 +27,7 @@ from gambit.engine.linear import pack_drafter
 from gambit.engine.sampler import top_logprobs
 from gambit.engine.sequence import Trace
 from gambit.speculative import cpu_drafter, cpu_tree
+from gambit.speculative.cycle_ends import classify
 from gambit.speculative.drafter import Drafter, load_drafter
 from gambit.speculative.tree import DraftTree, TreeAttention, TreeConfig, draft_tree
 from gambit.speculative.verify import accept, greedy_paths, sampled_tokens, spec_uniforms, target_probs
@@ -80,6 +81,7 @@ class SpecDecoder:
         self.drafters: dict[str, Drafter] = {}
         self.caches: dict[str, KVCache] = {}
         self.records: list[dict] | None = None  # analyses (bench): per verified position, when set
+        self.cycle_ends: list[dict] = []  # with ``records``: why each cycle stopped (``cycle_ends``)
         self.tap_buffers: dict[tuple[int, ...], torch.Tensor] = {}  # tap layers -> [slots, 3H]
 
     # -- drafters ---------------------------------------------------------------------------------
@@ -373,6 +375,7 @@ class SpecDecoder:
         boundary = e.boundary_set
         if self.records is not None:  # confidences from the untempered target distribution
             self._record(plan, torch.softmax(lg.float(), -1), tokens, path, n_acc, bonus)
+            self.cycle_ends += classify(tree, d, path_l, n_l, bonus_l)
         events: list[Event] = []
         stats = e.stats
         for i, t in enumerate(ts):

@@ -76,6 +76,22 @@ class DraftTree:
     conf: torch.Tensor | None = None  # [S, B+1] drafter top-1 probability at the node (NaN: never forwarded)
     top1: torch.Tensor | None = None  # [S, B+1] drafter top-1 child token (-1: never forwarded)
     recon: torch.Tensor | None = None  # [S, B+1] corrected token of the node's reconsideration (-1: none)
+    # the whole candidate pool, for ``cycle_ends`` (None unless asked for): PoolRecord
+    pool: PoolRecord | None = None
+
+
+@dataclass
+class PoolRecord:
+    """Every candidate the tree offered, kept or not, and the log-probs of every forwarded row: what
+    ``speculative.cycle_ends`` needs to say why a cycle stopped where it did."""
+
+    tok: torch.Tensor  # [S, P + 1] target ids (the last entry is a sink)
+    par: torch.Tensor  # [S, P + 1] pool index of the parent (-1: the root)
+    depth: torch.Tensor  # [S, P + 1] depth below the root (1 = the root's children)
+    row_of: torch.Tensor  # [S, P + 1] row that forwarded the candidate (-1: never forwarded)
+    kept: torch.Tensor  # [S, B] pool index of tree node i + 1
+    row_lp: torch.Tensor  # [S, rows + 1, Vd] draft log-probs of each forwarded row (row 0: the root)
+    max_depth: int  # the deepest a candidate can be (gamma + 1)
 
 
 class TreeAttention:
@@ -201,6 +217,7 @@ def draft_tree(drafter: Drafter, cfg: TreeConfig, root_token: torch.Tensor, root
         r_conf = torch.full((S, rows + 1), float("nan"), device=dev)
         r_top1 = torch.full((S, rows + 1), -1, dtype=torch.long, device=dev)
         r_recon = torch.full((S, rows + 1), -1, dtype=torch.long, device=dev)
+        r_lp = torch.full((S, rows + 1, root_logits.shape[-1]), float("nan"), device=dev)
     kk = torch.arange(k, device=dev)
 
     def offer(row_ids, node_score, node_depth, lp, at):
@@ -219,8 +236,10 @@ def draft_tree(drafter: Drafter, cfg: TreeConfig, root_token: torch.Tensor, root
         return conf, ids
 
     zero = torch.zeros(S, 1, dtype=torch.long, device=dev)
-    prev_conf, prev_did = offer(zero[0], torch.zeros(S, 1, device=dev), zero,
-                                torch.log_softmax(root_logits[:, None].float(), dim=-1), 0)
+    root_lp = torch.log_softmax(root_logits[:, None].float(), dim=-1)
+    if analysis:
+        r_lp[:, :1] = root_lp
+    prev_conf, prev_did = offer(zero[0], torch.zeros(S, 1, device=dev), zero, root_lp, 0)
     prev_ok = torch.ones(S, 1, dtype=torch.bool, device=dev)
     # the previous step's rows, for reconsideration: (token, position, node, depth) and node score
     prev_info = torch.stack([root_token, root_pos, root_token.new_full((S,), -1), root_token.new_zeros(S)],
@@ -284,6 +303,8 @@ def draft_tree(drafter: Drafter, cfg: TreeConfig, root_token: torch.Tensor, root
         if row_of is not None:
             row_of.scatter_(1, sel, reg_rows.expand(S, n_reg))  # padded rows write into the sink
         lp = torch.log_softmax(logits.float(), dim=-1)
+        if analysis:
+            r_lp[:, base:base + R] = lp
         conf, did = offer(reg_rows, node_score, sel_depth, lp[:, :n_reg], at)
         if n_rec:
             # corrected token: a new child of the reconsidered node, fed by the reconsidered feature
@@ -315,7 +336,7 @@ def draft_tree(drafter: Drafter, cfg: TreeConfig, root_token: torch.Tensor, root
         par[:, at:at + n_reg * k] = sel.repeat_interleave(k, dim=1)
         prev_ok, prev_conf, prev_did, prev_score, prev_base = sel_ok, conf, did, node_score, base
         b0, b1 = at, nxt_at
-    extra = (row_of, r_conf, r_top1, r_recon) if analysis else None
+    extra = (row_of, r_conf, r_top1, r_recon, r_lp) if analysis else None
     return _select(cfg.budget, G, tok, par, score, depth, lay.is_rec.expand(S, P + 1), extra)
 
 
@@ -344,7 +365,8 @@ def _select(B, G, tok, par, score, depth, is_rec, extra) -> DraftTree:
     tree = DraftTree(_take(tok, idx), parent, _take(depth, idx), valid, mask, _take(is_rec, idx),
                      _take(score, idx))
     if extra is not None:
-        row_of, r_conf, r_top1, r_recon = extra
+        row_of, r_conf, r_top1, r_recon, r_lp = extra
+        tree.pool = PoolRecord(tok, par, depth.clone(), row_of, idx, r_lp, G + 1)
         rows = torch.cat([torch.zeros(S, 1, dtype=torch.long, device=dev), _take(row_of, idx)], 1)
         has_row = rows >= 0
         rows = rows.clamp(min=0)
