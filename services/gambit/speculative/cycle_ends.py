@@ -19,9 +19,8 @@ the last two are budget and depth, which it does not change.
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
-
-import torch
 
 KINDS = ("cut by budget", "outside top-k", "not forwarded", "depth cap")
 
@@ -60,7 +59,7 @@ def summarise(records: list[dict], offer_width: int) -> dict:
     kinds = Counter(r["kind"] for r in records)
     out = [r for r in records if r["kind"] == "outside top-k"]
     near = sum(r["rank"] is not None and r["rank"] < 2 * offer_width for r in out)
-    ranks = torch.tensor([r["rank"] for r in out if r["rank"] is not None], dtype=torch.float)
+    ranks = [r["rank"] for r in out if r["rank"] is not None]
     return {"cycles": n, "share": {k: kinds[k] / n if n else 0.0 for k in KINDS},
             "outside_within_next_k": near / len(out) if out else None,
-            "outside_median_rank": float(ranks.median()) if len(ranks) else None}
+            "outside_median_rank": statistics.median(ranks) if ranks else None}
