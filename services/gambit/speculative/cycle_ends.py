@@ -54,7 +54,8 @@ def classify(tree, drafter, path: list[list[int]], n_acc: list[int], bonus: list
 
 def summarise(records: list[dict], offer_width: int) -> dict:
     """Shares of cycles by kind, and where the ``outside top-k`` tokens ranked: within the next
-    ``offer_width`` candidates (a wider offer would have had them) or beyond."""
+    ``offer_width`` candidates (a wider offer would have had them), the median rank, and the share
+    a reduced draft vocabulary cannot propose at all."""
     n = len(records)
     kinds = Counter(r["kind"] for r in records)
     out = [r for r in records if r["kind"] == "outside top-k"]
@@ -62,4 +63,5 @@ def summarise(records: list[dict], offer_width: int) -> dict:
     ranks = [r["rank"] for r in out if r["rank"] is not None]
     return {"cycles": n, "share": {k: kinds[k] / n if n else 0.0 for k in KINDS},
             "outside_within_next_k": near / len(out) if out else None,
-            "outside_median_rank": statistics.median(ranks) if ranks else None}
+            "outside_median_rank": statistics.median(ranks) if ranks else None,
+            "outside_not_in_draft_vocab": (len(out) - len(ranks)) / len(out) if out else None}
