@@ -115,8 +115,8 @@ if args.pool:  # the reject pool: how many rejects were reconsidered, and how ma
         e = a["cycle_ends"]
         print(f"cycle ends {key} ({e['cycles']} cycles): " + ", ".join(
             f"{k} {v:.3f}" for k, v in e["share"].items()) + f"; outside top-k at rank < 2k "
-            f"{e['outside_within_next_k'] or 0:.3f}, median rank {e['outside_median_rank']}, not in the draft "
-            f"vocabulary {e['outside_not_in_draft_vocab'] or 0:.3f}", flush=True)
+            f"{e['outside_within_next_k'] or 0:.3f}, median rank {e['outside_median_rank']}, "
+            f"not in the draft vocabulary {e['outside_not_in_draft_vocab'] or 0:.3f}", flush=True)
 if args.json:
     with open(args.json, "w") as f:
         json.dump({"model": model, "prompts": len(prompts), "max_tokens": args.max_tokens, "tau": table,
