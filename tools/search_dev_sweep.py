@@ -45,7 +45,8 @@ def parse(spec: str) -> tuple[str, object]:
     kw: dict = {"method": method}
     for item in filter(None, rest.rstrip("]").split(",")):
         k, _, v = item.partition("=")
-        kw[k] = v if k == "rank" else float(v) if "." in v else int(v)
+        kw[k] = v if k == "rank" else v == "true" if v in ("true", "false") else float(v) if "." in v \
+            else int(v)
     return ("main" if method in ("gambit", "step") else ""), CFG.search(**kw)
 
 
