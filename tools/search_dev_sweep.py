@@ -22,11 +22,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from gambit.bench.search import BenchSearchConfig, chunk_engine, run_variants
+from gambit.bench.search import BenchSearchConfig, bench_run_id, chunk_engine, run_variants
 from gambit.model.loader import load_model
 from gambit.search import tree as T
 from gambit.search.driver import SearchDriver
-from gambit.search.run_state import SearchRun
 from gambit.search.scorers import load_default_scorer
 from gambit.search.vote import majority_vote, weighted_vote
 from gambit.tasks.arithmetic import TaskConfig, generate
@@ -50,13 +49,10 @@ def parse(spec: str) -> tuple[str, object]:
     return ("main" if method in ("gambit", "step") else ""), CFG.search(**kw)
 
 
-FINISHED: dict[str, list[tuple[str | None, list[float]]]] = {}  # run id -> answered traces: (answer, scores)
-_finish = SearchRun.finish
-
-
-def _capture(self, reason):
-    FINISHED[self.run_id] = [(n.answer, list(n.scores)) for n in self.nodes.values() if n.state == T.FINISHED]
-    return _finish(self, reason)
+def finished(store, run_id: str) -> list[tuple[str | None, list[float]]]:
+    """(answer, boundary scores) of each trace that finished, from the run's tree-view record."""
+    nodes = store.load(run_id)["nodes"].values()
+    return [(n["answer"], n["scores"]) for n in nodes if n["state"] == T.FINISHED]
 
 
 def votes(traces: list[tuple[str | None, list[float]]]) -> dict[str, str | None]:
@@ -76,7 +72,6 @@ def main() -> None:
     split = sys.argv[2] if len(sys.argv) > 2 else "dev"
     specs = (sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] else DEFAULT).split(";")
     out_path = Path(sys.argv[4] if len(sys.argv) > 4 else "results/search_dev_sweep.json")
-    SearchRun.finish = _capture
     torch.set_num_threads(CFG.threads)
     model, tok = load_model(CFG.model, device="cpu", dtype="float32")
     scorer = load_default_scorer(CFG.scorer, model.config.hidden_size)
@@ -90,10 +85,10 @@ def main() -> None:
     table = {}
     for name in vs:
         runs = records[name]["runs"]
-        ids = [f"{name}-{i}".translate(str.maketrans("[]=", "___")) for i in range(n)]
+        store = drivers[vs[name][0]].store
         got = {k: 0 for k in ("majority", "w_mean", "w_last", "kept_last>=0.5")}
         for i, p in enumerate(problems):
-            for k, a in votes(FINISHED[ids[i]]).items():
+            for k, a in votes(finished(store, bench_run_id(name, i))).items():
                 got[k] += a == str(p.answer)
         table[name] = {"own": sum(r["correct"] for r in runs) / n,
                        "any": sum(r["pass_any"] for r in runs) / n,

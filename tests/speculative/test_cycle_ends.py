@@ -3,6 +3,8 @@ the tree's depth and the drafter's own offer."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from spec_util import SHIPPED
 
@@ -18,7 +20,7 @@ PAPER = SpecConfig(gamma=8, budget=48, grow_width=6, offer_width=6, reconsider=3
 @pytest.mark.parametrize("method,m", [("eagle3.1", 0), ("pr", 3)])
 def test_every_cycle_end_is_classified_consistently(method, m):
     model, tok = load_model(SHIPPED, device="cpu", dtype="float32")
-    spec = SpecConfig(**{**PAPER.__dict__, "reconsider": m})
+    spec = replace(PAPER, reconsider=m)
     eng = Engine(model, tok, EngineConfig(device="cpu", dtype="float32", spec=spec))
     dec = eng.speculator()
     dec.records, dec.cycle_ends = [], []

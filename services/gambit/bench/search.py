@@ -171,6 +171,11 @@ def chunk_engine(model, tok, problems, cfg: BenchSearchConfig) -> tuple[Engine, 
     return engine, per_run
 
 
+def bench_run_id(variant: str, problem: int) -> str:
+    """The run id of a variant's run on problem ``problem`` (a valid store key: no brackets)."""
+    return f"{variant.replace('@', '-at-')}-{problem}".translate(str.maketrans("[]=", "___"))
+
+
 def run_variants(drivers, names, vs, problems, cfg, bar, records, checkpoint=None) -> None:
     """Chunks of ``concurrency`` problems; every variant on each chunk, rotating the order."""
     for ci in range(0, len(problems), cfg.concurrency):
@@ -183,8 +188,7 @@ def run_variants(drivers, names, vs, problems, cfg, bar, records, checkpoint=Non
             st = d.engine.stats
             spec0 = (st.spec_drafts, st.spec_capped_steps)
             t0 = time.perf_counter()
-            ids = [d.submit(p, scfg, run_id=f"{name.replace('@', '-at-')}-{ci + j}".translate(
-                str.maketrans("[]=", "___"))) for j, p in enumerate(chunk)]
+            ids = [d.submit(p, scfg, run_id=bench_run_id(name, ci + j)) for j, p in enumerate(chunk)]
             res = d.run_until_done(ids)
             wall = time.perf_counter() - t0
             rec = records.setdefault(name, {"runs": [], "wall": 0.0, "series": None,

@@ -366,7 +366,7 @@ def _select(B, G, tok, par, score, depth, is_rec, extra) -> DraftTree:
                      _take(score, idx))
     if extra is not None:
         row_of, r_conf, r_top1, r_recon, r_lp = extra
-        tree.pool = PoolRecord(tok, par, depth.clone(), row_of, idx, r_lp, G + 1)
+        tree.pool = PoolRecord(tok, par, depth, row_of, idx, r_lp, G + 1)
         rows = torch.cat([torch.zeros(S, 1, dtype=torch.long, device=dev), _take(row_of, idx)], 1)
         has_row = rows >= 0
         rows = rows.clamp(min=0)
