@@ -11,9 +11,15 @@ Usage: .venv/bin/python tools/serve_parts_ab.py REPS VARIANTS [RUNS]
     noprogress   no progress events (started and result only)
     nopoll       no cancel-flag polling
     threads1     one torch thread in the Target
+    allthreads   every step of the Target on all its threads (min_macs_per_thread 0)
+    enginenice   the Target's engine thread at nice -10 (needs root or CAP_SYS_NICE)
+    switch       the Target's GIL switch interval 0.2 ms instead of 5 ms
+  and "embedded_all": the embedded wiring with every step on all threads (beside "embedded").
   RUNS: concurrent runs per solve (default 1).
+  GAMBIT_AB_FULL=1 in the environment: the bench's default sizing (C = 8, 160 tokens), not --quick.
 Prints the median client latency, the run as its driver timed it and the scorer wait, per variant.
 It reaches into a Serve replica (``__ray_call__``) to switch parts off: a tool, not a test."""
+import os
 import statistics
 import sys
 import time
@@ -25,7 +31,8 @@ from gambit.bench.serve import QUICK, BenchServeConfig, problems, run_distribute
 from gambit.deployments import local
 from gambit.serving.embedded import Embedded, EmbeddedConfig
 
-SWITCHES = {"nodefer", "localscorer", "norecords", "nometrics", "noprogress", "nopoll", "threads1"}
+SWITCHES = {"nodefer", "localscorer", "norecords", "nometrics", "noprogress", "nopoll", "threads1",
+            "allthreads", "enginenice", "switch"}
 
 
 def configure(actor_self, name: str) -> str:
@@ -59,6 +66,12 @@ def configure(actor_self, name: str) -> str:
     svc.metrics, svc.driver.metrics = (None, None) if "nometrics" in flags else ab["metrics"]
     ab["noprogress"] = "noprogress" in flags
     svc.cancel_poll_s = 100.0 if "nopoll" in flags else 0.1
+    import os as _os
+    import sys as _sys
+    _sys.setswitchinterval(2e-4 if "switch" in flags else 5e-3)
+    _os.setpriority(_os.PRIO_PROCESS, svc.engine_thread_id, -10 if "enginenice" in flags else 0)
+    ab.setdefault("min_macs", svc.engine.threads.min_macs)
+    svc.engine.threads.min_macs = 0 if "allthreads" in flags else ab["min_macs"]
     threads = 1 if "threads1" in flags else 0
     svc.call(lambda: _torch.set_num_threads(threads or ab.setdefault("threads", _torch.get_num_threads()))
              ).result()
@@ -69,11 +82,12 @@ def main() -> int:
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 12
     variants = sys.argv[2].split(",") if len(sys.argv) > 2 else ["base", "nodefer"]
     runs = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-    bad = [f for v in variants for f in v.split("+") if f != "base" and f not in SWITCHES]
+    known = SWITCHES | {"base", "embedded_all"}
+    bad = [f for v in variants for f in v.split("+") if f not in known]
     if bad:
         print(f"unknown switches {bad}; known: base, {', '.join(sorted(SWITCHES))}", file=sys.stderr)
         return 2
-    bcfg = BenchServeConfig(**QUICK)  # bench serve --quick
+    bcfg = BenchServeConfig() if os.environ.get("GAMBIT_AB_FULL") == "1" else BenchServeConfig(**QUICK)
     cfg = local.ServeConfig(grpc_port=9430, http_port=9432, metrics_port=9431,
                             tree="redis://127.0.0.1:6379/0", prefix="serve-parts-ab:", capacity=bcfg.capacity,
                             max_tokens=bcfg.max_tokens)
@@ -89,16 +103,19 @@ def main() -> int:
         run_embedded(emb, ps[:2], bcfg)  # warm both paths
         run_distributed(address, ps[:2], bcfg, channel)
         res: dict[str, list[dict]] = {k: [] for k in ["embedded", *variants]}
+        emb_macs = emb.target.engine.threads.min_macs
         order = list(res)
         for i in range(reps):
             batch = [ps[(i + j) % len(ps)] for j in range(runs)]
             k = i % len(order)
             for v in order[k:] + order[:k]:
-                if v != "embedded":
+                local_run = v.startswith("embedded")
+                emb.target.engine.threads.min_macs = 0 if v == "embedded_all" else emb_macs
+                if not local_run:
                     ray.get(target.__ray_call__.remote(configure, v))
                     time.sleep(0.05)
                 t = time.perf_counter()
-                out = (run_embedded(emb, batch, bcfg, runs) if v == "embedded"
+                out = (run_embedded(emb, batch, bcfg, runs) if local_run
                        else run_distributed(address, batch, bcfg, channel, runs))
                 res[v].append({"wall": time.perf_counter() - t, "driver": max(o["total"] for o in out),
                                "sync": max(o["sync"] for o in out)})

@@ -15,7 +15,8 @@ from gambit.bench.pools import run_child
 
 
 def _per_step(mode: str) -> tuple[float, bool]:
-    got = run_child(mode, capacity=4, max_tokens=64, runs=3)
+    # C = 16: steps of 16 rows run on both threads (fewer run on one, EngineConfig.min_macs_per_thread)
+    got = run_child(mode, capacity=16, max_tokens=64, runs=3)
     assert got["steps"] > 80  # past the Target's own check (SWITCH_CHECK)
     return got["switches_per_step"], got["warned"]
 

@@ -57,7 +57,7 @@ def child(mode: str, capacity: int, max_tokens: int, runs: int, model: str = "",
     return out
 
 
-def run_child(mode: str, capacity: int = 4, max_tokens: int = 96, runs: int = 6, model: str = "",
+def run_child(mode: str, capacity: int = 16, max_tokens: int = 96, runs: int = 6, model: str = "",
               scorer: str = "") -> dict:
     """``child`` in a fresh process (no OpenMP settings inherited)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="gambit bench pools", description="one OpenMP pool vs two, "
                                  "interleaved fresh processes of embedded Gambit runs")
     ap.add_argument("--reps", type=int, default=4, help="interleaved repetitions (processes per mode)")
-    ap.add_argument("--capacity", type=int, default=4, help="C of each run (traces)")
+    ap.add_argument("--capacity", type=int, default=16, help="C of each run (traces; the shipped target "
+                    "steps fewer than 12 rows on one thread, min_macs_per_thread, so no second pool shows)")
     ap.add_argument("--max-tokens", type=int, default=96, help="tokens per trace at most")
     ap.add_argument("--runs", type=int, default=6, help="timed Solves per process")
     ap.add_argument("--model", default="", help="target model folder or registry name (\"\" = the shipped "

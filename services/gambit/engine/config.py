@@ -89,6 +89,11 @@ class EngineConfig:
     cpu_linear: str = "transposed"  # CPU fp32 linears: "transposed" | "packed" | "plain" (engine/linear.py)
     cpu_layers: bool = True  # kernel-served CPU forwards run the layer loop in C++, same floats (cpu_decoder)
     cpu_stream: bool = True  # one-row products of weights >= 2^18 elements stream through cpu_gemv
+    # CPU: a plain step runs on as many threads as give each at least this many multiply-adds (rows x
+    # the model's weights per row / threads; at least 1, at most torch's setting): small steps lose more
+    # to thread sync than they gain (engine/step_threads.py). The shipped target: 1 thread below 12
+    # rows; SmolLM2-135M: all from 1 row. 0: every step on all threads
+    min_macs_per_thread: int = 16_000_000
     spec: SpecConfig = field(default_factory=SpecConfig)  # tree drafting for speculative traces
 
     def __post_init__(self) -> None:
@@ -104,6 +109,8 @@ class EngineConfig:
             self.spec = SpecConfig(**self.spec)
         if not isinstance(self.spec, SpecConfig):
             raise ValueError("spec must be a SpecConfig")
+        if not isinstance(self.min_macs_per_thread, int) or self.min_macs_per_thread < 0:
+            raise ValueError(f"min_macs_per_thread must be an integer >= 0, got {self.min_macs_per_thread!r}")
         if self.cpu_linear not in ("transposed", "packed", "plain"):
             raise ValueError(f"cpu_linear must be transposed, packed or plain, got {self.cpu_linear!r}")
         if self.preemption not in PREEMPTION_MODES:

@@ -21,6 +21,7 @@ from gambit.engine.scheduler import Scheduler
 from gambit.engine.sequence import SamplingParams, Trace, TraceStatus
 from gambit.engine.shared_prompt import SharedPrompts
 from gambit.engine.stats import EngineStats
+from gambit.engine.step_threads import StepThreads, macs_per_row
 from gambit.model.llama import CausalLM
 from gambit.model.tokenizer import Tokenizer
 
@@ -97,6 +98,8 @@ class Engine:
         self.taps = tuple(model.eagle_taps) if config.eagle_taps else ()
         self.last_taps: dict[int, torch.Tensor] = {}
         self._spec = None  # gambit.speculative.decoder.SpecDecoder, made when a trace first asks
+        self.threads = StepThreads(macs_per_row(mc), config.min_macs_per_thread,
+                                   enabled=self.device.type == "cpu")
         self.shared = SharedPrompts(self)  # ``add_samples``: followers waiting on a leader's prefill
         # the sampler's ATen calls in one C++ call on the CPU (the same tokens; engine/cpu_sampler.py)
         self._draw = cpu_sampler.sample if config.cpu_kernel and cpu_sampler.available(self.device) \
@@ -271,6 +274,7 @@ class Engine:
         spec = self._spec
         if spec is not None and all(t.params.decoding == "plain" for t in batch.traces):
             spec = None
+        self.threads.apply(sum(batch.num_new) if spec is None else None)  # drafting + trees: all
         trees = spec.draft(batch.traces, batch.num_new) if spec is not None else {}
         items, sample_rows, samplers, row = [], [], [], 0
         offsets, tree_rows = [], []  # first flat row per trace (-1: tree); flat rows of tree items
