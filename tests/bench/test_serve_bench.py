@@ -32,3 +32,8 @@ def test_clients_keep_n_runs_in_flight_and_send_every_run_once():
 def test_waves_must_be_positive():
     with pytest.raises(ValueError, match="waves"):
         BenchServeConfig(waves=0)
+
+
+def test_one_run_pairs_must_be_positive():
+    with pytest.raises(ValueError, match="one_run_pairs"):
+        BenchServeConfig(one_run_pairs=0)

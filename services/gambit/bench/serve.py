@@ -10,6 +10,12 @@ level of each repetition, so it sees the same load as the services).
 At n concurrent runs, n clients each send ``--waves`` runs back to back (a closed loop, as a load test
 runs): throughput is sustained, not the makespan of one burst, whose wait for its slowest run
 measures the spread of run lengths rather than the service. ``--waves 1`` gives the burst.
+
+The wall ratio is the median over ``--one-run-pairs`` adjacent embedded/distributed pairs per
+repetition of each pair's ratio (the order alternating), with their spread: on a shared machine the
+speed drifts by tens of percent between hours, and a pair's two halves see the same drift, where a
+ratio of medians taken over three repetitions moved by ±0.2 between runs of the same code. The
+ratio of the medians is reported beside it.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ class BenchServeConfig:
     reps: int = 3  # interleaved repetitions per system and concurrency
     concurrency: str = "1,4,16"  # concurrent runs to measure
     waves: int = 3  # runs each concurrent client sends back to back (1: one burst of n runs)
+    one_run_pairs: int = 4  # embedded/distributed pairs at one run per repetition; wall ratio: their median
     target_threads: int = 0  # torch threads of the Target's engine (0 = every core; embedded: the bench's)
     model: str = ""  # target model folder or name ("" = shipped target; smollm2: --scorer random:mlp:576)
     scorer: str = ""  # scorer folder ("" = shipped MLP scorer, untrained random one if none)
@@ -43,8 +50,9 @@ class BenchServeConfig:
     metrics_port: int = 9311  # Ray metrics port for the benchmark
 
     def __post_init__(self) -> None:
-        if self.capacity < 1 or self.max_tokens < 1 or self.reps < 1 or self.waves < 1:
-            raise ValueError("capacity, max_tokens, reps and waves must be >= 1")
+        if self.capacity < 1 or self.max_tokens < 1 or self.reps < 1 or self.waves < 1 \
+                or self.one_run_pairs < 1:
+            raise ValueError("capacity, max_tokens, reps, waves and one_run_pairs must be >= 1")
         self.levels = [int(x) for x in self.concurrency.split(",")]
         if not self.levels or min(self.levels) < 1:
             raise ValueError("concurrency: comma-separated integers >= 1")
@@ -185,17 +193,25 @@ def bench(cfg: BenchServeConfig) -> dict:
         run_embedded(emb, warm, cfg)
         run_distributed(address, warm, cfg, channel)
         rows: dict[tuple[str, int], list[dict]] = {}
+        # distributed / embedded wall of each adjacent one-run pair (the order alternating): a pair is
+        # close in time, so the machine's drift between hours cancels in its ratio
+        ratios: list[float] = []
         for rep in range(cfg.reps):
             for n in cfg.levels:
                 ps = problems(n * cfg.waves)  # n clients, each sending `waves` runs back to back
-                for name in ("embedded", "distributed"):  # interleaved
-                    t0 = time.perf_counter()
-                    res = (run_embedded(emb, ps, cfg, n) if name == "embedded"
-                           else run_distributed(address, ps, cfg, channel, n))
-                    wall = time.perf_counter() - t0
-                    rows.setdefault((name, n), []).append({"wall": wall, "runs": res})
-                    log(f"rep {rep + 1}/{cfg.reps}  {name:11s}  {n:2d} runs  {wall:6.2f} s  "
-                        f"{sum(r['tokens'] for r in res)} tokens")
+                for pair in range(cfg.one_run_pairs if n == 1 else 1):
+                    walls = {}
+                    names = ("embedded", "distributed")
+                    for name in names if (rep + pair) % 2 == 0 else names[::-1]:  # interleaved
+                        t0 = time.perf_counter()
+                        res = (run_embedded(emb, ps, cfg, n) if name == "embedded"
+                               else run_distributed(address, ps, cfg, channel, n))
+                        walls[name] = wall = time.perf_counter() - t0
+                        rows.setdefault((name, n), []).append({"wall": wall, "runs": res})
+                        log(f"rep {rep + 1}/{cfg.reps}  {name:11s}  {n:2d} runs  {wall:6.2f} s  "
+                            f"{sum(r['tokens'] for r in res)} tokens")
+                    if n == 1:
+                        ratios.append(walls["distributed"] / walls["embedded"])
                 baseline.measure(n)  # the engine alone at batch n*C, under the same load
     finally:
         channel.close()
@@ -222,8 +238,12 @@ def bench(cfg: BenchServeConfig) -> dict:
     d, e = out["systems"]["distributed"], out["systems"]["embedded"]
     top = cfg.levels[-1]
     svc_speedup = d["concurrency"][-1]["runs_per_s"] / d["concurrency"][0]["runs_per_s"]
+    of_medians = d["concurrency"][0]["wall_s"] / e["concurrency"][0]["wall_s"]
     out.update({
-        "wall_ratio": d["concurrency"][0]["wall_s"] / e["concurrency"][0]["wall_s"],
+        "wall_ratio": statistics.median(ratios) if ratios else of_medians,
+        "wall_ratio_spread": [min(ratios), max(ratios)] if ratios else [of_medians, of_medians],
+        "wall_ratio_pairs": len(ratios),
+        "wall_ratio_of_medians": of_medians,
         "sync_share": d["sync_share"],
         "engine_speedup": {str(k): v for k, v in speedup.items()},
         "service_speedup": svc_speedup,
@@ -246,7 +266,10 @@ def table(res: dict) -> str:
         lines.append(f"| {e['runs']} | {e['runs_per_s']:.2f} | {d['runs_per_s']:.2f} | "
                      f"{e['p50_s']:.2f} / {e['p95_s']:.2f} | {d['p50_s']:.2f} / {d['p95_s']:.2f} |")
     lines.append("")
-    lines.append(f"wall ratio (distributed / embedded, 1 run): {res['wall_ratio']:.3f}")
+    lo, hi = res["wall_ratio_spread"]
+    lines.append(f"wall ratio (distributed / embedded, 1 run): {res['wall_ratio']:.3f}, the median of "
+                 f"{res['wall_ratio_pairs']} adjacent pairs [{lo:.3f}, {hi:.3f}]; ratio of the medians "
+                 f"{res['wall_ratio_of_medians']:.3f}")
     e1, d1 = res["systems"]["embedded"]["concurrency"][0], res["concurrency"][0]
     lines.append(f"1 run, p50 s: latency embedded {e1['p50_s']:.3f} / distributed {d1['p50_s']:.3f}; "
                  f"the run as its driver timed it {e1['run_p50_s']:.3f} / {d1['run_p50_s']:.3f}")
