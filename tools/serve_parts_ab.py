@@ -66,10 +66,8 @@ def configure(actor_self, name: str) -> str:
     svc.metrics, svc.driver.metrics = (None, None) if "nometrics" in flags else ab["metrics"]
     ab["noprogress"] = "noprogress" in flags
     svc.cancel_poll_s = 100.0 if "nopoll" in flags else 0.1
-    import os as _os
-    import sys as _sys
-    _sys.setswitchinterval(2e-4 if "switch" in flags else 5e-3)
-    _os.setpriority(_os.PRIO_PROCESS, svc.engine_thread_id, -10 if "enginenice" in flags else 0)
+    sys.setswitchinterval(2e-4 if "switch" in flags else 5e-3)
+    os.setpriority(os.PRIO_PROCESS, svc.engine_thread_id, -10 if "enginenice" in flags else 0)
     ab.setdefault("min_macs", svc.engine.threads.min_macs)
     svc.engine.threads.min_macs = 0 if "allthreads" in flags else ab["min_macs"]
     threads = 1 if "threads1" in flags else 0
@@ -85,7 +83,7 @@ def main() -> int:
     known = SWITCHES | {"base", "embedded_all"}
     bad = [f for v in variants for f in v.split("+") if f not in known]
     if bad:
-        print(f"unknown switches {bad}; known: base, {', '.join(sorted(SWITCHES))}", file=sys.stderr)
+        print(f"unknown switches {bad}; known: {', '.join(sorted(known))}", file=sys.stderr)
         return 2
     bcfg = BenchServeConfig() if os.environ.get("GAMBIT_AB_FULL") == "1" else BenchServeConfig(**QUICK)
     cfg = local.ServeConfig(grpc_port=9430, http_port=9432, metrics_port=9431,

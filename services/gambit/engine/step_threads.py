@@ -7,8 +7,8 @@ least ``min_macs_per_thread`` multiply-adds of the model's weights (rows x weigh
 at least one and at most the process's setting. The unit is the work, not the rows, because a real
 checkpoint's single row is already worth both threads. Measured on a 2-core AMD EPYC, bare engine,
 one thread against two (``tools/step_threads_curve.py``): the shipped target (2.67M weights a row)
-steps 10% faster on one at 4 rows, 7% slower at 8 and 15% slower at 16; SmolLM2-135M (134.5M)
-steps 1.5x slower on one at every batch. A core left free also serves the machine's other
+steps 0.90-1.07x as long on one at 1-8 rows (a wash) and 1.14x at 16; SmolLM2-135M (134.5M) steps
+1.25-1.85x as long on one at every batch. A core left free also serves the machine's other
 processes: under Ray Serve on two cores the Coordinator, proxy and Scorer otherwise preempt one of
 the Target's two threads, which stalls the other at every barrier. llama.cpp's separate
 ``--threads`` / ``--threads-batch`` exist for the same reason.
