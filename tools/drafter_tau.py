@@ -42,7 +42,10 @@ ap.add_argument("--per", type=int, default=4, help="prompts per split (shipped) 
 ap.add_argument("--model", default="", help="target model folder or name ('' = the shipped target)")
 ap.add_argument("--prompts", default="", help="with --model: GSM8K-layout JSONL; its last --per questions")
 ap.add_argument("--max-tokens", type=int, default=96, help="tokens generated per prompt")
-ap.add_argument("--trees", default="B=48,B=48 k=4,B=24,defaults", help="comma-separated tree names")
+ap.add_argument("--trees", default="B=48,B=48 k=4,B=24,defaults",
+                help="comma-separated trees: \"defaults\" or space-separated KNOB=N changes to the paper's "
+                "tree (B budget, g gamma, Bw grow width, k offer width, m reconsidered rows) and \"merge\", "
+                "e.g. \"B=48 g=12,B=48 k=4\"")
 ap.add_argument("--threads", type=int, default=1, help="torch threads")
 ap.add_argument("--pool", action="store_true",
                 help="also the reject pool and why cycles end at B = 48 (one more pass each)")
@@ -69,10 +72,27 @@ else:
 for path in args.folders:
     eng.register_drafter(path, load_drafter(path, eng.model))
     keys.append(path)
-trees = {"B=48": BASE, "B=48 k=4": replace(BASE, offer_width=4), "B=24": replace(BASE, budget=24),
-         "B=48 m=0": replace(BASE, reconsider=0), "B=48 m=1": replace(BASE, reconsider=1),
-         "B=48 m=6": replace(BASE, reconsider=6), "B=48 merge": replace(BASE, fresh=False),
-         "defaults": DEFAULTS}
+KNOBS = {"B": "budget", "g": "gamma", "Bw": "grow_width", "k": "offer_width", "m": "reconsider"}
+
+
+def tree(name: str):
+    """A tree from its name: "defaults" (the engine's) or the paper's tree with "KNOB=V" changes
+    (B, g = gamma, Bw, k, m) and "merge" (corrected tokens not required fresh), space-separated."""
+    if name == "defaults":
+        return DEFAULTS
+    spec = BASE
+    for part in name.split():
+        if part == "merge":
+            spec = replace(spec, fresh=False)
+            continue
+        knob, _, value = part.partition("=")
+        if knob not in KNOBS or not value.isdigit():
+            raise SystemExit(f"--trees: {part!r} is not KNOB=N with KNOB in {sorted(KNOBS)}, nor 'merge'")
+        spec = replace(spec, **{KNOBS[knob]: int(value)})
+    return spec
+
+
+trees = {name: tree(name) for name in args.trees.split(",")}
 print(f"greedy tau, {len(prompts)} prompts, batch 1 | " + " | ".join(keys), flush=True)
 table = {}
 for name in args.trees.split(","):

@@ -107,10 +107,25 @@ def test_packed_backends_compute_f_linear(backend):
         PackedLinear(w, None, 2, backend="cublas")
 
 
-def test_onednn_serves_only_large_weights_on_amd():
-    from gambit.engine.linear import ONEDNN_MIN_ELEMENTS, onednn_available, packing_backend
+def test_onednn_serves_amd_from_two_rows(monkeypatch):
+    from gambit.engine import linear
 
-    big = torch.empty(ONEDNN_MIN_ELEMENTS // 64, 64)
-    small = torch.empty(192, 1024)  # the shipped target's largest layer
-    assert packing_backend(big, "GenuineIntel") == "mkl" and packing_backend(small, "AuthenticAMD") == "mkl"
-    assert packing_backend(big, "AuthenticAMD") == ("onednn" if onednn_available() else "mkl")
+    large, small = torch.empty(192, 1024), torch.empty(192, 192)  # the shipped target's gate_up and o
+    assert [linear.packing_backend(w, "GenuineIntel") for w in (large, small)] == ["mkl", "mkl"]
+    if not linear.onednn_available() or not mkl_available():
+        pytest.skip("no oneDNN / MKL")
+    assert linear.packing_backend(large, "AuthenticAMD") == "onednn"
+    assert linear.packing_backend(small, "AuthenticAMD") == ""  # F.linear on the transposed layout
+    plain, fast = _fused(True), _fused(True)
+    install_cpu_linears(plain, "plain")
+    monkeypatch.setattr(linear, "cpu_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setattr(linear, "ONEDNN_MIN_ELEMENTS", 64 * 128)  # this model's qkv and MLP, not its o
+    install_cpu_linears(fast, "transposed")
+    attn, mlp = fast.model.layers[0].self_attn, fast.model.layers[0].mlp
+    assert (attn.fast["qkv"].backend, attn.fast["qkv"].min_rows) == ("onednn", linear.ONEDNN_MIN_ROWS)
+    assert mlp.fast["down"].backend == "onednn" and "o" not in attn.fast
+    with one_thread(), torch.inference_mode():
+        for rows in (1, 2, 9, 70):  # one row: F.linear on the transposed layout; then oneDNN
+            ids = torch.randint(0, plain.config.vocab_size, (1, rows))
+            pos = torch.arange(rows)[None]
+            torch.testing.assert_close(fast(ids, pos)[0], plain(ids, pos)[0], rtol=1e-4, atol=1e-4)

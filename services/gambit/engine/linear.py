@@ -76,23 +76,26 @@ def cpu_flags() -> frozenset[str]:
     return frozenset(_cpuinfo().get("flags", "").split())
 
 
-# On AMD CPUs MKL's GEMM takes slower code paths: measured on a 2-core AMD EPYC (AVX2) at SmolLM2's
-# shapes (`gambit bench linears`), oneDNN's packed GEMM beat MKL's packed one 1.5x over a layer at 16
-# rows and the LM head 2x at 16 and 64 rows, and streamed one-row products from memory 12% faster than
-# the transposed layout (README, "A real checkpoint"); on Intel MKL's packed GEMM measured fastest at
-# 2-32 rows. Layers below this many weights keep MKL everywhere (the shipped 2.7M target's largest has
-# 196,608: its floats, which the shipped scorers' cards pin, stay as they were).
-ONEDNN_MIN_ELEMENTS = 1 << 18
+# On AMD CPUs MKL's GEMM takes slower code paths. oneDNN's packed GEMM beat MKL's packed one 1.5x over a
+# SmolLM2-135M layer at 16 rows and its LM head 2x at 16 and 64 rows (2-core AMD EPYC), and the shipped
+# 2.7M target's qkv, gate_up and down weights (98K-197K elements) 1.3-2x from 3 to 96 rows (Zen 5;
+# `gambit bench linears --model services/gambit/assets/target`). Its smaller o (37K) and head (19K)
+# stay on F.linear over the transposed layout, which beat both packed GEMMs there up to 49 rows; one
+# row of any weight also stays there (or streams), where oneDNN's call costs ~13 µs more than MKL's.
+# On Intel MKL's packed GEMM measured fastest at 2-32 rows, for every weight.
+ONEDNN_MIN_ELEMENTS = 1 << 16
+ONEDNN_MIN_ROWS = 2
 # One-row products of weights at least this large stream through ``cpu_gemv`` (its sums run in another
 # order than MKL's, so the shipped target, whose weights are all smaller, keeps its floats).
 STREAM_MIN_ELEMENTS = 1 << 18
 
 
 def packing_backend(weight: torch.Tensor, vendor: str | None = None) -> str:
-    """"onednn" or "mkl": which packed GEMM serves this weight's multi-row products here."""
+    """Which packed GEMM serves this weight's multi-row products here: "onednn", "mkl", or "" (none:
+    ``F.linear`` on the transposed layout, what an AMD CPU runs fastest for small weights)."""
     vendor = cpu_vendor() if vendor is None else vendor
-    if vendor == "AuthenticAMD" and weight.numel() >= ONEDNN_MIN_ELEMENTS and onednn_available():
-        return "onednn"
+    if vendor == "AuthenticAMD" and onednn_available():
+        return "onednn" if weight.numel() >= ONEDNN_MIN_ELEMENTS else ""
     return "mkl"
 
 
@@ -191,27 +194,33 @@ def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: 
         return mode if mode != "packed" else "plain"
     lo, hi = packed_rows if mode == "transposed" else (2, 1 << 30)
 
-    def pack(w: torch.Tensor, b: torch.Tensor | None, fallback=None, wt: torch.Tensor | None = None
-             ) -> PackedLinear:
+    def pack(fast: dict, key: str, w: torch.Tensor, b: torch.Tensor | None, fallback=None,
+             wt: torch.Tensor | None = None) -> None:
+        """``fast[key]``: the weight's PackedLinear, or nothing (F.linear) where no packing pays."""
         wt = w.t() if wt is None else wt
         stream = wt if stream_rows and b is None and w.numel() >= STREAM_MIN_ELEMENTS else None
         streamed.append(stream is not None)
-        if mode == "transposed" and packing_backend(w) == "onednn":  # every row count
-            return PackedLinear(w, b, 1, 1 << 30, fallback, backend="onednn", stream=stream)
-        return PackedLinear(w, b, lo, hi, fallback, stream=stream)
+        backend = packing_backend(w) if mode == "transposed" else "mkl"
+        if backend == "onednn":  # one row: stream or F.linear
+            fast[key] = PackedLinear(w, b, ONEDNN_MIN_ROWS, 1 << 30, fallback, backend="onednn",
+                                     stream=stream)
+        elif backend == "mkl":
+            fast[key] = PackedLinear(w, b, lo, hi, fallback, stream=stream)
+        elif fallback is not None:
+            fast[key] = fallback
 
     streamed: list[bool] = []
 
     for layer in model.model.layers:
         attn, mlp = layer.self_attn, layer.mlp
         if attn.qkv is not None:
-            attn.fast["qkv"] = pack(*attn.qkv)
-        attn.fast["o"] = pack(attn.o_proj.weight, attn.o_proj.bias)
+            pack(attn.fast, "qkv", *attn.qkv)
+        pack(attn.fast, "o", attn.o_proj.weight, attn.o_proj.bias)
         if mlp.gate_up is not None and mlp.gate_proj.bias is None:
-            mlp.fast["gate_up"] = pack(mlp.gate_up, None)
-        mlp.fast["down"] = pack(mlp.down_proj.weight, mlp.down_proj.bias)
+            pack(mlp.fast, "gate_up", mlp.gate_up, None)
+        pack(mlp.fast, "down", mlp.down_proj.weight, mlp.down_proj.bias)
     layers_stream = any(streamed)
-    model.fast["head"] = pack(head, None, head_fallback, head_t)
+    pack(model.fast, "head", head, None, head_fallback, head_t)
     if layers_stream:
         # a model large enough to stream: its RMSNorms in one kernel call each, not torch's ~7 (their
         # floats differ from F.rms_norm's in the last bits; the shipped target never gets here)
