@@ -67,7 +67,8 @@ def test_large_weights_stream_one_row_and_keep_the_model():
     attn, mlp = fast.model.layers[0].self_attn, fast.model.layers[0].mlp
     assert attn.qkv[0].numel() >= STREAM_MIN_ELEMENTS and attn.fast["qkv"].stream is not None
     assert mlp.fast["gate_up"].stream is not None and mlp.fast["down"].stream is not None
-    assert fast.fast["head"].stream is None  # a 100-token head is small: MKL as before
+    # a 100-token head is small: a packed GEMM (MKL) or, on AMD, F.linear on its transposed copy
+    assert getattr(fast.fast["head"], "stream", None) is None
     with one_thread(), torch.inference_mode():
         for rows in (1, 7):
             ids = torch.randint(0, plain.config.vocab_size, (1, rows))
