@@ -260,24 +260,27 @@ def pack_drafter(drafter, enabled: bool = True, norm_kernel: bool = True, min_ro
     if norm_kernel and cpu_attention.kernel() is not None:  # one call per norm, not torch's ~7
         for norm in norms:
             norm.fast = cpu_attention.rms_norm
-    # one backend for the whole drafter (its C++ forward runs one kind): oneDNN where the target's large
-    # weights get it (AMD: MKL's few-row GEMM there is 2-6x slower at a real model's width), else MKL
-    weights = [drafter.fc.weight, w] + [x for layer in layers for x in (
-        layer.self_attn.o_proj.weight, layer.mlp.down_proj.weight)]
-    backend = "onednn" if all(packing_backend(x) == "onednn" for x in weights) else "mkl"
+    # per weight as the target's (``packing_backend``): MKL on Intel; on AMD oneDNN for the weights of
+    # at least ONEDNN_MIN_ELEMENTS (MKL's few-row GEMM there is 2-6x slower at a real model's width) and
+    # no pack for smaller ones (F.linear); the C++ forward takes unpacked weights and one packed kind
 
-    def pack(x: torch.Tensor, b: torch.Tensor | None = None) -> PackedLinear:
-        return PackedLinear(x, b, min_rows, backend=backend)
+    def pack(fast: dict, key: str, x: torch.Tensor, b: torch.Tensor | None = None, kind: str | None = None
+             ) -> None:
+        kind = packing_backend(x) if kind is None else kind
+        if kind:
+            fast[key] = PackedLinear(x, b, min_rows, backend=kind)
 
     for layer in layers:
         attn, mlp = layer.self_attn, layer.mlp
         qkv = getattr(attn, "qkv", None)
-        if qkv is not None:
-            n_q = attn.n_heads * attn.head_dim
-            attn.fast.update(qkv=pack(qkv), q=pack(qkv[:n_q]), kv=pack(qkv[n_q:]))
-        attn.fast["o"] = pack(attn.o_proj.weight)
+        if qkv is not None:  # q and kv follow qkv (the C++ forward serves q's rows with qkv's range)
+            n_q, kind = attn.n_heads * attn.head_dim, packing_backend(qkv)
+            for key, x in (("qkv", qkv), ("q", qkv[:n_q]), ("kv", qkv[n_q:])):
+                pack(attn.fast, key, x, kind=kind)
+        pack(attn.fast, "o", attn.o_proj.weight)
         if mlp.gate_up is not None and mlp.gate_proj.bias is None:
-            mlp.fast["gate_up"] = pack(mlp.gate_up)
-        mlp.fast["down"] = pack(mlp.down_proj.weight, mlp.down_proj.bias)
-    drafter.fast.update(fc=pack(drafter.fc.weight), head=pack(w))
+            pack(mlp.fast, "gate_up", mlp.gate_up)
+        pack(mlp.fast, "down", mlp.down_proj.weight, mlp.down_proj.bias)
+    pack(drafter.fast, "fc", drafter.fc.weight)
+    pack(drafter.fast, "head", w)
     return len(drafter.fast) + sum(len(x.self_attn.fast) + len(x.mlp.fast) for x in layers)
