@@ -7,7 +7,7 @@ import pytest
 import torch
 from spec_util import SHIPPED, one_thread, tiny_target
 
-from gambit.engine import Engine, EngineConfig, SamplingParams
+from gambit.engine import Engine, EngineConfig, SamplingParams, linear
 from gambit.engine.config import SpecConfig
 from gambit.model import load_model
 from gambit.speculative import cpu_tree, random_drafter
@@ -46,12 +46,17 @@ def _buffers(attention):
     return [attention.cache.k, attention.cache.v]
 
 
-@pytest.mark.parametrize("target", ["shipped", "gqa", "tied", "reduced"])
+@pytest.mark.parametrize("target", ["shipped", "gqa", "tied", "reduced", "amd"])
 def test_cpp_drafting_matches_python(target, monkeypatch):
     """``tied``: ties in confidence and score break the same way in both (the least-confident rows by a
     stable sort, the earlier row first); ``reduced``: a drafter over part of the vocabulary, whose draft
-    ids the tree maps to target ids (d2t)."""
-    if target in ("shipped", "tied", "reduced"):
+    ids the tree maps to target ids (d2t); ``amd``: the packing an AMD CPU gets on any machine (oneDNN
+    for the larger weights, none for the o projection and head), which the C++ forward must still serve."""
+    if target == "amd":
+        if not linear.onednn_available():
+            pytest.skip("no oneDNN")
+        monkeypatch.setattr(linear, "cpu_vendor", lambda: "AuthenticAMD")
+    if target in ("shipped", "tied", "reduced", "amd"):
         model, tok = load_model(SHIPPED, device="cpu", dtype="float32")
     else:
         model, tok = tiny_target(seed=3, hidden=32, heads=4, kv_heads=2)
@@ -98,6 +103,9 @@ def test_cpp_drafting_matches_python(target, monkeypatch):
         for spec in SPECS:
             eng = _engine(model, tok, spec, tied=target == "tied", reduced=target == "reduced")
             assert all(d.fast_forward is not None for d in eng.speculator().drafters.values())
+            if target == "amd":  # mixed packing, as measured best there
+                m = eng.speculator().drafters["pr"].midlayer
+                assert m.mlp.fast["gate_up"].backend == "onednn" and "o" not in m.self_attn.fast
             for key in ("eagle", "pr"):
                 for batch in (1, 3):
                     eng.generate(prompts[:batch], SamplingParams(temperature=0, max_tokens=24, decoding=key))
