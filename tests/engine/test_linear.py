@@ -73,14 +73,27 @@ def test_packed_linear_serves_only_its_row_range():
     torch.testing.assert_close(lin(x), torch.nn.functional.linear(x, w, b), rtol=1e-5, atol=1e-5)
 
 
-def test_engine_modes_generate_the_same_greedy_tokens():
+@pytest.mark.parametrize("vendor", ["", "AuthenticAMD"])
+def test_engine_modes_generate_the_same_greedy_tokens(vendor, monkeypatch):
+    """``AuthenticAMD``: that CPU's mixed packing (oneDNN for the larger weights, none for o), which the
+    C++ layer loop serves, on any machine."""
+    from gambit.engine import linear
+
+    if vendor:
+        if not linear.onednn_available():
+            pytest.skip("no oneDNN")
+        monkeypatch.setattr(linear, "cpu_vendor", lambda: vendor)
+        monkeypatch.setattr(linear, "ONEDNN_MIN_ELEMENTS", 64 * 128)  # this model's qkv and MLP, not o
     model, tok = tiny_model(seed=5, layers=2, hidden=64)
     prompts = [tok.encode(p) for p in ("12+7=", "3*4-1=", "99-9=")]
     outs, greedy = {}, SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
     with one_thread():
         for mode in ("plain", "packed", "transposed"):
             cfg = EngineConfig(device="cpu", num_blocks=64, cpu_linear=mode)
-            outs[mode] = Engine(copy.deepcopy(model), tok, cfg).generate(prompts, greedy)
+            eng = Engine(copy.deepcopy(model), tok, cfg)
+            outs[mode] = eng.generate(prompts, greedy)
+            if vendor and mode == "transposed":
+                assert eng.runner._layer_weights().onednn  # the C++ loop, oneDNN packs beside none
     assert outs["packed"] == outs["plain"] == outs["transposed"]
 
 
