@@ -104,6 +104,12 @@ static inline void value_block(const float* __restrict__ vblk, int64_t n, int64_
   }
 }
 
+// Ask for a block's n floats ahead of use (blocks are scattered in memory: the hardware prefetcher
+// follows a block, not the jump to the next one).
+static inline void prefetch_block(const float* p, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(p + i, 0, 3);
+}
+
 // q [B, H, D]; kc, vc [Hkv, NB, bs, D]; tables [B, nbmax] int64; lens [B] int64 → out [B, H, D]
 torch::Tensor paged_decode(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, torch::Tensor tables,
                            torch::Tensor lens, double scale) {
@@ -131,17 +137,22 @@ torch::Tensor paged_decode(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, 
       // pass 1: scores q.k for every key of the sequence (each key row loaded once for the group)
       for (int64_t t0 = 0; t0 < L; t0 += bs) {  // block by block: no division per token
         const float* kblk = kp + (hk * NB + tp[b * nbmax + t0 / bs]) * bs * D;
+        if (t0 + bs < L) prefetch_block(kp + (hk * NB + tp[b * nbmax + t0 / bs + 1]) * bs * D,
+                                        std::min(bs, L - t0 - bs) * D);
         const int64_t n = std::min(bs, L - t0);
         for (int64_t o = 0; o < n; ++o) {
           score_key(qb, kblk + o * D, G, D, sc, sc_buf.data() + t0 + o, L);
         }
       }
+      prefetch_block(vp + (hk * NB + tp[b * nbmax]) * bs * D, std::min(bs, L) * D);  // pass 2's first
       // softmax per query head: one exp per score
       softmax_rows(sc_buf.data(), G, L);
       // pass 2: weighted sum of values
       std::fill(acc.begin(), acc.end(), 0.f);
       for (int64_t t0 = 0; t0 < L; t0 += bs) {
         const float* vblk = vp + (hk * NB + tp[b * nbmax + t0 / bs]) * bs * D;
+        if (t0 + bs < L) prefetch_block(vp + (hk * NB + tp[b * nbmax + t0 / bs + 1]) * bs * D,
+                                        std::min(bs, L - t0 - bs) * D);
         value_block(vblk, std::min(bs, L - t0), G, D, sc_buf.data() + t0, L, acc.data());
       }
       for (int64_t g = 0; g < G; ++g) {
