@@ -63,3 +63,21 @@ def test_node_json_rewrites_the_changed_scalars_only_when_they_change():
     assert cache.encode(node) == first
     node.state, node.end_reason, node.end_step, node.answer = "finished", "eos", 9, "7"
     assert json.loads(cache.encode(node)) == node.to_dict()
+
+
+def test_snapshot_pins_the_node_as_written_while_it_grows_and_changes():
+    """``NodeSnapshot`` (what the driver writes to an in-process store) encodes when read, after the
+    node moved on; its text must be what encoding at the write gave."""
+    from gambit.search.node_json import NodeSnapshot
+
+    node = Node(2, 0, 5, 3, 0.8, tokens=[1, 2, 3, 4], scores=[0.5, 0.25])
+    want = NodeJSON().encode(node)
+    snap = NodeSnapshot(node)
+    node.tokens += [5, 6]
+    node.scores.append(0.75)
+    node.state, node.answer, node.end_step, node.engine_id = GHOST, "7", 9, None
+    assert snap.text == want
+    assert json.loads(snap.text) == {**node.to_dict(), "tokens": [1, 2, 3, 4], "scores": [0.5, 0.25],
+                                     "state": "running", "answer": None, "end_step": None,
+                                     "engine_id": node.engine_id}
+    assert json.loads(encode_nodes([snap])["2"]) == json.loads(want)  # Redis encodes it at the write

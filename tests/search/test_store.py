@@ -83,9 +83,13 @@ class Tee:
         return self.a.unfinished()
 
 
-def test_memory_and_redis_agree_on_a_recorded_run(make_engine, scorer, hard_problems, redis_store):
+@pytest.mark.parametrize("snapshots", [False, True])
+def test_memory_and_redis_agree_on_a_recorded_run(make_engine, scorer, hard_problems, redis_store, snapshots):
+    """``snapshots``: the writes carry node snapshots (what the driver gives a memory store), which
+    the memory store encodes only when read, after the nodes moved on; Redis encodes them at once."""
     mem = MemoryStore()
     tee = Tee(mem, redis_store)
+    tee.lazy_nodes = snapshots
     driver = SearchDriver(make_engine(num_blocks=24), scorer, tee)
     cfg = SearchConfig(capacity=6, swap=2, interval=4, warmup=12, kv_ratio=0.85)
     rid = driver.submit(hard_problems[4], cfg, run_id="rec1")
@@ -138,3 +142,17 @@ def test_encoded_nodes_load_as_their_records(store):
     store.update("e1", RunUpdate(meta={"step": 1}, nodes=[EncodedNode(0, NodeJSON().encode(node)),
                                                           {"id": 1, "parent": 0}]))
     assert store.load("e1")["nodes"] == {0: node.to_dict(), 1: {"id": 1, "parent": 0}}
+
+
+def test_node_snapshots_load_as_their_records_at_the_write(store):
+    """The driver writes node snapshots when the store keeps objects (``lazy_nodes``: memory) and
+    encoded text otherwise (Redis); either way a load gives the node as it was written."""
+    from gambit.search.node_json import NodeSnapshot
+    from gambit.search.tree import Node
+
+    node = Node(0, None, 0, 0, 0.8, tokens=[4, 5, 6], scores=[0.5])
+    want = node.to_dict()
+    store.update("s1", RunUpdate(meta={"step": 1}, nodes=[NodeSnapshot(node)]))
+    node.tokens.append(7)
+    node.state = "finished"
+    assert store.load("s1")["nodes"] == {0: want}

@@ -33,6 +33,7 @@ class SearchDriver(Guidance):
     def __init__(self, engine, scorer=None, store: TreeStore | None = None) -> None:
         self.engine, self.scorer = engine, scorer
         self.store = store if store is not None else MemoryStore()
+        self.lazy = bool(getattr(self.store, "lazy_nodes", False))  # writes carry node snapshots
         self.runs: dict[str, SearchRun] = {}
         self.owner: dict[int, tuple[SearchRun, int, Node]] = {}  # engine trace id -> (run, node id, node)
         self.timings = dict.fromkeys(TIMING_KEYS, 0.0)
@@ -68,7 +69,7 @@ class SearchDriver(Guidance):
         run = SearchRun(run_id, cfg, prompt, ids, gold, self.engine, self.scorer, self.owner)
         run.start()
         self.runs[run_id] = run
-        self.store.update(run_id, run.flush())
+        self.store.update(run_id, run.flush(self.lazy))
         return run_id
 
     def cancel(self, run_id: str) -> RunResult:
@@ -173,7 +174,7 @@ class SearchDriver(Guidance):
                 c = thread_time()
                 out.append(run.do_round(usage))
                 t, c4 = time.perf_counter(), thread_time()
-                writes.append((run.run_id, run.flush()))
+                writes.append((run.run_id, run.flush(self.lazy)))
                 run.timings["tree"] += time.perf_counter() - t
                 cpu["round"] += c4 - c
                 cpu["store"] += thread_time() - c4
@@ -257,7 +258,7 @@ class SearchDriver(Guidance):
         if self.pending:
             self.timings["guidance"] += self._settle({run.run_id})
         result = run.finish(reason)
-        self.store.update(run.run_id, run.flush())
+        self.store.update(run.run_id, run.flush(self.lazy))
         self.runs.pop(run.run_id, None)
         self.cpu["finish"] += thread_time() - c
         return result

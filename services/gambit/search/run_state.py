@@ -18,7 +18,7 @@ from gambit.scoring.confidence import ConfidenceTracker
 from gambit.search import tree as T
 from gambit.search.config import SearchConfig
 from gambit.search.deepconf import ConfidenceWindow, threshold, token_confidence
-from gambit.search.node_json import NodeJSON
+from gambit.search.node_json import NodeJSON, NodeSnapshot
 from gambit.search.results import Progress, RunResult
 from gambit.search.store import EncodedNode, RunUpdate
 from gambit.search.tournament import plan_round
@@ -401,13 +401,14 @@ class SearchRun:
             j = self.json[node_id] = NodeJSON()
         return j
 
-    def flush(self) -> RunUpdate:
+    def flush(self, lazy: bool = False) -> RunUpdate:
         """The changes since the last write: counters, the nodes whose record changed (created or a
         new state: every round; new scores only: every ``SCORE_WRITE_EVERY`` rounds and at the end),
         the rounds, the result. A running node whose only change is new tokens is not rewritten (that
         was most of a round's cost); its stored tokens and scores lag, and
         ``meta["tokens"]`` is written consistent with the stored nodes, so a restart that adopts the
-        engine's live trace (its tokens past the stored ones) counts every token once."""
+        engine's live trace (its tokens past the stored ones) counts every token once. ``lazy``: the
+        store keeps node snapshots (``MemoryStore.lazy_nodes``) and encodes them when read."""
         self.sync_all()
         if self.result is not None or self.round % SCORE_WRITE_EVERY == 0:
             self.dirty |= self.scored
@@ -415,7 +416,7 @@ class SearchRun:
         nodes = []
         for i in sorted(self.dirty):
             n = self.nodes[i]
-            nodes.append(EncodedNode(i, self._json(i).encode(n)))
+            nodes.append(NodeSnapshot(n) if lazy else EncodedNode(i, self._json(i).encode(n)))
             self.written[i] = n.depth
         lag = sum(self.nodes[i].depth - self.written.get(i, 0) for i in self.active
                   if self.nodes[i].resident)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from gambit.search.node_json import scalar
+from gambit.search.node_json import NodeSnapshot, scalar
 
 
 class StoreUnavailable(ConnectionError):
@@ -31,7 +31,7 @@ class EncodedNode:
 @dataclass
 class RunUpdate:
     meta: dict = field(default_factory=dict)  # merged into the run's meta
-    nodes: list[dict | EncodedNode] = field(default_factory=list)  # upserted by node id
+    nodes: list[dict | EncodedNode | NodeSnapshot] = field(default_factory=list)  # upserted by node id
     rounds: list[dict] = field(default_factory=list)  # appended
     result: dict | None = None  # set: the run is finished (it expires after the store's ttl)
 
@@ -48,11 +48,12 @@ class TreeStore(Protocol):
     def delete(self, run_id: str) -> None: ...
 
 
-def encode_nodes(nodes: list[dict | EncodedNode]) -> dict[str, str]:
-    """Node id -> JSON text, as both stores keep them (an encoded node is taken as it is)."""
+def encode_nodes(nodes: list[dict | EncodedNode | NodeSnapshot]) -> dict[str, str]:
+    """Node id -> JSON text, as both stores keep them (an encoded node is taken as it is, a snapshot
+    encoded now)."""
     out = {}
     for n in nodes:
-        if isinstance(n, EncodedNode):
+        if isinstance(n, (EncodedNode, NodeSnapshot)):
             out[str(n.id)] = n.text
         else:
             out[str(n["id"])] = json.dumps(n)
@@ -66,7 +67,10 @@ def check_run_id(run_id: str) -> str:
 
 
 class MemoryStore:
-    """In-process store; values go through JSON exactly as in Redis, so both behave the same."""
+    """In-process store; values go through JSON exactly as in Redis, so both behave the same. Node
+    snapshots (``lazy_nodes``: the driver writes them here) are kept as they are and encoded when read."""
+
+    lazy_nodes = True
 
     def __init__(self, ttl_s: float = 24 * 3600) -> None:
         if not ttl_s > 0:
@@ -81,10 +85,12 @@ class MemoryStore:
     def update(self, run_id: str, up: RunUpdate) -> None:
         check_run_id(run_id)
         meta = {k: scalar(v) for k, v in up.meta.items()}
-        nodes = encode_nodes(up.nodes)
+        snaps = [n for n in up.nodes if isinstance(n, NodeSnapshot)]
+        nodes = encode_nodes([n for n in up.nodes if not isinstance(n, NodeSnapshot)] if snaps else up.nodes)
+        nodes.update((str(n.id), n) for n in snaps)
         rounds = [json.dumps(r) for r in up.rounds]
         result = None if up.result is None else json.dumps(up.result)
-        # all serialised first: a bad value changes nothing
+        # all serialised first (snapshots: pinned): a bad value changes nothing
         self._meta.setdefault(run_id, {}).update(meta)
         self._nodes.setdefault(run_id, {}).update(nodes)
         self._rounds.setdefault(run_id, []).extend(rounds)
@@ -146,7 +152,7 @@ class MemoryStore:
 
 def _assemble(meta: dict, nodes: dict, rounds: list, result: str | None) -> dict:
     return {"meta": {k: json.loads(v) for k, v in meta.items()},
-            "nodes": {int(k): json.loads(v) for k, v in nodes.items()},
+            "nodes": {int(k): json.loads(v if type(v) is str else v.text) for k, v in nodes.items()},
             "rounds": [json.loads(r) for r in rounds],
             "result": None if result is None else json.loads(result)}
 
