@@ -15,7 +15,7 @@ GOOD = SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True)
 def _assert_pristine(eng) -> None:
     """No trace, no queued work, no block used, no id consumed; then a normal add runs normally."""
     assert eng.traces == {} and not eng.has_unfinished()
-    assert eng.scheduler.waiting == [] and eng.scheduler.running == []
+    assert not eng.scheduler.waiting and not eng.scheduler.running
     assert eng.blocks.num_free == eng.num_blocks and eng.kv_usage() == 0.0
     assert eng.stats.steps == 0 and eng.stats.forks == 0
     tid = eng.add("Compute 1+2.\nSolution:\n", GOOD)

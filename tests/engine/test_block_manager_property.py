@@ -184,7 +184,7 @@ class EngineMachine(RuleBasedStateMachine):
         assert eng.blocks.num_used == len({b for t in live for b in t.block_table})
         assert eng.blocks.num_used + eng.blocks.num_free == eng.num_blocks
         assert set(eng.traces) == set(self._live_ids())
-        waiting, running = eng.scheduler.waiting, eng.scheduler.running
+        waiting, running = eng.scheduler.waiting.values(), eng.scheduler.running.values()
         assert len(waiting) + len(running) == len(live)
         assert {id(t) for t in waiting} | {id(t) for t in running} == {id(t) for t in live}
         bs = eng.blocks.block_size

@@ -120,7 +120,8 @@ class NodeSnapshot:
     def text(self) -> str:
         if self._text is None:
             n = self.node
-            pinned = Node(**{k: getattr(n, k) for k in STATIC}, **dict(zip(DYNAMIC, self.values, strict=True)),
+            fixed = {k: getattr(n, k) for k in STATIC}
+            pinned = Node(**fixed, **dict(zip(DYNAMIC, self.values, strict=True)),
                           tokens=n.tokens[:self.ntok], scores=n.scores[:self.nsc])
             self._text = NodeJSON().encode(pinned)
         return self._text
