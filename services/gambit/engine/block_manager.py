@@ -30,7 +30,11 @@ class BlockManager:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.refcount = [0] * num_blocks
-        self.free_blocks: deque[int] = deque(range(num_blocks))
+        # a stack: the block freed last is taken first (block 0 first at the start). Its lines are
+        # likely still cached: a fork's partial-block copy right after a prune writes into the pruned
+        # trace's last block, and a growing trace's new block was written a moment ago, where the
+        # oldest free block (a queue) is cold and, the first time, an untouched page of the cache
+        self.free_blocks: deque[int] = deque(range(num_blocks - 1, -1, -1))
 
     # -- accounting -------------------------------------------------------------------------
     @property
@@ -54,7 +58,7 @@ class BlockManager:
 
     # -- allocation -------------------------------------------------------------------------
     def _take(self) -> int:
-        b = self.free_blocks.popleft()
+        b = self.free_blocks.pop()
         self.refcount[b] = 1
         return b
 
