@@ -152,6 +152,7 @@ def ops(model, tok, scorer, problems, args) -> dict:
             c = run.conf.get(n.id)
             if c is not None:
                 del c.pending[-8:]
+        run.synced_at = -1  # as if the engine had stepped (``sync_all`` skips otherwise)
         run.sync_all()
 
     out["sync_pool_8_tokens"] = _best(sync_pool, 50)
