@@ -53,6 +53,12 @@ def items(xs: list) -> str:
     return json.dumps(xs)[1:-1]
 
 
+def dynamic_values(node: Node) -> tuple:
+    """The node's DYNAMIC fields, in order."""
+    return (node.state, node.answer, node.end_step, node.end_reason, node.engine_id, node.conf_min,
+            node.conf_mean)
+
+
 class ListJSON:
     """The JSON text of an append-only list, extended by its new tail only."""
 
@@ -93,8 +99,7 @@ class NodeJSON:
     def encode(self, node: Node) -> str:
         if self.head is None:
             self.head = "{" + ", ".join([f'"{k}": {scalar(getattr(node, k))}' for k in STATIC])
-        values = (node.state, node.answer, node.end_step, node.end_reason, node.engine_id, node.conf_min,
-                  node.conf_mean)  # DYNAMIC, in order
+        values = dynamic_values(node)
         if values != self.values:  # most writes of a running node change only its lists
             self.values = values
             self.rest = "".join([f', "{k}": {scalar(v)}' for k, v in zip(DYNAMIC, values, strict=True)])
@@ -112,8 +117,7 @@ class NodeSnapshot:
     def __init__(self, node: Node) -> None:
         self.id, self.node = node.id, node
         self.ntok, self.nsc = len(node.tokens), len(node.scores)
-        self.values = (node.state, node.answer, node.end_step, node.end_reason, node.engine_id, node.conf_min,
-                       node.conf_mean)  # DYNAMIC, in order
+        self.values = dynamic_values(node)
         self._text: str | None = None
 
     @property

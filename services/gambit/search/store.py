@@ -85,9 +85,8 @@ class MemoryStore:
     def update(self, run_id: str, up: RunUpdate) -> None:
         check_run_id(run_id)
         meta = {k: scalar(v) for k, v in up.meta.items()}
-        snaps = [n for n in up.nodes if isinstance(n, NodeSnapshot)]
-        nodes = encode_nodes([n for n in up.nodes if not isinstance(n, NodeSnapshot)] if snaps else up.nodes)
-        nodes.update((str(n.id), n) for n in snaps)
+        nodes = encode_nodes([n for n in up.nodes if not isinstance(n, NodeSnapshot)])
+        nodes.update((str(n.id), n) for n in up.nodes if isinstance(n, NodeSnapshot))
         rounds = [json.dumps(r) for r in up.rounds]
         result = None if up.result is None else json.dumps(up.result)
         # all serialised first (snapshots: pinned): a bad value changes nothing
