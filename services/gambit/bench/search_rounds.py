@@ -73,8 +73,8 @@ def _wrap(driver, profiler) -> None:
     def do_round(self, usage):
         return profiler.runcall(orig_round, self, usage)
 
-    def flush(self):
-        return profiler.runcall(orig_flush, self)
+    def flush(self, lazy=False):
+        return profiler.runcall(orig_flush, self, lazy)
 
     def update(run_id, up):
         return profiler.runcall(orig_update, run_id, up)
