@@ -11,6 +11,8 @@ trace so far (what "every thought so far is right" depends on), both clipped and
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 import torch
 
 FEATURES = 2  # appended to the hidden state when a scorer's config has ``confidence``
@@ -26,29 +28,39 @@ class ConfidenceTracker:
     """One trace's sampled-token log-probabilities since its last boundary, and its running minimum.
 
     Positions make it independent of event order within an engine step (the boundary token's state
-    arrives a step after the token was sampled, possibly after the next token's event).
+    arrives a step after the token was sampled, possibly after the next token's event). A trace's
+    tokens come in position order, so positions and log-probabilities are two parallel lists, split
+    at a boundary by bisection: no tuple per token (the search adds every generated token here).
     """
 
-    __slots__ = ("pending", "trace_min")
+    __slots__ = ("positions", "logprobs", "trace_min")
 
-    def __init__(self, pending: list[tuple[int, float]] | None = None, trace_min: float = 0.0) -> None:
-        self.pending = pending or []
+    def __init__(self, positions: list[int] | None = None, logprobs: list[float] | None = None,
+                 trace_min: float = 0.0) -> None:
+        self.positions = positions if positions is not None else []
+        self.logprobs = logprobs if logprobs is not None else []
         self.trace_min = trace_min
 
     def token(self, position: int, logprob: float | None) -> None:
         if logprob is not None:
-            self.pending.append((position, logprob))
+            self.positions.append(position)
+            self.logprobs.append(logprob)
+
+    def tokens(self, start: int, logprobs: list[float]) -> None:
+        """The log-probabilities of the tokens at ``start``, ``start + 1``, ... (none missing)."""
+        self.positions.extend(range(start, start + len(logprobs)))
+        self.logprobs.extend(logprobs)
 
     def boundary(self, position: int) -> list[float]:
         """The features of the boundary whose token sits at ``position`` (it closes the thought)."""
-        mine = [lp for p, lp in self.pending if p <= position]
-        self.pending = [(p, lp) for p, lp in self.pending if p > position]
-        thought = min(mine, default=0.0)
+        n = bisect_right(self.positions, position)
+        thought = min(self.logprobs[:n], default=0.0)
+        del self.positions[:n], self.logprobs[:n]
         self.trace_min = min(self.trace_min, thought)
         return features(thought, self.trace_min)
 
     def fork(self) -> ConfidenceTracker:
-        return ConfidenceTracker(list(self.pending), self.trace_min)
+        return ConfidenceTracker(list(self.positions), list(self.logprobs), self.trace_min)
 
 
 def with_confidence(states: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:

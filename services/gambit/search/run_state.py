@@ -209,7 +209,7 @@ class SearchRun:
         self.tokens += end - k
         if self.confidence:  # every generated token's log-prob is on the trace (params.logprobs = 1)
             lps = t.logprobs[k - t.prompt_len:end - t.prompt_len]
-            self.conf_of(node.id).pending.extend(zip(range(k, end), lps, strict=True))
+            self.conf_of(node.id).tokens(k, lps)
 
     def sync_all(self) -> None:
         """``sync`` every resident node, unless the engine has not stepped since the last time: its
