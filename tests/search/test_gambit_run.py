@@ -106,3 +106,18 @@ def test_child_prefix_and_kv_blocks_equal_parent_at_branch(make_engine, scorer, 
         if checked >= 6:
             break
     assert checked >= 6
+
+
+def test_cpu_clock_counts_parts_only_when_asked_and_changes_nothing(make_engine, scorer, hard_problems):
+    """``cpu_clock`` (``gambit bench rounds``) fills the main-thread CPU parts; off (every other driver)
+    they stay 0 and the run is the same, round for round."""
+    out = {}
+    for clock in (False, True):
+        driver = SearchDriver(make_engine(), scorer, cpu_clock=clock)
+        res, data = run_to_end(driver, driver.submit(hard_problems[0], SearchConfig(**CFG)))
+        out[clock] = (res.answer, res.tokens, res.branched, res.pruned, data["rounds"])
+        parts = [driver.cpu[k] for k in ("forward", "routing", "guidance", "round")]
+        assert all(p > 0 for p in parts) if clock else all(p == 0 for p in parts), parts
+    strip = [{k: v for k, v in r.items() if k != "t"} for r in out[True][4]]
+    assert out[False][:4] == out[True][:4]
+    assert [{k: v for k, v in r.items() if k != "t"} for r in out[False][4]] == strip

@@ -40,7 +40,7 @@ def _one(model, tok, scorer, problems, args, store, profiler=None) -> dict:
 
     bcfg = BenchSearchConfig(capacity=args.capacity, concurrency=len(problems))
     engine, _ = chunk_engine(model, tok, problems, bcfg)
-    driver = SearchDriver(engine, scorer, store)
+    driver = SearchDriver(engine, scorer, store, cpu_clock=True)
     if profiler is not None:
         _wrap(driver, profiler)
     scfg = bcfg.search()
@@ -106,7 +106,7 @@ def ops(model, tok, scorer, problems, args) -> dict:
 
     bcfg = BenchSearchConfig(capacity=args.capacity, concurrency=len(problems))
     engine, _ = chunk_engine(model, tok, problems, bcfg)
-    driver = SearchDriver(engine, scorer, MemoryStore())
+    driver = SearchDriver(engine, scorer, MemoryStore(), cpu_clock=True)
     ids = [driver.submit(p, bcfg.search()) for p in problems]
     for _ in range(args.ops_steps):
         driver.step()

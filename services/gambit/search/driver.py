@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from time import thread_time
 
 from gambit.engine import BoundaryEvent, EvictedEvent, FinishedEvent, TokenEvent
 from gambit.search import tree as T
@@ -29,8 +28,14 @@ from gambit.search.tree import Node
 CPU_KEYS = ("forward", "routing", "guidance", "round", "store", "finish", "kv_evict")
 
 
+def _no_clock() -> float:
+    return 0.0
+
+
 class SearchDriver(Guidance):
-    def __init__(self, engine, scorer=None, store: TreeStore | None = None) -> None:
+    def __init__(self, engine, scorer=None, store: TreeStore | None = None, cpu_clock: bool = False) -> None:
+        """``cpu_clock``: count main-thread CPU by part in ``cpu`` (``gambit bench rounds``). Off, the
+        parts stay 0: a thread-CPU clock read is a system call (~0.9 µs here) and a step makes eleven."""
         self.engine, self.scorer = engine, scorer
         self.store = store if store is not None else MemoryStore()
         self.lazy = bool(getattr(self.store, "lazy_nodes", False))  # writes carry node snapshots
@@ -40,6 +45,7 @@ class SearchDriver(Guidance):
         self.kv_trace: list[tuple[float, float, int]] = []  # (time, KV use, resident traces) per step
         self.pending: list[tuple[list, object]] = []  # (who, future of scores) from ``score_async``
         self.cpu = dict.fromkeys(CPU_KEYS, 0.0)
+        self._clock = time.thread_time if cpu_clock else _no_clock
         self.score_calls = 0  # scorer calls made (guidance syncs)
         self.deferred: list[tuple] = []  # Gambit boundaries waiting for the next round's scorer call
         self.defers = scorer is not None  # Gambit's boundaries wait for its rounds (``Guidance._defer``)
@@ -99,16 +105,17 @@ class SearchDriver(Guidance):
         if not self.runs:
             return []
         runs = list(self.runs.values())
-        cpu, c0 = self.cpu, thread_time()
+        cpu, clock = self.cpu, self._clock
+        c0 = clock()
         t0 = time.perf_counter()
         events = self.engine.step()
         t1 = time.perf_counter()
-        c1 = thread_time()
+        c1 = clock()
         cpu["forward"] += c1 - c0
         self.steps += 1
         if self.deferred and usage_over(runs, self.engine.kv_usage()):
             self._score_now(self._take_deferred())  # a trace may be evicted: it ranks on its scores
-        t1b, c1b = time.perf_counter(), thread_time()  # that call is guidance, not routing
+        t1b, c1b = time.perf_counter(), clock()  # that call is guidance, not routing
         gw = gc = 0.0  # guidance inside the loop: a trace ends, the deferred scores go first
         rows: list[tuple] = []  # (key, state, features, run, node) per boundary to score
         owner_get = self.owner.get
@@ -138,7 +145,7 @@ class SearchDriver(Guidance):
                     gw, gc = self._score_deferred(gw, gc)
                 run.evict(node)
         t2 = time.perf_counter()
-        c2 = thread_time()
+        c2 = clock()
         t1b, c1b = t1b + gw, c1b + gc  # the deferred call's time counts as guidance, not routing
         cpu["routing"] += c2 - c1b
         if self.defers and (rows or self.deferred):
@@ -151,7 +158,7 @@ class SearchDriver(Guidance):
                 self._settle(due)
         t3 = time.perf_counter()
         self._account(runs, t1 - t0, t2 - t1b, t3 - t2 + t1b - t1, who)
-        c3 = thread_time()
+        c3 = clock()
         cpu["guidance"] += c3 - c2 + c1b - c1
         out: list[Progress | RunResult] = []
         usage = self.engine.kv_usage()
@@ -171,21 +178,21 @@ class SearchDriver(Guidance):
                 out.append(self._finish(run, "done"))
                 continue
             if run.step % run.cfg.interval == 0:
-                c = thread_time()
+                c = clock()
                 out.append(run.do_round(usage))
-                t, c4 = time.perf_counter(), thread_time()
+                t, c4 = time.perf_counter(), clock()
                 writes.append((run.run_id, run.flush(self.lazy)))
                 run.timings["tree"] += time.perf_counter() - t
                 cpu["round"] += c4 - c
-                cpu["store"] += thread_time() - c4
+                cpu["store"] += clock() - c4
                 self.rounds += 1
         if writes:
             self._write(writes)
         t4 = time.perf_counter()
-        c4 = thread_time()
+        c4 = clock()
         self._kv_evict()
         t5 = time.perf_counter()
-        c5 = thread_time()
+        c5 = clock()
         cpu["kv_evict"] += c5 - c4
         for run in runs:
             run.timings["scheduling"] += (t5 - t4) / len(runs)
@@ -198,14 +205,14 @@ class SearchDriver(Guidance):
         """Score the deferred boundaries before the first trace that ends this step is routed (so
         its vote and scorer history are as if scored at once; nothing routed before it reads
         scores); returns ``wall``, ``cpu`` plus the time it took."""
-        t, c = time.perf_counter(), thread_time()
+        t, c = time.perf_counter(), self._clock()
         self._score(self._take_deferred())
-        return wall + time.perf_counter() - t, cpu + thread_time() - c
+        return wall + time.perf_counter() - t, cpu + self._clock() - c
 
     def _write(self, writes: list[tuple[str, RunUpdate]]) -> None:
         """A step's round updates in one store call (Redis: one MULTI/EXEC, one round trip); each
         run's update stays whole, so a reader still sees whole rounds only."""
-        t, c = time.perf_counter(), thread_time()
+        t, c = time.perf_counter(), self._clock()
         many = getattr(self.store, "update_many", None)
         if many is not None and len(writes) > 1:
             many(writes)
@@ -215,7 +222,7 @@ class SearchDriver(Guidance):
         dt = (time.perf_counter() - t) / len(writes)
         for run_id, _ in writes:
             self.runs[run_id].timings["tree"] += dt
-        self.cpu["store"] += thread_time() - c
+        self.cpu["store"] += self._clock() - c
 
     def _account(self, runs, forward, routing, guidance, who) -> None:
         self.timings["forward"] += forward
@@ -252,7 +259,7 @@ class SearchDriver(Guidance):
             run.evict(node)
 
     def _finish(self, run: SearchRun, reason: str) -> RunResult:
-        c = thread_time()
+        c = self._clock()
         if self.deferred:
             self._score(self._take_deferred(run))
         if self.pending:
@@ -260,7 +267,7 @@ class SearchDriver(Guidance):
         result = run.finish(reason)
         self.store.update(run.run_id, run.flush(self.lazy))
         self.runs.pop(run.run_id, None)
-        self.cpu["finish"] += thread_time() - c
+        self.cpu["finish"] += self._clock() - c
         return result
 
     # -- coordinator restart --------------------------------------------------------------------
