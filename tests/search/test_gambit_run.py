@@ -121,3 +121,28 @@ def test_cpu_clock_counts_parts_only_when_asked_and_changes_nothing(make_engine,
     strip = [{k: v for k, v in r.items() if k != "t"} for r in out[True][4]]
     assert out[False][:4] == out[True][:4]
     assert [{k: v for k, v in r.items() if k != "t"} for r in out[False][4]] == strip
+
+
+def test_a_runs_timings_cover_the_steps_it_was_in(make_engine, scorer, hard_problems):
+    """A run's forward time is every step's forward from its submission to its end, its scheduling the
+    steps' routing and KV checks split between the runs of each step."""
+    import pytest
+
+    driver = SearchDriver(make_engine(), scorer)
+    a = driver.submit(hard_problems[0], SearchConfig(**CFG))
+    for _ in range(5):
+        driver.step()
+    at_b = dict(driver.timings)
+    b = driver.submit(hard_problems[1], SearchConfig(**CFG))
+    ends = {}
+    while len(ends) < 2:
+        for ev in driver.step():
+            if isinstance(ev, RunResult):
+                ends[ev.run_id] = (ev, dict(driver.timings))
+    (ra, ta), (rb, tb) = ends[a], ends[b]
+    assert ra.timings["forward"] == pytest.approx(ta["forward"], rel=1e-9)
+    assert rb.timings["forward"] == pytest.approx(tb["forward"] - at_b["forward"], rel=1e-9)
+    both = ra.timings["scheduling"] + rb.timings["scheduling"]  # the shared steps' part, split in two
+    assert 0 < ra.timings["scheduling"] and 0 < rb.timings["scheduling"]
+    assert both <= max(ta["scheduling"], tb["scheduling"]) * (1 + 1e-9)
+    assert ra.timings["guidance"] > 0 and rb.timings["guidance"] > 0
