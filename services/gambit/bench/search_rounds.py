@@ -151,7 +151,7 @@ def ops(model, tok, scorer, problems, args) -> dict:
             run.tokens -= 8
             c = run.conf.get(n.id)
             if c is not None:
-                del c.pending[-8:]
+                del c.positions[-8:], c.logprobs[-8:]
         run.synced_at = -1  # as if the engine had stepped (``sync_all`` skips otherwise)
         run.sync_all()
 
