@@ -32,6 +32,23 @@ def test_policy_counts_and_follows_the_callers_setting(two_threads):
     assert StepThreads(1, 0).apply(1) == 3 and StepThreads(1, 6, enabled=False).apply(1) == 3
 
 
+def test_a_second_policy_on_the_thread_keeps_the_callers_setting(two_threads):
+    first, second = StepThreads(1_000_000, 6_000_000), StepThreads(1_000_000, 6_000_000)
+    assert first.apply(1) == 1  # the first engine's last step was small: one thread is set
+    assert second.apply(500) == 2 and second.full == 2  # a new engine's big step still gets both
+    assert first.apply(3) == 1 and second.apply(500) == 2 and first.apply(500) == 2
+    torch.set_num_threads(1)  # the caller lowers its setting: every policy follows
+    assert second.apply(500) == 1 and first.apply(500) == 1
+
+
+def test_a_new_engine_after_a_small_run_steps_on_every_thread(target, two_threads):
+    """The engine benchmark's shape: batch 1 on one engine, then a big batch on a fresh one."""
+    _, small = _decode(target, EngineConfig().min_macs_per_thread, 4)
+    assert small[-1] == 1
+    _, big = _decode(target, EngineConfig().min_macs_per_thread, 16)
+    assert big[-1] == 2  # it failed when each engine kept its own record: 1, the first one's last
+
+
 def test_work_per_row_and_the_default_split():
     tiny = ModelConfig(vocab_size=100, hidden_size=192, intermediate_size=512, num_hidden_layers=6,
                        num_attention_heads=4, head_dim=48)

@@ -400,13 +400,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    f"(default {DEFAULT_MODEL})")
     p.add_argument("--quick", action="store_true", help=f"batches {QUICK_BATCHES}, {QUICK_TOKENS} tokens")
     p.add_argument("--json", dest="json_path", default=None, help="write results here")
-    p.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=None)
-    p.add_argument("--tokens", type=int, default=None, help="new tokens per trace")
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--no-vllm", action="store_true")
+    p.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=None,
+                   help=f"comma-separated batch sizes, traces decoded together (default {FULL_BATCHES})")
+    p.add_argument("--tokens", type=int, default=None, help=f"new tokens per trace (default {FULL_TOKENS})")
+    p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature of every backend")
+    p.add_argument("--no-vllm", action="store_true", help="skip vLLM-CPU (native and transformers only)")
     p.add_argument("--repeats", type=int, default=1, help="interleaved rounds (medians are reported)")
-    p.add_argument("--vllm-python", default=None, help=f"default {VLLM_PYTHON}")
-    p.add_argument("--vllm-dtype", default="float32")
+    p.add_argument("--vllm-python", default=None, help=f"python of the vLLM venv (`make vllm-venv`; default "
+                   f"{VLLM_PYTHON}, or $GAMBIT_VLLM_PYTHON)")
+    p.add_argument("--vllm-dtype", default="float32", help="vLLM's dtype (float32 matches the native engine)")
+    p.add_argument("--plot", default=None, help="write a PNG of tokens/s by batch per backend here")
+    p.add_argument("--plot-beside", default="", help="comma-separated result JSONs of earlier runs (e.g. "
+                   "another model) drawn as further panels of --plot")
     p.add_argument("--role", choices=("native", "hf", "fork"), help=argparse.SUPPRESS)
     p.add_argument("--prompts", help=argparse.SUPPRESS)
     p.add_argument("--reps", type=int, default=7, help=argparse.SUPPRESS)
@@ -418,9 +423,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.role:
         role_main(args)
         return 0
-    run_engine_bench(args.model, args.batches, args.quick, args.json_path, new_tokens=args.tokens,
-                     temperature=args.temperature, vllm=not args.no_vllm, vllm_python=args.vllm_python,
-                     vllm_dtype=args.vllm_dtype, repeats=args.repeats)
+    res = run_engine_bench(args.model, args.batches, args.quick, args.json_path, new_tokens=args.tokens,
+                           temperature=args.temperature, vllm=not args.no_vllm, vllm_python=args.vllm_python,
+                           vllm_dtype=args.vllm_dtype, repeats=args.repeats)
+    if args.plot:
+        from gambit.bench.bench_plots import plot_engine
+
+        beside = [json.loads(Path(f).read_text()) for f in args.plot_beside.split(",") if f]
+        plot_engine([res, *beside], args.plot)
+        log(f"wrote {args.plot}")
     return 0
 
 

@@ -243,6 +243,7 @@ def bench(cfg: BenchServeConfig) -> dict:
         "wall_ratio": statistics.median(ratios) if ratios else of_medians,
         "wall_ratio_spread": [min(ratios), max(ratios)] if ratios else [of_medians, of_medians],
         "wall_ratio_pairs": len(ratios),
+        "wall_ratio_values": ratios,
         "wall_ratio_of_medians": of_medians,
         "sync_share": d["sync_share"],
         "engine_speedup": {str(k): v for k, v in speedup.items()},
@@ -290,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     add_dataclass_args(p, BenchServeConfig)
     p.add_argument("--quick", action="store_true", help="C=4, 96 tokens, 2 repetitions")
     p.add_argument("--json", help="write the result JSON here")
+    p.add_argument("--plot", help="write a PNG here: runs/s and latency by concurrency, one-run pair ratios")
     args = p.parse_args(argv)
     fixed = {**QUICK, "reps": 2} if args.quick else {}
     fixed = {k: v for k, v in fixed.items() if getattr(args, k, None) is None}
@@ -300,4 +302,9 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(res, indent=2))
         print(f"wrote {args.json}")
+    if args.plot:
+        from gambit.bench.bench_plots import plot_serve
+
+        plot_serve(res, args.plot)
+        print(f"wrote {args.plot}")
     return 0

@@ -14,15 +14,23 @@ the Target's two threads, which stalls the other at every barrier. llama.cpp's s
 ``--threads`` / ``--threads-batch`` exist for the same reason.
 
 The process's own setting (``torch.set_num_threads``, e.g. the Target's ``threads``) stays the
-maximum: it is read back whenever the count is not the one this policy set last, so a caller that
-changes it is followed. OpenMP's count is per calling thread, so this runs on the engine's thread.
+maximum: it is read back whenever the count is not the one a policy set last, so a caller that
+changes it is followed. OpenMP's count is per calling thread, so this runs on the engine's thread,
+and what a policy set last is kept per thread, shared by every engine stepping on it: kept per
+engine, a second engine in the process (the engine benchmark's next batch, the serve benchmark's
+bare-engine baseline beside the embedded wiring, a test) took the one thread the first one had
+set for its last small step as the process's setting, and never used the second core.
 """
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from gambit.model.config import ModelConfig
+
+_THREAD = threading.local()  # per OS thread: ``full`` (the caller's setting), ``set`` (a policy's last)
 
 
 def macs_per_row(mc: ModelConfig) -> int:
@@ -35,8 +43,11 @@ class StepThreads:
     def __init__(self, macs_per_row: int, min_macs_per_thread: int, enabled: bool = True) -> None:
         self.macs_per_row = macs_per_row
         self.min_macs = min_macs_per_thread if enabled else 0
-        self.full: int | None = None  # the process's setting, the most a step gets
-        self._set: int | None = None  # what this policy set last (None: nothing yet)
+
+    @property
+    def full(self) -> int | None:
+        """The caller's setting on this thread, the most a step gets (None: no policy stepped yet)."""
+        return getattr(_THREAD, "full", None)
 
     def count(self, rows: int | None, full: int) -> int:
         if rows is None or self.min_macs <= 0:
@@ -46,15 +57,16 @@ class StepThreads:
     def apply(self, rows: int | None) -> int:
         """Set the thread count for a forward of ``rows`` rows (None: all threads) and return it."""
         now = torch.get_num_threads()
-        if self.min_macs <= 0:  # off (or switched off since): give back what this policy took
-            if self._set is not None and now == self._set and self.full is not None and now != self.full:
-                torch.set_num_threads(now := self.full)
-            self._set = None
+        full, last = getattr(_THREAD, "full", None), getattr(_THREAD, "set", None)
+        if self.min_macs <= 0:  # off (or switched off since): give back what a policy took
+            if last is not None and now == last and full is not None and now != full:
+                torch.set_num_threads(now := full)
+            _THREAD.set = None
             return now
-        if self.full is None or now != self._set:
-            self.full = now  # first step, or changed by someone else since: the new maximum
-        want = self.count(rows, self.full)
+        if full is None or now != last:
+            full = _THREAD.full = now  # first step, or changed by someone else since: the new maximum
+        want = self.count(rows, full)
         if want != now:
             torch.set_num_threads(want)
-        self._set = want
+        _THREAD.set = want
         return want
