@@ -144,6 +144,19 @@ def test_greedy_equals_plain_batch1_default_tree(target, reference, method):
     assert eng.blocks.num_free == eng.num_blocks
 
 
+def test_greedy_equals_plain_with_miss_selection(target, reference):
+    """``spec.select = "miss"`` (rows picked by path probability x mass outside their offers, the Python
+    tree) at batch 8: every output is still plain greedy, no block leaks."""
+    prompts, refs, _ = reference
+    eng = _engine(target, spec=SpecConfig(gamma=3, budget=12, grow_width=3, offer_width=3, reconsider=2,
+                                          max_batch=0, select="miss"))
+    assert eng.generate(prompts[:8], _params("pr")) == refs[:8]
+    assert eng.stats.spec_drafts > 0 and eng.stats.max_batch_size == 8
+    assert eng.blocks.num_free == eng.num_blocks
+    with pytest.raises(ValueError, match="spec.select"):
+        SpecConfig(select="random")
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_greedy_with_forks_and_preemption(target, reference, method):
     """Small cache: traces are preempted and re-prefilled mid-run; children forked mid-run from

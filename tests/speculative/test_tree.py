@@ -178,3 +178,61 @@ def test_fresh_corrected_tokens_are_new_and_merge_reproduces_duplicates(tiny):
                         assert int(tree.tokens[s, i]) not in {int(tree.tokens[s, j]) for j in sib}
     assert bool(got[True].reconsidered.any())
     assert not torch.equal(got[True].tokens, got[False].tokens)
+
+
+def _selections(model, select):
+    """(the nodes each step reconsidered, the nodes the rule picks from the pool's record) per step >= 2."""
+    gamma, B, Bw, k, m = 4, 40, 6, 2, 2
+    cfg = TreeConfig(gamma, B, Bw, k, m, select=select)
+    drafter = random_drafter(model, seed=7, method="pr")
+    calls = []
+
+    def hook(root_pos, tok, par, score, node, node_depth, x, x_score):
+        calls.append((node.clone(), score.clone()))
+        return x, x_score
+
+    ctx, ck, cv, roots = _setup(model, drafter)
+    attn = TreeAttention(ck, cv, torch.tensor([9, 6]), 1 + cfg.gamma * cfg.rows)
+    tree = draft_tree(drafter, cfg, torch.stack([r[0] for r in roots]), torch.tensor([9, 6]) - 1,
+                      torch.stack([r[2] for r in roots]), torch.stack([r[1] for r in roots]), attn,
+                      analysis=True, reconsider_hook=hook)
+    assert len(calls) == gamma
+    pool, R = tree.pool, cfg.rows
+    got, want = [], []
+    for step in range(2, gamma + 1):  # step s reconsiders step s - 1's regular rows
+        node, score = calls[step - 1]
+        first = 1 + (step - 2) * R
+        for s in range(2):
+            rows = {int(pool.row_of[s, n]): n for n in range(pool.row_of.shape[1] - 1)
+                    if first <= int(pool.row_of[s, n]) < first + Bw}
+            assert 1 <= len(rows) <= Bw  # step 1's frontier: only the root's k offers
+            key = {}
+            for r, n in rows.items():
+                lp = pool.row_lp[s, r]
+                if select == "confidence":
+                    key[n] = float(lp.max())  # the least confident first
+                else:
+                    outside = torch.log1p(-lp.topk(k).values.exp().sum().clamp(max=1 - 1e-7))
+                    key[n] = -(float(score[s, n]) + float(outside))
+            got.append(sorted(n for n in node[s].tolist() if n in key))  # padded rows: never real nodes
+            want.append(sorted(sorted(key, key=key.get)[:m]))
+    return got, want
+
+
+def test_reconsidered_rows_follow_the_selection_rule(tiny):
+    """At every step the m reconsidered nodes are the previous step's frontier nodes with the lowest
+    top-1 probability ("confidence", the paper) or the highest path log-probability + log(mass outside
+    the top-k offers) ("miss"), recomputed from the pool's record of every row's log-probs; the two
+    rules pick different nodes on this drafter."""
+    model, _ = tiny
+    picked = {}
+    for select in ("confidence", "miss"):
+        got, want = _selections(model, select)
+        assert got == want
+        picked[select] = got
+    assert picked["confidence"] != picked["miss"]
+
+
+def test_select_rule_is_validated():
+    with pytest.raises(ValueError, match="select"):
+        TreeConfig(3, 12, 3, 3, 2, select="random")

@@ -30,6 +30,12 @@ class SpecConfig:
     extra: str = "reconsider"  # what the m rows do: "reconsider" (PR) | "advance" (Table 4 control)
     self_query: bool = True  # reconsider rows take their query from the feature
     fresh: bool = True  # the corrected token is the best one the node did not already offer
+    # which rows are reconsidered: "confidence" = the m least confident (lowest top-1 probability, the
+    # paper's rule); "miss" = the m with the highest path probability x probability mass outside their
+    # top-k offers (where a fresh corrected token can add what the tree lacks). "miss" drafts in the
+    # Python tree (the C++ tree has the paper's rule only); on the shipped target it moved tau by -0.4%
+    # at the paper's tree and +1.5% at k = 4 (tools/pr_oracle.py)
+    select: str = "confidence"
     max_drafters: int = 2  # drafter KV caches the KV budget reserves room for (one layer each)
     # draft only in steps of at most this many traces (0: no cap); in a larger batch speculative traces
     # take plain steps (their target taps kept, so drafting resumes when the batch shrinks). On the CPU
@@ -56,6 +62,8 @@ class SpecConfig:
             raise ValueError(f"spec.reconsider must be an integer >= 0, got {self.reconsider!r}")
         if self.extra not in ("reconsider", "advance"):
             raise ValueError(f"spec.extra must be 'reconsider' or 'advance', got {self.extra!r}")
+        if self.select not in ("confidence", "miss"):
+            raise ValueError(f"spec.select must be 'confidence' or 'miss', got {self.select!r}")
         if self.verify not in ("rejection", "match"):
             raise ValueError(f"spec.verify must be 'rejection' or 'match', got {self.verify!r}")
         if not isinstance(self.max_drafters, int) or self.max_drafters < 0:

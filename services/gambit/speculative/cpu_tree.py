@@ -326,7 +326,8 @@ def serves(drafter, cfg, analysis: bool) -> bool:
 
     ff = drafter.fast_forward
     return (isinstance(ff, _Forward) and ff.usable() and not analysis and cfg.extra == "reconsider"
-            and (cfg.fresh or cfg.reconsider == 0) and drafter.config.num_layers == 1)
+            and (cfg.fresh or cfg.reconsider == 0) and cfg.select == "confidence"
+            and drafter.config.num_layers == 1)
 
 
 def draft(drafter, cfg, kc: torch.Tensor, vc: torch.Tensor, tables: torch.Tensor, ctx_len: torch.Tensor,

@@ -127,7 +127,7 @@ class SpecDecoder:
         pr = self.drafters[key].config.method.endswith("pr") or key in ("pr", "hass+pr") \
             or s.extra == "advance"
         return TreeConfig(s.gamma, s.budget, s.grow_width, s.offer_width, s.reconsider if pr else 0,
-                          s.extra, s.self_query, s.fresh)
+                          s.extra, s.self_query, s.fresh, s.select)
 
     # -- per-trace state --------------------------------------------------------------------------
     def _state(self, t: Trace) -> DraftState:

@@ -36,6 +36,10 @@ class TreeConfig:
     extra: str = "reconsider"  # what the m rows do: "reconsider" (PR) | "advance" (Table 4 control)
     self_query: bool = True  # reconsider rows take their query from the feature
     fresh: bool = True  # corrected token: the best one not among the node's offered children (else: merge)
+    # which rows to reconsider: "confidence" = the m with the lowest top-1 probability (the paper);
+    # "miss" = the m most likely to be on the accepted path with the target's token outside their offers
+    # (the highest path probability x probability mass outside the row's top-k)
+    select: str = "confidence"
 
     def __post_init__(self) -> None:
         for name in ("gamma", "budget", "grow_width", "offer_width"):
@@ -44,6 +48,8 @@ class TreeConfig:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
         if not isinstance(self.reconsider, int) or self.reconsider < 0:
             raise ValueError(f"reconsider must be an integer >= 0, got {self.reconsider!r}")
+        if self.select not in ("confidence", "miss"):
+            raise ValueError(f"select must be 'confidence' or 'miss', got {self.select!r}")
         if self.extra not in ("reconsider", "advance"):
             raise ValueError(f"extra must be 'reconsider' or 'advance', got {self.extra!r}")
         if self.budget > self.pool_size:
@@ -182,10 +188,13 @@ def _layout(cfg: TreeConfig, n_reg: int, n_rec: int, device: torch.device) -> _L
 @torch.inference_mode()
 def draft_tree(drafter: Drafter, cfg: TreeConfig, root_token: torch.Tensor, root_pos: torch.Tensor,
                root_feature: torch.Tensor, root_logits: torch.Tensor, attn: TreeAttention,
-               analysis: bool = False) -> DraftTree:
+               analysis: bool = False, reconsider_hook=None) -> DraftTree:
     """Grow one tree per sequence from its root row (token, drafter position, output feature, logits).
 
     ``analysis`` also records, per node, the drafter's confidence, top-1 child and corrected token.
+    ``reconsider_hook(root_pos, tok, par, score, node, node_depth, x, x_score) -> (x, x_score)``, for
+    analysis only (``tools/pr_oracle.py``): replaces the corrected tokens ``x`` [S, m] of the
+    reconsidered pool nodes ``node`` (-1: the root), and their scores, before they join the pool.
     """
     S, dev = root_token.shape[0], root_token.device
     k, Bw, m, G = cfg.offer_width, cfg.grow_width, cfg.reconsider, cfg.gamma
@@ -229,7 +238,12 @@ def draft_tree(drafter: Drafter, cfg: TreeConfig, root_token: torch.Tensor, root
         score[:, sl] = (node_score[..., None] + vals.clamp(max=0)).view(S, -1)
         if n_rec:
             depth[:, sl] = (node_depth + 1).repeat_interleave(k, dim=1)
-        conf = vals[..., 0] if m else None  # the top log-probability ranks rows by confidence
+        conf = None  # rows are reconsidered lowest first
+        if m and cfg.select == "miss":  # -log(path probability x mass outside the offers)
+            outside = torch.log1p(-vals.exp().sum(-1).clamp(max=1 - 1e-7))
+            conf = -(node_score + outside)
+        elif m:
+            conf = vals[..., 0]  # the top log-probability ranks rows by confidence
         if analysis:
             r_top1[:, row_ids] = tok[:, sl].view(S, n, k)[..., 0]
             r_conf[:, row_ids] = vals[..., 0].exp()
@@ -316,6 +330,8 @@ def draft_tree(drafter: Drafter, cfg: TreeConfig, root_token: torch.Tensor, root
             s_new = _take(prev_score, li) + best.clamp(max=0)  # a padded frontier row's score: -inf
             if mm < m:
                 s_new = s_new.masked_fill(~lo_ok, NEG)
+            if reconsider_hook is not None:
+                x, s_new = reconsider_hook(root_pos, tok, par, score, info[..., 2], info[..., 3], x, s_new)
             if merge:  # a duplicate of one of the node's own offered children: merge instead of adding
                 dup = (_take(tok, kids.reshape(S, -1)).view(S, m, k) == x[..., None]) & lo_ok[..., None]
                 has = dup.any(-1)
