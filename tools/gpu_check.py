@@ -117,7 +117,8 @@ def main() -> None:
     cpu_model, tok = load_model(str(TARGET), device="cpu", dtype="float32")
     prompts = [p for i, (_, ops) in enumerate(SPLITS.items())
                for p in prompts_for(ops, args.per, 100 + i, tok)]
-    cpu = Engine(cpu_model, tok, EngineConfig(device="cpu", dtype="float32"))
+    # the reference on the CPU's torch path too: no C++ kernel to compile on the device machine
+    cpu = Engine(cpu_model, tok, EngineConfig(device="cpu", dtype="float32", cpu_kernel=False))
     _, ref, _, _ = decode(cpu, prompts, 1, "plain", args.max_tokens)
     results = {"torch": torch.__version__, "prompts": len(prompts), "max_tokens": args.max_tokens,
                "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None, "checks": {}}
