@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from gambit.engine import Engine, EngineConfig
 from gambit.engine.block_manager import shared_prompt_blocks
+from gambit.engine.config import SpecConfig
 from gambit.model.loader import load_model
 from gambit.paths import TARGET
 from gambit.search.config import SearchConfig
@@ -67,6 +68,10 @@ class BenchSearchConfig:
     scorer_mlp: str = "mlp"  # the MLP scorer: "mlp" (shipped) or a scorer folder
     scorer_sequence: str = "sequence"  # the sequence scorer: "sequence" (shipped) or a scorer folder
     threads: int = 2  # torch threads
+    device: str = "auto"  # torch device of the target: "auto" (CUDA when present, else CPU), "cpu", "cuda:N"
+    dtype: str = "auto"  # target dtype: "auto" (float32 on the CPU, bfloat16 on CUDA), "float32", "bfloat16"
+    # the engine's default cap suits the CPU, where a tree per trace makes a big step compute-bound
+    spec_max_batch: int = SpecConfig.max_batch  # Gambit + PR drafts in steps of <= this many traces (0: all)
     plots: str = "results/bench_search"  # folder for the PNG figures
     difficulties: str = "all,hard"  # which difficulty sets to run (comma list of all, hard)
     methods: str = ""  # run only these main variants (comma list; empty: all)
@@ -80,6 +85,7 @@ class BenchSearchConfig:
         bad = set(self.difficulties.split(",")) - set(DIFFICULTIES)
         if bad:
             raise ValueError(f"difficulties: unknown {sorted(bad)}; known {sorted(DIFFICULTIES)}")
+        SpecConfig(max_batch=self.spec_max_batch)  # its check
 
     @property
     def n_problems(self) -> int:
@@ -166,8 +172,11 @@ def chunk_engine(model, tok, problems, cfg: BenchSearchConfig) -> tuple[Engine, 
     """The bench's engine for ``cfg.concurrency`` runs of these problems at once, and its KV blocks
     per run: ``kv_share`` of what C full traces need, evicting under pressure (as on a full GPU)."""
     per_run = max(4, int(cfg.kv_share * blocks_needed(problems, tok, cfg.capacity, 16)))
+    w = model.model.embed_tokens.weight  # the engine runs where the caller loaded the model
     engine = Engine(model, tok, EngineConfig(preemption="evict", num_blocks=per_run * cfg.concurrency,
-                                             seed=cfg.seed))
+                                             seed=cfg.seed, device=str(w.device),
+                                             dtype=str(w.dtype).removeprefix("torch."),
+                                             spec=SpecConfig(max_batch=cfg.spec_max_batch)))
     return engine, per_run
 
 
@@ -244,7 +253,8 @@ def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
         out = merge_results(cfg.merge.split(","))
         return _report(out, cfg, json_path, check_targets, format_tables, plot_all)
     torch.set_num_threads(cfg.threads)
-    model, tok = load_model(cfg.model, device="cpu", dtype="float32")
+    where = EngineConfig(device=cfg.device, dtype=cfg.dtype)
+    model, tok = load_model(cfg.model, device=where.torch_device(), dtype=where.torch_dtype())
     main = load_default_scorer(cfg.scorer, model.config.hidden_size)
     mlp = load_default_scorer(cfg.scorer_mlp, model.config.hidden_size)
     seq = load_default_scorer(cfg.scorer_sequence, model.config.hidden_size)
