@@ -2,7 +2,8 @@
 
 Usage: PYTHONPATH=services .venv/bin/python tools/search_oracle.py [PROBLEMS] [SPLIT] [ORACLES] [METHODS]
 [JSON] (defaults: 192 hard dev problems; ORACLES ``process=0,path=0,path=2,path=4,model``; METHODS
-``step,gambit``; results/search_oracle.json). An oracle is ``LABEL=SIGMA``:
+``step,gambit``; results/search_oracle.json). ``--plot OUT.png JSON [JSON ...]`` draws result files
+instead of running. An oracle is ``LABEL=SIGMA``:
 
 * ``process``: every thought so far is a correct ``a op b = c`` line (``tasks.arithmetic.check_thought``);
 * ``path``: every thought so far is the reference solution's step (right operands too);
@@ -143,8 +144,54 @@ def install(tok, problems) -> None:
     run_state.SearchRun.boundary_features = oracle_features
 
 
+def plot(paths: list[str], out: str) -> None:
+    """Accuracy of STEP and Gambit under each guide, SC@16 as a line, one panel per result JSON (merged
+    by split): ``tools/search_oracle.py --plot OUT.png JSON [JSON ...]``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_split: dict[str, dict] = {}
+    for path in paths:
+        d = json.loads(Path(path).read_text())
+        by_split.setdefault(f"{d['split']}, {d['problems']} hard problems", {}).update(d["table"])
+    fig, axes = plt.subplots(1, len(by_split), figsize=(6.5 * len(by_split), 4), squeeze=False)
+    for ax, (title, table) in zip(axes[0], by_split.items(), strict=True):
+        guides = list(dict.fromkeys(k.split("/", 1)[1] for k in table if "/" in k))
+        # by the oracle's noise (per boundary before per trace), the shipped scorer last
+        guides.sort(key=lambda g: (g == "model", float(g.replace("~", "=").partition("=")[2] or 0), "~" in g))
+        x = range(len(guides))
+        for i, (m, color) in enumerate((("step", "tab:orange"), ("gambit", "tab:blue"))):
+            ys = [100 * table[f"{m}/{g}"]["accuracy"] if f"{m}/{g}" in table else 0 for g in guides]
+            ax.bar([j + (i - 0.5) * 0.38 for j in x], ys, 0.38, color=color, label=m.upper() if m == "step"
+                   else "Gambit")
+        ax.axhline(100 * table["sc"]["accuracy"], color="gray", ls="--", label="SC@16")
+        labels = []
+        for g in guides:
+            r = table.get(f"gambit/{g}", {})
+            au = r.get("auc_path_within") or r.get("auc_path") or r.get("oracle_auc")  # older files: the last
+            label, sticky, sigma = g.replace("~", "=~").partition("=")[0], "~" in g, g.partition("=")[2] or \
+                g.partition("~")[2]
+            name = "shipped\nscorer" if g == "model" else \
+                f"oracle {label}\nσ={sigma}" + (" per trace" if sticky else "")
+            labels.append(f"{name}\nAUC {au:.2f}" if au else name)
+        ax.set_xticks(list(x), labels, fontsize=7)
+        ax.set_ylabel("accuracy (%)")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle("Same search, different guides: the tournament turns an independent signal into accuracy",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    print(f"wrote {out}")
+
+
 def main() -> None:
     a = sys.argv[1:]
+    if a and a[0] == "--plot":
+        plot(a[2:], a[1])
+        return
     n = int(a[0]) if a else 192
     split = a[1] if len(a) > 1 else "dev"
     oracles = (a[2] if len(a) > 2 and a[2] else "process=0,path=0,path=2,path=4,model").split(",")
