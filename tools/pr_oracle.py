@@ -16,7 +16,7 @@ with m rows of reconsideration and the sure oracle (its second pass untrained: t
 from its feature).
 
 Usage: PYTHONPATH=services .venv/bin/python tools/pr_oracle.py [--per N] [--trees "B=48,B=48 k=4"]
-[--json FILE]
+[--json FILE]; ``--plot OUT.png JSON`` draws a result file instead.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import json
 import time
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 
 import torch
 
@@ -80,8 +81,36 @@ def spec_for(name: str):
     return spec
 
 
+def plot(path: str, out: str) -> None:
+    """τ / EAGLE-3.1 τ of every row, one group of bars per tree, the 1.05 target as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    d = json.loads(Path(path).read_text())
+    trees = list(d["tau"])
+    rows = [r for r in d["tau"][trees[0]] if r != "eagle3.1"]
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    w = 0.8 / len(rows)
+    for i, r in enumerate(rows):
+        ys = [d["tau"][t][r]["tau"] / d["tau"][t]["eagle3.1"]["tau"] for t in trees]
+        ax.bar([j + (i - (len(rows) - 1) / 2) * w for j in range(len(trees))], ys, w, label=r)
+    ax.axhline(1.05, color="red", ls="--", lw=1, label="target 1.05")
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xticks(range(len(trees)), trees)
+    ax.set_ylim(0.8, max(1.2, ax.get_ylim()[1]))
+    ax.set_ylabel("tau / EAGLE-3.1 tau")
+    ax.set_title(f"PR and its oracle bound, {d['prompts']} test prompts, greedy, batch 1", fontsize=9)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    print(f"wrote {out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--plot", nargs=2, metavar=("OUT", "JSON"), help="draw a result JSON instead of running")
     ap.add_argument("--per", type=int, default=8, help="test prompts per difficulty split")
     ap.add_argument("--max-tokens", type=int, default=96, help="tokens generated per prompt")
     ap.add_argument("--trees", default="B=48,B=48 k=4", help="comma-separated trees (KNOB=N changes to the "
@@ -89,6 +118,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
     ap.add_argument("--json", default="", help="write the table here")
     args = ap.parse_args()
+    if args.plot:
+        plot(args.plot[1], args.plot[0])
+        return
     torch.set_num_threads(args.threads)
     eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET)))
     load_drafters(eng, ASSETS)
