@@ -17,19 +17,18 @@ import argparse
 import json
 import statistics
 import time
-from dataclasses import replace
 
 import torch
 
 from gambit.bench.spec import (
     ASSETS,
     BASE,
-    DEFAULTS,
     SPLITS,
     _pool_analysis,
     load_drafters,
     prompts_for,
     run_once,
+    spec_from_name,
 )
 from gambit.engine import Engine, EngineConfig
 from gambit.model.registry import resolve_model
@@ -72,27 +71,10 @@ else:
 for path in args.folders:
     eng.register_drafter(path, load_drafter(path, eng.model))
     keys.append(path)
-KNOBS = {"B": "budget", "g": "gamma", "Bw": "grow_width", "k": "offer_width", "m": "reconsider"}
-
-
-def tree(name: str):
-    """A tree from its name: "defaults" (the engine's) or the paper's tree with "KNOB=V" changes
-    (B, g = gamma, Bw, k, m) and "merge" (corrected tokens not required fresh), space-separated."""
-    if name == "defaults":
-        return DEFAULTS
-    spec = BASE
-    for part in name.split():
-        if part == "merge":
-            spec = replace(spec, fresh=False)
-            continue
-        knob, _, value = part.partition("=")
-        if knob not in KNOBS or not value.isdigit():
-            raise SystemExit(f"--trees: {part!r} is not KNOB=N with KNOB in {sorted(KNOBS)}, nor 'merge'")
-        spec = replace(spec, **{KNOBS[knob]: int(value)})
-    return spec
-
-
-trees = {name: tree(name) for name in args.trees.split(",")}
+try:
+    trees = {name: spec_from_name(name) for name in args.trees.split(",")}
+except ValueError as e:
+    raise SystemExit(f"--trees: {e}") from None
 print(f"greedy tau, {len(prompts)} prompts, batch 1 | " + " | ".join(keys), flush=True)
 table = {}
 for name in args.trees.split(","):

@@ -26,31 +26,13 @@ from dataclasses import replace
 
 import torch
 
-from gambit.bench.spec import ASSETS, BASE, SPLITS, load_drafters, prompts_for
-from gambit.engine import Engine, EngineConfig, SamplingParams
+from gambit.bench.spec import ASSETS, BASE, SPLITS, load_drafters, prompts_for, run_once
+from gambit.engine import Engine, EngineConfig
 from gambit.engine.config import SpecConfig
 from gambit.model.loader import load_model
 from gambit.paths import TARGET
 
 TREES = {"paper (B=48)": BASE, "engine defaults": SpecConfig(max_batch=0)}
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def decode(eng: Engine, prompts, batch: int, decoding: str, max_tokens: int) -> tuple[float, list, int, int]:
-    """Greedy outputs ``batch`` prompts at a time: (seconds, outputs, cycles, accepted)."""
-    s0 = (eng.stats.spec_drafts, eng.stats.spec_accepted)
-    sync(eng.device)
-    t0 = time.perf_counter()
-    outs = []
-    for i in range(0, len(prompts), batch):
-        sp = SamplingParams(temperature=0, max_tokens=max_tokens, decoding=decoding)
-        outs += eng.generate(prompts[i:i + batch], sp)
-    sync(eng.device)
-    return time.perf_counter() - t0, outs, eng.stats.spec_drafts - s0[0], eng.stats.spec_accepted - s0[1]
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
@@ -63,18 +45,18 @@ def check_dtype(device: str, dtype: str, prompts, ref: list, args) -> dict:
     eng = Engine(model, tok, EngineConfig(device=device, dtype=dtype, spec=BASE, cpu_kernel=False))
     load_drafters(eng, ASSETS)
     out: dict = {"device": str(eng.device), "dtype": str(eng.dtype)}
-    _, plain, _, _ = decode(eng, prompts, 1, "plain", args.max_tokens)
+    _, plain, _, _ = run_once(eng, prompts, 1, "plain", args.max_tokens)
     diffs = [first_difference(p, r) for p, r in zip(plain, ref, strict=True)]
     out["plain_equal_to_cpu_fp32"] = sum(d is None for d in diffs)
     out["plain_first_difference"] = [d for d in diffs if d is not None]
-    _, plain8, _, _ = decode(eng, prompts, 8, "plain", args.max_tokens)
+    _, plain8, _, _ = run_once(eng, prompts, 8, "plain", args.max_tokens)
     out["plain_batch8_equal_batch1"] = plain8 == plain
     lossless, tau = {}, {}
     for tree, spec in TREES.items():
         eng.config.spec = replace(spec, max_batch=0)
         for key in ("eagle3.1", "pr"):
             for batch in (1, 8):
-                _, outs, cycles, accepted = decode(eng, prompts, batch, key, args.max_tokens)
+                _, outs, cycles, accepted = run_once(eng, prompts, batch, key, args.max_tokens)
                 lossless[f"{tree} / {key} / batch {batch}"] = outs == plain
                 if batch == 1:
                     tau[f"{tree} / {key}"] = (accepted + cycles) / max(cycles, 1)
@@ -84,11 +66,11 @@ def check_dtype(device: str, dtype: str, prompts, ref: list, args) -> dict:
         eng.config.spec = replace(spec, max_batch=0)
         keys = ("plain", "eagle3.1", "pr")
         for key in keys:  # warm-up: first calls, allocations, kernel selection
-            decode(eng, prompts[:1], 1, key, 8)
+            run_once(eng, prompts[:1], 1, key, 8)
         secs: dict[str, list[float]] = {k: [] for k in keys}
         for _ in range(args.reps):
             for key in keys:
-                secs[key].append(decode(eng, prompts, 1, key, args.max_tokens)[0])
+                secs[key].append(run_once(eng, prompts, 1, key, args.max_tokens)[0])
         for key in keys[1:]:
             r = [p / s for p, s in zip(secs["plain"], secs[key], strict=True)]
             speed[f"{tree} / {key}"] = {"speedup": statistics.median(r), "spread": [min(r), max(r)],
@@ -119,7 +101,7 @@ def main() -> None:
                for p in prompts_for(ops, args.per, 100 + i, tok)]
     # the reference on the CPU's torch path too: no C++ kernel to compile on the device machine
     cpu = Engine(cpu_model, tok, EngineConfig(device="cpu", dtype="float32", cpu_kernel=False))
-    _, ref, _, _ = decode(cpu, prompts, 1, "plain", args.max_tokens)
+    _, ref, _, _ = run_once(cpu, prompts, 1, "plain", args.max_tokens)
     results = {"torch": torch.__version__, "prompts": len(prompts), "max_tokens": args.max_tokens,
                "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None, "checks": {}}
     ok = True

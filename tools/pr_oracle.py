@@ -30,22 +30,20 @@ from pathlib import Path
 
 import torch
 
-from gambit.bench.spec import ASSETS, BASE, SPLITS, load_drafters, prompts_for, run_once
+from gambit.bench.spec import ASSETS, SPLITS, load_drafters, prompts_for, run_once, spec_from_name
 from gambit.engine import Engine, EngineConfig
 from gambit.paths import TARGET
 from gambit.speculative import cpu_tree, decoder
 from gambit.speculative.decoder import SpecDecoder
 
-KNOBS = {"B": "budget", "g": "gamma", "Bw": "grow_width", "k": "offer_width", "m": "reconsider"}
 FULL: list[int] = []  # prompt + plain greedy output of the prompt being decoded (batch 1)
-COUNT = {"replaced": 0, "on_path": 0, "calls": 0}
-OFFER_K = [6]  # the tree's offer width k
+COUNT = {"replaced": 0, "on_path": 0}
 
 
-def oracle_hook(root_pos, tok, par, score, node, node_depth, x, x_score, sure: bool = False):
-    """The target's next token for each reconsidered node on its greedy path, when not offered;
-    ``sure``: scored as if the reconsider pass gave it probability 1 (its node's own score)."""
-    COUNT["calls"] += 1
+def oracle_hook(root_pos, tok, par, score, node, node_depth, x, x_score, k: int, sure: bool = False):
+    """The target's next token for each reconsidered node on its greedy path, when not offered (``k``:
+    the tree's offer width); ``sure``: scored as if the reconsider pass gave it probability 1 (its
+    node's own score)."""
     x, x_score = x.clone(), x_score.clone()
     r = int(root_pos[0]) + 1  # the root token's index in the sequence (drafter positions lag by one)
     for j, (n, d) in enumerate(zip(node[0].tolist(), node_depth[0].tolist(), strict=True)):
@@ -62,23 +60,13 @@ def oracle_hook(root_pos, tok, par, score, node, node_depth, x, x_score, sure: b
         COUNT["on_path"] += 1
         want = FULL[r + d + 1]
         # the node's offered children (the root's are the pool's first k entries; unwritten ones say -1 too)
-        offered = tok[0][par[0] == n].tolist() if n >= 0 else tok[0, :OFFER_K[0]].tolist()
+        offered = tok[0][par[0] == n].tolist() if n >= 0 else tok[0, :k].tolist()
         if want not in offered:
             x[0, j] = want
             if sure:  # just below its node, so the budget's cut never keeps it without its node
                 x_score[0, j] = (score[0, n] if n >= 0 else 0.0) - 1e-3
             COUNT["replaced"] += 1
     return x, x_score
-
-
-def spec_for(name: str):
-    spec = BASE
-    for part in name.split():
-        knob, _, value = part.partition("=")
-        if knob not in KNOBS or not value.isdigit():
-            raise SystemExit(f"--trees: {part!r} is not KNOB=N with KNOB in {sorted(KNOBS)}")
-        spec = replace(spec, **{KNOBS[knob]: int(value)})
-    return spec
 
 
 def plot(path: str, out: str) -> None:
@@ -148,16 +136,18 @@ def main() -> None:
     table = {}
     print(f"greedy tau, {len(prompts)} test prompts, batch 1, {args.max_tokens} tokens")
     for name in args.trees.split(","):
-        spec = spec_for(name)
-        OFFER_K[0] = spec.offer_width
+        try:
+            spec = spec_from_name(name)
+        except ValueError as e:
+            raise SystemExit(f"--trees: {e}") from None
         table[name] = {}
         for row, (key, oracle, force, select) in rows.items():
             decoder.draft_tree = plain_draft if oracle is None else \
-                partial(plain_draft, reconsider_hook=partial(oracle_hook, sure=oracle))
+                partial(plain_draft, reconsider_hook=partial(oracle_hook, k=spec.offer_width, sure=oracle))
             SpecDecoder.tree_config = config_with(force)
             eng.config.spec = replace(spec, select=select)
             cycles = accepted = 0
-            COUNT.update(replaced=0, on_path=0, calls=0)
+            COUNT.update(replaced=0, on_path=0)
             t0 = time.perf_counter()
             for p, full in zip(prompts, greedy, strict=True):
                 FULL[:] = full

@@ -24,8 +24,10 @@ from gambit.engine.events import FinishedEvent, TokenEvent
 from gambit.model.loader import load_model
 from gambit.paths import TARGET
 from gambit.scoring.auc import auc
-from gambit.scoring.confidence import CLIP
-from gambit.tasks.arithmetic import THOUGHT_SEP, TaskConfig, format_step, generate
+from gambit.scoring.confidence import ConfidenceTracker
+from gambit.scoring.evaluate import grouped_auc
+from gambit.scoring.rollouts import step_labels
+from gambit.tasks.arithmetic import THOUGHT_SEP, TaskConfig, generate
 
 SAMPLES, CHUNK = 12, 16
 
@@ -53,18 +55,7 @@ def sample(model, tok, problems) -> list[tuple[int, list[int], list[int], dict[i
     return out
 
 
-def grouped_auc(s: torch.Tensor, y: torch.Tensor, groups: list[tuple]) -> float:
-    num = den = 0.0
-    for g in set(groups):
-        m = torch.tensor([x == g for x in groups])
-        pos, n = int(y[m].sum()), int(m.sum())
-        if pos * (n - pos):
-            num += pos * (n - pos) * auc(s[m], y[m])
-            den += pos * (n - pos)
-    return num / den
-
-
-def probe(x: torch.Tensor, y: torch.Tensor, test: torch.Tensor, groups: list[tuple]) -> tuple[float, float]:
+def probe(x: torch.Tensor, y: torch.Tensor, test: torch.Tensor, groups: torch.Tensor) -> tuple[float, float]:
     """Logistic probe trained on ~test rows; (AUC, within-group AUC) on the test rows."""
     mu, sd = x[~test].mean(0), x[~test].std(0) + 1e-6
     x = (x - mu) / sd
@@ -78,8 +69,7 @@ def probe(x: torch.Tensor, y: torch.Tensor, test: torch.Tensor, groups: list[tup
         opt.step()
     with torch.no_grad():
         s = x[test] @ w + b
-    held = [g for g, t in zip(groups, test.tolist(), strict=True) if t]
-    return auc(s, y[test]), grouped_auc(s, y[test], held)
+    return auc(s, y[test]), grouped_auc(s, y[test], groups[test], by_pairs=True)[0]
 
 
 def main() -> None:
@@ -97,22 +87,20 @@ def main() -> None:
     with torch.no_grad():
         for pi, pids, out, lp in traces:
             _, taps = model(torch.tensor([pids + out]), taps=tuple(range(L + 1)))
-            thoughts = tok.decode(out).split(THOUGHT_SEP)
-            ref = [format_step(*s) for s in problems[pi].steps]
-            ok, trace_min, prev = True, 0.0, len(pids)
-            for j, pos in enumerate(len(pids) + i for i, t in enumerate(out) if t == sep):
-                if j >= len(thoughts) - 1:
-                    break
-                ok = ok and j < len(ref) and thoughts[j].strip() == ref[j]
-                thought_min = min((lp.get(q, 0.0) for q in range(prev, pos + 1)), default=0.0)
-                trace_min, prev = min(trace_min, thought_min), pos + 1
+            text = tok.decode(out)
+            bounds = [len(pids) + i for i, t in enumerate(out) if t == sep][:text.count(THOUGHT_SEP)]
+            _, on_path = step_labels(text, problems[pi], len(bounds))
+            tracker = ConfidenceTracker()
+            for q in range(len(pids), len(pids) + len(out)):
+                tracker.token(q, lp.get(q))
+            for j, pos in enumerate(bounds):
                 for layer in range(L + 1):
                     states[layer].append(taps[layer][0, pos])
-                labels.append(ok)
-                conf.append([max(thought_min, CLIP), max(trace_min, CLIP)])
-                groups.append((pi, j))
-    y, c = torch.tensor(labels), torch.tensor(conf)
-    test = torch.tensor([g[0] % 4 == 0 for g in groups])
+                conf.append(tracker.boundary(pos))
+                groups.append(pi * 1000 + j)  # one problem, one thought index
+            labels += torch.cumprod(on_path.long(), 0).bool().tolist()  # every thought so far on the path
+    y, c, groups = torch.tensor(labels), torch.tensor(conf), torch.tensor(groups)
+    test = groups // 1000 % 4 == 0
     print(f"{len(traces)} traces, {len(labels)} boundaries ({100 * float(y.float().mean()):.1f}% on the "
           f"reference path), {time.time() - t0:.0f} s; held out: {int(test.sum())} boundaries")
     print("| probe input | AUC | within problem and thought | with the confidence features: AUC | within |")

@@ -36,6 +36,7 @@ from tqdm import tqdm
 from gambit.bench.search import BenchSearchConfig, bench_run_id, chunk_engine, run_variants
 from gambit.model.loader import load_model
 from gambit.scoring.auc import auc
+from gambit.scoring.evaluate import grouped_auc
 from gambit.search import run_state
 from gambit.search.driver import SearchDriver
 from gambit.search.scorers import load_default_scorer
@@ -73,19 +74,12 @@ def record(scorer, keys: list[str], s: torch.Tensor) -> torch.Tensor:
     return s
 
 
-def grouped_auc(seen: list[tuple[float, bool, tuple]]) -> float:
+def within_round_auc(seen: list[tuple[float, bool, tuple]]) -> float:
     """AUC over the pairs that share a group (one run, one thought index): what a round compares."""
-    groups: dict[tuple, list] = {}
-    for v, y, g in seen:
-        groups.setdefault(g, []).append((v, y))
-    num = den = 0.0
-    for rows in groups.values():
-        pos = sum(y for _, y in rows)
-        pairs = pos * (len(rows) - pos)
-        if pairs:
-            num += pairs * auc([v for v, _ in rows], [y for _, y in rows])
-            den += pairs
-    return num / den if den else float("nan")
+    ids: dict[tuple, int] = {}
+    groups = torch.tensor([ids.setdefault(g, len(ids)) for _, _, g in seen])
+    v, y, _ = zip(*seen, strict=True) if seen else ((), (), ())
+    return grouped_auc(torch.tensor(v), torch.tensor(y), groups, by_pairs=True)[0]
 
 
 class MeasuredScorer:
@@ -232,9 +226,9 @@ def main() -> None:
             sc_ok = {bench_run_id(name, i): r["correct"] for i, r in enumerate(records["sc"]["runs"])}
             mine = [row for row in sc.seen if row[2][0] in sc_ok]
             v, y, _ = zip(*mine, strict=True)
-            pooled, within = auc(torch.tensor(v), torch.tensor(y)), grouped_auc(mine)
-            sc_right = grouped_auc([row for row in mine if sc_ok[row[2][0]]])
-            sc_wrong = grouped_auc([row for row in mine if not sc_ok[row[2][0]]])
+            pooled, within = auc(torch.tensor(v), torch.tensor(y)), within_round_auc(mine)
+            sc_right = within_round_auc([row for row in mine if sc_ok[row[2][0]]])
+            sc_wrong = within_round_auc([row for row in mine if not sc_ok[row[2][0]]])
         table[name] = {"accuracy": sum(r["correct"] for r in runs) / n,
                        "any_right": sum(r["pass_any"] for r in runs) / n,
                        "tokens": sum(r["tokens"] for r in runs) / n, "auc_path": pooled,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from gambit.bench.spec import BASE, _pool_analysis, measure, plots
@@ -44,3 +45,18 @@ def test_spec_bench_parts(tmp_path: Path) -> None:
     files = plots({"analysis": {"pr": a}}, tmp_path)
     assert all(Path(f).stat().st_size > 1000 for f in files)
     assert BASE.budget == 48
+
+
+def test_spec_from_name():
+    """The analysis tools' tree names: the engine's defaults, or the paper's tree with changes."""
+    from dataclasses import replace
+
+    from gambit.bench.spec import DEFAULTS, spec_from_name
+
+    assert spec_from_name("defaults") == DEFAULTS
+    assert spec_from_name("B=48") == BASE
+    want = replace(BASE, budget=24, offer_width=4, gamma=12, fresh=False)
+    assert spec_from_name("B=24 k=4 g=12 merge") == want
+    for bad in ("B=x", "q=3", "B48"):
+        with pytest.raises(ValueError, match="KNOB=N"):
+            spec_from_name(bad)

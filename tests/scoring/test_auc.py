@@ -3,6 +3,8 @@
 import math
 import random
 
+import torch
+
 from gambit.scoring import auc
 
 
@@ -31,3 +33,15 @@ def test_matches_pairwise_count():
     neg = [a for a, b in zip(s, y, strict=True) if not b]
     ref = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
     assert abs(auc(s, y) - ref) < 1e-12
+
+
+def test_grouped_auc_mean_over_groups_or_weighted_by_pairs():
+    """Group 0: one positive below one negative (AUC 0, 1 pair); group 1: two positives above two
+    negatives (AUC 1, 4 pairs); group 2 holds one outcome only and is skipped."""
+    from gambit.scoring.evaluate import grouped_auc
+
+    s = torch.tensor([0.1, 0.9, 0.8, 0.7, 0.2, 0.3, 0.5, 0.6])
+    y = torch.tensor([1, 0, 1, 1, 0, 0, 1, 1]).bool()
+    g = torch.tensor([0, 0, 1, 1, 1, 1, 2, 2])
+    assert grouped_auc(s, y, g) == (0.5, 2)
+    assert grouped_auc(s, y, g, by_pairs=True) == (0.8, 2)

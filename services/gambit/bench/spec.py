@@ -43,6 +43,28 @@ OPTIONAL = ("pr-beta0", "pr-noselfq", "eagle3.1-2layer")  # ablation drafters: u
 # the tables measure each tree at every batch size: no batch cap (``spec.max_batch``, its own table)
 BASE = SpecConfig(gamma=8, budget=48, grow_width=6, offer_width=6, reconsider=3, max_batch=0)
 DEFAULTS = SpecConfig(max_batch=0)  # the engine's tree, uncapped
+TREE_KNOBS = {"B": "budget", "g": "gamma", "Bw": "grow_width", "k": "offer_width", "m": "reconsider"}
+
+
+def spec_from_name(name: str) -> SpecConfig:
+    """A tree from its name: "defaults" (the engine's, uncapped) or the paper's tree with "KNOB=V"
+    changes (B, g = gamma, Bw, k, m) and "merge" (corrected tokens not required fresh), space-separated,
+    e.g. "B=48 g=12" (the analysis tools' ``--trees``)."""
+    if name == "defaults":
+        return DEFAULTS
+    spec = BASE
+    for part in name.split():
+        if part == "merge":
+            spec = replace(spec, fresh=False)
+            continue
+        knob, _, value = part.partition("=")
+        if knob not in TREE_KNOBS or not value.isdigit():
+            raise ValueError(f"tree {name!r}: {part!r} is not KNOB=N with KNOB in {sorted(TREE_KNOBS)}, "
+                             "nor 'merge'")
+        spec = replace(spec, **{TREE_KNOBS[knob]: int(value)})
+    return spec
+
+
 CAPPED = "pr, capped (default)"  # "Batch cap" table: the engine's defaults, batch cap included
 
 

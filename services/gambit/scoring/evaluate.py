@@ -78,16 +78,23 @@ def within_problem_auc(trace_scores: torch.Tensor, data: dict) -> tuple[float, i
     return (sum(vals) / len(vals) if vals else float("nan")), len(vals)
 
 
-def grouped_auc(scores: torch.Tensor, labels: torch.Tensor, groups: torch.Tensor) -> tuple[float, int]:
-    """Mean AUC over the groups (integer ids) that hold both outcomes; and how many did."""
-    vals = []
+def grouped_auc(scores: torch.Tensor, labels: torch.Tensor, groups: torch.Tensor,
+                by_pairs: bool = False) -> tuple[float, int]:
+    """Mean AUC over the groups (integer ids) that hold both outcomes; and how many did.
+
+    ``by_pairs``: each group weighted by its positive x negative pairs, i.e. the share of all
+    within-group pairs ranked right (what a search's rounds compare), not the mean over groups."""
+    vals, weights = [], []
     order = torch.argsort(groups, stable=True)
     ids, counts = torch.unique_consecutive(groups[order], return_counts=True)
     for sel in torch.split(order, counts.tolist()):
         a = auc(scores[sel], labels[sel])
         if not math.isnan(a):
+            pos = int(labels[sel].sum())
             vals.append(a)
-    return (sum(vals) / len(vals) if vals else float("nan")), len(vals)
+            weights.append(pos * (len(sel) - pos) if by_pairs else 1)
+    mean = sum(v * w for v, w in zip(vals, weights, strict=True)) / sum(weights) if vals else float("nan")
+    return mean, len(vals)
 
 
 def process_metrics(scores: torch.Tensor, data: dict, label: str = "process") -> dict:
