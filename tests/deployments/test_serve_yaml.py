@@ -42,3 +42,11 @@ def test_builders_make_applications_from_the_yaml_args():
     args = {a["name"]: a["args"] for a in raw["applications"]}
     assert isinstance(build_gambit(args["gambit"]), Application)
     assert isinstance(build_scorer(args["scorer"]), Application)
+
+
+def test_local_launcher_batch_cap_is_the_engines():
+    """``gambit serve`` keeps its own copy of the default (it does not import torch): the same value."""
+    from gambit.deployments.local import ServeConfig
+    from gambit.engine.config import SpecConfig
+
+    assert ServeConfig().spec_max_batch == SpecConfig().max_batch

@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from gambit.engine import Engine, EngineConfig, SamplingParams
-from gambit.engine.cpu_attention import kernel, paged_decode
+from gambit.engine.attention import SeqInput, kernel_serves
+from gambit.engine.cpu_attention import kernel, paged_attention, paged_decode
 
 pytestmark = pytest.mark.skipif(kernel() is None, reason="no C++ toolchain to build the kernel")
 
@@ -37,6 +38,113 @@ def test_kernel_matches_sdpa_over_gathered_blocks(H, Hkv, D, bs):
     q = torch.randn(B, H, D, generator=g)
     out = paged_decode(q, kc, vc, tables, lens, D ** -0.5)
     torch.testing.assert_close(out, reference(q, kc, vc, tables, lens), atol=2e-5, rtol=1e-4)
+
+
+def _rows(S, ql_max, ctx_max, H, Hkv, D, bs, tree, g):
+    """A ragged batch of multi-token rows: (q, caches, tables, ctx, qoff, qlen, moff, mask)."""
+    ctx = torch.randint(0, ctx_max + 1, (S,), generator=g)
+    ql = torch.randint(1, ql_max + 1, (S,), generator=g)
+    ql[0] = ql_max  # one sequence spans several of the kernel's row chunks
+    nb = int(((ctx + ql + bs - 1) // bs).max())
+    NB = S * nb + 1
+    kc, vc = torch.randn(Hkv, NB, bs, D, generator=g), torch.randn(Hkv, NB, bs, D, generator=g)
+    tables = (torch.randperm(NB - 1, generator=g)[: S * nb] + 1).view(S, nb)
+    masks, moff, m = [], [], 0
+    for b in range(S):
+        if not tree:
+            moff.append(-1)
+            continue
+        n = int(ql[b])
+        mk = (torch.rand(n, n, generator=g) < 0.3) | torch.eye(n, dtype=torch.bool)
+        masks.append(mk.reshape(-1))
+        moff.append(m)
+        m += n * n
+    mask = torch.cat(masks) if masks else torch.zeros(1, dtype=torch.bool)
+    q = torch.randn(int(ql.sum()), H, D, generator=g)
+    return q, kc, vc, tables, ctx, torch.cumsum(ql, 0) - ql, ql, torch.tensor(moff), mask
+
+
+def _one(n: int, value: int = 0) -> torch.Tensor:
+    return torch.full((n,), value, dtype=torch.long)
+
+
+@pytest.mark.parametrize("H, Hkv, D, bs", [(4, 4, 48, 16), (9, 3, 64, 16), (8, 2, 32, 4)])
+def test_multi_row_kernel_causal_rows_equal_each_row_alone(H, Hkv, D, bs):
+    """A sequence's rows share each loaded key (chunks of up to 16 rows), yet causal row i's floats are
+    bit for bit those of one row with ctx + i cached keys (what a decode step computes)."""
+    g = torch.Generator().manual_seed(7)
+    q, kc, vc, tables, ctx, qoff, ql, moff, mask = _rows(4, 37, 70, H, Hkv, D, bs, False, g)
+    seq = torch.repeat_interleave(torch.arange(len(ctx)), ql)
+    out = paged_attention(q, kc, vc, tables, seq, ctx, qoff, ql, moff, mask, D ** -0.5)
+    for b in range(len(ctx)):
+        for i in range(int(ql[b])):
+            row = int(qoff[b]) + i
+            alone = paged_attention(q[row:row + 1], kc, vc, tables[b:b + 1], _one(1), ctx[b:b + 1] + i,
+                                    _one(1), _one(1, 1), _one(1, -1), mask, D ** -0.5)
+            assert torch.equal(out[row], alone[0]), (b, i)
+
+
+@pytest.mark.parametrize("H, Hkv, D, bs", [(4, 4, 48, 16), (9, 3, 64, 16), (8, 2, 32, 4)])
+def test_multi_row_kernel_tree_rows(H, Hkv, D, bs):
+    """Tree rows see their cached keys and the new keys their mask row sets (SDPA over those keys, to
+    rounding); a row's floats do not depend on the other sequences or on which rows share its chunk
+    (the rows reversed, mask rows with them)."""
+    g = torch.Generator().manual_seed(8)
+    q, kc, vc, tables, ctx, qoff, ql, moff, mask = _rows(4, 37, 70, H, Hkv, D, bs, True, g)
+    seq = torch.repeat_interleave(torch.arange(len(ctx)), ql)
+    out = paged_attention(q, kc, vc, tables, seq, ctx, qoff, ql, moff, mask, D ** -0.5)
+    for b in range(len(ctx)):
+        c, n, m0 = int(ctx[b]), int(ql[b]), int(moff[b])
+        keys = torch.arange(c + n)
+        kg, vg = kc[:, tables[b, keys // bs], keys % bs], vc[:, tables[b, keys // bs], keys % bs]
+        rows = slice(int(qoff[b]), int(qoff[b]) + n)
+        sub = mask[m0: m0 + n * n].view(n, n)
+        for i in range(n):
+            seen = torch.cat([torch.arange(c), c + sub[i].nonzero().flatten()])
+            G = H // Hkv
+            ref = F.scaled_dot_product_attention(q[rows][i][:, None], kg[:, seen].repeat_interleave(G, 0),
+                                                 vg[:, seen].repeat_interleave(G, 0))[:, 0]
+            torch.testing.assert_close(out[rows][i], ref, atol=2e-5, rtol=1e-4)
+        alone = paged_attention(q[rows].contiguous(), kc, vc, tables[b:b + 1], _one(n), ctx[b:b + 1], _one(1),
+                                ql[b:b + 1], _one(1), sub.flatten().contiguous(), D ** -0.5)
+        assert torch.equal(out[rows], alone)
+        rev = paged_attention(q[rows].flip(0).contiguous(), kc, vc, tables[b:b + 1], _one(n), ctx[b:b + 1],
+                              _one(1), ql[b:b + 1], _one(1), sub.flip(0).flatten().contiguous(), D ** -0.5)
+        assert torch.equal(out[rows], rev.flip(0))
+
+
+def test_one_row_attention_equals_the_decode_kernel():
+    """A decode row in a forward with trees goes through the multi-row kernel: the same floats as
+    ``paged_decode``, so a plain trace's tokens do not depend on what shares its batch."""
+    g = torch.Generator().manual_seed(3)
+    H, Hkv, D, bs, S = 9, 3, 64, 16, 6
+    ctx = torch.randint(0, 200, (S,), generator=g)
+    nb = int(((ctx + bs) // bs).max())
+    kc = torch.randn(Hkv, S * nb + 1, bs, D, generator=g)
+    vc = torch.randn(Hkv, S * nb + 1, bs, D, generator=g)
+    tables = (torch.randperm(S * nb, generator=g) + 1).view(S, nb)
+    q = torch.randn(S, H, D, generator=g)
+    ones = torch.ones(S, dtype=torch.long)
+    rows = paged_attention(q, kc, vc, tables, torch.arange(S), ctx, torch.arange(S), ones, -ones,
+                           torch.zeros(1, dtype=torch.bool), D ** -0.5)
+    assert torch.equal(rows, paged_decode(q, kc, vc, tables, ctx + 1, D ** -0.5))
+
+
+def test_kernel_serves_trees_and_keeps_plain_prefill_on_sdpa():
+    """Plain decoding keeps the rule its pinned floats were made with (SDPA above 12 new tokens);
+    draft trees (masked rows) and the drafter's context pass take the kernel while every sequence
+    brings at most 16 rows or the forward at most 64, where it measured faster."""
+    def item(q, tree=False):
+        mask = torch.ones(q, q, dtype=torch.bool) if tree else None
+        return SeqInput([0] * q, list(range(q)), 5, [1, 2], mask)
+
+    assert kernel_serves([item(12)]) and not kernel_serves([item(13)])  # a prompt's prefill
+    assert kernel_serves([item(49, tree=True)])  # one paper-size tree: 49 rows in all
+    assert kernel_serves([item(4, tree=True)] * 48 + [item(1)] * 40)  # many small trees and decode rows
+    assert kernel_serves([item(16, tree=True)] * 8)
+    assert not kernel_serves([item(17, tree=True)] * 4) and not kernel_serves([item(49, tree=True)] * 4)
+    assert not kernel_serves([item(4, tree=True)] * 8 + [item(30)])  # a prompt among trees: SDPA
+    assert kernel_serves([item(6)] * 40, speculative=True) and not kernel_serves([item(6)] * 40)
 
 
 def test_kernel_ignores_slots_past_the_length():

@@ -79,11 +79,16 @@ def test_plain_decoding_is_bit_identical(target, monkeypatch, batch, cpu_linear)
     assert runs[1] == runs[0]
 
 
+@pytest.mark.parametrize("rows", ["kernel", "sdpa"])
 @pytest.mark.parametrize("batch", [1, 4])
 @pytest.mark.parametrize("method", ["eagle", "pr"])
-def test_speculative_decoding_is_bit_identical(target, monkeypatch, method, batch):
-    """Tree verification forwards (masks, taps for the drafter's features) through the C++ loop."""
+def test_speculative_decoding_is_bit_identical(target, monkeypatch, method, batch, rows):
+    """Tree verification forwards (masks, taps for the drafter's features) through the C++ loop, with
+    the trees' rows in the kernel (the default) or, with its limits at 0, in SDPA groups."""
     model, tok = target
+    if rows == "sdpa":
+        monkeypatch.setattr("gambit.engine.attention.KERNEL_MAX_ROWS", 0)
+        monkeypatch.setattr("gambit.engine.attention.KERNEL_MAX_SPEC_TOKENS", 0)
     spec = SpecConfig(gamma=3, budget=10, grow_width=3, offer_width=3, reconsider=2 if method == "pr" else 0)
     calls = _count_calls(monkeypatch)
     runs = []
@@ -94,10 +99,10 @@ def test_speculative_decoding_is_bit_identical(target, monkeypatch, method, batc
                                        ignore_eos=True))
                 for p, sp in JOBS[:batch]]
         runs.append(_events(eng, jobs, fork_at=10))
-    if batch == 1:
-        assert calls[1] > 5  # one trace's tree (≤ 12 tokens): the kernel
+    if batch == 1 or rows == "kernel":
+        assert calls[1] > 5  # one trace's tree (≤ 12 tokens), or several trees: the kernel
     else:
-        assert calls[2] > 5  # several trees: SDPA groups
+        assert calls[2] > 5  # several trees above the row limit: SDPA groups
     assert runs[1] == runs[0]
 
 

@@ -17,9 +17,19 @@ import torch.nn.functional as F
 from gambit.engine.cpu_attention import paged_attention, paged_decode
 from gambit.engine.kv_cache import KVCache
 
-# up to this many new tokens in a forward the CPU kernel serves every row (measured crossover: the
-# kernel saves the gathered copy and the padded mask, SDPA's matmuls win on more rows)
+# up to this many new tokens in a forward the CPU kernel serves every row (plain decoding's rule, so
+# its prefill floats stay those its cards and figures were made with: SDPA above)
 KERNEL_MAX_TOKENS = 12
+# speculative forwards (draft trees in a verification forward, the drafter's context pass): the
+# kernel serves every row while no sequence brings more than KERNEL_MAX_ROWS, or the forward no more
+# than KERNEL_MAX_SPEC_TOKENS in all. It reads the blocks in place and loads each cached key once for
+# all of a sequence's rows, where SDPA first copies every sequence's blocks into a padded batch and
+# masks a padded [rows, keys] square; SDPA's matmuls win on many rows a sequence. One layer of the
+# shipped target, 200 cached keys (tools/attention_rows_cost.py, 2-core AMD EPYC): 48 x 4-node trees
+# 2.5 vs 6.7 ms (SDPA), 16 x 9 nodes 2.2 vs 3.9, 1 x 49 nodes 0.7-0.9 vs 0.8-0.9, but 4 x 17 nodes
+# 0.95 vs 0.91 and 4 x 49 nodes 2.7 vs 1.6
+KERNEL_MAX_ROWS = 16
+KERNEL_MAX_SPEC_TOKENS = 64
 
 
 @dataclass
@@ -71,11 +81,24 @@ def _group(items: list[SeqInput], offsets: torch.Tensor, tables: torch.Tensor, b
                  mask[:, None].to(device))
 
 
+def kernel_serves(items: list[SeqInput], speculative: bool = False) -> bool:
+    """Whether the CPU kernel serves every row of a forward (else SDPA over gathered blocks serves
+    its multi-token rows): a few rows in all, or speculative rows within the limits above (tree rows
+    carry a mask; ``speculative`` marks the drafter's context pass, whose rows are causal). A plain
+    prefill chunk above KERNEL_MAX_TOKENS sends the forward to SDPA, as before the multi-row kernel."""
+    n = sum(it.q for it in items)
+    if n <= KERNEL_MAX_TOKENS:
+        return True
+    if not speculative and any(it.q > 1 and it.mask is None for it in items):
+        return False
+    return n <= KERNEL_MAX_SPEC_TOKENS or max(it.q for it in items) <= KERNEL_MAX_ROWS
+
+
 class PagedAttention:
     """The ``attention`` function handed to the model for one forward over a ragged batch."""
 
     def __init__(self, cache: KVCache, items: list[SeqInput], device: torch.device,
-                 use_kernel: bool = False) -> None:
+                 use_kernel: bool = False, speculative: bool = False) -> None:
         self.cache = cache
         self.use_kernel = use_kernel
         bs = cache.block_size
@@ -91,7 +114,7 @@ class PagedAttention:
             self.all_decode = True
             self.num_tokens = len(items)
             return
-        if use_kernel and sum(it.q for it in items) <= KERNEL_MAX_TOKENS:
+        if use_kernel and kernel_serves(items, speculative):
             self._few_rows(items, device)
             return
         q_len = torch.tensor([it.q for it in items])

@@ -17,16 +17,20 @@ class SpecConfig:
     "pr"); EAGLE-3.1 drafters always draft with m = 0.
 
     The defaults are the fastest tree measured on the CPU with the shipped 2.7M-parameter target and
-    drafters (a sweep of gamma 5/8/11, B 8/16/24, Bw = k 3/4 at batch 1: a small tree, since there
-    every verified token costs real time). On a GPU, where verifying 48 tokens costs about one decode
-    step, use the paper's tree: gamma=8, budget=48, grow_width=6, offer_width=6.
+    drafters: a chain (one frontier row a step offering two children, one reconsidered row), since
+    there every verified token costs real time. Against the earlier default (gamma 5, B 8, Bw = k =
+    4, m 3; chosen by a batch-1 sweep of gamma 5/8/11, B 8/16/24, Bw = k 3/4) it ties at batch 1 and
+    is faster from batch 4 (greedy PR over plain decoding on a 2-core AMD EPYC: 1.35x vs 1.11x at
+    batch 4, 1.42x vs 1.22x at 8, 1.12x vs 0.94x at 16; T = 0.8: 1.11x vs 1.01x at 8, 1.02x vs 0.86x
+    at 16; tools/spec_batch_speed.py). On a GPU, where verifying 48 tokens costs about one decode
+    step, use the paper's tree: gamma=8, budget=48, grow_width=6, offer_width=6, reconsider=3.
     """
 
     gamma: int = 5  # draft steps per cycle after the drafter's context pass (tree depth <= gamma + 1)
-    budget: int = 8  # B: draft tokens verified per cycle and trace (reconsidered ones included)
-    grow_width: int = 4  # Bw: frontier rows each draft step forwards
-    offer_width: int = 4  # k: children each frontier row offers
-    reconsider: int = 3  # m: least-confident rows of the previous step reconsidered per step (PR)
+    budget: int = 6  # B: draft tokens verified per cycle and trace (reconsidered ones included)
+    grow_width: int = 1  # Bw: frontier rows each draft step forwards
+    offer_width: int = 2  # k: children each frontier row offers
+    reconsider: int = 1  # m: least-confident rows of the previous step reconsidered per step (PR)
     extra: str = "reconsider"  # what the m rows do: "reconsider" (PR) | "advance" (Table 4 control)
     self_query: bool = True  # reconsider rows take their query from the feature
     fresh: bool = True  # the corrected token is the best one the node did not already offer
@@ -38,13 +42,15 @@ class SpecConfig:
     select: str = "confidence"
     max_drafters: int = 2  # drafter KV caches the KV budget reserves room for (one layer each)
     # draft only in steps of at most this many traces (0: no cap); in a larger batch speculative traces
-    # take plain steps (their target taps kept, so drafting resumes when the batch shrinks). On the CPU
-    # with the shipped target and this tree, uncapped PR against plain greedy decoding fell from
-    # 1.06-1.17x at batch 1-4 to 0.93x at 8 and 0.78-0.84x at 16 (`gambit bench spec`, "Batch cap"),
-    # and a search of 6 x 16 traces ran 1.6x slower speculating (`gambit bench search`, gambit_pr).
-    # On a GPU, where verifying a tree costs about one decode step, raise it (or 0), as with the tree.
-    # 4: PR's break-even was batch 3-4 on a 2-core Intel Xeon (1.07x at 3, 0.87x at 4) and ~7 on a
-    # 2-core AMD EPYC (1.17x at 4, 0.94x at 8); at 8 the Intel machine lost up to 25% at batch 5-8.
+    # take plain steps (their target taps kept, so drafting resumes when the batch shrinks). Greedy
+    # decoding alone would take 16 here (with this tree and draft trees in the CPU kernel, PR /
+    # EAGLE-3.1 over plain decoding on a 2-core AMD EPYC: 1.12-1.13x / 1.06-1.22x at batch 16;
+    # tools/spec_batch_speed.py), but a search under memory pressure would not: one Gambit run of
+    # C = 16 (8) with 0.6 of the KV it needs decoded 1.25x slower (0.84x faster) with PR uncapped to
+    # 16, and the tree slots drafting holds raised its evictions from 0.75 to 2.4 (0.06 to 0.6) a
+    # problem, so the searches differed (gambit bench search --concurrency 1). Until drafting yields
+    # to the pool's memory, the cap stays at 4, where a search's steps decode plainly. On a GPU, where
+    # verifying a tree costs about one decode step, raise it (or 0), as with the tree.
     max_batch: int = 4
     # sampled rows (T > 0): "match" = a child is accepted iff it is the token plain decoding samples
     # there (same seed, same position): exactly plain decoding's samples, so a search decodes the same

@@ -192,6 +192,13 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
 // b = seq[n] and is its i-th new token (i = n - qoff[b]); it sees the sequence's ctx[b] cached keys
 // and, among the new keys ctx[b] + j (j < qlen[b]), those with j <= i (causal: moff[b] < 0) or
 // those set in its mask row mask[moff[b] + i * qlen[b] + j] (a tree). New keys are in the cache.
+//
+// Threads split over (sequence, kv head, chunk of up to ROWS rows). A chunk's rows share the
+// cached keys, so each key and value row is loaded once for all of them (a draft tree of B nodes
+// read its sequence's cache B + 1 times before): scores block by block for every row of the chunk,
+// then each row's visible new keys, a softmax per row, and the values block by block. Each row's
+// multiply-adds run in the order of the one-row code (score_key per key, value_block = add_value's
+// order), so a row's floats do not depend on the rows beside it.
 torch::Tensor paged_attention(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, torch::Tensor tables,
                               torch::Tensor seq, torch::Tensor ctx, torch::Tensor qoff, torch::Tensor qlen,
                               torch::Tensor moff, torch::Tensor mask, double scale) {
@@ -199,15 +206,15 @@ torch::Tensor paged_attention(torch::Tensor q, torch::Tensor kc, torch::Tensor v
   TORCH_CHECK(q.dtype() == torch::kFloat32 && kc.dtype() == torch::kFloat32, "float32 only");
   TORCH_CHECK(q.is_contiguous() && kc.is_contiguous() && vc.is_contiguous(), "contiguous inputs");
   TORCH_CHECK(mask.dtype() == torch::kBool && mask.is_contiguous(), "bool contiguous mask");
-  const int64_t N = q.size(0), H = q.size(1), D = q.size(2);
+  constexpr int64_t ROWS = 16;
+  const int64_t H = q.size(1), D = q.size(2);
   const int64_t Hkv = kc.size(0), NB = kc.size(1), bs = kc.size(2);
-  const int64_t G = H / Hkv, nbmax = tables.size(1);
+  const int64_t G = H / Hkv, nbmax = tables.size(1), S = ctx.size(0);
   auto out = torch::empty_like(q);
   const float* qp = q.data_ptr<float>();
   const float* kp = kc.data_ptr<float>();
   const float* vp = vc.data_ptr<float>();
   const int64_t* tp = tables.data_ptr<int64_t>();
-  const int64_t* sp = seq.data_ptr<int64_t>();
   const int64_t* cp = ctx.data_ptr<int64_t>();
   const int64_t* op_ = qoff.data_ptr<int64_t>();
   const int64_t* lp = qlen.data_ptr<int64_t>();
@@ -215,38 +222,73 @@ torch::Tensor paged_attention(torch::Tensor q, torch::Tensor kc, torch::Tensor v
   const bool* mk = mask.data_ptr<bool>();
   float* op = out.data_ptr<float>();
   const float sc = static_cast<float>(scale);
-  at::parallel_for(0, N * Hkv, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> sc_buf, acc(G * D);
-    std::vector<int64_t> keys;
+  std::vector<int64_t> wseq, wrow;  // work chunks: sequence, first row
+  for (int64_t b = 0; b < S; ++b)
+    for (int64_t i0 = 0; i0 < lp[b]; i0 += ROWS) { wseq.push_back(b); wrow.push_back(i0); }
+  const int64_t W = static_cast<int64_t>(wseq.size());
+  at::parallel_for(0, W * Hkv, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> sc_buf, acc;
+    std::vector<int64_t> fresh, nfresh(ROWS);  // per row: its visible new keys (j), and how many
     for (int64_t r = begin; r < end; ++r) {
-      const int64_t n = r / Hkv, hk = r % Hkv, b = sp[n];
-      const int64_t c = cp[b], i = n - op_[b], ql = lp[b];
-      keys.clear();  // visible key positions of this row, in order
-      for (int64_t t = 0; t < c; ++t) keys.push_back(t);
-      if (mp[b] < 0) {
-        for (int64_t j = 0; j <= i; ++j) keys.push_back(c + j);
-      } else {
-        const bool* row = mk + mp[b] + i * ql;
-        for (int64_t j = 0; j < ql; ++j) if (row[j]) keys.push_back(c + j);
+      const int64_t w = r / Hkv, hk = r % Hkv, b = wseq[w], i0 = wrow[w];
+      const int64_t c = cp[b], ql = lp[b], R = std::min(ROWS, ql - i0), stride = G * (c + ql);
+      fresh.resize(R * ql);
+      for (int64_t x = 0; x < R; ++x) {
+        const int64_t i = i0 + x;
+        int64_t m = 0;
+        if (mp[b] < 0) {
+          for (int64_t j = 0; j <= i; ++j) fresh[x * ql + m++] = j;
+        } else {
+          const bool* row = mk + mp[b] + i * ql;
+          for (int64_t j = 0; j < ql; ++j) if (row[j]) fresh[x * ql + m++] = j;
+        }
+        nfresh[x] = m;
       }
-      const int64_t L = static_cast<int64_t>(keys.size());
-      const float* qb = qp + (n * H + hk * G) * D;
-      sc_buf.resize(G * L);
-      for (int64_t x = 0; x < L; ++x) {
-        const int64_t t = keys[x];
-        score_key(qb, kp + ((hk * NB + tp[b * nbmax + t / bs]) * bs + t % bs) * D, G, D, sc,
-                  sc_buf.data() + x, L);
+      sc_buf.resize(R * stride);  // row x: a [G, L_x] score buffer at x * stride, L_x = c + nfresh[x]
+      acc.assign(R * G * D, 0.f);
+      const float* qb = qp + ((op_[b] + i0) * H + hk * G) * D;  // row x's group at qb + x * H * D
+      // pass 1: the cached keys' scores for every row, each key row loaded once
+      for (int64_t t0 = 0; t0 < c; t0 += bs) {
+        const float* kblk = kp + (hk * NB + tp[b * nbmax + t0 / bs]) * bs * D;
+        if (t0 + bs < c) prefetch_block(kp + (hk * NB + tp[b * nbmax + t0 / bs + 1]) * bs * D,
+                                        std::min(bs, c - t0 - bs) * D);
+        const int64_t n = std::min(bs, c - t0);
+        for (int64_t o = 0; o < n; ++o)
+          for (int64_t x = 0; x < R; ++x)
+            score_key(qb + x * H * D, kblk + o * D, G, D, sc, sc_buf.data() + x * stride + t0 + o,
+                      c + nfresh[x]);
       }
-      softmax_rows(sc_buf.data(), G, L);
-      std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t x = 0; x < L; ++x) {
-        const int64_t t = keys[x];
-        add_value(vp + ((hk * NB + tp[b * nbmax + t / bs]) * bs + t % bs) * D, G, D, sc_buf.data() + x, L,
-                  acc.data());
+      // each row's visible new keys, then its softmax
+      for (int64_t x = 0; x < R; ++x) {
+        const int64_t L = c + nfresh[x];
+        for (int64_t y = 0; y < nfresh[x]; ++y) {
+          const int64_t t = c + fresh[x * ql + y];
+          score_key(qb + x * H * D, kp + ((hk * NB + tp[b * nbmax + t / bs]) * bs + t % bs) * D, G, D, sc,
+                    sc_buf.data() + x * stride + c + y, L);
+        }
+        softmax_rows(sc_buf.data() + x * stride, G, L);
       }
-      for (int64_t g = 0; g < G; ++g) {
-        float* o = op + (n * H + hk * G + g) * D;
-        for (int64_t d = 0; d < D; ++d) o[d] = acc[g * D + d];
+      // pass 2: the cached values for every row, then each row's new ones
+      if (c > 0) prefetch_block(vp + (hk * NB + tp[b * nbmax]) * bs * D, std::min(bs, c) * D);
+      for (int64_t t0 = 0; t0 < c; t0 += bs) {
+        const float* vblk = vp + (hk * NB + tp[b * nbmax + t0 / bs]) * bs * D;
+        if (t0 + bs < c) prefetch_block(vp + (hk * NB + tp[b * nbmax + t0 / bs + 1]) * bs * D,
+                                        std::min(bs, c - t0 - bs) * D);
+        const int64_t n = std::min(bs, c - t0);
+        for (int64_t x = 0; x < R; ++x)
+          value_block(vblk, n, G, D, sc_buf.data() + x * stride + t0, c + nfresh[x], acc.data() + x * G * D);
+      }
+      for (int64_t x = 0; x < R; ++x) {
+        const int64_t L = c + nfresh[x];
+        for (int64_t y = 0; y < nfresh[x]; ++y) {
+          const int64_t t = c + fresh[x * ql + y];
+          add_value(vp + ((hk * NB + tp[b * nbmax + t / bs]) * bs + t % bs) * D, G, D,
+                    sc_buf.data() + x * stride + c + y, L, acc.data() + x * G * D);
+        }
+        for (int64_t g = 0; g < G; ++g) {
+          float* o = op + ((op_[b] + i0 + x) * H + hk * G + g) * D;
+          for (int64_t d = 0; d < D; ++d) o[d] = acc[(x * G + g) * D + d];
+        }
       }
     }
   });

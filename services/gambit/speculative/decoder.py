@@ -259,7 +259,7 @@ class SpecDecoder:
         feats = self._group_features(d, ts)
         ids = torch.tensor([x for it in items for x in it.tokens], device=dev)
         pos = torch.tensor([p for it in items for p in it.positions], device=dev)
-        attn = PagedAttention(cache, items, dev, e.runner.use_kernel)
+        attn = PagedAttention(cache, items, dev, e.runner.use_kernel, speculative=True)
         logits, nxt = d(ids[None], feats[None], pos[None], attention=attn)
         ends, n = [], 0
         for it in items:
