@@ -39,7 +39,7 @@ class RunConfig:
     png: str = "results/run_lineage.png"  # lineage picture of the last problem ("" to skip)
     lineage_nodes: int = 60  # most lineage lines printed per problem
     decoding: str = "plain"  # plain | eagle3.1 | pr: speculative decoding of every trace (tau per trace)
-    # the main job's pool drafts at any size (the engine's serving default, SpecConfig.max_batch, is 4)
+    # the main job's pool drafts at any size (the engine's serving default, SpecConfig.max_batch, is 8)
     spec_max_batch: int = 0  # speculative traces draft only in steps of <= this many traces (0: no cap)
 
     def __post_init__(self) -> None:

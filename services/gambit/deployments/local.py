@@ -41,7 +41,7 @@ class ServeConfig:
     target_gpus: float = -1  # GPUs per Target replica (-1 = 1 when the node has a GPU, else 0)
     coordinator_replicas: int = 1  # Coordinator replicas
     target_threads: int = 0  # torch intra-op threads of each Target's engine (0 = every core of the node)
-    spec_max_batch: int = 4  # eagle3.1/pr runs draft in steps of <= this many traces (0: no cap; GPU:
+    spec_max_batch: int = 8  # eagle3.1/pr runs draft in steps of <= this many traces (0: no cap; GPU:
     # raise); the engine's SpecConfig.max_batch, not imported: the launcher does not load torch
     capacity: int = 8  # default C of a run
     swap: int = 2  # default K

@@ -42,16 +42,14 @@ class SpecConfig:
     select: str = "confidence"
     max_drafters: int = 2  # drafter KV caches the KV budget reserves room for (one layer each)
     # draft only in steps of at most this many traces (0: no cap); in a larger batch speculative traces
-    # take plain steps (their target taps kept, so drafting resumes when the batch shrinks). Greedy
-    # decoding alone would take 16 here (with this tree and draft trees in the CPU kernel, PR /
-    # EAGLE-3.1 over plain decoding on a 2-core AMD EPYC: 1.12-1.13x / 1.06-1.22x at batch 16;
-    # tools/spec_batch_speed.py), but a search under memory pressure would not: one Gambit run of
-    # C = 16 (8) with 0.6 of the KV it needs decoded 1.25x slower (0.84x faster) with PR uncapped to
-    # 16, and the tree slots drafting holds raised its evictions from 0.75 to 2.4 (0.06 to 0.6) a
-    # problem, so the searches differed (gambit bench search --concurrency 1). Until drafting yields
-    # to the pool's memory, the cap stays at 4, where a search's steps decode plainly. On a GPU, where
-    # verifying a tree costs about one decode step, raise it (or 0), as with the tree.
-    max_batch: int = 4
+    # take plain steps (their target taps kept, so drafting resumes when the batch shrinks). With this
+    # tree and draft trees in the CPU kernel, on a 2-core AMD EPYC: greedy PR / EAGLE-3.1 over plain
+    # decoding 1.29-1.47x at batch 8 and 1.06-1.22x at 16 (tools/spec_batch_speed.py), sampled (T 0.8)
+    # 1.11x / 1.25x at 8 and 1.02x / 1.03x at 16; one Gambit run of C = 8 with PR 0.84x the wall of
+    # plain decoding, of C = 16 1.19x (gambit bench search --concurrency 1 --spec-max-batch 16). It
+    # was 4 before (the earlier tree lost from batch 5-8). On a GPU, where verifying a tree costs about
+    # one decode step, raise it (or 0), as with the tree.
+    max_batch: int = 8
     # sampled rows (T > 0): "match" = a child is accepted iff it is the token plain decoding samples
     # there (same seed, same position): exactly plain decoding's samples, so a search decodes the same
     # text with or without speculation; "rejection" = multi-candidate rejection sampling (the target's

@@ -247,11 +247,18 @@ torch::Tensor paged_attention(torch::Tensor q, torch::Tensor kc, torch::Tensor v
       sc_buf.resize(R * stride);  // row x: a [G, L_x] score buffer at x * stride, L_x = c + nfresh[x]
       acc.assign(R * G * D, 0.f);
       const float* qb = qp + ((op_[b] + i0) * H + hk * G) * D;  // row x's group at qb + x * H * D
+      // the block holding key t of this sequence and kv head, in the K or V cache; the cached one after
+      // t0's block asked for ahead of use
+      auto block = [&](const float* cache, int64_t t) {
+        return cache + (hk * NB + tp[b * nbmax + t / bs]) * bs * D;
+      };
+      auto prefetch_next = [&](const float* cache, int64_t t0) {
+        if (t0 + bs < c) prefetch_block(block(cache, t0 + bs), std::min(bs, c - t0 - bs) * D);
+      };
       // pass 1: the cached keys' scores for every row, each key row loaded once
       for (int64_t t0 = 0; t0 < c; t0 += bs) {
-        const float* kblk = kp + (hk * NB + tp[b * nbmax + t0 / bs]) * bs * D;
-        if (t0 + bs < c) prefetch_block(kp + (hk * NB + tp[b * nbmax + t0 / bs + 1]) * bs * D,
-                                        std::min(bs, c - t0 - bs) * D);
+        const float* kblk = block(kp, t0);
+        prefetch_next(kp, t0);
         const int64_t n = std::min(bs, c - t0);
         for (int64_t o = 0; o < n; ++o)
           for (int64_t x = 0; x < R; ++x)
@@ -263,17 +270,16 @@ torch::Tensor paged_attention(torch::Tensor q, torch::Tensor kc, torch::Tensor v
         const int64_t L = c + nfresh[x];
         for (int64_t y = 0; y < nfresh[x]; ++y) {
           const int64_t t = c + fresh[x * ql + y];
-          score_key(qb + x * H * D, kp + ((hk * NB + tp[b * nbmax + t / bs]) * bs + t % bs) * D, G, D, sc,
-                    sc_buf.data() + x * stride + c + y, L);
+          score_key(qb + x * H * D, block(kp, t) + (t % bs) * D, G, D, sc, sc_buf.data() + x * stride + c + y,
+                    L);
         }
         softmax_rows(sc_buf.data() + x * stride, G, L);
       }
       // pass 2: the cached values for every row, then each row's new ones
-      if (c > 0) prefetch_block(vp + (hk * NB + tp[b * nbmax]) * bs * D, std::min(bs, c) * D);
+      if (c > 0) prefetch_block(block(vp, 0), std::min(bs, c) * D);
       for (int64_t t0 = 0; t0 < c; t0 += bs) {
-        const float* vblk = vp + (hk * NB + tp[b * nbmax + t0 / bs]) * bs * D;
-        if (t0 + bs < c) prefetch_block(vp + (hk * NB + tp[b * nbmax + t0 / bs + 1]) * bs * D,
-                                        std::min(bs, c - t0 - bs) * D);
+        const float* vblk = block(vp, t0);
+        prefetch_next(vp, t0);
         const int64_t n = std::min(bs, c - t0);
         for (int64_t x = 0; x < R; ++x)
           value_block(vblk, n, G, D, sc_buf.data() + x * stride + t0, c + nfresh[x], acc.data() + x * G * D);
@@ -282,8 +288,8 @@ torch::Tensor paged_attention(torch::Tensor q, torch::Tensor kc, torch::Tensor v
         const int64_t L = c + nfresh[x];
         for (int64_t y = 0; y < nfresh[x]; ++y) {
           const int64_t t = c + fresh[x * ql + y];
-          add_value(vp + ((hk * NB + tp[b * nbmax + t / bs]) * bs + t % bs) * D, G, D,
-                    sc_buf.data() + x * stride + c + y, L, acc.data() + x * G * D);
+          add_value(block(vp, t) + (t % bs) * D, G, D, sc_buf.data() + x * stride + c + y, L,
+                    acc.data() + x * G * D);
         }
         for (int64_t g = 0; g < G; ++g) {
           float* o = op + ((op_[b] + i0 + x) * H + hk * G + g) * D;

@@ -22,7 +22,7 @@ class SearchConfig:
     decoding: str = "plain"  # plain | eagle3.1 | pr (speculative decoding of every trace)
     capacity: int = 16  # C: traces in the pool (SC@C, STEP and DeepConf launch C traces)
     swap: int = 4  # K: traces pruned and branched per Case-2 round
-    interval: int = 8  # Δ: decode steps between tournament rounds
+    interval: int = 8  # Δ: decode steps between tournament rounds (a speculative step counts its mean τ)
     warmup: int = 24  # w, tokens: no scoring before this depth; branching only w tokens after birth
     floor: float = 0.0  # δ: hard floor; a ranked trace scoring (see rank) below it is pruned at a round
     floor_refill: bool = True  # a floor-pruned trace's slot is refilled (zero-sum); False: the pool shrinks

@@ -108,6 +108,7 @@ class SearchDriver(Guidance):
         cpu, clock = self.cpu, self._clock
         c0 = clock()
         t0 = time.perf_counter()
+        drafts = self.engine.stats.spec_drafts
         events = self.engine.step()
         t1 = time.perf_counter()
         c1 = clock()
@@ -120,12 +121,20 @@ class SearchDriver(Guidance):
         rows: list[tuple] = []  # (key, state, features, run, node) per boundary to score
         owner_get = self.owner.get
         per_token = any(r.per_token for r in runs)  # DeepConf's windows; tokens are read by ``sync``
+        # speculative runs' Δ clocks count tokens (``tick``); a step that verified no tree emitted one a trace
+        drafted = self.engine.stats.spec_drafts != drafts
+        spec = [r for r in runs if r.cfg.decoding != "plain"] if drafted else []
+        emitted: dict[SearchRun, list] = {}  # speculative runs: [tokens this step, the traces that took them]
         for ev in events:
             if type(ev) is TokenEvent:  # most events: nothing to do unless a window reads them
-                if per_token:
+                if per_token or spec:
                     o = owner_get(ev.trace_id)
                     if o is not None and o[0].per_token:
                         o[0].on_token(o[2], ev)
+                    if o is not None and o[0].cfg.decoding != "plain":
+                        e = emitted.setdefault(o[0], [0, set()])
+                        e[0] += 1
+                        e[1].add(ev.trace_id)
                 continue
             o = owner_get(ev.trace_id)
             if o is None:
@@ -144,6 +153,9 @@ class SearchDriver(Guidance):
                 if self.deferred:
                     gw, gc = self._score_deferred(gw, gc)
                 run.evict(node)
+        for run in runs:  # Δ clock: the mean tokens its traces that emitted took (plain or capped: 1)
+            e = emitted.get(run)
+            run.tick = max(1.0, e[0] / len(e[1])) if e else 1.0
         t2 = time.perf_counter()
         c2 = clock()
         t1b, c1b = t1b + gw, c1b + gc  # the deferred call's time counts as guidance, not routing
@@ -153,7 +165,7 @@ class SearchDriver(Guidance):
         who = [(r[3], r[4]) for r in rows]
         self._score(rows)
         if self.pending:  # rounds and votes rank on every boundary of their run scored so far
-            due = {r.run_id for r in runs if (r.step + 1) % r.cfg.interval == 0 or r.is_done()}
+            due = {r.run_id for r in runs if r.round_this_step() or r.is_done()}
             if due:
                 self._settle(due)
         t3 = time.perf_counter()
@@ -164,7 +176,7 @@ class SearchDriver(Guidance):
         usage = self.engine.kv_usage()
         writes: list[tuple[str, RunUpdate]] = []  # this step's rounds, written at once
         for run in runs:
-            run.step += 1
+            round_due = run.count_step()
             if run.over_limit():
                 run.stop_all(T.STOPPED, "limit")
                 out.append(self._finish(run, "limit"))
@@ -177,7 +189,7 @@ class SearchDriver(Guidance):
             if run.is_done():
                 out.append(self._finish(run, "done"))
                 continue
-            if run.step % run.cfg.interval == 0:
+            if round_due:
                 c = clock()
                 out.append(run.do_round(usage))
                 t, c4 = time.perf_counter(), clock()

@@ -52,7 +52,7 @@ class Guidance:
         made ~6x the calls, and on a 2-core Target their CPU (request building, the scorer-client
         thread, the Scorer replica) took cores from the engine's OpenMP threads: one run 7% slower
         end to end than waiting once per round for one larger call (``tools/serve_parts_ab.py``)."""
-        if any(r.cfg.method == "gambit" and (r.step + 1) % r.cfg.interval == 0 for r in runs):
+        if any(r.cfg.method == "gambit" and r.round_this_step() for r in runs):
             return self._take_deferred() + rows
         now = []
         for r in rows:

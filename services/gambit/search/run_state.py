@@ -45,6 +45,10 @@ class SearchRun:
         self.engine, self.scorer, self.owner = engine, scorer, owner
         self.nodes: dict[int, Node] = {}
         self.step = self.round = self.tokens = 0
+        # Δ's clock: decode steps as plain decoding counts them, i.e. tokens a trace emits. A plain step
+        # advances it by 1 (so it is ``step``); a speculative step by the mean tokens its emitting traces
+        # took (>= 1), so rounds fall every ~Δ tokens whether the run speculates or not
+        self.clock, self.tick, self.next_round = 0.0, 1.0, cfg.interval
         self.pruned = self.branched = self.evicted = 0
         self.t0 = time.perf_counter()
         self.timings = dict.fromkeys(TIMING_KEYS, 0.0)
@@ -70,6 +74,19 @@ class SearchRun:
         self.finished = 0
         self.pending_rounds: list[dict] = []
         self.result: RunResult | None = None
+
+    def round_this_step(self) -> bool:
+        """Whether this step, once counted (``tick``), reaches the next round."""
+        return self.clock + self.tick >= self.next_round
+
+    def count_step(self) -> bool:
+        """Count this step on both clocks; True when a round is due (then the next is set Δ on)."""
+        self.step += 1
+        self.clock += self.tick
+        if self.clock < self.next_round:
+            return False
+        self.next_round += self.cfg.interval * (1 + int((self.clock - self.next_round) // self.cfg.interval))
+        return True
 
     # -- starting traces ------------------------------------------------------------------------
     def params(self, node: Node, max_tokens: int | None = None) -> SamplingParams:
