@@ -32,6 +32,9 @@ def test_reloaded_run_finishes_with_the_pool_it_had(make_engine, scorer, hard_pr
     assert sorted(b.recover()) == ["crash1", "crash2"]
     run = b.runs[rid]
     assert {i for i, n in run.nodes.items() if n.active} == pool
+    # Δ's clock goes on where it was (a plain run's is its step count): rounds keep their phase
+    assert run.clock == saved["meta"]["clock"] == saved["meta"]["step"] == run.step
+    assert run.next_round == saved["meta"]["next_round"] and run.next_round % CFG.interval == 0
     assert all(run.owner[n.engine_id][1] == n.id for n in run.nodes.values() if n.resident)
     rounds = []
     results = b.run_until_done(on_event=lambda e: rounds.append(e) if getattr(e, "run_id", "") == rid else 0)

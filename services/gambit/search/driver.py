@@ -304,6 +304,9 @@ class SearchDriver(Guidance):
         for k in ("step", "round", "tokens", "pruned", "branched", "evicted", "phase", "threshold"):
             setattr(run, k, meta[k])
         run.target = meta.get("target", cfg.capacity)
+        # Δ's clock (records from before it: a plain run's clock is its step count)
+        run.clock = float(meta.get("clock", run.step))
+        run.next_round = meta.get("next_round", (run.step // cfg.interval + 1) * cfg.interval)
         run.nodes = {i: Node.from_dict(d) for i, d in sorted(data["nodes"].items())}
         run.active = {i for i, n in run.nodes.items() if n.active}
         run.written = {i: n.depth for i, n in run.nodes.items()}

@@ -403,8 +403,8 @@ class SearchRun:
 
     # -- persistence ----------------------------------------------------------------------------
     def meta(self, tokens: int | None = None) -> dict:
-        counters = {"step": self.step, "round": self.round,
-                    "tokens": self.tokens if tokens is None else tokens,
+        counters = {"step": self.step, "clock": self.clock, "next_round": self.next_round,
+                    "round": self.round, "tokens": self.tokens if tokens is None else tokens,
                     "pruned": self.pruned, "branched": self.branched, "evicted": self.evicted,
                     "phase": self.phase, "threshold": self.threshold, "target": self.target}
         if self.meta_written:
