@@ -16,7 +16,7 @@ import os
 
 import torch
 
-from gambit.bench.spec import ASSETS, load_drafters, measure, prompts_for, run_once, spec_from_name
+from gambit.bench.spec import ASSETS, load_drafters, measure, prompts_for, run_once, tree_systems
 from gambit.engine import Engine, EngineConfig
 from gambit.paths import TARGET
 
@@ -36,8 +36,7 @@ torch.set_num_threads(os.cpu_count() or 1)
 eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET)))
 load_drafters(eng, ASSETS)
 pool = prompts_for((2, 8), max(8, max(batches)), 11, eng.tokenizer)
-systems = {f"{key} [{name}]": (key, spec_from_name(name))
-           for name in args.trees.split(";") for key in ("pr", "eagle3.1")}
+systems = tree_systems(args.trees)
 for b in batches:
     prompts = pool[:max(b, 4)]
     rows = measure(eng, prompts, b, systems, args.reps, 96, {}, _Quiet())

@@ -16,7 +16,7 @@ import statistics
 import torch
 
 import gambit.engine.attention as attention
-from gambit.bench.spec import ASSETS, load_drafters, measure, prompts_for, spec_from_name
+from gambit.bench.spec import ASSETS, load_drafters, measure, prompts_for, tree_systems
 from gambit.engine import Engine, EngineConfig
 from gambit.paths import TARGET
 
@@ -41,8 +41,7 @@ eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET)))
 load_drafters(eng, ASSETS)
 batches = [int(b) for b in args.batches.split(",")]
 pool = prompts_for((2, 8), max(8, max(batches)), 11, eng.tokenizer)
-systems = {f"{key} [{name}]": (key, spec_from_name(name))
-           for name in args.trees.split(";") for key in ("pr", "eagle3.1")}
+systems = tree_systems(args.trees)
 out = []
 for b in batches:
     prompts = pool[:max(b, 4)]

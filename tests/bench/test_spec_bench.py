@@ -60,3 +60,13 @@ def test_spec_from_name():
     for bad in ("B=x", "q=3", "B48"):
         with pytest.raises(ValueError, match="KNOB=N"):
             spec_from_name(bad)
+
+
+def test_tree_systems():
+    """The tools' ``--trees``: PR and EAGLE-3.1 at every named tree."""
+    from gambit.bench.spec import DEFAULTS, tree_systems
+
+    got = tree_systems("defaults;B=48 m=0")
+    assert list(got) == ["pr [defaults]", "eagle3.1 [defaults]", "pr [B=48 m=0]", "eagle3.1 [B=48 m=0]"]
+    assert got["pr [defaults]"] == ("pr", DEFAULTS)
+    assert got["eagle3.1 [B=48 m=0]"][1].reconsider == 0 and got["eagle3.1 [B=48 m=0]"][1].budget == 48

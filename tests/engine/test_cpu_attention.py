@@ -74,12 +74,11 @@ def test_multi_row_kernel_causal_rows_equal_each_row_alone(H, Hkv, D, bs):
     bit for bit those of one row with ctx + i cached keys (what a decode step computes)."""
     g = torch.Generator().manual_seed(7)
     q, kc, vc, tables, ctx, qoff, ql, moff, mask = _rows(4, 37, 70, H, Hkv, D, bs, False, g)
-    seq = torch.repeat_interleave(torch.arange(len(ctx)), ql)
-    out = paged_attention(q, kc, vc, tables, seq, ctx, qoff, ql, moff, mask, D ** -0.5)
+    out = paged_attention(q, kc, vc, tables, ctx, qoff, ql, moff, mask, D ** -0.5)
     for b in range(len(ctx)):
         for i in range(int(ql[b])):
             row = int(qoff[b]) + i
-            alone = paged_attention(q[row:row + 1], kc, vc, tables[b:b + 1], _one(1), ctx[b:b + 1] + i,
+            alone = paged_attention(q[row:row + 1], kc, vc, tables[b:b + 1], ctx[b:b + 1] + i,
                                     _one(1), _one(1, 1), _one(1, -1), mask, D ** -0.5)
             assert torch.equal(out[row], alone[0]), (b, i)
 
@@ -91,8 +90,7 @@ def test_multi_row_kernel_tree_rows(H, Hkv, D, bs):
     (the rows reversed, mask rows with them)."""
     g = torch.Generator().manual_seed(8)
     q, kc, vc, tables, ctx, qoff, ql, moff, mask = _rows(4, 37, 70, H, Hkv, D, bs, True, g)
-    seq = torch.repeat_interleave(torch.arange(len(ctx)), ql)
-    out = paged_attention(q, kc, vc, tables, seq, ctx, qoff, ql, moff, mask, D ** -0.5)
+    out = paged_attention(q, kc, vc, tables, ctx, qoff, ql, moff, mask, D ** -0.5)
     for b in range(len(ctx)):
         c, n, m0 = int(ctx[b]), int(ql[b]), int(moff[b])
         keys = torch.arange(c + n)
@@ -105,10 +103,10 @@ def test_multi_row_kernel_tree_rows(H, Hkv, D, bs):
             ref = F.scaled_dot_product_attention(q[rows][i][:, None], kg[:, seen].repeat_interleave(G, 0),
                                                  vg[:, seen].repeat_interleave(G, 0))[:, 0]
             torch.testing.assert_close(out[rows][i], ref, atol=2e-5, rtol=1e-4)
-        alone = paged_attention(q[rows].contiguous(), kc, vc, tables[b:b + 1], _one(n), ctx[b:b + 1], _one(1),
+        alone = paged_attention(q[rows].contiguous(), kc, vc, tables[b:b + 1], ctx[b:b + 1], _one(1),
                                 ql[b:b + 1], _one(1), sub.flatten().contiguous(), D ** -0.5)
         assert torch.equal(out[rows], alone)
-        rev = paged_attention(q[rows].flip(0).contiguous(), kc, vc, tables[b:b + 1], _one(n), ctx[b:b + 1],
+        rev = paged_attention(q[rows].flip(0).contiguous(), kc, vc, tables[b:b + 1], ctx[b:b + 1],
                               _one(1), ql[b:b + 1], _one(1), sub.flip(0).flatten().contiguous(), D ** -0.5)
         assert torch.equal(out[rows], rev.flip(0))
 
@@ -125,7 +123,7 @@ def test_one_row_attention_equals_the_decode_kernel():
     tables = (torch.randperm(S * nb, generator=g) + 1).view(S, nb)
     q = torch.randn(S, H, D, generator=g)
     ones = torch.ones(S, dtype=torch.long)
-    rows = paged_attention(q, kc, vc, tables, torch.arange(S), ctx, torch.arange(S), ones, -ones,
+    rows = paged_attention(q, kc, vc, tables, ctx, torch.arange(S), ones, -ones,
                            torch.zeros(1, dtype=torch.bool), D ** -0.5)
     assert torch.equal(rows, paged_decode(q, kc, vc, tables, ctx + 1, D ** -0.5))
 

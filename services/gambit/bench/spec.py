@@ -65,6 +65,13 @@ def spec_from_name(name: str) -> SpecConfig:
     return spec
 
 
+def tree_systems(names: str) -> dict[str, tuple[str, SpecConfig]]:
+    """PR and EAGLE-3.1 at each of ";"-separated tree names (``spec_from_name``): label → (drafter
+    key, SpecConfig), as ``measure`` takes them (the tools' ``--trees``)."""
+    return {f"{key} [{name}]": (key, spec_from_name(name))
+            for name in names.split(";") for key in ("pr", "eagle3.1")}
+
+
 CAPPED = "pr, capped (default)"  # "Batch cap" table: the engine's defaults, batch cap included
 
 

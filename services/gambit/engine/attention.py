@@ -103,7 +103,7 @@ class PagedAttention:
         self.use_kernel = use_kernel
         bs = cache.block_size
         self.groups: list[Group] = []  # rows gathered into a padded batch for SDPA
-        self.multi = None  # all rows through the CPU kernel: (tables, seq, ctx, qoff, qlen, moff, mask)
+        self.multi = None  # all rows through the CPU kernel: (tables, ctx, qoff, qlen, moff, mask)
         if use_kernel and all(it.q == 1 for it in items):  # the decode fast path: no masks, no groups
             ctx = [it.ctx for it in items]
             tables = _padded_tables(items, bs)
@@ -144,10 +144,9 @@ class PagedAttention:
         one call, no gathered copy and no padded mask (more rows amortise those and SDPA's matmuls
         win). The metadata comes from the items' lists: a few rows do not pay for tensor ops."""
         bs = self.cache.block_size
-        seq, slots, qoff, moff, masks = [], [], [], [], []
+        slots, qoff, moff, masks = [], [], [], []
         n = m = 0
-        for b, it in enumerate(items):
-            seq += [b] * it.q
+        for it in items:
             slots += [it.block_table[p // bs] * bs + p % bs for p in range(it.ctx, it.ctx + it.q)]
             qoff.append(n)
             n += it.q
@@ -158,9 +157,8 @@ class PagedAttention:
         self.num_tokens = n
         self.slots = torch.tensor(slots, dtype=torch.long, device=device)
         mask = torch.cat(masks).to(torch.bool) if masks else torch.zeros(1, dtype=torch.bool)
-        self.multi = (_padded_tables(items, bs), torch.tensor(seq), torch.tensor([it.ctx for it in items]),
-                      torch.tensor(qoff), torch.tensor([it.q for it in items]), torch.tensor(moff),
-                      mask.contiguous())
+        self.multi = (_padded_tables(items, bs), torch.tensor([it.ctx for it in items]), torch.tensor(qoff),
+                      torch.tensor([it.q for it in items]), torch.tensor(moff), mask.contiguous())
         self.decode, self.all_decode = None, False
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

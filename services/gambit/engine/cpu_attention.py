@@ -188,8 +188,8 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
   return out;
 }
 
-// Multi-token rows (prefill chunks, draft trees) straight from the blocks. Row n belongs to sequence
-// b = seq[n] and is its i-th new token (i = n - qoff[b]); it sees the sequence's ctx[b] cached keys
+// Multi-token rows (prefill chunks, draft trees) straight from the blocks. Sequence b's rows are
+// qoff[b] .. qoff[b] + qlen[b] - 1; its i-th new token sees the sequence's ctx[b] cached keys
 // and, among the new keys ctx[b] + j (j < qlen[b]), those with j <= i (causal: moff[b] < 0) or
 // those set in its mask row mask[moff[b] + i * qlen[b] + j] (a tree). New keys are in the cache.
 //
@@ -200,7 +200,7 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
 // multiply-adds run in the order of the one-row code (score_key per key, value_block = add_value's
 // order), so a row's floats do not depend on the rows beside it.
 torch::Tensor paged_attention(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, torch::Tensor tables,
-                              torch::Tensor seq, torch::Tensor ctx, torch::Tensor qoff, torch::Tensor qlen,
+                              torch::Tensor ctx, torch::Tensor qoff, torch::Tensor qlen,
                               torch::Tensor moff, torch::Tensor mask, double scale) {
   NoGil no_gil;
   TORCH_CHECK(q.dtype() == torch::kFloat32 && kc.dtype() == torch::kFloat32, "float32 only");
@@ -350,12 +350,11 @@ def paged_decode(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, tables: to
 
 
 def paged_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, tables: torch.Tensor,
-                    seq: torch.Tensor, ctx: torch.Tensor, qoff: torch.Tensor, qlen: torch.Tensor,
-                    moff: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+                    ctx: torch.Tensor, qoff: torch.Tensor, qlen: torch.Tensor, moff: torch.Tensor,
+                    mask: torch.Tensor, scale: float) -> torch.Tensor:
     """Multi-token rows: q [N, H, D]; per sequence ctx/qoff/qlen/moff [B] (moff < 0: causal among
     the new tokens, else the offset of its [qlen, qlen] rows in the flat bool ``mask``) → [N, H, D]."""
-    return kernel().paged_attention(q.contiguous(), kc, vc, tables, seq, ctx, qoff, qlen, moff, mask,
-                                    scale)
+    return kernel().paged_attention(q.contiguous(), kc, vc, tables, ctx, qoff, qlen, moff, mask, scale)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -151,7 +151,7 @@ static at::Tensor norm(const at::Tensor& x, const at::Tensor& w, double eps, boo
 // o packed, post norm, gate_up weight, gate_up packed, and at lw2[2 * i ...]: down weight, down packed
 // (empty packed tensors: none). cos, sin [1, T, 1, D] contiguous; slots [T] int64 cache rows.
 // attn: 0 = one decode row per sequence (paged_decode(tables, lens)), 1 = any rows
-// (paged_attention(tables, seq, ctx, qoff, qlen, moff, mask)), 2 = grouped_attention(meta).
+// (paged_attention(tables, ctx, qoff, qlen, moff, mask)), 2 = grouped_attention(meta).
 // Returns [x after the last layer, x entering each layer in taps...].
 std::vector<torch::Tensor> decoder_layers(
     torch::Tensor x, std::vector<torch::Tensor> lw, std::vector<torch::Tensor> lw2, torch::Tensor kcache,
@@ -173,7 +173,7 @@ std::vector<torch::Tensor> decoder_layers(
     auto qf = rope_and_write(qkv, cos, sin, slots, kc, vc, H, Hkv, D);
     auto o = attn == 0   ? paged_decode(qf, kc, vc, meta[0], meta[1], scale)
              : attn == 1 ? paged_attention(qf, kc, vc, meta[0], meta[1], meta[2], meta[3], meta[4], meta[5],
-                                           meta[6], scale)
+                                           scale)
                          : grouped_attention(qf, kc, vc, meta, H, Hkv, D, scale);
     x = residual(x, o.unsqueeze(0).reshape({1, T, H * D}), w[3], w[4], lo, hi);
     // MLP block (MLP.forward, fused gate/up)

@@ -91,7 +91,7 @@ std::vector<torch::Tensor> drafter_forward(
     auto qf = rope_and_write(qkv, cos, sin, slots, kc, vc, H, Hkv, D);
     o = (attn == 0   ? paged_decode(qf, kc, vc, meta[0], meta[1], scale)
          : attn == 1 ? paged_attention(qf, kc, vc, meta[0], meta[1], meta[2], meta[3], meta[4], meta[5],
-                                       meta[6], scale)
+                                       scale)
                      : grouped_attention(qf, kc, vc, meta, H, Hkv, D, scale))
             .unsqueeze(0);
   }
