@@ -1,6 +1,6 @@
 """One layer's attention (``PagedAttention`` as a forward builds and calls it, the shipped target's
 shapes) for decode rows, draft trees and prefill chunks, through SDPA over gathered blocks and through
-the CPU kernel: what ``attention.KERNEL_MAX_ROWS`` and ``kernel_serves`` decide between. Min of 5
+the CPU kernel (tree rows in its tiled order): what ``attention.kernel_serves`` decides between. Min of 5
 timings of 50 calls each, 2 threads; random cache contents.
 
 Usage: PYTHONPATH=services .venv/bin/python tools/attention_rows_cost.py [B:ROWS:CTX:tree|causal ...]

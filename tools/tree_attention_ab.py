@@ -1,9 +1,8 @@
 """Speculative decoding with multi-token attention rows served by SDPA over gathered blocks beyond 12
-tokens a forward (the rule before the multi-row kernel) against the CPU kernel for every sequence of
-up to ``attention.KERNEL_MAX_ROWS`` rows (now), in one process, interleaved (old, new, old, ...):
-plain greedy decoding and each (drafter, tree) per batch size, with their outputs checked against
-plain decoding. The kernel is the same under both rules (bit for bit the per-row kernel it
-replaced), so only where rows go differs.
+tokens a forward (the rule before the multi-row kernel) against the CPU kernel for every speculative
+forward (now: ``attention.kernel_serves``), in one process, interleaved (old, new, old, ...): plain
+greedy decoding and each (drafter, tree) per batch size, with their outputs checked against plain
+decoding. Only where rows go differs (forwards of at most 12 tokens take the kernel under both rules).
 
 Usage: PYTHONPATH=services .venv/bin/python tools/tree_attention_ab.py [BATCH,...] [--trees "T1;T2"]
        [--reps N] [--json FILE]

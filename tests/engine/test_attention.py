@@ -100,9 +100,7 @@ TABLES = [[7, 2, 9, 5, 30], [0, 11, 3, 20, 21], [12, 13, 4, 8, 1], [25, 6, 14, 3
 
 @pytest.mark.parametrize("use_kernel", _kernels())
 @pytest.mark.parametrize("layer", [0, 1])
-def test_tree_masks_equal_dense_attention(layer, use_kernel, monkeypatch):
-    # masked rows take the CPU kernel within its limits: lift them so this forward surely does
-    monkeypatch.setattr("gambit.engine.attention.KERNEL_MAX_ROWS", 64)
+def test_tree_masks_equal_dense_attention(layer, use_kernel):
     g = torch.Generator().manual_seed(layer)
     cache = _cache()
     ctxs = [6, 4, 9]  # 4 is a block multiple: the tree starts a fresh block

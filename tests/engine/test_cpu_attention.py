@@ -128,10 +128,10 @@ def test_one_row_attention_equals_the_decode_kernel():
     assert torch.equal(rows, paged_decode(q, kc, vc, tables, ctx + 1, D ** -0.5))
 
 
-def test_kernel_serves_trees_and_keeps_plain_prefill_on_sdpa():
+def test_kernel_serves_trees_and_keeps_plain_prefill_on_sdpa(monkeypatch):
     """Plain decoding keeps the rule its pinned floats were made with (SDPA above 12 new tokens);
-    draft trees (masked rows) and the drafter's context pass take the kernel while every sequence
-    brings at most 16 rows or the forward at most 64, where it measured faster."""
+    draft trees (masked rows) and the drafter's context pass take the kernel at any size (its tiled
+    order measured faster than SDPA everywhere), unless switched off for an A/B."""
     def item(q, tree=False):
         mask = torch.ones(q, q, dtype=torch.bool) if tree else None
         return SeqInput([0] * q, list(range(q)), 5, [1, 2], mask)
@@ -139,10 +139,56 @@ def test_kernel_serves_trees_and_keeps_plain_prefill_on_sdpa():
     assert kernel_serves([item(12)]) and not kernel_serves([item(13)])  # a prompt's prefill
     assert kernel_serves([item(49, tree=True)])  # one paper-size tree: 49 rows in all
     assert kernel_serves([item(4, tree=True)] * 48 + [item(1)] * 40)  # many small trees and decode rows
-    assert kernel_serves([item(16, tree=True)] * 8)
-    assert not kernel_serves([item(17, tree=True)] * 4) and not kernel_serves([item(49, tree=True)] * 4)
+    assert kernel_serves([item(17, tree=True)] * 4) and kernel_serves([item(49, tree=True)] * 16)
     assert not kernel_serves([item(4, tree=True)] * 8 + [item(30)])  # a prompt among trees: SDPA
     assert kernel_serves([item(6)] * 40, speculative=True) and not kernel_serves([item(6)] * 40)
+    monkeypatch.setattr("gambit.engine.attention.SPECULATIVE_ROWS_IN_KERNEL", False)
+    assert not kernel_serves([item(49, tree=True)]) and kernel_serves([item(12, tree=True)])
+
+
+@pytest.mark.parametrize("H, Hkv, D, bs", [(4, 4, 48, 16), (9, 3, 64, 16), (8, 2, 36, 4)])
+def test_tiled_causal_rows(H, Hkv, D, bs):
+    """Causal rows of a speculative forward (``moff`` -2, the drafter's context pass) take the tiled
+    order: SDPA over ctx + i + 1 keys to rounding, and a row's floats do not depend on the rows or
+    sequences beside it (each row alone, with its ctx + i keys, is bit for bit the same), also with a
+    head_dim off the kernel's 8-dim register blocks (36)."""
+    g = torch.Generator().manual_seed(9)
+    q, kc, vc, tables, ctx, qoff, ql, moff, mask = _rows(4, 37, 70, H, Hkv, D, bs, False, g)
+    out = paged_attention(q, kc, vc, tables, ctx, qoff, ql, torch.full_like(moff, -2), mask, D ** -0.5)
+    plain = paged_attention(q, kc, vc, tables, ctx, qoff, ql, moff, mask, D ** -0.5)
+    torch.testing.assert_close(out, plain, atol=2e-6, rtol=1e-5)
+    G = H // Hkv
+    for b in range(len(ctx)):
+        c = int(ctx[b])
+        for i in range(int(ql[b])):
+            row = int(qoff[b]) + i
+            keys = torch.arange(c + i + 1)
+            kg, vg = kc[:, tables[b, keys // bs], keys % bs], vc[:, tables[b, keys // bs], keys % bs]
+            ref = F.scaled_dot_product_attention(q[row][:, None], kg.repeat_interleave(G, 0),
+                                                 vg.repeat_interleave(G, 0))[:, 0]
+            torch.testing.assert_close(out[row], ref, atol=2e-5, rtol=1e-4)
+            alone = paged_attention(q[row:row + 1], kc, vc, tables[b:b + 1], ctx[b:b + 1] + i,
+                                    _one(1), _one(1, 1), _one(1, -2), mask, D ** -0.5)
+            assert torch.equal(out[row], alone[0]), (b, i)
+
+
+def test_tiled_softmax_handles_extreme_scores():
+    """The tiled order's exp: a key far above the rest takes all the weight (the others underflow to
+    exactly 0, not to NaN), and equal scores split it evenly."""
+    Hkv, bs, D = 1, 16, 8
+    kc = torch.zeros(Hkv, 3, bs, D)
+    vc = torch.arange(3 * bs, dtype=torch.float32).repeat_interleave(D).view(Hkv, 3, bs, D)
+    kc[0, 1, 3] = 1000.0  # key 3 of block 1 (the sequence's first block): huge against q = 1
+    q = torch.ones(1, 1, D)
+    tables = torch.tensor([[1, 2]])
+    no_mask = torch.zeros(1, dtype=torch.bool)
+    args = (tables, torch.tensor([20]), _one(1), _one(1, 1), _one(1, -2), no_mask, 1.0)
+    out = paged_attention(q, kc, vc, *args)
+    assert torch.equal(out[0, 0], vc[0, 1, 3])
+    kc[0, 1, 3] = 0.0
+    even = paged_attention(q, kc, vc, *args)  # 21 keys of score 0: the mean of their values
+    ref = torch.cat([vc[0, 1], vc[0, 2, :5]]).mean(0)
+    torch.testing.assert_close(even[0, 0], ref)
 
 
 def test_kernel_ignores_slots_past_the_length():

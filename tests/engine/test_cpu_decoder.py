@@ -84,11 +84,10 @@ def test_plain_decoding_is_bit_identical(target, monkeypatch, batch, cpu_linear)
 @pytest.mark.parametrize("method", ["eagle", "pr"])
 def test_speculative_decoding_is_bit_identical(target, monkeypatch, method, batch, rows):
     """Tree verification forwards (masks, taps for the drafter's features) through the C++ loop, with
-    the trees' rows in the kernel (the default) or, with its limits at 0, in SDPA groups."""
+    the trees' rows in the kernel (the default) or, switched off, in SDPA groups."""
     model, tok = target
     if rows == "sdpa":
-        monkeypatch.setattr("gambit.engine.attention.KERNEL_MAX_ROWS", 0)
-        monkeypatch.setattr("gambit.engine.attention.KERNEL_MAX_SPEC_TOKENS", 0)
+        monkeypatch.setattr("gambit.engine.attention.SPECULATIVE_ROWS_IN_KERNEL", False)
     spec = SpecConfig(gamma=3, budget=10, grow_width=3, offer_width=3, reconsider=2 if method == "pr" else 0)
     calls = _count_calls(monkeypatch)
     runs = []

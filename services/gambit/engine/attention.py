@@ -20,16 +20,15 @@ from gambit.engine.kv_cache import KVCache
 # up to this many new tokens in a forward the CPU kernel serves every row (plain decoding's rule, so
 # its prefill floats stay those its cards and figures were made with: SDPA above)
 KERNEL_MAX_TOKENS = 12
-# speculative forwards (draft trees in a verification forward, the drafter's context pass): the
-# kernel serves every row while no sequence brings more than KERNEL_MAX_ROWS, or the forward no more
-# than KERNEL_MAX_SPEC_TOKENS in all. It reads the blocks in place and loads each cached key once for
-# all of a sequence's rows, where SDPA first copies every sequence's blocks into a padded batch and
-# masks a padded [rows, keys] square; SDPA's matmuls win on many rows a sequence. One layer of the
-# shipped target, 200 cached keys (tools/attention_rows_cost.py, 2-core AMD EPYC): 48 x 4-node trees
-# 2.5 vs 6.7 ms (SDPA), 16 x 9 nodes 2.2 vs 3.9, 1 x 49 nodes 0.7-0.9 vs 0.8-0.9, but 4 x 17 nodes
-# 0.95 vs 0.91 and 4 x 49 nodes 2.7 vs 1.6
-KERNEL_MAX_ROWS = 16
-KERNEL_MAX_SPEC_TOKENS = 64
+# Speculative forwards (draft trees in a verification forward, the drafter's context pass) take the
+# kernel at any size: their rows run in its tiled order (16 rows a vector; cpu_attention.py), which
+# reads the blocks in place, loads each cached key once for a chunk's rows, and beats SDPA over
+# gathered blocks everywhere measured. One layer of the shipped target, 200 cached keys
+# (tools/attention_rows_cost.py, 2-core AMD EPYC): 1 x 49 nodes 0.17 vs 0.34 ms (SDPA), 4 x 49 0.43 vs
+# 0.91, 16 x 49 1.28 vs 2.66, 48 x 4 1.02 vs 2.35, 96 x 4 (150 keys) 1.53 vs 5.04, 48 x 9 1.02 vs 2.99.
+# False: speculative forwards follow plain decoding's rule (SDPA above KERNEL_MAX_TOKENS), for tests
+# and A/B measurements.
+SPECULATIVE_ROWS_IN_KERNEL = True
 
 
 @dataclass
@@ -83,15 +82,14 @@ def _group(items: list[SeqInput], offsets: torch.Tensor, tables: torch.Tensor, b
 
 def kernel_serves(items: list[SeqInput], speculative: bool = False) -> bool:
     """Whether the CPU kernel serves every row of a forward (else SDPA over gathered blocks serves
-    its multi-token rows): a few rows in all, or speculative rows within the limits above (tree rows
-    carry a mask; ``speculative`` marks the drafter's context pass, whose rows are causal). A plain
-    prefill chunk above KERNEL_MAX_TOKENS sends the forward to SDPA, as before the multi-row kernel."""
-    n = sum(it.q for it in items)
-    if n <= KERNEL_MAX_TOKENS:
+    its multi-token rows): a few rows in all, or speculative rows at any size (tree rows carry a
+    mask; ``speculative`` marks the drafter's context pass, whose rows are causal). A plain prefill
+    chunk above KERNEL_MAX_TOKENS sends the forward to SDPA, as before the multi-row kernel."""
+    if sum(it.q for it in items) <= KERNEL_MAX_TOKENS:
         return True
-    if not speculative and any(it.q > 1 and it.mask is None for it in items):
+    if not SPECULATIVE_ROWS_IN_KERNEL:
         return False
-    return n <= KERNEL_MAX_SPEC_TOKENS or max(it.q for it in items) <= KERNEL_MAX_ROWS
+    return speculative or not any(it.q > 1 and it.mask is None for it in items)
 
 
 class PagedAttention:
@@ -115,7 +113,7 @@ class PagedAttention:
             self.num_tokens = len(items)
             return
         if use_kernel and kernel_serves(items, speculative):
-            self._few_rows(items, device)
+            self._few_rows(items, device, speculative)
             return
         q_len = torch.tensor([it.q for it in items])
         offsets = torch.cumsum(q_len, 0) - q_len
@@ -139,18 +137,20 @@ class PagedAttention:
                 self.groups.append(_group([items[i] for i in ids], offsets[idx], tables[idx], bs, device))
         self.all_decode = len(multi) == 0  # rows 0..N-1 are the sequences in order
 
-    def _few_rows(self, items: list[SeqInput], device: torch.device) -> None:
-        """Every row through the CPU kernel (small draft trees, short chunks): read the blocks in place,
-        one call, no gathered copy and no padded mask (more rows amortise those and SDPA's matmuls
-        win). The metadata comes from the items' lists: a few rows do not pay for tensor ops."""
+    def _few_rows(self, items: list[SeqInput], device: torch.device, speculative: bool = False) -> None:
+        """Every row through the CPU kernel (draft trees, short chunks): read the blocks in place, one
+        call, no gathered copy and no padded mask. The metadata comes from the items' lists. A causal
+        sequence's ``moff`` is -1 (the one-row order: plain decoding's floats) or, in a speculative
+        forward, -2 (the tiled order trees take)."""
         bs = self.cache.block_size
         slots, qoff, moff, masks = [], [], [], []
         n = m = 0
+        causal = -2 if speculative else -1
         for it in items:
             slots += [it.block_table[p // bs] * bs + p % bs for p in range(it.ctx, it.ctx + it.q)]
             qoff.append(n)
             n += it.q
-            moff.append(-1 if it.mask is None else m)
+            moff.append(causal if it.mask is None else m)
             if it.mask is not None:
                 masks.append(it.mask.reshape(-1))
                 m += it.q * it.q
