@@ -38,6 +38,7 @@ def test_spec_bench_parts(tmp_path: Path) -> None:
     for k in ("eagle3.1", "pr"):
         r = res[k]
         assert r["lossless"] and r["tau"] >= 1 and r["cycles"] > 0 and len(r["cycle_seconds"]) == 2
+        assert len(r["chunk_cycle_seconds"]) == 2  # one chunk (2 prompts at batch 2) per repetition
         assert r["speedup_spread"][0] <= r["speedup"] <= r["speedup_spread"][1]
     a = _pool_analysis(eng, prompts, "pr", small, 12)
     assert a["positions"] > 0 and abs(sum(c["share"] for c in a["table7"].values()) - 1) < 1e-9
@@ -70,3 +71,18 @@ def test_tree_systems():
     assert list(got) == ["pr [defaults]", "eagle3.1 [defaults]", "pr [B=48 m=0]", "eagle3.1 [B=48 m=0]"]
     assert got["pr [defaults]"] == ("pr", DEFAULTS)
     assert got["eagle3.1 [B=48 m=0]"][1].reconsider == 0 and got["eagle3.1 [B=48 m=0]"][1].budget == 48
+
+
+def test_cycle_ratio_pairs_chunks():
+    """Table 9 pairs each chunk's seconds per cycle with the other system's on the same chunk (run
+    next to it), leaving out chunks where either drafted nothing; per-repetition ratios beside it."""
+    from gambit.bench.spec import _cycle_ratio
+
+    rows = {"p": {"cycle_seconds": [2.0, 4.0], "chunk_cycle_seconds": [1.1, None, 3.0, 1.2, 0.5]},
+            "e": {"cycle_seconds": [2.0, 2.0], "chunk_cycle_seconds": [1.0, 1.0, 1.0, 1.0, None]}}
+    r = _cycle_ratio(rows, "p", "e")
+    assert r["pairs"] == 3 and r["spread"] == [1.1, 3.0]
+    assert abs(r["median"] - 1.2) < 1e-12 and r["per_rep_median"] == 1.5
+    assert r["t_cycle_ms"] == [3000.0, 2000.0]
+    del rows["p"]["chunk_cycle_seconds"]  # a row from before chunk pairs: the repetitions' ratios
+    assert _cycle_ratio(rows, "p", "e")["median"] == 1.5

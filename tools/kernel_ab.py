@@ -1,0 +1,130 @@
+"""Speculative decoding on another commit's CPU kernels and attention routing against this checkout's,
+in one process, interleaved (old, new, new, old, ...): each side decodes the prompts plainly and with
+PR and EAGLE-3.1 at every named tree; reported per side: the speedup over its own plain decoding
+(median and spread over the repetitions), the seconds per cycle, the verification forward's median
+time (the C++ layer loop on a tree's rows) and whether every output equals plain decoding's.
+
+The other commit's kernel sources (``engine/cpu_attention.py`` with the sources it compiles beside it,
+taken from this checkout) are built as their own extension and swapped in for its side's runs, with
+that commit's ``attention.kernel_serves``; everything else is this checkout's code.
+
+Usage: PYTHONPATH=services .venv/bin/python tools/kernel_ab.py REV [--batches 1,4] [--trees "B=48;defaults"]
+       [--reps N] [--json FILE]
+"""
+import argparse
+import collections
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import types
+
+import torch
+from torch.utils.cpp_extension import load_inline
+
+import gambit.engine.attention as attention
+from gambit.bench.spec import ASSETS, BASE, load_drafters, prompts_for, run_once, spec_from_name
+from gambit.engine import Engine, EngineConfig, cpu_attention
+from gambit.engine.cpu_decoder import SOURCE as DECODER
+from gambit.engine.cpu_gemv import SOURCE as GEMV
+from gambit.engine.cpu_sampler import SOURCE as SAMPLER
+from gambit.engine.kv_cache import SOURCE as KV
+from gambit.paths import TARGET
+from gambit.speculative.cpu_drafter import SOURCE as DRAFTER
+from gambit.speculative.cpu_tree import SOURCE as TREE
+
+FUNCTIONS = ["paged_decode", "paged_attention", "rms_norm", "gemv_t", "decoder_layers", "drafter_forward",
+             "tree_draft", "sample_tokens", "kv_copy_slots"]
+
+
+def module_at(rev: str, path: str) -> types.ModuleType:
+    src = subprocess.check_output(["git", "show", f"{rev}:{path}"], text=True)
+    mod = types.ModuleType(f"{rev}:{path}")
+    sys.modules[mod.__name__] = mod  # dataclasses look their module up
+    exec(compile(src, path, "exec"), mod.__dict__)
+    return mod
+
+
+class Timed:
+    """A kernel module whose ``decoder_layers`` calls on ``rows`` new tokens are timed."""
+
+    def __init__(self, mod, rows: int, out: list[float]) -> None:
+        self.mod, self.rows, self.out = mod, rows, out
+
+    def __getattr__(self, name):
+        fn = getattr(self.mod, name)
+        if name != "decoder_layers":
+            return fn
+
+        def timed(*a):
+            t = time.perf_counter()
+            r = fn(*a)
+            if a[0].shape[1] == self.rows:
+                self.out.append(time.perf_counter() - t)
+            return r
+        return timed
+
+
+ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+ap.add_argument("rev", help="the other commit (e.g. HEAD~1)")
+ap.add_argument("--batches", default="1", help="batch sizes, comma-separated")
+ap.add_argument("--trees", default="B=48;defaults",
+                help="tree names (bench.spec.spec_from_name), ';'-separated")
+ap.add_argument("--reps", type=int, default=6, help="repetitions (each: both sides, the order alternating)")
+ap.add_argument("--json", default=None, help="write the rows here")
+args = ap.parse_args()
+torch.set_num_threads(os.cpu_count() or 1)
+old_ca = module_at(args.rev, "services/gambit/engine/cpu_attention.py")
+sources = [old_ca._SOURCE, GEMV, DECODER, DRAFTER, TREE, SAMPLER, KV]
+digest = hashlib.sha256("".join(sources).encode()).hexdigest()[:12]
+kernels = {"old": load_inline(name=f"gambit_cpu_kernels_{digest}", cpp_sources=sources, functions=FUNCTIONS,
+                              extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"]),
+           "new": cpu_attention.kernel()}
+serves = {"old": module_at(args.rev, "services/gambit/engine/attention.py").kernel_serves,
+          "new": attention.kernel_serves}
+eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET)))
+load_drafters(eng, ASSETS)
+trees = args.trees.split(";")
+rows_out = []
+for b in [int(x) for x in args.batches.split(",")]:
+    prompts = prompts_for((2, 8), max(8, b), 11, eng.tokenizer)
+    res = collections.defaultdict(list)
+    fwd = collections.defaultdict(list)
+    for r in range(args.reps):
+        for side in ("old", "new") if r % 2 == 0 else ("new", "old"):
+            attention.kernel_serves = serves[side]
+            cpu_attention._module = kernels[side]
+            eng.config.spec = BASE
+            plain_s, plain_out, _, _ = run_once(eng, prompts, b, "plain", 96)
+            res[(side, "plain")].append(plain_s)
+            for tree in trees:
+                spec = spec_from_name(tree)
+                eng.config.spec = spec
+                cpu_attention._module = Timed(kernels[side], b * (spec.budget + 1), fwd[(side, tree)])
+                for method in ("pr", "eagle3.1"):
+                    s, out, cycles, _ = run_once(eng, prompts, b, method, 96)
+                    res[(side, tree, method)].append((s, cycles, out == plain_out))
+                cpu_attention._module = kernels[side]
+    attention.kernel_serves = serves["new"]
+    cpu_attention._module = kernels["new"]
+    for tree in trees:
+        for method in ("pr", "eagle3.1"):
+            row = {"batch": b, "tree": tree, "method": method}
+            line = f"batch {b:3d} {method:9s} [{tree}]"
+            for side in ("old", "new"):
+                runs, plain = res[(side, tree, method)], res[(side, "plain")]
+                sp = [p / x[0] for p, x in zip(plain, runs, strict=True)]
+                cyc = statistics.median(x[0] / x[1] for x in runs) * 1e3 if runs[0][1] else 0.0
+                f = statistics.median(fwd[(side, tree)]) * 1e3 if fwd[(side, tree)] else 0.0
+                row[side] = {"speedup": statistics.median(sp), "spread": [min(sp), max(sp)], "cycle_ms": cyc,
+                             "verify_forward_ms": f, "lossless": all(x[2] for x in runs)}
+                line += (f"  {side}: {row[side]['speedup']:.2f}x ({min(sp):.2f}-{max(sp):.2f}) cycle "
+                         f"{cyc:.2f} ms verify fwd {f:.2f} ms lossless {row[side]['lossless']}")
+            print(line, flush=True)
+            rows_out.append(row)
+if args.json:
+    with open(args.json, "w") as fh:
+        json.dump({"rev": args.rev, "reps": args.reps, "rows": rows_out}, fh, indent=1)
