@@ -4,9 +4,9 @@ PR and EAGLE-3.1 at every named tree; reported per side: the speedup over its ow
 (median and spread over the repetitions), the seconds per cycle, the verification forward's median
 time (the C++ layer loop on a tree's rows) and whether every output equals plain decoding's.
 
-The other commit's kernel sources (``engine/cpu_attention.py`` with the sources it compiles beside it,
-taken from this checkout) are built as their own extension and swapped in for its side's runs, with
-that commit's ``attention.kernel_serves``; everything else is this checkout's code.
+The other commit's C++ kernel sources (every module whose ``SOURCE`` the extension compiles) are built
+as their own extension and swapped in for its side's runs, with that commit's
+``attention.kernel_serves``; everything else is this checkout's code.
 
 Usage: PYTHONPATH=services .venv/bin/python tools/kernel_ab.py REV [--batches 1,4] [--trees "B=48;defaults"]
        [--reps N] [--json FILE]
@@ -16,6 +16,7 @@ import collections
 import hashlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -28,15 +29,15 @@ from torch.utils.cpp_extension import load_inline
 import gambit.engine.attention as attention
 from gambit.bench.spec import ASSETS, BASE, load_drafters, prompts_for, run_once, spec_from_name
 from gambit.engine import Engine, EngineConfig, cpu_attention
-from gambit.engine.cpu_decoder import SOURCE as DECODER
-from gambit.engine.cpu_gemv import SOURCE as GEMV
-from gambit.engine.cpu_sampler import SOURCE as SAMPLER
-from gambit.engine.kv_cache import SOURCE as KV
 from gambit.paths import TARGET
-from gambit.speculative.cpu_drafter import SOURCE as DRAFTER
-from gambit.speculative.cpu_tree import SOURCE as TREE
 
-FUNCTIONS = ["paged_decode", "paged_attention", "rms_norm", "gemv_t", "decoder_layers", "drafter_forward",
+# the extension's sources in cpu_attention.kernel()'s order, and the functions it may export
+SOURCES = [(f"services/gambit/{path}.py", name) for path, name in (
+    ("engine/cpu_attention", "_SOURCE"), ("engine/cpu_gemv", "SOURCE"), ("engine/cpu_decoder", "SOURCE"),
+    ("speculative/cpu_drafter", "SOURCE"), ("speculative/cpu_tree", "SOURCE"),
+    ("engine/cpu_sampler", "SOURCE"), ("engine/kv_cache", "SOURCE"))]
+FUNCTIONS = ["paged_decode", "paged_attention", "dense_attention", "rms_norm", "gemv_t", "decoder_layers",
+             "drafter_forward",
              "tree_draft", "sample_tokens", "kv_copy_slots"]
 
 
@@ -46,6 +47,12 @@ def module_at(rev: str, path: str) -> types.ModuleType:
     sys.modules[mod.__name__] = mod  # dataclasses look their module up
     exec(compile(src, path, "exec"), mod.__dict__)
     return mod
+
+
+def _source_at(rev: str, path: str, name: str) -> str:
+    """A module's C++ source string at ``rev``, read without importing it (its imports are this tree's)."""
+    text = subprocess.check_output(["git", "show", f"{rev}:{path}"], text=True)
+    return re.search(name + r' = r"""(.*?)"""', text, re.S).group(1)
 
 
 class Timed:
@@ -77,10 +84,10 @@ ap.add_argument("--reps", type=int, default=6, help="repetitions (each: both sid
 ap.add_argument("--json", default=None, help="write the rows here")
 args = ap.parse_args()
 torch.set_num_threads(os.cpu_count() or 1)
-old_ca = module_at(args.rev, "services/gambit/engine/cpu_attention.py")
-sources = [old_ca._SOURCE, GEMV, DECODER, DRAFTER, TREE, SAMPLER, KV]
+sources = [_source_at(args.rev, path, name) for path, name in SOURCES]
 digest = hashlib.sha256("".join(sources).encode()).hexdigest()[:12]
-kernels = {"old": load_inline(name=f"gambit_cpu_kernels_{digest}", cpp_sources=sources, functions=FUNCTIONS,
+exported = [f for f in FUNCTIONS if re.search(rf"\b{f}\(", "".join(sources))]
+kernels = {"old": load_inline(name=f"gambit_cpu_kernels_{digest}", cpp_sources=sources, functions=exported,
                               extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"]),
            "new": cpu_attention.kernel()}
 serves = {"old": module_at(args.rev, "services/gambit/engine/attention.py").kernel_serves,

@@ -278,3 +278,28 @@ def test_kernels_release_the_gil_while_they_run():
     # The sum, not the longest gap: one scheduler preemption on a loaded 2-core machine can stall
     # the main thread for most of a call without the kernel holding the GIL.
     assert stalled < total / 2, f"main thread stalled {stalled * 1e3:.1f} of {total * 1e3:.1f} ms"
+
+
+@pytest.mark.parametrize("H, Hkv, D", [(4, 4, 48), (9, 3, 64), (4, 2, 20)])
+def test_dense_attention_equals_sdpa(H, Hkv, D):
+    """The drafter's tree-step attention (dense buffers, an additive mask: ``TreeAttention``) in the
+    tiled order: SDPA's result to rounding, only the first n keys read, and a row's floats the same
+    alone as among the others (19 rows: two row chunks)."""
+    from gambit.engine.cpu_attention import dense_attention
+
+    g = torch.Generator().manual_seed(11)
+    B, T, W, n = 3, 19, 50, 41
+    q = torch.randn(B, T, H, D, generator=g)
+    k, v = torch.randn(B, Hkv, W, D, generator=g), torch.randn(B, Hkv, W, D, generator=g)
+    buf = torch.where(torch.rand(B, T, W, generator=g) < 0.3, float("-inf"), 0.0)
+    buf[:, :, 0] = 0.0  # every row sees a key
+    mask = buf[:, None, :, :n]  # the strided view TreeAttention passes
+    out = dense_attention(q, k, v, n, mask, D ** -0.5)
+    ref = F.scaled_dot_product_attention(q.transpose(1, 2), k[:, :, :n], v[:, :, :n], attn_mask=mask,
+                                         enable_gqa=H != Hkv).transpose(1, 2)
+    torch.testing.assert_close(out, ref, atol=2e-6, rtol=1e-5)
+    k[:, :, n:] = float("nan")  # past n: never read
+    assert torch.equal(dense_attention(q, k, v, n, mask, D ** -0.5), out)
+    for i in (0, 17):
+        alone = dense_attention(q[:, i:i + 1], k, v, n, buf[:, None, i:i + 1, :n], D ** -0.5)
+        assert torch.equal(alone[:, 0], out[:, i])

@@ -230,18 +230,22 @@ static inline vf16 exp_le0(vf16 x) {
   return zero ? vf16{} : y * (vf16)e;
 }
 
-// One work item of paged_attention in the tiled order: rows i0 .. i0 + R - 1 of sequence b, kv head hk.
-// Lane x * G + g of a vector holds row x's query head g. Every key of the sequence (cached and new) is
-// scored against every lane, NK keys at a time (a lane's dot product runs over d in order); the new
-// keys a row does not see get -inf, so their weight is exactly 0 and adds exactly nothing below.
+// One work item in the tiled order: query rows i0 .. i0 + R - 1 of a sequence (flat rows row0 ..), kv
+// head hk, over its L keys. Lane x * G + g of a vector holds row x's query head g. Every key is scored
+// against every lane, NK keys at a time (a lane's dot product runs over d in order). Which keys a row
+// sees: with an additive mask (madd: row i's at madd + i * mstride, one value per key, as SDPA's
+// attn_mask) every key plus its mask value; else the keys before c, and among the new keys c + j
+// (j < ql) those set in its bool mask row (mrow0 + i * ql) or, without one, j <= i (causal). A key a
+// row does not see gets -inf, so its weight is exactly 0 and adds exactly nothing below. Keys sit in
+// blocks of bs rows: block t / bs at kbase / vbase + tab[t / bs] * bs * D.
 struct TiledScratch { std::vector<vf16> qT, sw, acc; };  // [D][V], [L][V], [D][V]
 
-static void tiled_rows(const float* qp, const float* kp, const float* vp, const int64_t* tab, int64_t c,
-                       int64_t ql, int64_t i0, int64_t R, int64_t row0, const bool* mrow0, int64_t hk,
-                       int64_t H, int64_t G, int64_t D, int64_t NB, int64_t bs, float sc, float* op,
-                       TiledScratch& s) {
+static void tiled_rows(const float* qp, const float* kbase, const float* vbase, const int64_t* tab,
+                       int64_t bs, int64_t L, int64_t c, int64_t ql, int64_t i0, int64_t R, int64_t row0,
+                       const bool* mrow0, const float* madd, int64_t mstride, int64_t hk, int64_t H,
+                       int64_t G, int64_t D, float sc, float* op, TiledScratch& s) {
   constexpr int64_t NK = 8, DC = 8;
-  const int64_t L = c + ql, V = (R * G + 15) / 16;
+  const int64_t V = (R * G + 15) / 16;
   auto lane = [](std::vector<vf16>& t, int64_t at, int64_t V, int64_t l) -> float& {
     return t[at * V + l / 16][l % 16];
   };
@@ -251,7 +255,8 @@ static void tiled_rows(const float* qp, const float* kp, const float* vp, const 
       const float* qv = qp + ((row0 + x) * H + hk * G + g) * D;
       for (int64_t d = 0; d < D; ++d) lane(s.qT, d, V, x * G + g) = qv[d];
     }
-  auto block = [&](const float* cache, int64_t t) { return cache + (hk * NB + tab[t / bs]) * bs * D; };
+  auto block = [&](const float* base, int64_t t) { return base + tab[t / bs] * bs * D; };
+  const float *kp = kbase, *vp = vbase;
   s.sw.resize(L * V);
   for (int64_t t0 = 0; t0 < L; t0 += bs) {
     const float* kblk = block(kp, t0);
@@ -277,6 +282,12 @@ static void tiled_rows(const float* qp, const float* kp, const float* vp, const 
   const float ninf = -std::numeric_limits<float>::infinity();
   for (int64_t x = 0; x < R; ++x) {
     const int64_t i = i0 + x;
+    if (madd) {
+      const float* mr = madd + i * mstride;
+      for (int64_t t = 0; t < L; ++t)
+        for (int64_t g = 0; g < G; ++g) lane(s.sw, t, V, x * G + g) += mr[t];
+      continue;
+    }
     const bool* row = mrow0 ? mrow0 + i * ql : nullptr;
     for (int64_t j = 0; j < ql; ++j)
       if (!(row ? row[j] : j <= i))
@@ -359,8 +370,8 @@ torch::Tensor paged_attention(torch::Tensor q, torch::Tensor kc, torch::Tensor v
       const int64_t w = r / Hkv, hk = r % Hkv, b = wseq[w], i0 = wrow[w];
       const int64_t c = cp[b], ql = lp[b], R = std::min(ROWS, ql - i0), stride = G * (c + ql);
       if (mp[b] != -1) {
-        tiled_rows(qp, kp, vp, tp + b * nbmax, c, ql, i0, R, op_[b] + i0, mp[b] >= 0 ? mk + mp[b] : nullptr,
-                   hk, H, G, D, NB, bs, sc, op, tiled);
+        tiled_rows(qp, kp + hk * NB * bs * D, vp + hk * NB * bs * D, tp + b * nbmax, bs, c + ql, c, ql, i0, R,
+                   op_[b] + i0, mp[b] >= 0 ? mk + mp[b] : nullptr, nullptr, 0, hk, H, G, D, sc, op, tiled);
         continue;
       }
       fresh.resize(R * ql);
@@ -426,6 +437,44 @@ torch::Tensor paged_attention(torch::Tensor q, torch::Tensor kc, torch::Tensor v
   });
   return out;
 }
+
+// Attention over dense per-sequence key/value buffers with an additive mask, in the tiled order: what
+// the drafter's tree steps ran through SDPA (TreeAttention). q [B, T, H, D]; kb, vb [B, Hkv, W, D] (the
+// first n keys are read); mask: additive, float, row i of sequence b at b * stride(0) + i * stride(2),
+// n values each ([B, 1, T, >= n] with its last dim contiguous) → out [B, T, H, D].
+torch::Tensor dense_attention(torch::Tensor q, torch::Tensor kb, torch::Tensor vb, int64_t n,
+                              torch::Tensor mask, double scale) {
+  NoGil no_gil;
+  TORCH_CHECK(q.dtype() == torch::kFloat32 && kb.dtype() == torch::kFloat32, "float32 only");
+  TORCH_CHECK(mask.dtype() == torch::kFloat32, "an additive float32 mask");
+  TORCH_CHECK(q.is_contiguous() && kb.is_contiguous() && vb.is_contiguous(), "contiguous q, k, v");
+  TORCH_CHECK(mask.dim() == 4 && mask.stride(3) == 1 && mask.size(2) == q.size(1) && mask.size(3) >= n,
+              "mask [B, 1, T, >= n] with a contiguous last dim");
+  constexpr int64_t ROWS = 16;
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3);
+  const int64_t Hkv = kb.size(1), W = kb.size(2), G = H / Hkv;
+  TORCH_CHECK(n >= 1 && n <= W, "n keys within the buffers");
+  auto out = torch::empty_like(q);
+  const float* qp = q.data_ptr<float>();
+  const float* kp = kb.data_ptr<float>();
+  const float* vp = vb.data_ptr<float>();
+  const float* mp = mask.data_ptr<float>();
+  const int64_t ms0 = mask.stride(0), ms2 = mask.stride(2);
+  float* op = out.data_ptr<float>();
+  const float sc = static_cast<float>(scale);
+  const int64_t chunks = (T + ROWS - 1) / ROWS;
+  static const int64_t zero = 0;  // one block per sequence and head: W keys
+  at::parallel_for(0, B * chunks * Hkv, 1, [&](int64_t begin, int64_t end) {
+    TiledScratch tiled;
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t hk = r % Hkv, w = r / Hkv, b = w / chunks, i0 = (w % chunks) * ROWS;
+      const int64_t off = (b * Hkv + hk) * W * D;
+      tiled_rows(qp, kp + off, vp + off, &zero, W, n, n, 0, i0, std::min(ROWS, T - i0), b * T + i0, nullptr,
+                 mp + b * ms0, ms2, hk, H, G, D, sc, op, tiled);
+    }
+  });
+  return out;
+}
 """
 
 _lock = threading.Lock()
@@ -459,8 +508,9 @@ def kernel():
                 # named by its source: checkouts of different versions never share (or race on) a build
                 _module = load_inline(
                     name=f"gambit_cpu_kernels_{digest}", cpp_sources=sources,
-                    functions=["paged_decode", "paged_attention", "rms_norm", "gemv_t", "decoder_layers",
-                               "drafter_forward", "tree_draft", "sample_tokens", "kv_copy_slots"],
+                    functions=["paged_decode", "paged_attention", "dense_attention", "rms_norm", "gemv_t",
+                               "decoder_layers", "drafter_forward", "tree_draft", "sample_tokens",
+                               "kv_copy_slots"],
                     extra_cflags=["-O3", "-march=native", "-fopenmp"],
                     extra_ldflags=["-fopenmp"], verbose=False)
             except Exception as e:  # no compiler, no ninja, ...: keep the portable path
@@ -481,6 +531,13 @@ def paged_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, tables:
     """Multi-token rows: q [N, H, D]; per sequence ctx/qoff/qlen/moff [B] (moff < 0: causal among
     the new tokens, else the offset of its [qlen, qlen] rows in the flat bool ``mask``) → [N, H, D]."""
     return kernel().paged_attention(q.contiguous(), kc, vc, tables, ctx, qoff, qlen, moff, mask, scale)
+
+
+def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n: int, mask: torch.Tensor,
+                    scale: float) -> torch.Tensor:
+    """q [B, T, H, D]; k, v [B, Hkv, W, D] (the first n keys read); mask additive [B, 1, T, >= n]
+    (float, last dim contiguous) → [B, T, H, D], in the tiled order (SDPA's result to rounding)."""
+    return kernel().dense_attention(q.contiguous(), k, v, n, mask, scale)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -84,9 +84,7 @@ std::vector<torch::Tensor> drafter_forward(
     auto &kb = meta[0], &vb = meta[1];
     kb.slice(2, at, at + T).copy_(k.transpose(1, 2));
     vb.slice(2, at, at + T).copy_(v.transpose(1, 2));
-    o = at::scaled_dot_product_attention(q.transpose(1, 2), kb.slice(2, 0, at + T), vb.slice(2, 0, at + T),
-                                         meta[2], 0.0, false, std::nullopt, H != Hkv)
-            .transpose(1, 2);
+    o = dense_attention(q.contiguous(), kb, vb, at + T, meta[2], scale);  // TreeAttention's kernel
   } else {
     auto qf = rope_and_write(qkv, cos, sin, slots, kc, vc, H, Hkv, D);
     o = (attn == 0   ? paged_decode(qf, kc, vc, meta[0], meta[1], scale)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from gambit.engine import cpu_attention
 from gambit.speculative.drafter import Drafter
 
 NEG = float("-inf")
@@ -132,6 +133,11 @@ class TreeAttention:
         a, b = self.L + self.start, self.L + self.start + R
         self.k[layer][:, :, a:b] = k.transpose(1, 2)
         self.v[layer][:, :, a:b] = v.transpose(1, 2)
+        if (q.device.type == "cpu" and q.dtype == torch.float32 and not q.requires_grad
+                and cpu_attention.kernel() is not None):
+            # the tiled kernel the C++ tree steps call: the same floats, so both build the same tree
+            return cpu_attention.dense_attention(q, self.k[layer], self.v[layer], b, self.mask,
+                                                 q.shape[-1] ** -0.5)
         out = F.scaled_dot_product_attention(q.transpose(1, 2), self.k[layer][:, :, :b],
                                              self.v[layer][:, :, :b], attn_mask=self.mask,
                                              enable_gqa=q.shape[2] != k.shape[2])
