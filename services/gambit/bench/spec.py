@@ -117,6 +117,7 @@ def measure(eng: Engine, prompts, batch: int, systems: dict[str, tuple[str, Spec
     times: dict[str, list[float]] = {k: [] for k, _ in order}
     per_chunk: dict[str, list[float | None]] = {k: [] for k, _ in order}  # seconds per cycle
     res: dict[str, dict] = {}
+    rk = ("ref", batch, tuple(map(tuple, prompts)))
     for rep in range(reps):
         total = dict.fromkeys(times, 0.0)
         cyc = dict.fromkeys(times, 0)
@@ -132,7 +133,6 @@ def measure(eng: Engine, prompts, batch: int, systems: dict[str, tuple[str, Spec
                 acc[label] += a
                 outs[label] += o
                 per_chunk[label].append(dt / cycles if cycles else None)
-        rk = ("ref", batch, tuple(map(tuple, prompts)))
         ref.setdefault(rk, outs["plain"])
         for label, _ in order:
             times[label].append(total[label])

@@ -256,11 +256,10 @@ static void tiled_rows(const float* qp, const float* kbase, const float* vbase, 
       for (int64_t d = 0; d < D; ++d) lane(s.qT, d, V, x * G + g) = qv[d];
     }
   auto block = [&](const float* base, int64_t t) { return base + tab[t / bs] * bs * D; };
-  const float *kp = kbase, *vp = vbase;
   s.sw.resize(L * V);
-  for (int64_t t0 = 0; t0 < L; t0 += bs) {
-    const float* kblk = block(kp, t0);
-    if (t0 + bs < L) prefetch_block(block(kp, t0 + bs), std::min(bs, L - t0 - bs) * D);
+  for (int64_t t0 = 0; t0 < L; t0 += bs) {  // scores
+    const float* kblk = block(kbase, t0);
+    if (t0 + bs < L) prefetch_block(block(kbase, t0 + bs), std::min(bs, L - t0 - bs) * D);
     const int64_t n = std::min(bs, L - t0);
     for (int64_t v = 0; v < V; ++v) {
       int64_t o = 0;
@@ -307,9 +306,9 @@ static void tiled_rows(const float* qp, const float* kbase, const float* vbase, 
   }
   // values: acc[d][lane] += v_t[d] * w_t[lane], DC dims held in registers across a block's keys
   s.acc.assign(D * V, vf16{});
-  for (int64_t t0 = 0; t0 < L; t0 += bs) {
-    const float* vblk = block(vp, t0);
-    if (t0 + bs < L) prefetch_block(block(vp, t0 + bs), std::min(bs, L - t0 - bs) * D);
+  for (int64_t t0 = 0; t0 < L; t0 += bs) {  // values
+    const float* vblk = block(vbase, t0);
+    if (t0 + bs < L) prefetch_block(block(vbase, t0 + bs), std::min(bs, L - t0 - bs) * D);
     const int64_t n = std::min(bs, L - t0);
     for (int64_t v = 0; v < V; ++v) {
       int64_t d0 = 0;
@@ -364,7 +363,6 @@ torch::Tensor paged_attention(torch::Tensor q, torch::Tensor kc, torch::Tensor v
   const int64_t W = static_cast<int64_t>(wseq.size());
   at::parallel_for(0, W * Hkv, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> sc_buf, acc;
-    std::vector<int64_t> fresh, nfresh(ROWS);  // per row: its visible new keys (j), and how many
     TiledScratch tiled;
     for (int64_t r = begin; r < end; ++r) {
       const int64_t w = r / Hkv, hk = r % Hkv, b = wseq[w], i0 = wrow[w];
@@ -374,14 +372,8 @@ torch::Tensor paged_attention(torch::Tensor q, torch::Tensor kc, torch::Tensor v
                    op_[b] + i0, mp[b] >= 0 ? mk + mp[b] : nullptr, nullptr, 0, hk, H, G, D, sc, op, tiled);
         continue;
       }
-      fresh.resize(R * ql);
-      for (int64_t x = 0; x < R; ++x) {
-        const int64_t i = i0 + x;
-        int64_t m = 0;
-        for (int64_t j = 0; j <= i; ++j) fresh[x * ql + m++] = j;
-        nfresh[x] = m;
-      }
-      sc_buf.resize(R * stride);  // row x: a [G, L_x] score buffer at x * stride, L_x = c + nfresh[x]
+      // causal: row x sees the cached keys and new keys 0 .. i0 + x (i0 + x + 1 of them)
+      sc_buf.resize(R * stride);  // row x: a [G, L_x] score buffer at x * stride, L_x = c + i0 + x + 1
       acc.assign(R * G * D, 0.f);
       const float* qb = qp + ((op_[b] + i0) * H + hk * G) * D;  // row x's group at qb + x * H * D
       // the block holding key t of this sequence and kv head, in the K or V cache; the cached one after
@@ -400,13 +392,13 @@ torch::Tensor paged_attention(torch::Tensor q, torch::Tensor kc, torch::Tensor v
         for (int64_t o = 0; o < n; ++o)
           for (int64_t x = 0; x < R; ++x)
             score_key(qb + x * H * D, kblk + o * D, G, D, sc, sc_buf.data() + x * stride + t0 + o,
-                      c + nfresh[x]);
+                      c + i0 + x + 1);
       }
       // each row's visible new keys, then its softmax
       for (int64_t x = 0; x < R; ++x) {
-        const int64_t L = c + nfresh[x];
-        for (int64_t y = 0; y < nfresh[x]; ++y) {
-          const int64_t t = c + fresh[x * ql + y];
+        const int64_t L = c + i0 + x + 1;
+        for (int64_t y = 0; y <= i0 + x; ++y) {
+          const int64_t t = c + y;
           score_key(qb + x * H * D, block(kp, t) + (t % bs) * D, G, D, sc, sc_buf.data() + x * stride + c + y,
                     L);
         }
@@ -419,12 +411,12 @@ torch::Tensor paged_attention(torch::Tensor q, torch::Tensor kc, torch::Tensor v
         prefetch_next(vp, t0);
         const int64_t n = std::min(bs, c - t0);
         for (int64_t x = 0; x < R; ++x)
-          value_block(vblk, n, G, D, sc_buf.data() + x * stride + t0, c + nfresh[x], acc.data() + x * G * D);
+          value_block(vblk, n, G, D, sc_buf.data() + x * stride + t0, c + i0 + x + 1, acc.data() + x * G * D);
       }
       for (int64_t x = 0; x < R; ++x) {
-        const int64_t L = c + nfresh[x];
-        for (int64_t y = 0; y < nfresh[x]; ++y) {
-          const int64_t t = c + fresh[x * ql + y];
+        const int64_t L = c + i0 + x + 1;
+        for (int64_t y = 0; y <= i0 + x; ++y) {
+          const int64_t t = c + y;
           add_value(block(vp, t) + (t % bs) * D, G, D, sc_buf.data() + x * stride + c + y, L,
                     acc.data() + x * G * D);
         }

@@ -4,8 +4,9 @@ A speculative cycle runs the drafter γ + 1 times (its context pass, then one pa
 ~45 eager ops and ~100 Python calls over a handful of rows: at the shipped 2.7M target that overhead,
 not the arithmetic, was most of the drafting time. Like ``engine.cpu_decoder`` for the target, this
 issues the *same* ATen calls with the same shapes (``rms_norm`` or the norm kernel, ``cat``, MKL's
-packed linear or ``linear``, the RoPE arithmetic, ``scaled_dot_product_attention`` / the paged
-kernels, ``silu``, ``mul``, ``add``), only from C++, so drafts, and τ, do not change (tested).
+packed linear or ``linear``, the RoPE arithmetic, the attention kernels ``TreeAttention`` and
+``PagedAttention`` call, ``silu``, ``mul``, ``add``), only from C++, so drafts, and τ, do not change
+(tested).
 It serves fused fp32 CPU drafters with one layer, served by ``TreeAttention`` (draft steps) or a
 ``PagedAttention`` that ``cpu_decoder.serves`` (the context pass); everything else keeps the Python path.
 """
