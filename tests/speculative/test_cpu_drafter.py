@@ -7,7 +7,7 @@ import pytest
 import torch
 from spec_util import SHIPPED, one_thread, tiny_target
 
-from gambit.engine import Engine, EngineConfig, SamplingParams, linear
+from gambit.engine import Engine, EngineConfig, SamplingParams, cpu_attention, linear
 from gambit.engine.config import SpecConfig
 from gambit.model import load_model
 from gambit.speculative import cpu_tree, random_drafter
@@ -21,10 +21,12 @@ SPECS = [SpecConfig(gamma=3, budget=12, grow_width=3, offer_width=3, reconsider=
          SpecConfig(gamma=3, budget=12, grow_width=3, offer_width=3, reconsider=2, self_query=False)]
 
 
-def _engine(model, tok, spec, tied: bool = False, reduced: bool = False) -> Engine:
+def _engine(model, tok, spec, tied: bool = False, reduced: bool = False, mlp: tuple[int, int] = ()) -> Engine:
     eng = Engine(model, tok, EngineConfig(device="cpu", dtype="float32", spec=spec, num_blocks=512))
-    for key, seed, method in (("eagle", 1, "eagle3.1"), ("pr", 2, "pr")):
-        if reduced:  # a reduced draft vocabulary: 40 target ids spread over the vocabulary (d2t/t2d)
+    for i, (key, seed, method) in enumerate((("eagle", 1, "eagle3.1"), ("pr", 2, "pr"))):
+        if mlp:  # MLP widths off ATen's 32-value blocks (the fused silu * up's scalar tails)
+            d = random_drafter(eng.model, seed=seed, method=method, intermediate_size=mlp[i])
+        elif reduced:  # a reduced draft vocabulary: 40 target ids spread over the vocabulary (d2t/t2d)
             vd = 40
             d = random_drafter(eng.model, seed=seed, method=method, draft_vocab_size=vd)
             ids = torch.linspace(0, model.config.vocab_size - 1, vd).long()
@@ -46,17 +48,19 @@ def _buffers(attention):
     return [attention.cache.k, attention.cache.v]
 
 
-@pytest.mark.parametrize("target", ["shipped", "gqa", "tied", "reduced", "amd"])
+@pytest.mark.parametrize("target", ["shipped", "gqa", "tied", "reduced", "amd", "odd_mlp"])
 def test_cpp_drafting_matches_python(target, monkeypatch):
     """``tied``: ties in confidence and score break the same way in both (the least-confident rows by a
     stable sort, the earlier row first); ``reduced``: a drafter over part of the vocabulary, whose draft
     ids the tree maps to target ids (d2t); ``amd``: the packing an AMD CPU gets on any machine (oneDNN
-    for the larger weights, none for the o projection and head), which the C++ forward must still serve."""
+    for the larger weights, none for the o projection and head), which the C++ forward must still serve;
+    ``odd_mlp``: MLP widths 40 and 17 (one 32-value block and a scalar tail, only a tail) through the
+    fused forward's ``silu(gate) * up``, which must give ATen's floats."""
     if target == "amd":
         if not linear.onednn_available():
             pytest.skip("no oneDNN")
         monkeypatch.setattr(linear, "cpu_vendor", lambda: "AuthenticAMD")
-    if target in ("shipped", "tied", "reduced", "amd"):
+    if target in ("shipped", "tied", "reduced", "amd", "odd_mlp"):
         model, tok = load_model(SHIPPED, device="cpu", dtype="float32")
     else:
         model, tok = tiny_target(seed=3, hidden=32, heads=4, kv_heads=2)
@@ -101,7 +105,8 @@ def test_cpp_drafting_matches_python(target, monkeypatch):
     monkeypatch.setattr(cpu_tree, "draft", draft)
     with one_thread():
         for spec in SPECS:
-            eng = _engine(model, tok, spec, tied=target == "tied", reduced=target == "reduced")
+            eng = _engine(model, tok, spec, tied=target == "tied", reduced=target == "reduced",
+                          mlp=(40, 17) if target == "odd_mlp" else ())
             assert all(d.fast_forward is not None for d in eng.speculator().drafters.values())
             if target == "amd":  # mixed packing, as measured best there
                 m = eng.speculator().drafters["pr"].midlayer
@@ -110,6 +115,17 @@ def test_cpp_drafting_matches_python(target, monkeypatch):
                 for batch in (1, 3):
                     eng.generate(prompts[:batch], SamplingParams(temperature=0, max_tokens=24, decoding=key))
     assert seen["forward"] > 50 and seen["tree"] > 20
+
+
+def test_fused_silu_serves_where_aten_runs_avx512():
+    """Where ATen's CPU kernels are AVX512 ones, the fused forward's ``silu(gate) * up`` matched ATen's
+    floats on its probe and serves (elsewhere it stays off and ATen's silu and mul run)."""
+    k = cpu_attention.kernel()
+    if k is None:
+        pytest.skip("no C++ kernels here")
+    if torch.backends.cpu.get_cpu_capability() != "AVX512":
+        pytest.skip(f"ATen runs its {torch.backends.cpu.get_cpu_capability()} kernels here")
+    assert k.fused_silu_exact()
 
 
 def test_stale_weights_fall_back_to_python():

@@ -166,6 +166,18 @@ torch::Tensor paged_decode(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, 
   return out;
 }
 
+// One row of RMSNorm: o = r * (1 / sqrt(mean(r^2) + eps)) * w. Never inlined: the kernel below and the
+// drafter's fused forward run this one compiled body, so their floats agree.
+__attribute__((noinline)) static void rms_norm_row(const float* r, const float* wp, float* o, int64_t H,
+                                                   float eps) {
+  float ss = 0.f;
+#pragma omp simd reduction(+ : ss)
+  for (int64_t h = 0; h < H; ++h) ss += r[h] * r[h];
+  const float inv = 1.f / std::sqrt(ss / static_cast<float>(H) + eps);
+#pragma omp simd
+  for (int64_t h = 0; h < H; ++h) o[h] = r[h] * inv * wp[h];
+}
+
 // RMSNorm of x [N, H] with weight [H] in one pass (torch's CPU rms_norm runs ~7 kernels: at a
 // drafter's few rows their dispatch costs more than the arithmetic).
 torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
@@ -177,16 +189,7 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
   const float* xp = xc.data_ptr<float>();
   const float* wp = w.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  for (int64_t n = 0; n < N; ++n) {
-    const float* r = xp + n * H;
-    float ss = 0.f;
-#pragma omp simd reduction(+ : ss)
-    for (int64_t h = 0; h < H; ++h) ss += r[h] * r[h];
-    const float inv = 1.f / std::sqrt(ss / static_cast<float>(H) + static_cast<float>(eps));
-    float* o = op + n * H;
-#pragma omp simd
-    for (int64_t h = 0; h < H; ++h) o[h] = r[h] * inv * wp[h];
-  }
+  for (int64_t n = 0; n < N; ++n) rms_norm_row(xp + n * H, wp, op + n * H, H, static_cast<float>(eps));
   return out;
 }
 
@@ -502,7 +505,7 @@ def kernel():
                     name=f"gambit_cpu_kernels_{digest}", cpp_sources=sources,
                     functions=["paged_decode", "paged_attention", "dense_attention", "rms_norm", "gemv_t",
                                "decoder_layers", "drafter_forward", "tree_draft", "sample_tokens",
-                               "kv_copy_slots"],
+                               "kv_copy_slots", "fused_silu_exact"],
                     extra_cflags=["-O3", "-march=native", "-fopenmp"],
                     extra_ldflags=["-fopenmp"], verbose=False)
             except Exception as e:  # no compiler, no ninja, ...: keep the portable path
