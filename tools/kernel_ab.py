@@ -2,7 +2,8 @@
 in one process, interleaved (old, new, new, old, ...): each side decodes the prompts plainly and with
 PR and EAGLE-3.1 at every named tree; reported per side: the speedup over its own plain decoding
 (median and spread over the repetitions), the seconds per cycle, the verification forward's median
-time (the C++ layer loop on a tree's rows) and whether every output equals plain decoding's.
+time (the C++ layer loop on a tree's rows) and whether every output equals plain decoding's; per batch,
+each side's plain decoding time and whether both sides decoded the same tokens.
 
 The other commit's C++ kernel sources (every module whose ``SOURCE`` the extension compiles) are built
 as their own extension and swapped in for its side's runs, with that commit's
@@ -106,6 +107,7 @@ for b in [int(x) for x in args.batches.split(",")]:
             eng.config.spec = BASE
             plain_s, plain_out, _, _ = run_once(eng, prompts, b, "plain", 96)
             res[(side, "plain")].append(plain_s)
+            res[(side, "plain_out")] = plain_out
             for tree in trees:
                 spec = spec_from_name(tree)
                 eng.config.spec = spec
@@ -116,6 +118,11 @@ for b in [int(x) for x in args.batches.split(",")]:
                 cpu_attention._module = kernels[side]
     attention.kernel_serves = serves["new"]
     cpu_attention._module = kernels["new"]
+    po, pn = (statistics.median(res[(side, "plain")]) for side in ("old", "new"))
+    same = res[("old", "plain_out")] == res[("new", "plain_out")]
+    print(f"batch {b:3d} plain decoding: old {po:.3f} s, new {pn:.3f} s (new / old {pn / po:.3f}); "
+          f"the same tokens: {same}", flush=True)
+    rows_out.append({"batch": b, "plain_s": {"old": po, "new": pn}, "same_plain_tokens": same})
     for tree in trees:
         for method in ("pr", "eagle3.1"):
             row = {"batch": b, "tree": tree, "method": method}

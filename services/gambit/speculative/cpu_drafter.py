@@ -47,67 +47,6 @@ static at::Tensor take_rows(const at::Tensor& table, const at::Tensor& idx) {
   return out;
 }
 
-#ifdef __AVX512F__
-#include <immintrin.h>
-extern "C" __m512 Sleef_expf16_u10avx512f(__m512);  // in libtorch_cpu: Vectorized<float>::exp on AVX512
-#endif
-#include <mutex>
-
-// act [N, I] = silu(g) * u for gu [N, 2I] (g its first half, u the second), in the floats of
-// at::mul(at::silu(g), u) on ATen's AVX512 kernels when they run it serially (N * I under their grain
-// size): per row, blocks of 32 values as x / (1 + exp(-x)) with Sleef's vector exp (ATen's vectorised
-// loop takes two vectors a block), the rest of the row scalar. Returns false where not served.
-static bool silu_mul_rows(const float* gu, float* act, int64_t N, int64_t I) {
-#ifdef __AVX512F__
-  const __m512 one = _mm512_set1_ps(1.f), sign = _mm512_set1_ps(-0.f);
-  for (int64_t r = 0; r < N; ++r) {
-    const float *g = gu + r * 2 * I, *u = g + I;
-    float* y = act + r * I;
-    int64_t j = 0;
-    for (; j + 32 <= I; j += 32)
-      for (int64_t v = j; v < j + 32; v += 16) {
-        const __m512 x = _mm512_loadu_ps(g + v);
-        const __m512 e = Sleef_expf16_u10avx512f(_mm512_xor_ps(sign, x));  // exp(-x)
-        const __m512 sl = _mm512_div_ps(x, _mm512_add_ps(one, e));
-        _mm512_storeu_ps(y + v, _mm512_mul_ps(sl, _mm512_loadu_ps(u + v)));
-      }
-    for (; j < I; ++j) y[j] = (g[j] / (1.f + std::exp(-g[j]))) * u[j];
-  }
-  return true;
-#else
-  return false;
-#endif
-}
-
-// Whether silu_mul_rows gives ATen's floats in this process (its CPU kernels, its version): checked once
-// on a probe against at::silu and at::mul (every magnitude, a block-and-a-half row, exp's limits).
-static bool silu_mul_exact() {
-  static bool ok = false;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    const int64_t N = 3, I = 80;
-    auto gu = at::empty({N, 2 * I}, at::kFloat);
-    float* p = gu.data_ptr<float>();
-    for (int64_t i = 0; i < N * 2 * I; ++i)
-      p[i] = std::sin(0.7f * i) * std::pow(1.6f, static_cast<float>(i % 23) - 9);
-    p[0] = 0.f, p[1] = -0.f, p[2] = 88.7f, p[3] = -88.7f, p[4] = -104.f, p[5] = 1e-30f;
-    auto ch = gu.chunk(2, -1);
-    auto ref = at::mul(at::silu(ch[0]), ch[1]);
-    auto fast = at::empty({N, I}, at::kFloat);
-    ok = silu_mul_rows(p, fast.data_ptr<float>(), N, I) && at::equal(ref, fast);
-  });
-  return ok;
-}
-
-// Exported for the tests: where ATen runs its AVX512 kernels the fused forward must take this path.
-bool fused_silu_exact() { return silu_mul_exact(); }
-
-// `out` = a + b elementwise, rows of contiguous tensors (at::add's floats: one rounding per element).
-static void add_into(const float* a, float* out_b, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) out_b[i] = a[i] + out_b[i];
-}
-
 // drafter_forward with the compiled norm kernel: the same floats, written into few tensors. Each row of
 // [input_norm(embedding), hidden_norm(feature)] (and the self-query rows) is normed in place in one
 // buffer, RoPE writes q and a tree step's k / v rows straight to their places, the residual adds land
@@ -183,16 +122,7 @@ static std::vector<torch::Tensor> drafter_forward_fused(
   const float *h1p = h1.data_ptr<float>(), *w7 = w[7].data_ptr<float>(), *w12 = w[12].data_ptr<float>();
   for (int64_t r = 0; r < B * T; ++r) rms_norm_row(h1p + r * Hd, w7, x2.data_ptr<float>() + r * Hd, Hd, fe);
   auto gu = packed_project(x2, w[8], w[9], lo, hi).contiguous();
-  const int64_t I = gu.size(-1) / 2;
-  at::Tensor act;
-  if (B * T * I < at::internal::GRAIN_SIZE && silu_mul_exact()) {  // ATen's serial range: its floats
-    act = at::empty({B, T, I}, h.options());
-    silu_mul_rows(gu.data_ptr<float>(), act.data_ptr<float>(), B * T, I);
-  } else {
-    auto ch = gu.chunk(2, -1);
-    act = at::mul(at::silu(ch[0]), ch[1]);
-  }
-  auto h2 = packed_project(act, w[10], w[11], lo, hi).contiguous();
+  auto h2 = packed_project(silu_mul(gu), w[10], w[11], lo, hi).contiguous();
   add_into(h1p, h2.data_ptr<float>(), n);  // h + down(silu(gate) * up)
   auto out = at::empty_like(h2);
   const float* h2p = h2.data_ptr<float>();
