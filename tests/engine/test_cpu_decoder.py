@@ -135,3 +135,23 @@ def test_layer_taps_match_the_python_forward(target):
     assert sorted(res[0][2]) == sorted(res[1][2]) == sorted(taps)
     for t in taps:
         assert torch.equal(res[0][2][t], res[1][2][t])
+
+
+@pytest.mark.parametrize("width", [8, 17, 64, 192, 576, 960, 2048, 8192])
+def test_aten_order_rms_norm_is_torchs(width):
+    """The loop's RMSNorm (ATen's pow / cascade sum / div / add / rsqrt / mul order, no ATen calls) gives
+    ``torch.rms_norm``'s floats at every width, row count and magnitude; where ATen's kernels sum in
+    8-float lanes (x86) its probe passes, so it serves (elsewhere it may call ATen and stay equal)."""
+    import platform
+
+    k = cpu_attention.kernel()
+    if platform.machine() in ("x86_64", "AMD64"):
+        assert k.aten_rms_norm_exact(width, 1e-6)
+    g = torch.Generator().manual_seed(width)
+    w = torch.randn(width, generator=g)
+    for rows in (1, 7, 49):
+        for scale in (1e-3, 1.0, 60.0):
+            x = torch.randn(rows, width, generator=g) * torch.rand(rows, 1, generator=g) * scale
+            for eps in (1e-6, 1e-5):
+                assert torch.equal(k.aten_rms_norm(x, w, eps), torch.rms_norm(x, [width], w, eps))
+    assert not k.aten_rms_norm_exact(4, 1e-6)  # under one 8-float lane ATen sums otherwise: not served

@@ -5,11 +5,14 @@ At batch 1 on a 30-layer model a decode step is ~750 eager ops plus ~4,600 Pytho
 streaming that bounds it. This loop issues the *same* ATen calls, with the same shapes and strides, as
 ``CausalLM.forward`` with ``PagedAttention`` (``rms_norm``, ``linear`` or MKL's packed linear, the
 RoPE ``neg``/``cat``/``mul``/``add``, ``index_copy_``, the paged kernels, ``silu``), only from C++, so
-its output is bit-identical to the Python path (tested) while the per-op Python cost goes away. Two of
+its output is bit-identical to the Python path (tested) while the per-op Python cost goes away. Three of
 them run as plain loops with ATen's floats: the residual add lands in the product's output
-(``add_into``), and ``silu(gate) * up`` is one pass reproducing ATen's AVX512 kernel where a probe in the
-process matched it bit for bit (``silu_mul``; else ATen's ``silu`` and ``mul``): plain decoding at batch 1
-0.96x the time, a B = 48 tree's forward 0.955x (Intel Xeon, ``tools/kernel_ab.py``). It
+(``add_into``); ``silu(gate) * up`` is one pass reproducing ATen's AVX512 kernel (``silu_mul``); and
+RMSNorm follows ATen's own order of operations, its cascade sum in 8-float lanes included
+(``aten_order_rms_norm``, also the model's final norm). Each serves only where ATen would run it serially
+and a probe in the process matched ATen bit for bit, else ATen runs. On an Intel Xeon
+(``tools/kernel_ab.py``): plain decoding at batch 1 0.96x the time for the first two, then 0.88x for the
+norm; a B = 48 tree's forward 2.46 -> 2.02 ms. It
 serves models without biases or q/k norms, with fused q/k/v and gate/up (what ``Engine`` builds); every
 other model, and forwards with multi-token SDPA groups, keep the Python path.
 """
@@ -28,6 +31,8 @@ from gambit.model.llama import CausalLM
 
 SOURCE = r"""
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <map>
+#include <mutex>
 
 // mkl::_mkl_linear (the op PackedLinear calls), through the dispatcher as torch.ops does.
 static at::Tensor mkl_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& w,
@@ -228,9 +233,111 @@ static at::Tensor grouped_attention(const at::Tensor& qf, const at::Tensor& kc, 
   return out;
 }
 
+// at::rms_norm's floats without its seven ATen calls. On the CPU ATen computes a float RMSNorm as
+// pow(x, 2), sum (its cascade order: 8-wide lane accumulators four at a time, folded in levels, then
+// the row's tail and the eight lanes in turn), div by H, add eps, rsqrt, mul, mul by w. aten_sum8 and
+// aten_rms_row follow that order (no FMA contraction); where ATen runs the row serially (rows x H under
+// its grain size) and a probe of this width matched at::rms_norm bit for bit, they serve.
+static inline int64_t ceil_log2(int64_t x) {
+  if (x <= 2) return 1;
+  int64_t b = 0;
+  for (uint64_t v = x - 1; v; v >>= 1) ++b;
+  return b;
+}
+
+typedef float vf8 __attribute__((vector_size(32)));  // ATen's 8-float Vectorized, lane for lane
+
+__attribute__((optimize("fp-contract=off"))) static float aten_sum8(const float* q, int64_t n) {
+  const int64_t nv = n / 8, groups = nv / 4;
+  vf8 acc[4][4] = {};
+  auto load = [q](int64_t v) {
+    vf8 x;
+    std::memcpy(&x, q + v * 8, sizeof(x));
+    return x;
+  };
+  const int64_t lp = std::max<int64_t>(4, ceil_log2(groups) / 4), step = int64_t(1) << lp, mask = step - 1;
+  int64_t i = 0;
+  while (i + step <= groups) {
+    for (int64_t j = 0; j < step; ++j, ++i)
+      for (int k = 0; k < 4; ++k) acc[0][k] += load(i * 4 + k);
+    for (int j = 1; j < 4; ++j) {
+      for (int k = 0; k < 4; ++k) {
+        acc[j][k] += acc[j - 1][k];
+        acc[j - 1][k] = vf8{};
+      }
+      if ((i & (mask << (j * lp))) != 0) break;
+    }
+  }
+  for (; i < groups; ++i)
+    for (int k = 0; k < 4; ++k) acc[0][k] += load(i * 4 + k);
+  for (int j = 1; j < 4; ++j)
+    for (int k = 0; k < 4; ++k) acc[0][k] += acc[j][k];
+  for (int64_t v = groups * 4; v < nv; ++v) acc[0][0] += load(v);
+  for (int k = 1; k < 4; ++k) acc[0][0] += acc[0][k];
+  float s = 0.f;
+  for (int64_t k = nv * 8; k < n; ++k) s += q[k];
+  for (int k = 0; k < 8; ++k) s += acc[0][0][k];
+  return s;
+}
+
+// One row: q is scratch of H floats (the squares, as ATen materialises them before its sum).
+__attribute__((optimize("fp-contract=off")))
+static void aten_rms_row(const float* r, const float* w, float* o, float* q, int64_t H, float eps) {
+  for (int64_t h = 0; h < H; ++h) q[h] = r[h] * r[h];
+  const float inv = 1.f / std::sqrt(aten_sum8(q, H) / static_cast<float>(H) + eps);
+  for (int64_t h = 0; h < H; ++h) o[h] = r[h] * inv * w[h];
+}
+
+static void aten_rms_rows(const float* x, const float* w, float* o, int64_t N, int64_t H, float eps) {
+  std::vector<float> q(H);
+  for (int64_t n = 0; n < N; ++n) aten_rms_row(x + n * H, w, o + n * H, q.data(), H, eps);
+}
+
+// Whether aten_rms_rows gives at::rms_norm's floats at width H here: five rows of every magnitude.
+static bool aten_rms_exact(int64_t H, double eps) {
+  static std::mutex mu;
+  static std::map<int64_t, bool> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(H);
+  if (it != known.end()) return it->second;
+  const int64_t N = 5;
+  auto x = at::empty({N, H}, at::kFloat), w = at::empty({H}, at::kFloat), o = at::empty({N, H}, at::kFloat);
+  float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>();
+  for (int64_t i = 0; i < N * H; ++i)
+    xp[i] = std::sin(1.3f * i + 0.5f) * std::pow(2.f, static_cast<float>(i % 29) / 4 - 3 + 4 * (i / H) - 8);
+  for (int64_t h = 0; h < H; ++h) wp[h] = std::cos(0.9f * h) * 2;
+  aten_rms_rows(xp, wp, o.data_ptr<float>(), N, H, static_cast<float>(eps));
+  const bool ok = at::equal(o, at::rms_norm(x, {H}, w, eps));
+  known[H] = ok;
+  return ok;
+}
+
+static at::Tensor aten_order_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  const int64_t H = w.size(0), N = x.numel() / std::max<int64_t>(H, 1);
+  if (H >= 8 && x.size(-1) == H && x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat &&
+      x.is_contiguous() && w.is_contiguous() && N * H < at::internal::GRAIN_SIZE && aten_rms_exact(H, eps)) {
+    auto out = at::empty_like(x);
+    const float fe = static_cast<float>(eps);
+    aten_rms_rows(x.data_ptr<float>(), w.data_ptr<float>(), out.data_ptr<float>(), N, H, fe);
+    return out;
+  }
+  return at::rms_norm(x, {H}, w, eps);
+}
+
+// Exported: at::rms_norm(x, [H], w, eps)'s result (the model's final norm after the loop), and the probe.
+torch::Tensor aten_rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
+  NoGil no_gil;
+  return aten_order_rms_norm(x.contiguous(), w.contiguous(), eps);
+}
+
+bool aten_rms_norm_exact(int64_t H, double eps) {
+  NoGil no_gil;
+  return H >= 8 && aten_rms_exact(H, eps);
+}
+
 static at::Tensor norm(const at::Tensor& x, const at::Tensor& w, double eps, bool kernel) {
   if (kernel) return rms_norm(x, w, eps);
-  return at::rms_norm(x, {w.size(0)}, w, eps);
+  return aten_order_rms_norm(x, w, eps);
 }
 
 // x [1, T, hidden]; per layer i the tensors at lw[8 * i ...]: input norm, qkv weight, qkv packed, o weight,
@@ -382,7 +489,8 @@ def forward(model: CausalLM, weights: LayerWeights, input_ids: torch.Tensor, pos
         c.num_attention_heads, c.num_key_value_heads, c.head_dim, model.model.norm.eps, c.head_dim ** -0.5,
         w.lo, w.hi, w.norm_kernel, w.onednn, w.stream_min)
     tapped = dict(zip(layer_taps, out[1:], strict=True))
-    x = model.model.norm(out[0])
+    fn = model.model.norm
+    x = cpu_attention.kernel().aten_rms_norm(out[0], fn.weight, fn.eps) if fn.fast is None else fn(out[0])
     if c.num_hidden_layers in taps:
         tapped[c.num_hidden_layers] = x
     return x, tapped
