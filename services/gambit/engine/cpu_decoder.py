@@ -134,10 +134,13 @@ static bool silu_mul_exact() {
 // Exported for the tests: where ATen runs its AVX512 kernels the fused forward must take this path.
 bool fused_silu_exact() { return silu_mul_exact(); }
 
-// `out` = a + b elementwise, rows of contiguous tensors (at::add's floats: one rounding per element).
+// `out` = a + b elementwise, rows of contiguous tensors (at::add's floats: one rounding per element),
+// split over the threads as ATen would a large one.
 static void add_into(const float* a, float* out_b, int64_t n) {
+  at::parallel_for(0, n, at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) out_b[i] = a[i] + out_b[i];
+    for (int64_t i = begin; i < end; ++i) out_b[i] = a[i] + out_b[i];
+  });
 }
 
 // x + project(h, ...): a streamed one-row product adds x as it writes its sums (the same floats as
@@ -490,7 +493,8 @@ def forward(model: CausalLM, weights: LayerWeights, input_ids: torch.Tensor, pos
         w.lo, w.hi, w.norm_kernel, w.onednn, w.stream_min)
     tapped = dict(zip(layer_taps, out[1:], strict=True))
     fn = model.model.norm
-    x = cpu_attention.kernel().aten_rms_norm(out[0], fn.weight, fn.eps) if fn.fast is None else fn(out[0])
+    aten_norm = getattr(cpu_attention.kernel(), "aten_rms_norm", None)  # (an older build in A/Bs: none)
+    x = aten_norm(out[0], fn.weight, fn.eps) if fn.fast is None and aten_norm else fn(out[0])
     if c.num_hidden_layers in taps:
         tapped[c.num_hidden_layers] = x
     return x, tapped
