@@ -150,7 +150,7 @@ static at::Tensor residual(const at::Tensor& x, const at::Tensor& h, const at::T
   if (h.numel() == h.size(-1) && w.numel() >= g_stream_min) return gemv_add(h, w, &x, true);
   auto p = project(h, w, packed, lo, hi);
   if (!p.is_contiguous() || !x.is_contiguous() || p.sizes() != x.sizes() || p.scalar_type() != at::kFloat ||
-      x.scalar_type() != at::kFloat)
+      x.scalar_type() != at::kFloat || p.numel() >= at::internal::GRAIN_SIZE)
     return at::add(x, p);
   add_into(x.data_ptr<float>(), p.data_ptr<float>(), p.numel());
   return p;
