@@ -3,14 +3,15 @@ in one process, interleaved (old, new, new, old, ...): each side decodes the pro
 PR and EAGLE-3.1 at every named tree; reported per side: the speedup over its own plain decoding
 (median and spread over the repetitions), the seconds per cycle, the verification forward's median
 time (the C++ layer loop on a tree's rows) and whether every output equals plain decoding's; per batch,
-each side's plain decoding time and whether both sides decoded the same tokens.
+each side's plain decoding time and whether both sides decoded the same tokens; with ``--search-pairs N``
+also a search chunk's wall time per side (N interleaved pairs) and whether the answers agree.
 
 The other commit's C++ kernel sources (every module whose ``SOURCE`` the extension compiles) are built
 as their own extension and swapped in for its side's runs, with that commit's
 ``attention.kernel_serves``; everything else is this checkout's code.
 
 Usage: PYTHONPATH=services .venv/bin/python tools/kernel_ab.py REV [--batches 1,4] [--trees "B=48;defaults"]
-       [--reps N] [--json FILE]
+       [--reps N] [--search-pairs N] [--json FILE]
 """
 import argparse
 import collections
@@ -82,6 +83,9 @@ ap.add_argument("--batches", default="1", help="batch sizes, comma-separated")
 ap.add_argument("--trees", default="B=48;defaults",
                 help="tree names (bench.spec.spec_from_name), ';'-separated")
 ap.add_argument("--reps", type=int, default=6, help="repetitions (each: both sides, the order alternating)")
+ap.add_argument("--search-pairs", type=int, default=0,
+                help="also time this many old/new pairs of one search chunk (6 Gambit runs of C = 16 at "
+                     "once, the search bench's sizing: 96-trace steps)")
 ap.add_argument("--json", default=None, help="write the rows here")
 args = ap.parse_args()
 torch.set_num_threads(os.cpu_count() or 1)
@@ -139,6 +143,39 @@ for b in [int(x) for x in args.batches.split(",")]:
                          f"{cyc:.2f} ms verify fwd {f:.2f} ms lossless {row[side]['lossless']}")
             print(line, flush=True)
             rows_out.append(row)
+if args.search_pairs:
+    from gambit.bench.search import DIFFICULTIES, BenchSearchConfig, chunk_engine
+    from gambit.search.driver import SearchDriver
+    from gambit.search.scorers import load_default_scorer
+    from gambit.search.store import MemoryStore
+    from gambit.tasks.arithmetic import TaskConfig, generate
+
+    problems = generate("test", 6, 1, TaskConfig(*DIFFICULTIES["hard"]))
+    bcfg = BenchSearchConfig(capacity=16, concurrency=6)
+    scorer = load_default_scorer("process", eng.model.config.hidden_size)
+    walls, answers = collections.defaultdict(list), {}
+    for r in range(args.search_pairs):
+        for side in ("old", "new") if r % 2 == 0 else ("new", "old"):
+            attention.kernel_serves = serves[side]
+            cpu_attention._module = kernels[side]
+            chunk, _ = chunk_engine(eng.model, eng.tokenizer, problems, bcfg)
+            driver = SearchDriver(chunk, scorer, MemoryStore())
+            ids = [driver.submit(p, bcfg.search()) for p in problems]
+            t0 = time.perf_counter()
+            done = driver.run_until_done(ids)
+            walls[side].append(time.perf_counter() - t0)
+            answers.setdefault(side, [done[i].answer for i in ids])
+    attention.kernel_serves = serves["new"]
+    cpu_attention._module = kernels["new"]
+    ratios = [n / o for o, n in zip(walls["old"], walls["new"], strict=True)]
+    row = {"search_chunk_s": {k: statistics.median(v) for k, v in walls.items()},
+           "new_over_old": statistics.median(ratios), "spread": [min(ratios), max(ratios)],
+           "same_answers": answers["old"] == answers["new"]}
+    sec = row["search_chunk_s"]
+    print(f"search chunk: old {sec['old']:.3f} s, new {sec['new']:.3f} s; new / old per pair "
+          f"{row['new_over_old']:.3f} ({min(ratios):.3f}-{max(ratios):.3f}); the same answers: "
+          f"{row['same_answers']}", flush=True)
+    rows_out.append(row)
 if args.json:
     with open(args.json, "w") as fh:
         json.dump({"rev": args.rev, "reps": args.reps, "rows": rows_out}, fh, indent=1)
