@@ -4,14 +4,15 @@ PR and EAGLE-3.1 at every named tree; reported per side: the speedup over its ow
 (median and spread over the repetitions), the seconds per cycle, the verification forward's median
 time (the C++ layer loop on a tree's rows) and whether every output equals plain decoding's; per batch,
 each side's plain decoding time and whether both sides decoded the same tokens; with ``--search-pairs N``
-also a search chunk's wall time per side (N interleaved pairs) and whether the answers agree.
+also a search chunk's wall time per side (N interleaved pairs) and whether the answers agree; with
+``--plain-model NAME`` plain greedy decoding of another model (a real checkpoint) at each batch size.
 
 The other commit's C++ kernel sources (every module whose ``SOURCE`` the extension compiles) are built
 as their own extension and swapped in for its side's runs, with that commit's
 ``attention.kernel_serves``; everything else is this checkout's code.
 
 Usage: PYTHONPATH=services .venv/bin/python tools/kernel_ab.py REV [--batches 1,4] [--trees "B=48;defaults"]
-       [--reps N] [--search-pairs N] [--json FILE]
+       [--reps N] [--search-pairs N] [--plain-model smollm2] [--json FILE]
 """
 import argparse
 import collections
@@ -86,6 +87,9 @@ ap.add_argument("--reps", type=int, default=6, help="repetitions (each: both sid
 ap.add_argument("--search-pairs", type=int, default=0,
                 help="also time this many old/new pairs of one search chunk (6 Gambit runs of C = 16 at "
                      "once, the search bench's sizing: 96-trace steps)")
+ap.add_argument("--plain-model", default="",
+                help="also A/B plain greedy decoding of this model (a folder or registered name, e.g. "
+                     "smollm2) at each --batches size, 32 tokens a trace (EOS ignored), --reps pairs")
 ap.add_argument("--json", default=None, help="write the rows here")
 args = ap.parse_args()
 torch.set_num_threads(os.cpu_count() or 1)
@@ -176,6 +180,32 @@ if args.search_pairs:
           f"{row['new_over_old']:.3f} ({min(ratios):.3f}-{max(ratios):.3f}); the same answers: "
           f"{row['same_answers']}", flush=True)
     rows_out.append(row)
+if args.plain_model:
+    from gambit.engine import SamplingParams
+
+    other = Engine.from_pretrained(args.plain_model, EngineConfig(model=args.plain_model))
+    asks = [other.tokenizer.encode(f"Question {i}: what is {7 * i} plus {13 * i}? Think step by step.")
+            for i in range(64)]
+    for b in [int(x) for x in args.batches.split(",")]:
+        secs, outs = collections.defaultdict(list), {}
+        for r in range(args.reps):
+            for side in ("old", "new") if r % 2 == 0 else ("new", "old"):
+                attention.kernel_serves = serves[side]
+                cpu_attention._module = kernels[side]
+                t0 = time.perf_counter()
+                greedy = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+                outs[side] = other.generate(asks[:b], greedy)
+                secs[side].append(time.perf_counter() - t0)
+        attention.kernel_serves = serves["new"]
+        cpu_attention._module = kernels["new"]
+        ratios = [n / o for o, n in zip(secs["old"], secs["new"], strict=True)]
+        row = {"model": args.plain_model, "batch": b, "new_over_old": statistics.median(ratios),
+               "plain_s": {k: statistics.median(v) for k, v in secs.items()},
+               "same_tokens": outs["old"] == outs["new"]}
+        print(f"{args.plain_model} batch {b:3d} plain decoding: old {row['plain_s']['old']:.3f} s, new "
+              f"{row['plain_s']['new']:.3f} s; new / old per pair {row['new_over_old']:.3f} "
+              f"({min(ratios):.3f}-{max(ratios):.3f}); the same tokens: {row['same_tokens']}", flush=True)
+        rows_out.append(row)
 if args.json:
     with open(args.json, "w") as fh:
         json.dump({"rev": args.rev, "reps": args.reps, "rows": rows_out}, fh, indent=1)
