@@ -47,6 +47,16 @@ static at::Tensor take_rows(const at::Tensor& table, const at::Tensor& idx) {
   return out;
 }
 
+// The context pass's attention (paged modes as in decoder_layers) over q rows already in the cache.
+static at::Tensor paged_rows(const at::Tensor& qf, const at::Tensor& kc, const at::Tensor& vc, int64_t attn,
+                             const std::vector<torch::Tensor>& meta, int64_t H, int64_t Hkv, int64_t D,
+                             double scale) {
+  return attn == 0   ? paged_decode(qf, kc, vc, meta[0], meta[1], scale)
+         : attn == 1 ? paged_attention(qf, kc, vc, meta[0], meta[1], meta[2], meta[3], meta[4], meta[5],
+                                       scale)
+                     : grouped_attention(qf, kc, vc, meta, H, Hkv, D, scale);
+}
+
 // drafter_forward with the compiled norm kernel: the same floats, written into few tensors. Each row of
 // [input_norm(embedding), hidden_norm(feature)] (and the self-query rows) is normed in place in one
 // buffer, RoPE writes q and a tree step's k / v rows straight to their places, the residual adds land
@@ -109,11 +119,7 @@ static std::vector<torch::Tensor> drafter_forward_fused(
   } else {
     auto cos = take_rows(cos_t, pos.reshape({-1})), sin = take_rows(sin_t, pos.reshape({-1}));
     auto qf = rope_and_write(all, cos, sin, slots, kc, vc, H, Hkv, D);
-    o = (attn == 0   ? paged_decode(qf, kc, vc, meta[0], meta[1], scale)
-         : attn == 1 ? paged_attention(qf, kc, vc, meta[0], meta[1], meta[2], meta[3], meta[4], meta[5],
-                                       scale)
-                     : grouped_attention(qf, kc, vc, meta, H, Hkv, D, scale))
-            .unsqueeze(0);
+    o = paged_rows(qf, kc, vc, attn, meta, H, Hkv, D, scale).unsqueeze(0);
   }
   const int64_t n = B * T * Hd;
   auto h1 = packed_project(o.reshape({B, T, H * D}), w[5], w[6], lo, hi).contiguous();
@@ -177,11 +183,7 @@ std::vector<torch::Tensor> drafter_forward(
     o = dense_attention(q.contiguous(), kb, vb, at + T, meta[2], scale);  // TreeAttention's kernel
   } else {
     auto qf = rope_and_write(qkv, cos, sin, slots, kc, vc, H, Hkv, D);
-    o = (attn == 0   ? paged_decode(qf, kc, vc, meta[0], meta[1], scale)
-         : attn == 1 ? paged_attention(qf, kc, vc, meta[0], meta[1], meta[2], meta[3], meta[4], meta[5],
-                                       scale)
-                     : grouped_attention(qf, kc, vc, meta, H, Hkv, D, scale))
-            .unsqueeze(0);
+    o = paged_rows(qf, kc, vc, attn, meta, H, Hkv, D, scale).unsqueeze(0);
   }
   h = at::add(h, packed_project(o.reshape({B, T, H * D}), w[5], w[6], lo, hi));
   auto gu = packed_project(norm(h, w[7], eps, norm_kernel), w[8], w[9], lo, hi).chunk(2, -1);
