@@ -2,7 +2,7 @@
 
 At batch 1 on a 30-layer model a decode step is ~750 eager ops plus ~4,600 Python calls
 (``nn.Module.__call__``, views, attribute look-ups): 7-10 ms of a 29 ms step on top of the weight
-streaming that bounds it. This loop issues the *same* ATen calls, with the same shapes and strides, as
+streaming that bounds it. This loop issues the same ATen calls, with the same shapes and strides, as
 ``CausalLM.forward`` with ``PagedAttention`` (``rms_norm``, ``linear`` or MKL's packed linear, the
 RoPE ``neg``/``cat``/``mul``/``add``, ``index_copy_``, the paged kernels, ``silu``), only from C++, so
 its output is bit-identical to the Python path (tested) while the per-op Python cost goes away. Three of

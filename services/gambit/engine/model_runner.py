@@ -56,7 +56,7 @@ class ModelRunner:
                                  device=self.device)
         attn = PagedAttention(self.cache, items, self.device, self.use_kernel)
         weights = self._layer_weights() if self.use_kernel and self.cpp_layers else None
-        if weights is not None and cpu_decoder.serves(attn):  # same ATen calls, the loop in C++
+        if weights is not None and cpu_decoder.serves(attn):  # the same floats, the loop in C++
             hidden, tapped = cpu_decoder.forward(self.model, weights, tokens[None], positions[None], attn,
                                                  taps)
         else:

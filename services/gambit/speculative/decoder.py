@@ -101,7 +101,7 @@ class SpecDecoder:
                 layer.self_attn.fuse()
         pack_drafter(drafter, e.config.cpu_linear != "plain", e.runner.use_kernel)
         if e.runner.use_kernel and e.runner.cpp_layers:
-            cpu_drafter.install(drafter)  # the same ATen calls, from C++
+            cpu_drafter.install(drafter)  # the same floats, from C++
         self.drafters[name] = drafter
         self.caches[name] = KVCache(drafter.config.model_config(), e.num_blocks, e.config.block_size,
                                     e.dtype, e.device)
