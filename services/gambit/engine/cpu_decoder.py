@@ -81,7 +81,9 @@ static at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Te
 
 #ifdef __AVX512F__
 #include <immintrin.h>
-extern "C" __m512 Sleef_expf16_u10avx512f(__m512);  // in libtorch_cpu: Vectorized<float>::exp on AVX512
+// in libtorch_cpu: Vectorized<float>::exp on AVX512. Weak: a torch build without it still loads the
+// extension (the address is then null and ATen's silu runs).
+extern "C" __m512 Sleef_expf16_u10avx512f(__m512) __attribute__((weak));
 #endif
 #include <mutex>
 
@@ -91,6 +93,7 @@ extern "C" __m512 Sleef_expf16_u10avx512f(__m512);  // in libtorch_cpu: Vectoriz
 // loop takes two vectors a block), the rest of the row scalar. Returns false where not served.
 static bool silu_mul_rows(const float* gu, float* act, int64_t N, int64_t I) {
 #ifdef __AVX512F__
+  if (Sleef_expf16_u10avx512f == nullptr) return false;
   const __m512 one = _mm512_set1_ps(1.f), sign = _mm512_set1_ps(-0.f);
   for (int64_t r = 0; r < N; ++r) {
     const float *g = gu + r * 2 * I, *u = g + I;
