@@ -295,7 +295,8 @@ static void aten_rms_row(const float* r, const float* w, float* o, float* q, int
 }
 
 static void aten_rms_rows(const float* x, const float* w, float* o, int64_t N, int64_t H, float eps) {
-  std::vector<float> q(H);
+  thread_local std::vector<float> q;  // the squares' scratch, reused across calls
+  if (static_cast<int64_t>(q.size()) < H) q.resize(H);
   for (int64_t n = 0; n < N; ++n) aten_rms_row(x + n * H, w, o + n * H, q.data(), H, eps);
 }
 

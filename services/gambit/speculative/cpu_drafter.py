@@ -6,10 +6,11 @@ not the arithmetic, was most of the drafting time. Like ``engine.cpu_decoder`` f
 computes the same floats as the Python forward (tested): with ATen's norm (``rms_norm``) it issues the
 same ATen calls with the same shapes, only from C++; with the compiled norm kernel (what ``pack_drafter``
 installs) it also writes norms, RoPE, the tree's k / v rows, the residual adds and ``silu(gate) * up``
-straight into a few buffers (``drafter_forward_fused``: one draft tree 0.78x the time), keeping MKL's
-packed linears and the attention kernels. Its ``silu * up`` reproduces ATen's AVX512 kernel (Sleef's
-vector exp, ATen's 32-value blocks) and is used only after a probe in the process matched ATen's result
-bit for bit, else ATen's ``silu`` and ``mul`` run. So drafts, and τ, do not change.
+straight into a few buffers (``drafter_forward_fused``: a B = 48 PR cycle 0.94x the time with this
+alone, ``tools/kernel_ab.py``), keeping MKL's packed linears and the attention kernels. Its
+``silu * up`` reproduces ATen's AVX512 kernel (Sleef's vector exp, ATen's 32-value blocks) and is used
+only after a probe in the process matched ATen's result bit for bit, else ATen's ``silu`` and ``mul``
+run. So drafts, and τ, do not change.
 It serves fused fp32 CPU drafters with one layer, served by ``TreeAttention`` (draft steps) or a
 ``PagedAttention`` that ``cpu_decoder.serves`` (the context pass); everything else keeps the Python path.
 """
