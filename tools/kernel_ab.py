@@ -41,7 +41,7 @@ SOURCES = [(f"services/gambit/{path}.py", name) for path, name in (
     ("engine/cpu_sampler", "SOURCE"), ("engine/kv_cache", "SOURCE"))]
 FUNCTIONS = ["paged_decode", "paged_attention", "dense_attention", "rms_norm", "gemv_t", "decoder_layers",
              "drafter_forward", "tree_draft", "sample_tokens", "kv_copy_slots", "fused_silu_exact",
-             "aten_rms_norm", "aten_rms_norm_exact"]
+             "aten_rms_norm", "aten_rms_norm_exact", "sample_step", "fused_sampler_exact"]
 
 
 def module_at(rev: str, path: str) -> types.ModuleType:

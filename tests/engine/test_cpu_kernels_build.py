@@ -17,5 +17,6 @@ def test_kernels_build_where_a_compiler_is():
         pytest.skip("no C++ compiler on this machine")
     mod = cpu_attention.kernel()
     assert mod is not None, "the CPU kernels did not build: see gambit.engine.cpu_attention's warning"
-    for fn in ("paged_decode", "paged_attention", "dense_attention", "decoder_layers", "tree_draft"):
+    for fn in ("paged_decode", "paged_attention", "dense_attention", "decoder_layers", "tree_draft",
+               "sample_step"):
         assert hasattr(mod, fn), fn

@@ -24,9 +24,10 @@ def _record(driver):
     steps, node_of, scored = [], {}, []
     step, score = driver.engine.step, driver._score
 
-    def rec_step():
+    def rec_step(token_events=True):
         node_of.update({eid: nid for eid, (_, nid, _) in driver.owner.items()})
-        out = step()
+        driver.asked_token_events = getattr(driver, "asked_token_events", False) or token_events
+        out = step()  # every token event, for the replay (the driver asks for none here: it reads none)
         steps.append(list(out))
         return out
 
@@ -48,6 +49,7 @@ def test_synced_view_equals_routing_every_token(make_engine, process_scorer, har
     res = driver.run_until_done()[rid]
     events = [e for s in steps for e in s]
     assert res.tokens == sum(isinstance(e, TokenEvent) for e in events)  # the run owns every trace
+    assert not driver.asked_token_events  # a plain run reads its tokens from the traces
     if method == "gambit":
         assert res.branched > 0
     else:

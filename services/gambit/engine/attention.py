@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from gambit.engine.cpu_attention import paged_attention, paged_decode
+from gambit.engine.host_lists import long_tensor, padded_rows
 from gambit.engine.kv_cache import KVCache
 
 # up to this many new tokens in a forward the CPU kernel serves every row (plain decoding's rule, so
@@ -57,7 +58,7 @@ class Group:
 
 def _padded_tables(items: list[SeqInput], block_size: int) -> torch.Tensor:
     nb = max(-(-(it.ctx + it.q) // block_size) for it in items)
-    return torch.tensor([(it.block_table + [0] * nb)[:nb] for it in items], dtype=torch.long)
+    return padded_rows([it.block_table for it in items], nb)
 
 
 def _group(items: list[SeqInput], offsets: torch.Tensor, tables: torch.Tensor, block_size: int,
@@ -106,8 +107,8 @@ class PagedAttention:
             ctx = [it.ctx for it in items]
             tables = _padded_tables(items, bs)
             slots = [it.block_table[c // bs] * bs + c % bs for it, c in zip(items, ctx, strict=True)]
-            self.slots = torch.tensor(slots, dtype=torch.long, device=device)
-            lens = torch.tensor(ctx, dtype=torch.long) + 1
+            self.slots = long_tensor(slots, device)
+            lens = long_tensor([c + 1 for c in ctx])
             self.decode = (None, tables, lens)  # rows None: every row of the batch
             self.all_decode = True
             self.num_tokens = len(items)
@@ -155,10 +156,10 @@ class PagedAttention:
                 masks.append(it.mask.reshape(-1))
                 m += it.q * it.q
         self.num_tokens = n
-        self.slots = torch.tensor(slots, dtype=torch.long, device=device)
+        self.slots = long_tensor(slots, device)
         mask = torch.cat(masks).to(torch.bool) if masks else torch.zeros(1, dtype=torch.bool)
-        self.multi = (_padded_tables(items, bs), torch.tensor([it.ctx for it in items]), torch.tensor(qoff),
-                      torch.tensor([it.q for it in items]), torch.tensor(moff), mask.contiguous())
+        self.multi = (_padded_tables(items, bs), long_tensor([it.ctx for it in items]), long_tensor(qoff),
+                      long_tensor([it.q for it in items]), long_tensor(moff), mask.contiguous())
         self.decode, self.all_decode = None, False
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -487,17 +487,18 @@ def forward(model: CausalLM, weights: LayerWeights, input_ids: torch.Tensor, pos
             attn: PagedAttention, taps: Sequence[int] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
     """``CausalLM.forward`` for a forward that ``serves`` accepts, with the layer loop in C++."""
     c, w = model.config, weights
-    x = model.model.embed_tokens(input_ids)
+    x = torch.embedding(model.model.embed_tokens.weight, input_ids)  # nn.Embedding's lookup, its call skipped
     cos, sin = model.rope.table(positions)
     mode, meta = _meta(attn)
     layer_taps = sorted(t for t in set(taps) if t < c.num_hidden_layers)
-    out = cpu_attention.kernel().decoder_layers(
+    kernel = cpu_attention.kernel()
+    out = kernel.decoder_layers(
         x, w.lw, w.lw2, attn.cache.k, attn.cache.v, cos, sin, attn.slots, mode, meta, layer_taps,
         c.num_attention_heads, c.num_key_value_heads, c.head_dim, model.model.norm.eps, c.head_dim ** -0.5,
         w.lo, w.hi, w.norm_kernel, w.onednn, w.stream_min)
     tapped = dict(zip(layer_taps, out[1:], strict=True))
     fn = model.model.norm
-    aten_norm = getattr(cpu_attention.kernel(), "aten_rms_norm", None)  # (an older build in A/Bs: none)
+    aten_norm = getattr(kernel, "aten_rms_norm", None)  # (an older build in A/Bs: none)
     x = aten_norm(out[0], fn.weight, fn.eps) if fn.fast is None and aten_norm else fn(out[0])
     if c.num_hidden_layers in taps:
         tapped[c.num_hidden_layers] = x

@@ -16,7 +16,7 @@ from gambit.engine.events import Event, EvictedEvent, FinishedEvent, TokenEvent
 from gambit.engine.kv_cache import bytes_per_block
 from gambit.engine.linear import install_cpu_linears
 from gambit.engine.model_runner import ModelRunner
-from gambit.engine.sampler import SamplingBatch, mix64, sample, top_logprobs
+from gambit.engine.sampler import CDF_BLOCK, SamplingBatch, mix64, sample, top_logprobs
 from gambit.engine.scheduler import Scheduler
 from gambit.engine.sequence import SamplingParams, Trace, TraceStatus
 from gambit.engine.shared_prompt import SharedPrompts
@@ -104,6 +104,9 @@ class Engine:
         # the sampler's ATen calls in one C++ call on the CPU (the same tokens; engine/cpu_sampler.py)
         self._draw = cpu_sampler.sample if config.cpu_kernel and cpu_sampler.available(self.device) \
             else sample
+        # and where every row samples without top-k / top-p, the whole step in plain loops (the same
+        # tokens and log-probabilities, no sampler tensors built)
+        self._step_draw = cpu_sampler.step_kernel(self.device, mc.vocab_size) if config.cpu_kernel else None
 
     @classmethod
     def from_pretrained(cls, folder: str, config: EngineConfig | None = None) -> Engine:
@@ -258,7 +261,10 @@ class Engine:
         return self._live(trace_id)
 
     # -- stepping ---------------------------------------------------------------------------
-    def step(self) -> list[Event]:
+    def step(self, token_events: bool = True) -> list[Event]:
+        """One engine iteration; returns its events. ``token_events=False``: no TokenEvent for the
+        tokens sampled plainly (a caller that reads them from the traces, as the search driver does,
+        saves building ~one object per trace a step); every other event still comes."""
         events, self._pending = self._pending, []
         batch = self.scheduler.schedule()
         for t in batch.evicted:
@@ -317,7 +323,7 @@ class Engine:
                 samplers, rows = self.shared.attach(samplers)
                 if len(rows) > len(sample_rows):
                     logits = logits[torch.tensor(rows, device=logits.device)]
-            events.extend(self._sample(samplers, logits))
+            events.extend(self._sample(samplers, logits, token_events))
         if trees:
             events.extend(self._verify(trees, tree_rows, batch.traces, out, len(sample_rows)))
         self.stats.forward_seconds += time.perf_counter() - t0
@@ -345,16 +351,31 @@ class Engine:
         self._pending = []
         return events
 
-    def _sample(self, traces: list[Trace], logits: torch.Tensor) -> list[Event]:
+    def _draw_step(self, traces: list[Trace], logits: torch.Tensor, want: int, top: int) -> tuple:
+        """Tokens and, when ``want``, the (chosen, top values, top ids) log-probabilities as lists (the
+        top ones when ``top``, else None)."""
         p = [t.params for t in traces]
-        sb = SamplingBatch.build([x.temperature for x in p], [x.top_k for x in p], [x.top_p for x in p],
+        temps = [x.temperature for x in p]
+        if (self._step_draw is not None and logits.dtype == torch.float32
+                and not any(x.top_k > 0 or x.top_p < 1 for x in p)):
+            tokens, chosen, vals, ids = self._step_draw(logits, temps, [t.seed for t in traces],
+                                                        [len(t.token_ids) for t in traces], want,
+                                                        top if want else 0, CDF_BLOCK)
+            if tokens:  # else a greedy row: the ATen path below
+                if not want:
+                    return tokens, None
+                return tokens, (chosen, vals.tolist(), ids.tolist()) if top else (chosen, None, None)
+        sb = SamplingBatch.build(temps, [x.top_k for x in p], [x.top_p for x in p],
                                  [t.seed for t in traces], [len(t.token_ids) for t in traces], self.device)
         tokens = self._draw(logits, sb)
-        want = max(x.logprobs for x in p)
         lp = top_logprobs(logits, tokens, want) if want else None
-        token_list = tokens.tolist()
+        return tokens.tolist(), None if lp is None else tuple(x.tolist() for x in lp)
+
+    def _sample(self, traces: list[Trace], logits: torch.Tensor, token_events: bool = True) -> list[Event]:
+        want = max(t.params.logprobs for t in traces)
+        token_list, lp = self._draw_step(traces, logits, want, want if token_events else 0)
         if lp is not None:
-            chosen, vals, ids = (x.tolist() for x in lp)
+            chosen, vals, ids = lp
         events: list[Event] = []
         # per trace and step, so written for speed (at 96 traces it was ~2.9 us a trace, 5% of a
         # search step): locals, the top-1 pair without zip, and ``_stop_reason`` only for a trace
@@ -371,10 +392,11 @@ class Engine:
             if k:
                 c = chosen[i]
                 t.logprobs.append(c)
-                top = ((ids[i][0], vals[i][0]),) if k == 1 else tuple(zip(ids[i][:k], vals[i][:k],
-                                                                          strict=True))
-                append(TokenEvent(t.id, tok, pos, c, top))
-            else:
+                if token_events:
+                    top = ((ids[i][0], vals[i][0]),) if k == 1 else tuple(zip(ids[i][:k], vals[i][:k],
+                                                                              strict=True))
+                    append(TokenEvent(t.id, tok, pos, c, top))
+            elif token_events:
                 append(TokenEvent(t.id, tok, pos))
             if tok in eos or prm.stop or pos >= cap or pos + 1 - t.prompt_len >= prm.max_tokens:
                 reason = self._stop_reason(t, tok)

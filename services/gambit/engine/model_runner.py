@@ -9,6 +9,7 @@ import torch
 
 from gambit.engine import cpu_attention, cpu_decoder
 from gambit.engine.attention import PagedAttention, SeqInput
+from gambit.engine.host_lists import long_tensor
 from gambit.engine.kv_cache import KVCache
 from gambit.model.llama import CausalLM
 
@@ -51,9 +52,8 @@ class ModelRunner:
 
         ``logit_rows`` index the flat concatenation of all items' new tokens.
         """
-        tokens = torch.tensor([t for it in items for t in it.tokens], dtype=torch.long, device=self.device)
-        positions = torch.tensor([p for it in items for p in it.positions], dtype=torch.long,
-                                 device=self.device)
+        tokens = long_tensor([t for it in items for t in it.tokens], self.device)
+        positions = long_tensor([p for it in items for p in it.positions], self.device)
         attn = PagedAttention(self.cache, items, self.device, self.use_kernel)
         weights = self._layer_weights() if self.use_kernel and self.cpp_layers else None
         if weights is not None and cpu_decoder.serves(attn):  # the same floats, the loop in C++
@@ -62,7 +62,11 @@ class ModelRunner:
         else:
             hidden, tapped = self.model(tokens[None], positions[None], attention=attn, taps=taps)
         hidden = hidden[0]
-        rows = torch.as_tensor(logit_rows, dtype=torch.long, device=self.device)
-        logits = self.model.logits(hidden[rows]).float()
+        n = hidden.shape[0]
+        if isinstance(logit_rows, list) and len(logit_rows) == n and logit_rows == list(range(n)):
+            picked = hidden  # every row (plain decoding): no index
+        else:
+            picked = hidden[torch.as_tensor(logit_rows, dtype=torch.long, device=self.device)]
+        logits = self.model.logits(picked).float()
         return RunnerOutput(logits, hidden, {k: v[0] for k, v in tapped.items()}, tokens, positions,
                             attn.slots)

@@ -75,9 +75,16 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         queue = sorted(self.running.values(), key=_rank)
         queue.reverse()  # taken from the end: best first, and the lowest-ranked is queue[0]
+        bs = self.blocks.block_size
+        traces, num_new = batch.traces, batch.num_new
         while queue and budget > 0:
             t = queue.pop()
             n = min(len(t.token_ids) - t.num_cached, budget)
+            if t.num_cached + n <= len(t.block_table) * bs:  # its blocks hold it (most decode steps)
+                traces.append(t)
+                num_new.append(n)
+                budget -= n
+                continue
             while True:
                 try:
                     self.blocks.ensure(t, t.num_cached + n)

@@ -70,7 +70,9 @@ class RotaryEmbedding(nn.Module):
 
     def table(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin for ``positions`` [..., T], shaped to broadcast over heads: [..., T, 1, D]."""
-        return self.cos[positions].unsqueeze(-2), self.sin[positions].unsqueeze(-2)
+        shape = (*positions.shape, 1, self.cos.shape[-1])
+        flat = positions.reshape(-1)  # index_select: the rows themselves, without advanced indexing's setup
+        return self.cos.index_select(0, flat).view(shape), self.sin.index_select(0, flat).view(shape)
 
 
 def apply_rope(x: torch.Tensor, table: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:

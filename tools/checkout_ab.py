@@ -1,0 +1,137 @@
+"""Another commit against this checkout, whole engine (Python and C++), in alternating processes.
+
+``tools/kernel_ab.py`` swaps only the C++ kernels inside one process; a change to the engine's Python
+(sampling, metadata, events) needs each side's own code. This tool checks REV out into a temporary
+git worktree and runs one measurement at a time, alternating sides (old, new, new, old, ...), each in a
+fresh process with that side's ``services`` on its path (its kernels built from its own sources, cached
+by digest). Measurements, each a median over ``--reps`` pairs:
+
+* ``plain B``: plain decoding of the shipped target (or ``--model``), B traces of ``--tokens`` tokens at
+  T = 0.8 with the chosen token's log-probability (what a search asks for), seconds per run;
+* ``search``: one search chunk (6 hard test problems, C = 16, Gambit, the search bench's KV sizing).
+
+Each side's outputs are hashed: ``same`` says both generated the same tokens (and answers).
+
+Usage: .venv/bin/python tools/checkout_ab.py REV [--batches 1,16,96] [--tokens 200] [--reps 5]
+       [--model smollm2] [--no-search] [--json FILE]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# run inside each side's process: prints one JSON line {"seconds": [...], "digest": ...}
+CHILD = r"""
+import hashlib, json, sys, time, torch
+torch.set_num_threads(2)
+kind, model_name = sys.argv[1], sys.argv[2]
+batch, tokens, reps = (int(x) for x in sys.argv[3:6])
+from gambit.model.loader import load_model
+from gambit.model.registry import resolve_model
+from gambit.paths import TARGET
+model, tok = load_model(str(resolve_model(model_name or str(TARGET))), device="cpu", dtype="float32")
+h, secs = hashlib.sha256(), []
+if kind == "plain":
+    from gambit.engine import Engine, EngineConfig, FinishedEvent, SamplingParams
+    eng = Engine(model, tok, EngineConfig())
+    ids = tok.encode("Q: 3 + 4 * 5 - 2 = ?\n\n")
+    for r in range(reps + 1):  # the first warms up
+        tids = [eng.add(ids, SamplingParams(temperature=0.8, max_tokens=tokens, seed=i, ignore_eos=True,
+                                            logprobs=1)) for i in range(batch)]
+        outs, t = {}, time.perf_counter()
+        while eng.has_unfinished():
+            for ev in eng.step():
+                if isinstance(ev, FinishedEvent):
+                    outs[ev.trace_id] = ev.output_ids
+        if r:
+            secs.append(time.perf_counter() - t)
+            h.update(repr([outs[i] for i in tids]).encode())
+else:
+    from gambit.bench.search import DIFFICULTIES, BenchSearchConfig, chunk_engine
+    from gambit.search.driver import SearchDriver
+    from gambit.search.scorers import load_default_scorer
+    from gambit.search.store import MemoryStore
+    from gambit.tasks.arithmetic import TaskConfig, generate
+    scorer = load_default_scorer("process", model.config.hidden_size)
+    problems = generate("test", 6, 1, TaskConfig(*DIFFICULTIES["hard"]))
+    bcfg = BenchSearchConfig(capacity=16, concurrency=len(problems))
+    for r in range(reps + 1):
+        engine, _ = chunk_engine(model, tok, problems, bcfg)
+        driver = SearchDriver(engine, scorer, MemoryStore())
+        t = time.perf_counter()
+        res = driver.run_until_done([driver.submit(p, bcfg.search()) for p in problems])
+        if r:
+            secs.append(time.perf_counter() - t)
+            h.update(repr(sorted((v.answer, v.tokens) for v in res.values())).encode())
+print(json.dumps({"seconds": secs, "digest": h.hexdigest()}))
+"""
+
+
+def run_side(tree: Path, kind: str, model: str, batch: int, tokens: int, reps: int) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(tree / "services"))
+    out = subprocess.run([sys.executable, "-c", CHILD, kind, model, str(batch), str(tokens), str(reps)],
+                         env=env, capture_output=True, text=True, check=True, cwd=tree)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("rev", help="the commit to compare against (a git revision of this repository)")
+    ap.add_argument("--batches", default="1,16,96", help="plain decoding batch sizes (traces), comma list")
+    ap.add_argument("--tokens", type=int, default=200, help="tokens each trace generates in a plain run")
+    ap.add_argument("--reps", type=int, default=5, help="alternating pairs of processes per measurement")
+    ap.add_argument("--inner", type=int, default=2, help="timed runs inside each process (their median)")
+    ap.add_argument("--model", default="", help="model for plain decoding (default the shipped target)")
+    ap.add_argument("--no-search", action="store_true", help="skip the search chunk")
+    ap.add_argument("--json", default="", help="write the results here")
+    args = ap.parse_args()
+    if args.reps < 1 or args.tokens < 1 or args.inner < 1:
+        ap.error("--reps, --tokens and --inner must be >= 1")
+    batches = [int(b) for b in args.batches.split(",") if b]
+    tasks = [("plain", b) for b in batches] + ([] if args.no_search else [("search", 0)])
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gambit-ab-") as tmp:
+        old = Path(tmp) / "old"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old), args.rev],
+                       check=True, capture_output=True)
+        try:
+            for kind, b in tasks:
+                sides: dict[str, list[float]] = {"old": [], "new": []}
+                digests: dict[str, set[str]] = {"old": set(), "new": set()}
+                for r in range(args.reps):
+                    for side in (("old", "new") if r % 2 == 0 else ("new", "old")):
+                        res = run_side(old if side == "old" else ROOT, kind, args.model, b, args.tokens,
+                                       args.inner)
+                        sides[side].append(statistics.median(res["seconds"]))
+                        digests[side].add(res["digest"])
+                    print(f"  {kind} {b or ''}: pair {r + 1}/{args.reps}", file=sys.stderr, flush=True)
+                ratios = [n / o for o, n in zip(sides["old"], sides["new"], strict=True)]
+                rows.append({"measure": kind if kind == "search" else f"plain {b}",
+                             "old_s": statistics.median(sides["old"]),
+                             "new_s": statistics.median(sides["new"]),
+                             "ratio": statistics.median(ratios), "ratio_min": min(ratios),
+                             "ratio_max": max(ratios), "same": digests["old"] == digests["new"]
+                             and len(digests["new"]) == 1})
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)],
+                           capture_output=True)
+    print(f"\n{args.rev} (old) vs this checkout (new), {args.reps} alternating pairs"
+          f"{', model ' + args.model if args.model else ''}")
+    print("| measure | old s | new s | new / old | spread | same output |\n|---|---:|---:|---:|---|---|")
+    for r in rows:
+        print(f"| {r['measure']} | {r['old_s']:.4f} | {r['new_s']:.4f} | {r['ratio']:.3f} | "
+              f"{r['ratio_min']:.3f}-{r['ratio_max']:.3f} | {r['same']} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rev": args.rev, "model": args.model or "target",
+                                               "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
