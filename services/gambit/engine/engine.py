@@ -351,29 +351,30 @@ class Engine:
         self._pending = []
         return events
 
-    def _draw_step(self, traces: list[Trace], logits: torch.Tensor, want: int, top: int) -> tuple:
-        """Tokens and, when ``want``, the (chosen, top values, top ids) log-probabilities as lists (the
-        top ones when ``top``, else None)."""
-        p = [t.params for t in traces]
-        temps = [x.temperature for x in p]
+    def draw_rows(self, logits: torch.Tensor, temps: list[float], top_ks: list[int], top_ps: list[float],
+                  seeds: list[int], counters: list[int], want: int = 0, top: int = 0) -> tuple:
+        """The engine's sampler on logits rows [N, V], one setting per row (``counters``: the position
+        each row's token takes). Returns the tokens and, when ``want``, (chosen, top values, top ids)
+        log-probabilities as lists (the top ones when ``top``, else None). Where every row samples
+        without top-k / top-p, the plain-loop step (the same tokens and log-probabilities)."""
         if (self._step_draw is not None and logits.dtype == torch.float32
-                and not any(x.top_k > 0 or x.top_p < 1 for x in p)):
-            tokens, chosen, vals, ids = self._step_draw(logits, temps, [t.seed for t in traces],
-                                                        [len(t.token_ids) for t in traces], want,
+                and not any(k > 0 for k in top_ks) and not any(q < 1 for q in top_ps)):
+            tokens, chosen, vals, ids = self._step_draw(logits, temps, seeds, counters, want,
                                                         top if want else 0, CDF_BLOCK)
             if tokens:  # else a greedy row: the ATen path below
                 if not want:
                     return tokens, None
                 return tokens, (chosen, vals.tolist(), ids.tolist()) if top else (chosen, None, None)
-        sb = SamplingBatch.build(temps, [x.top_k for x in p], [x.top_p for x in p],
-                                 [t.seed for t in traces], [len(t.token_ids) for t in traces], self.device)
+        sb = SamplingBatch.build(temps, top_ks, top_ps, seeds, counters, self.device)
         tokens = self._draw(logits, sb)
         lp = top_logprobs(logits, tokens, want) if want else None
         return tokens.tolist(), None if lp is None else tuple(x.tolist() for x in lp)
 
     def _sample(self, traces: list[Trace], logits: torch.Tensor, token_events: bool = True) -> list[Event]:
-        want = max(t.params.logprobs for t in traces)
-        token_list, lp = self._draw_step(traces, logits, want, want if token_events else 0)
+        want, p = max(t.params.logprobs for t in traces), [t.params for t in traces]
+        token_list, lp = self.draw_rows(logits, [x.temperature for x in p], [x.top_k for x in p],
+                                        [x.top_p for x in p], [t.seed for t in traces],
+                                        [len(t.token_ids) for t in traces], want, want if token_events else 0)
         if lp is not None:
             chosen, vals, ids = lp
         events: list[Event] = []

@@ -30,7 +30,7 @@ from gambit.speculative import cpu_drafter, cpu_tree
 from gambit.speculative.cycle_ends import classify
 from gambit.speculative.drafter import Drafter, load_drafter
 from gambit.speculative.tree import DraftTree, TreeAttention, TreeConfig, draft_tree
-from gambit.speculative.verify import accept, greedy_paths, sampled_tokens, spec_uniforms, target_probs
+from gambit.speculative.verify import accept, greedy_paths, spec_uniforms, target_probs
 
 SHIPPED = ("eagle3.1", "pr", "hass", "hass+pr")
 
@@ -306,12 +306,19 @@ class SpecDecoder:
         Ns = torch.tensor([t.num_cached for t in ts], device=dev)
         zero = torch.zeros(S, 1, dtype=torch.long, device=dev)
         depth = torch.cat([zero, tree.depth], 1)
+        if self.engine.config.spec.verify == "match":  # plain decoding's own draws: the same text
+            # ``verify.sampled_tokens`` through the engine's own sampler (its plain-loop step where it
+            # serves): row (s, j) samples with trace s's settings at position N_s + 1 + depth
+            T = depth.shape[1]
+            rep = lambda xs: [x for x in xs for _ in range(T)]  # noqa: E731
+            counters = (Ns[:, None] + 1 + depth).reshape(-1).tolist()
+            drawn, _ = self.engine.draw_rows(lg.reshape(S * T, -1), rep(x.temperature for x in p),
+                                             rep(x.top_k for x in p), rep(x.top_p for x in p),
+                                             rep(t.seed for t in ts), counters)
+            return greedy_paths(*lists, [drawn[s * T:(s + 1) * T] for s in range(S)], G)
         temp, top_k, top_p = (torch.tensor([getattr(x, k) for x in p], device=dev)
                               for k in ("temperature", "top_k", "top_p"))
         seeds = torch.tensor([t.seed for t in ts], device=dev)
-        if self.engine.config.spec.verify == "match":  # plain decoding's own draws: the same text
-            drawn = sampled_tokens(lg, temp, top_k, top_p, seeds, Ns[:, None] + 1 + depth)
-            return greedy_paths(*lists, drawn.tolist(), G)
         T = B + 1
         tokens = torch.tensor(lists[0], device=dev)
         parent = torch.cat([zero, tree.parent], 1)
