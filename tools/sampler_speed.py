@@ -1,6 +1,9 @@
 """One draw of the Python sampler (``sampler.sample``) against the compiled one (``cpu_sampler.sample``)
 at B rows of V symbols (T = 0.8, no top-k/top-p), interleaved, REPS rounds of N calls each; median
-and range of µs per draw, and whether the tokens agree.
+and range of µs per draw, and whether the tokens agree. Then the whole sampling step as the engine
+takes it, the draw and the chosen tokens' top-1 log-probabilities from Python lists of settings: the
+ATen path (``SamplingBatch.build``, the compiled draw, ``top_logprobs``, ``tolist``) against the
+plain-loop step (``cpu_sampler.step_kernel``, where its probes pass), with the same comparison.
 
 Usage: .venv/bin/python tools/sampler_speed.py [B] [V] [REPS]   (default 96 100 5; 2 threads)
 """
@@ -11,25 +14,47 @@ import time
 import torch
 
 from gambit.engine import cpu_sampler
-from gambit.engine.sampler import SamplingBatch, sample
+from gambit.engine.sampler import CDF_BLOCK, SamplingBatch, sample, top_logprobs
 
 B = int(sys.argv[1]) if len(sys.argv) > 1 else 96
 V = int(sys.argv[2]) if len(sys.argv) > 2 else 100
 reps = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 torch.set_num_threads(2)
 logits = torch.randn(B, V, generator=torch.Generator().manual_seed(0))
-sb = SamplingBatch.build([0.8] * B, [0] * B, [1.0] * B, list(range(B)), [50] * B, torch.device("cpu"))
+temps, top_ks, top_ps, seeds, counters = [0.8] * B, [0] * B, [1.0] * B, list(range(B)), [50] * B
+sb = SamplingBatch.build(temps, top_ks, top_ps, seeds, counters, torch.device("cpu"))
 n = max(10, 30_000 // V)
-times: dict[str, list[float]] = {"python": [], "compiled": []}
-same = torch.equal(sample(logits.clone(), sb), cpu_sampler.sample(logits.clone(), sb))
+step = cpu_sampler.step_kernel(torch.device("cpu"), V)
+
+
+def aten_step():
+    batch = SamplingBatch.build(temps, top_ks, top_ps, seeds, counters, torch.device("cpu"))
+    tokens = cpu_sampler.sample(logits, batch)
+    chosen, vals, ids = top_logprobs(logits, tokens, 1)
+    return tokens.tolist(), chosen.tolist(), vals.tolist(), ids.tolist()
+
+
+def loop_step():
+    tokens, chosen, vals, ids = step(logits, temps, seeds, counters, 1, 1, CDF_BLOCK)
+    return tokens, chosen, vals.tolist(), ids.tolist()
+
+
+cases = {"python": lambda: sample(logits.clone(), sb),
+         "compiled": lambda: cpu_sampler.sample(logits.clone(), sb), "step, ATen calls": aten_step}
+if step is not None:
+    cases["step, plain loops"] = loop_step
+times: dict[str, list[float]] = {k: [] for k in cases}
+same = torch.equal(cases["python"](), cases["compiled"]())
+same_step = step is None or aten_step() == loop_step()
 for _ in range(reps):
-    for name, f in (("python", sample), ("compiled", cpu_sampler.sample)):
+    for name, f in cases.items():
         for _ in range(3):
-            f(logits.clone(), sb)
+            f()
         t = time.perf_counter()
         for _ in range(n):
-            f(logits.clone(), sb)
+            f()
         times[name].append(1e6 * (time.perf_counter() - t) / n)
 for name, ts in times.items():
-    print(f"{name}: {statistics.median(ts):.1f} µs per draw ({min(ts):.1f}-{max(ts):.1f}), B={B} V={V}")
-print(f"same tokens: {same}")
+    print(f"{name}: {statistics.median(ts):.1f} µs per call ({min(ts):.1f}-{max(ts):.1f}), B={B} V={V}")
+print(f"same tokens (draw): {same}; same tokens and log-probabilities (step): {same_step}"
+      + ("" if step is not None else " (the plain-loop step does not serve here)"))
