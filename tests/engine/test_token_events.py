@@ -62,3 +62,26 @@ def test_fused_step_same_as_aten_path(target):
     assert out_f == out_a and other_f == other_a
     assert [(e.token_id, e.logprob, e.top_logprobs) for e in tok_f] == \
         [(e.token_id, e.logprob, e.top_logprobs) for e in tok_a]
+
+
+@pytest.mark.parametrize("mode", ["hot", "filtered", "greedy"])
+def test_draw_rows_is_the_samplers_answer(target, mode):
+    """``Engine.draw_rows`` (the plain-loop step where it serves, else the ATen calls) gives what
+    ``sampler.sample`` and ``top_logprobs`` give for the same rows and settings."""
+    import torch
+
+    from gambit.engine.sampler import SamplingBatch, sample, top_logprobs
+
+    eng = make_engine(target)
+    g = torch.Generator().manual_seed(3)
+    N, V = 24, target[0].config.vocab_size
+    logits = torch.randn(N, V, generator=g) * 3
+    temps = [0.0] * N if mode == "greedy" else [0.5 + 0.05 * i for i in range(N)]
+    top_ks = [5 if mode == "filtered" and i % 2 else 0 for i in range(N)]
+    top_ps = [0.9 if mode == "filtered" and i % 3 == 0 else 1.0 for i in range(N)]
+    seeds, counters = list(range(100, 100 + N)), [7 * i for i in range(N)]
+    tokens, lp = eng.draw_rows(logits, temps, top_ks, top_ps, seeds, counters, want=1, top=1)
+    want = sample(logits.clone(), SamplingBatch.build(temps, top_ks, top_ps, seeds, counters, eng.device))
+    chosen, vals, ids = top_logprobs(logits, want, 1)
+    assert tokens == want.tolist()
+    assert lp == (chosen.tolist(), vals.tolist(), ids.tolist())
