@@ -38,7 +38,7 @@ from gambit.paths import TARGET
 SOURCES = [(f"services/gambit/{path}.py", name) for path, name in (
     ("engine/cpu_attention", "_SOURCE"), ("engine/cpu_gemv", "SOURCE"), ("engine/cpu_decoder", "SOURCE"),
     ("speculative/cpu_drafter", "SOURCE"), ("speculative/cpu_tree", "SOURCE"),
-    ("engine/cpu_sampler", "SOURCE"), ("engine/kv_cache", "SOURCE"))]
+    ("engine/cpu_sampler", "SOURCE"), ("engine/cpu_sample_step", "SOURCE"), ("engine/kv_cache", "SOURCE"))]
 FUNCTIONS = ["paged_decode", "paged_attention", "dense_attention", "rms_norm", "gemv_t", "decoder_layers",
              "drafter_forward", "tree_draft", "sample_tokens", "kv_copy_slots", "fused_silu_exact",
              "aten_rms_norm", "aten_rms_norm_exact", "sample_step", "fused_sampler_exact"]
@@ -53,8 +53,12 @@ def module_at(rev: str, path: str) -> types.ModuleType:
 
 
 def _source_at(rev: str, path: str, name: str) -> str:
-    """A module's C++ source string at ``rev``, read without importing it (its imports are this tree's)."""
-    text = subprocess.check_output(["git", "show", f"{rev}:{path}"], text=True)
+    """A module's C++ source string at ``rev``, read without importing it (its imports are this tree's);
+    empty where the module did not exist yet."""
+    try:
+        text = subprocess.check_output(["git", "show", f"{rev}:{path}"], text=True, stderr=subprocess.DEVNULL)
+    except subprocess.CalledProcessError:
+        return ""
     return re.search(name + r' = r"""(.*?)"""', text, re.S).group(1)
 
 

@@ -3,7 +3,7 @@ at B rows of V symbols (T = 0.8, no top-k/top-p), interleaved, REPS rounds of N 
 and range of µs per draw, and whether the tokens agree. Then the whole sampling step as the engine
 takes it, the draw and the chosen tokens' top-1 log-probabilities from Python lists of settings: the
 ATen path (``SamplingBatch.build``, the compiled draw, ``top_logprobs``, ``tolist``) against the
-plain-loop step (``cpu_sampler.step_kernel``, where its probes pass), with the same comparison.
+plain-loop step (``cpu_sample_step.step_kernel``, where its probes pass), with the same comparison.
 
 Usage: .venv/bin/python tools/sampler_speed.py [B] [V] [REPS]   (default 96 100 5; 2 threads)
 """
@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from gambit.engine import cpu_sampler
+from gambit.engine import cpu_sample_step, cpu_sampler
 from gambit.engine.sampler import CDF_BLOCK, SamplingBatch, sample, top_logprobs
 
 B = int(sys.argv[1]) if len(sys.argv) > 1 else 96
@@ -24,7 +24,7 @@ logits = torch.randn(B, V, generator=torch.Generator().manual_seed(0))
 temps, top_ks, top_ps, seeds, counters = [0.8] * B, [0] * B, [1.0] * B, list(range(B)), [50] * B
 sb = SamplingBatch.build(temps, top_ks, top_ps, seeds, counters, torch.device("cpu"))
 n = max(10, 30_000 // V)
-step = cpu_sampler.step_kernel(torch.device("cpu"), V)
+step = cpu_sample_step.step_kernel(torch.device("cpu"), V)
 
 
 def aten_step():

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gambit.engine import cpu_sampler
-from gambit.engine.sampler import CDF_BLOCK, SamplingBatch, sample, top_logprobs
+from gambit.engine.sampler import SamplingBatch, sample
 
 pytestmark = pytest.mark.skipif(not cpu_sampler.available(torch.device("cpu")), reason="no C++ kernels")
 
@@ -62,60 +62,3 @@ def test_atens_float64_cumsum_accumulates_in_order():
                 want.append(acc)
             assert want == want_row, n
 
-
-step_kernel = cpu_sampler.step_kernel(torch.device("cpu"), 100)
-needs_step = pytest.mark.skipif(step_kernel is None, reason="the plain-loop step does not serve here")
-
-
-def test_step_serves_on_x86():
-    """Where the kernels build on x86 with MKL, the plain-loop step's probes must pass (else every step
-    would quietly keep the ATen calls and the tests below would skip)."""
-    import platform
-
-    if platform.machine() in ("x86_64", "AMD64") and torch.backends.mkl.is_available():
-        assert step_kernel is not None
-
-
-@needs_step
-@pytest.mark.parametrize("V", [100, 256, 257, 1000, 4099, 49152])
-@pytest.mark.parametrize("top", [0, 1, 3])
-def test_step_equals_the_aten_path(V, top):
-    """Tokens, chosen log-probabilities and the top entries of ``sample_step`` equal ``sample`` +
-    ``top_logprobs`` (masked tokens, rows of ties, hot and cold rows, one row or many)."""
-    for seed in range(4):
-        B = 1 if seed == 3 else (64 if V < 10000 else 6)
-        logits, sb = _batch(B, V, seed, "hot")
-        temps, seeds, counters = sb.temperature.tolist(), sb.seeds.tolist(), sb.counters.tolist()
-        want = sample(logits.clone(), sb)
-        chosen, vals, ids = top_logprobs(logits, want, max(top, 1))
-        tok, ch, v, i = step_kernel(logits, temps, seeds, counters, 1, top, CDF_BLOCK)
-        assert tok == want.tolist(), (V, top, seed)
-        assert ch == chosen.tolist()
-        if top:
-            assert torch.equal(v, vals[:, :top]) and torch.equal(i, ids[:, :top])
-        else:
-            assert v is None and i is None
-
-
-@needs_step
-def test_step_declines_a_greedy_row():
-    logits, sb = _batch(8, 100, 0, "mixed")
-    tok, *_ = step_kernel(logits, sb.temperature.tolist(), sb.seeds.tolist(), sb.counters.tolist(), 1, 1,
-                          CDF_BLOCK)
-    assert tok == []  # the caller keeps the ATen path (argmax rows)
-
-
-@needs_step
-def test_step_top1_picks_topks_entry_among_ties_and_nans():
-    g = torch.Generator().manual_seed(5)
-    logits = torch.randint(-3, 3, (32, 300), generator=g).float()  # many exact ties
-    logits[3, :] = float("-inf")
-    logits[3, 7] = 0.0
-    logits[5, 11] = logits[5, 200] = float("nan")  # NaN ranks first in topk
-    sb = SamplingBatch.build([0.7] * 32, [0] * 32, [1.0] * 32, list(range(32)), [9] * 32, torch.device("cpu"))
-    temps, seeds, counters = sb.temperature.tolist(), sb.seeds.tolist(), sb.counters.tolist()
-    tok, ch, v, i = step_kernel(logits, temps, seeds, counters, 1, 1, CDF_BLOCK)
-    lp = torch.log_softmax(logits, -1)
-    want_v, want_i = lp.topk(1, -1)
-    assert torch.equal(i, want_i) and torch.equal(v.isnan(), want_v.isnan())
-    assert torch.equal(v.nan_to_num(), want_v.nan_to_num())

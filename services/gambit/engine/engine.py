@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from gambit.engine import cpu_sampler
+from gambit.engine import cpu_sample_step, cpu_sampler
 from gambit.engine.attention import SeqInput
 from gambit.engine.block_manager import BlockManager, OutOfBlocks
 from gambit.engine.boundary import BoundaryDetector
@@ -106,7 +106,8 @@ class Engine:
             else sample
         # and where every row samples without top-k / top-p, the whole step in plain loops (the same
         # tokens and log-probabilities, no sampler tensors built)
-        self._step_draw = cpu_sampler.step_kernel(self.device, mc.vocab_size) if config.cpu_kernel else None
+        self._step_draw = (cpu_sample_step.step_kernel(self.device, mc.vocab_size) if config.cpu_kernel
+                           else None)
 
     @classmethod
     def from_pretrained(cls, folder: str, config: EngineConfig | None = None) -> Engine:

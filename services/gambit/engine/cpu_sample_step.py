@@ -1,0 +1,247 @@
+"""The whole sampling step in plain loops (``sample_step``): ``cpu_sampler``'s draw and ``top_logprobs``
+in one call, with ATen's floats, for a batch whose every row samples without top-k / top-p.
+
+With the layer loop in C++, a batch-1 step of the shipped target spent ~10% of its time in the
+sampler's ~12 ATen calls, ``top_logprobs``' three and the tensors built for them. Here the division by
+temperature and the row maximum are exact, ``exp`` is MKL VML's (what ``at::exp`` runs on these builds),
+the 256-entry block sums follow ATen's cascade (``cpu_decoder``'s ``aten_sum8``), and the draw is
+``cpu_sampler``'s ``sample_row``; ``log_softmax`` stays ATen's and the top-1 entry is ``topk(1)``'s pick.
+Each piece serves only after a probe in this process matched ATen (``fused_sampler_exact``,
+``sample_top1_exact``); otherwise, or for a greedy row, the engine keeps the ATen calls. Compiled with the
+other CPU kernels (after ``cpu_decoder`` and ``cpu_sampler``, whose functions it calls).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gambit.engine import cpu_attention
+from gambit.engine.sampler import CDF_BLOCK
+
+SOURCE = r"""
+// at::exp of a float tensor on this build is MKL VML's single-precision exp (ATen's vml::vexp asks for
+// it in this mode: high accuracy, denormals kept, errors ignored). Weak: a torch build without MKL still
+// loads the extension, and the step then keeps the ATen calls.
+extern "C" void vmsExp(int n, const float* a, float* r, long long mode) __attribute__((weak));
+// VML_HA | VML_ERRMODE_IGNORE | VML_FTZDAZ_OFF
+static constexpr long long SAMPLE_VML_MODE = 0x2LL | 0x100LL | 0x140000LL;
+
+static void sample_exp(float* x, int64_t n) {  // in place, as exp_
+  for (int64_t i = 0; i < n; i += (1 << 30))
+    vmsExp(static_cast<int>(std::min<int64_t>(n - i, 1 << 30)), x + i, x + i, SAMPLE_VML_MODE);
+}
+
+// Whether sample_exp gives at::exp's floats here (every magnitude a sampler feeds it, exp's limits,
+// tails of odd lengths at odd offsets); checked once.
+static bool sample_exp_exact() {
+  static bool ok = false;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (vmsExp == nullptr) return;
+    const int64_t n = 2 * 49152 + 77;
+    auto x = at::empty({n}, at::kFloat);
+    float* p = x.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i)
+      p[i] = -std::fabs(std::sin(0.37f * i) * std::pow(2.f, static_cast<float>(i % 37) / 4 - 6));
+    for (int64_t i = 0; i < n; i += 101) p[i] = -80.f - static_cast<float>(i % 3001) * 0.01f;  // denormals
+    p[0] = 0.f, p[1] = -0.f, p[2] = -std::numeric_limits<float>::infinity(), p[3] = -104.f, p[4] = 1e-30f;
+    p[5] = 3.5f, p[6] = 88.f, p[7] = -1e-7f;
+    bool same = true;  // against at::exp of each piece itself: ATen may take other paths for small sizes
+    const int64_t lens[] = {n, 49152, 9600, 256, 100, 37, 1};
+    for (int64_t len : lens) {
+      for (int64_t off : {int64_t(0), int64_t(5)}) {
+        if (off + len > n) continue;
+        auto piece = x.slice(0, off, off + len).clone();
+        auto ref = at::exp(piece);
+        sample_exp(piece.data_ptr<float>(), len);
+        same = same && at::equal(piece, ref);
+      }
+    }
+    ok = same;
+  });
+  return ok;
+}
+
+// Whether aten_sum8 over `block` floats gives the blocks' sums of `w.view({B, nb, block}).sum(-1)` here.
+static bool sample_sum_exact(int64_t block) {
+  static std::mutex mu;
+  static std::map<int64_t, bool> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(block);
+  if (it != known.end()) return it->second;
+  bool ok = block >= 8;
+  for (auto shape : {std::pair<int64_t, int64_t>{1, 1}, {3, 5}, {96, 1}, {16, 3}}) {  // (rows, blocks a row)
+    const int64_t B = shape.first, nb = shape.second;
+    auto w = at::empty({B, nb * block}, at::kFloat);
+    float* p = w.data_ptr<float>();
+    for (int64_t i = 0; i < B * nb * block; ++i)
+      p[i] = (i % 7 == 3) ? 0.f
+                          : std::fabs(std::sin(0.61f * i)) * std::pow(2.f, -static_cast<float>(i % 41) / 2);
+    auto ref = w.view({B, nb, block}).sum(-1).contiguous();
+    const float* r = ref.data_ptr<float>();
+    for (int64_t i = 0; ok && i < B * nb; ++i) ok = aten_sum8(p + i * block, block) == r[i];
+  }
+  known[block] = ok;
+  return ok;
+}
+
+// A row's largest value, NaN if it holds one (amax's answer; the sign of a zero maximum may differ from
+// amax's, which no caller can see: x - (+0) and x - (-0) differ only at x = 0, whose exp is 1 either way).
+static float sample_row_max(const float* x, int64_t V) {
+  float m = -std::numeric_limits<float>::infinity();
+  bool nan = false;
+  int64_t v = 0;
+#ifdef __AVX512F__
+  __m512 mv = _mm512_set1_ps(m);
+  __mmask16 nm = 0;
+  for (; v + 16 <= V; v += 16) {
+    const __m512 a = _mm512_loadu_ps(x + v);
+    nm |= _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
+    mv = _mm512_max_ps(a, mv);  // a NaN lane of a keeps mv's lane (nm has seen it)
+  }
+  m = _mm512_reduce_max_ps(mv);
+  nan = nm != 0;
+#endif
+  for (; v < V; ++v) {
+    nan = nan || std::isnan(x[v]);
+    m = x[v] > m ? x[v] : m;
+  }
+  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
+}
+
+// topk(1)'s entry of a row: its first largest value, NaN above every number (ATen's CPU topk for k = 1
+// keeps a one-entry heap and replaces it only by a strictly larger entry).
+static int64_t sample_top1(const float* x, int64_t V) {
+  const float m = sample_row_max(x, V);
+  const bool nan = std::isnan(m);
+  int64_t v = 0;
+#ifdef __AVX512F__
+  const __m512 mv = _mm512_set1_ps(m);
+  for (; v + 16 <= V; v += 16) {
+    const __m512 a = _mm512_loadu_ps(x + v);
+    const __mmask16 hit = nan ? _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q)
+                              : _mm512_cmp_ps_mask(a, mv, _CMP_EQ_OQ);
+    if (hit) return v + __builtin_ctz(hit);
+  }
+#endif
+  for (; v < V; ++v)
+    if (nan ? std::isnan(x[v]) : x[v] == m) return v;
+  return 0;
+}
+
+// Whether sample_top1 picks at::topk(1)'s entries at width V here (rows of ties, NaNs, -inf); once per V.
+static bool sample_top1_exact(int64_t V) {
+  static std::mutex mu;
+  static std::map<int64_t, bool> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(V);
+  if (it != known.end()) return it->second;
+  const int64_t B = 6;
+  auto x = at::empty({B, V}, at::kFloat);
+  float* p = x.data_ptr<float>();
+  for (int64_t i = 0; i < B * V; ++i) p[i] = std::round(std::sin(0.77f * i) * 3.f);  // many ties
+  for (int64_t v = 0; v < V; ++v) p[v] = 0.f, p[V + v] = -std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  p[2 * V + V / 2] = nan, p[2 * V + V - 1] = nan;
+  p[3 * V + V - 1] = 9.f;
+  auto top = x.topk(1, -1);
+  const int64_t* ti = std::get<1>(top).data_ptr<int64_t>();
+  bool ok = true;
+  for (int64_t b = 0; ok && b < B; ++b) ok = sample_top1(p + b * V, V) == ti[b];
+  known[V] = ok;
+  return ok;
+}
+
+// The plain-loop step serves here (a probe of each piece matched ATen in this process).
+bool fused_sampler_exact(int64_t block) {
+  NoGil no_gil;
+  return sample_exp_exact() && sample_sum_exact(block);
+}
+
+// sampler.sample and top_logprobs of one step in one call, for a batch whose every row samples
+// (temperature > 0 in float32) without top-k / top-p: the same tokens and log-probabilities, the
+// sampler's tensors never built (temperature, seeds and counters come as lists). Per row: logits /
+// temperature, less the row's max, exp (MKL's, as at::exp), block sums in ATen's order (aten_sum8;
+// the padding's zeros as ATen sums them), then sample_row. The log-probabilities (want > 0) are
+// log_softmax's (ATen's call) at the tokens, and its `top` largest (0: none; topk's picks). Tokens
+// come back empty where this does not serve (a greedy row): the caller takes the ATen path.
+std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sample_step(
+    torch::Tensor logits, std::vector<double> temperature, std::vector<int64_t> seeds,
+    std::vector<int64_t> counters, int64_t want, int64_t top, int64_t block) {
+  NoGil no_gil;
+  const int64_t B = logits.size(0), V = logits.size(1);
+  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.device().is_cpu(),
+              "sample_step: float32 CPU logits [B, V]");
+  TORCH_CHECK(static_cast<int64_t>(temperature.size()) == B && static_cast<int64_t>(seeds.size()) == B &&
+              static_cast<int64_t>(counters.size()) == B, "sample_step: one setting per row");
+  std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> none;
+  for (double t : temperature)
+    if (!(static_cast<float>(t) > 0.f)) return none;
+  const auto lg = logits.contiguous();
+  const float* lp = lg.data_ptr<float>();
+  auto w = at::empty({B, V}, at::kFloat);
+  float* wp = w.data_ptr<float>();
+  const int64_t nb = (V + block - 1) / block;
+  std::vector<int64_t> tokens(B);
+  // rows split over the threads as ATen splits its large steps (each row's floats do not depend on it)
+  at::parallel_for(0, B, std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(V, 1)),
+                   [&](int64_t begin, int64_t end) {
+    std::vector<float> bsum(nb), pad(block);
+    std::vector<double> bcdf(nb);
+    for (int64_t b = begin; b < end; ++b) {
+      const float t = static_cast<float>(temperature[b]);
+      const float* x = lp + b * V;
+      float* y = wp + b * V;
+      for (int64_t v = 0; v < V; ++v) y[v] = x[v] / t;
+      const float m = sample_row_max(y, V);
+      for (int64_t v = 0; v < V; ++v) y[v] = y[v] - m;
+    }
+    sample_exp(wp + begin * V, (end - begin) * V);  // one call for the rows: MKL's per-call cost is ~0.2 us
+    for (int64_t b = begin; b < end; ++b) {
+      const float* y = wp + b * V;
+      for (int64_t i = 0; i < nb; ++i) {
+        const int64_t n = std::min(block, V - i * block);
+        if (n == block) {
+          bsum[i] = aten_sum8(y + i * block, block);
+        } else {  // the row's last block, zero-padded as ATen pads it
+          std::fill(pad.begin(), pad.end(), 0.f);
+          std::copy(y + i * block, y + i * block + n, pad.begin());
+          bsum[i] = aten_sum8(pad.data(), block);
+        }
+      }
+      tokens[b] = sample_row(y, V, bsum.data(), nb, block, sample_uniform(seeds[b], counters[b]),
+                             bcdf.data());
+    }
+  });
+  std::vector<double> chosen;
+  at::Tensor vals, ids;
+  if (want > 0) {
+    auto ls = at::log_softmax(lg, -1).contiguous();
+    const float* l = ls.data_ptr<float>();
+    chosen.resize(B);
+    for (int64_t b = 0; b < B; ++b) chosen[b] = l[b * V + tokens[b]];  // gather
+    if (top == 0) {
+      // the chosen tokens' log-probabilities only
+    } else if (top == 1 && sample_top1_exact(V)) {
+      vals = at::empty({B, 1}, at::kFloat), ids = at::empty({B, 1}, at::kLong);
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t j = sample_top1(l + b * V, V);
+        vals.data_ptr<float>()[b] = l[b * V + j], ids.data_ptr<int64_t>()[b] = j;
+      }
+    } else {
+      auto tk = ls.topk(std::min(top, V), -1);
+      vals = std::get<0>(tk), ids = std::get<1>(tk);
+    }
+  }
+  return {tokens, chosen, vals, ids};
+}
+"""
+
+
+def step_kernel(device: torch.device, vocab_size: int):
+    """``sample_step`` where it gives the ATen path's tokens and log-probabilities in this process
+    (CPU, the kernels built, MKL's exp and ATen's block sums matched by their probes), else None."""
+    k = cpu_attention.kernel() if device.type == "cpu" else None
+    if k is None or vocab_size < 1 or not hasattr(k, "sample_step") or not k.fused_sampler_exact(CDF_BLOCK):
+        return None
+    return k.sample_step
