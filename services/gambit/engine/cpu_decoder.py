@@ -300,23 +300,29 @@ static void aten_rms_rows(const float* x, const float* w, float* o, int64_t N, i
   for (int64_t n = 0; n < N; ++n) aten_rms_row(x + n * H, w, o + n * H, q.data(), H, eps);
 }
 
+// What `probe` (a comparison against ATen) answers for `key`: run once per key, then remembered.
+template <class Probe>
+static bool probe_once(std::map<int64_t, bool>& known, std::mutex& mu, int64_t key, Probe probe) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(key);
+  if (it != known.end()) return it->second;
+  return known[key] = probe();
+}
+
 // Whether aten_rms_rows gives at::rms_norm's floats at width H here: five rows of every magnitude.
 static bool aten_rms_exact(int64_t H, double eps) {
   static std::mutex mu;
   static std::map<int64_t, bool> known;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = known.find(H);
-  if (it != known.end()) return it->second;
-  const int64_t N = 5;
-  auto x = at::empty({N, H}, at::kFloat), w = at::empty({H}, at::kFloat), o = at::empty({N, H}, at::kFloat);
-  float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>();
-  for (int64_t i = 0; i < N * H; ++i)
-    xp[i] = std::sin(1.3f * i + 0.5f) * std::pow(2.f, static_cast<float>(i % 29) / 4 - 3 + 4 * (i / H) - 8);
-  for (int64_t h = 0; h < H; ++h) wp[h] = std::cos(0.9f * h) * 2;
-  aten_rms_rows(xp, wp, o.data_ptr<float>(), N, H, static_cast<float>(eps));
-  const bool ok = at::equal(o, at::rms_norm(x, {H}, w, eps));
-  known[H] = ok;
-  return ok;
+  return probe_once(known, mu, H, [H, eps] {
+    const int64_t N = 5;
+    auto x = at::empty({N, H}, at::kFloat), w = at::empty({H}, at::kFloat), o = at::empty({N, H}, at::kFloat);
+    float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>();
+    for (int64_t i = 0; i < N * H; ++i)
+      xp[i] = std::sin(1.3f * i + 0.5f) * std::pow(2.f, static_cast<float>(i % 29) / 4 - 3 + 4 * (i / H) - 8);
+    for (int64_t h = 0; h < H; ++h) wp[h] = std::cos(0.9f * h) * 2;
+    aten_rms_rows(xp, wp, o.data_ptr<float>(), N, H, static_cast<float>(eps));
+    return at::equal(o, at::rms_norm(x, {H}, w, eps));
+  });
 }
 
 static at::Tensor aten_order_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {

@@ -66,23 +66,22 @@ static bool sample_exp_exact() {
 static bool sample_sum_exact(int64_t block) {
   static std::mutex mu;
   static std::map<int64_t, bool> known;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = known.find(block);
-  if (it != known.end()) return it->second;
-  bool ok = block >= 8;
-  for (auto shape : {std::pair<int64_t, int64_t>{1, 1}, {3, 5}, {96, 1}, {16, 3}}) {  // (rows, blocks a row)
-    const int64_t B = shape.first, nb = shape.second;
-    auto w = at::empty({B, nb * block}, at::kFloat);
-    float* p = w.data_ptr<float>();
-    for (int64_t i = 0; i < B * nb * block; ++i)
-      p[i] = (i % 7 == 3) ? 0.f
-                          : std::fabs(std::sin(0.61f * i)) * std::pow(2.f, -static_cast<float>(i % 41) / 2);
-    auto ref = w.view({B, nb, block}).sum(-1).contiguous();
-    const float* r = ref.data_ptr<float>();
-    for (int64_t i = 0; ok && i < B * nb; ++i) ok = aten_sum8(p + i * block, block) == r[i];
-  }
-  known[block] = ok;
-  return ok;
+  return probe_once(known, mu, block, [block] {
+    bool ok = block >= 8;
+    // (rows, blocks a row)
+    for (auto shape : {std::pair<int64_t, int64_t>{1, 1}, {3, 5}, {96, 1}, {16, 3}}) {
+      const int64_t B = shape.first, nb = shape.second;
+      auto w = at::empty({B, nb * block}, at::kFloat);
+      float* p = w.data_ptr<float>();
+      for (int64_t i = 0; i < B * nb * block; ++i)
+        p[i] = (i % 7 == 3) ? 0.f
+                            : std::fabs(std::sin(0.61f * i)) * std::pow(2.f, -static_cast<float>(i % 41) / 2);
+      auto ref = w.view({B, nb, block}).sum(-1).contiguous();
+      const float* r = ref.data_ptr<float>();
+      for (int64_t i = 0; ok && i < B * nb; ++i) ok = aten_sum8(p + i * block, block) == r[i];
+    }
+    return ok;
+  });
 }
 
 // A row's largest value, NaN if it holds one (amax's answer; the sign of a zero maximum may differ from
@@ -133,23 +132,21 @@ static int64_t sample_top1(const float* x, int64_t V) {
 static bool sample_top1_exact(int64_t V) {
   static std::mutex mu;
   static std::map<int64_t, bool> known;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = known.find(V);
-  if (it != known.end()) return it->second;
-  const int64_t B = 6;
-  auto x = at::empty({B, V}, at::kFloat);
-  float* p = x.data_ptr<float>();
-  for (int64_t i = 0; i < B * V; ++i) p[i] = std::round(std::sin(0.77f * i) * 3.f);  // many ties
-  for (int64_t v = 0; v < V; ++v) p[v] = 0.f, p[V + v] = -std::numeric_limits<float>::infinity();
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  p[2 * V + V / 2] = nan, p[2 * V + V - 1] = nan;
-  p[3 * V + V - 1] = 9.f;
-  auto top = x.topk(1, -1);
-  const int64_t* ti = std::get<1>(top).data_ptr<int64_t>();
-  bool ok = true;
-  for (int64_t b = 0; ok && b < B; ++b) ok = sample_top1(p + b * V, V) == ti[b];
-  known[V] = ok;
-  return ok;
+  return probe_once(known, mu, V, [V] {
+    const int64_t B = 6;
+    auto x = at::empty({B, V}, at::kFloat);
+    float* p = x.data_ptr<float>();
+    for (int64_t i = 0; i < B * V; ++i) p[i] = std::round(std::sin(0.77f * i) * 3.f);  // many ties
+    for (int64_t v = 0; v < V; ++v) p[v] = 0.f, p[V + v] = -std::numeric_limits<float>::infinity();
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    p[2 * V + V / 2] = nan, p[2 * V + V - 1] = nan;
+    p[3 * V + V - 1] = 9.f;
+    auto top = x.topk(1, -1);
+    const int64_t* ti = std::get<1>(top).data_ptr<int64_t>();
+    bool ok = true;
+    for (int64_t b = 0; ok && b < B; ++b) ok = sample_top1(p + b * V, V) == ti[b];
+    return ok;
+  });
 }
 
 // The plain-loop step serves here (a probe of each piece matched ATen in this process).

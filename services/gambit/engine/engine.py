@@ -16,7 +16,7 @@ from gambit.engine.events import Event, EvictedEvent, FinishedEvent, TokenEvent
 from gambit.engine.kv_cache import bytes_per_block
 from gambit.engine.linear import install_cpu_linears
 from gambit.engine.model_runner import ModelRunner
-from gambit.engine.sampler import CDF_BLOCK, SamplingBatch, mix64, sample, top_logprobs
+from gambit.engine.sampler import CDF_BLOCK, SamplingBatch, mix64, sample, top_logprobs, uses_filter
 from gambit.engine.scheduler import Scheduler
 from gambit.engine.sequence import SamplingParams, Trace, TraceStatus
 from gambit.engine.shared_prompt import SharedPrompts
@@ -358,8 +358,7 @@ class Engine:
         each row's token takes). Returns the tokens and, when ``want``, (chosen, top values, top ids)
         log-probabilities as lists (the top ones when ``top``, else None). Where every row samples
         without top-k / top-p, the plain-loop step (the same tokens and log-probabilities)."""
-        if (self._step_draw is not None and logits.dtype == torch.float32
-                and not any(k > 0 for k in top_ks) and not any(q < 1 for q in top_ps)):
+        if self._step_draw is not None and logits.dtype == torch.float32 and not uses_filter(top_ks, top_ps):
             tokens, chosen, vals, ids = self._step_draw(logits, temps, seeds, counters, want,
                                                         top if want else 0, CDF_BLOCK)
             if tokens:  # else a greedy row: the ATen path below

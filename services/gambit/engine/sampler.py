@@ -40,6 +40,11 @@ def uniforms(seeds: torch.Tensor, counters: torch.Tensor, n: int, stream: int = 
     return u.to(torch.float32).clamp(1e-12, 1 - 2.0 ** -24)  # clamp after the cast: never 1.0 in float32
 
 
+def uses_filter(top_ks, top_ps) -> bool:
+    """Whether some row of these settings asks for top-k or top-p (else the sort is skipped)."""
+    return any(k > 0 for k in top_ks) or any(p < 1 for p in top_ps)
+
+
 @dataclass
 class SamplingBatch:
     """Per-row sampling settings as tensors on the logits' device."""
@@ -53,7 +58,7 @@ class SamplingBatch:
 
     @classmethod
     def build(cls, temps, top_ks, top_ps, seeds, counters, device) -> SamplingBatch:
-        filtered = any(k > 0 for k in top_ks) or any(p < 1 for p in top_ps)
+        filtered = uses_filter(top_ks, top_ps)
         return cls(torch.tensor(temps, dtype=torch.float32, device=device),
                    torch.tensor(top_ks, dtype=torch.long, device=device),
                    torch.tensor(top_ps, dtype=torch.float32, device=device),

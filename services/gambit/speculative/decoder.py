@@ -307,8 +307,9 @@ class SpecDecoder:
         zero = torch.zeros(S, 1, dtype=torch.long, device=dev)
         depth = torch.cat([zero, tree.depth], 1)
         if self.engine.config.spec.verify == "match":  # plain decoding's own draws: the same text
-            # ``verify.sampled_tokens`` through the engine's own sampler (its plain-loop step where it
-            # serves): row (s, j) samples with trace s's settings at position N_s + 1 + depth
+            # the token plain decoding draws from each node's logits, by the engine's own sampler (its
+            # plain-loop step where it serves): row (s, j) samples with trace s's settings at position
+            # N_s + 1 + depth, the position its next token takes
             T = depth.shape[1]
             rep = lambda xs: [x for x in xs for _ in range(T)]  # noqa: E731
             counters = (Ns[:, None] + 1 + depth).reshape(-1).tolist()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from gambit.engine.sampler import SamplingBatch, mix64, sample
+from gambit.engine.sampler import mix64
 
 _GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64
 _STREAM = 0x5EC  # separates these uniforms from the sampler's
@@ -98,17 +98,6 @@ def accept(tokens: torch.Tensor, parent: torch.Tensor, depth: torch.Tensor, vali
     bonus = torch.searchsorted(c, x[:, None]).squeeze(-1).clamp(max=q.shape[-1] - 1)
     bonus = torch.where(c[:, -1] > 0, bonus, p_end.argmax(-1))  # rounding left no mass: argmax
     return on_path, end, bonus
-
-
-def sampled_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                   seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
-    """[S, T]: the token plain decoding draws from each node's logits [S, T, V] — the engine's own
-    sampler, with the trace's seed and, per node, the position its next token takes (``counters``)."""
-    S, T, V = logits.shape
-    rep = lambda x: x.repeat_interleave(T)  # noqa: E731
-    batch = SamplingBatch(rep(temperature.float()), rep(top_k), rep(top_p.float()), rep(seeds),
-                          counters.reshape(-1))  # filtered: sample's filter passes unfiltered rows through
-    return sample(logits.reshape(S * T, V), batch).view(S, T)
 
 
 def greedy_accept(tokens: torch.Tensor, parent: torch.Tensor, depth: torch.Tensor, valid: torch.Tensor,
