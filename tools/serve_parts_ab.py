@@ -17,7 +17,9 @@ Usage: .venv/bin/python tools/serve_parts_ab.py REPS VARIANTS [RUNS]
   and "embedded_all": the embedded wiring with every step on all threads (beside "embedded").
   RUNS: concurrent runs per solve (default 1).
   GAMBIT_AB_FULL=1 in the environment: the bench's default sizing (C = 8, 160 tokens), not --quick.
-Prints the median client latency, the run as its driver timed it and the scorer wait, per variant.
+Prints the median client latency, the run as its driver timed it, the scorer wait and the machine's
+busy CPU during the solve (every process, from /proc/stat: what the service path adds beside the engine),
+per variant.
 It reaches into a Serve replica (``__ray_call__``) to switch parts off: a tool, not a test."""
 import os
 import statistics
@@ -25,6 +27,7 @@ import sys
 import time
 
 import grpc
+import psutil
 import ray
 
 from gambit.bench.serve import QUICK, BenchServeConfig, problems, run_distributed, run_embedded
@@ -33,6 +36,12 @@ from gambit.serving.embedded import Embedded, EmbeddedConfig
 
 SWITCHES = {"nodefer", "localscorer", "norecords", "nometrics", "noprogress", "nopoll", "threads1",
             "allthreads", "enginenice", "switch"}
+
+
+def busy_cpu_s() -> float:
+    """Seconds of CPU the whole machine has been busy (all cores, every process)."""
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
 
 
 def configure(actor_self, name: str) -> str:
@@ -112,19 +121,20 @@ def main() -> int:
                 if not local_run:
                     ray.get(target.__ray_call__.remote(configure, v))
                     time.sleep(0.05)
-                t = time.perf_counter()
+                c, t = busy_cpu_s(), time.perf_counter()
                 out = (run_embedded(emb, batch, bcfg, runs) if local_run
                        else run_distributed(address, batch, bcfg, channel, runs))
                 res[v].append({"wall": time.perf_counter() - t, "driver": max(o["total"] for o in out),
-                               "sync": max(o["sync"] for o in out)})
+                               "sync": max(o["sync"] for o in out), "cpu": busy_cpu_s() - c})
             print(f"rep {i + 1}/{reps}", flush=True)
         base = statistics.median(r["wall"] for r in res["embedded"])
         print(f"\n{runs} run(s) per solve, {reps} interleaved repetitions, medians")
-        print("| variant | wall ms | ratio to embedded | driver-timed run ms | scorer wait ms |")
-        print("|---|---:|---:|---:|---:|")
+        print("| variant | wall ms | ratio to embedded | driver-timed run ms | scorer wait ms "
+              "| machine CPU ms |")
+        print("|---|---:|---:|---:|---:|---:|")
         for v, rs in res.items():
-            w, d, s = (statistics.median(r[k] for r in rs) for k in ("wall", "driver", "sync"))
-            print(f"| {v} | {1e3 * w:.1f} | {w / base:.3f} | {1e3 * d:.1f} | {1e3 * s:.1f} |")
+            w, d, s, c = (statistics.median(r[k] for r in rs) for k in ("wall", "driver", "sync", "cpu"))
+            print(f"| {v} | {1e3 * w:.1f} | {w / base:.3f} | {1e3 * d:.1f} | {1e3 * s:.1f} | {1e3 * c:.0f} |")
         emb.close()
     finally:
         local.stop()

@@ -126,3 +126,24 @@ def test_driver_bad_input(make_engine):
     with pytest.raises(ValueError, match="capacity"):
         driver.submit("Compute 1+2.\nSolution:\n", {"method": "sc", "capacity": -1})
     assert not driver.runs and not driver.engine.has_unfinished()
+
+
+def test_the_kv_ratio_check_follows_the_runs_of_the_driver(make_engine, scorer, hard_problems):
+    """The lowest KV ratio of the scored runs (Gambit, STEP) is kept until a run comes or goes: submit,
+    finish, and a run adopted from the store each change it; SC and DeepConf never evict by it."""
+    driver = SearchDriver(make_engine(), scorer)
+    assert driver._evict_ratio() == float("inf")
+    driver.submit(hard_problems[0], SearchConfig(method="sc", capacity=2, swap=1, kv_ratio=0.1))
+    assert driver._evict_ratio() == float("inf")
+    step = driver.submit(hard_problems[1], SearchConfig(method="step", capacity=2, swap=1, kv_ratio=0.7))
+    gambit = driver.submit(hard_problems[2], SearchConfig(method="gambit", capacity=2, swap=1, kv_ratio=0.9))
+    assert driver._evict_ratio() == 0.7
+    driver.cancel(step)
+    assert driver._evict_ratio() == 0.9
+    data = driver.store.load(gambit)
+    driver.cancel(gambit)
+    assert driver._evict_ratio() == float("inf")
+    data["result"] = None  # as if it had been left unfinished by a lost coordinator
+    other = SearchDriver(make_engine(), scorer, driver.store)
+    other.adopt("again", data)
+    assert other._evict_ratio() == 0.9

@@ -43,6 +43,18 @@ def test_update_load_roundtrip(store):
     assert store.unfinished() == ["r1", "r2"] and store.runs() == ["r1", "r2"]
 
 
+def test_rounds_and_results_read_back_as_json_in_both_stores(store):
+    """The memory store keeps the driver's round records and results as written and encodes them when
+    read: what comes back is what Redis gives, fresh lists for tuples, nothing shared with the writer."""
+    rnd, res = {"round": 1, "pruned": (3, 4), "branched": [[1, 5]]}, {"answer": "7", "votes": {"7": 2}}
+    store.update("r", RunUpdate(meta={"step": 1}, rounds=[rnd], result=res))
+    got = store.load("r")
+    assert got["rounds"] == [{"round": 1, "pruned": [3, 4], "branched": [[1, 5]]}]
+    assert got["result"] == res and got["result"] is not res and got["rounds"][0] is not rnd
+    got["result"]["votes"]["7"] = 0  # a reader's copy: the store is unchanged
+    assert store.load("r")["result"]["votes"] == {"7": 2}
+
+
 def test_finished_runs_leave_unfinished_and_expire(store):
     store.update("a", RunUpdate(meta={"step": 1}))
     store.update("b", RunUpdate(meta={"step": 1}))

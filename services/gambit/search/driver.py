@@ -15,7 +15,7 @@ import uuid
 from gambit.engine import BoundaryEvent, EvictedEvent, FinishedEvent, TokenEvent
 from gambit.search import tree as T
 from gambit.search.config import SearchConfig
-from gambit.search.guidance import Guidance, usage_over
+from gambit.search.guidance import Guidance
 from gambit.search.results import Progress, RunResult
 from gambit.search.run_state import TIMING_KEYS, SearchRun
 from gambit.search.store import MemoryStore, RunUpdate, TreeStore, check_run_id
@@ -50,6 +50,7 @@ class SearchDriver(Guidance):
         self.deferred: list[tuple] = []  # Gambit boundaries waiting for the next round's scorer call
         self.defers = scorer is not None  # Gambit's boundaries wait for its rounds (``Guidance._defer``)
         self.rounds = self.steps = 0
+        self._ratio: float | None = None  # the lowest KV ratio r of the scored runs (``_evict_ratio``)
 
     # -- API ------------------------------------------------------------------------------------
     def submit(self, problem, config: SearchConfig | dict | None = None, run_id: str | None = None) -> str:
@@ -75,6 +76,7 @@ class SearchDriver(Guidance):
         run = SearchRun(run_id, cfg, prompt, ids, gold, self.engine, self.scorer, self.owner)
         run.start()
         self.runs[run_id] = run
+        self._ratio = None
         self.store.update(run_id, run.flush(self.lazy))
         return run_id
 
@@ -116,7 +118,7 @@ class SearchDriver(Guidance):
         c1 = clock()
         cpu["forward"] += c1 - c0
         self.steps += 1
-        if self.deferred and usage_over(runs, self.engine.kv_usage()):
+        if self.deferred and self.engine.kv_usage() > self._evict_ratio():
             self._score_now(self._take_deferred())  # a trace may be evicted: it ranks on its scores
         t1b, c1b = time.perf_counter(), clock()  # that call is guidance, not routing
         gw = gc = 0.0  # guidance inside the loop: a trace ends, the deferred scores go first
@@ -254,7 +256,9 @@ class SearchDriver(Guidance):
     def _kv_evict(self) -> None:
         """Scheduler view: above a run's KV ratio r, evict the lowest-ranked resident trace (once)."""
         usage = self.engine.kv_usage()
-        if self.deferred and usage_over(self.runs.values(), usage):
+        if usage <= self._evict_ratio():
+            return
+        if self.deferred:
             self._score_now(self._take_deferred())  # it ranks on every boundary scored so far
         worst: tuple[float, SearchRun, Node] | None = None
         for run in self.runs.values():
@@ -272,6 +276,15 @@ class SearchDriver(Guidance):
             self.engine.abort(node.engine_id)
             run.evict(node)
 
+    def _evict_ratio(self) -> float:
+        """The lowest KV ratio r of the runs that evict under it (Gambit, STEP; inf: none): above it
+        the KV-ratio check may evict this step. Kept until the set of runs changes (it was a scan of
+        every run's config twice a step)."""
+        if self._ratio is None:
+            scored = [r.cfg.kv_ratio for r in self.runs.values() if r.cfg.method in ("gambit", "step")]
+            self._ratio = min(scored, default=float("inf"))
+        return self._ratio
+
     def _finish(self, run: SearchRun, reason: str) -> RunResult:
         c = self._clock()
         if self.deferred:
@@ -281,6 +294,7 @@ class SearchDriver(Guidance):
         result = run.finish(reason)
         self.store.update(run.run_id, run.flush(self.lazy))
         self.runs.pop(run.run_id, None)
+        self._ratio = None
         self.cpu["finish"] += self._clock() - c
         return result
 
@@ -294,9 +308,15 @@ class SearchDriver(Guidance):
             data = self.store.load(run_id)
             if data is None:
                 continue
-            self.runs[run_id] = self._restore(run_id, data)
+            self.adopt(run_id, data)
             back.append(run_id)
         return back
+
+    def adopt(self, run_id: str, data: dict) -> SearchRun:
+        """Take over a run from its stored tree (``store.load``) and step it from now on."""
+        run = self.runs[run_id] = self._restore(run_id, data)
+        self._ratio = None
+        return run
 
     def _restore(self, run_id: str, data: dict) -> SearchRun:
         meta = data["meta"]

@@ -13,11 +13,6 @@ import torch
 from gambit.scoring.confidence import with_confidence
 
 
-def usage_over(runs, usage: float) -> bool:
-    """The KV-ratio check may evict in a scored run this step (it ranks on current scores)."""
-    return any(r.cfg.method in ("gambit", "step") and usage > r.cfg.kv_ratio for r in runs)
-
-
 class Guidance:
     """Needs ``scorer``, ``pending``, ``deferred`` and ``score_calls`` on the instance."""
 

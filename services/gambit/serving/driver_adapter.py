@@ -88,7 +88,7 @@ class DriverAdapter:
         for node in data["nodes"].values():
             node["engine_id"] = None  # the lost replica's engine ids: never adopt a live trace here
         # SearchDriver.recover() does this for every unfinished run of a store; here only this one
-        run = self.driver.runs[run_id] = self.driver._restore(run_id, data)  # noqa: SLF001
+        run = self.driver.adopt(run_id, data)
         # counters go on from the stored ones: the metrics count only what happens from here
         self.last[run_id] = {"pruned": run.pruned, "branched": run.branched, "evicted": run.evicted,
                              "active": 0, "ghosts": 0, "resident": 0}
