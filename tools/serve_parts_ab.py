@@ -13,6 +13,7 @@ Usage: .venv/bin/python tools/serve_parts_ab.py REPS VARIANTS [RUNS]
     threads1     one torch thread in the Target
     allthreads   every step of the Target on all its threads (min_macs_per_thread 0)
     enginenice   the Target's engine thread at nice -10 (needs root or CAP_SYS_NICE)
+    targetnice   every thread of the Target (its OpenMP workers too) at nice -10 (the same)
     switch       the Target's GIL switch interval 0.2 ms instead of 5 ms
   and "embedded_all": the embedded wiring with every step on all threads (beside "embedded").
   RUNS: concurrent runs per solve (default 1).
@@ -35,7 +36,7 @@ from gambit.deployments import local
 from gambit.serving.embedded import Embedded, EmbeddedConfig
 
 SWITCHES = {"nodefer", "localscorer", "norecords", "nometrics", "noprogress", "nopoll", "threads1",
-            "allthreads", "enginenice", "switch"}
+            "allthreads", "enginenice", "targetnice", "switch"}
 
 
 def busy_cpu_s() -> float:
@@ -76,7 +77,9 @@ def configure(actor_self, name: str) -> str:
     ab["noprogress"] = "noprogress" in flags
     svc.cancel_poll_s = 100.0 if "nopoll" in flags else 0.1
     sys.setswitchinterval(2e-4 if "switch" in flags else 5e-3)
-    os.setpriority(os.PRIO_PROCESS, svc.engine_thread_id, -10 if "enginenice" in flags else 0)
+    for tid in (int(t) for t in os.listdir("/proc/self/task")):
+        nice = -10 if "targetnice" in flags or ("enginenice" in flags and tid == svc.engine_thread_id) else 0
+        os.setpriority(os.PRIO_PROCESS, tid, nice)
     ab.setdefault("min_macs", svc.engine.threads.min_macs)
     svc.engine.threads.min_macs = 0 if "allthreads" in flags else ab["min_macs"]
     threads = 1 if "threads1" in flags else 0
