@@ -79,7 +79,10 @@ def configure(actor_self, name: str) -> str:
     sys.setswitchinterval(2e-4 if "switch" in flags else 5e-3)
     for tid in (int(t) for t in os.listdir("/proc/self/task")):
         nice = -10 if "targetnice" in flags or ("enginenice" in flags and tid == svc.engine_thread_id) else 0
-        os.setpriority(os.PRIO_PROCESS, tid, nice)
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except ProcessLookupError:
+            pass  # the thread ended since the listing
     ab.setdefault("min_macs", svc.engine.threads.min_macs)
     svc.engine.threads.min_macs = 0 if "allthreads" in flags else ab["min_macs"]
     threads = 1 if "threads1" in flags else 0

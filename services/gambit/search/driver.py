@@ -75,8 +75,7 @@ class SearchDriver(Guidance):
             raise ValueError(f"prompt has {len(ids)} tokens; the context holds {self.engine.max_model_len}")
         run = SearchRun(run_id, cfg, prompt, ids, gold, self.engine, self.scorer, self.owner)
         run.start()
-        self.runs[run_id] = run
-        self._ratio = None
+        self._register(run)
         self.store.update(run_id, run.flush(self.lazy))
         return run_id
 
@@ -314,7 +313,11 @@ class SearchDriver(Guidance):
 
     def adopt(self, run_id: str, data: dict) -> SearchRun:
         """Take over a run from its stored tree (``store.load``) and step it from now on."""
-        run = self.runs[run_id] = self._restore(run_id, data)
+        return self._register(self._restore(run_id, data))
+
+    def _register(self, run: SearchRun) -> SearchRun:
+        """Every run enters ``runs`` here (and leaves in ``_finish``): the KV-ratio cache follows."""
+        self.runs[run.run_id] = run
         self._ratio = None
         return run
 

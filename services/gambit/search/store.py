@@ -69,9 +69,9 @@ def check_run_id(run_id: str) -> str:
 class MemoryStore:
     """In-process store; values go through JSON exactly as in Redis, so both behave the same. What
     the driver writes (``lazy_nodes``) is kept as it is and encoded when read: node snapshots, round
-    records and results (dicts it never changes after the write; encoding a run's result and its rounds
-    as they came was ~6% of the tournament's cost). Node dicts and meta are encoded at the write, so
-    a bad one changes nothing."""
+    records and results (dicts it never changes after the write, read rarely: encoding them at every
+    write showed in a profile of the rounds). Node dicts and meta are encoded at the write, so a bad
+    one changes nothing."""
 
     lazy_nodes = True
 
