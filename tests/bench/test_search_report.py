@@ -33,3 +33,24 @@ def test_pr_faster_needs_speculation_to_have_run():
 def test_throughput_with_nothing_answered_is_not_met():
     assert not _met(_out({"trace_throughput": 0.0}, {"trace_throughput": 0.0}, {}), "trace throughput")
     assert _met(_out({"trace_throughput": 15.0}, {"trace_throughput": 10.0}, {}), "trace throughput")
+
+
+def test_pr_faster_is_judged_on_the_median_chunk_pair():
+    """One slow spell landing on Gambit's chunks moves the total walls, not the median pair."""
+    g = {"wall_s": 1.0, "chunk_walls": [1.0, 1.0, 1.0, 3.0]}
+    slower = {"wall_s": 0.9, "chunk_walls": [1.02, 1.01, 1.03, 1.0]}  # total 0.68x, typical chunk 1.02x
+    assert not _met(_out(g, {}, slower), "Gambit+PR faster")
+    faster = {"wall_s": 1.3, "chunk_walls": [0.9, 0.9, 0.9, 3.9]}  # total 1.1x, typical chunk 0.9x
+    assert _met(_out(g, {}, faster), "Gambit+PR faster")
+    t = next(t for t in check_targets(_out(g, {}, faster)) if "Gambit+PR" in t["target"])
+    assert t["paired"] == {"median": 0.9, "min": 0.9, "max": 1.3, "pairs": 4}
+    assert "per chunk 0.90x [0.90, 1.30] over 4" in t["detail"]
+
+
+def test_throughput_pairs_traces_per_second_chunk_by_chunk():
+    g = {"trace_throughput": 12.0, "chunk_walls": [1.0, 1.0, 2.0], "chunk_finished": [16, 16, 16]}
+    st = {"trace_throughput": 10.0, "chunk_walls": [1.0, 1.0, 1.0], "chunk_finished": [10, 10, 12]}
+    t = next(t for t in check_targets(_out(g, st, {})) if "trace throughput" in t["target"])
+    assert t["paired"]["median"] == 1.6 and t["met"]  # 1.6, 1.6, 0.667 per chunk
+    assert _met(_out({"trace_throughput": 15.0, "chunk_walls": [1.0]}, {"trace_throughput": 10.0}, {}),
+                "trace throughput")  # unpaired (no STEP chunks): the totals decide

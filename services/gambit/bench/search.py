@@ -202,8 +202,11 @@ def run_variants(drivers, names, vs, problems, cfg, bar, records, checkpoint=Non
             wall = time.perf_counter() - t0
             rec = records.setdefault(name, {"runs": [], "wall": 0.0, "series": None,
                                             "spec_drafts": 0, "spec_capped_steps": 0,
-                                            "timings": dict.fromkeys(TIMING_KEYS, 0.0)})
+                                            "timings": dict.fromkeys(TIMING_KEYS, 0.0),
+                                            "chunk_walls": [], "chunk_finished": []})
             rec["wall"] += wall
+            rec["chunk_walls"].append(wall)  # per chunk: the variants' paired comparisons
+            rec["chunk_finished"].append(sum(res[rid].finished_traces for rid in ids))
             rec["spec_drafts"] += st.spec_drafts - spec0[0]  # trees drafted
             rec["spec_capped_steps"] += st.spec_capped_steps - spec0[1]  # steps a batch cap made plain
             for key in TIMING_KEYS:
@@ -242,6 +245,7 @@ def summarise(rec: dict) -> dict:
            # the search's own time (module docstring): everything the driver does but the engine step
            "overhead_fraction": (t["guidance"] + t["tree"] + t["scheduling"]) / wall if wall else 0.0,
            "spec_drafts": rec["spec_drafts"], "spec_capped_steps": rec["spec_capped_steps"],
+           "chunk_walls": rec.get("chunk_walls", []), "chunk_finished": rec.get("chunk_finished", []),
            "series": rec["series"]}
     return out
 
