@@ -202,11 +202,13 @@ def plot_all(out: dict, folder: str) -> list[str]:
     axes[1].set_title("KV use of the engine (%)", fontsize=9)
     for a in axes[:2]:
         a.set_xlabel("seconds since the run started")
-        a.legend(fontsize=7)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:  # one legend for both time panels, under them: inside, it covered the lines' ends
+        fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
     names = [k for k in MAIN if k in hard]
     axes[2].bar(names, [hard[k]["trace_throughput"] for k in names], color=[colours[k] for k in names])
     axes[2].set_title("trace throughput (answered traces / s)", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     files.append(str(folder_p / "fig3_6_utilisation.png"))
     fig.savefig(files[-1], dpi=110)
     plt.close(fig)

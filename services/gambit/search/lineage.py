@@ -102,7 +102,7 @@ def lineage_png(run_id: str, data: dict, path: str | Path) -> Path:
         dfs(r)
     row = {i: y for y, i in enumerate(order)}
     last = max([meta["step"]] + [n["end_step"] or 0 for n in nodes.values()])
-    fig, ax = plt.subplots(figsize=(11, max(3.0, 0.16 * len(order) + 1.5)))
+    fig, ax = plt.subplots(figsize=(12.5, max(3.0, 0.16 * len(order) + 1.5)))
     for i in order:
         n = nodes[i]
         end = n["end_step"] if n["end_step"] is not None else last
@@ -130,7 +130,7 @@ def lineage_png(run_id: str, data: dict, path: str | Path) -> Path:
                        Patch(color=COLOURS[T.EVICTED], label="evicted / ghost"),
                        Patch(color=COLOURS[T.STOPPED], label="stopped"),
                        Patch(color=COLOURS[T.RUNNING], label="running")],
-              fontsize=7, loc="lower right")
+              fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # off the traces
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
