@@ -86,3 +86,13 @@ def test_linears_bench_times_every_backend_at_every_shape():
     for times in r["us"].values():
         assert {"row-major F.linear", "transposed F.linear"} <= set(times)
         assert all(t > 0 for t in times.values())
+
+
+def test_batches_must_be_positive_integers(capsys):
+    from gambit.bench.engine import parse_args
+
+    for bad in ("a", "0,2", ""):
+        with pytest.raises(SystemExit):
+            parse_args(["--batches", bad])
+        assert f"comma-separated integers >= 1, got {bad!r}" in capsys.readouterr().err
+    assert parse_args(["--batches", "1,16"]).batches == [1, 16]

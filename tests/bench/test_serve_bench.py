@@ -37,3 +37,9 @@ def test_waves_must_be_positive():
 def test_one_run_pairs_must_be_positive():
     with pytest.raises(ValueError, match="one_run_pairs"):
         BenchServeConfig(one_run_pairs=0)
+
+
+@pytest.mark.parametrize("levels", ["a", "1,x", "0", ""])
+def test_concurrency_must_be_positive_integers(levels):
+    with pytest.raises(ValueError, match=f"concurrency: comma-separated integers >= 1, got {levels!r}"):
+        BenchServeConfig(concurrency=levels)

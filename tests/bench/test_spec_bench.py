@@ -86,3 +86,20 @@ def test_cycle_ratio_pairs_chunks():
     assert r["t_cycle_ms"] == [3000.0, 2000.0]
     del rows["p"]["chunk_cycle_seconds"]  # a row from before chunk pairs: the repetitions' ratios
     assert _cycle_ratio(rows, "p", "e")["median"] == 1.5
+
+
+@pytest.mark.parametrize("reps", ["0", "1"])
+def test_fewer_than_two_repetitions_is_refused(reps):
+    """``--reps 0`` once meant the default (0 is falsy); it is an error like 1."""
+    from gambit.bench.spec import main
+
+    with pytest.raises(SystemExit, match="--reps must be >= 2"):
+        main(["--reps", reps])
+
+
+@pytest.mark.parametrize("args", [["--max-tokens", "0"], ["--threads", "-1"]])
+def test_bad_sizes_are_refused_before_any_model_loads(args):
+    from gambit.bench.spec import main
+
+    with pytest.raises(SystemExit, match="--max-tokens must be >= 1 and --threads >= 0"):
+        main(args)

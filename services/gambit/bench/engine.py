@@ -394,13 +394,24 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def batch_list(text: str) -> list[int]:
+    """``--batches``: comma-separated batch sizes >= 1 (argparse reports the message)."""
+    try:
+        out = [int(x) for x in text.split(",")]
+    except ValueError:
+        out = []
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"comma-separated integers >= 1, got {text!r}")
+    return out
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="gambit bench engine", description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None, help=f"model folder or fetched name, e.g. smollm2 "
                    f"(default {DEFAULT_MODEL})")
     p.add_argument("--quick", action="store_true", help=f"batches {QUICK_BATCHES}, {QUICK_TOKENS} tokens")
     p.add_argument("--json", dest="json_path", default=None, help="write results here")
-    p.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=None,
+    p.add_argument("--batches", type=batch_list, default=None,
                    help=f"comma-separated batch sizes, traces decoded together (default {FULL_BATCHES})")
     p.add_argument("--tokens", type=int, default=None, help=f"new tokens per trace (default {FULL_TOKENS})")
     p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature of every backend")

@@ -40,6 +40,11 @@ from gambit.tasks.arithmetic import TaskConfig, generate
 DIFFICULTIES = {"all": (2, 8), "hard": (6, 8)}
 
 
+# the variants ``--methods`` can name (``variants``)
+METHODS = ("gambit", "sc", "step", "deepconf", "gambit_pr", "gambit_mlp", "step_mlp", "gambit_seq",
+           "step_seq")
+
+
 @dataclass
 class BenchSearchConfig:
     quick: bool = False  # fewer problems and a smaller sensitivity sweep (a few minutes)
@@ -74,7 +79,7 @@ class BenchSearchConfig:
     spec_max_batch: int = SpecConfig.max_batch  # Gambit + PR drafts in steps of <= this many traces (0: all)
     plots: str = "results/bench_search"  # folder for the PNG figures
     difficulties: str = "all,hard"  # which difficulty sets to run (comma list of all, hard)
-    methods: str = ""  # run only these main variants (comma list; empty: all)
+    methods: str = ""  # variants to run, comma list (empty: all): gambit,sc,step,deepconf,gambit_pr,...
     merge: str = ""  # instead of running: merge these result JSONs (comma list) into one report
 
     def __post_init__(self) -> None:
@@ -86,6 +91,9 @@ class BenchSearchConfig:
         if bad:
             raise ValueError(f"difficulties: unknown {sorted(bad)}; known {sorted(DIFFICULTIES)}")
         SpecConfig(max_batch=self.spec_max_batch)  # its check
+        bad = set(self.methods.split(",")) - set(METHODS) if self.methods else set()
+        if bad:
+            raise ValueError(f"methods: unknown {sorted(bad)}; known {list(METHODS)}")
 
     @property
     def n_problems(self) -> int:
@@ -113,6 +121,8 @@ def variants(cfg: BenchSearchConfig) -> dict[str, tuple[str, SearchConfig]]:
         v["gambit_pr"] = ("main", cfg.search(decoding="pr"))
     if cfg.methods:
         keep = set(cfg.methods.split(","))
+        if "gambit_pr" in keep and "gambit_pr" not in v:
+            raise ValueError("methods: gambit_pr needs --pr and a PR drafter (--pr-drafter or a shipped one)")
         v = {k: x for k, x in v.items() if k in keep}
     return v
 

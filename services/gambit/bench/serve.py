@@ -53,9 +53,13 @@ class BenchServeConfig:
         if self.capacity < 1 or self.max_tokens < 1 or self.reps < 1 or self.waves < 1 \
                 or self.one_run_pairs < 1:
             raise ValueError("capacity, max_tokens, reps, waves and one_run_pairs must be >= 1")
-        self.levels = [int(x) for x in self.concurrency.split(",")]
+        need = f"concurrency: comma-separated integers >= 1, got {self.concurrency!r}"
+        try:
+            self.levels = [int(x) for x in self.concurrency.split(",")]
+        except ValueError:
+            raise ValueError(need) from None
         if not self.levels or min(self.levels) < 1:
-            raise ValueError("concurrency: comma-separated integers >= 1")
+            raise ValueError(need)
 
 
 def log(msg: str) -> None:

@@ -406,9 +406,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the result JSON here")
     ap.add_argument("--plots", default=None, help="folder for the PNG plots (default: next to --json)")
     a = ap.parse_args(argv)
-    reps = a.reps or (2 if a.quick else 3)
+    reps = a.reps if a.reps is not None else (2 if a.quick else 3)  # 0 is an error, not the default
     if reps < 2:
         raise SystemExit("error: --reps must be >= 2 (interleaved A B A B)")
+    if a.max_tokens < 1 or a.threads < 0:
+        raise SystemExit(f"error: --max-tokens must be >= 1 and --threads >= 0, "
+                         f"got {a.max_tokens}, {a.threads}")
     r = run_bench(a.quick, reps, a.max_tokens, a.threads, Path(a.drafters), a.device)
     print(r["tables_md"])
     if a.json or a.plots:
