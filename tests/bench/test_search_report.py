@@ -54,3 +54,24 @@ def test_throughput_pairs_traces_per_second_chunk_by_chunk():
     assert t["paired"]["median"] == 1.6 and t["met"]  # 1.6, 1.6, 0.667 per chunk
     assert _met(_out({"trace_throughput": 15.0, "chunk_walls": [1.0]}, {"trace_throughput": 10.0}, {}),
                 "trace throughput")  # unpaired (no STEP chunks): the totals decide
+
+
+def test_chunks_of_different_merged_runs_are_not_paired(tmp_path):
+    """``--merge`` of two runs: their chunks did not run back to back, so the totals decide."""
+    import json
+
+    from gambit.bench.search_report import merge_results
+
+    g = {"wall_s": 1.0, "chunk_walls": [1.0, 1.0, 1.0]}
+    pr = {"wall_s": 0.9, "chunk_walls": [1.0, 1.0, 0.7]}  # paired median 1.0x, totals 0.9x
+    base = _out({}, {}, {})["by_difficulty"]["hard"]["methods"]
+    parts = []
+    for name, m in (("a", {"gambit": dict(base["gambit"], **g)}),
+                    ("b", {"gambit_pr": dict(base["gambit_pr"], **pr)})):
+        f = tmp_path / f"{name}.json"
+        f.write_text(json.dumps({"config": {}, "by_difficulty": {"hard": {"methods": m}}}))
+        parts.append(str(f))
+    t = next(t for t in check_targets(merge_results(parts)) if "Gambit+PR" in t["target"])
+    assert t["paired"] is None and t["met"]  # 0.9x of the totals
+    one = _out(g, {}, pr)  # the same numbers from one run: paired, parity
+    assert not _met(one, "Gambit+PR faster")

@@ -23,7 +23,7 @@ def merge_results(paths: list[str]) -> dict:
         for diff, d in part["by_difficulty"].items():
             tgt = out["by_difficulty"].setdefault(diff, {**d, "methods": {}})
             for k, m in d["methods"].items():
-                tgt["methods"].setdefault(k, m)
+                tgt["methods"].setdefault(k, {**m, "part": p})  # chunks pair only within one run
     return out
 
 
@@ -81,9 +81,10 @@ def paired(ratios: list[float]) -> dict | None:
 
 def chunk_ratios(a: dict, b: dict, per: str) -> list[float]:
     """Per chunk, ``a``'s over ``b``'s: wall time (``per`` "wall") or traces per second ("traces");
-    empty for results without chunk records (older JSON) or with different chunks."""
+    empty for results without chunk records (older JSON), with different chunks, or from different
+    runs merged (``--merge``: their chunks did not run back to back)."""
     wa, wb = a.get("chunk_walls") or [], b.get("chunk_walls") or []
-    if not wa or len(wa) != len(wb) or min(wa + wb) <= 0:
+    if not wa or len(wa) != len(wb) or min(wa + wb) <= 0 or a.get("part") != b.get("part"):
         return []
     if per == "wall":
         return [x / y for x, y in zip(wa, wb, strict=True)]
