@@ -154,6 +154,7 @@ def _pr_target(diff: str, g: dict, p: dict) -> dict:
                       + (f"; no tree drafted ({p.get('spec_capped_steps', 0)} capped steps): "
                          "it decoded plainly, the difference is noise" if plain else "")}
 
+
 def plot_all(out: dict, folder: str) -> list[str]:
     import matplotlib
 
