@@ -210,11 +210,10 @@ def run_variants(drivers, names, vs, problems, cfg, bar, records, checkpoint=Non
             ids = [d.submit(p, scfg, run_id=bench_run_id(name, ci + j)) for j, p in enumerate(chunk)]
             res = d.run_until_done(ids)
             wall = time.perf_counter() - t0
-            rec = records.setdefault(name, {"runs": [], "wall": 0.0, "series": None,
+            rec = records.setdefault(name, {"runs": [], "series": None,
                                             "spec_drafts": 0, "spec_capped_steps": 0,
                                             "timings": dict.fromkeys(TIMING_KEYS, 0.0),
                                             "chunk_walls": [], "chunk_finished": []})
-            rec["wall"] += wall
             rec["chunk_walls"].append(wall)  # per chunk: the variants' paired comparisons
             rec["chunk_finished"].append(sum(res[rid].finished_traces for rid in ids))
             rec["spec_drafts"] += st.spec_drafts - spec0[0]  # trees drafted
@@ -240,7 +239,7 @@ def summarise(rec: dict) -> dict:
     runs = rec["runs"]
     n = len(runs)
     t = rec["timings"]
-    wall = rec["wall"]
+    wall = sum(rec["chunk_walls"])  # in chunk order, as it was accumulated
     spent = sum(t.values())
     out = {"problems": n, "accuracy": sum(r["correct"] for r in runs) / n,
            "majority_accuracy": sum(r["majority_ok"] for r in runs) / n,
@@ -255,7 +254,7 @@ def summarise(rec: dict) -> dict:
            # the search's own time (module docstring): everything the driver does but the engine step
            "overhead_fraction": (t["guidance"] + t["tree"] + t["scheduling"]) / wall if wall else 0.0,
            "spec_drafts": rec["spec_drafts"], "spec_capped_steps": rec["spec_capped_steps"],
-           "chunk_walls": rec.get("chunk_walls", []), "chunk_finished": rec.get("chunk_finished", []),
+           "chunk_walls": rec["chunk_walls"], "chunk_finished": rec["chunk_finished"],
            "series": rec["series"]}
     return out
 
