@@ -12,8 +12,11 @@ by digest). Measurements, each a median over ``--reps`` pairs:
 
 Each side's outputs are hashed: ``same`` says both generated the same tokens (and answers).
 
+With ``--old-env`` / ``--new-env KEY=VALUE`` one side's processes get extra environment variables: REV
+HEAD then compares an environment against none (an allocator through ``LD_PRELOAD``, a thread setting).
+
 Usage: .venv/bin/python tools/checkout_ab.py REV [--batches 1,16,96] [--tokens 200] [--reps 5]
-       [--model smollm2] [--no-search] [--json FILE]
+       [--model smollm2] [--no-search] [--json FILE] [--old-env K=V ...] [--new-env K=V ...]
 """
 import argparse
 import json
@@ -73,8 +76,9 @@ print(json.dumps({"seconds": secs, "digest": h.hexdigest()}))
 """
 
 
-def run_side(tree: Path, kind: str, model: str, batch: int, tokens: int, reps: int) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(tree / "services"))
+def run_side(tree: Path, kind: str, model: str, batch: int, tokens: int, reps: int,
+             extra: dict[str, str]) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(tree / "services"), **extra)
     out = subprocess.run([sys.executable, "-c", CHILD, kind, model, str(batch), str(tokens), str(reps)],
                          env=env, capture_output=True, text=True, check=True, cwd=tree)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -90,7 +94,17 @@ def main() -> int:
     ap.add_argument("--model", default="", help="model for plain decoding (default the shipped target)")
     ap.add_argument("--no-search", action="store_true", help="skip the search chunk")
     ap.add_argument("--json", default="", help="write the results here")
+    ap.add_argument("--old-env", action="append", default=[], metavar="K=V",
+                    help="an environment variable for the old side's processes (repeatable)")
+    ap.add_argument("--new-env", action="append", default=[], metavar="K=V",
+                    help="an environment variable for this checkout's processes (repeatable)")
     args = ap.parse_args()
+    envs = {}
+    for side, pairs in (("old", args.old_env), ("new", args.new_env)):
+        bad = [p for p in pairs if "=" not in p or not p.split("=", 1)[0]]
+        if bad:
+            ap.error(f"--{side}-env takes KEY=VALUE, got {bad}")
+        envs[side] = dict(p.split("=", 1) for p in pairs)
     if args.reps < 1 or args.tokens < 1 or args.inner < 1:
         ap.error("--reps, --tokens and --inner must be >= 1")
     batches = [int(b) for b in args.batches.split(",") if b]
@@ -107,7 +121,7 @@ def main() -> int:
                 for r in range(args.reps):
                     for side in (("old", "new") if r % 2 == 0 else ("new", "old")):
                         res = run_side(old if side == "old" else ROOT, kind, args.model, b, args.tokens,
-                                       args.inner)
+                                       args.inner, envs[side])
                         sides[side].append(statistics.median(res["seconds"]))
                         digests[side].add(res["digest"])
                     print(f"  {kind} {b or ''}: pair {r + 1}/{args.reps}", file=sys.stderr, flush=True)
@@ -122,14 +136,15 @@ def main() -> int:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)],
                            capture_output=True)
     print(f"\n{args.rev} (old) vs this checkout (new), {args.reps} alternating pairs"
-          f"{', model ' + args.model if args.model else ''}")
+          f"{', model ' + args.model if args.model else ''}"
+          + "".join(f"; {side} env {e}" for side, e in envs.items() if e))
     print("| measure | old s | new s | new / old | spread | same output |\n|---|---:|---:|---:|---|---|")
     for r in rows:
         print(f"| {r['measure']} | {r['old_s']:.4f} | {r['new_s']:.4f} | {r['ratio']:.3f} | "
               f"{r['ratio_min']:.3f}-{r['ratio_max']:.3f} | {r['same']} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"rev": args.rev, "model": args.model or "target",
-                                               "rows": rows}, indent=1))
+                                               "env": envs, "rows": rows}, indent=1))
     return 0
 
 

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 
 from gambit.serving.protos import load
@@ -8,6 +10,8 @@ from gambit.serving.solve_config import SolveConfig, from_request
     (dict(capacity=0), "capacity"), (dict(capacity=2, swap=3), "swap"), (dict(method="beam"), "method"),
     (dict(decoding="medusa"), "decoding"), (dict(round_interval=0), "round_interval"),
     (dict(max_tokens=0), "max_tokens"), (dict(temperature=-1.0), "temperature"),
+    (dict(temperature=math.nan), "temperature"), (dict(timeout_s=-1.0), "timeout_s"),
+    (dict(timeout_s=math.inf), "timeout_s"), (dict(timeout_s=math.nan), "timeout_s"),
 ])
 def test_bad_values_name_their_field(fields, name):
     with pytest.raises(ValueError, match=rf"^{name}:"):
