@@ -11,6 +11,7 @@ import json
 from dataclasses import fields
 
 import pytest
+import torch
 
 from gambit.paths import TARGET
 from gambit.train.repro import compare_history
@@ -46,3 +47,19 @@ def test_history_comparison_catches_a_difference():
     assert compare_history(a, a[:1], 100)  # a missing step is a mismatch
     with pytest.raises(ValueError, match="threads"):
         TrainTargetConfig(threads=0)
+
+
+def test_float64_training_saves_float32_weights_and_records_its_arithmetic(tmp_path):
+    from safetensors import safe_open
+
+    with pytest.raises(ValueError, match="train_dtype"):
+        TrainTargetConfig(train_dtype="bfloat16")
+    info = train_target(TrainTargetConfig(out=str(tmp_path / "t64"), steps=2, warmup=1, threads=1,
+                                          train_dtype="float64"))
+    assert info["config"]["train_dtype"] == "float64"
+    with safe_open(str(tmp_path / "t64" / "model.safetensors"), "pt") as f:
+        dtypes = {f.get_tensor(k).dtype for k in f.keys()}
+    assert dtypes == {torch.float32}
+    # float64 arithmetic is not float32's: the first loss differs in its 5 digits (init drawn in float64)
+    f32 = train_target(TrainTargetConfig(threads=1), stop=1)["loss_history"][0]["loss"]
+    assert info["loss_history"][0]["loss"] != f32

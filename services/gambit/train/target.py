@@ -7,6 +7,7 @@ numbers are random and unpredictable).
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import random
@@ -45,6 +46,9 @@ class TrainTargetConfig:
     spell_products: bool = False
     threads: int = 2  # torch intra-op threads (recorded in the card; floats depend on it)
     checkpoint_every: int = 0  # also save <out>-step<N> every N steps (0: never)
+    # float64's rounding (~1e-16) stays below the history's 5 digits through step 200 at any thread
+    # count, where float32's grows past the learning-rate peak (tools/target_repro_dtype.py)
+    train_dtype: str = "float32"  # training arithmetic: float32 (the shipped card's) | float64 (~2x slower)
 
     def __post_init__(self) -> None:
         if self.steps <= 0 or self.batch_size <= 0 or self.lr <= 0:
@@ -53,6 +57,18 @@ class TrainTargetConfig:
             raise ValueError(f"threads must be >= 1 (the card records it), got {self.threads}")
         if self.num_layers < 6:
             raise ValueError("num_layers must be >= 6 so the three EAGLE-3 taps (2, L//2, L-3) differ")
+        if self.train_dtype not in TRAIN_DTYPES:
+            raise ValueError(f"train_dtype must be one of {', '.join(TRAIN_DTYPES)}, "
+                             f"got {self.train_dtype!r}")
+
+
+TRAIN_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def save_float32(model: CausalLM, tok: Tokenizer, out) -> None:
+    """Save the weights as float32 (what the engine serves), whatever the training arithmetic."""
+    save_model(model if all(p.dtype == torch.float32 for p in model.parameters())
+               else copy.deepcopy(model).float(), tok, out)
 
 
 def model_config(cfg: TrainTargetConfig, tok: Tokenizer) -> ModelConfig:
@@ -100,7 +116,7 @@ def train_target(cfg: TrainTargetConfig, stop: int | None = None) -> dict:
     """Train and save; ``stop`` runs only the first steps and saves nothing (reproducibility test)."""
     rng = repro.setup(cfg.seed, cfg.threads)
     tok = build_char_tokenizer()
-    model = CausalLM(model_config(cfg, tok))
+    model = CausalLM(model_config(cfg, tok)).to(TRAIN_DTYPES[cfg.train_dtype])
     for p in model.parameters():
         if p.dim() == 2:
             torch.nn.init.normal_(p, std=0.02)
@@ -135,12 +151,12 @@ def train_target(cfg: TrainTargetConfig, stop: int | None = None) -> dict:
         if step % 100 == 0 or step == cfg.steps - 1:
             history.append({"step": step, "loss": round(ema, 5), "elapsed_s": round(elapsed, 1)})
         if cfg.checkpoint_every and step and step % cfg.checkpoint_every == 0:
-            save_model(model, tok, f"{cfg.out}-step{step}")
+            save_float32(model, tok, f"{cfg.out}-step{step}")
     if stop is not None:
         return {"config": asdict(cfg), "loss_history": history, **repro.environment()}
     model.eval()
     out = Path(cfg.out)
-    save_model(model, tok, out)
+    save_float32(model, tok, out)
     info = {"config": asdict(cfg), "params": n_params, "train_tokens": tokens,
             "train_seconds": round(time.time() - start, 1), "final_loss": round(ema, 5),
             "loss_history": history, **repro.environment()}
