@@ -13,6 +13,8 @@ import json
 import subprocess
 import sys
 
+from gambit.train.target import TRAIN_DTYPES
+
 CHILD = r"""
 import json, sys
 from gambit.train.target import TrainTargetConfig, train_target
@@ -29,10 +31,15 @@ def main() -> int:
     ap.add_argument("--dtypes", default="float32,float64", help="training arithmetic, comma list")
     ap.add_argument("--json", default="", help="write the histories here")
     a = ap.parse_args()
-    threads = [int(t) for t in a.threads.split(",") if t]
+    try:
+        threads = [int(t) for t in a.threads.split(",") if t]
+    except ValueError:
+        ap.error(f"--threads takes a comma list of integers, got {a.threads!r}")
     dtypes = [d for d in a.dtypes.split(",") if d]
     if a.steps < 1 or not threads or min(threads) < 1 or not dtypes:
         ap.error("--steps >= 1, --threads positive integers, --dtypes not empty")
+    if set(dtypes) - set(TRAIN_DTYPES):
+        ap.error(f"--dtypes: unknown {sorted(set(dtypes) - set(TRAIN_DTYPES))}; known {list(TRAIN_DTYPES)}")
     runs = {}
     for d in dtypes:
         for t in threads:

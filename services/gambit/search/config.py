@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+MAX_WALL_S = 1e9  # the largest wall-time limit a run takes, seconds
+
 METHODS = ("gambit", "sc", "step", "deepconf")
 RANKS = ("mean", "last", "min")
 DECODINGS = ("plain", "eagle3.1", "pr")
@@ -79,7 +81,7 @@ class SearchConfig:
         finite("kv_ratio", 0.0, 1.0, lo_open=True)
         finite("temperature", 0.0, 10.0)
         finite("top_p", 0.0, 1.0, lo_open=True)
-        finite("max_wall_s", 0.0, 1e9)
+        finite("max_wall_s", 0.0, MAX_WALL_S)
         finite("deepconf_keep", 0.0, 100.0, lo_open=True)
 
     def to_dict(self) -> dict:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gambit.search.config import MAX_WALL_S
+
 METHODS = ("gambit", "sc", "step", "deepconf")
 DECODINGS = ("plain", "eagle3.1", "pr")
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_PROBLEM_CHARS = 8192
-MAX_TIMEOUT_S = 1e9  # the search's own bound on a run's wall-time limit (SearchConfig.max_wall_s)
 
 
 @dataclass
@@ -53,8 +54,8 @@ class SolveConfig:
             raise ValueError(f"child_temperature: must be in (0, 10], got {self.child_temperature}")
         if self.seed < 0:
             raise ValueError(f"seed: must be >= 0, got {self.seed}")
-        if not 0 <= self.timeout_s <= MAX_TIMEOUT_S:  # NaN fails too; inf is not "none" (that is 0)
-            raise ValueError(f"timeout_s: must be in [0, {MAX_TIMEOUT_S:g}] seconds (0 = none), "
+        if not 0 <= self.timeout_s <= MAX_WALL_S:  # NaN fails too; inf is not "none" (that is 0)
+            raise ValueError(f"timeout_s: must be in [0, {MAX_WALL_S:g}] seconds (0 = none), "
                              f"got {self.timeout_s}")
 
 
