@@ -97,3 +97,17 @@ def test_run_with_pr_decoding_shows_tau_per_trace(tmp_path, capsys):
     assert "speculative (pr): tau" in out
     assert main(args + ["--spec-max-batch", "2"]) == 0
     assert "no trace drafted" in capsys.readouterr().out
+
+
+def test_cli_builds_without_the_serving_and_ops_extras():
+    """The GPU machine's image has torch, grpcio and protobuf but not grpcio-health-checking,
+    grpcio-reflection, the Grafana SDK, Ray, Redis or Locust: `gambit bench ...` must still parse there
+    (it did not: building the parser imported the dashboards and the gRPC health service)."""
+    blocked = ["grafana_foundation_sdk", "grpc_health", "grpc_reflection", "grpc_tools", "ray", "redis",
+               "locust", "prometheus_client"]
+    code = (f"import sys\nfor m in {blocked!r}: sys.modules[m] = None\n"
+            "from gambit.cli import build_parser\n"
+            "a = build_parser().parse_args(['bench', 'search', '--quick'])\n"
+            "assert a.func.__name__ == '_cmd_bench_search', a.func\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -43,7 +43,7 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 def check_dtype(device: str, dtype: str, prompts, ref: list, args) -> dict:
     model, tok = load_model(str(TARGET), device=device, dtype=dtype)
     eng = Engine(model, tok, EngineConfig(device=device, dtype=dtype, spec=BASE, cpu_kernel=False))
-    load_drafters(eng, ASSETS)
+    load_drafters(eng, ASSETS, keys=("eagle3.1", "pr"))  # the budget reserves two drafter caches
     out: dict = {"device": str(eng.device), "dtype": str(eng.dtype)}
     _, plain, _, _ = run_once(eng, prompts, 1, "plain", args.max_tokens)
     diffs = [first_difference(p, r) for p, r in zip(plain, ref, strict=True)]

@@ -34,7 +34,7 @@ args = ap.parse_args()
 batches = [int(b) for b in args.batches.split(",")]
 torch.set_num_threads(os.cpu_count() or 1)
 eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET)))
-load_drafters(eng, ASSETS)
+load_drafters(eng, ASSETS, keys=("eagle3.1", "pr"))  # what tree_systems uses (2 reserved caches)
 pool = prompts_for((2, 8), max(8, max(batches)), 11, eng.tokenizer)
 systems = tree_systems(args.trees)
 for b in batches:

@@ -3,6 +3,7 @@
 import os
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[2]  # the checkout: services/gambit/paths.py -> repo root
 ASSETS = Path(__file__).resolve().parent / "assets"
 TARGET = ASSETS / "target"
 DRAFTER_EAGLE31 = ASSETS / "drafter-eagle3.1"

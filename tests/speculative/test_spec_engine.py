@@ -327,3 +327,21 @@ def test_add_samples_speculative_equals_plain_separate_adds(target, method):
     assert stats.shared_prompt_tokens == 3 * len(prompt)
     assert stats.spec_drafts > 0 and stats.tau > 2.0, stats.tau
     assert set(stats.trace_tau) >= set(range(1, 4))  # the followers drafted too
+
+
+def test_kv_budget_covers_drafter_caches_and_the_tap_buffer(target):
+    """A budget-sized engine (how CUDA runs: ~all free memory) must hold every tensor speculative
+    decoding allocates per KV slot, its reserved drafters' caches and the tap buffer, within the budget:
+    on an H200 the tap buffer (3 hidden states per slot) was left out and ran the card out of memory."""
+    model, tok = target
+    budget, fraction = 64 << 20, 0.9
+    eng = Engine(model, tok, EngineConfig(device="cpu", dtype="float32", spec=SMALL, kv_memory_bytes=budget,
+                                          kv_fraction=fraction))
+    eng.register_drafter("eagle", random_drafter(eng.model, seed=1))
+    eng.register_drafter("pr", random_drafter(eng.model, seed=2, method="pr"))
+    eng.generate(_prompts(tok)[:2], _params("pr", max_tokens=8))
+    spec = eng.speculator()
+    caches = [eng.runner.cache, *spec.caches.values()]
+    used = sum(c.k.nbytes + c.v.nbytes for c in caches) + sum(b.nbytes for b in spec.tap_buffers.values())
+    assert spec.tap_buffers, "the PR run wrote no taps"
+    assert budget * fraction * 0.99 <= used <= budget * fraction  # all of the budget, and no more

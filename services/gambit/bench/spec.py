@@ -75,10 +75,13 @@ def tree_systems(names: str) -> dict[str, tuple[str, SpecConfig]]:
 CAPPED = "pr, capped (default)"  # "Batch cap" table: the engine's defaults, batch cap included
 
 
-def load_drafters(eng: Engine, folder: Path) -> dict[str, str]:
-    """Register every drafter found (or a random stand-in for the four main ones); key → provenance."""
+def load_drafters(eng: Engine, folder: Path, keys: tuple[str, ...] = ()) -> dict[str, str]:
+    """Register every drafter found (or a random stand-in for the four main ones), or only ``keys``;
+    key → provenance. Each takes a KV cache as large as the target's blocks (one layer)."""
     found = {}
     for key, (name, method) in DRAFTERS.items():
+        if keys and key not in keys:
+            continue
         path = next((p for p in (folder / name, folder / "ablations" / name) if (p / "config.json").exists()),
                     folder / name)
         if (path / "config.json").exists():
@@ -257,7 +260,9 @@ def run_bench(quick: bool, reps: int, max_tokens: int, threads: int, folder: Pat
               device: str = "auto") -> dict:
     threads = threads or os.cpu_count() or 1  # 0: every core, as the serving engine runs (Target)
     torch.set_num_threads(threads)
-    eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET), device=device))
+    # every drafter below gets a KV cache: the budget (on CUDA ~all free memory) reserves room for each
+    spec = SpecConfig(max_drafters=len(DRAFTERS))
+    eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET), device=device, spec=spec))
     tok = eng.tokenizer
     found = load_drafters(eng, folder)
     per_split = 2 if quick else 4

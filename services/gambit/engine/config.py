@@ -40,7 +40,8 @@ class SpecConfig:
     # Python tree (the C++ tree has the paper's rule only); on the shipped target it moved tau by -0.4%
     # at the paper's tree and +1.5% at k = 4 (tools/pr_oracle.py)
     select: str = "confidence"
-    max_drafters: int = 2  # drafter KV caches the KV budget reserves room for (one layer each)
+    max_drafters: int = 2  # drafter KV caches the KV budget reserves room for (one layer each; with any, also
+    # the tap buffer: 3 target hidden states per KV slot, shared by the drafters)
     # draft only in steps of at most this many traces (0: no cap); in a larger batch speculative traces
     # take plain steps (their target taps kept, so drafting resumes when the batch shrinks). With this
     # tree and draft trees in the CPU kernel, on a 2-core AMD EPYC: greedy PR / EAGLE-3.1 over plain

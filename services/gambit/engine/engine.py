@@ -13,7 +13,7 @@ from gambit.engine.block_manager import BlockManager, OutOfBlocks
 from gambit.engine.boundary import BoundaryDetector
 from gambit.engine.config import EngineConfig
 from gambit.engine.events import Event, EvictedEvent, FinishedEvent, TokenEvent
-from gambit.engine.kv_cache import bytes_per_block
+from gambit.engine.kv_cache import bytes_per_block, spec_tap_bytes_per_block
 from gambit.engine.linear import install_cpu_linears
 from gambit.engine.model_runner import ModelRunner
 from gambit.engine.sampler import CDF_BLOCK, SamplingBatch, mix64, sample, top_logprobs, uses_filter
@@ -126,6 +126,8 @@ class Engine:
                 given = DEFAULT_CPU_KV_BYTES
         per = bytes_per_block(self.model.config, self.config.block_size, self.dtype)
         per += per * self.config.spec.max_drafters // self.model.config.num_hidden_layers  # drafter KV
+        if self.config.spec.max_drafters:  # the target's raw taps by KV slot (drafters share one buffer)
+            per += spec_tap_bytes_per_block(self.model.config, self.config.block_size, self.dtype)
         n = int(given * self.config.kv_fraction) // per
         if n < 1:
             raise ValueError(f"KV budget {given} B x {self.config.kv_fraction} holds no {per}-byte block")

@@ -40,6 +40,15 @@ def bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) ->
     return 2 * config.num_hidden_layers * block_size * config.num_key_value_heads * config.head_dim * elem
 
 
+EAGLE_TAPS = 3  # target layers an EAGLE-3 drafter reads: the tap buffer holds this many hidden states
+
+
+def spec_tap_bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
+    """Bytes one block's slots take in speculative decoding's tap buffer (raw target taps by slot)."""
+    elem = torch.empty((), dtype=dtype).element_size()
+    return block_size * EAGLE_TAPS * config.hidden_size * elem
+
+
 class KVCache:
     def __init__(self, config: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype,
                  device: torch.device) -> None:

@@ -118,7 +118,8 @@ def _invert_cdf_(w: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     icdf = inner.to(torch.float64).cumsum_(-1).add_(prefix)
     j = torch.searchsorted(icdf, x, right=True)
     # rounding can put x at or past the block's last sum: take its last positive entry instead
-    last = (inner > 0).to(torch.long).mul_(torch.arange(1, CDF_BLOCK + 1)).argmax(-1, keepdim=True)
+    ranks = torch.arange(1, CDF_BLOCK + 1, device=inner.device)
+    last = (inner > 0).to(torch.long).mul_(ranks).argmax(-1, keepdim=True)
     j = torch.where(j >= CDF_BLOCK, last, j)
     return (blk * CDF_BLOCK + j)[:, 0].clamp_(max=V - 1)
 

@@ -8,7 +8,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from gambit.ops.generate import REPO
+from gambit.paths import REPO
 
 LOCUSTFILE = REPO / "loadtest" / "locustfile.py"
 

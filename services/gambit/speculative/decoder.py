@@ -22,7 +22,7 @@ import torch
 from gambit.engine.attention import PagedAttention, SeqInput, _padded_tables
 from gambit.engine.block_manager import OutOfBlocks
 from gambit.engine.events import BoundaryEvent, Event, TokenEvent
-from gambit.engine.kv_cache import KVCache
+from gambit.engine.kv_cache import KVCache, bytes_per_block
 from gambit.engine.linear import pack_drafter
 from gambit.engine.sampler import top_logprobs
 from gambit.engine.sequence import Trace
@@ -102,9 +102,17 @@ class SpecDecoder:
         pack_drafter(drafter, e.config.cpu_linear != "plain", e.runner.use_kernel)
         if e.runner.use_kernel and e.runner.cpp_layers:
             cpu_drafter.install(drafter)  # the same floats, from C++
+        mc = drafter.config.model_config()
+        if e.device.type == "cuda":  # the budget took ~all free memory, less spec.max_drafters caches
+            need = bytes_per_block(mc, e.config.block_size, e.dtype) * e.num_blocks
+            free = torch.cuda.mem_get_info(e.device)[0]
+            if need > free:
+                raise ValueError(f"drafter {name!r}: its KV cache needs {need / 2**30:.2f} GiB and "
+                                 f"{free / 2**30:.2f} GiB are free; the KV budget reserved room for "
+                                 f"spec.max_drafters={e.config.spec.max_drafters} drafters "
+                                 f"({len(self.caches)} registered): raise it, or set num_blocks")
         self.drafters[name] = drafter
-        self.caches[name] = KVCache(drafter.config.model_config(), e.num_blocks, e.config.block_size,
-                                    e.dtype, e.device)
+        self.caches[name] = KVCache(mc, e.num_blocks, e.config.block_size, e.dtype, e.device)
 
     def prepare(self, decoding: str) -> str:
         """The drafter key for a trace's ``decoding``; loads a shipped or given drafter once."""
