@@ -321,3 +321,21 @@ def test_boundary_events_not_repeated_after_recompute(target):
     eng, ids, events = _boundary_run(target, block_size=4, num_blocks=40, preemption="recompute")
     assert eng.stats.preemptions > 0
     _check_boundaries(target, eng, ids, events)
+
+
+@pytest.mark.parametrize("temps", [[0.0, 0.0, 0.0], [0.8, 0.0, 1.3], [0.8, 0.5, 1.3]])
+def test_rows_that_sample_are_known_on_the_host(temps):
+    """``build`` records which rows sample (no device read to branch on CUDA); the tokens equal those
+    of a batch that reads them off the tensor, greedy rows their argmax."""
+    from dataclasses import replace
+
+    logits = torch.randn(3, 300, generator=torch.Generator().manual_seed(3))
+    sb = _batch(3, temperature=temps, top_k=[0, 5, 0], top_p=[1.0, 1.0, 0.9], seeds=[1, 2, 3])
+    assert sb.hot == {0: "none", 3: "all"}.get(sum(t > 0 for t in temps), "some")
+    assert sb.seeds.tolist() == [1, 2, 3] and sb.top_k.tolist() == [0, 5, 0]
+    assert sb.top_p.tolist() == pytest.approx([1.0, 1.0, 0.9])
+    assert sb.temperature.tolist() == pytest.approx(temps)
+    got = sample(logits.clone(), sb)
+    assert torch.equal(got, sample(logits.clone(), replace(sb, hot=None)))
+    greedy = [i for i, t in enumerate(temps) if t == 0]
+    assert got[greedy].tolist() == logits.argmax(-1)[greedy].tolist()

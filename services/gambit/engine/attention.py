@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from gambit.engine.cpu_attention import paged_attention, paged_decode
-from gambit.engine.host_lists import long_tensor, padded_rows
+from gambit.engine.host_lists import long_tensor, padded_rows, to_device
 from gambit.engine.kv_cache import KVCache
 
 # up to this many new tokens in a forward the CPU kernel serves every row (plain decoding's rule, so
@@ -77,8 +77,8 @@ def _group(items: list[SeqInput], offsets: torch.Tensor, tables: torch.Tensor, b
             mask[b, : it.q, it.ctx: it.ctx + it.q] = it.mask.to(device="cpu", dtype=torch.bool)
     mask &= valid[:, :, None]
     mask[:, :, 0] |= ~valid  # padding queries see one key so SDPA yields no NaN
-    return Group(rows.to(device), valid.to(device), rows[valid].to(device), tables[:, :nb].to(device),
-                 mask[:, None].to(device))
+    return Group(to_device(rows, device), to_device(valid, device), to_device(rows[valid], device),
+                 to_device(tables[:, :nb], device), to_device(mask[:, None], device))
 
 
 def kernel_serves(items: list[SeqInput], speculative: bool = False) -> bool:
@@ -124,14 +124,14 @@ class PagedAttention:
         item = torch.repeat_interleave(torch.arange(len(items)), q_len)
         ctx = torch.tensor([it.ctx for it in items])
         pos = torch.arange(self.num_tokens) - offsets[item] + ctx[item]
-        self.slots = (tables[item, pos // bs] * bs + pos % bs).to(device)
+        self.slots = to_device(tables[item, pos // bs] * bs + pos % bs, device)
         is_decode = q_len == 1
         dec = is_decode.nonzero().flatten()
         multi = (~is_decode).nonzero().flatten()
         self.decode = None  # decode rows for the in-place CPU kernel: (rows, tables, lens)
         if len(dec) and use_kernel:
             lens = torch.tensor([it.ctx + 1 for it in items])[dec]
-            self.decode = (offsets[dec].to(device), tables[dec].contiguous(), lens)
+            self.decode = (to_device(offsets[dec], device), tables[dec].contiguous(), lens)
         for idx in ([] if self.decode else [dec]) + [multi]:
             if len(idx):
                 ids = idx.tolist()

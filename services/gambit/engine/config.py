@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 PREEMPTION_MODES = ("recompute", "evict")
+DECODE_GRAPH_MODES = ("off", "static", "cuda")  # EngineConfig.decode_graphs (engine/decode_graphs.py)
 
 
 @dataclass
@@ -107,6 +108,11 @@ class EngineConfig:
     # to thread sync than they gain (engine/step_threads.py). The shipped target: 1 thread below 12
     # rows; SmolLM2-135M: all from 1 row. 0: every step on all threads
     min_macs_per_thread: int = 16_000_000
+    # plain decode steps over static buffers (engine/decode_graphs.py): "cuda" replays them as CUDA
+    # graphs, one launch a step where eager takes ~200 (not yet run on a GPU); "static" runs the same
+    # step eagerly on any device (tests)
+    decode_graphs: str = "off"  # "off" | "cuda" (CUDA graphs for plain decode steps) | "static" (tests)
+    graph_max_batch: int = 256  # plain decode steps of at most this many traces take the graph path
     spec: SpecConfig = field(default_factory=SpecConfig)  # tree drafting for speculative traces
 
     def __post_init__(self) -> None:
@@ -126,6 +132,10 @@ class EngineConfig:
             raise ValueError(f"min_macs_per_thread must be an integer >= 0, got {self.min_macs_per_thread!r}")
         if self.cpu_linear not in ("transposed", "packed", "plain"):
             raise ValueError(f"cpu_linear must be transposed, packed or plain, got {self.cpu_linear!r}")
+        if self.decode_graphs not in DECODE_GRAPH_MODES:
+            raise ValueError(f"decode_graphs must be one of {DECODE_GRAPH_MODES}, got {self.decode_graphs!r}")
+        if not isinstance(self.graph_max_batch, int) or self.graph_max_batch < 1:
+            raise ValueError(f"graph_max_batch must be an integer >= 1, got {self.graph_max_batch!r}")
         if self.preemption not in PREEMPTION_MODES:
             raise ValueError(f"preemption must be one of {PREEMPTION_MODES}, got {self.preemption!r}")
 

@@ -86,7 +86,8 @@ class Engine:
         self.scheduler = Scheduler(self.blocks, config.max_num_seqs, config.max_num_batched_tokens,
                                    config.preemption)
         self.runner = ModelRunner(self.model, self.num_blocks, config.block_size, self.device, self.dtype,
-                                  config.cpu_kernel, config.cpu_layers)
+                                  config.cpu_kernel, config.cpu_layers, config.decode_graphs,
+                                  config.graph_max_batch)
         self.traces: dict[int, Trace] = {}
         self.stats = EngineStats()
         self._next_id = 0

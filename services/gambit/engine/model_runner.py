@@ -9,6 +9,7 @@ import torch
 
 from gambit.engine import cpu_attention, cpu_decoder
 from gambit.engine.attention import PagedAttention, SeqInput
+from gambit.engine.decode_graphs import DecodeGraphs
 from gambit.engine.host_lists import long_tensor
 from gambit.engine.kv_cache import KVCache
 from gambit.model.llama import CausalLM
@@ -26,7 +27,8 @@ class RunnerOutput:
 
 class ModelRunner:
     def __init__(self, model: CausalLM, num_blocks: int, block_size: int, device: torch.device,
-                 dtype: torch.dtype, cpu_kernel: bool = True, cpp_layers: bool = True) -> None:
+                 dtype: torch.dtype, cpu_kernel: bool = True, cpp_layers: bool = True,
+                 decode_graphs: str = "off", graph_max_batch: int = 256) -> None:
         self.model = model
         self.cpp_layers = cpp_layers  # kernel-served forwards run the layer loop in C++ (cpu_decoder)
         self._weights: tuple | None = None  # (fast-path signature, cpu_decoder.layer_weights)
@@ -34,7 +36,10 @@ class ModelRunner:
         # decode attention straight from the blocks: CPU + float32 only, when the kernel compiles
         self.use_kernel = (cpu_kernel and device.type == "cpu" and dtype == torch.float32
                            and cpu_attention.kernel() is not None)
-        self.cache = KVCache(model.config, num_blocks, block_size, dtype, device)
+        # decode graphs: one block more than the block manager has, the sink padded rows write to
+        self.cache = KVCache(model.config, num_blocks + (decode_graphs != "off"), block_size, dtype, device)
+        self.graphs = (DecodeGraphs(model, self.cache, graph_max_batch, capture=decode_graphs == "cuda")
+                       if decode_graphs != "off" else None)
         if device.type == "cpu" and cpu_kernel:  # any dtype: the slot copy moves bytes (None: not built)
             self.cache.kernel = cpu_attention.kernel()
 
@@ -52,6 +57,9 @@ class ModelRunner:
 
         ``logit_rows`` index the flat concatenation of all items' new tokens.
         """
+        if self.graphs is not None and self.graphs.serves(items, logit_rows, taps):
+            logits, hidden, tokens, positions, slots = self.graphs.run(items)
+            return RunnerOutput(logits, hidden, {}, tokens, positions, slots)
         tokens = long_tensor([t for it in items for t in it.tokens], self.device)
         positions = long_tensor([p for it in items for p in it.positions], self.device)
         attn = PagedAttention(self.cache, items, self.device, self.use_kernel)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from gambit.engine.host_lists import to_device
+
 _GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64
 _C1 = -4658895280553007687  # 0xBF58476D1CE4E5B9
 _C2 = -7723592293110705685  # 0x94D049BB133111EB
@@ -55,15 +57,20 @@ class SamplingBatch:
     seeds: torch.Tensor  # [B] long
     counters: torch.Tensor  # [B] long, the position being sampled
     filtered: bool = True  # False when no row uses top-k / top-p (skips the sort)
+    hot: str | None = None  # "all" / "none" / "some" rows with temperature > 0; None: read the tensor
 
     @classmethod
     def build(cls, temps, top_ks, top_ps, seeds, counters, device) -> SamplingBatch:
+        """From per-row lists: two copies to the device (floats, integers), not five, and which rows
+        sample known on the host, so ``sample`` needs no device-to-host read to branch (on CUDA each
+        was a stream synchronisation)."""
         filtered = uses_filter(top_ks, top_ps)
-        return cls(torch.tensor(temps, dtype=torch.float32, device=device),
-                   torch.tensor(top_ks, dtype=torch.long, device=device),
-                   torch.tensor(top_ps, dtype=torch.float32, device=device),
-                   torch.tensor(seeds, dtype=torch.long, device=device),
-                   torch.tensor(counters, dtype=torch.long, device=device), filtered)
+        n_hot = sum(t > 0 for t in temps)
+        hot = "all" if n_hot == len(temps) else "none" if n_hot == 0 else "some"
+        f = torch.tensor([list(temps), list(top_ps)], dtype=torch.float32)
+        i = torch.tensor([list(top_ks), list(seeds), list(counters)], dtype=torch.long)
+        f, i = to_device(f, torch.device(device)), to_device(i, torch.device(device))
+        return cls(f[0], i[0], f[1], i[1], i[2], filtered, hot)
 
 
 def _nucleus(sorted_logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -128,8 +135,8 @@ def sample(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     """Next token per row: argmax where temperature is 0, else one uniform per row inverts the CDF."""
     logits = logits.float()
     hot = batch.temperature > 0
-    all_hot = bool(hot.all())
-    if not all_hot and not bool(hot.any()):
+    all_hot = batch.hot == "all" if batch.hot is not None else bool(hot.all())
+    if batch.hot == "none" or (batch.hot is None and not all_hot and not bool(hot.any())):
         return logits.argmax(-1)
     t = batch.temperature if all_hot else torch.where(hot, batch.temperature, 1.0)
     scaled = torch.div(logits, t[:, None])  # a fresh buffer, consumed in place below
