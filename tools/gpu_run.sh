@@ -33,6 +33,6 @@ search=${PIPESTATUS[0]}
 rm -f "$OUT"/*.partial  # a call returns at most 8 files
 timeout 80 $PY tools/spec_batch_speed.py 1,8,32 --reps 2 2>&1 | tee "$OUT/spec_batch_gpu.log"
 timeout 45 $PY tools/gpu_profile.py --out "$OUT/gpu_profile.txt" > /tmp/gpu_profile.log 2>&1
-grep "^==" "$OUT/gpu_profile.txt"
+grep -A1 "^==" "$OUT/gpu_profile.txt"
 echo "gpu_check exit $check, cuda_check exit $cuda, gpu_graphs exit $graphs, bench search exit $search"
 [ "$check" = 0 ] && [ "$cuda" = 0 ] && [ "$graphs" = 0 ] && [ "$search" = 0 ]

@@ -15,6 +15,7 @@ ended first): ``tools/gpu_run.sh`` checks it against eager decoding and times bo
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 
 import torch
@@ -115,7 +116,7 @@ class DecodeGraphs:
         for it in items:
             host += it.block_table[:NB] + [self.sink] * (NB - len(it.block_table[:NB]))
         host += [self.sink] * (NB * pad)
-        st.host.copy_(torch.tensor(host, dtype=torch.long))
+        st.host.copy_(torch.frombuffer(array("q", host), dtype=torch.long))  # packed in C (host_lists)
         st.meta.copy_(st.host, non_blocking=self.capture)  # the last step's copy ended: it sampled since
         if st.graph is not None:
             st.graph.replay()
