@@ -6,14 +6,28 @@ peak (README, "Reproducible models"); ``--train-dtype float64`` keeps every hist
 ``train_target(cfg, stop=STEPS)`` with the card's config: nothing is saved.
 
 Usage: PYTHONPATH=services .venv/bin/python tools/target_repro_dtype.py [--steps 201]
-       [--threads 1,2,4] [--dtypes float32,float64] [--json FILE]   (float64: ~3.5 min a run here)
+       [--threads 1,2,4] [--dtypes float32,float64] [--isa avx2] [--json FILE]   (float64: ~3.5 min a run)
+
+``--isa avx2`` pins the instruction set the children's arithmetic may use (ATen's kernels through
+``ATEN_CPU_CAPABILITY``, MKL's through its conditional-numerical-reproducibility mode ``MKL_CBWR``,
+oneDNN's through ``ONEDNN_MAX_CPU_ISA``): histories then depend on the machine only through what these
+libraries promise to keep fixed. Stop 38 found the histories differ by instruction set (this AVX2 host
+against stop 37's AVX-512 one), in float64 too.
 """
 import argparse
 import json
+import os
+import platform
 import subprocess
 import sys
 
 from gambit.train.target import TRAIN_DTYPES
+
+# per --isa: the libraries' own switches. MKL's CNR branches other than COMPATIBLE promise equal results
+# only on Intel CPUs (elsewhere MKL falls back to its AUTO branch); COMPATIBLE holds on every x86 CPU.
+ISA_ENV = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+           "compatible": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE",
+                          "ONEDNN_MAX_CPU_ISA": "SSE41"}}
 
 CHILD = r"""
 import json, sys
@@ -29,6 +43,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=201, help="training steps per run (history every 100)")
     ap.add_argument("--threads", default="1,2,4", help="torch thread counts, comma list")
     ap.add_argument("--dtypes", default="float32,float64", help="training arithmetic, comma list")
+    ap.add_argument("--isa", default="", choices=["", *ISA_ENV], help="pin the children's instruction set "
+                    "(ATEN_CPU_CAPABILITY, MKL_CBWR, ONEDNN_MAX_CPU_ISA): avx2, or compatible (scalar ATen, "
+                    "MKL's branch for every x86 CPU); empty: the machine's own")
     ap.add_argument("--json", default="", help="write the histories here")
     a = ap.parse_args()
     try:
@@ -40,11 +57,13 @@ def main() -> int:
         ap.error("--steps >= 1, --threads positive integers, --dtypes not empty")
     if set(dtypes) - set(TRAIN_DTYPES):
         ap.error(f"--dtypes: unknown {sorted(set(dtypes) - set(TRAIN_DTYPES))}; known {list(TRAIN_DTYPES)}")
+    env = dict(os.environ)
+    env.update(ISA_ENV.get(a.isa, {}))
     runs = {}
     for d in dtypes:
         for t in threads:
             out = subprocess.run([sys.executable, "-c", CHILD, d, str(t), str(a.steps)], capture_output=True,
-                                 text=True, check=True)
+                                 text=True, check=True, env=env)
             runs[f"{d}/{t}"] = json.loads(out.stdout.strip().splitlines()[-1])
             print(f"  {d}, {t} thread(s): {runs[f'{d}/{t}']}", file=sys.stderr, flush=True)
     steps = [s for s, _ in next(iter(runs.values()))]
@@ -58,8 +77,26 @@ def main() -> int:
         print(f"{d}: the same history at every thread count: {same}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"steps": a.steps, "runs": runs}, f, indent=1)
+            json.dump({"steps": a.steps, "runs": runs, "isa": a.isa or "machine", "machine": _machine()}, f,
+                      indent=1)
     return 0
+
+
+def _machine() -> dict:
+    """What the histories may depend on: CPU model and flags' vector width, torch's dispatch level."""
+    import torch
+
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+        lines = info.splitlines()
+        flags = next((ln for ln in lines if ln.startswith("flags")), "")
+        model = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "")
+    except OSError:
+        model = platform.processor()
+    return {"cpu": model, "avx512f": " avx512f" in flags, "torch": torch.__version__,
+            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 if __name__ == "__main__":

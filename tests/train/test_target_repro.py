@@ -63,3 +63,26 @@ def test_float64_training_saves_float32_weights_and_records_its_arithmetic(tmp_p
     # float64 arithmetic is not float32's: the first loss differs in its 5 digits (init drawn in float64)
     f32 = train_target(TrainTargetConfig(threads=1), stop=1)["loss_history"][0]["loss"]
     assert info["loss_history"][0]["loss"] != f32
+
+
+def test_repro_tool_pins_the_instruction_set(tmp_path):
+    """``tools/target_repro_dtype.py --isa``: each child runs under the libraries' ISA switches, and the
+    JSON says which and on what machine (stop 38 found step 200 moves with the instruction set)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    tool, env = repo / "tools" / "target_repro_dtype.py", {**os.environ, "PYTHONPATH": str(repo / "services")}
+    out = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, str(tool), "--steps", "1", "--threads", "1", "--dtypes", "float32",
+                        "--isa", "compatible", "--json", str(out)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert res["isa"] == "compatible" and res["runs"]["float32/1"] == [[0, 4.54276]]  # the card's step 0
+    assert res["machine"]["torch"] == torch.__version__ and "torch_cpu_capability" in res["machine"]
+    bad = subprocess.run([sys.executable, str(tool), "--isa", "avx512"], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert bad.returncode == 2 and "--isa" in bad.stderr
