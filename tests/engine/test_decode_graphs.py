@@ -80,6 +80,35 @@ def test_static_decode_logits_match_eager(target):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
+def test_static_decode_with_forks_aborts_and_priorities(target):
+    """What a search does to the engine between decode steps: fork children that share the parent's
+    blocks (a partial last block copied), abort some, reprioritise, under a cache that evicts."""
+    _, tok = target
+    prompts = _prompts(tok, 3)
+    runs = {}
+    for mode in ("off", "static"):
+        eng = _engine(target, mode, num_blocks=24, preemption="evict")
+        ids = [eng.add(p, SamplingParams(temperature=0.8, max_tokens=72, seed=i, ignore_eos=True))
+               for i, p in enumerate(prompts)]
+        out: dict[int, list[int]] = {}
+        for step in range(400):
+            if not eng.has_unfinished():
+                break
+            for ev in eng.step():
+                if hasattr(ev, "token_id"):
+                    out.setdefault(ev.trace_id, []).append(ev.token_id)
+            live = [i for i in ids if i in eng.traces and not eng.traces[i].is_done]
+            if step in (10, 25) and live:
+                ids += eng.fork(live[0], 2, seeds=[100 + step, 200 + step])
+            if step == 30 and len(live) > 2:
+                eng.abort(live[-1])
+                eng.set_priority(live[1], 3.0)
+        runs[mode] = (out, eng.stats.forks, eng.stats.evictions, eng.blocks.num_used)
+    assert runs["static"][0] == runs["off"][0] and len(runs["off"][0]) >= 5
+    assert runs["static"][1:] == runs["off"][1:] and runs["off"][1] == 4
+    assert runs["off"][2] > 0 and runs["off"][3] == 0  # evictions happened; every block came back
+
+
 def test_decode_graphs_config_is_checked(target):
     with pytest.raises(ValueError, match="decode_graphs"):
         EngineConfig(decode_graphs="graphs")
