@@ -20,6 +20,7 @@ import statistics
 import time
 
 import torch
+from gpu_check import first_difference  # tools/ is the script's own folder on sys.path
 
 from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.model.loader import load_model
@@ -31,11 +32,6 @@ def engine(device: str, dtype: str, mode: str) -> Engine:
     model, tok = load_model(str(TARGET), device=device, dtype=dtype)
     return Engine(model, tok, EngineConfig(device=device, dtype=dtype, cpu_kernel=False, num_blocks=8192,
                                            max_num_seqs=512, decode_graphs=mode))
-
-
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
-                None if len(a) == len(b) else min(len(a), len(b)))
 
 
 def timed(eng: Engine, prompts, tokens: int, device: str) -> float:

@@ -41,8 +41,7 @@ class StaticDecodeAttention:
 
     def __init__(self, cache: KVCache, slots: torch.Tensor, tables: torch.Tensor, lens: torch.Tensor) -> None:
         self.cache, self.slots, self.tables, self.lens = cache, slots, tables, lens
-        B, nb = tables.shape
-        self.key_pos = torch.arange(nb * cache.block_size, device=tables.device)
+        self.key_pos = torch.arange(tables.shape[1] * cache.block_size, device=tables.device)
         self.mask: torch.Tensor | None = None
 
     def prepare(self) -> None:
@@ -114,7 +113,8 @@ class DecodeGraphs:
         host += [it.block_table[it.ctx // bs] * bs + it.ctx % bs for it in items] + [sink_slot] * pad
         host += [it.ctx + 1 for it in items] + [1] * pad
         for it in items:
-            host += it.block_table[:NB] + [self.sink] * (NB - len(it.block_table[:NB]))
+            table = it.block_table[:NB]
+            host += table + [self.sink] * (NB - len(table))
         host += [self.sink] * (NB * pad)
         st.host.copy_(torch.frombuffer(array("q", host), dtype=torch.long))  # packed in C (host_lists)
         st.meta.copy_(st.host, non_blocking=self.capture)  # the last step's copy ended: it sampled since
