@@ -4,9 +4,11 @@ it prints τ and the ratio to the first drafter's, and with --json writes them.
 
 Shipped target (default): the shipped EAGLE-3.1 and PR drafters plus any folders given, on the spec
 bench's prompts (PER test problems per difficulty split, 96 tokens).
-A real checkpoint (--model): the drafter folders given (EAGLE-3.1's first), on the last PER questions
-of a GSM8K-layout file through the model's chat template (the held-out end `gambit train drafter
---prompts` never trains on).
+Another target of this task (--model FOLDER without --prompts, e.g. a re-ship candidate): the drafter
+folders given, on the same prompts.
+A real checkpoint (--model --prompts): the drafter folders given (EAGLE-3.1's first), on the last PER
+questions of a GSM8K-layout file through the model's chat template (the held-out end `gambit train
+drafter --prompts` never trains on).
 
 --speed N adds wall time: plain and each drafter interleaved N times per tree, speedup = plain seconds /
 drafter seconds within a repetition (median and min-max), after a warm-up of each.
@@ -39,7 +41,8 @@ ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("folders", nargs="*", help="drafter folders (with --model: EAGLE-3.1's first)")
 ap.add_argument("--per", type=int, default=4, help="prompts per split (shipped) or in all (--model)")
 ap.add_argument("--model", default="", help="target model folder or name ('' = the shipped target)")
-ap.add_argument("--prompts", default="", help="with --model: GSM8K-layout JSONL; its last --per questions")
+ap.add_argument("--prompts", default="", help="with --model: GSM8K-layout JSONL; its last --per questions "
+                "('' = the spec bench's task prompts, for a target trained on this project's task)")
 ap.add_argument("--max-tokens", type=int, default=96, help="tokens generated per prompt")
 ap.add_argument("--trees", default="B=48,B=48 k=4,B=24,defaults",
                 help="comma-separated trees: \"defaults\" or space-separated KNOB=N changes to the paper's "
@@ -57,9 +60,12 @@ torch.set_num_threads(args.threads)
 model = str(resolve_model(args.model)) if args.model else str(TARGET)
 eng = Engine.from_pretrained(model, EngineConfig(model=model))
 keys = []
-if not args.model:
-    load_drafters(eng, ASSETS)
-    keys = ["eagle3.1", "pr"]
+if args.model and not args.folders:
+    raise SystemExit("--model takes the drafter folders trained for it (EAGLE-3.1's first)")
+if not args.prompts:  # this project's task: the shipped target, or another target of it (--model)
+    if not args.model:
+        load_drafters(eng, ASSETS)
+        keys = ["eagle3.1", "pr"]
     prompts = [p for i, (_, ops) in enumerate(SPLITS.items())
                for p in prompts_for(ops, args.per, 100 + i, eng.tokenizer)]
 else:

@@ -21,13 +21,13 @@ import platform
 import subprocess
 import sys
 
+from gambit.train import repro
 from gambit.train.target import TRAIN_DTYPES
 
 # per --isa: the libraries' own switches. MKL's CNR branches other than COMPATIBLE promise equal results
 # only on Intel CPUs (elsewhere MKL falls back to its AUTO branch); COMPATIBLE holds on every x86 CPU.
 ISA_ENV = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
-           "compatible": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE",
-                          "ONEDNN_MAX_CPU_ISA": "SSE41"}}
+           "compatible": repro.ISA_ENV["compatible"]}  # what `gambit train target --isa compatible` sets
 
 CHILD = r"""
 import json, sys

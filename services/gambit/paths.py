@@ -6,6 +6,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]  # the checkout: services/gambit/paths.py -> repo root
 ASSETS = Path(__file__).resolve().parent / "assets"
 TARGET = ASSETS / "target"
+# the target's re-ship candidate: the same recipe under `--isa compatible`, so its loss history is the same
+# on every x86 CPU tried (README, "Reproducible models"); nothing serves it until its drafters and scorers
+# are retrained on it
+TARGET_COMPATIBLE = ASSETS / "target-compatible"
 DRAFTER_EAGLE31 = ASSETS / "drafter-eagle3.1"
 DRAFTER_PR = ASSETS / "drafter-pr"
 DRAFTER_HASS = ASSETS / "drafter-hass"

@@ -103,3 +103,11 @@ def test_bad_sizes_are_refused_before_any_model_loads(args):
 
     with pytest.raises(SystemExit, match="--max-tokens must be >= 1 and --threads >= 0"):
         main(args)
+
+
+def test_a_target_folder_without_a_model_is_refused(tmp_path):
+    """``--target`` (drafters trained for another target, e.g. a re-ship candidate) must be a model."""
+    from gambit.bench.spec import main
+
+    with pytest.raises(SystemExit, match="--target .*no config.json"):
+        main(["--target", str(tmp_path)])

@@ -13,13 +13,13 @@ from dataclasses import fields
 import pytest
 import torch
 
-from gambit.paths import TARGET
+from gambit.paths import TARGET, TARGET_COMPATIBLE
 from gambit.train.repro import compare_history
 from gambit.train.target import TrainTargetConfig, train_target
 
 
-def card_config(tmp_path) -> tuple[dict, TrainTargetConfig]:
-    card = json.loads((TARGET / "training.json").read_text())
+def card_config(tmp_path, folder=TARGET) -> tuple[dict, TrainTargetConfig]:
+    card = json.loads((folder / "training.json").read_text())
     known = {f.name for f in fields(TrainTargetConfig)}
     cfg = {k: v for k, v in card["config"].items() if k in known}
     cfg.update(out=str(tmp_path / "target"), threads=card["torch_threads"])
@@ -86,3 +86,32 @@ def test_repro_tool_pins_the_instruction_set(tmp_path):
     bad = subprocess.run([sys.executable, str(tool), "--isa", "avx512"], capture_output=True, text=True,
                          timeout=120, env=env)
     assert bad.returncode == 2 and "--isa" in bad.stderr
+
+
+def test_an_instruction_set_is_pinned_in_a_child_process(tmp_path):
+    """``isa="compatible"`` cannot take effect in a process whose torch already loaded: the run goes to
+    a child under the switches, which reports ATen's scalar kernels and the card's first step."""
+    from gambit.train import repro
+
+    with pytest.raises(ValueError, match="isa must be one of machine, compatible"):
+        TrainTargetConfig(isa="avx512")
+    assert repro.isa_pinned("machine")
+    assert not repro.isa_pinned("compatible")  # pytest's own process runs the machine's kernels
+    r = train_target(TrainTargetConfig(isa="compatible", out=str(tmp_path / "t")), stop=1)
+    assert r["cpu_capability"] == "DEFAULT" and r["config"]["isa"] == "compatible"
+    assert r["loss_history"] == [{"step": 0, "loss": 4.54276, "elapsed_s": r["loss_history"][0]["elapsed_s"]}]
+    with pytest.raises(RuntimeError, match="under isa=compatible exited"):
+        repro.run_pinned("compatible", "gambit.train.target", "train_target", {"steps": 0})
+
+
+@pytest.mark.slow
+def test_compatible_target_reproduces_200_steps_on_any_cpu(tmp_path):
+    """The re-ship candidate (``gambit train target --isa compatible``): its first 200 steps, retrained
+    under the same switches in a child process, give its card's loss history exactly on whatever x86
+    CPU runs this (its card came from a 2-core AMD EPYC with AVX-512; an AVX2-only one gave the same)."""
+    card, cfg = card_config(tmp_path, TARGET_COMPATIBLE)
+    assert cfg.isa == "compatible" and card["cpu_capability"] == "DEFAULT"
+    fresh = train_target(cfg, stop=201)
+    assert [h["step"] for h in fresh["loss_history"]] == [0, 100, 200]
+    assert compare_history(card["loss_history"], fresh["loss_history"], upto=200) == []
+    assert fresh["cpu_capability"] == "DEFAULT" and fresh["torch_threads"] == card["torch_threads"]

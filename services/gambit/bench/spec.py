@@ -257,12 +257,12 @@ def _cycle_ratio(rows: dict, a: str, b: str) -> dict:
 
 
 def run_bench(quick: bool, reps: int, max_tokens: int, threads: int, folder: Path = ASSETS,
-              device: str = "auto") -> dict:
+              device: str = "auto", target: Path = TARGET) -> dict:
     threads = threads or os.cpu_count() or 1  # 0: every core, as the serving engine runs (Target)
     torch.set_num_threads(threads)
     # every drafter below gets a KV cache: the budget (on CUDA ~all free memory) reserves room for each
     spec = SpecConfig(max_drafters=len(DRAFTERS))
-    eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET), device=device, spec=spec))
+    eng = Engine.from_pretrained(str(target), EngineConfig(model=str(target), device=device, spec=spec))
     tok = eng.tokenizer
     found = load_drafters(eng, folder)
     per_split = 2 if quick else 4
@@ -307,8 +307,9 @@ def run_bench(quick: bool, reps: int, max_tokens: int, threads: int, folder: Pat
             "pr, no cap": (P, DEFAULTS), CAPPED: (P, SpecConfig())}))
     total = sum(reps * (1 + len(s)) for *_, s in plan)
     ref: dict = {}
-    out: dict = {"drafters": found, "reps": reps, "max_tokens": max_tokens, "threads": threads,
-                 "quick": quick, "spec": BASE.__dict__, "spec_defaults": SpecConfig().__dict__}
+    out: dict = {"target": str(target), "drafters": found, "reps": reps, "max_tokens": max_tokens,
+                 "threads": threads, "quick": quick, "spec": BASE.__dict__,
+                 "spec_defaults": SpecConfig().__dict__}
     with tqdm(total=total, desc="bench spec", unit="run") as bar:
         for table, name, ps, b, systems in plan:
             out.setdefault(table, {})[name] = measure(eng, ps, b, systems, reps, max_tokens, ref, bar)
@@ -408,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
                          "as the serving Target runs; the previous commits measured 1)")
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda")
     ap.add_argument("--drafters", default=str(ASSETS), help="folder holding drafter-* folders")
+    ap.add_argument("--target", default=str(TARGET),
+                    help="target model folder the drafters were trained for (default: the shipped one)")
     ap.add_argument("--json", help="write the result JSON here")
     ap.add_argument("--plots", default=None, help="folder for the PNG plots (default: next to --json)")
     a = ap.parse_args(argv)
@@ -417,7 +420,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.max_tokens < 1 or a.threads < 0:
         raise SystemExit(f"error: --max-tokens must be >= 1 and --threads >= 0, "
                          f"got {a.max_tokens}, {a.threads}")
-    r = run_bench(a.quick, reps, a.max_tokens, a.threads, Path(a.drafters), a.device)
+    if not (Path(a.target) / "config.json").exists():
+        raise SystemExit(f"error: --target {a.target}: no config.json there (a model folder)")
+    r = run_bench(a.quick, reps, a.max_tokens, a.threads, Path(a.drafters), a.device, Path(a.target))
     print(r["tables_md"])
     if a.json or a.plots:
         folder = Path(a.plots) if a.plots else Path(a.json).parent

@@ -3,9 +3,24 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from gambit.bench.eval import format_table
+
+ISA_NOTE = {"compatible": "instruction set pinned to `compatible` (ATen's scalar kernels, "
+                          "`MKL_CBWR=COMPATIBLE`, oneDNN up to SSE4.1): the same loss history on every "
+                          "x86 CPU tried"}
+
+
+def command_line(cfg: dict) -> str:
+    """``gambit train target`` with the flags whose values differ from today's defaults (not ``--out``)."""
+    from gambit.train.target import TrainTargetConfig
+
+    default = asdict(TrainTargetConfig())
+    flags = [f" --{k.replace('_', '-')} {v}" for k, v in cfg.items()
+             if k != "out" and k in default and v != default[k]]
+    return "gambit train target" + "".join(flags)
 
 
 def write_card(folder: str | Path) -> Path:
@@ -35,8 +50,9 @@ seed {cfg['seed']}; \
 {train['train_tokens'] / 1e6:.1f}M tokens (padded) in {train['train_seconds'] / 60:.1f} min on \
 {train['torch_threads']} CPU threads; final loss {train['final_loss']} nats/token (solution tokens) |
 | environment | torch {train.get('torch_version', '?')}, {train['torch_threads']} CPU threads, \
-CPU capability {train.get('cpu_capability', '?')} (floats, and so the loss history, depend on all three) |
-| command | `gambit train target` (this card: `gambit train target` then `gambit eval`) |
+CPU capability {train.get('cpu_capability', '?')} (floats, and so the loss history, depend on all three)\
+{'; ' + ISA_NOTE[cfg['isa']] if cfg.get('isa') in ISA_NOTE else ''} |
+| command | `{command_line(cfg)}` (it also evaluates and writes this card) |
 
 ## Accuracy (test split, {result['n_problems']} problems, T = {ev['temperature']}, {k} samples each)
 

@@ -9,8 +9,12 @@ retrains the first steps and compares the history entry by entry (``compare_hist
 
 from __future__ import annotations
 
+import json
+import os
 import platform
 import random
+import subprocess
+import sys
 
 import torch
 
@@ -101,3 +105,40 @@ def environment_note(env: dict) -> str:
     return (f"torch {env['torch_version']}, {env['torch_threads']} CPU threads "
             f"(CPU capability {env.get('cpu_capability', '?')}); a rerun with another thread count, torch "
             "build or instruction set gives slightly different floats and so a different loss history")
+
+
+# Each ``isa`` names the libraries' own switches, read once when a process loads them, so a pinned run
+# needs its own process. "compatible": ATen's scalar kernels, MKL's conditional-numerical-reproducibility
+# branch for every x86 CPU (its other branches hold on Intel only; on AMD they fall back to AUTO), oneDNN
+# capped at SSE4.1. Measured (tools/target_repro_dtype.py --isa compatible): the target's step-200 loss
+# is 1.45465 on a 2-core AMD EPYC with AVX2 only and on one with AVX-512, where the machine's own
+# kernels give 1.46379 and 1.51775; it costs ~2.6x the time of a training step.
+ISA_ENV = {"machine": {},
+           "compatible": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE",
+                          "ONEDNN_MAX_CPU_ISA": "SSE41"}}
+
+
+def isa_pinned(isa: str) -> bool:
+    """Whether this process runs under ``isa``'s switches (set before torch loaded: ATen reports it)."""
+    env = ISA_ENV[isa]
+    if not env:
+        return True
+    return (all(os.environ.get(k) == v for k, v in env.items())
+            and torch.backends.cpu.get_cpu_capability() == env["ATEN_CPU_CAPABILITY"].upper())
+
+
+def run_pinned(isa: str, module: str, function: str, config: dict, **kwargs) -> dict:
+    """Run ``module.function(Config(**config), **kwargs)`` in a child process under ``isa``'s switches
+    and return its JSON result; the child's progress (stderr) shows through."""
+    code = ("import json, sys, importlib, dataclasses\n"
+            "m = importlib.import_module(sys.argv[1]); fn = getattr(m, sys.argv[2])\n"
+            "cls = fn.__annotations__['cfg']\n"
+            "cls = getattr(m, cls) if isinstance(cls, str) else cls\n"
+            "r = fn(cls(**json.loads(sys.argv[3])), **json.loads(sys.argv[4]))\n"
+            "print('\\n' + json.dumps(r))\n")
+    env = {**os.environ, **ISA_ENV[isa]}
+    argv = [sys.executable, "-c", code, module, function, json.dumps(config), json.dumps(kwargs)]
+    out = subprocess.run(argv, env=env, stdout=subprocess.PIPE, text=True)
+    if out.returncode:
+        raise RuntimeError(f"{module}.{function} under isa={isa} exited with {out.returncode}")
+    return json.loads(out.stdout.strip().splitlines()[-1])

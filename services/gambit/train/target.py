@@ -49,6 +49,9 @@ class TrainTargetConfig:
     # float64's rounding (~1e-16) stays below the history's 5 digits through step 200 at any thread
     # count, where float32's grows past the learning-rate peak (tools/target_repro_dtype.py)
     train_dtype: str = "float32"  # training arithmetic: float32 (the shipped card's) | float64 (~2x slower)
+    # compatible: the same floats on every x86 CPU tried, ~2.6x slower; it runs in a child process,
+    # since the libraries read their switches when torch loads (gambit.train.repro.ISA_ENV)
+    isa: str = "machine"  # kernels' instruction set: machine (floats differ by CPU kind) | compatible
 
     def __post_init__(self) -> None:
         if self.steps <= 0 or self.batch_size <= 0 or self.lr <= 0:
@@ -60,6 +63,8 @@ class TrainTargetConfig:
         if self.train_dtype not in TRAIN_DTYPES:
             raise ValueError(f"train_dtype must be one of {', '.join(TRAIN_DTYPES)}, "
                              f"got {self.train_dtype!r}")
+        if self.isa not in repro.ISA_ENV:
+            raise ValueError(f"isa must be one of {', '.join(repro.ISA_ENV)}, got {self.isa!r}")
 
 
 TRAIN_DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -114,6 +119,8 @@ def lr_at(cfg: TrainTargetConfig, step: int) -> float:
 
 def train_target(cfg: TrainTargetConfig, stop: int | None = None) -> dict:
     """Train and save; ``stop`` runs only the first steps and saves nothing (reproducibility test)."""
+    if not repro.isa_pinned(cfg.isa):
+        return repro.run_pinned(cfg.isa, __name__, "train_target", asdict(cfg), stop=stop)
     rng = repro.setup(cfg.seed, cfg.threads)
     tok = build_char_tokenizer()
     model = CausalLM(model_config(cfg, tok)).to(TRAIN_DTYPES[cfg.train_dtype])
