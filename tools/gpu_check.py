@@ -40,6 +40,15 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
                 None if len(a) == len(b) else min(len(a), len(b)))
 
 
+def finish(results: dict, json_path: str, ok: bool) -> None:
+    """Write the results JSON (if asked) and exit 0 only if every check held (what gpu_run.sh reads)."""
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(results, f, indent=1)
+        print(f"wrote {json_path}")
+    raise SystemExit(0 if ok else 1)
+
+
 def check_dtype(device: str, dtype: str, prompts, ref: list, args) -> dict:
     model, tok = load_model(str(TARGET), device=device, dtype=dtype)
     eng = Engine(model, tok, EngineConfig(device=device, dtype=dtype, spec=BASE, cpu_kernel=False))
@@ -118,11 +127,7 @@ def main() -> None:
                   f"({v['spread'][0]:.2f}-{v['spread'][1]:.2f})")
     results["lossless"] = ok
     print(f"\nall lossless: {ok}; {time.perf_counter() - t0:.0f} s")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
-        print(f"wrote {args.json}")
-    raise SystemExit(0 if ok else 1)
+    finish(results, args.json, ok)
 
 
 if __name__ == "__main__":

@@ -15,12 +15,11 @@ Here, the same code without capture (``decode_graphs="static"``):
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 import torch
-from gpu_check import first_difference  # tools/ is the script's own folder on sys.path
+from gpu_check import finish, first_difference  # tools/ is the script's own folder on sys.path
 
 from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.model.loader import load_model
@@ -93,11 +92,7 @@ def main() -> None:
                   f"{s['spread'][1]:.2f})", flush=True)
         results["dtypes"][dtype] = r
     results["float32_equal"] = ok
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
-        print(f"wrote {args.json}")
-    raise SystemExit(0 if ok else 1)
+    finish(results, args.json, ok)
 
 
 if __name__ == "__main__":

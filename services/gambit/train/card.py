@@ -7,6 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from gambit.bench.eval import format_table
+from gambit.paths import REPO, TARGET
 
 ISA_NOTE = {"compatible": "instruction set pinned to `compatible` (ATen's scalar kernels, "
                           "`MKL_CBWR=COMPATIBLE`, oneDNN up to SSE4.1): the same loss history on every "
@@ -23,6 +24,14 @@ def command_line(cfg: dict) -> str:
     return "gambit train target" + "".join(flags)
 
 
+def _shown(folder: Path) -> str:
+    """The folder relative to the checkout where it lies inside it (cards are read from any clone)."""
+    try:
+        return str(folder.resolve().relative_to(REPO))
+    except ValueError:
+        return str(folder)
+
+
 def write_card(folder: str | Path) -> Path:
     """Render ``README.md`` from ``training.json`` and ``eval_test.json`` in ``folder``."""
     folder = Path(folder)
@@ -31,6 +40,7 @@ def write_card(folder: str | Path) -> Path:
     cfg, ev = train["config"], result["config"]
     size = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
     k = result["samples"]
+    model_flag = "" if folder.resolve() == TARGET.resolve() else f" --model {_shown(folder)}"
     text = f"""# Shipped target: {train['params'] / 1e6:.2f}M-parameter Llama-family model
 
 Trained from scratch in this repository on generated solutions of the arithmetic task
@@ -56,7 +66,7 @@ CPU capability {train.get('cpu_capability', '?')} (floats, and so the loss histo
 
 ## Accuracy (test split, {result['n_problems']} problems, T = {ev['temperature']}, {k} samples each)
 
-Reproduce: `gambit eval --split test --samples {k} --json results/eval_test.json`
+Reproduce: `gambit eval{model_flag} --split test --samples {k} --json results/eval_test.json`
 
 ```
 {format_table(result)}

@@ -118,6 +118,9 @@ ISA_ENV = {"machine": {},
                           "ONEDNN_MAX_CPU_ISA": "SSE41"}}
 
 
+PINNED_CHILD = "GAMBIT_ISA_CHILD"  # set in a run_pinned child's environment
+
+
 def isa_pinned(isa: str) -> bool:
     """Whether this process runs under ``isa``'s switches (set before torch loaded: ATen reports it)."""
     env = ISA_ENV[isa]
@@ -130,13 +133,15 @@ def isa_pinned(isa: str) -> bool:
 def run_pinned(isa: str, module: str, function: str, config: dict, **kwargs) -> dict:
     """Run ``module.function(Config(**config), **kwargs)`` in a child process under ``isa``'s switches
     and return its JSON result; the child's progress (stderr) shows through."""
-    code = ("import json, sys, importlib, dataclasses\n"
+    if os.environ.get(PINNED_CHILD):  # the switches did not take effect here: do not spawn forever
+        raise RuntimeError(f"isa={isa}: this CPU or torch build ignores {sorted(ISA_ENV[isa])}")
+    code = ("import json, sys, importlib\n"
             "m = importlib.import_module(sys.argv[1]); fn = getattr(m, sys.argv[2])\n"
             "cls = fn.__annotations__['cfg']\n"
             "cls = getattr(m, cls) if isinstance(cls, str) else cls\n"
             "r = fn(cls(**json.loads(sys.argv[3])), **json.loads(sys.argv[4]))\n"
             "print('\\n' + json.dumps(r))\n")
-    env = {**os.environ, **ISA_ENV[isa]}
+    env = {**os.environ, **ISA_ENV[isa], PINNED_CHILD: "1"}
     argv = [sys.executable, "-c", code, module, function, json.dumps(config), json.dumps(kwargs)]
     out = subprocess.run(argv, env=env, stdout=subprocess.PIPE, text=True)
     if out.returncode:
