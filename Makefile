@@ -6,7 +6,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test venv lint eval bench-engine bench-search train-target fetch-smollm2 smollm2-drafters smollm2-drafters-cont clean ops-tools deploy-generate loadtest
+.PHONY: run test venv lint eval bench-engine bench-search train-target candidate-models fetch-smollm2 smollm2-drafters
+.PHONY: smollm2-drafters-cont clean ops-tools deploy-generate loadtest
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -72,6 +73,25 @@ smollm2-drafters-cont:
 		--per 16 --threads 2 --trees "B=48,B=48 m=0" --pool --json results/drafter_tau_smollm2_cont.json \
 		$(SMOLLM2_DRAFTERS)/smollm2-eagle3.1-cont $(SMOLLM2_DRAFTERS)/smollm2-pr-from-eagle \
 		$(SMOLLM2_DRAFTERS)/smollm2-eagle3.1
+
+# The re-ship candidate set (README, "Reproducible models"): every model the shipped target carries,
+# trained on the candidate target under `--isa compatible` (one loss history on every x86 CPU tried).
+# Drafters two at a time, one thread each (~11 min a pair after ~2.5 min of data), then the scorers
+# (rollouts written once, under the same switches). About 1 h on 2 cores.
+CANDIDATE := services/gambit/assets/candidate
+CAND_DRAFTER := $(VENV)/bin/gambit train drafter --target $(CANDIDATE)/target --isa compatible
+CAND_SCORER := $(VENV)/bin/gambit train scorer --model $(CANDIDATE)/target --isa compatible
+candidate-models: $(STAMP)
+	$(CAND_DRAFTER) --method eagle3.1 --out $(CANDIDATE)/drafter-eagle3.1 & \
+	$(CAND_DRAFTER) --method pr --out $(CANDIDATE)/drafter-pr & wait
+	$(CAND_DRAFTER) --method hass --out $(CANDIDATE)/drafter-hass & \
+	$(CAND_DRAFTER) --method hass+pr --out $(CANDIDATE)/drafter-hass-pr & wait
+	$(CAND_DRAFTER) --method eagle3.1 --num-layers 2 --out $(CANDIDATE)/ablations/drafter-eagle3.1-2layer & \
+	$(CAND_DRAFTER) --method pr --beta 0.0 --out $(CANDIDATE)/ablations/drafter-pr-beta0 & wait
+	$(CAND_DRAFTER) --method pr --no-self-query --out $(CANDIDATE)/ablations/drafter-pr-noselfq & \
+	( $(CAND_SCORER) --kind mlp --out $(CANDIDATE)/scorer-mlp && \
+	  $(CAND_SCORER) --kind mlp --label process --confidence --out $(CANDIDATE)/scorer-process && \
+	  $(CAND_SCORER) --kind sequence --out $(CANDIDATE)/scorer-sequence ) & wait
 
 -include services/gambit/bench/vllm.mk
 

@@ -3,7 +3,7 @@ B = 24 and at the engine's defaults, batch 1. Greedy τ is deterministic: one pa
 it prints τ and the ratio to the first drafter's, and with --json writes them.
 
 Shipped target (default): the shipped EAGLE-3.1 and PR drafters plus any folders given, on the spec
-bench's prompts (PER test problems per difficulty split, 96 tokens).
+bench's prompts (PER test problems per difficulty split, 96 tokens; --split dev: dev problems instead).
 Another target of this task (--model FOLDER without --prompts, e.g. a re-ship candidate): the drafter
 folders given, on the same prompts.
 A real checkpoint (--model --prompts): the drafter folders given (EAGLE-3.1's first), on the last PER
@@ -43,6 +43,8 @@ ap.add_argument("--per", type=int, default=4, help="prompts per split (shipped) 
 ap.add_argument("--model", default="", help="target model folder or name ('' = the shipped target)")
 ap.add_argument("--prompts", default="", help="with --model: GSM8K-layout JSONL; its last --per questions "
                 "('' = the spec bench's task prompts, for a target trained on this project's task)")
+ap.add_argument("--split", default="test", choices=["test", "dev"], help="this task's problems: test (the "
+                "bench's) or dev (to choose a setting without reading the test)")
 ap.add_argument("--max-tokens", type=int, default=96, help="tokens generated per prompt")
 ap.add_argument("--trees", default="B=48,B=48 k=4,B=24,defaults",
                 help="comma-separated trees: \"defaults\" or space-separated KNOB=N changes to the paper's "
@@ -67,7 +69,7 @@ if not args.prompts:  # this project's task: the shipped target, or another targ
         load_drafters(eng, ASSETS)
         keys = ["eagle3.1", "pr"]
     prompts = [p for i, (_, ops) in enumerate(SPLITS.items())
-               for p in prompts_for(ops, args.per, 100 + i, eng.tokenizer)]
+               for p in prompts_for(ops, args.per, 100 + i, eng.tokenizer, args.split)]
 else:
     from gambit.tasks.benchmarks import load_gsm8k
     from gambit.train.drafter_data import chat_prompts

@@ -7,6 +7,8 @@ peak (README, "Reproducible models"); ``--train-dtype float64`` keeps every hist
 
 Usage: PYTHONPATH=services .venv/bin/python tools/target_repro_dtype.py [--steps 201]
        [--threads 1,2,4] [--dtypes float32,float64] [--isa avx2] [--json FILE]   (float64: ~3.5 min a run)
+       PYTHONPATH=services .venv/bin/python tools/target_repro_dtype.py --time-switches [--steps 41]
+       [--reps 3] [--threads 2]   (what each compatible-mode switch costs, fresh processes, interleaved)
 
 ``--isa avx2`` pins the instruction set the children's arithmetic may use (ATen's kernels through
 ``ATEN_CPU_CAPABILITY``, MKL's through its conditional-numerical-reproducibility mode ``MKL_CBWR``,
@@ -18,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 
@@ -30,12 +33,44 @@ ISA_ENV = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_M
            "compatible": repro.ISA_ENV["compatible"]}  # what `gambit train target --isa compatible` sets
 
 CHILD = r"""
-import json, sys
+import json, sys, time
 from gambit.train.target import TrainTargetConfig, train_target
 dtype, threads, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+t0 = time.perf_counter()
 r = train_target(TrainTargetConfig(threads=threads, train_dtype=dtype), stop=steps)
-print(json.dumps([[h["step"], h["loss"]] for h in r["loss_history"]]))
+seconds = time.perf_counter() - t0
+print(json.dumps({"history": [[h["step"], h["loss"]] for h in r["loss_history"]], "seconds": seconds}))
 """
+
+# --time-switches: the compatible mode's switches one at a time, then together (the machine's own first)
+SWITCH_SETS = {"machine": {}, **{f"{k} alone": {k: v} for k, v in repro.LIBRARY_SWITCHES.items()},
+               "all three": dict(repro.LIBRARY_SWITCHES)}
+
+
+def run_child(dtype: str, threads: int, steps: int, env_extra: dict) -> dict:
+    """One training run in a fresh process (the switches are read when torch loads)."""
+    env = dict(os.environ)
+    env.update(env_extra)
+    out = subprocess.run([sys.executable, "-c", CHILD, dtype, str(threads), str(steps)], capture_output=True,
+                         text=True, check=True, env=env)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def time_switches(steps: int, threads: int, reps: int, dtype: str) -> dict:
+    """Training seconds per switch set, interleaved (A B C ... A B C ...) so drift hits every set alike;
+    the time counts ``train_target`` only, not the process start or torch's import."""
+    secs: dict[str, list[float]] = {k: [] for k in SWITCH_SETS}
+    for r in range(reps):
+        for name, env_extra in SWITCH_SETS.items():
+            secs[name].append(run_child(dtype, threads, steps, env_extra)["seconds"])
+            print(f"  rep {r + 1}/{reps} {name}: {secs[name][-1]:.1f} s", file=sys.stderr, flush=True)
+    base = statistics.median(secs["machine"])
+    print(f"| switches ({steps} steps, {threads} threads, {dtype}) | median s | min-max s | × machine |")
+    print("|---|---:|---:|---:|")
+    for name, v in secs.items():
+        med = statistics.median(v)
+        print(f"| {name} | {med:.1f} | {min(v):.1f}-{max(v):.1f} | {med / base:.2f} |")
+    return secs
 
 
 def main() -> int:
@@ -46,7 +81,13 @@ def main() -> int:
     ap.add_argument("--isa", default="", choices=["", *ISA_ENV], help="pin the children's instruction set "
                     "(ATEN_CPU_CAPABILITY, MKL_CBWR, ONEDNN_MAX_CPU_ISA): avx2, or compatible (scalar ATen, "
                     "MKL's branch for every x86 CPU); empty: the machine's own")
-    ap.add_argument("--json", default="", help="write the histories here")
+    ap.add_argument("--json", default="", help="write the histories (with --time-switches: "
+                    "the seconds) here")
+    ap.add_argument("--time-switches", action="store_true", help="instead of histories: time the training "
+                    "under each compatible-mode switch alone and all three, against the machine's kernels "
+                    "(first dtype and thread count; --steps 41 is enough)")
+    ap.add_argument("--reps", type=int, default=3, help="with --time-switches: runs per switch "
+                    "set, interleaved")
     a = ap.parse_args()
     try:
         threads = [int(t) for t in a.threads.split(",") if t]
@@ -57,14 +98,19 @@ def main() -> int:
         ap.error("--steps >= 1, --threads positive integers, --dtypes not empty")
     if set(dtypes) - set(TRAIN_DTYPES):
         ap.error(f"--dtypes: unknown {sorted(set(dtypes) - set(TRAIN_DTYPES))}; known {list(TRAIN_DTYPES)}")
-    env = dict(os.environ)
-    env.update(ISA_ENV.get(a.isa, {}))
+    if a.time_switches:
+        if a.reps < 1 or a.isa:
+            ap.error("--time-switches: --reps >= 1, and no --isa (it times every switch set itself)")
+        secs = time_switches(a.steps, threads[0], a.reps, dtypes[0])
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"steps": a.steps, "threads": threads[0], "dtype": dtypes[0], "seconds": secs,
+                           "machine": _machine()}, f, indent=1)
+        return 0
     runs = {}
     for d in dtypes:
         for t in threads:
-            out = subprocess.run([sys.executable, "-c", CHILD, d, str(t), str(a.steps)], capture_output=True,
-                                 text=True, check=True, env=env)
-            runs[f"{d}/{t}"] = json.loads(out.stdout.strip().splitlines()[-1])
+            runs[f"{d}/{t}"] = run_child(d, t, a.steps, ISA_ENV.get(a.isa, {}))["history"]
             print(f"  {d}, {t} thread(s): {runs[f'{d}/{t}']}", file=sys.stderr, flush=True)
     steps = [s for s, _ in next(iter(runs.values()))]
     print("| arithmetic | threads | " + " | ".join(f"step {s}" for s in steps) + " |")

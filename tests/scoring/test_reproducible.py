@@ -2,12 +2,15 @@
 and retraining the card's probe gives the loss history recorded in ``training.json`` (exactly on the
 CPU instruction set the card records, within ``CROSS_ISA_RTOL`` on another)."""
 
+import json
+
 import pytest
 import torch
 from scoring_util import shipped_config, shipped_training
 
+from gambit.paths import CANDIDATE, TARGET_COMPATIBLE
 from gambit.scoring.repro import fixed_threads
-from gambit.scoring.train import fit
+from gambit.scoring.train import TrainScorerConfig, fit, probe_history
 from gambit.train.repro import close, history_rtol
 
 
@@ -38,3 +41,17 @@ def test_chunk_is_the_start_of_the_training_data(train_chunk):
     cfg = shipped_config("mlp")
     assert len(torch.unique(train_chunk["problem"])) == cfg.repro_problems
     assert len(train_chunk["correct"]) == cfg.repro_problems * cfg.samples
+
+
+@pytest.mark.parametrize("kind", ["mlp", "sequence", "process"])
+def test_candidate_probe_reproduces_exactly_on_any_cpu(kind):
+    """The re-ship candidate's scorers (``--isa compatible``): the probe's rollouts and epochs, rerun
+    under the same switches in a child process, give the card's history exactly on any x86 CPU."""
+    path = CANDIDATE / f"scorer-{kind}" / "training.json"
+    if not path.is_file():
+        pytest.skip(f"candidate scorer-{kind} not trained yet")
+    info = json.loads(path.read_text())
+    assert info["config"]["isa"] == "compatible" and info["environment"]["cpu_capability"] == "DEFAULT"
+    cfg = TrainScorerConfig(**{**info["config"], "model": str(TARGET_COMPATIBLE)})
+    assert probe_history(cfg) == info["repro"]["loss_history"]  # exact floats
+

@@ -1,8 +1,10 @@
 """Scorer training on synthetic rollouts: split by problem, batching, determinism, evaluation maths."""
 
+import pytest
 import torch
 
 from gambit.scoring.evaluate import evaluate, pad_traces, predict, running_mean
+from gambit.scoring.rollouts import cache_path, chunk_dir, collect_rollouts
 from gambit.scoring.train import TrainScorerConfig, batches, fit, select_traces, split_fit_val
 
 
@@ -86,3 +88,16 @@ def test_predict_sequence_matches_scorer():
     for t in range(len(data["correct"])):
         hist = data["states"][data["trace"] == t]
         torch.testing.assert_close(p[data["trace"] == t], s.score_history(hist), atol=1e-5, rtol=0)
+
+
+def test_isa_is_validated_and_keys_the_rollout_cache(tmp_path):
+    with pytest.raises(ValueError, match="isa must be one of machine, compatible"):
+        TrainScorerConfig(isa="avx9")
+    rc = TrainScorerConfig().rollouts("train")
+    assert "isa" not in rc.key()  # the machine's rollouts keep the cache names they had before the field
+    pinned = TrainScorerConfig(isa="compatible").rollouts("train")
+    assert pinned.isa == "compatible" and pinned.key()["isa"] == "compatible"
+    assert cache_path(pinned) != cache_path(rc) and chunk_dir(pinned) != chunk_dir(rc)
+    with pytest.raises(RuntimeError, match="pinned to it"):  # pytest runs the machine's kernels
+        collect_rollouts(pinned, cache_dir=str(tmp_path), quiet=True)
+

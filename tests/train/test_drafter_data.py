@@ -10,8 +10,8 @@ import torch
 
 from gambit.model import load_model
 from gambit.paths import TARGET
-from gambit.train.drafter import TrainDrafterConfig, build_drafter
-from gambit.train.drafter_data import DrafterDataConfig, _record, chat_prompts, most_used
+from gambit.train.drafter import TrainDrafterConfig, build_drafter, train_drafter
+from gambit.train.drafter_data import DrafterDataConfig, _record, build_data, chat_prompts, most_used
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -48,6 +48,20 @@ def test_config_checks_and_keys(tmp_path):
     assert base.key() == DrafterDataConfig(prompts="", draft_vocab=0).key()
     keys = {base.key(), DrafterDataConfig(draft_vocab=50).key(), DrafterDataConfig(prompts=str(f)).key()}
     assert len(keys) == 3
+    # data written under pinned kernels has its own key; the machine's keeps the key it had before
+    assert base.key() == DrafterDataConfig(isa="machine").key() != DrafterDataConfig(isa="compatible").key()
+    assert TrainDrafterConfig(isa="compatible").data().isa == "compatible"
+    for cls in (DrafterDataConfig, TrainDrafterConfig):
+        with pytest.raises(ValueError, match="isa must be one of machine, compatible"):
+            cls(isa="avx9")
+
+
+def test_pinned_data_is_written_only_in_a_pinned_process(tmp_path):
+    """pytest runs the machine's kernels: compatible data here would carry the wrong floats."""
+    with pytest.raises(RuntimeError, match="pinned to it"):
+        build_data(DrafterDataConfig(isa="compatible", cache_dir=str(tmp_path)), (1, 3, 5))
+    with pytest.raises(ValueError, match="cannot cross"):
+        train_drafter(TrainDrafterConfig(isa="compatible"), stop=1, data={})
 
 
 def test_reduced_vocabulary_logits_and_drafter_map():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gambit.engine.linear import cpu_vendor
-from gambit.paths import ASSETS
+from gambit.paths import ASSETS, CANDIDATE, TARGET_COMPATIBLE
 from gambit.train.drafter import TrainDrafterConfig, train_drafter
 from gambit.train.repro import CROSS_ISA_RTOL, compare_history, cpu_amx, history_rtol
 
@@ -44,3 +44,26 @@ def test_exact_only_on_the_cards_instruction_set_and_vendor():
     assert history_rtol(here[0], not here[1], here[2]) == CROSS_ISA_RTOL
     # cards from before the vendor field were made on Intel
     assert history_rtol(here[0], here[1], None) == (0.0 if here[2] == "GenuineIntel" else CROSS_ISA_RTOL)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,steps", [("drafter-pr", 200), ("drafter-eagle3.1", 20), ("drafter-hass", 20),
+                                        ("drafter-hass-pr", 20)])
+def test_candidate_drafter_reproduces_on_any_cpu(name, steps):
+    """The re-ship candidate's drafters (``--isa compatible``: data and training under the kernels that
+    give one history on every x86 CPU tried) retrain to their card's first steps exactly, here, whatever
+    this CPU is. PR, the paper's method, for 200 steps (~2 min); the others, which share its data (~2.5
+    min to write once), for 20 (CI time)."""
+    folder = CANDIDATE / name
+    if not (folder / "training.json").is_file():
+        pytest.skip(f"candidate {name} not trained yet")
+    card = json.loads((folder / "training.json").read_text())
+    assert card["config"]["isa"] == "compatible" and card["cpu_capability"] == "DEFAULT"
+    known = {f.name for f in fields(TrainDrafterConfig)}
+    cfg = TrainDrafterConfig(**{k: v for k, v in card["config"].items() if k in known and k != "target"},
+                             target=str(TARGET_COMPATIBLE))
+    fresh = train_drafter(cfg, stop=steps)
+    assert fresh["cpu_capability"] == "DEFAULT" and fresh["torch_threads"] == card["torch_threads"]
+    assert len(fresh["loss_history"]) == steps
+    assert compare_history(card["loss_history"], fresh["loss_history"], upto=steps - 1) == []
+

@@ -93,8 +93,10 @@ def load_drafters(eng: Engine, folder: Path, keys: tuple[str, ...] = ()) -> dict
     return found
 
 
-def prompts_for(split: tuple[int, int], n: int, seed: int, tok) -> list[list[int]]:
-    return [tok.encode(p.prompt) for p in generate("test", n, seed, TaskConfig(*split))]
+def prompts_for(split: tuple[int, int], n: int, seed: int, tok, task_split: str = "test") -> list[list[int]]:
+    """``n`` problems of ``task_split`` with ``split``'s operation counts, tokenized (the bench's prompts
+    are test problems; the dev split is for choosing settings without reading the test)."""
+    return [tok.encode(p.prompt) for p in generate(task_split, n, seed, TaskConfig(*split))]
 
 
 def run_once(eng: Engine, prompts, batch: int, decoding: str, max_tokens: int):

@@ -18,7 +18,8 @@ def command(cfg: dict) -> str:
     for f in fields(TrainScorerConfig):
         if f.name in ("kind", "cache_dir"):
             continue
-        v, d = cfg[f.name], getattr(default, f.name)
+        d = getattr(default, f.name)
+        v = cfg.get(f.name, d)  # cards that predate a field ran its default
         if v != d:
             if f.name in ("out", "model"):
                 try:
@@ -101,7 +102,7 @@ patience {cfg['patience']} on validation loss; best epoch {d['best_epoch']} kept
 | selection | {choice} |
 | time | {info['train_seconds']} s of training (rollouts are cached) |
 | environment | torch {info['torch_version']}; training on {info['torch_threads']} CPU thread(s), \
-rollouts on {tr['threads']} (the engine's numerics depend on it) |
+rollouts on {tr['threads']} (the engine's numerics depend on it){_isa(cfg)} |
 | command | `{command(cfg)}` |
 
 ## Held-out AUC (dev-split problems)
@@ -132,3 +133,9 @@ regenerates from scratch and matches exactly.
     path = folder / "README.md"
     path.write_text(text)
     return path
+
+
+def _isa(cfg: dict) -> str:
+    from gambit.train.card import ISA_NOTE
+
+    return f"; {ISA_NOTE[cfg['isa']]}" if cfg.get("isa") in ISA_NOTE else ""

@@ -34,6 +34,7 @@ from gambit.tasks.arithmetic import (
     format_step,
     generate,
 )
+from gambit.train.repro import check_isa, isa_pinned
 
 
 @dataclass
@@ -51,6 +52,7 @@ class RolloutConfig:
     max_ops: int = 8  # most operations per problem
     chunk_problems: int = 8  # problems per engine run (each chunk is reproducible on its own)
     threads: int = 2  # torch CPU threads while generating (fixed: results depend on it)
+    isa: str = "machine"  # kernels the rollouts run under (gambit.train.repro.ISA_ENV): floats differ
 
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
@@ -61,6 +63,14 @@ class RolloutConfig:
         if not self.temperature > 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
         TaskConfig(self.min_ops, self.max_ops)
+        check_isa(self.isa)
+
+    def key(self) -> dict:
+        """The fields a cache key holds (``isa`` only when pinned: keys as they were before it)."""
+        d = asdict(self)
+        if d["isa"] == "machine":
+            d.pop("isa")
+        return d
 
 
 def _weights_digest(model: str) -> str:
@@ -71,7 +81,7 @@ def _weights_digest(model: str) -> str:
 
 
 def cache_path(cfg: RolloutConfig, cache_dir: str | None = None) -> Path:
-    key = json.dumps({**asdict(cfg), "model": _weights_digest(cfg.model), "v": 3}, sort_keys=True)
+    key = json.dumps({**cfg.key(), "model": _weights_digest(cfg.model), "v": 3}, sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     name = f"rollouts-{cfg.split}-{cfg.n_problems}x{cfg.samples}-{digest}.pt"
     return Path(cache_dir or cache_root()) / name
@@ -80,7 +90,7 @@ def cache_path(cfg: RolloutConfig, cache_dir: str | None = None) -> Path:
 def chunk_dir(cfg: RolloutConfig, cache_dir: str | None = None) -> Path:
     """Where each finished chunk is kept: problems are a prefix-stable sequence, so chunk c does not
     depend on ``n_problems`` and a longer run reuses a shorter one's chunks."""
-    key = json.dumps({**asdict(cfg), "model": _weights_digest(cfg.model), "n_problems": None, "v": 3},
+    key = json.dumps({**cfg.key(), "model": _weights_digest(cfg.model), "n_problems": None, "v": 3},
                      sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return Path(cache_dir or cache_root()) / f"rollout-chunks-{cfg.split}-{digest}"
@@ -96,6 +106,8 @@ def collect_rollouts(cfg: RolloutConfig, cache_dir: str | None = None, quiet: bo
     path = cache_path(cfg, cache_dir) if cache_dir != "" else None
     if path is not None and path.is_file():
         return torch.load(path, weights_only=True)
+    if not isa_pinned(cfg.isa):  # written in a process pinned to it (train_scorer under the same isa)
+        raise RuntimeError(f"rollouts under isa={cfg.isa} are written in a process pinned to it")
     problems = generate(cfg.split, cfg.n_problems, cfg.seed, TaskConfig(cfg.min_ops, cfg.max_ops))
     parts = []
     with fixed_threads(cfg.threads):

@@ -34,6 +34,7 @@ from gambit.scoring.nets import build_net
 from gambit.scoring.repro import environment, fixed_threads
 from gambit.scoring.rollouts import RolloutConfig, collect_rollouts
 from gambit.scoring.scorer import save_scorer
+from gambit.train.repro import check_isa, isa_pinned, run_pinned
 
 
 @dataclass
@@ -64,6 +65,9 @@ class TrainScorerConfig:
     cache_dir: str = ""  # rollout cache (default $GAMBIT_CACHE or ~/.cache/gambit)
     repro_problems: int = 8  # the card's reproducibility probe trains on this many problems ...
     repro_epochs: int = 3  # ... for this many epochs (0: no probe)
+    # compatible: rollouts and training under the kernels that give one loss history on every x86 CPU
+    # tried (gambit.train.repro.ISA_ENV), in a child process; slower
+    isa: str = "machine"  # kernels' instruction set: machine (floats differ by CPU kind) | compatible
 
     def __post_init__(self) -> None:
         ScorerConfig(kind=self.kind, arch=self.arch, model_dim=self.model_dim)
@@ -77,13 +81,15 @@ class TrainScorerConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.lr <= 0 or self.weight_decay < 0:
             raise ValueError("lr must be > 0 and weight_decay >= 0")
+        check_isa(self.isa)
         if not self.out:
             self.out = str(SCORER_MLP if self.kind == "mlp" else SCORER_SEQUENCE)
 
     def rollouts(self, split: str) -> RolloutConfig:
         n = self.n_problems if split == "train" else self.heldout_problems
         return RolloutConfig(model=self.model, split=split, n_problems=n, samples=self.samples,
-                             temperature=self.temperature, seed=self.rollout_seed, threads=self.threads)
+                             temperature=self.temperature, seed=self.rollout_seed, threads=self.threads,
+                             isa=self.isa)
 
     def scorer_config(self, hidden_size: int) -> ScorerConfig:
         return ScorerConfig(kind=self.kind, hidden_size=hidden_size, arch=self.arch,
@@ -226,8 +232,23 @@ def repro_probe(cfg: TrainScorerConfig, data: dict, quiet: bool = True) -> list[
     return fit(cfg, sub, quiet=quiet, max_epochs=cfg.repro_epochs)[1]
 
 
+def probe_history(cfg: TrainScorerConfig) -> list[dict]:
+    """The card's reproducibility probe from scratch: the first rollout chunk regenerated (no cache),
+    then ``repro_epochs`` epochs on it, under ``cfg.isa`` (in a child process when this one is not
+    pinned to it)."""
+    if not isa_pinned(cfg.isa):
+        return run_pinned(cfg.isa, __name__, "probe_history", asdict(cfg))
+    rc = cfg.rollouts("train")
+    rc.n_problems = cfg.repro_problems
+    chunk = collect_rollouts(rc, cache_dir="", quiet=True)
+    with fixed_threads(cfg.train_threads):
+        return repro_probe(cfg, chunk)
+
+
 def train_scorer(cfg: TrainScorerConfig, quiet: bool = False) -> dict:
     """Roll out (or load cached), train, evaluate on held-out problems, save the scorer folder."""
+    if not isa_pinned(cfg.isa):  # the switches are read when torch loads: a child process runs it
+        return run_pinned(cfg.isa, __name__, "train_scorer", asdict(cfg), quiet=quiet)
     cache = cfg.cache_dir or None
     train = collect_rollouts(cfg.rollouts("train"), cache, quiet)
     held = collect_rollouts(cfg.rollouts("dev"), cache, quiet)

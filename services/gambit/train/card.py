@@ -10,8 +10,9 @@ from gambit.bench.eval import format_table
 from gambit.paths import REPO, TARGET
 
 ISA_NOTE = {"compatible": "instruction set pinned to `compatible` (ATen's scalar kernels, "
-                          "`MKL_CBWR=COMPATIBLE`, oneDNN up to SSE4.1): the same loss history on every "
-                          "x86 CPU tried"}
+                          "`MKL_CBWR=COMPATIBLE`, oneDNN up to SSE4.1, the project's C++ kernels off): the "
+                          "switches under which the target's loss history was the same on both x86 CPU "
+                          "kinds tried"}
 
 
 def command_line(cfg: dict) -> str:

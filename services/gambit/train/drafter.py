@@ -80,6 +80,9 @@ class TrainDrafterConfig:
     prompts: str = ""  # data: "" = the arithmetic task; else a GSM8K-layout JSONL of questions (real models)
     draft_vocab: int = 0  # draft vocabulary: 0 = the target's; N = its N most used tokens (d2t/t2d)
     cache_dir: str = ""  # data cache ("" = $GAMBIT_CACHE or ~/.cache/gambit)
+    # compatible: data and training under the kernels that give one loss history on every x86 CPU
+    # tried (gambit.train.repro.ISA_ENV), in a child process; ~2-3x slower
+    isa: str = "machine"  # kernels' instruction set: machine (floats differ by CPU kind) | compatible
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -96,6 +99,7 @@ class TrainDrafterConfig:
             raise ValueError(f"fresh_k must be >= 1, got {self.fresh_k}")
         if self.threads < 1:
             raise ValueError(f"threads must be >= 1 (it is recorded in the card), got {self.threads}")
+        repro.check_isa(self.isa)
         from gambit.model.registry import resolve_model
 
         self.target = str(resolve_model(self.target))
@@ -116,7 +120,7 @@ class TrainDrafterConfig:
         return DrafterDataConfig(target=self.target, n_train=self.n_train, n_heldout=self.n_heldout,
                                  temperature=self.data_temperature, max_tokens=self.data_max_tokens,
                                  seed=0, prompts=self.prompts, draft_vocab=self.draft_vocab,
-                                 cache_dir=self.cache_dir)
+                                 cache_dir=self.cache_dir, isa=self.isa)
 
 
 def lr_at(cfg: TrainDrafterConfig, step: int) -> float:
@@ -208,9 +212,15 @@ def step_loss(cfg: TrainDrafterConfig, drafter: Drafter, batch, pad_id: int, rec
 def train_drafter(cfg: TrainDrafterConfig, stop: int | None = None, data: dict | None = None) -> dict:
     """Train (``stop``: only the first steps, nothing saved — the reproducibility test) and save.
 
-    ``data`` (tests) replaces the cached target traces.
+    ``data`` (tests) replaces the cached target traces. Under ``isa`` "compatible" in a process not
+    already pinned, the whole run (data included) goes to a child process under the switches.
     """
     from gambit.model import load_model
+
+    if not repro.isa_pinned(cfg.isa):
+        if data is not None:
+            raise ValueError(f"isa={cfg.isa}: data given in this process cannot cross into the pinned child")
+        return repro.run_pinned(cfg.isa, __name__, "train_drafter", asdict(cfg), stop=stop)
 
     repro.setup(cfg.seed, cfg.threads)
     target, tok = load_model(cfg.target)

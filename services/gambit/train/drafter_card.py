@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gambit.train.card import ISA_NOTE
+
 LOSSES = {
     "eagle3.1": "L = Σ_i 0.8^i · mean_{V_i} CE(p_t, q_{i,j})",
     "hass": "L = Σ_i 0.8^i · mean_{V_i} [CE(p_t, q_{i,j}) + w · TopK_K(p_t, q_{i,j})]",
@@ -70,7 +72,8 @@ def card_text(info: dict) -> str:
                      f"steps, AdamW lr {cfg['lr']} cosine (warmup {cfg['warmup']}), clip {cfg['grad_clip']}, "
                      f"seed {cfg['seed']}; {info['train_seconds'] / 60:.1f} min wall"),
         ("environment", f"torch {info['torch_version']}, {info['torch_threads']} CPU threads, "
-                        f"CPU capability {info['cpu_capability']}"),
+                        f"CPU capability {info['cpu_capability']}"
+                        + (f"; {ISA_NOTE[cfg['isa']]}" if cfg.get("isa") in ISA_NOTE else "")),
         ("held-out", f"{data['sequences']['heldout']} greedy {_held(data['config'])} "
                      f"({ev.get('positions')} start positions): top-1 {ev.get('top1')}, "
                      f"per-step {ev.get('step_acc')}, chain τ {ev.get('tau_chain')}"

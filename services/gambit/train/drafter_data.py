@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from gambit.paths import TARGET
 from gambit.paths import cache_dir as cache_root
+from gambit.train.repro import check_isa, isa_pinned
 
 
 @dataclass
@@ -41,6 +42,7 @@ class DrafterDataConfig:
     prompts: str = ""  # "" = the arithmetic task; else a GSM8K-layout JSONL file of questions
     draft_vocab: int = 0  # 0 = the target's whole vocabulary; N = its N most used tokens (d2t/t2d)
     cache_dir: str = ""  # where the data file goes ("" = $GAMBIT_CACHE or ~/.cache/gambit)
+    isa: str = "machine"  # the kernels it is written with (gambit.train.repro.ISA_ENV): floats differ
 
     def __post_init__(self) -> None:
         if self.n_train < 1 or self.n_heldout < 1:
@@ -53,6 +55,7 @@ class DrafterDataConfig:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        check_isa(self.isa)
 
     def key(self) -> str:
         h = hashlib.sha256()
@@ -61,6 +64,8 @@ class DrafterDataConfig:
         d = asdict(self)
         d.pop("cache_dir")
         d.pop("target")
+        if d["isa"] == "machine":  # keys of the data as they were before the field
+            d.pop("isa")
         if not d["prompts"]:  # keys of the arithmetic data as they were before these fields
             d.pop("prompts")
             if not d["draft_vocab"]:
@@ -196,6 +201,8 @@ def build_data(cfg: DrafterDataConfig, taps: tuple[int, ...]) -> dict:
     from gambit.engine import Engine, EngineConfig
     from gambit.model import load_model
 
+    if not isa_pinned(cfg.isa):  # the pinned child writes it (train_drafter under the same isa)
+        raise RuntimeError(f"drafter data under isa={cfg.isa} is written in a process pinned to it")
     train, held = _prompts(cfg)
     # cpu_kernel off for the shipped target: no C++ build (or build lock) on the data path; a real
     # checkpoint needs the fast path (hundreds of thousands of tokens)

@@ -112,10 +112,17 @@ def environment_note(env: dict) -> str:
 # branch for every x86 CPU (its other branches hold on Intel only; on AMD they fall back to AUTO), oneDNN
 # capped at SSE4.1. Measured (tools/target_repro_dtype.py --isa compatible): the target's step-200 loss
 # is 1.45465 on a 2-core AMD EPYC with AVX2 only and on one with AVX-512, where the machine's own
-# kernels give 1.46379 and 1.51775; it costs ~2.6x the time of a training step.
-ISA_ENV = {"machine": {},
-           "compatible": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE",
-                          "ONEDNN_MAX_CPU_ISA": "SSE41"}}
+# kernels give 1.46379 and 1.51775; it costs ~2.1x the time of a training step (--time-switches there).
+# It also turns off the project's own C++ kernels (built with -march=native, so their floats follow the
+# CPU): the engine that writes drafter data and scorer rollouts then runs its PyTorch path.
+LIBRARY_SWITCHES = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41"}
+ISA_ENV = {"machine": {}, "compatible": {**LIBRARY_SWITCHES, "GAMBIT_NO_CPU_KERNEL": "1"}}
+
+
+def check_isa(isa: str) -> None:
+    """A config's ``isa`` field, validated."""
+    if isa not in ISA_ENV:
+        raise ValueError(f"isa must be one of {', '.join(ISA_ENV)}, got {isa!r}")
 
 
 PINNED_CHILD = "GAMBIT_ISA_CHILD"  # set in a run_pinned child's environment

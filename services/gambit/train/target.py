@@ -49,7 +49,7 @@ class TrainTargetConfig:
     # float64's rounding (~1e-16) stays below the history's 5 digits through step 200 at any thread
     # count, where float32's grows past the learning-rate peak (tools/target_repro_dtype.py)
     train_dtype: str = "float32"  # training arithmetic: float32 (the shipped card's) | float64 (~2x slower)
-    # compatible: the same floats on every x86 CPU tried, ~2.6x slower; it runs in a child process,
+    # compatible: the same floats on every x86 CPU tried, ~2.1x slower; it runs in a child process,
     # since the libraries read their switches when torch loads (gambit.train.repro.ISA_ENV)
     isa: str = "machine"  # kernels' instruction set: machine (floats differ by CPU kind) | compatible
 
@@ -63,8 +63,7 @@ class TrainTargetConfig:
         if self.train_dtype not in TRAIN_DTYPES:
             raise ValueError(f"train_dtype must be one of {', '.join(TRAIN_DTYPES)}, "
                              f"got {self.train_dtype!r}")
-        if self.isa not in repro.ISA_ENV:
-            raise ValueError(f"isa must be one of {', '.join(repro.ISA_ENV)}, got {self.isa!r}")
+        repro.check_isa(self.isa)
 
 
 TRAIN_DTYPES = {"float32": torch.float32, "float64": torch.float64}
