@@ -6,7 +6,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test venv lint eval bench-engine bench-search train-target candidate-models fetch-smollm2 smollm2-drafters
+.PHONY: run test venv lint eval bench-engine bench-search train-target candidate-models candidate-seeds
+.PHONY: fetch-smollm2 smollm2-drafters
 .PHONY: smollm2-drafters-cont clean ops-tools deploy-generate loadtest
 
 $(STAMP): pyproject.toml
@@ -92,6 +93,24 @@ candidate-models: $(STAMP)
 	( $(CAND_SCORER) --kind mlp --out $(CANDIDATE)/scorer-mlp && \
 	  $(CAND_SCORER) --kind mlp --label process --confidence --out $(CANDIDATE)/scorer-process && \
 	  $(CAND_SCORER) --kind sequence --out $(CANDIDATE)/scorer-sequence ) & wait
+
+# Several seeds per drafter method on the candidate (README, "The drafters' seed"): EAGLE-3.1, PR and PR
+# with β = 0 at seeds 1 and 2 (seed 0: the candidate set's), two runs at a time (~10 min a pair; a run
+# whose folder holds a card is kept), then greedy τ of all nine on test and on dev problems (~3 min).
+SEEDS_DIR := results/candidate-seeds
+SEED_RUNS := eagle3.1:1 pr:1 pr-beta0:1 eagle3.1:2 pr:2 pr-beta0:2
+SEED_TAU := $(CANDIDATE)/drafter-eagle3.1 $(SEEDS_DIR)/eagle3.1-s1 $(SEEDS_DIR)/eagle3.1-s2 \
+	$(CANDIDATE)/drafter-pr $(SEEDS_DIR)/pr-s1 $(SEEDS_DIR)/pr-s2 \
+	$(CANDIDATE)/ablations/drafter-pr-beta0 $(SEEDS_DIR)/pr-beta0-s1 $(SEEDS_DIR)/pr-beta0-s2
+candidate-seeds: $(STAMP)
+	mkdir -p $(SEEDS_DIR)
+	printf '%s\n' $(SEED_RUNS) | xargs -P 2 -I{} sh -c 'name=$${1%%:*}; seed=$${1##*:}; \
+	  out=$(SEEDS_DIR)/$$name-s$$seed; test -f $$out/training.json && exit 0; \
+	  case $$name in pr-beta0) m="--method pr --beta 0.0";; *) m="--method $$name";; esac; \
+	  $(CAND_DRAFTER) $$m --seed $$seed --out $$out > $$out.log 2>&1' _ {}
+	for sp in test dev; do PYTHONPATH=services $(PY) tools/drafter_tau.py --split $$sp --per 16 \
+	  --trees "B=48,B=24,defaults" --model $(CANDIDATE)/target --json results/candidate_seeds_$$sp.json \
+	  $(SEED_TAU); done
 
 -include services/gambit/bench/vllm.mk
 

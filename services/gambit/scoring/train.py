@@ -65,8 +65,8 @@ class TrainScorerConfig:
     cache_dir: str = ""  # rollout cache (default $GAMBIT_CACHE or ~/.cache/gambit)
     repro_problems: int = 8  # the card's reproducibility probe trains on this many problems ...
     repro_epochs: int = 3  # ... for this many epochs (0: no probe)
-    # compatible: rollouts and training under the kernels that give one loss history on every x86 CPU
-    # tried (gambit.train.repro.ISA_ENV), in a child process; slower
+    # compatible: rollouts and training under the switches that gave the target one loss history on
+    # both x86 CPU kinds tried (gambit.train.repro.ISA_ENV), in a child process; slower
     isa: str = "machine"  # kernels' instruction set: machine (floats differ by CPU kind) | compatible
 
     def __post_init__(self) -> None:

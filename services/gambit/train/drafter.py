@@ -80,8 +80,8 @@ class TrainDrafterConfig:
     prompts: str = ""  # data: "" = the arithmetic task; else a GSM8K-layout JSONL of questions (real models)
     draft_vocab: int = 0  # draft vocabulary: 0 = the target's; N = its N most used tokens (d2t/t2d)
     cache_dir: str = ""  # data cache ("" = $GAMBIT_CACHE or ~/.cache/gambit)
-    # compatible: data and training under the kernels that give one loss history on every x86 CPU
-    # tried (gambit.train.repro.ISA_ENV), in a child process; ~2-3x slower
+    # compatible: data and training under the switches that gave the target one loss history on both
+    # x86 CPU kinds tried (gambit.train.repro.ISA_ENV), in a child process; ~1.6x slower
     isa: str = "machine"  # kernels' instruction set: machine (floats differ by CPU kind) | compatible
 
     def __post_init__(self) -> None:
