@@ -83,16 +83,17 @@ CANDIDATE := services/gambit/assets/candidate
 CAND_DRAFTER := $(VENV)/bin/gambit train drafter --target $(CANDIDATE)/target --isa compatible
 CAND_SCORER := $(VENV)/bin/gambit train scorer --model $(CANDIDATE)/target --isa compatible
 candidate-models: $(STAMP)
-	$(CAND_DRAFTER) --method eagle3.1 --out $(CANDIDATE)/drafter-eagle3.1 & \
-	$(CAND_DRAFTER) --method pr --out $(CANDIDATE)/drafter-pr & wait
-	$(CAND_DRAFTER) --method hass --out $(CANDIDATE)/drafter-hass & \
-	$(CAND_DRAFTER) --method hass+pr --out $(CANDIDATE)/drafter-hass-pr & wait
-	$(CAND_DRAFTER) --method eagle3.1 --num-layers 2 --out $(CANDIDATE)/ablations/drafter-eagle3.1-2layer & \
-	$(CAND_DRAFTER) --method pr --beta 0.0 --out $(CANDIDATE)/ablations/drafter-pr-beta0 & wait
-	$(CAND_DRAFTER) --method pr --no-self-query --out $(CANDIDATE)/ablations/drafter-pr-noselfq & \
-	( $(CAND_SCORER) --kind mlp --out $(CANDIDATE)/scorer-mlp && \
-	  $(CAND_SCORER) --kind mlp --label process --confidence --out $(CANDIDATE)/scorer-process && \
-	  $(CAND_SCORER) --kind sequence --out $(CANDIDATE)/scorer-sequence ) & wait
+	$(CAND_DRAFTER) --method eagle3.1 --out $(CANDIDATE)/drafter-eagle3.1 & p=$$!; \
+	$(CAND_DRAFTER) --method pr --out $(CANDIDATE)/drafter-pr; s=$$?; wait $$p && test $$s = 0
+	$(CAND_DRAFTER) --method hass --out $(CANDIDATE)/drafter-hass & p=$$!; \
+	$(CAND_DRAFTER) --method hass+pr --out $(CANDIDATE)/drafter-hass-pr; s=$$?; wait $$p && test $$s = 0
+	$(CAND_DRAFTER) --method eagle3.1 --num-layers 2 --out $(CANDIDATE)/ablations/drafter-eagle3.1-2layer & p=$$!; \
+	$(CAND_DRAFTER) --method pr --beta 0.0 --out $(CANDIDATE)/ablations/drafter-pr-beta0; s=$$?; \
+	wait $$p && test $$s = 0
+	$(CAND_DRAFTER) --method pr --no-self-query --out $(CANDIDATE)/ablations/drafter-pr-noselfq & p=$$!; \
+	$(CAND_SCORER) --kind mlp --out $(CANDIDATE)/scorer-mlp && \
+	$(CAND_SCORER) --kind mlp --label process --confidence --out $(CANDIDATE)/scorer-process && \
+	$(CAND_SCORER) --kind sequence --out $(CANDIDATE)/scorer-sequence; s=$$?; wait $$p && test $$s = 0
 
 # Several seeds per drafter method on the candidate (README, "The drafters' seed"): EAGLE-3.1, PR and PR
 # with β = 0 at seeds 1 and 2 (seed 0: the candidate set's), two runs at a time (~10 min a pair; a run
