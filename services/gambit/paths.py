@@ -6,12 +6,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]  # the checkout: services/gambit/paths.py -> repo root
 ASSETS = Path(__file__).resolve().parent / "assets"
 TARGET = ASSETS / "target"
-# the re-ship candidate set, the shipped layout under candidate/: the target's recipe under `--isa
-# compatible` (its loss history is the same on every x86 CPU tried) and every model below retrained on it
-# the same way (`make candidate-models`; README, "Reproducible models"). Nothing serves it yet: the swap
-# is a move, once every figure is re-measured on it.
-CANDIDATE = ASSETS / "candidate"
-TARGET_COMPATIBLE = CANDIDATE / "target"
 DRAFTER_EAGLE31 = ASSETS / "drafter-eagle3.1"
 DRAFTER_PR = ASSETS / "drafter-pr"
 DRAFTER_HASS = ASSETS / "drafter-hass"

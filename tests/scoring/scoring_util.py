@@ -22,6 +22,6 @@ def shipped_training(kind: str) -> dict:
 
 def shipped_config(kind: str) -> TrainScorerConfig:
     cfg = TrainScorerConfig(**shipped_training(kind)["config"])
-    if not Path(cfg.model).is_dir():  # recorded as an absolute path on the machine that trained it
+    if not Path(cfg.model).is_dir():  # recorded relative to the repo, or absolute on another machine
         cfg.model, cfg.out = str(TARGET), str(SHIPPED[kind])
     return cfg
