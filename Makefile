@@ -96,19 +96,22 @@ shipped-models: $(STAMP)
 	$(SHIP_SCORER) --kind mlp --label process --confidence --out $(ASSETS)/scorer-process && \
 	$(SHIP_SCORER) --kind sequence --out $(ASSETS)/scorer-sequence; s=$$?; wait $$p && test $$s = 0
 
-# Several seeds per drafter method (README, "The drafters' seed"): EAGLE-3.1, PR and PR
-# with β = 0 at seeds 1 and 2 (seed 0: the shipped set's), two runs at a time (~10 min a pair; a run
-# whose folder holds a card is kept), then greedy τ of all nine on test and on dev problems (~3 min).
+# Several seeds per drafter method (README, "The drafters' seed"): EAGLE-3.1, PR and PR with β = 0 at
+# seeds 1 and 2 (seed 0: the shipped set's) and PR with λ = 0.5 (--reconsider-weight) at seeds 0-2, two
+# runs at a time (~10 min a pair; a run whose folder holds a card is kept), then greedy τ of all twelve
+# on test and on dev problems (~5 min).
 SEEDS_DIR := results/drafter-seeds
-SEED_RUNS := eagle3.1:1 pr:1 pr-beta0:1 eagle3.1:2 pr:2 pr-beta0:2
+SEED_RUNS := eagle3.1:1 pr:1 pr-beta0:1 eagle3.1:2 pr:2 pr-beta0:2 pr-lam05:0 pr-lam05:1 pr-lam05:2
 SEED_TAU := $(ASSETS)/drafter-eagle3.1 $(SEEDS_DIR)/eagle3.1-s1 $(SEEDS_DIR)/eagle3.1-s2 \
 	$(ASSETS)/drafter-pr $(SEEDS_DIR)/pr-s1 $(SEEDS_DIR)/pr-s2 \
-	$(ASSETS)/ablations/drafter-pr-beta0 $(SEEDS_DIR)/pr-beta0-s1 $(SEEDS_DIR)/pr-beta0-s2
+	$(ASSETS)/ablations/drafter-pr-beta0 $(SEEDS_DIR)/pr-beta0-s1 $(SEEDS_DIR)/pr-beta0-s2 \
+	$(SEEDS_DIR)/pr-lam05-s0 $(SEEDS_DIR)/pr-lam05-s1 $(SEEDS_DIR)/pr-lam05-s2
 drafter-seeds: $(STAMP)
 	mkdir -p $(SEEDS_DIR)
 	printf '%s\n' $(SEED_RUNS) | xargs -P 2 -I{} sh -c 'name=$${1%%:*}; seed=$${1##*:}; \
 	  out=$(SEEDS_DIR)/$$name-s$$seed; test -f $$out/training.json && exit 0; \
-	  case $$name in pr-beta0) m="--method pr --beta 0.0";; *) m="--method $$name";; esac; \
+	  case $$name in pr-beta0) m="--method pr --beta 0.0";; \
+	    pr-lam05) m="--method pr --reconsider-weight 0.5";; *) m="--method $$name";; esac; \
 	  $(SHIP_DRAFTER) $$m --seed $$seed --out $$out > $$out.log 2>&1' _ {}
 	for sp in test dev; do PYTHONPATH=services $(PY) tools/drafter_tau.py --split $$sp --per 16 \
 	  --trees "B=48,B=24,defaults" --model $(ASSETS)/target --json results/drafter_seeds_$$sp.json \

@@ -89,3 +89,36 @@ def test_init_copies_a_drafter_and_refuses_one_that_does_not_fit(tmp_path):
     with pytest.raises(ValueError, match="d2t"):
         init_from(build_drafter(TrainDrafterConfig(), target, torch.arange(1, 51)), str(tmp_path / "reduced"),
                   target)
+
+
+def test_reconsider_weight_scales_the_reconsideration_term_only():
+    """L(λ) = L_one-pass + λ · L_reconsider (``--reconsider-weight``); the one-pass part is EAGLE-3.1's
+    loss on the same batch (reconsider rows are invisible to regular rows), and λ = 0 is refused."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "speculative"))
+    from spec_util import tiny_target
+
+    from gambit.speculative.drafter import random_drafter
+    from gambit.train.drafter import step_loss
+
+    with pytest.raises(ValueError, match="reconsider_weight"):
+        TrainDrafterConfig(method="pr", reconsider_weight=0.0)
+    torch.manual_seed(0)
+    target, tok = tiny_target(seed=1)
+    drafter = random_drafter(target, seed=2, std=0.1)
+    B, T, H = 2, 9, target.config.hidden_size
+    batch = {"ids": torch.randint(3, 90, (B, T)), "taps": torch.randn(B, T, 3 * H),
+             "logits": torch.randn(B, T, target.config.vocab_size),
+             "length": torch.tensor([T, T - 2]), "prompt_len": torch.tensor([2, 3])}
+
+    def loss(method: str, lam: float) -> torch.Tensor:
+        cfg = TrainDrafterConfig(method=method, reconsider_weight=lam, ttt_steps=2)
+        recon = make_reconsider(cfg, torch.Generator().manual_seed(0)) if cfg.uses_pr else None
+        with torch.no_grad():
+            return step_loss(cfg, drafter, batch, tok.pad_id, recon)
+
+    one_pass, full, half = loss("eagle3.1", 1.0), loss("pr", 1.0), loss("pr", 0.5)
+    assert full > one_pass
+    torch.testing.assert_close(half, one_pass + 0.5 * (full - one_pass))

@@ -63,6 +63,8 @@ class TrainDrafterConfig:
     grad_clip: float = 0.5  # gradient-norm clip
     ttt_steps: int = 3  # unrolled training-time-test steps (loss weight 0.8^i)
     beta: float = 0.5  # PR balance term weight on the confident rows' reconsideration
+    # the passes share one layer, so a lower λ leaves more of it to one-pass drafting
+    reconsider_weight: float = 1.0  # PR: weight λ of the whole reconsideration term (1 = the paper's loss)
     reconsider_frac: float = 0.25  # PR: fraction of valid rows reconsidered per unrolled step
     self_query: bool = True  # PR: the reconsideration pass takes its query from the feature
     reconsider_loss: str = "full"  # PR: full (CE to the target) | fresh (only the tokens not offered)
@@ -93,6 +95,8 @@ class TrainDrafterConfig:
             raise ValueError(f"reconsider_frac must be in (0, 0.5], got {self.reconsider_frac}")
         if self.beta < 0 or self.hass_weight < 0 or self.hass_topk < 1:
             raise ValueError("beta and hass_weight must be >= 0 and hass_topk >= 1")
+        if not 0 < self.reconsider_weight <= 10:
+            raise ValueError(f"reconsider_weight must be in (0, 10], got {self.reconsider_weight}")
         if self.reconsider_loss not in ("full", "fresh"):
             raise ValueError(f"reconsider_loss must be 'full' or 'fresh', got {self.reconsider_loss!r}")
         if self.fresh_k < 1:
@@ -199,13 +203,15 @@ def step_loss(cfg: TrainDrafterConfig, drafter: Drafter, batch, pad_id: int, rec
             b, r, rl = recon
             ce = soft_ce(tl[b, r], rl)
             n = reconsider.n_low
+            # λ · 0.8^i; at λ = 1 exactly the shipped cards' floats (the same products, the same order)
+            wr = w if cfg.reconsider_weight == 1.0 else w * cfg.reconsider_weight
             if cfg.reconsider_loss == "fresh":  # R's rows: rank what the node did not offer
                 low = fresh_ce(tl[b[:n], r[:n]], rl[:n], logits[b[:n], r[:n]].detach(), cfg.fresh_k)
-                total = total + w * low.mean()
+                total = total + wr * low.mean()
             else:
-                total = total + w * ce[:n].mean()
+                total = total + wr * ce[:n].mean()
             if cfg.beta > 0 and ce.numel() > n:
-                total = total + w * cfg.beta * ce[n:].mean()
+                total = total + wr * cfg.beta * ce[n:].mean()
     return total
 
 
