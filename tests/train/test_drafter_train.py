@@ -122,3 +122,8 @@ def test_reconsider_weight_scales_the_reconsideration_term_only():
     one_pass, full, half = loss("eagle3.1", 1.0), loss("pr", 1.0), loss("pr", 0.5)
     assert full > one_pass
     torch.testing.assert_close(half, one_pass + 0.5 * (full - one_pass))
+    from gambit.train.drafter_card import LOSSES, _loss  # the card writes the loss as trained
+
+    assert _loss({"method": "pr"}) == LOSSES["pr"]
+    assert _loss({"method": "hass+pr", "reconsider_weight": 0.5}).endswith(
+        "+ 0.5 · (mean_{R_i} CE(p_t, q'_{i,j}) + β · mean_{C_i} CE(p_t, q'_{i,j}))]")

@@ -22,6 +22,7 @@ def _loss(cfg: dict) -> str:
         return text
     return text.replace(" + mean_{R_i}", f" + {lam} · (mean_{{R_i}}").replace("q'_{i,j})]", "q'_{i,j}))]")
 
+
 DEFS = ("CE(p, q) = −Σ_v p(v) log q(v) (soft cross-entropy to the target's distribution p_t at "
         "t = j+1+i); TopK_K(p, q) = −Σ_{v ∈ top-K(p)} p(v) log q(v); V_i: rows of unrolled step i whose "
         "target position lies in the generated part; R_i: the reconsider_frac of V_i with the lowest "
