@@ -44,6 +44,9 @@ class TCPProxy:
             except OSError:
                 c.close()
                 continue
+            # the 5 s are for connecting only: left on, the proxy cut every connection idle for 5 s
+            # (redis-py reconnects and retries, so this only hid behind its retries)
+            u.settimeout(None)
             with self._lock:
                 self._conns += [c, u]
             for a, b in ((c, u), (u, c)):

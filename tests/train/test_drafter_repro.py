@@ -26,12 +26,19 @@ def test_exact_only_on_the_cards_instruction_set_and_vendor():
     assert history_rtol(here[0], here[1], None) == (0.0 if here[2] == "GenuineIntel" else CROSS_ISA_RTOL)
 
 
+@pytest.fixture(scope="module")
+def fresh_cache(tmp_path_factory) -> str:
+    """An empty data cache for this module: the drafter data is regenerated under the switches here
+    (once, shared by every drafter below), never read from a cache an earlier run wrote."""
+    return str(tmp_path_factory.mktemp("drafter-cache"))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name,steps", [
     ("drafter-pr", 200), ("drafter-eagle3.1", 20), ("drafter-hass", 20), ("drafter-hass-pr", 20),
     ("ablations/drafter-pr-beta0", 8), ("ablations/drafter-pr-noselfq", 8),
     ("ablations/drafter-eagle3.1-2layer", 8)])
-def test_shipped_drafter_reproduces_on_any_cpu(name, steps):
+def test_shipped_drafter_reproduces_on_any_cpu(name, steps, fresh_cache):
     """The shipped drafters and ablations (``--isa compatible``: data and training under the kernels that
     give one history on every x86 CPU tried) retrain to their card's first steps exactly, here, whatever
     this CPU is. PR, the paper's method, for 200 steps (~2 min); the others, which share its data (~2.5
@@ -42,8 +49,9 @@ def test_shipped_drafter_reproduces_on_any_cpu(name, steps):
     readme = (folder / "README.md").read_text()
     assert card["torch_version"] and f"{card['torch_threads']} CPU threads" in readme
     known = {f.name for f in fields(TrainDrafterConfig)}
-    cfg = TrainDrafterConfig(**{k: v for k, v in card["config"].items() if k in known and k != "target"},
-                             target=str(TARGET))
+    cfg = TrainDrafterConfig(**{k: v for k, v in card["config"].items()
+                                if k in known and k not in ("target", "cache_dir")},
+                             target=str(TARGET), cache_dir=fresh_cache)
     fresh = train_drafter(cfg, stop=steps)
     assert fresh["cpu_capability"] == "DEFAULT" and fresh["torch_threads"] == card["torch_threads"]
     assert len(fresh["loss_history"]) == steps
