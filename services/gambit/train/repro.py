@@ -37,7 +37,7 @@ def environment() -> dict:
 
 
 def cpu_environment() -> dict:
-    """The CPU facts a card's floats depend on (what ``history_rtol`` compares)."""
+    """The CPU facts a card's floats depend on (recorded with it: a rerun elsewhere may differ)."""
     return {"cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu_amx": cpu_amx(),
             "cpu_vendor": cpu_vendor()}
 
@@ -50,32 +50,6 @@ def cpu_amx() -> bool:
     return "amx_tile" in cpu_flags()
 
 
-# Another instruction set runs other kernels (AVX2 against AVX-512 reduction widths), so a rerun there
-# gives close, not equal, floats: measured between AVX-512 cards and an AVX2 rerun, the drafters' step-0
-# losses differ by 2e-7 relative and the scorers' first-epoch train losses by 3e-8. Another CPU vendor
-# with the same instruction set does too: MKL dispatches by vendor, and on a 2-core AMD EPYC (AVX-512)
-# the Intel-made drafter-pr card's step-0 loss came out 28.843445 against 28.843452 (2.4e-7 relative).
-# This bound leaves room for a few steps of drift and stays far below one training step's change of
-# the loss (percents).
-CROSS_ISA_RTOL = 1e-4
-
-
-# Every card made before ``cpu_vendor`` was recorded came from Intel Xeon machines.
-CARD_VENDOR_BEFORE_THE_FIELD = "GenuineIntel"
-
-
-def history_rtol(card_capability: str | None, card_amx: bool = False,
-                 card_vendor: str | None = None) -> float:
-    """How close a rerun here must come to a card: exactly on the card's instruction set and CPU
-    vendor, within ``CROSS_ISA_RTOL`` elsewhere (``torch.backends.cpu.get_cpu_capability()`` names the
-    set, ``cpu_amx`` tells AVX-512 machines with AMX from those without, ``cpu_vendor`` Intel from AMD;
-    cards that predate the fields were made on Intel without AMX)."""
-    vendor = card_vendor or CARD_VENDOR_BEFORE_THE_FIELD
-    same = (card_capability == torch.backends.cpu.get_cpu_capability() and bool(card_amx) == cpu_amx()
-            and vendor == cpu_vendor())
-    return 0.0 if same else CROSS_ISA_RTOL
-
-
 def close(a: float, b: float, rtol: float) -> bool:
     return a == b or abs(a - b) <= rtol * max(abs(a), abs(b))
 
@@ -86,7 +60,7 @@ def compare_history(card: list[dict], fresh: list[dict], upto: int, key: str = "
 
     Entries are ``{"step": int, key: float, ...}``; with ``rtol`` 0 values must be equal exactly (they
     are written rounded, so equality of the rounded values is what "the same loss history" means),
-    else within that relative difference (``history_rtol``). An empty list means they agree; a step
+    else within that relative difference. An empty list means they agree; a step
     missing from either side is a mismatch.
     """
     a = {h["step"]: h[key] for h in card if h["step"] <= upto}
