@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test venv lint eval bench-engine bench-search train-target shipped-models drafter-seeds
+.PHONY: run test repro venv lint eval bench-engine bench-search train-target shipped-models drafter-seeds
 .PHONY: fetch-smollm2 smollm2-drafters
 .PHONY: smollm2-drafters-cont clean ops-tools deploy-generate loadtest
 
@@ -24,6 +24,12 @@ run: $(STAMP)
 test: $(STAMP) ops-tools
 	$(VENV)/bin/ruff check services tests
 	$(VENV)/bin/pytest
+
+# Every shipped model retrained and compared to its card exactly: the target's and every drafter's first
+# 200 steps (make test runs the PR drafter's 200 and fewer for the rest), each scorer's probe (~25 min).
+repro: $(STAMP)
+	GAMBIT_REPRO_FULL=1 $(VENV)/bin/pytest -p no:cacheprovider tests/train/test_target_repro.py \
+		tests/train/test_drafter_repro.py tests/scoring/test_reproducible.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check services tests

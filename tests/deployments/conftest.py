@@ -21,6 +21,7 @@ class TCPProxy:
         self.port = port
         self._lsock: socket.socket | None = None
         self._conns: list[socket.socket] = []
+        self._ended: dict[int, bool] = {}  # id(socket) -> its pipe has ended
         self._lock = threading.Lock()
 
     def start(self) -> TCPProxy:
@@ -52,8 +53,7 @@ class TCPProxy:
             for a, b in ((c, u), (u, c)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pipe(a: socket.socket, b: socket.socket) -> None:
+    def _pipe(self, a: socket.socket, b: socket.socket) -> None:
         try:
             while data := a.recv(65536):
                 b.sendall(data)
@@ -65,6 +65,14 @@ class TCPProxy:
                     s.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+            with self._lock:  # the second of the pair's two pipes to end closes both (no fd left open,
+                self._ended[id(a)] = True  # none closed under a pipe still reading it)
+                if self._ended.pop(id(b), False):
+                    self._ended.pop(id(a))
+                    for s in (a, b):
+                        if s in self._conns:
+                            self._conns.remove(s)
+                        s.close()
 
     def stop(self) -> None:
         """Refuse new connections and cut the open ones."""
