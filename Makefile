@@ -26,7 +26,7 @@ test: $(STAMP) ops-tools
 	$(VENV)/bin/pytest
 
 # Every shipped model retrained and compared to its card exactly: the target's and every drafter's first
-# 200 steps (make test runs the PR drafter's 200 and fewer for the rest), each scorer's probe (~25 min).
+# 200 steps (make test runs the PR drafter's 200 and fewer for the rest), each scorer's probe (25-40 min).
 repro: $(STAMP)
 	GAMBIT_REPRO_FULL=1 $(VENV)/bin/pytest -p no:cacheprovider tests/train/test_target_repro.py \
 		tests/train/test_drafter_repro.py tests/scoring/test_reproducible.py

@@ -25,17 +25,20 @@ def fresh_cache(tmp_path_factory) -> str:
     return str(tmp_path_factory.mktemp("drafter-cache"))
 
 
+# steps in ``make test`` (``make repro``: FULL_STEPS for every one)
+STEPS = {"drafter-pr": 200, "drafter-eagle3.1": 20, "drafter-hass": 20, "drafter-hass-pr": 20,
+         "ablations/drafter-pr-beta0": 8, "ablations/drafter-pr-noselfq": 8,
+         "ablations/drafter-eagle3.1-2layer": 8}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name,steps", [
-    ("drafter-pr", 200), ("drafter-eagle3.1", 20), ("drafter-hass", 20), ("drafter-hass-pr", 20),
-    ("ablations/drafter-pr-beta0", 8), ("ablations/drafter-pr-noselfq", 8),
-    ("ablations/drafter-eagle3.1-2layer", 8)])
-def test_shipped_drafter_reproduces_on_any_cpu(name, steps, fresh_cache):
+@pytest.mark.parametrize("name", list(STEPS))
+def test_shipped_drafter_reproduces_on_any_cpu(name, fresh_cache):
     """The shipped drafters and ablations (``--isa compatible``: data and training under the kernels that
     give one history on every x86 CPU tried) retrain to their card's first steps exactly, here, whatever
     this CPU is. PR, the paper's method, for 200 steps (~2 min); the others, which share its data (~2.5
     min to write once), for fewer in ``make test`` (CI time); ``make repro`` runs every one for 200."""
-    steps = FULL_STEPS if FULL else steps
+    steps = FULL_STEPS if FULL else STEPS[name]
     folder = ASSETS / name
     card = json.loads((folder / "training.json").read_text())
     assert card["config"]["isa"] == "compatible" and card["cpu_capability"] == "DEFAULT"
