@@ -21,7 +21,6 @@ class TCPProxy:
         self.port = port
         self._lsock: socket.socket | None = None
         self._conns: list[socket.socket] = []
-        self._ended: dict[int, bool] = {}  # id(socket) -> its pipe has ended
         self._lock = threading.Lock()
 
     def start(self) -> TCPProxy:
@@ -50,10 +49,11 @@ class TCPProxy:
             u.settimeout(None)
             with self._lock:
                 self._conns += [c, u]
+            running = [2]  # the pair's pipes still running: the last to end closes both sockets
             for a, b in ((c, u), (u, c)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+                threading.Thread(target=self._pipe, args=(a, b, running), daemon=True).start()
 
-    def _pipe(self, a: socket.socket, b: socket.socket) -> None:
+    def _pipe(self, a: socket.socket, b: socket.socket, running: list[int]) -> None:
         try:
             while data := a.recv(65536):
                 b.sendall(data)
@@ -65,10 +65,9 @@ class TCPProxy:
                     s.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
-            with self._lock:  # the second of the pair's two pipes to end closes both (no fd left open,
-                self._ended[id(a)] = True  # none closed under a pipe still reading it)
-                if self._ended.pop(id(b), False):
-                    self._ended.pop(id(a))
+            with self._lock:  # no fd left open, none closed under a pipe still reading it
+                running[0] -= 1
+                if running[0] == 0:
                     for s in (a, b):
                         if s in self._conns:
                             self._conns.remove(s)

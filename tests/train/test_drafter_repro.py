@@ -13,7 +13,7 @@ from gambit.paths import ASSETS, TARGET
 from gambit.train.drafter import TrainDrafterConfig, train_drafter
 from gambit.train.repro import compare_history
 
-# ``make repro`` sets this: every drafter and ablation for the 200 steps the issue asks (~20 min on 2 cores)
+# ``make repro`` sets this: every drafter and ablation for the 200 steps the issue asks (20-30 min on 2 cores)
 FULL = os.environ.get("GAMBIT_REPRO_FULL") == "1"
 FULL_STEPS = 200
 
