@@ -120,6 +120,21 @@ def test_packed_backends_compute_f_linear(backend):
         PackedLinear(w, None, 2, backend="cublas")
 
 
+def test_gemm_vendor_pins_the_packing_choice(monkeypatch):
+    """``GAMBIT_GEMM_VENDOR`` (training's compatible mode sets it) overrides this CPU's vendor, so the
+    engine takes one GEMM per weight whatever CPU writes the training data."""
+    from gambit.engine import linear
+
+    large = torch.empty(192, 1024)
+    monkeypatch.setattr(linear, "cpu_vendor", lambda: "GenuineIntel")
+    monkeypatch.delenv("GAMBIT_GEMM_VENDOR", raising=False)
+    assert linear.gemm_vendor() == "GenuineIntel" and linear.packing_backend(large) == "mkl"
+    monkeypatch.setenv("GAMBIT_GEMM_VENDOR", "AuthenticAMD")
+    assert linear.gemm_vendor() == "AuthenticAMD"
+    if linear.onednn_available():
+        assert linear.packing_backend(large) == "onednn"
+
+
 def test_onednn_serves_amd_from_two_rows(monkeypatch):
     from gambit.engine import linear
 

@@ -20,6 +20,7 @@ fast path steps aside (plain ``F.linear``) instead of using stale numbers.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 
 import torch
@@ -71,6 +72,14 @@ def cpu_model() -> str:
     return _cpuinfo().get("model name", "")
 
 
+def gemm_vendor() -> str:
+    """The vendor whose GEMM choices ``packing_backend`` follows: ``GAMBIT_GEMM_VENDOR`` when set, else
+    this CPU's. Training's ``isa="compatible"`` sets it (``gambit.train.repro.ISA_ENV``), so the data an
+    engine writes under it takes the same GEMMs on every CPU: with this CPU's choice an Intel host wrote
+    other rollouts than the AMD ones the cards came from (stop 43)."""
+    return os.environ.get("GAMBIT_GEMM_VENDOR") or cpu_vendor()
+
+
 def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags from /proc/cpuinfo ("avx512f", "amx_tile", ...; empty when unknown)."""
     return frozenset(_cpuinfo().get("flags", "").split())
@@ -93,7 +102,7 @@ STREAM_MIN_ELEMENTS = 1 << 18
 def packing_backend(weight: torch.Tensor, vendor: str | None = None) -> str:
     """Which packed GEMM serves this weight's multi-row products here: "onednn", "mkl", or "" (none:
     ``F.linear`` on the transposed layout, what an AMD CPU runs fastest for small weights)."""
-    vendor = cpu_vendor() if vendor is None else vendor
+    vendor = gemm_vendor() if vendor is None else vendor
     if vendor == "AuthenticAMD" and onednn_available():
         return "onednn" if weight.numel() >= ONEDNN_MIN_ELEMENTS else ""
     return "mkl"

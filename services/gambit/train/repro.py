@@ -90,7 +90,10 @@ def environment_note(env: dict) -> str:
 # It also turns off the project's own C++ kernels (built with -march=native, so their floats follow the
 # CPU): the engine that writes drafter data and scorer rollouts then runs its PyTorch path.
 LIBRARY_SWITCHES = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41"}
-ISA_ENV = {"machine": {}, "compatible": {**LIBRARY_SWITCHES, "GAMBIT_NO_CPU_KERNEL": "1"}}
+# The engine's own GEMM choice follows the CPU vendor (gambit.engine.linear.packing_backend): pinned to
+# the AMD one, where every card was made, so Intel writes the same drafter data and rollouts (stop 43).
+ISA_ENV = {"machine": {}, "compatible": {**LIBRARY_SWITCHES, "GAMBIT_NO_CPU_KERNEL": "1",
+                                         "GAMBIT_GEMM_VENDOR": "AuthenticAMD"}}
 
 
 def check_isa(isa: str) -> None:
