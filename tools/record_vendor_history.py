@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gambit.engine.linear import cpu_model, cpu_vendor
+from gambit.cpu_info import cpu_model, cpu_vendor
 from gambit.paths import ASSETS, TARGET
 from gambit.train import vendor_history as vh
 from gambit.train.repro import compare_history

@@ -7,6 +7,7 @@ import pytest
 import torch
 from engine_util import make_engine
 
+from gambit.cpu_info import MIN_MACS_PER_THREAD, default_min_macs_per_thread
 from gambit.engine import EngineConfig, FinishedEvent, SamplingParams
 from gambit.engine.step_threads import StepThreads, macs_per_row
 from gambit.model.config import ModelConfig
@@ -43,9 +44,9 @@ def test_a_second_policy_on_the_thread_keeps_the_callers_setting(two_threads):
 
 def test_a_new_engine_after_a_small_run_steps_on_every_thread(target, two_threads):
     """The engine benchmark's shape: batch 1 on one engine, then a big batch on a fresh one."""
-    _, small = _decode(target, EngineConfig().min_macs_per_thread, 4)
+    _, small = _decode(target, MIN_MACS_PER_THREAD, 4)
     assert small[-1] == 1
-    _, big = _decode(target, EngineConfig().min_macs_per_thread, 16)
+    _, big = _decode(target, MIN_MACS_PER_THREAD, 16)
     assert big[-1] == 2  # it failed when each engine kept its own record: 1, the first one's last
 
 
@@ -56,7 +57,7 @@ def test_work_per_row_and_the_default_split():
                        num_attention_heads=9, num_key_value_heads=3)
     assert macs_per_row(tiny) == 6 * (4 * 192 * 192 + 3 * 192 * 512) + 100 * 192
     assert macs_per_row(smol) == 30 * (2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536) + 49152 * 576
-    default = EngineConfig().min_macs_per_thread
+    default = MIN_MACS_PER_THREAD  # AMD's (and any vendor not measured otherwise)
     tiny_p, smol_p = StepThreads(macs_per_row(tiny), default), StepThreads(macs_per_row(smol), default)
     assert [tiny_p.count(r, 2) for r in (1, 8, 11, 12, 96)] == [1, 1, 1, 2, 2]
     assert smol_p.count(1, 2) == 2  # a real checkpoint's single row is worth both threads
@@ -82,8 +83,18 @@ def _decode(target, macs: int, batch: int) -> tuple[list[list[int]], list[int]]:
 @pytest.mark.parametrize("batch", [4, 16])
 def test_engine_steps_on_fewer_threads_with_the_same_tokens(target, two_threads, batch):
     fixed, fixed_counts = _decode(target, 0, batch)
-    policy, counts = _decode(target, EngineConfig().min_macs_per_thread, batch)
+    policy, counts = _decode(target, MIN_MACS_PER_THREAD, batch)
     assert set(fixed_counts) == {2}
     # decode steps of 4 rows run on one thread; of 16, on both (the prompt's prefill: rows = its tokens)
     assert counts[-1] == (1 if batch == 4 else 2)
     assert policy == fixed  # greedy and seeded sampling alike
+
+
+def test_the_default_follows_the_vendor_measurement():
+    """Two threads won at every batch on an Intel Xeon (one lost 1.14-1.41x), one was a wash at 1-8 rows
+    on AMD EPYCs: the default floor is per vendor, and an explicit one still wins."""
+    assert EngineConfig().min_macs_per_thread == default_min_macs_per_thread()
+    intel = StepThreads(2_673_408, default_min_macs_per_thread("GenuineIntel"))
+    amd = StepThreads(2_673_408, default_min_macs_per_thread("AuthenticAMD"))
+    assert [intel.count(r, 2) for r in (1, 8)] == [2, 2] and [amd.count(r, 2) for r in (1, 8)] == [1, 1]
+    assert EngineConfig(min_macs_per_thread=5).min_macs_per_thread == 5

@@ -19,7 +19,7 @@ def test_chunk_is_the_start_of_the_training_data(train_chunk):
 @pytest.mark.parametrize("kind", ["mlp", "sequence", "process"])
 def test_shipped_probe_reproduces_exactly_on_any_cpu(kind):
     """The shipped scorers (``--isa compatible``): the probe's rollouts and epochs, rerun under the same
-    switches in a child process, give the card's history exactly on any x86 CPU (the card's on AMD, the
+    switches in a child process, give their vendor's history exactly (the card's on AMD, the
     Intel record elsewhere: ``gambit.train.vendor_history``)."""
     info = shipped_training(kind)
     assert info["config"]["isa"] == "compatible" and info["environment"]["cpu_capability"] == "DEFAULT"

@@ -1,6 +1,7 @@
 """The shipped target against its command: its first 200 steps, retrained under the card's
-``--isa compatible``, give the card's loss history exactly on any x86 CPU (README, "Reproducible models":
-the first shipped target, trained with the machine's kernels, reproduced to step 100 only)."""
+``--isa compatible``, give the card's loss history exactly on AMD and the Intel record on Intel
+(README, "Reproducible models": the first shipped target, trained with the machine's kernels,
+reproduced to step 100 only)."""
 
 from __future__ import annotations
 

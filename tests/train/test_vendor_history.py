@@ -47,3 +47,27 @@ def test_shipped_record_is_its_cards_training_on_another_vendor(path):
     else:  # a drafter: 200 steps, starting where the card starts
         assert [h["step"] for h in got] == list(range(200))
         assert got[0]["loss"] == info["loss_history"][0]["loss"]
+
+
+def test_kernel_fingerprint_tool_runs_pinned_and_compares(tmp_path):
+    """``tools/kernel_fingerprint.py``: the hashes come from a child under the compatible switches, are
+    the same on a rerun here, and ``--compare`` names what differs (an edited hash)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    tool, env = repo / "tools" / "kernel_fingerprint.py", {**os.environ, "PYTHONPATH": str(repo / "services")}
+    out = tmp_path / "f.json"
+    r = subprocess.run([sys.executable, str(tool), "--json", str(out)], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert res["environment"]["cpu_capability"] == "DEFAULT" and len(res["hashes"]) >= 30
+    res["hashes"]["vector exp"] = "0" * 12
+    out.write_text(json.dumps(res))
+    r = subprocess.run([sys.executable, str(tool), "--compare", str(out)], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0 and f"1 of {len(res['hashes'])} differ" in r.stdout
+    assert [ln.split()[:2] for ln in r.stdout.splitlines() if ln.endswith("DIFFERS")] == [["vector", "exp"]]

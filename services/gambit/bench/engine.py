@@ -243,7 +243,7 @@ def _child(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[obj
 def machine_info() -> dict:
     import torch
 
-    from gambit.engine.linear import cpu_model
+    from gambit.cpu_info import cpu_model
 
     try:
         tf = metadata.version("transformers")

@@ -56,7 +56,7 @@ def measure(folder: str, rows: list[int], repeats: int, threads: int, calls: int
     streams from memory as a model's layers do (more than the last-level cache), not from the cache."""
     import torch
 
-    from gambit.engine.linear import cpu_vendor
+    from gambit.cpu_info import cpu_vendor
     from gambit.model import load_model
 
     torch.set_num_threads(threads)

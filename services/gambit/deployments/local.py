@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from gambit.cpu_info import default_spec_max_batch
 from gambit.ops.serve_env import SERVE_ENV
 from gambit.serving.grpc_api import SERVICER_FUNCTIONS
 
@@ -41,8 +42,8 @@ class ServeConfig:
     target_gpus: float = -1  # GPUs per Target replica (-1 = 1 when the node has a GPU, else 0)
     coordinator_replicas: int = 1  # Coordinator replicas
     target_threads: int = 0  # torch intra-op threads of each Target's engine (0 = every core of the node)
-    spec_max_batch: int = 8  # eagle3.1/pr runs draft in steps of <= this many traces (0: no cap; GPU:
-    # raise); the engine's SpecConfig.max_batch, not imported: the launcher does not load torch
+    # the default is the engine's SpecConfig.max_batch, read from the torch-free gambit.cpu_info
+    spec_max_batch: int = default_spec_max_batch()  # pr/eagle3.1 draft in steps of <= N traces (0: no cap)
     capacity: int = 8  # default C of a run
     swap: int = 2  # default K
     round_interval: int = 16  # default Δ, decode steps

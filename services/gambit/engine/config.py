@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from gambit.cpu_info import default_min_macs_per_thread, default_spec_max_batch
+
 PREEMPTION_MODES = ("recompute", "evict")
 DECODE_GRAPH_MODES = ("off", "static", "cuda")  # EngineConfig.decode_graphs (engine/decode_graphs.py)
 
@@ -49,9 +51,10 @@ class SpecConfig:
     # decoding 1.29-1.47x at batch 8 and 1.06-1.22x at 16 (tools/spec_batch_speed.py), sampled (T 0.8)
     # 1.11x / 1.25x at 8 and 1.02x / 1.03x at 16; one Gambit run of C = 8 with PR 0.84x the wall of
     # plain decoding, of C = 16 1.19x (gambit bench search --concurrency 1 --spec-max-batch 16). It
-    # was 4 before (the earlier tree lost from batch 5-8). On a GPU, where verifying a tree costs about
-    # one decode step, raise it (or 0), as with the tree.
-    max_batch: int = 8
+    # was 4 before (the earlier tree lost from batch 5-8). On an Intel Xeon the tree stops paying sooner:
+    # 4 there (gambit.cpu_info.SPEC_MAX_BATCH_BY_VENDOR). On a GPU, where verifying a tree costs
+    # about one decode step, raise it (or 0), as with the tree.
+    max_batch: int = default_spec_max_batch()
     # sampled rows (T > 0): "match" = a child is accepted iff it is the token plain decoding samples
     # there (same seed, same position): exactly plain decoding's samples, so a search decodes the same
     # text with or without speculation; "rejection" = multi-candidate rejection sampling (the target's
@@ -106,8 +109,9 @@ class EngineConfig:
     # CPU: a plain step runs on as many threads as give each at least this many multiply-adds (rows x
     # the model's weights per row / threads; at least 1, at most torch's setting): small steps lose more
     # to thread sync than they gain (engine/step_threads.py). The shipped target: 1 thread below 12
-    # rows; SmolLM2-135M: all from 1 row. 0: every step on all threads
-    min_macs_per_thread: int = 16_000_000
+    # rows; SmolLM2-135M: all from 1 row. 0: every step on all threads. Measured per vendor: on an Intel
+    # Xeon two threads win at every batch, so 1,000,000 there (gambit.cpu_info)
+    min_macs_per_thread: int = default_min_macs_per_thread()
     # plain decode steps over static buffers (engine/decode_graphs.py): "cuda" replays them as CUDA
     # graphs, one launch a step where eager takes ~200 (not yet run on a GPU); "static" runs the same
     # step eagerly on any device (tests)

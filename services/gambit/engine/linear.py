@@ -19,13 +19,13 @@ fast path steps aside (plain ``F.linear``) instead of using stale numbers.
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
+from gambit.cpu_info import cpu_vendor
 from gambit.engine import cpu_attention, cpu_gemv
 from gambit.model.layers import RMSNorm
 from gambit.model.llama import CausalLM
@@ -46,43 +46,12 @@ def onednn_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-@functools.cache
-def _cpuinfo() -> dict[str, str]:
-    """The first CPU's fields in /proc/cpuinfo (empty when unreadable)."""
-    info: dict[str, str] = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if not line.strip():
-                    break  # the end of the first CPU's block
-                key, _, value = line.partition(":")
-                info.setdefault(key.strip(), value.strip())
-    except OSError:
-        pass
-    return info
-
-
-def cpu_vendor() -> str:
-    """``vendor_id`` from /proc/cpuinfo ("GenuineIntel", "AuthenticAMD", ...; "" when unknown)."""
-    return _cpuinfo().get("vendor_id", "")
-
-
-def cpu_model() -> str:
-    """``model name`` from /proc/cpuinfo ("" when unknown)."""
-    return _cpuinfo().get("model name", "")
-
-
 def gemm_vendor() -> str:
     """The vendor whose GEMM choices ``packing_backend`` follows: ``GAMBIT_GEMM_VENDOR`` when set, else
     this CPU's. Training's ``isa="compatible"`` sets it (``gambit.train.repro.ISA_ENV``), so the data an
     engine writes under it takes the same GEMMs on every CPU: with this CPU's choice an Intel host wrote
     other rollouts than the AMD ones the cards came from (stop 43)."""
     return os.environ.get("GAMBIT_GEMM_VENDOR") or cpu_vendor()
-
-
-def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags from /proc/cpuinfo ("avx512f", "amx_tile", ...; empty when unknown)."""
-    return frozenset(_cpuinfo().get("flags", "").split())
 
 
 # On AMD CPUs MKL's GEMM takes slower code paths. oneDNN's packed GEMM beat MKL's packed one 1.5x over a

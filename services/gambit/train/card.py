@@ -11,8 +11,9 @@ from gambit.paths import REPO, TARGET
 
 ISA_NOTE = {"compatible": "instruction set pinned to `compatible` (ATen's scalar kernels, "
                           "`MKL_CBWR=COMPATIBLE`, oneDNN up to SSE4.1, the project's C++ kernels off): the "
-                          "switches under which the target's loss history was the same on both x86 CPU "
-                          "kinds tried"}
+                          "switches under which every model's history was the same on both AMD CPU kinds "
+                          "tried (an Intel Xeon rounds some last bits otherwise: its histories are kept "
+                          "beside the card, `repro-GenuineIntel.json`)"}
 
 
 def command_line(cfg: dict) -> str:

@@ -18,7 +18,7 @@ import sys
 
 import torch
 
-from gambit.engine.linear import cpu_flags, cpu_vendor
+from gambit.cpu_info import cpu_flags, cpu_vendor
 
 
 def setup(seed: int, threads: int) -> random.Random:
@@ -87,6 +87,8 @@ def environment_note(env: dict) -> str:
 # capped at SSE4.1. Measured (tools/target_repro_dtype.py --isa compatible): the target's step-200 loss
 # is 1.45465 on a 2-core AMD EPYC with AVX2 only and on one with AVX-512, where the machine's own
 # kernels give 1.46379 and 1.51775; it costs ~2.1x the time of a training step (--time-switches there).
+# An Intel Xeon gives 1.45004 under the same switches (stop 43): MKL's compatible branch is documented as
+# the same on every x86 CPU, yet some last bits differ by vendor (gambit.train.vendor_history).
 # It also turns off the project's own C++ kernels (built with -march=native, so their floats follow the
 # CPU): the engine that writes drafter data and scorer rollouts then runs its PyTorch path.
 LIBRARY_SWITCHES = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41"}

@@ -49,8 +49,9 @@ class TrainTargetConfig:
     # float64's rounding (~1e-16) stays below the history's 5 digits through step 200 at any thread
     # count, where float32's grows past the learning-rate peak (tools/target_repro_dtype.py)
     train_dtype: str = "float32"  # training arithmetic: float32 (the shipped card's) | float64 (~2x slower)
-    # compatible: the same floats on every x86 CPU tried, ~2.1x slower; it runs in a child process,
-    # since the libraries read their switches when torch loads (gambit.train.repro.ISA_ENV)
+    # compatible: the same floats on every AMD CPU tried (Intel: other last bits, recorded:
+    # gambit.train.vendor_history), ~2.1x slower; it runs in a child process, since the libraries read
+    # their switches when torch loads (gambit.train.repro.ISA_ENV)
     isa: str = "machine"  # kernels' instruction set: machine (floats differ by CPU kind) | compatible
 
     def __post_init__(self) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from gambit.engine.linear import cpu_model, cpu_vendor
+from gambit.cpu_info import cpu_model, cpu_vendor
 from gambit.paths import ASSETS, TARGET
 
 RECORD = "repro-{}.json"
