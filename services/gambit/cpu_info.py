@@ -37,6 +37,11 @@ def cpu_flags() -> frozenset[str]:
     return frozenset(_cpuinfo().get("flags", "").split())
 
 
+def _by_vendor(table: dict[str, int], default: int, vendor: str | None) -> int:
+    """``table``'s value for ``vendor`` (default: this CPU's), else ``default``."""
+    return table.get(cpu_vendor() if vendor is None else vendor, default)
+
+
 # SpecConfig.max_batch where a vendor measured otherwise than the default. Intel Xeon (stop 43, 2 cores,
 # AMX), plain steps on both threads (below): greedy PR over plain decoding 1.40x at batch 1, 1.29x at 2,
 # 1.08x at 4, 0.93x at 6, 0.85x at 8 (tools/spec_batch_speed.py 1,2,4,6,8 --reps 4); one sampled Gambit
@@ -49,8 +54,7 @@ SPEC_MAX_BATCH_BY_VENDOR = {"GenuineIntel": 4}
 
 def default_spec_max_batch(vendor: str | None = None) -> int:
     """The batch size up to which speculative traces draft by default on this CPU's vendor."""
-    vendor = cpu_vendor() if vendor is None else vendor
-    return SPEC_MAX_BATCH_BY_VENDOR.get(vendor, SPEC_MAX_BATCH)
+    return _by_vendor(SPEC_MAX_BATCH_BY_VENDOR, SPEC_MAX_BATCH, vendor)
 
 
 # EngineConfig.min_macs_per_thread by vendor. AMD EPYC (2 cores): one thread steps the shipped target's
@@ -64,5 +68,4 @@ MIN_MACS_PER_THREAD_BY_VENDOR = {"GenuineIntel": 1_000_000}
 
 def default_min_macs_per_thread(vendor: str | None = None) -> int:
     """The engine's per-thread work floor for a CPU step on this CPU's vendor."""
-    vendor = cpu_vendor() if vendor is None else vendor
-    return MIN_MACS_PER_THREAD_BY_VENDOR.get(vendor, MIN_MACS_PER_THREAD)
+    return _by_vendor(MIN_MACS_PER_THREAD_BY_VENDOR, MIN_MACS_PER_THREAD, vendor)

@@ -6,7 +6,6 @@ reproduced to step 100 only)."""
 from __future__ import annotations
 
 import json
-from dataclasses import fields
 
 import pytest
 import torch
@@ -17,12 +16,8 @@ from gambit.train.repro import compare_history
 from gambit.train.target import TrainTargetConfig, train_target
 
 
-def card_config(tmp_path, folder=TARGET) -> tuple[dict, TrainTargetConfig]:
-    card = json.loads((folder / "training.json").read_text())
-    known = {f.name for f in fields(TrainTargetConfig)}
-    cfg = {k: v for k, v in card["config"].items() if k in known}
-    cfg.update(out=str(tmp_path / "target"), threads=card["torch_threads"])
-    return card, TrainTargetConfig(**cfg)
+def card_config(tmp_path) -> tuple[dict, TrainTargetConfig]:
+    return vendor_history.card(TARGET), vendor_history.target_config(str(tmp_path / "target"))
 
 
 def test_card_records_environment():

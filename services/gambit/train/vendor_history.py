@@ -20,11 +20,15 @@ import json
 import platform
 from dataclasses import fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from gambit.cpu_info import cpu_model, cpu_vendor
 from gambit.paths import ASSETS, TARGET
+
+if TYPE_CHECKING:
+    from gambit.train.target import TrainTargetConfig
 
 RECORD = "repro-{}.json"
 
@@ -71,15 +75,22 @@ def card_vendor(info: dict) -> str:
     return info.get("cpu_vendor") or info.get("environment", {}).get("cpu_vendor", "")
 
 
-def rerun_target(out: str, steps: int = 200) -> dict:
-    """The shipped target's card config, retrained for ``steps`` (+ the step-0 entry) under its isa."""
-    from gambit.train.target import TrainTargetConfig, train_target
+def target_config(out: str) -> TrainTargetConfig:
+    """The shipped target's card config (``TrainTargetConfig``) with its thread count, writing to ``out``."""
+    from gambit.train.target import TrainTargetConfig
 
     info = card(TARGET)
     known = {f.name for f in fields(TrainTargetConfig)}
     cfg = {k: v for k, v in info["config"].items() if k in known}
     cfg.update(out=out, threads=info["torch_threads"])
-    return train_target(TrainTargetConfig(**cfg), stop=steps + 1)
+    return TrainTargetConfig(**cfg)
+
+
+def rerun_target(out: str, steps: int = 200) -> dict:
+    """The shipped target's card config, retrained for ``steps`` (+ the step-0 entry) under its isa."""
+    from gambit.train.target import train_target
+
+    return train_target(target_config(out), stop=steps + 1)
 
 
 def rerun_drafter(name: str, steps: int, cache_dir: str) -> dict:
