@@ -91,3 +91,35 @@ def test_fork_copies_the_partial_blocks_raw_taps(target):
     assert _slots(eng, child, pos) != _slots(eng, parent, pos)  # its own last block
     assert torch.equal(buf[_slots(eng, child, pos)], buf[_slots(eng, parent, pos)])
     assert b in eng.traces
+
+
+def test_token_events_drafted_only_in_steps_with_trees(target):
+    """``step(token_events="drafted")`` (what the search driver asks for speculative runs): the same
+    generation, no TokenEvent in capped steps, and in the steps that verified trees exactly the events
+    ``token_events=True`` gives."""
+    from gambit.engine import FinishedEvent, TokenEvent
+
+    model, tok = target
+    prompts = [tok.encode(f"Compute {a}+{b}.\nSolution:\n") for a, b in ((1, 2), (30, 4), (5, 67))]
+    got = {}
+    for mode in (True, "drafted"):
+        eng = _capped_engine(target)
+        ids = [eng.add(p, SamplingParams(temperature=0.7, seed=i, decoding="pr", max_tokens=12 + 10 * i))
+               for i, p in enumerate(prompts)]
+        per_step, outs = [], {}
+        for _ in range(500):
+            if not eng.has_unfinished():
+                break
+            before = eng.stats.spec_drafts
+            evs = eng.step(token_events=mode)
+            outs.update({e.trace_id: e.output_ids for e in evs if isinstance(e, FinishedEvent)})
+            toks = [(e.trace_id, e.token_id, e.position) for e in evs if isinstance(e, TokenEvent)]
+            per_step.append((eng.stats.spec_drafts > before, toks))
+        got[mode] = ([outs[i] for i in ids], per_step)
+        assert eng.stats.spec_drafts > 0 and eng.stats.spec_capped_steps > 0  # both kinds of step
+    (out_a, steps_a), (out_b, steps_b) = got[True], got["drafted"]
+    assert out_a == out_b and len(steps_a) == len(steps_b)
+    for (drafted, ev_a), (_, ev_b) in zip(steps_a, steps_b, strict=True):
+        assert ev_b == (ev_a if drafted else [])
+    with pytest.raises(ValueError, match="token_events"):
+        _capped_engine(target).step(token_events="sometimes")

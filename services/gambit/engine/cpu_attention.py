@@ -497,9 +497,10 @@ def kernel():
                 from gambit.engine.kv_cache import SOURCE as KV_SOURCE
                 from gambit.speculative.cpu_drafter import SOURCE as DRAFTER_SOURCE  # uses both
                 from gambit.speculative.cpu_tree import SOURCE as TREE_SOURCE  # uses the drafter's
+                from gambit.speculative.tap_store import SOURCE as TAP_SOURCE
 
                 sources = [_SOURCE, GEMV_SOURCE, DECODER_SOURCE, DRAFTER_SOURCE, TREE_SOURCE, SAMPLER_SOURCE,
-                           STEP_SOURCE, KV_SOURCE]
+                           STEP_SOURCE, KV_SOURCE, TAP_SOURCE]
                 digest = hashlib.sha256("".join(sources).encode()).hexdigest()[:12]
                 # named by its source: checkouts of different versions never share (or race on) a build
                 _module = load_inline(
@@ -507,7 +508,8 @@ def kernel():
                     functions=["paged_decode", "paged_attention", "dense_attention", "rms_norm", "gemv_t",
                                "decoder_layers", "drafter_forward", "tree_draft", "sample_tokens",
                                "sample_step", "fused_sampler_exact",
-                               "kv_copy_slots", "fused_silu_exact", "aten_rms_norm", "aten_rms_norm_exact"],
+                               "kv_copy_slots", "rows_to_slots", "fused_silu_exact", "aten_rms_norm",
+                               "aten_rms_norm_exact"],
                     extra_cflags=["-O3", "-march=native", "-fopenmp"],
                     extra_ldflags=["-fopenmp"], verbose=False)
             except Exception as e:  # no compiler, no ninja, ...: keep the portable path

@@ -265,10 +265,14 @@ class Engine:
         return self._live(trace_id)
 
     # -- stepping ---------------------------------------------------------------------------
-    def step(self, token_events: bool = True) -> list[Event]:
+    def step(self, token_events: bool | str = True) -> list[Event]:
         """One engine iteration; returns its events. ``token_events=False``: no TokenEvent for the
         tokens sampled plainly (a caller that reads them from the traces, as the search driver does,
-        saves building ~one object per trace a step); every other event still comes."""
+        saves building ~one object per trace a step); every other event still comes. ``"drafted"``:
+        those TokenEvents only in a step that verified a draft tree (the search driver's Δ clock of
+        speculative runs reads them there; a capped step, all plain, then builds none)."""
+        if token_events not in (True, False, "drafted"):
+            raise ValueError(f"token_events must be True, False or 'drafted', got {token_events!r}")
         events, self._pending = self._pending, []
         batch = self.scheduler.schedule()
         for t in batch.evicted:
@@ -307,7 +311,8 @@ class Engine:
             if start < t.prompt_len:
                 self.stats.prompt_tokens += min(n, t.prompt_len - start)
         t0 = time.perf_counter()
-        taps = tuple(sorted(set(self.taps) | set(spec.taps()))) if spec is not None else self.taps
+        taps = self.taps if spec is None else spec.taps() if not self.taps else \
+            tuple(sorted(set(self.taps) | set(spec.taps())))
         out = self.runner.forward(items, sample_rows + [r for rows in tree_rows for r in rows], taps)
         if spec is not None:
             spec.store(batch.traces, batch.num_new, offsets, out.taps, out.slots)
@@ -327,7 +332,8 @@ class Engine:
                 samplers, rows = self.shared.attach(samplers)
                 if len(rows) > len(sample_rows):
                     logits = logits[torch.tensor(rows, device=logits.device)]
-            events.extend(self._sample(samplers, logits, token_events))
+            emit = token_events is True or bool(trees and token_events)  # "drafted": with trees only
+            events.extend(self._sample(samplers, logits, emit))
         if trees:
             events.extend(self._verify(trees, tree_rows, batch.traces, out, len(sample_rows)))
         self.stats.forward_seconds += time.perf_counter() - t0

@@ -110,9 +110,10 @@ class SearchDriver(Guidance):
         c0 = clock()
         t0 = time.perf_counter()
         drafts = self.engine.stats.spec_drafts
-        # token events only for runs that read them (DeepConf's windows, speculative runs' Δ clocks):
-        # the others read their tokens from the engine traces (``SearchRun.sync``)
-        events = self.engine.step(token_events=any(r.per_token or r.cfg.decoding != "plain" for r in runs))
+        # token events only for runs that read them (DeepConf's windows; speculative runs' Δ clocks, in
+        # the steps that drafted): the others read their tokens from the engine traces (``SearchRun.sync``)
+        events = self.engine.step(token_events=True if any(r.per_token for r in runs) else
+                                  "drafted" if any(r.cfg.decoding != "plain" for r in runs) else False)
         t1 = time.perf_counter()
         c1 = clock()
         cpu["forward"] += c1 - c0

@@ -29,6 +29,7 @@ from gambit.engine.sequence import Trace
 from gambit.speculative import cpu_drafter, cpu_tree
 from gambit.speculative.cycle_ends import classify
 from gambit.speculative.drafter import Drafter, load_drafter
+from gambit.speculative.tap_store import write_rows
 from gambit.speculative.tree import DraftTree, TreeAttention, TreeConfig, draft_tree
 from gambit.speculative.verify import accept, greedy_paths, spec_uniforms, target_probs
 
@@ -83,6 +84,8 @@ class SpecDecoder:
         self.records: list[dict] | None = None  # analyses (bench): per verified position, when set
         self.cycle_ends: list[dict] = []  # with ``records``: why each cycle stopped (``cycle_ends``)
         self.tap_buffers: dict[tuple[int, ...], torch.Tensor] = {}  # tap layers -> [slots, 3H]
+        self.layers_of: dict[str, tuple[int, ...]] = {}  # drafter key -> the target layers it taps
+        self._taps: tuple[int, ...] = ()
 
     # -- drafters ---------------------------------------------------------------------------------
     def register(self, name: str, drafter: Drafter) -> None:
@@ -113,6 +116,9 @@ class SpecDecoder:
                                  f"({len(self.caches)} registered): raise it, or set num_blocks")
         self.drafters[name] = drafter
         self.caches[name] = KVCache(mc, e.num_blocks, e.config.block_size, e.dtype, e.device)
+        # read every step (``store``, the engine's forward): kept, not rebuilt from the drafters
+        self.layers_of = {k: d.config.target_taps for k, d in self.drafters.items()}
+        self._taps = tuple(sorted({i for layers in self.layers_of.values() for i in layers}))
 
     def prepare(self, decoding: str) -> str:
         """The drafter key for a trace's ``decoding``; loads a shipped or given drafter once."""
@@ -127,7 +133,8 @@ class SpecDecoder:
         return decoding
 
     def taps(self) -> tuple[int, ...]:
-        return tuple(sorted({i for d in self.drafters.values() for i in d.config.target_taps}))
+        """Every target layer a registered drafter reads."""
+        return self._taps
 
     def tree_config(self, key: str) -> TreeConfig:
         s = self.engine.config.spec
@@ -147,14 +154,17 @@ class SpecDecoder:
 
     def on_fork(self, parent: Trace, child: Trace, pair: tuple[int, int] | None, copied: bool) -> None:
         """A copied child inherits the drafter's KV (same blocks) and its pending features. Only the
-        parent's own drafter has rows in those blocks: a parent that never drafted has none, and the
-        other drafters' caches hold nothing of it (copying them all cost 6x at 7 loaded drafters)."""
+        parent's own drafter has rows in those blocks, and only below its ``drafter_len``: a parent
+        that never drafted (every step capped so far) has none, and the other drafters' caches hold
+        nothing of it (copying them all cost 6x at 7 loaded drafters)."""
         st = parent.draft
         if pair is not None and st is not None and st.key in self.caches:
-            self.caches[st.key].copy_blocks([pair])
+            bs = self.engine.config.block_size
+            n = parent.num_cached % bs or bs  # cached slots of the partial block
+            base = parent.num_cached - n  # its first position
+            if st.drafter_len > base:  # the drafter's rows in it
+                self.caches[st.key].copy_blocks([pair], min(n, st.drafter_len - base))
             if st.raw:  # its raw taps in the partial block's cached slots
-                bs = self.engine.config.block_size
-                n = parent.num_cached % bs or bs
                 buf = self._tap_buffer(self.drafters[st.key].config.target_taps)
                 buf[pair[1] * bs:pair[1] * bs + n] = buf[pair[0] * bs:pair[0] * bs + n]
         if copied and st is not None:
@@ -164,11 +174,12 @@ class SpecDecoder:
               slots: torch.Tensor) -> None:
         """Target taps of rows fed the plain way (prefill chunks, decode steps without a tree), written
         raw ([n, 3H]) into the tap buffer at the rows' KV slots (``slots``: every fed row's, from the
-        forward), one ``index_copy_`` per tap set for the whole batch; the drafter's ``fuse`` reads them
-        when the trace next drafts. In a capped batch (``spec.max_batch``) every trace is here every
-        step: per-trace chunks (views, joins) cost ~1.6 ms a step at 96 traces; this costs a count."""
+        forward), one ``write_rows`` call per tap set for the whole batch (``tap_store``); the drafter's
+        ``fuse`` reads them when the trace next drafts. In a capped batch (``spec.max_batch``) every trace
+        is here every step: per-trace chunks (views, joins) cost ~1.6 ms a step at 96 traces; this costs a
+        count."""
         by_taps: dict[tuple[int, ...], list[int]] = {}  # tap layers -> flat rows
-        layers_of = {k: d.config.target_taps for k, d in self.drafters.items()}
+        layers_of = self.layers_of
         for t, n, off in zip(traces, num_new, offsets, strict=True):
             if off < 0 or t.params.decoding == "plain":
                 continue
@@ -182,13 +193,9 @@ class SpecDecoder:
                 rows.extend(range(off, off + n))
             st.pending += n
             st.raw += n
-        for layers, rows in by_taps.items():
-            if len(rows) == taps[layers[0]].shape[0]:  # every row, in order (offsets increase): no gather
-                raw, at = torch.cat([taps[i] for i in layers], dim=-1), slots
-            else:
-                r = torch.tensor(rows, device=self.engine.device)
-                raw, at = torch.cat([taps[i][r] for i in layers], dim=-1), slots[r]
-            self._tap_buffer(layers).index_copy_(0, at, raw)
+        for layers, rows in by_taps.items():  # all of them: every row in order (offsets increase)
+            every = len(rows) == taps[layers[0]].shape[0]
+            write_rows(self._tap_buffer(layers), slots, None if every else rows, [taps[i] for i in layers])
 
     def _tap_buffer(self, layers: tuple[int, ...]) -> torch.Tensor:
         """Raw taps by KV slot for one set of tap layers (drafters that tap the same layers share it):
@@ -222,13 +229,17 @@ class SpecDecoder:
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     # -- drafting ---------------------------------------------------------------------------------
-    @torch.inference_mode()
     def draft(self, traces: list[Trace], num_new: list[int]) -> dict[int, tuple[Plan, int]]:
         """Trees for the decode-ready speculative traces of this batch: trace id → (plan, index)."""
-        e, s = self.engine, self.engine.config.spec
+        s = self.engine.config.spec
         if s.max_batch and len(traces) > s.max_batch:  # plain steps; ``store`` keeps the context current
-            e.stats.spec_capped_steps += 1
-            return {}
+            self.engine.stats.spec_capped_steps += 1
+            return {}  # (before ``inference_mode``: entering it costs a capped step ~3 µs)
+        return self._draft(traces, num_new)
+
+    @torch.inference_mode()
+    def _draft(self, traces: list[Trace], num_new: list[int]) -> dict[int, tuple[Plan, int]]:
+        e, s = self.engine, self.engine.config.spec
         t0 = time.perf_counter()
         groups: dict[str, list[Trace]] = {}
         cap = e.num_blocks * e.config.block_size
