@@ -274,7 +274,10 @@ def test_target_replica_lost_mid_run_is_resumed_from_redis_by_its_replacement(se
 
     name = next(a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if "Target" in a["name"])
     target = ray.get_actor(name, namespace="serve")
-    bg = Background(serve_stack, max_tokens=400, capacity=16, seed=31, problem=LONG)
+    # rounds every 4 steps: the two it waits for come early in the run, so the kill lands mid-run even
+    # when the stream's events reach this thread late (with Δ = 16 a busy CI host once saw the run end
+    # before the kill: one start, no resume)
+    bg = Background(serve_stack, max_tokens=400, capacity=16, seed=31, problem=LONG, round_interval=4)
     rid = bg.wait_started()
     assert wait_for(lambda: len(bg.events) >= 3, timeout=60)  # two rounds recorded in the tree view
     r, prefix = serve_stack["redis"], serve_stack["prefix"]
