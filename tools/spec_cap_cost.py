@@ -3,7 +3,8 @@
 Decodes the same prompts at batch N (default 96, the search bench's 6 runs x 16 traces) plainly and
 as ``pr`` with the cap below N, so every step is a plain one and the difference is the drafter
 bookkeeping (``SpecDecoder.store``: the taps each capped trace keeps for when it drafts again),
-interleaved, 6 repetitions; prints the medians and the time inside ``store``.
+interleaved, 6 repetitions; prints the medians, the time inside ``store`` per run and per step (a step
+here: every trace of the batch), and the capped steps of one run.
 
 Usage: .venv/bin/python tools/spec_cap_cost.py [N]
 """
@@ -49,13 +50,15 @@ def run(decoding: str) -> float:
 
 run("plain")
 run("pr")
-plain, capped, stores = [], [], []
+plain, capped, stores, per_step = [], [], [], []
 for _ in range(6):
     plain.append(run("plain"))
     inside["store"] = 0.0
+    s0 = eng.stats.spec_capped_steps
     capped.append(run("pr"))
     stores.append(inside["store"])
+    per_step.append(inside["store"] / max(1, eng.stats.spec_capped_steps - s0))
 p, c = statistics.median(plain), statistics.median(capped)
 print(f"batch {N}: plain {p:.3f} s, capped pr {c:.3f} s ({c / p:.3f}x); inside store "
-      f"{statistics.median(stores):.3f} s; drafts {eng.stats.spec_drafts}, capped steps "
-      f"{eng.stats.spec_capped_steps}")
+      f"{statistics.median(stores):.3f} s a run, {statistics.median(per_step) * 1e6:.1f} us a step; drafts "
+      f"{eng.stats.spec_drafts}, capped steps {eng.stats.spec_capped_steps - s0} a run")

@@ -311,8 +311,9 @@ class Engine:
             if start < t.prompt_len:
                 self.stats.prompt_tokens += min(n, t.prompt_len - start)
         t0 = time.perf_counter()
-        taps = self.taps if spec is None else spec.taps() if not self.taps else \
-            tuple(sorted(set(self.taps) | set(spec.taps())))
+        taps = self.taps
+        if spec is not None:  # the drafters' taps (with the engine's own, when it keeps some)
+            taps = tuple(sorted(set(taps) | set(spec.taps()))) if taps else spec.taps()
         out = self.runner.forward(items, sample_rows + [r for rows in tree_rows for r in rows], taps)
         if spec is not None:
             spec.store(batch.traces, batch.num_new, offsets, out.taps, out.slots)
