@@ -33,24 +33,31 @@ def test_engine_bench_smoke(tiny_folder: Path, tmp_path: Path, monkeypatch: pyte
 
     out = tmp_path / "bench.json"
     result = run_engine_bench(tiny_folder, [1, 2], quick=True, json_path=out, new_tokens=4, vllm=False,
-                              fork_tokens=200)
+                              fork_tokens=200, native_dtypes=("float32", "bfloat16"))
     data = json.loads(out.read_text())
     assert data == json.loads(json.dumps(result))
     assert data["new_tokens"] == 4 and data["model"] == str(tiny_folder.resolve())
     assert [r["batch"] for r in data["rows"]] == [1, 2]
     for r in data["rows"]:
-        for key in ("native_tok_s", "hf_tok_s", "native_vs_hf", "native_peak_mb", "hf_peak_mb"):
+        for key in ("native_tok_s", "native_bf16_tok_s", "hf_tok_s", "native_vs_hf", "native_peak_mb",
+                    "native_bf16_peak_mb", "hf_peak_mb"):
             assert r[key] > 0, key
         assert r["vllm_tok_s"] is None and r["native_vs_vllm"] is None and r["vllm_peak_mb"] is None
+        assert r["vllm_fp32_tok_s"] is None and r["native_bf16_vs_vllm"] is None
     fk = data["fork_vs_prefill"]
     assert fk["tokens"] == 200 and fk["fork_ms"] > 0 and fk["prefill_ms"] > 0 and fk["ratio"] > 0
     assert {"cpu", "cores", "torch"} <= set(data["machine"])
     assert "vLLM skipped" in data["notes"]
-    assert "native tok/s" in format_table(data)
+    table = format_table(data)
+    assert "native fp32 tok/s" in table and "native bf16 tok/s" in table
+    assert "vLLM" not in table.split("note")[0]
     assert data["bandwidth_gbs"] > 0 and data["weight_bytes"] > 0
     one = data["rows"][0]
     assert one["bound_tok_s"] == pytest.approx(data["bandwidth_gbs"] * 1e9 / data["weight_bytes"])
     assert one["native_vs_bound"] == pytest.approx(one["native_tok_s"] / one["bound_tok_s"])
+    # bfloat16 reads half the bytes: its bound is twice the fp32 folder's
+    assert one["bound_16bit_tok_s"] == pytest.approx(2 * one["bound_tok_s"])
+    assert one["native_bf16_vs_bound"] == pytest.approx(one["native_bf16_tok_s"] / one["bound_16bit_tok_s"])
     assert "bandwidth bound" in format_table(data)
 
 
@@ -96,3 +103,10 @@ def test_batches_must_be_positive_integers(capsys):
             parse_args(["--batches", bad])
         assert f"comma-separated integers >= 1, got {bad!r}" in capsys.readouterr().err
     assert parse_args(["--batches", "1,16"]).batches == [1, 16]
+    for flag, bad in (("--vllm-configs", "defaults,bf16"), ("--native-dtypes", "float16")):
+        with pytest.raises(SystemExit):
+            parse_args([flag, bad])
+        assert f"{flag}: comma-separated names out of" in capsys.readouterr().err
+    args = parse_args(["--vllm-configs", "defaults", "--native-dtypes", "float32,bfloat16"])
+    assert args.vllm_configs == ("defaults",) and args.native_dtypes == ("float32", "bfloat16")
+    assert parse_args([]).vllm_configs == ("defaults", "float32")

@@ -157,3 +157,50 @@ def test_onednn_serves_amd_from_two_rows(monkeypatch):
             ids = torch.randint(0, plain.config.vocab_size, (1, rows))
             pos = torch.arange(rows)[None]
             torch.testing.assert_close(fast(ids, pos)[0], plain(ids, pos)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_bfloat16_cpu_model_gets_packed_bf16_linears_computing_its_plain_model():
+    """A bfloat16 CPU model (``EngineConfig(dtype="bfloat16")``): every linear a oneDNN-packed bfloat16
+    weight (``F.linear`` would reorder it on every call), computing what the plain bf16 model does; a
+    weight changed in place afterwards steps aside to ``F.linear``."""
+    from gambit.engine.linear import bf16_gemm_available
+
+    plain = _fused(True).to(torch.bfloat16).fuse_projections()  # re-fused: .to() leaves the fused copies
+    fast = copy.deepcopy(plain)
+    assert install_cpu_linears(plain, "plain") == "plain"
+    got = install_cpu_linears(fast, "transposed")
+    if not bf16_gemm_available():
+        assert got == "plain"
+        pytest.skip("no oneDNN bfloat16 GEMM on this CPU")
+    assert got == "onednn-bf16"
+    packs = [*fast.fast.values(), *(f for layer in fast.model.layers
+                                    for f in (*layer.self_attn.fast.values(), *layer.mlp.fast.values()))]
+    assert len(packs) == 1 + 4 * len(fast.model.layers)
+    assert all(isinstance(p, PackedLinear) and p.backend == "onednn" and p.min_rows == 1
+               and p.packed.dtype == torch.bfloat16 for p in packs)
+    with one_thread(), torch.inference_mode():
+        for rows in (1, 5, 64):
+            ids = torch.randint(0, plain.config.vocab_size, (1, rows))
+            want = plain.logits(plain(ids)[0]).float()
+            have = fast.logits(fast(ids)[0]).float()
+            torch.testing.assert_close(have, want, rtol=2e-2, atol=2e-2)
+        lin = fast.model.layers[0].mlp.fast["down"]
+        x = torch.randn(3, lin.weight.shape[1], dtype=torch.bfloat16)
+        lin.weight.mul_(2)  # in place after packing: the pack is stale, F.linear serves
+        torch.testing.assert_close(lin(x), torch.nn.functional.linear(x, lin.weight))
+
+
+def test_bfloat16_engine_generates_greedily_on_the_packed_path():
+    """The engine in bfloat16 on the CPU: its greedy tokens with the packed bf16 linears equal those of
+    the same engine on plain ``F.linear`` (``cpu_linear="plain"``)."""
+    model, tok = tiny_model(seed=5, layers=2, hidden=64)
+    prompts = [tok.encode(p) for p in ("12+7=", "3*4-1=", "99-9=")]
+    greedy = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    outs = {}
+    with one_thread():
+        for mode in ("plain", "transposed"):
+            cfg = EngineConfig(device="cpu", dtype="bfloat16", num_blocks=64, cpu_linear=mode)
+            eng = Engine(copy.deepcopy(model), tok, cfg)
+            assert eng.cpu_linear in (("plain",) if mode == "plain" else ("onednn-bf16", "plain"))
+            outs[mode] = eng.generate(prompts, greedy)
+    assert outs["transposed"] == outs["plain"]

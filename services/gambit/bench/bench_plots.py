@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-COLOURS = {"native": "#2a9d3f", "hf": "#888888", "vllm": "#1d6fb8", "embedded": "#2a9d3f",
-           "distributed": "#1d6fb8", "engine": "#888888"}
-LABELS = {"native": "gambit engine", "hf": "transformers", "vllm": "vLLM-CPU"}
+COLOURS = {"native": "#2a9d3f", "native_bf16": "#8fd19e", "hf": "#888888", "vllm": "#1d6fb8",
+           "vllm_fp32": "#8ab8e6", "embedded": "#2a9d3f", "distributed": "#1d6fb8", "engine": "#888888"}
+LABELS = {"native": "gambit engine (fp32)", "native_bf16": "gambit engine (bf16 weights)",
+          "hf": "transformers (fp32)", "vllm": "vLLM-CPU (its defaults)",
+          "vllm_fp32": "vLLM-CPU (fp32, eager)"}
 
 
 def _plt():
@@ -38,7 +40,7 @@ def plot_engine(results: list[dict], path: str | Path) -> list[dict]:
         rows = res["rows"]
         batches = [r["batch"] for r in rows]
         series = {}
-        for key in ("native", "hf", "vllm"):
+        for key in ("native", "native_bf16", "hf", "vllm", "vllm_fp32"):
             ys = [r.get(f"{key}_tok_s") for r in rows]
             pts = [(b, y) for b, y in zip(batches, ys, strict=True) if y]
             if pts:

@@ -1,9 +1,13 @@
 """``gambit bench engine``: native engine vs ``transformers`` vs vLLM (CPU) decode throughput.
 
 One invocation measures, on the same model folder and the same token-id prompts (test problems):
-(a) the native engine, (b) ``transformers.generate`` (fp32, left padding) and (c) vLLM in its own
-venv (``make vllm-venv``), at each batch size, with a fixed number of new tokens (EOS ignored) and
-the same temperature; plus (d) forking a 1,000-token trace vs re-prefilling it.
+(a) the native engine in fp32 (its CPU default) and with bfloat16 weights (``--native-dtypes``:
+``EngineConfig.cpu_weights``, fp32 activations), (b)
+``transformers.generate`` (fp32, left padding) and (c) vLLM in its own venv (``make vllm-venv``) as its
+users run it (``vllm``: ``LLM(model)`` at its defaults, dtype "auto" and torch.compile; on a CPU with
+bfloat16 support "auto" is bfloat16) and at the native engine's precision (``vllm_fp32``: fp32,
+``enforce_eager``), at each batch size, with a fixed number of new tokens (EOS ignored) and the same
+temperature; plus (d) forking a 1,000-token trace vs re-prefilling it.
 
 Throughput: ``tok_s`` is the decode rate, B(N-1) tokens over the time after every trace has its
 first token (native: measured step by step; HF and vLLM: t(N tokens) - t(1 token)); ``total_tok_s``
@@ -68,13 +72,14 @@ def make_prompts(folder: Path, n: int, long_tokens: int = 0) -> list[list[int]]:
 
 
 # -- backends, each run in its own process (``--role``) --------------------------------------------
-def native_batch(folder: str, prompts: list[list[int]], tokens: int, temperature: float) -> dict:
+def native_batch(folder: str, prompts: list[list[int]], tokens: int, temperature: float,
+                 dtype: str = "float32") -> dict:
     """Decode ``len(prompts)`` traces for ``tokens`` tokens on a fresh engine sized to the batch."""
     from gambit.engine import Engine, EngineConfig, SamplingParams, TokenEvent
 
     b, bs = len(prompts), 16
     need = sum(-(-(len(p) + tokens + 1) // bs) for p in prompts)
-    eng = Engine.from_pretrained(folder, EngineConfig(model=folder, device="cpu", dtype="float32",
+    eng = Engine.from_pretrained(folder, EngineConfig(model=folder, device="cpu", cpu_weights=dtype,
                                                       block_size=bs, num_blocks=need + 4, max_num_seqs=b))
     warm = SamplingParams(temperature=temperature, max_tokens=min(8, tokens), ignore_eos=True)
     eng.generate(prompts, warm)
@@ -169,7 +174,7 @@ def role_main(args: argparse.Namespace) -> None:
         pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
     for b in args.batches:
         if args.role == "native":
-            row = native_batch(folder, prompts[:b], args.tokens, args.temperature)
+            row = native_batch(folder, prompts[:b], args.tokens, args.temperature, args.dtype)
         else:
             row = hf_batch(model, prompts[:b], args.tokens, args.temperature, pad)
         log(f"{args.role} batch {b}: {row['tok_s']:.0f} tok/s decode, {row['total_tok_s']:.0f} tok/s "
@@ -194,8 +199,9 @@ def memory_bandwidth_gbs(mib: int = 512, reps: int = 7) -> float:
     return x.nbytes / statistics.median(times) / 1e9
 
 
-def weight_bytes(folder: Path) -> int:
-    """Bytes of the weights a decode step reads (the safetensors tensors; a tied head counts once)."""
+def weight_bytes(folder: Path, element_bytes: int | None = None) -> int:
+    """Bytes of the weights a decode step reads (the safetensors tensors; a tied head counts once), as
+    stored, or at ``element_bytes`` per element (2: the same weights in bfloat16)."""
     from safetensors import safe_open
 
     total = 0
@@ -206,7 +212,7 @@ def weight_bytes(folder: Path) -> int:
                 n = 1
                 for d in sl.get_shape():
                     n *= d
-                total += n * {"F32": 4, "BF16": 2, "F16": 2}.get(sl.get_dtype(), 4)
+                total += n * (element_bytes or {"F32": 4, "BF16": 2, "F16": 2}.get(sl.get_dtype(), 4))
     return total
 
 
@@ -254,14 +260,37 @@ def machine_info() -> dict:
             "torch": torch.__version__, "transformers": tf, "platform": platform.platform()}
 
 
+# the vLLM configurations measured: name -> (row key, dtype, enforce_eager)
+VLLM_CONFIGS = {"defaults": ("vllm", "auto", False), "float32": ("vllm_fp32", "float32", True)}
+# the native engine's dtypes measured: dtype -> row key
+NATIVE_DTYPES = {"float32": "native", "bfloat16": "native_bf16"}
+BACKENDS = ("native", "native_bf16", "hf", "vllm", "vllm_fp32")  # row keys, in table order
+SHORT = {"native": "nat", "native_bf16": "nat16", "hf": "HF", "vllm": "vLLM", "vllm_fp32": "vLLM32"}
+LABELS = {"native": "native fp32", "native_bf16": "native bf16", "hf": "HF fp32", "vllm": "vLLM defaults",
+          "vllm_fp32": "vLLM fp32"}
+
+
+def name_list(known: dict, what: str):
+    """An argparse type: comma-separated names out of ``known``."""
+    def parse(text: str) -> tuple[str, ...]:
+        out = tuple(x for x in text.split(",") if x)
+        bad = [x for x in out if x not in known]
+        if bad or not out:
+            raise argparse.ArgumentTypeError(f"{what}: comma-separated names out of {', '.join(known)}, "
+                                             f"got {text!r}")
+        return out
+    return parse
+
+
 def _vllm(py: Path, folder: Path, pfile: Path, batches: list[int], tokens: int, temperature: float,
-          dtype: str) -> tuple[dict | None, str]:
+          dtype: str, eager: bool) -> tuple[dict | None, str]:
     if not py.exists():
         return None, f"vLLM not measured: {py} is missing; run `make vllm-venv`"
-    log(f"vLLM ({py}): import ~20 s, engine start ~40 s")
+    log(f"vLLM ({py}, dtype {dtype}, {'eager' if eager else 'torch.compile'}): import ~20 s, engine start "
+        f"~40-90 s")
     cmd = [str(py), str(Path(__file__).with_name("vllm_worker.py")), "--model", str(folder), "--prompts",
            str(pfile), "--batches", ",".join(map(str, batches)), "--tokens", str(tokens), "--temperature",
-           str(temperature), "--dtype", dtype]
+           str(temperature), "--dtype", dtype] + (["--eager"] if eager else [])
     out, err = _child(cmd, 3600, {**os.environ, "PYTHONPATH": ""})
     return out, err and f"vLLM failed: {err}"
 
@@ -270,27 +299,33 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
-def _rows(batches: list[int], native: list | None, hf: list | None, vllm: dict | None) -> list[dict]:
-    """One row per batch size joining the three backends (missing numbers are None)."""
-    by = [{r["batch"]: r for r in (x or [])} for x in (native, hf, (vllm or {}).get("rows"))]
+# (numerator, denominator) row keys of the ratios each row reports
+RATIOS = (("native", "hf"), ("native", "vllm"), ("native", "vllm_fp32"), ("native_bf16", "vllm"))
+
+
+def _rows(batches: list[int], by_backend: dict[str, list | None]) -> list[dict]:
+    """One row per batch size joining the backends (``BACKENDS`` keys; missing numbers are None)."""
+    by = {k: {r["batch"]: r for r in (by_backend.get(k) or [])} for k in BACKENDS}
     rows = []
     for b in batches:
-        n, h, v = (d.get(b, {}) for d in by)
-        row = {"batch": b, "native_tok_s": n.get("tok_s"), "hf_tok_s": h.get("tok_s"),
-               "vllm_tok_s": v.get("tok_s"), "native_vs_hf": _ratio(n.get("tok_s"), h.get("tok_s")),
-               "native_vs_vllm": _ratio(n.get("tok_s"), v.get("tok_s"))}
-        for k, r in (("native", n), ("hf", h), ("vllm", v)):
-            row.update({f"{k}_peak_mb": r.get("peak_mb"), f"{k}_total_tok_s": r.get("total_tok_s"),
-                        f"{k}_prefill_s": r.get("prefill_s"), f"{k}_tok_s_min": r.get("tok_s_min"),
-                        f"{k}_tok_s_max": r.get("tok_s_max")})
-        rows.append({**row, "native_kv_mb": n.get("kv_mb")})
+        got = {k: by[k].get(b, {}) for k in BACKENDS}
+        row: dict = {"batch": b}
+        for k, r in got.items():
+            row.update({f"{k}_tok_s": r.get("tok_s"), f"{k}_peak_mb": r.get("peak_mb"),
+                        f"{k}_total_tok_s": r.get("total_tok_s"), f"{k}_prefill_s": r.get("prefill_s"),
+                        f"{k}_tok_s_min": r.get("tok_s_min"), f"{k}_tok_s_max": r.get("tok_s_max")})
+        for a, c in RATIOS:
+            row[f"{a}_vs_{c}"] = _ratio(row[f"{a}_tok_s"], row[f"{c}_tok_s"])
+        rows.append({**row, "native_kv_mb": got["native"].get("kv_mb")})
     return rows
 
 
 def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] | None = None,
                      quick: bool = False, json_path: str | Path | None = None, *,
                      new_tokens: int | None = None, temperature: float = 0.8, vllm: bool = True,
-                     vllm_python: str | Path | None = None, vllm_dtype: str = "float32",
+                     vllm_python: str | Path | None = None,
+                     vllm_configs: tuple[str, ...] = tuple(VLLM_CONFIGS),
+                     native_dtypes: tuple[str, ...] = ("float32",),
                      fork_tokens: int = FORK_TOKENS, repeats: int = 1) -> dict:
     """Run all parts, print the table, write JSON (if ``json_path``) and return the result dict."""
     folder = resolve_model(model_folder or DEFAULT_MODEL).resolve()
@@ -312,47 +347,54 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
         if repeats < 1:
             raise ValueError("repeats must be >= 1")
         py = Path(vllm_python or os.environ.get("GAMBIT_VLLM_PYTHON") or VLLM_PYTHON)
-        rounds: dict[str, list] = {"native": [], "hf": [], "vllm": []}
-        bandwidth, vinfo = [], None
+        rounds: dict[str, list] = {k: [] for k in BACKENDS}
+        bandwidth, vinfo = [], {}
+        children = [(NATIVE_DTYPES[d], ["--role", "native", "--dtype", d]) for d in native_dtypes]
+        children.insert(1, ("hf", ["--role", "hf"]))
         for r in range(repeats):  # interleaved rounds, each backend in a fresh process
             bandwidth.append(memory_bandwidth_gbs())
             log(f"round {r + 1}/{repeats}: memory bandwidth {bandwidth[-1]:.1f} GB/s")
-            for role in ("native", "hf"):
-                log(f"{role}: batches {batches}, {tokens} new tokens, T={temperature}")
-                out, err = _child(me + ["--role", role, "--prompts", str(pfile)], 3600)
-                rounds[role].append(out)
+            for key, role in children:
+                log(f"{LABELS[key]}: batches {batches}, {tokens} new tokens, T={temperature}")
+                out, err = _child(me + role + ["--prompts", str(pfile)], 3600)
+                rounds[key].append(out)
                 if err:
-                    notes.append(f"{role} failed (round {r + 1}): {err}")
-            if vllm:
-                out, err = _vllm(py, folder, pfile, batches, tokens, temperature, vllm_dtype)
+                    notes.append(f"{key} failed (round {r + 1}): {err}")
+            for name in vllm_configs if vllm else ():
+                key, dtype, eager = VLLM_CONFIGS[name]
+                out, err = _vllm(py, folder, pfile, batches, tokens, temperature, dtype, eager)
                 if out:
-                    vinfo = out
-                    rounds["vllm"].append(out["rows"])
+                    vinfo[key] = out
+                    rounds[key].append(out["rows"])
                 if err:
                     notes.append(err)
                     vllm = False  # missing or broken: do not retry every round
-            elif r == 0:
+            if not vllm and r == 0 and not vinfo:
                 notes.append("vLLM skipped")
         log(f"fork: re-prefill vs fork of a {fork_tokens}-token trace")
         res["fork"], err = _child(me + ["--role", "fork", "--prompts", str(ffile), "--reps",
                                         "3" if quick else "7"], 3600)
         if err:
             notes.append(f"fork failed: {err}")
-        res["native"], res["hf"] = _median_rows(rounds["native"]), _median_rows(rounds["hf"])
-        if vinfo:
-            vinfo = {**vinfo, "rows": _median_rows(rounds["vllm"])}
+        medians = {k: _median_rows(v) for k, v in rounds.items()}
         bw = statistics.median(bandwidth)
-        wbytes = weight_bytes(folder)
-    rows = _rows(batches, res["native"], res["hf"], vinfo)
+        wbytes, wbytes16 = weight_bytes(folder), weight_bytes(folder, 2)
+    rows = _rows(batches, medians)
+    half = {"native_bf16"} | {k for k, v in vinfo.items() if v.get("dtype") in ("bfloat16", "float16")}
     for row in rows:
         if row["batch"] == 1:  # every weight read once per token: the bandwidth bound at batch 1
-            row["bound_tok_s"] = bw * 1e9 / wbytes
-            row["native_vs_bound"] = _ratio(row["native_tok_s"], row["bound_tok_s"])
-            row["vllm_vs_bound"] = _ratio(row["vllm_tok_s"], row["bound_tok_s"])
+            row["bound_tok_s"] = bw * 1e9 / wbytes  # the folder's weights as stored (fp32 here)
+            row["bound_16bit_tok_s"] = bw * 1e9 / wbytes16  # the same weights in bfloat16
+            for k in BACKENDS:
+                if k != "hf":
+                    bound = row["bound_16bit_tok_s" if k in half else "bound_tok_s"]
+                    row[f"{k}_vs_bound"] = _ratio(row[f"{k}_tok_s"], bound)
+    vllm_info = {k: {x: y for x, y in v.items() if x != "rows"} for k, v in vinfo.items()}
     result = {"rows": rows, "fork_vs_prefill": res["fork"], "repeats": repeats,
               "bandwidth_gbs": bw, "bandwidth_rounds": bandwidth, "weight_bytes": wbytes,
               "model": str(folder), "new_tokens": tokens, "temperature": temperature, "batches": batches,
-              "quick": quick, "vllm": {k: v for k, v in (vinfo or {}).items() if k != "rows"} or None,
+              "quick": quick, "vllm": vllm_info.get("vllm"), "vllm_fp32": vllm_info.get("vllm_fp32"),
+              "native_dtypes": list(native_dtypes),
               "machine": machine_info(), "notes": notes,
               "method": {"tok_s": "decode tokens/s after every trace has its first token",
                          "total_tok_s": "B*N tokens over the whole generate call (prefill included)",
@@ -369,21 +411,31 @@ def format_table(result: dict) -> str:
     def f(x: float | None, fmt: str = ".0f") -> str:
         return "-" if x is None else format(x, fmt)
 
-    head = (f"{'batch':>5} | {'native tok/s':>12} | {'HF tok/s':>9} | {'vLLM tok/s':>10} | {'nat/HF':>6} | "
-            f"{'nat/vLLM':>8} | {'peak MB nat/HF/vLLM':>20}")
+    shown = [k for k in BACKENDS if any(r.get(f"{k}_tok_s") for r in result["rows"])] or ["native"]
+    ratios = [(a, c) for a, c in RATIOS if a in shown and c in shown]
+    names = [f"{SHORT[a]}/{SHORT[c]}" for a, c in ratios]
+    head = " | ".join([f"{'batch':>5}"] + [f"{LABELS[k] + ' tok/s':>18}" for k in shown]
+                      + [f"{n:>11}" for n in names])
     lines = [f"model {result['model']}, {result['new_tokens']} new tokens, T={result['temperature']}",
              head, "-" * len(head)]
     for r in result["rows"]:
-        peaks = "/".join(f(r[k]) for k in ("native_peak_mb", "hf_peak_mb", "vllm_peak_mb"))
-        lines.append(f"{r['batch']:>5} | {f(r['native_tok_s']):>12} | {f(r['hf_tok_s']):>9} | "
-                     f"{f(r['vllm_tok_s']):>10} | {f(r['native_vs_hf'], '.2f'):>6} | "
-                     f"{f(r['native_vs_vllm'], '.2f'):>8} | {peaks:>20}")
+        cells = [f"{r['batch']:>5}"] + [f"{f(r.get(f'{k}_tok_s')):>18}" for k in shown]
+        cells += [f"{f(r.get(f'{a}_vs_{c}'), '.2f'):>11}" for a, c in ratios]
+        lines.append(" | ".join(cells))
+    lines.append("peak MB: " + "; ".join(
+        f"{LABELS[k]} " + "/".join(f(r.get(f"{k}_peak_mb")) for r in result["rows"]) for k in shown))
     for r in result["rows"]:
         if r.get("bound_tok_s"):
             lines.append(f"batch 1 bandwidth bound: {result['weight_bytes'] / 1e6:.0f} MB of weights / "
-                         f"{result['bandwidth_gbs']:.1f} GB/s = {r['bound_tok_s']:.1f} tok/s; native "
-                         f"{f(r['native_vs_bound'] and 100 * r['native_vs_bound'])}% of it, vLLM "
-                         f"{f(r['vllm_vs_bound'] and 100 * r['vllm_vs_bound'])}%")
+                         f"{result['bandwidth_gbs']:.1f} GB/s = {r['bound_tok_s']:.1f} tok/s (16-bit "
+                         f"weights: {f(r.get('bound_16bit_tok_s'), '.1f')}); " + ", ".join(
+                             f"{LABELS[k]} {f(r.get(f'{k}_vs_bound') and 100 * r[f'{k}_vs_bound'])}%"
+                             for k in shown if k != "hf") + " of its bound")
+    for key in ("vllm", "vllm_fp32"):
+        v = result.get(key)
+        if v:
+            lines.append(f"{LABELS[key]}: vLLM {v.get('version')}, dtype {v.get('dtype')}, "
+                         f"{'eager' if v.get('enforce_eager') else 'torch.compile'}")
     if result.get("repeats", 1) > 1:
         lines.append(f"medians of {result['repeats']} interleaved rounds; tok/s spread (min-max) in the JSON")
     fk = result.get("fork_vs_prefill")
@@ -419,13 +471,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=1, help="interleaved rounds (medians are reported)")
     p.add_argument("--vllm-python", default=None, help=f"python of the vLLM venv (`make vllm-venv`; default "
                    f"{VLLM_PYTHON}, or $GAMBIT_VLLM_PYTHON)")
-    p.add_argument("--vllm-dtype", default="float32", help="vLLM's dtype (float32 matches the native engine)")
+    p.add_argument("--vllm-configs", type=name_list(VLLM_CONFIGS, "--vllm-configs"),
+                   default=tuple(VLLM_CONFIGS),
+                   help="vLLM configurations: 'defaults' (LLM(model) as its users run it: dtype auto, "
+                   "torch.compile) and 'float32' (fp32, enforce_eager: the native engine's precision)")
+    p.add_argument("--native-dtypes", type=name_list(NATIVE_DTYPES, "--native-dtypes"), default=("float32",),
+                   help="the native engine's dtypes: float32 (its CPU default) and/or bfloat16")
     p.add_argument("--plot", default=None, help="write a PNG of tokens/s by batch per backend here")
     p.add_argument("--plot-beside", default="", help="comma-separated result JSONs of earlier runs (e.g. "
                    "another model) drawn as further panels of --plot")
     p.add_argument("--role", choices=("native", "hf", "fork"), help=argparse.SUPPRESS)
     p.add_argument("--prompts", help=argparse.SUPPRESS)
     p.add_argument("--reps", type=int, default=7, help=argparse.SUPPRESS)
+    p.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -436,7 +494,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     res = run_engine_bench(args.model, args.batches, args.quick, args.json_path, new_tokens=args.tokens,
                            temperature=args.temperature, vllm=not args.no_vllm, vllm_python=args.vllm_python,
-                           vllm_dtype=args.vllm_dtype, repeats=args.repeats)
+                           vllm_configs=args.vllm_configs, native_dtypes=args.native_dtypes,
+                           repeats=args.repeats)
     if args.plot:
         from gambit.bench.bench_plots import plot_engine
 

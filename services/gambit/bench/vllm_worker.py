@@ -98,8 +98,9 @@ def run(args: argparse.Namespace) -> dict:
     folder, tmp = prepare_folder(args.model)
     try:
         t0 = time.perf_counter()
-        llm = LLM(model=folder, dtype=args.dtype, max_model_len=args.max_model_len, enforce_eager=True,
+        llm = LLM(model=folder, dtype=args.dtype, max_model_len=args.max_model_len, enforce_eager=args.eager,
                   max_num_seqs=max(args.batches), seed=0, skip_tokenizer_init=args.skip_tokenizer)
+        dtype = str(llm.llm_engine.model_config.dtype).removeprefix("torch.")  # what "auto" resolved to
         start_s = time.perf_counter() - t0
         log(f"engine started in {start_s:.1f}s")
         temp = args.temperature
@@ -122,8 +123,9 @@ def run(args: argparse.Namespace) -> dict:
                          "prefill_s": t1, "peak_mb": peak_mb()})
             log(f"batch {b}: {decode:.0f} tok/s decode, {n / tn:.0f} tok/s total, "
                 f"peak {rows[-1]['peak_mb']:.0f} MB")
-        return {"version": vllm.__version__, "dtype": args.dtype, "kv_gb": args.kv_gb, "start_s": start_s,
-                "torch_threads": torch.get_num_threads(), "enforce_eager": True, "rows": rows}
+        return {"version": vllm.__version__, "dtype": dtype, "dtype_asked": args.dtype, "kv_gb": args.kv_gb,
+                "start_s": start_s, "torch_threads": torch.get_num_threads(), "enforce_eager": args.eager,
+                "rows": rows}
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -141,6 +143,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-model-len", type=int, default=1024)
     p.add_argument("--threads", type=int, default=0, help="OMP_NUM_THREADS (default: all cores)")
     p.add_argument("--skip-tokenizer", action="store_true", help="skip_tokenizer_init=True")
+    p.add_argument("--eager", action="store_true",
+                   help="enforce_eager=True: no torch.compile (vLLM's default is to compile)")
     return p.parse_args(argv)
 
 

@@ -106,6 +106,10 @@ class EngineConfig:
     cpu_linear: str = "transposed"  # CPU fp32 linears: "transposed" | "packed" | "plain" (engine/linear.py)
     cpu_layers: bool = True  # kernel-served CPU forwards run the layer loop in C++, same floats (cpu_decoder)
     cpu_stream: bool = True  # one-row products of weights >= 2^18 elements stream through cpu_gemv
+    # CPU linears' weight precision: "bfloat16" rounds every linear weight to bfloat16 and multiplies on
+    # oneDNN's bfloat16 GEMM (AMX / AVX512-BF16), half the bytes a step reads; activations, norms and KV
+    # stay fp32 (needs such a CPU and cpu_linear="transposed"; an fp32 model, dtype float32/auto)
+    cpu_weights: str = "float32"
     # CPU: a plain step runs on as many threads as give each at least this many multiply-adds (rows x
     # the model's weights per row / threads; at least 1, at most torch's setting): small steps lose more
     # to thread sync than they gain (engine/step_threads.py). The shipped target: 1 thread below 12
@@ -136,6 +140,10 @@ class EngineConfig:
             raise ValueError(f"min_macs_per_thread must be an integer >= 0, got {self.min_macs_per_thread!r}")
         if self.cpu_linear not in ("transposed", "packed", "plain"):
             raise ValueError(f"cpu_linear must be transposed, packed or plain, got {self.cpu_linear!r}")
+        if self.cpu_weights not in ("float32", "bfloat16"):
+            raise ValueError(f"cpu_weights must be float32 or bfloat16, got {self.cpu_weights!r}")
+        if self.cpu_weights == "bfloat16" and self.cpu_linear != "transposed":
+            raise ValueError(f"cpu_weights=bfloat16 needs cpu_linear=transposed, got {self.cpu_linear!r}")
         if self.decode_graphs not in DECODE_GRAPH_MODES:
             raise ValueError(f"decode_graphs must be one of {DECODE_GRAPH_MODES}, got {self.decode_graphs!r}")
         if not isinstance(self.graph_max_batch, int) or self.graph_max_batch < 1:

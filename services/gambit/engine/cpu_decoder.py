@@ -64,7 +64,11 @@ static at::Tensor packed_project(const at::Tensor& x, const at::Tensor& w, const
   const int64_t in = x.size(-1), rows = x.numel() / in;
   if (packed.numel() > 0 && lo <= rows && rows <= hi) {
     auto x2 = x.reshape({rows, in});
-    auto out = g_onednn ? onednn_linear(x2, packed) : mkl_linear(x2, packed, w, rows);
+    at::Tensor out;
+    if (packed.scalar_type() == at::kBFloat16)  // bfloat16 weights (cpu_weights): the row rounded, fp32 back
+      out = onednn_linear(x2.to(at::kBFloat16), packed).to(at::kFloat);
+    else
+      out = g_onednn ? onednn_linear(x2, packed) : mkl_linear(x2, packed, w, rows);
     auto shape = x.sizes().vec();
     shape.back() = out.size(-1);
     return out.view(shape);
@@ -449,6 +453,8 @@ def layer_weights(model: CausalLM) -> LayerWeights | None:
                 ranges.add(rng)
                 backends.add(f.backend)
                 packs.append(f)
+                if f.backend == "onednn-bf16" and f.stream is not None:  # one row streams the bf16 copy
+                    slot[0][slot[1] - 1] = f.stream.t()
             slot[0][slot[1]] = _NONE if packed is None else packed
         norm_fasts.update((layer.input_layernorm.fast, layer.post_attention_layernorm.fast))
         lw += row
@@ -461,7 +467,7 @@ def layer_weights(model: CausalLM) -> LayerWeights | None:
     if streamed and any(p.stream is None and p.weight.numel() >= linear.STREAM_MIN_ELEMENTS for p in packs):
         return None  # a mix the one threshold cannot express: only Python knows
     return LayerWeights(lw, lw2, lo, hi, norm_kernel=norm_fasts == {cpu_attention.rms_norm},
-                        onednn=backends == {"onednn"}, packs=packs,
+                        onednn=backends in ({"onednn"}, {"onednn-bf16"}), packs=packs,
                         stream_min=linear.STREAM_MIN_ELEMENTS if streamed else 1 << 62)
 
 

@@ -1,4 +1,5 @@
-"""One-row products of large fp32 weights, streamed from memory in one pass (a small C++ kernel).
+"""One-row products of large fp32 or bfloat16 weights, streamed from memory in one pass (a small C++
+kernel).
 
 At batch 1 a decode step is the whole model's weights read once: a 135M-parameter model is 538 MB
 per token, so the step is bounded by memory bandwidth, and the one-row GEMMs of MKL and oneDNN read
@@ -11,6 +12,9 @@ fixed order. The bands are fixed, not per thread, so the floats do not depend on
 
 The sums run in a different order from MKL's, so only weights of at least
 ``linear.STREAM_MIN_ELEMENTS`` take this path: the shipped 2.7M target keeps exactly its floats.
+
+Bfloat16 weights (``EngineConfig.cpu_weights``) stream the same way at half the bytes: each weight is
+widened to fp32 exactly (its 16 bits shifted up) and the row, its sums and the output stay fp32.
 """
 
 from __future__ import annotations
@@ -24,49 +28,115 @@ SOURCE = r"""
 
 static constexpr int64_t GEMV_PARTS = 4;    // input-row bands (fixed: floats independent of threads)
 static constexpr int64_t GEMV_TILE = 4096;  // outputs per accumulator tile (16 KB, stays in L1)
+static constexpr int64_t GEMV_AHEAD = 16;   // bf16: weight rows prefetched this far ahead
+
+// a weight as fp32: itself, or a bfloat16's bits shifted into a float's top half (exact)
+static inline float wval(float w) { return w; }
+static inline float wval(c10::BFloat16 w) {
+  const uint32_t bits = static_cast<uint32_t>(w.x) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+// 16 bfloat16 weights widened to fp32 (zero-extend, shift into the top half): exact
+static inline __m512 widen16(const c10::BFloat16* w) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// gemv_band for bfloat16 weights, 16 outputs a vector (the compiler's own loop ran at about half the
+// memory bandwidth on small weights): the same sums in the same order of i, one FMA per weight.
+static void gemv_band_bf16(const float* x, const c10::BFloat16* wt, int64_t i0, int64_t i1, int64_t out,
+                           float* acc) {
+  for (int64_t c0 = 0; c0 < out; c0 += GEMV_TILE) {
+    const int64_t c1 = std::min(out, c0 + GEMV_TILE), cv = c0 + (c1 - c0) / 16 * 16;
+    std::fill(acc + c0, acc + c1, 0.f);
+    int64_t i = i0;
+    for (; i + 4 <= i1; i += 4) {
+      const __m512 a0 = _mm512_set1_ps(x[i]), a1 = _mm512_set1_ps(x[i + 1]), a2 = _mm512_set1_ps(x[i + 2]),
+                   a3 = _mm512_set1_ps(x[i + 3]);
+      const c10::BFloat16 *w0 = wt + i * out, *w1 = w0 + out, *w2 = w1 + out, *w3 = w2 + out;
+      const bool ahead = i + 4 + GEMV_AHEAD <= i1;  // the rows GEMV_AHEAD on, while these stream
+      for (int64_t c = c0; c < cv; c += 16) {
+        if (ahead && (c & 31) == 0)  // one line of each of the four rows 64 bytes on
+          for (const c10::BFloat16* r : {w0, w1, w2, w3})
+            _mm_prefetch(reinterpret_cast<const char*>(r + GEMV_AHEAD * out + c), _MM_HINT_T0);
+        __m512 s = _mm512_loadu_ps(acc + c);
+        s = _mm512_fmadd_ps(a0, widen16(w0 + c), s);
+        s = _mm512_fmadd_ps(a1, widen16(w1 + c), s);
+        s = _mm512_fmadd_ps(a2, widen16(w2 + c), s);
+        _mm512_storeu_ps(acc + c, _mm512_fmadd_ps(a3, widen16(w3 + c), s));
+      }
+      for (int64_t c = cv; c < c1; ++c)
+        acc[c] = std::fma(x[i + 3], wval(w3[c]), std::fma(x[i + 2], wval(w2[c]),
+                 std::fma(x[i + 1], wval(w1[c]), std::fma(x[i], wval(w0[c]), acc[c]))));
+    }
+    for (; i < i1; ++i) {
+      const __m512 a = _mm512_set1_ps(x[i]);
+      const c10::BFloat16* w = wt + i * out;
+      for (int64_t c = c0; c < cv; c += 16)
+        _mm512_storeu_ps(acc + c, _mm512_fmadd_ps(a, widen16(w + c), _mm512_loadu_ps(acc + c)));
+      for (int64_t c = cv; c < c1; ++c) acc[c] = std::fma(x[i], wval(w[c]), acc[c]);
+    }
+  }
+}
+#endif
 
 // acc[0:out] = sum over i in [i0, i1) of x[i] * wt[i, :], in order of i, tile by tile.
-static void gemv_band(const float* x, const float* wt, int64_t i0, int64_t i1, int64_t out, float* acc) {
+template <typename W>
+static void gemv_band(const float* x, const W* wt, int64_t i0, int64_t i1, int64_t out, float* acc) {
   for (int64_t c0 = 0; c0 < out; c0 += GEMV_TILE) {
     const int64_t c1 = std::min(out, c0 + GEMV_TILE);
     std::fill(acc + c0, acc + c1, 0.f);
     int64_t i = i0;
     for (; i + 4 <= i1; i += 4) {
       const float a0 = x[i], a1 = x[i + 1], a2 = x[i + 2], a3 = x[i + 3];
-      const float *w0 = wt + i * out, *w1 = w0 + out, *w2 = w1 + out, *w3 = w2 + out;
+      const W *w0 = wt + i * out, *w1 = w0 + out, *w2 = w1 + out, *w3 = w2 + out;
 #pragma omp simd
-      for (int64_t c = c0; c < c1; ++c) acc[c] = acc[c] + a0 * w0[c] + a1 * w1[c] + a2 * w2[c] + a3 * w3[c];
+      for (int64_t c = c0; c < c1; ++c)
+        acc[c] = acc[c] + a0 * wval(w0[c]) + a1 * wval(w1[c]) + a2 * wval(w2[c]) + a3 * wval(w3[c]);
     }
     for (; i < i1; ++i) {
       const float a = x[i];
-      const float* w = wt + i * out;
+      const W* w = wt + i * out;
 #pragma omp simd
-      for (int64_t c = c0; c < c1; ++c) acc[c] = acc[c] + a * w[c];
+      for (int64_t c = c0; c < c1; ++c) acc[c] = acc[c] + a * wval(w[c]);
     }
   }
 }
 
 // y [..., out] = res + x @ wt (res: none, or a tensor of y's shape, added last as at::add would) for x
-// [..., in] holding one row and wt [in, out] contiguous fp32.
+// [..., in] holding one row (fp32) and wt [in, out] contiguous fp32 or bfloat16.
 // w is the weight as the model holds it, [out, in] viewed over contiguous [in, out] storage (strides
 // (1, out)), or with transposed = false that storage itself.
 static at::Tensor gemv_add(const at::Tensor& x, const at::Tensor& w, const at::Tensor* res, bool transposed) {
   const int64_t in = w.size(transposed ? 1 : 0), out = w.size(transposed ? 0 : 1);
-  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kFloat && w.stride(transposed ? 0 : 1) == 1 &&
-                  w.stride(transposed ? 1 : 0) == out, "gemv_t: wt must be a contiguous [in, out]");
+  const bool bf16 = w.scalar_type() == at::kBFloat16;
+  TORCH_CHECK(w.dim() == 2 && (w.scalar_type() == at::kFloat || bf16) && w.stride(transposed ? 0 : 1) == 1 &&
+                  w.stride(transposed ? 1 : 0) == out,
+              "gemv_t: wt must be a contiguous [in, out] of float32 or bfloat16");
   TORCH_CHECK(x.numel() == in && x.scalar_type() == at::kFloat, "gemv_t: x must hold one row of ", in);
   RECORD_FUNCTION("gambit::gemv_t", std::vector<c10::IValue>({x, w}));
   auto xc = x.contiguous();
   thread_local std::vector<float> parts;  // per calling thread: no allocation per call
   parts.resize(GEMV_PARTS * out);
   const float* xp = xc.data_ptr<float>();
-  const float* wp = w.data_ptr<float>();
   float* pp = parts.data();
   const int64_t band = ((in + GEMV_PARTS - 1) / GEMV_PARTS + 3) / 4 * 4;
   at::parallel_for(0, GEMV_PARTS, 1, [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) {
       const int64_t i0 = std::min(in, p * band), i1 = std::min(in, i0 + band);
-      gemv_band(xp, wp, i0, i1, out, pp + p * out);
+      if (bf16)
+#ifdef __AVX512F__
+        gemv_band_bf16(xp, w.data_ptr<c10::BFloat16>(), i0, i1, out, pp + p * out);
+#else
+        gemv_band(xp, w.data_ptr<c10::BFloat16>(), i0, i1, out, pp + p * out);
+#endif
+      else
+        gemv_band(xp, w.data_ptr<float>(), i0, i1, out, pp + p * out);
     }
   });
   auto shape = x.sizes().vec();
@@ -91,7 +161,7 @@ static at::Tensor gemv_add(const at::Tensor& x, const at::Tensor& w, const at::T
   return res != nullptr ? y.view(res->sizes()) : y;
 }
 
-// x [..., in] holding one row, wt [in, out] contiguous fp32 -> [..., out].
+// x [..., in] holding one row (fp32), wt [in, out] contiguous fp32 or bfloat16 -> [..., out] fp32.
 torch::Tensor gemv_t(torch::Tensor x, torch::Tensor wt) {
   NoGil no_gil;
   return gemv_add(x, wt, nullptr, false);
@@ -100,5 +170,6 @@ torch::Tensor gemv_t(torch::Tensor x, torch::Tensor wt) {
 
 
 def gemv(x: torch.Tensor, wt: torch.Tensor) -> torch.Tensor:
-    """``x [..., in]`` (one row) times ``wt [in, out]`` (contiguous, transposed layout) → [..., out]."""
+    """``x [..., in]`` (one fp32 row) times ``wt [in, out]`` (contiguous, transposed layout; fp32 or
+    bfloat16) → [..., out] in fp32."""
     return cpu_attention.kernel().gemv_t(x, wt)

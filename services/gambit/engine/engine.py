@@ -76,8 +76,12 @@ class Engine:
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
         self.model.rope.cos, self.model.rope.sin = self.model.rope.cos.float(), self.model.rope.sin.float()
         self.model.fuse_projections()  # (re)fuse: a .to() above may have unshared earlier fusion
-        self.cpu_linear = install_cpu_linears(self.model, config.cpu_linear,  # CPU fp32 only
-                                              stream=config.cpu_stream and config.cpu_kernel)
+        if config.cpu_weights != "float32" and (self.device.type != "cpu" or self.dtype != torch.float32):
+            raise ValueError(f"cpu_weights={config.cpu_weights} is for an fp32 model on the CPU; this one is "
+                             f"{self.dtype} on {self.device.type}")
+        self.cpu_linear = install_cpu_linears(self.model, config.cpu_linear,  # CPU fp32 (or full bf16)
+                                              stream=config.cpu_stream and config.cpu_kernel,
+                                              weights=config.cpu_weights)
         self.tokenizer = tokenizer
         mc = model.config
         self.max_model_len = mc.max_position_embeddings

@@ -31,6 +31,7 @@ from gambit.model.layers import RMSNorm
 from gambit.model.llama import CausalLM
 
 CPU_LINEAR_MODES = ("transposed", "packed", "plain")
+CPU_WEIGHTS = ("float32", "bfloat16")  # the CPU linears' weight precision (EngineConfig.cpu_weights)
 _generation = 0  # bumped whenever fast paths are installed or cleared (cpu_decoder caches on it)
 
 
@@ -80,13 +81,16 @@ def packing_backend(weight: torch.Tensor, vendor: str | None = None) -> str:
 class PackedLinear:
     """A packed weight (MKL's, or oneDNN's with ``backend="onednn"``) for ``min_rows <= rows <=
     max_rows``; with ``stream`` (the weight's contiguous ``[in, out]`` storage) one-row products go
-    through ``cpu_gemv``; ``F.linear`` (or ``fallback``) else."""
+    through ``cpu_gemv``; ``F.linear`` (or ``fallback``) else. ``backend="onednn-bf16"``: an fp32
+    weight (already rounded to bfloat16 values) packed as bfloat16 for oneDNN (AMX / AVX512-BF16);
+    its fp32 rows are rounded to bfloat16 for the product and its output comes back as fp32, and
+    ``stream`` may be the bfloat16 ``[in, out]`` copy."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, min_rows: int,
                  max_rows: int = 1 << 30, fallback: Callable[[torch.Tensor], torch.Tensor] | None = None,
                  backend: str = "mkl", stream: torch.Tensor | None = None) -> None:
-        if backend not in ("mkl", "onednn"):
-            raise ValueError(f"backend must be mkl or onednn, got {backend!r}")
+        if backend not in ("mkl", "onednn", "onednn-bf16"):
+            raise ValueError(f"backend must be mkl, onednn or onednn-bf16, got {backend!r}")
         if stream is not None and (not stream.is_contiguous() or stream.shape != weight.t().shape
                                    or bias is not None):
             raise ValueError("stream must be the weight's contiguous [in, out] transpose, without bias")
@@ -97,12 +101,14 @@ class PackedLinear:
         self.backend = backend
         with torch.no_grad():
             w = weight.detach().contiguous()
-            self.packed = (torch.ops.mkldnn._reorder_linear_weight(w, 16) if backend == "onednn"
-                           else torch.ops.mkl._mkl_reorder_linear_weight(w, 16))
+            if backend == "onednn-bf16":
+                w = w.bfloat16()
+            self.packed = (torch.ops.mkl._mkl_reorder_linear_weight(w, 16) if backend == "mkl"
+                           else torch.ops.mkldnn._reorder_linear_weight(w, 16))
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if (x.dtype != torch.float32 or self.weight._version != self.version
+        if (x.dtype != self.weight.dtype or self.weight._version != self.version
                 or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))):
             return self.fallback(x)
         if rows == 1 and self.stream is not None:
@@ -110,7 +116,10 @@ class PackedLinear:
         if not self.min_rows <= rows <= self.max_rows:
             return self.fallback(x)
         x2 = x.reshape(rows, x.shape[-1])
-        if self.backend == "onednn":
+        if self.backend == "onednn-bf16":
+            bias = None if self.bias is None else self.bias.bfloat16()
+            out = torch.ops.mkldnn._linear_pointwise(x2.bfloat16(), self.packed, bias, "none", [], "").float()
+        elif self.backend == "onednn":
             out = torch.ops.mkldnn._linear_pointwise(x2, self.packed, self.bias, "none", [], "")
         else:
             out = torch.ops.mkl._mkl_linear(x2, self.packed, self.weight, self.bias, rows)
@@ -147,20 +156,36 @@ def _relayout(model: CausalLM, transposed: bool) -> None:
 
 
 def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: tuple[int, int] = (2, 32),
-                        stream: bool = True) -> str:
+                        stream: bool = True, weights: str = "float32") -> str:
     """Lay out a fused fp32 CPU model's linears for ``mode``; returns the mode in effect.
 
     ``packed_rows``: the row counts served by MKL-packed copies (all rows ≥ 2 in "packed" mode).
     ``stream``: in "transposed" mode, one-row products of weights of at least ``STREAM_MIN_ELEMENTS``
     go through ``cpu_gemv`` (the tied LM head through its transposed copy).
+    ``weights="bfloat16"`` ("transposed" mode, a CPU with oneDNN's bfloat16 GEMM): every linear weight
+    (and the tied embedding) rounded to bfloat16 in place, its products on oneDNN-packed bfloat16
+    copies at every row count and its one-row products streamed from a bfloat16 copy (half the bytes);
+    activations, norms and the KV cache stay fp32. Returns "transposed-bf16".
     """
     if mode not in CPU_LINEAR_MODES:
         raise ValueError(f"cpu_linear must be one of {CPU_LINEAR_MODES}, got {mode!r}")
+    if weights not in CPU_WEIGHTS:
+        raise ValueError(f"cpu_weights must be one of {CPU_WEIGHTS}, got {weights!r}")
+    bf16 = weights == "bfloat16"
+    if bf16 and mode != "transposed":
+        raise ValueError(f"cpu_weights=bfloat16 needs cpu_linear=transposed, got {mode!r}")
+    if bf16 and not bf16_gemm_available():
+        raise ValueError("cpu_weights=bfloat16 needs oneDNN's bfloat16 GEMM (a CPU with AVX512-BF16 or AMX); "
+                         "this one has neither: use cpu_weights=float32")
     clear_fast_paths(model)
     head = model.model.embed_tokens.weight if model.config.tie_word_embeddings else model.lm_head.weight
+    if head.dtype == torch.bfloat16 and head.device.type == "cpu" and mode != "plain":
+        return "onednn-bf16" if install_bf16_linears(model) else "plain"
     if head.dtype != torch.float32 or head.device.type != "cpu":
         return "plain"
     _relayout(model, transposed=mode == "transposed")
+    if bf16:
+        _round_to_bf16(model)
     head_fallback = head_t = None
     if mode == "transposed" and model.config.tie_word_embeddings:
         head_t = head.detach().t().contiguous()  # the embedding table stays row-major for lookups
@@ -179,7 +204,10 @@ def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: 
         stream = wt if stream_rows and b is None and w.numel() >= STREAM_MIN_ELEMENTS else None
         streamed.append(stream is not None)
         backend = packing_backend(w) if mode == "transposed" else "mkl"
-        if backend == "onednn":  # one row: stream or F.linear
+        if bf16:  # every row count on the bfloat16 pack; one row of a large weight streams its bf16 copy
+            fast[key] = PackedLinear(w, b, 1, 1 << 30, fallback, backend="onednn-bf16",
+                                     stream=None if stream is None else stream.bfloat16())
+        elif backend == "onednn":  # one row: stream or F.linear
             fast[key] = PackedLinear(w, b, ONEDNN_MIN_ROWS, 1 << 30, fallback, backend="onednn",
                                      stream=stream)
         elif backend == "mkl":
@@ -199,12 +227,59 @@ def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: 
         pack(mlp.fast, "down", mlp.down_proj.weight, mlp.down_proj.bias)
     layers_stream = any(streamed)
     pack(model.fast, "head", head, None, head_fallback, head_t)
+    if bf16:
+        return "transposed-bf16"
     if layers_stream:
         # a model large enough to stream: its RMSNorms in one kernel call each, not torch's ~7 (their
         # floats differ from F.rms_norm's in the last bits; the shipped target never gets here)
         for norm in _norms(model):
             norm.fast = cpu_attention.rms_norm
     return mode
+
+
+def _round_to_bf16(model: CausalLM) -> None:
+    """Every linear weight (and the head, or the tied embedding) to its nearest bfloat16 value, in place:
+    the fallbacks and the packs then multiply the same weights."""
+    with torch.no_grad():
+        ws = [model.model.embed_tokens.weight]
+        if not model.config.tie_word_embeddings:
+            ws.append(model.lm_head.weight)
+        for layer in model.model.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            ws += [attn.qkv[0] if attn.qkv is not None else None, attn.q_proj.weight, attn.k_proj.weight,
+                   attn.v_proj.weight, attn.o_proj.weight, mlp.gate_up, mlp.gate_proj.weight,
+                   mlp.up_proj.weight, mlp.down_proj.weight]
+        for w in ws:
+            if w is not None:
+                w.copy_(w.bfloat16())
+
+
+def bf16_gemm_available() -> bool:
+    """oneDNN can multiply bfloat16 here (AVX512-BF16 or AMX; ATen would otherwise convert)."""
+    return onednn_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def install_bf16_linears(model: CausalLM) -> bool:
+    """A bfloat16 CPU model's linears as oneDNN-packed bfloat16 weights, every row count (AMX where the
+    CPU has it): ``F.linear`` on a bfloat16 weight reorders it on every call. Returns whether it did."""
+    if not bf16_gemm_available():
+        return False
+
+    def pack(fast: dict, key: str, w: torch.Tensor, b: torch.Tensor | None) -> None:
+        if w.dtype == torch.bfloat16:  # a fused copy made before the model's .to() keeps its dtype
+            fast[key] = PackedLinear(w, b, 1, backend="onednn")
+
+    for layer in model.model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        if attn.qkv is not None:
+            pack(attn.fast, "qkv", *attn.qkv)
+        pack(attn.fast, "o", attn.o_proj.weight, attn.o_proj.bias)
+        if mlp.gate_up is not None and mlp.gate_proj.bias is None:
+            pack(mlp.fast, "gate_up", mlp.gate_up, None)
+        pack(mlp.fast, "down", mlp.down_proj.weight, mlp.down_proj.bias)
+    head = model.model.embed_tokens.weight if model.config.tie_word_embeddings else model.lm_head.weight
+    pack(model.fast, "head", head, None)
+    return True
 
 
 def _norms(model: CausalLM) -> list[RMSNorm]:
