@@ -50,3 +50,16 @@ def test_local_launcher_batch_cap_is_the_engines():
     from gambit.engine.config import SpecConfig
 
     assert ServeConfig().spec_max_batch == SpecConfig().max_batch
+
+
+def test_bfloat16_weights_reach_each_target_and_bad_values_are_refused():
+    """``gambit serve --cpu-weights bfloat16``: the Target's engine config carries it (serve.yaml: the
+    ``cpu_weights`` key under ``target``); anything else is refused by name where it is configured."""
+    from gambit.deployments.local import ServeConfig
+    from gambit.serving.embedded import EmbeddedConfig
+
+    assert ServeConfig(cpu_weights="bfloat16").app_args()["target"]["cpu_weights"] == "bfloat16"
+    assert ServeConfig().app_args()["target"]["cpu_weights"] == "float32"
+    for cls in (ServeConfig, EmbeddedConfig):
+        with pytest.raises(ValueError, match="cpu_weights must be float32 or bfloat16, got 'fp16'"):
+            cls(cpu_weights="fp16")

@@ -44,6 +44,7 @@ class ServeConfig:
     target_threads: int = 0  # torch intra-op threads of each Target's engine (0 = every core of the node)
     # the default is the engine's SpecConfig.max_batch, read from the torch-free gambit.cpu_info
     spec_max_batch: int = default_spec_max_batch()  # pr/eagle3.1 draft in steps of <= N traces (0: no cap)
+    cpu_weights: str = "float32"  # each Target's CPU linear weights: "float32" | "bfloat16" (AMX; fp32 math)
     capacity: int = 8  # default C of a run
     swap: int = 2  # default K
     round_interval: int = 16  # default Δ, decode steps
@@ -59,6 +60,8 @@ class ServeConfig:
             raise ValueError(f"target_threads must be >= 0, got {self.target_threads}")
         if self.spec_max_batch < 0:
             raise ValueError(f"spec_max_batch must be >= 0 (0 = no cap), got {self.spec_max_batch}")
+        if self.cpu_weights not in ("float32", "bfloat16"):
+            raise ValueError(f"cpu_weights must be float32 or bfloat16, got {self.cpu_weights!r}")
 
     def app_args(self) -> dict:
         return {"tree": self.tree, "prefix": self.prefix, "token_env": self.token_env,
@@ -66,7 +69,7 @@ class ServeConfig:
                 "target_gpus": self.target_gpus,
                 "target": {"model": self.model, "scorer": self.scorer, "num_blocks": self.num_blocks,
                            "scorer_address": f"127.0.0.1:{self.grpc_port}", "threads": self.target_threads,
-                           "spec_max_batch": self.spec_max_batch},
+                           "spec_max_batch": self.spec_max_batch, "cpu_weights": self.cpu_weights},
                 "defaults": {"capacity": self.capacity, "swap": min(self.swap, self.capacity),
                              "round_interval": self.round_interval, "max_tokens": self.max_tokens}}
 

@@ -106,10 +106,10 @@ class EngineConfig:
     cpu_linear: str = "transposed"  # CPU fp32 linears: "transposed" | "packed" | "plain" (engine/linear.py)
     cpu_layers: bool = True  # kernel-served CPU forwards run the layer loop in C++, same floats (cpu_decoder)
     cpu_stream: bool = True  # one-row products of weights >= 2^18 elements stream through cpu_gemv
-    # CPU linears' weight precision: "bfloat16" rounds every linear weight to bfloat16 and multiplies on
-    # oneDNN's bfloat16 GEMM (AMX / AVX512-BF16), half the bytes a step reads; activations, norms and KV
-    # stay fp32 (needs such a CPU and cpu_linear="transposed"; an fp32 model, dtype float32/auto)
-    cpu_weights: str = "float32"
+    # "bfloat16" rounds every linear weight to bfloat16 and multiplies on oneDNN's bfloat16 GEMM (AMX /
+    # AVX512-BF16) and the streamed one-row kernel: half the bytes a step reads; activations, norms and KV
+    # stay fp32 (needs such a CPU, cpu_linear="transposed" and an fp32 model: dtype float32 or auto)
+    cpu_weights: str = "float32"  # CPU linears' weight precision: "float32" | "bfloat16" (engine/linear.py)
     # CPU: a plain step runs on as many threads as give each at least this many multiply-adds (rows x
     # the model's weights per row / threads; at least 1, at most torch's setting): small steps lose more
     # to thread sync than they gain (engine/step_threads.py). The shipped target: 1 thread below 12

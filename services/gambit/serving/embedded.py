@@ -29,11 +29,14 @@ class EmbeddedConfig:
     num_blocks: int = 0  # KV blocks (0 = from the memory budget)
     max_num_seqs: int = 256  # traces in one engine batch at most
     spec_max_batch: int = SpecConfig.max_batch  # spec traces draft in steps of <= this many (0: no cap)
+    cpu_weights: str = "float32"  # the engine's CPU linear weights: "float32" | "bfloat16" (EngineConfig)
 
     def __post_init__(self) -> None:
         if self.num_blocks < 0 or self.max_num_seqs < 1:
             raise ValueError("num_blocks must be >= 0 and max_num_seqs >= 1")
         SpecConfig(max_batch=self.spec_max_batch)  # its check, at configuration time
+        if self.cpu_weights not in ("float32", "bfloat16"):
+            raise ValueError(f"cpu_weights must be float32 or bfloat16, got {self.cpu_weights!r}")
 
 
 def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "local",
@@ -48,7 +51,8 @@ def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "l
     def build():
         model = cfg.model or str(TARGET)
         ecfg = EngineConfig(model=model, num_blocks=cfg.num_blocks or None, max_num_seqs=cfg.max_num_seqs,
-                            preemption="evict", spec=SpecConfig(max_batch=cfg.spec_max_batch))
+                            preemption="evict", spec=SpecConfig(max_batch=cfg.spec_max_batch),
+                            cpu_weights=cfg.cpu_weights)
         engine = Engine.from_pretrained(model, ecfg)
         hidden = engine.model.config.hidden_size
         if cfg.scorer_address:
