@@ -14,7 +14,8 @@ The sums run in a different order from MKL's, so only weights of at least
 ``linear.STREAM_MIN_ELEMENTS`` take this path: the shipped 2.7M target keeps exactly its floats.
 
 Bfloat16 weights (``EngineConfig.cpu_weights``) stream the same way at half the bytes: each weight is
-widened to fp32 exactly (its 16 bits shifted up) and the row, its sums and the output stay fp32.
+widened to fp32 exactly (its 16 bits shifted up), the sums run in fp32, and as in oneDNN's bfloat16
+products of several rows the row is rounded to bfloat16 first and each output last.
 """
 
 from __future__ import annotations
@@ -120,7 +121,10 @@ static at::Tensor gemv_add(const at::Tensor& x, const at::Tensor& w, const at::T
               "gemv_t: wt must be a contiguous [in, out] of float32 or bfloat16");
   TORCH_CHECK(x.numel() == in && x.scalar_type() == at::kFloat, "gemv_t: x must hold one row of ", in);
   RECORD_FUNCTION("gambit::gemv_t", std::vector<c10::IValue>({x, w}));
-  auto xc = x.contiguous();
+  // bfloat16 weights: the row rounded to bfloat16 and each sum rounded to bfloat16 before the residual,
+  // what oneDNN's bfloat16 products of two or more rows give (PackedLinear "onednn-bf16"), so one-row and
+  // multi-row products of a model differ only in their order of summation
+  auto xc = bf16 ? x.to(at::kBFloat16).to(at::kFloat).contiguous() : x.contiguous();
   thread_local std::vector<float> parts;  // per calling thread: no allocation per call
   parts.resize(GEMV_PARTS * out);
   const float* xp = xc.data_ptr<float>();
@@ -151,6 +155,15 @@ static at::Tensor gemv_add(const at::Tensor& x, const at::Tensor& w, const at::T
     rp = rc.data_ptr<float>();
   }
   at::parallel_for(0, out, 16384, [&](int64_t b, int64_t e) {
+    if (bf16) {
+      for (int64_t c = b; c < e; ++c) {
+        float s = pp[c];
+        for (int64_t p = 1; p < GEMV_PARTS; ++p) s = s + pp[p * out + c];
+        s = static_cast<float>(c10::BFloat16(s));  // round to nearest even
+        yp[c] = rp != nullptr ? rp[c] + s : s;
+      }
+      return;
+    }
 #pragma omp simd
     for (int64_t c = b; c < e; ++c) {
       float s = pp[c];
