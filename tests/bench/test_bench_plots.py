@@ -62,3 +62,12 @@ def test_serve_bench_help_names_the_plot_flag(capsys):
     with pytest.raises(SystemExit):
         serve_main(["--help"])
     assert "--plot" in capsys.readouterr().out
+
+
+def test_vllm_lines_are_labelled_with_the_configuration_the_run_recorded():
+    """Before stop 45 the bench's only vLLM ran fp32, eager; since then ``vllm`` is its defaults."""
+    from gambit.bench.bench_plots import _vllm_label
+
+    assert _vllm_label({"dtype": "float32", "enforce_eager": True}) == "vLLM-CPU (float32, eager)"
+    assert _vllm_label({"dtype": "bfloat16", "enforce_eager": False}) == "vLLM-CPU (bfloat16, torch.compile)"
+    assert _vllm_label(None) == "vLLM-CPU"

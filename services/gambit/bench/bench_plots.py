@@ -30,6 +30,14 @@ def _save(fig, path: str | Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _vllm_label(info: dict | None) -> str:
+    """vLLM's configuration as the run recorded it (before stop 45 the bench's only vLLM was fp32, eager)."""
+    if not info:
+        return "vLLM-CPU"
+    how = "eager" if info.get("enforce_eager", True) else "torch.compile"
+    return f"vLLM-CPU ({info.get('dtype', 'float32')}, {how})"
+
+
 def plot_engine(results: list[dict], path: str | Path) -> list[dict]:
     """Decode tokens/s by batch for each backend, one panel per model (``gambit bench engine`` JSONs);
     batch 1 also shows the bandwidth bound. Returns, per panel, the model name and its series."""
@@ -45,7 +53,8 @@ def plot_engine(results: list[dict], path: str | Path) -> list[dict]:
             pts = [(b, y) for b, y in zip(batches, ys, strict=True) if y]
             if pts:
                 series[key] = pts
-                ax.plot([b for b, _ in pts], [y for _, y in pts], "o-", color=COLOURS[key], label=LABELS[key])
+                ax.plot([b for b, _ in pts], [y for _, y in pts], "o-", color=COLOURS[key],
+                        label=_vllm_label(res.get(key)) if key.startswith("vllm") else LABELS[key])
         bound = next((r["bound_tok_s"] for r in rows if r.get("bound_tok_s")), None)
         if bound:  # every weight read once per token: what batch 1 can reach at the machine's bandwidth
             ax.plot([batches[0]], [bound], "x", color="#c0392b", ms=9, mew=2, label="batch-1 bandwidth bound")
