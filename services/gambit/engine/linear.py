@@ -217,14 +217,8 @@ def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: 
 
     streamed: list[bool] = []
 
-    for layer in model.model.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        if attn.qkv is not None:
-            pack(attn.fast, "qkv", *attn.qkv)
-        pack(attn.fast, "o", attn.o_proj.weight, attn.o_proj.bias)
-        if mlp.gate_up is not None and mlp.gate_proj.bias is None:
-            pack(mlp.fast, "gate_up", mlp.gate_up, None)
-        pack(mlp.fast, "down", mlp.down_proj.weight, mlp.down_proj.bias)
+    for fast, key, w, b in _layer_linears(model):
+        pack(fast, key, w, b)
     layers_stream = any(streamed)
     pack(model.fast, "head", head, None, head_fallback, head_t)
     if bf16:
@@ -235,6 +229,18 @@ def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: 
         for norm in _norms(model):
             norm.fast = cpu_attention.rms_norm
     return mode
+
+
+def _layer_linears(model: CausalLM):
+    """(fast-path dict, key, weight, bias) of each fused linear of the decoder layers, in order."""
+    for layer in model.model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        if attn.qkv is not None:
+            yield attn.fast, "qkv", *attn.qkv
+        yield attn.fast, "o", attn.o_proj.weight, attn.o_proj.bias
+        if mlp.gate_up is not None and mlp.gate_proj.bias is None:
+            yield mlp.fast, "gate_up", mlp.gate_up, None
+        yield mlp.fast, "down", mlp.down_proj.weight, mlp.down_proj.bias
 
 
 def _round_to_bf16(model: CausalLM) -> None:
@@ -269,14 +275,8 @@ def install_bf16_linears(model: CausalLM) -> bool:
         if w.dtype == torch.bfloat16:  # a fused copy made before the model's .to() keeps its dtype
             fast[key] = PackedLinear(w, b, 1, backend="onednn")
 
-    for layer in model.model.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        if attn.qkv is not None:
-            pack(attn.fast, "qkv", *attn.qkv)
-        pack(attn.fast, "o", attn.o_proj.weight, attn.o_proj.bias)
-        if mlp.gate_up is not None and mlp.gate_proj.bias is None:
-            pack(mlp.fast, "gate_up", mlp.gate_up, None)
-        pack(mlp.fast, "down", mlp.down_proj.weight, mlp.down_proj.bias)
+    for fast, key, w, b in _layer_linears(model):
+        pack(fast, key, w, b)
     head = model.model.embed_tokens.weight if model.config.tie_word_embeddings else model.lm_head.weight
     pack(model.fast, "head", head, None)
     return True
