@@ -136,3 +136,22 @@ def test_call_after_close_fails_instead_of_waiting():
     e.close()
     with pytest.raises(RuntimeError, match="engine thread has stopped"):
         e.target.call(lambda: 1).result(timeout=5)
+
+
+def test_a_target_with_bfloat16_weights_solves_and_frees_its_kv():
+    """``cpu_weights="bfloat16"`` (``gambit serve --cpu-weights bfloat16``) reaches the Target's engine: a
+    PR-decoded Gambit run streams its rounds and result, with every KV block back after."""
+    from gambit.engine.linear import bf16_gemm_available
+
+    if not bf16_gemm_available():
+        pytest.skip("no oneDNN bfloat16 GEMM on this CPU")
+    e = Embedded(EmbeddedConfig(scorer="random:mlp:192", num_blocks=200, cpu_weights="bfloat16"))
+    try:
+        assert e.target.engine.cpu_linear == "transposed-bf16"
+        events = list(e.solve(PROBLEMS[1].prompt, SolveConfig(capacity=4, swap=1, round_interval=8, warmup=4,
+                                                              seed=2, decoding="pr")))
+        assert events[0]["kind"] == "started" and events[-1]["kind"] == "result"
+        assert any(ev["kind"] == "progress" for ev in events) and events[-1]["status"] == "done"
+        assert e.target.engine.kv_usage() == 0.0
+    finally:
+        e.close()
