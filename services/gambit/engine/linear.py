@@ -221,14 +221,12 @@ def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: 
         pack(fast, key, w, b)
     layers_stream = any(streamed)
     pack(model.fast, "head", head, None, head_fallback, head_t)
-    if bf16:
-        return "transposed-bf16"
     if layers_stream:
         # a model large enough to stream: its RMSNorms in one kernel call each, not torch's ~7 (their
         # floats differ from F.rms_norm's in the last bits; the shipped target never gets here)
         for norm in _norms(model):
             norm.fast = cpu_attention.rms_norm
-    return mode
+    return "transposed-bf16" if bf16 else mode
 
 
 def _layer_linears(model: CausalLM):
