@@ -69,3 +69,12 @@ MIN_MACS_PER_THREAD_BY_VENDOR = {"GenuineIntel": 1_000_000}
 def default_min_macs_per_thread(vendor: str | None = None) -> int:
     """The engine's per-thread work floor for a CPU step on this CPU's vendor."""
     return _by_vendor(MIN_MACS_PER_THREAD_BY_VENDOR, MIN_MACS_PER_THREAD, vendor)
+
+
+CPU_WEIGHTS = ("float32", "bfloat16")  # the CPU linears' weight precision (EngineConfig.cpu_weights)
+
+
+def check_cpu_weights(value: str) -> None:
+    """``cpu_weights`` as every config that carries it checks it (engine, embedded wiring, launcher)."""
+    if value not in CPU_WEIGHTS:
+        raise ValueError(f"cpu_weights must be float32 or bfloat16, got {value!r}")

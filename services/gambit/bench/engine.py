@@ -73,13 +73,14 @@ def make_prompts(folder: Path, n: int, long_tokens: int = 0) -> list[list[int]]:
 
 # -- backends, each run in its own process (``--role``) --------------------------------------------
 def native_batch(folder: str, prompts: list[list[int]], tokens: int, temperature: float,
-                 dtype: str = "float32") -> dict:
-    """Decode ``len(prompts)`` traces for ``tokens`` tokens on a fresh engine sized to the batch."""
+                 weights: str = "float32") -> dict:
+    """Decode ``len(prompts)`` traces for ``tokens`` tokens on a fresh engine sized to the batch, its linear
+    weights in ``weights`` (``EngineConfig.cpu_weights``; activations fp32 either way)."""
     from gambit.engine import Engine, EngineConfig, SamplingParams, TokenEvent
 
     b, bs = len(prompts), 16
     need = sum(-(-(len(p) + tokens + 1) // bs) for p in prompts)
-    eng = Engine.from_pretrained(folder, EngineConfig(model=folder, device="cpu", cpu_weights=dtype,
+    eng = Engine.from_pretrained(folder, EngineConfig(model=folder, device="cpu", cpu_weights=weights,
                                                       block_size=bs, num_blocks=need + 4, max_num_seqs=b))
     warm = SamplingParams(temperature=temperature, max_tokens=min(8, tokens), ignore_eos=True)
     eng.generate(prompts, warm)
@@ -174,7 +175,7 @@ def role_main(args: argparse.Namespace) -> None:
         pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
     for b in args.batches:
         if args.role == "native":
-            row = native_batch(folder, prompts[:b], args.tokens, args.temperature, args.dtype)
+            row = native_batch(folder, prompts[:b], args.tokens, args.temperature, args.weights)
         else:
             row = hf_batch(model, prompts[:b], args.tokens, args.temperature, pad)
         log(f"{args.role} batch {b}: {row['tok_s']:.0f} tok/s decode, {row['total_tok_s']:.0f} tok/s "
@@ -349,7 +350,7 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
         py = Path(vllm_python or os.environ.get("GAMBIT_VLLM_PYTHON") or VLLM_PYTHON)
         rounds: dict[str, list] = {k: [] for k in BACKENDS}
         bandwidth, vinfo = [], {}
-        children = [(NATIVE_DTYPES[d], ["--role", "native", "--dtype", d]) for d in native_dtypes]
+        children = [(NATIVE_DTYPES[d], ["--role", "native", "--weights", d]) for d in native_dtypes]
         children.insert(1, ("hf", ["--role", "hf"]))
         for r in range(repeats):  # interleaved rounds, each backend in a fresh process
             bandwidth.append(memory_bandwidth_gbs())
@@ -483,7 +484,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--role", choices=("native", "hf", "fork"), help=argparse.SUPPRESS)
     p.add_argument("--prompts", help=argparse.SUPPRESS)
     p.add_argument("--reps", type=int, default=7, help=argparse.SUPPRESS)
-    p.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
+    p.add_argument("--weights", default="float32", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 

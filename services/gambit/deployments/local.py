@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from gambit.cpu_info import default_spec_max_batch
+from gambit.cpu_info import check_cpu_weights, default_spec_max_batch
 from gambit.ops.serve_env import SERVE_ENV
 from gambit.serving.grpc_api import SERVICER_FUNCTIONS
 
@@ -60,8 +60,7 @@ class ServeConfig:
             raise ValueError(f"target_threads must be >= 0, got {self.target_threads}")
         if self.spec_max_batch < 0:
             raise ValueError(f"spec_max_batch must be >= 0 (0 = no cap), got {self.spec_max_batch}")
-        if self.cpu_weights not in ("float32", "bfloat16"):
-            raise ValueError(f"cpu_weights must be float32 or bfloat16, got {self.cpu_weights!r}")
+        check_cpu_weights(self.cpu_weights)
 
     def app_args(self) -> dict:
         return {"tree": self.tree, "prefix": self.prefix, "token_env": self.token_env,

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from gambit.cpu_info import default_min_macs_per_thread, default_spec_max_batch
+from gambit.cpu_info import check_cpu_weights, default_min_macs_per_thread, default_spec_max_batch
 
 PREEMPTION_MODES = ("recompute", "evict")
 DECODE_GRAPH_MODES = ("off", "static", "cuda")  # EngineConfig.decode_graphs (engine/decode_graphs.py)
@@ -140,8 +140,7 @@ class EngineConfig:
             raise ValueError(f"min_macs_per_thread must be an integer >= 0, got {self.min_macs_per_thread!r}")
         if self.cpu_linear not in ("transposed", "packed", "plain"):
             raise ValueError(f"cpu_linear must be transposed, packed or plain, got {self.cpu_linear!r}")
-        if self.cpu_weights not in ("float32", "bfloat16"):
-            raise ValueError(f"cpu_weights must be float32 or bfloat16, got {self.cpu_weights!r}")
+        check_cpu_weights(self.cpu_weights)
         if self.cpu_weights == "bfloat16" and self.cpu_linear != "transposed":
             raise ValueError(f"cpu_weights=bfloat16 needs cpu_linear=transposed, got {self.cpu_linear!r}")
         if self.decode_graphs not in DECODE_GRAPH_MODES:

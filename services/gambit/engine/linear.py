@@ -25,13 +25,12 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from gambit.cpu_info import cpu_vendor
+from gambit.cpu_info import CPU_WEIGHTS, cpu_vendor
 from gambit.engine import cpu_attention, cpu_gemv
 from gambit.model.layers import RMSNorm
 from gambit.model.llama import CausalLM
 
 CPU_LINEAR_MODES = ("transposed", "packed", "plain")
-CPU_WEIGHTS = ("float32", "bfloat16")  # the CPU linears' weight precision (EngineConfig.cpu_weights)
 _generation = 0  # bumped whenever fast paths are installed or cleared (cpu_decoder caches on it)
 
 
@@ -103,6 +102,8 @@ class PackedLinear:
             w = weight.detach().contiguous()
             if backend == "onednn-bf16":
                 w = w.bfloat16()
+            # oneDNN's bfloat16 product takes a bfloat16 bias: converted once, not per call
+            self.bias16 = None if bias is None or backend != "onednn-bf16" else bias.detach().bfloat16()
             self.packed = (torch.ops.mkl._mkl_reorder_linear_weight(w, 16) if backend == "mkl"
                            else torch.ops.mkldnn._reorder_linear_weight(w, 16))
 
@@ -117,8 +118,8 @@ class PackedLinear:
             return self.fallback(x)
         x2 = x.reshape(rows, x.shape[-1])
         if self.backend == "onednn-bf16":
-            bias = None if self.bias is None else self.bias.bfloat16()
-            out = torch.ops.mkldnn._linear_pointwise(x2.bfloat16(), self.packed, bias, "none", [], "").float()
+            out = torch.ops.mkldnn._linear_pointwise(x2.bfloat16(), self.packed, self.bias16, "none", [],
+                                                     "").float()
         elif self.backend == "onednn":
             out = torch.ops.mkldnn._linear_pointwise(x2, self.packed, self.bias, "none", [], "")
         else:
@@ -242,20 +243,13 @@ def _layer_linears(model: CausalLM):
 
 
 def _round_to_bf16(model: CausalLM) -> None:
-    """Every linear weight (and the head, or the tied embedding) to its nearest bfloat16 value, in place:
-    the fallbacks and the packs then multiply the same weights."""
+    """Every weight matrix (the linears, the head or tied embedding) to its nearest bfloat16 value, in
+    place: the fallbacks and the packs then multiply the same weights. The fused projections are the
+    parameters' storage, so they follow."""
     with torch.no_grad():
-        ws = [model.model.embed_tokens.weight]
-        if not model.config.tie_word_embeddings:
-            ws.append(model.lm_head.weight)
-        for layer in model.model.layers:
-            attn, mlp = layer.self_attn, layer.mlp
-            ws += [attn.qkv[0] if attn.qkv is not None else None, attn.q_proj.weight, attn.k_proj.weight,
-                   attn.v_proj.weight, attn.o_proj.weight, mlp.gate_up, mlp.gate_proj.weight,
-                   mlp.up_proj.weight, mlp.down_proj.weight]
-        for w in ws:
-            if w is not None:
-                w.copy_(w.bfloat16())
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.copy_(p.bfloat16())
 
 
 def bf16_gemm_available() -> bool:

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from gambit.cpu_info import check_cpu_weights
 from gambit.engine.config import SpecConfig
 from gambit.serving.metrics import Metrics, PrometheusBackend
 from gambit.serving.scorer_client import LocalScorer, RemoteScorer
@@ -35,8 +36,7 @@ class EmbeddedConfig:
         if self.num_blocks < 0 or self.max_num_seqs < 1:
             raise ValueError("num_blocks must be >= 0 and max_num_seqs >= 1")
         SpecConfig(max_batch=self.spec_max_batch)  # its check, at configuration time
-        if self.cpu_weights not in ("float32", "bfloat16"):
-            raise ValueError(f"cpu_weights must be float32 or bfloat16, got {self.cpu_weights!r}")
+        check_cpu_weights(self.cpu_weights)
 
 
 def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "local",
