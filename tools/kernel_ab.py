@@ -12,7 +12,8 @@ as their own extension and swapped in for its side's runs, with that commit's
 ``attention.kernel_serves``; everything else is this checkout's code.
 
 Usage: PYTHONPATH=services .venv/bin/python tools/kernel_ab.py REV [--batches 1,4] [--trees "B=48;defaults"]
-       [--reps N] [--search-pairs N] [--plain-model smollm2] [--json FILE]
+       [--reps N] [--search-pairs N] [--plain-model smollm2 [--plain-weights bfloat16] [--plain-only]]
+       [--json FILE]
 """
 import argparse
 import collections
@@ -95,6 +96,10 @@ ap.add_argument("--search-pairs", type=int, default=0,
 ap.add_argument("--plain-model", default="",
                 help="also A/B plain greedy decoding of this model (a folder or registered name, e.g. "
                      "smollm2) at each --batches size, 32 tokens a trace (EOS ignored), --reps pairs")
+ap.add_argument("--plain-weights", default="float32", choices=("float32", "bfloat16"),
+                help="--plain-model's CPU linear weights (EngineConfig.cpu_weights)")
+ap.add_argument("--plain-only", action="store_true",
+                help="skip the shipped target's speculative A/B (only --plain-model and --search-pairs)")
 ap.add_argument("--json", default=None, help="write the rows here")
 args = ap.parse_args()
 torch.set_num_threads(os.cpu_count() or 1)
@@ -110,7 +115,7 @@ eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET)))
 load_drafters(eng, ASSETS)
 trees = args.trees.split(";")
 rows_out = []
-for b in [int(x) for x in args.batches.split(",")]:
+for b in [] if args.plain_only else [int(x) for x in args.batches.split(",")]:
     prompts = prompts_for((2, 8), max(8, b), 11, eng.tokenizer)
     res = collections.defaultdict(list)
     fwd = collections.defaultdict(list)
@@ -188,7 +193,8 @@ if args.search_pairs:
 if args.plain_model:
     from gambit.engine import SamplingParams
 
-    other = Engine.from_pretrained(args.plain_model, EngineConfig(model=args.plain_model))
+    plain_cfg = EngineConfig(model=args.plain_model, cpu_weights=args.plain_weights)
+    other = Engine.from_pretrained(args.plain_model, plain_cfg)
     asks = [other.tokenizer.encode(f"Question {i}: what is {7 * i} plus {13 * i}? Think step by step.")
             for i in range(64)]
     for b in [int(x) for x in args.batches.split(",")]:
@@ -204,7 +210,8 @@ if args.plain_model:
         attention.kernel_serves = serves["new"]
         cpu_attention._module = kernels["new"]
         ratios = [n / o for o, n in zip(secs["old"], secs["new"], strict=True)]
-        row = {"model": args.plain_model, "batch": b, "new_over_old": statistics.median(ratios),
+        row = {"model": args.plain_model, "weights": args.plain_weights, "batch": b,
+               "new_over_old": statistics.median(ratios),
                "plain_s": {k: statistics.median(v) for k, v in secs.items()},
                "same_tokens": outs["old"] == outs["new"]}
         print(f"{args.plain_model} batch {b:3d} plain decoding: old {row['plain_s']['old']:.3f} s, new "

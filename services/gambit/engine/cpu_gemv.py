@@ -14,8 +14,9 @@ The sums run in a different order from MKL's, so only weights of at least
 ``linear.STREAM_MIN_ELEMENTS`` take this path: the shipped 2.7M target keeps exactly its floats.
 
 Bfloat16 weights (``EngineConfig.cpu_weights``) stream the same way at half the bytes: each weight is
-widened to fp32 exactly (its 16 bits shifted up), the sums run in fp32, and as in oneDNN's bfloat16
-products of several rows the row is rounded to bfloat16 first and each output last.
+widened to fp32 exactly (interleaved with a zero word: a bfloat16 is a float's top half), the sums run
+in fp32 in the same order, and as in oneDNN's bfloat16 products of several rows the row is rounded to
+bfloat16 first and each output last.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ SOURCE = r"""
 
 static constexpr int64_t GEMV_PARTS = 4;    // input-row bands (fixed: floats independent of threads)
 static constexpr int64_t GEMV_TILE = 4096;  // outputs per accumulator tile (16 KB, stays in L1)
-static constexpr int64_t GEMV_AHEAD = 16;   // bf16: weight rows prefetched this far ahead
 
 // a weight as fp32: itself, or a bfloat16's bits shifted into a float's top half (exact)
 static inline float wval(float w) { return w; }
@@ -42,45 +42,65 @@ static inline float wval(c10::BFloat16 w) {
 
 #ifdef __AVX512F__
 #include <immintrin.h>
-// 16 bfloat16 weights widened to fp32 (zero-extend, shift into the top half): exact
-static inline __m512 widen16(const c10::BFloat16* w) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-// gemv_band for bfloat16 weights, 16 outputs a vector (the compiler's own loop ran at about half the
-// memory bandwidth on small weights): the same sums in the same order of i, one FMA per weight.
+// gemv_band for bfloat16 weights, 32 outputs (one 64-byte line of a row) at a time, eight rows a pass:
+// each line's 32 weights widened to fp32 exactly by interleaving them with zero words (a bfloat16 is a
+// float's top half), one in-lane unpack per 16 weights where a zero-extend and a shift took two (the
+// widening, not the memory, held the kernel back on AVX-512 CPUs that split 512-bit ops, e.g. Zen 4).
+// The unpack leaves the columns in the order {0-3, 8-11, 16-19, 24-27 | 4-7, ...}; the accumulators keep
+// that order and each tile is put back in column order once at its end. The sums are those of
+// gemv_band: in order of i, one FMA per weight.
+static constexpr int GEMV_ROWS = 8;
 static void gemv_band_bf16(const float* x, const c10::BFloat16* wt, int64_t i0, int64_t i1, int64_t out,
                            float* acc) {
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i to_lo = _mm512_set_epi32(23, 22, 21, 20, 7, 6, 5, 4, 19, 18, 17, 16, 3, 2, 1, 0);
+  const __m512i to_hi = _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8);
+  const auto lo16 = [&](__m512i v) { return _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, v)); };
+  const auto hi16 = [&](__m512i v) { return _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, v)); };
   for (int64_t c0 = 0; c0 < out; c0 += GEMV_TILE) {
-    const int64_t c1 = std::min(out, c0 + GEMV_TILE), cv = c0 + (c1 - c0) / 16 * 16;
+    const int64_t c1 = std::min(out, c0 + GEMV_TILE), cv = c0 + (c1 - c0) / 32 * 32;
     std::fill(acc + c0, acc + c1, 0.f);
-    int64_t i = i0;
-    for (; i + 4 <= i1; i += 4) {
-      const __m512 a0 = _mm512_set1_ps(x[i]), a1 = _mm512_set1_ps(x[i + 1]), a2 = _mm512_set1_ps(x[i + 2]),
-                   a3 = _mm512_set1_ps(x[i + 3]);
-      const c10::BFloat16 *w0 = wt + i * out, *w1 = w0 + out, *w2 = w1 + out, *w3 = w2 + out;
-      const bool ahead = i + 4 + GEMV_AHEAD <= i1;  // the rows GEMV_AHEAD on, while these stream
-      for (int64_t c = c0; c < cv; c += 16) {
-        if (ahead && (c & 31) == 0)  // one line of each of the four rows 64 bytes on
-          for (const c10::BFloat16* r : {w0, w1, w2, w3})
-            _mm_prefetch(reinterpret_cast<const char*>(r + GEMV_AHEAD * out + c), _MM_HINT_T0);
-        __m512 s = _mm512_loadu_ps(acc + c);
-        s = _mm512_fmadd_ps(a0, widen16(w0 + c), s);
-        s = _mm512_fmadd_ps(a1, widen16(w1 + c), s);
-        s = _mm512_fmadd_ps(a2, widen16(w2 + c), s);
-        _mm512_storeu_ps(acc + c, _mm512_fmadd_ps(a3, widen16(w3 + c), s));
+    for (int64_t i = i0; i < i1; i += GEMV_ROWS) {
+      const int rows = static_cast<int>(std::min<int64_t>(GEMV_ROWS, i1 - i));
+      __m512 a[GEMV_ROWS];
+      const c10::BFloat16* w[GEMV_ROWS];
+      for (int r = 0; r < rows; ++r) {
+        a[r] = _mm512_set1_ps(x[i + r]);
+        w[r] = wt + (i + r) * out;
       }
-      for (int64_t c = cv; c < c1; ++c)
-        acc[c] = std::fma(x[i + 3], wval(w3[c]), std::fma(x[i + 2], wval(w2[c]),
-                 std::fma(x[i + 1], wval(w1[c]), std::fma(x[i], wval(w0[c]), acc[c]))));
+      if (rows == GEMV_ROWS) {
+        for (int64_t c = c0; c < cv; c += 32) {
+          __m512 lo = _mm512_loadu_ps(acc + c), hi = _mm512_loadu_ps(acc + c + 16);
+          for (int r = 0; r < GEMV_ROWS; ++r) {
+            const __m512i v = _mm512_loadu_si512(w[r] + c);
+            lo = _mm512_fmadd_ps(a[r], lo16(v), lo);
+            hi = _mm512_fmadd_ps(a[r], hi16(v), hi);
+          }
+          _mm512_storeu_ps(acc + c, lo);
+          _mm512_storeu_ps(acc + c + 16, hi);
+        }
+      } else {
+        for (int64_t c = c0; c < cv; c += 32) {
+          __m512 lo = _mm512_loadu_ps(acc + c), hi = _mm512_loadu_ps(acc + c + 16);
+          for (int r = 0; r < rows; ++r) {
+            const __m512i v = _mm512_loadu_si512(w[r] + c);
+            lo = _mm512_fmadd_ps(a[r], lo16(v), lo);
+            hi = _mm512_fmadd_ps(a[r], hi16(v), hi);
+          }
+          _mm512_storeu_ps(acc + c, lo);
+          _mm512_storeu_ps(acc + c + 16, hi);
+        }
+      }
+      for (int64_t c = cv; c < c1; ++c) {
+        float s = acc[c];
+        for (int r = 0; r < rows; ++r) s = std::fma(x[i + r], wval(w[r][c]), s);
+        acc[c] = s;
+      }
     }
-    for (; i < i1; ++i) {
-      const __m512 a = _mm512_set1_ps(x[i]);
-      const c10::BFloat16* w = wt + i * out;
-      for (int64_t c = c0; c < cv; c += 16)
-        _mm512_storeu_ps(acc + c, _mm512_fmadd_ps(a, widen16(w + c), _mm512_loadu_ps(acc + c)));
-      for (int64_t c = cv; c < c1; ++c) acc[c] = std::fma(x[i], wval(w[c]), acc[c]);
+    for (int64_t c = c0; c < cv; c += 32) {  // back to column order
+      const __m512 lo = _mm512_loadu_ps(acc + c), hi = _mm512_loadu_ps(acc + c + 16);
+      _mm512_storeu_ps(acc + c, _mm512_permutex2var_ps(lo, to_lo, hi));
+      _mm512_storeu_ps(acc + c + 16, _mm512_permutex2var_ps(lo, to_hi, hi));
     }
   }
 }
@@ -124,10 +144,15 @@ static at::Tensor gemv_add(const at::Tensor& x, const at::Tensor& w, const at::T
   // bfloat16 weights: the row rounded to bfloat16 and each sum rounded to bfloat16 before the residual,
   // what oneDNN's bfloat16 products of two or more rows give (PackedLinear "onednn-bf16"), so one-row and
   // multi-row products of a model differ only in their order of summation
-  auto xc = bf16 ? x.to(at::kBFloat16).to(at::kFloat).contiguous() : x.contiguous();
-  thread_local std::vector<float> parts;  // per calling thread: no allocation per call
-  parts.resize(GEMV_PARTS * out);
+  auto xc = x.contiguous();
   const float* xp = xc.data_ptr<float>();
+  thread_local std::vector<float> parts, rounded;  // per calling thread: no allocation per call
+  if (bf16) {  // rounded here: two ATen conversions cost more than this loop
+    rounded.resize(in);
+    for (int64_t i = 0; i < in; ++i) rounded[i] = static_cast<float>(c10::BFloat16(xp[i]));
+    xp = rounded.data();
+  }
+  parts.resize(GEMV_PARTS * out);
   float* pp = parts.data();
   const int64_t band = ((in + GEMV_PARTS - 1) / GEMV_PARTS + 3) / 4 * 4;
   at::parallel_for(0, GEMV_PARTS, 1, [&](int64_t b, int64_t e) {
