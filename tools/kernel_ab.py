@@ -95,7 +95,9 @@ ap.add_argument("--search-pairs", type=int, default=0,
                      "once, the search bench's sizing: 96-trace steps)")
 ap.add_argument("--plain-model", default="",
                 help="also A/B plain greedy decoding of this model (a folder or registered name, e.g. "
-                     "smollm2) at each --batches size, 32 tokens a trace (EOS ignored), --reps pairs")
+                     "smollm2) at each --batches size, --plain-tokens a trace (EOS ignored), --reps pairs")
+ap.add_argument("--plain-tokens", type=int, default=32,
+                help="--plain-model's new tokens a trace (the context grows to ~20 + this)")
 ap.add_argument("--plain-weights", default="float32", choices=("float32", "bfloat16"),
                 help="--plain-model's CPU linear weights (EngineConfig.cpu_weights)")
 ap.add_argument("--plain-only", action="store_true",
@@ -204,13 +206,14 @@ if args.plain_model:
                 attention.kernel_serves = serves[side]
                 cpu_attention._module = kernels[side]
                 t0 = time.perf_counter()
-                greedy = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+                greedy = SamplingParams(temperature=0, max_tokens=args.plain_tokens, ignore_eos=True)
                 outs[side] = other.generate(asks[:b], greedy)
                 secs[side].append(time.perf_counter() - t0)
         attention.kernel_serves = serves["new"]
         cpu_attention._module = kernels["new"]
         ratios = [n / o for o, n in zip(secs["old"], secs["new"], strict=True)]
-        row = {"model": args.plain_model, "weights": args.plain_weights, "batch": b,
+        row = {"model": args.plain_model, "weights": args.plain_weights, "tokens": args.plain_tokens,
+               "batch": b,
                "new_over_old": statistics.median(ratios),
                "plain_s": {k: statistics.median(v) for k, v in secs.items()},
                "same_tokens": outs["old"] == outs["new"]}

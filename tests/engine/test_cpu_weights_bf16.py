@@ -20,29 +20,30 @@ needs_bf16 = pytest.mark.skipif(not bf16_gemm_available(), reason="no oneDNN bfl
 
 
 @needs_kernel
-@pytest.mark.parametrize("shape", [(576, 960), (1537, 577), (64, 5000), (3, 17)])
+@pytest.mark.parametrize("shape", [(576, 960), (1537, 577), (64, 5000), (20, 4160), (3, 17)])
 def test_gemv_streams_bfloat16_weights_exactly_widened(shape):
     """Each bfloat16 weight widened to fp32 exactly, the row rounded to bfloat16, the sums in fp32 and
     each output rounded to bfloat16 (oneDNN's multi-row semantics): F.linear over the same operands in
-    float64, rounded, within one bfloat16 step; at band and tile edges; the same floats at 1 and 2
-    threads."""
+    float64, rounded, within one bfloat16 step; at band and tile edges and part-filled eight-row passes;
+    the same floats at 1 and 2 threads."""
     n_in, n_out = shape
     g = torch.Generator().manual_seed(n_in)
     w = (torch.randn(n_out, n_in, generator=g) * 0.05).bfloat16()
     x = torch.randn(1, n_in, generator=g)
-    y = gemv(x, w.t().contiguous())
+    n = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # the bands split over two threads, whatever the session runs
+        y = gemv(x, w.t().contiguous())
+        torch.set_num_threads(1)
+        one = gemv(x, w.t().contiguous())
+    finally:
+        torch.set_num_threads(n)
+    assert torch.equal(one, y)
     assert y.dtype == torch.float32 and y.shape == (1, n_out)
     assert torch.equal(y, y.bfloat16().float())  # outputs are bfloat16 values
     want = F.linear(x.bfloat16().double(), w.double())
     torch.testing.assert_close(y.double(), want, rtol=2 ** -7, atol=1e-6)
     assert (y == want.bfloat16().float()).float().mean() > 0.98  # only ties of the rounding differ
-    n = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = gemv(x, w.t().contiguous())
-    finally:
-        torch.set_num_threads(n)
-    assert torch.equal(one, y) or n == 1
     with pytest.raises(RuntimeError, match="float32 or bfloat16"):
         gemv(x, w.t().contiguous().half())
 
