@@ -188,6 +188,12 @@ static inline void prefetch_block(const float* p, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(p + i, 0, 3);
 }
 
+// The same into L2 only (prefetcht1), for blocks further ahead: L2 holds more requests in flight than L1
+static inline void prefetch_block_l2(const float* p, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(p + i, 0, 2);
+}
+static constexpr int64_t DECODE_AHEAD = 6;  // paged_decode: blocks asked into L2 this far ahead
+
 #ifdef __AVX512F__
 // One (sequence, kv head) of paged_decode for D = 16 * DV: the floats of score_key, softmax_rows and
 // value_block, with each head's query and value sums held in registers across all L keys (no store and
@@ -195,11 +201,16 @@ static inline void prefetch_block(const float* p, int64_t n) {
 template <int DV>
 static void decode_group(const float* qb, const float* kb, const float* vb, const int64_t* tab, int64_t bs,
                          int64_t L, int64_t G, float sc, float* s, float* out) {
-  constexpr int64_t D = 16 * DV;
+  constexpr int64_t D = 16 * DV, AH = DECODE_AHEAD;
   auto block = [&](const float* base, int64_t t0) { return base + tab[t0 / bs] * bs * D; };
+  // the first AH blocks into L2; at each block the next into L1 and the one AH on into L2 (a sequence's
+  // blocks are scattered: the hardware prefetcher stops at each block's end)
+  for (int64_t a = 0; a < AH && a * bs < L; ++a)
+    prefetch_block_l2(block(kb, a * bs), std::min(bs, L - a * bs) * D);
   for (int64_t t0 = 0; t0 < L; t0 += bs) {
     const float* kblk = block(kb, t0);
     if (t0 + bs < L) prefetch_block(block(kb, t0 + bs), std::min(bs, L - t0 - bs) * D);
+    if (t0 + AH * bs < L) prefetch_block_l2(block(kb, t0 + AH * bs), std::min(bs, L - t0 - AH * bs) * D);
     const int64_t n = std::min(bs, L - t0);
     for (int64_t g = 0; g < G; ++g) {
       __m512 q[DV];
@@ -212,7 +223,8 @@ static void decode_group(const float* qb, const float* kb, const float* vb, cons
       }
     }
   }
-  prefetch_block(block(vb, 0), std::min(bs, L) * D);
+  for (int64_t a = 0; a < AH && a * bs < L; ++a)
+    prefetch_block_l2(block(vb, a * bs), std::min(bs, L - a * bs) * D);
   softmax_rows(s, G, L);
   for (int64_t g = 0; g < G; ++g) {
     __m512 a[DV];
@@ -221,6 +233,8 @@ static void decode_group(const float* qb, const float* kb, const float* vb, cons
     for (int64_t t0 = 0; t0 < L; t0 += bs) {
       const float* vblk = block(vb, t0);
       if (g == 0 && t0 + bs < L) prefetch_block(block(vb, t0 + bs), std::min(bs, L - t0 - bs) * D);
+      if (g == 0 && t0 + AH * bs < L)
+        prefetch_block_l2(block(vb, t0 + AH * bs), std::min(bs, L - t0 - AH * bs) * D);
       const int64_t n = std::min(bs, L - t0);
       for (int64_t o = 0; o < n; ++o) {  // value_block's order
         const __m512 w = _mm512_set1_ps(pg[t0 + o]);
@@ -258,6 +272,11 @@ torch::Tensor paged_decode(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, 
       sc_buf.resize(G * L);
 #ifdef __AVX512F__
       if (D % 16 == 0 && D <= 128) {  // up to 8 query and 8 accumulator registers a head
+        if (i + 1 < end) {  // this thread's next item's first key blocks, into L2
+          const int64_t b2 = (i + 1) / Hkv, hk2 = (i + 1) % Hkv, L2 = lp[b2];
+          for (int64_t a = 0; a < DECODE_AHEAD && a * bs < L2; ++a)
+            prefetch_block_l2(kp + (hk2 * NB + tp[b2 * nbmax + a]) * bs * D, std::min(bs, L2 - a * bs) * D);
+        }
         const float *kb = kp + hk * NB * bs * D, *vb = vp + hk * NB * bs * D;
         float* ob = op + (b * H + hk * G) * D;
         const int64_t* tab = tp + b * nbmax;
