@@ -68,10 +68,11 @@ static void gemv_band_bf16(const float* x, const c10::BFloat16* wt, int64_t i0, 
         a[r] = _mm512_set1_ps(x[i + r]);
         w[r] = wt + (i + r) * out;
       }
-      if (rows == GEMV_ROWS) {
+      // the vector part of a pass over n rows; n a compile-time constant for full passes (unrolled)
+      const auto lines = [&](auto n) {
         for (int64_t c = c0; c < cv; c += 32) {
           __m512 lo = _mm512_loadu_ps(acc + c), hi = _mm512_loadu_ps(acc + c + 16);
-          for (int r = 0; r < GEMV_ROWS; ++r) {
+          for (int r = 0; r < n; ++r) {
             const __m512i v = _mm512_loadu_si512(w[r] + c);
             lo = _mm512_fmadd_ps(a[r], lo16(v), lo);
             hi = _mm512_fmadd_ps(a[r], hi16(v), hi);
@@ -79,18 +80,11 @@ static void gemv_band_bf16(const float* x, const c10::BFloat16* wt, int64_t i0, 
           _mm512_storeu_ps(acc + c, lo);
           _mm512_storeu_ps(acc + c + 16, hi);
         }
-      } else {
-        for (int64_t c = c0; c < cv; c += 32) {
-          __m512 lo = _mm512_loadu_ps(acc + c), hi = _mm512_loadu_ps(acc + c + 16);
-          for (int r = 0; r < rows; ++r) {
-            const __m512i v = _mm512_loadu_si512(w[r] + c);
-            lo = _mm512_fmadd_ps(a[r], lo16(v), lo);
-            hi = _mm512_fmadd_ps(a[r], hi16(v), hi);
-          }
-          _mm512_storeu_ps(acc + c, lo);
-          _mm512_storeu_ps(acc + c + 16, hi);
-        }
-      }
+      };
+      if (rows == GEMV_ROWS)
+        lines(std::integral_constant<int, GEMV_ROWS>{});
+      else
+        lines(rows);
       for (int64_t c = cv; c < c1; ++c) {
         float s = acc[c];
         for (int r = 0; r < rows; ++r) s = std::fma(x[i + r], wval(w[r][c]), s);
