@@ -12,8 +12,8 @@ as their own extension and swapped in for its side's runs, with that commit's
 ``attention.kernel_serves``; everything else is this checkout's code.
 
 Usage: PYTHONPATH=services .venv/bin/python tools/kernel_ab.py REV [--batches 1,4] [--trees "B=48;defaults"]
-       [--reps N] [--search-pairs N] [--plain-model smollm2 [--plain-weights bfloat16] [--plain-only]]
-       [--json FILE]
+       [--reps N] [--search-pairs N] [--plain-model smollm2 [--plain-weights bfloat16] [--plain-tokens N]
+       [--plain-only]] [--json FILE]
 """
 import argparse
 import collections
@@ -213,8 +213,7 @@ if args.plain_model:
         cpu_attention._module = kernels["new"]
         ratios = [n / o for o, n in zip(secs["old"], secs["new"], strict=True)]
         row = {"model": args.plain_model, "weights": args.plain_weights, "tokens": args.plain_tokens,
-               "batch": b,
-               "new_over_old": statistics.median(ratios),
+               "batch": b, "new_over_old": statistics.median(ratios),
                "plain_s": {k: statistics.median(v) for k, v in secs.items()},
                "same_tokens": outs["old"] == outs["new"]}
         print(f"{args.plain_model} batch {b:3d} plain decoding: old {row['plain_s']['old']:.3f} s, new "

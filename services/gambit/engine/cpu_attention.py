@@ -80,26 +80,24 @@ static inline vf16 exp_le0(vf16 x) {
 // KV at batch 64); elsewhere the portable loops below. Either way both kernels run these same functions.
 #ifdef __AVX512F__
 #include <immintrin.h>
-static constexpr bool kVecAttention = true;
 // q . k for D a multiple of 16: lane l sums d = l, l + 16, ... in order, then one fixed reduction
 static inline float dot16(const float* q, const float* k, int64_t D) {
   __m512 p = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
   for (int64_t d = 16; d < D; d += 16) p = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(k + d), p);
   return _mm512_reduce_add_ps(p);
 }
-#else
-static constexpr bool kVecAttention = false;
-static inline float dot16(const float*, const float*, int64_t) { return 0.f; }
 #endif
 
 // Scores of one key row against the G query heads of its GQA group:
 // out[g * L] = scale * q_g . k (out points at the key's column of a [G, L] score buffer).
 static inline void score_key(const float* qb, const float* kt, int64_t G, int64_t D, float sc, float* out,
                              int64_t L) {
-  if (kVecAttention && D % 16 == 0) {
+#ifdef __AVX512F__
+  if (D % 16 == 0) {
     for (int64_t g = 0; g < G; ++g) out[g * L] = dot16(qb + g * D, kt, D) * sc;
     return;
   }
+#endif
   for (int64_t g = 0; g < G; ++g) {
     const float* qg = qb + g * D;
     float dot = 0.f;
