@@ -72,6 +72,13 @@ def default_min_macs_per_thread(vendor: str | None = None) -> int:
 
 
 CPU_WEIGHTS = ("float32", "bfloat16")  # the CPU linears' weight precision (EngineConfig.cpu_weights)
+KV_DTYPES = ("auto", "float32", "bfloat16")  # the KV cache's element type (EngineConfig.kv_dtype)
+
+
+def check_kv_dtype(value: str) -> None:
+    """``kv_dtype`` as every config that carries it checks it (engine, embedded wiring, launcher)."""
+    if value not in KV_DTYPES:
+        raise ValueError(f"kv_dtype must be auto, float32 or bfloat16, got {value!r}")
 
 
 def check_cpu_weights(value: str) -> None:

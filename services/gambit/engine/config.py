@@ -6,7 +6,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from gambit.cpu_info import check_cpu_weights, default_min_macs_per_thread, default_spec_max_batch
+from gambit.cpu_info import (
+    check_cpu_weights,
+    check_kv_dtype,
+    default_min_macs_per_thread,
+    default_spec_max_batch,
+)
 
 PREEMPTION_MODES = ("recompute", "evict")
 DECODE_GRAPH_MODES = ("off", "static", "cuda")  # EngineConfig.decode_graphs (engine/decode_graphs.py)
@@ -93,6 +98,10 @@ class EngineConfig:
     model: str = ""
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
     dtype: str = "auto"  # "auto": float32 on CPU, bfloat16 on CUDA
+    # the KV cache's element type: "auto" is the model's dtype; "bfloat16" halves what attention reads per
+    # cached token (on the CPU the kernels widen each key and value to fp32 as they read it: fp32 math on
+    # keys and values rounded once, when written) and holds twice the tokens in the same memory
+    kv_dtype: str = "auto"  # "auto" | "float32" | "bfloat16"
     block_size: int = 16
     kv_memory_bytes: int | None = None
     kv_fraction: float = 0.9
@@ -141,6 +150,7 @@ class EngineConfig:
         if self.cpu_linear not in ("transposed", "packed", "plain"):
             raise ValueError(f"cpu_linear must be transposed, packed or plain, got {self.cpu_linear!r}")
         check_cpu_weights(self.cpu_weights)
+        check_kv_dtype(self.kv_dtype)
         if self.cpu_weights == "bfloat16" and self.cpu_linear != "transposed":
             raise ValueError(f"cpu_weights=bfloat16 needs cpu_linear=transposed, got {self.cpu_linear!r}")
         if self.decode_graphs not in DECODE_GRAPH_MODES:
@@ -161,3 +171,9 @@ class EngineConfig:
         if self.dtype == "auto":
             return torch.bfloat16 if self.torch_device().type == "cuda" else torch.float32
         return resolve_dtype(self.dtype)
+
+    def torch_kv_dtype(self) -> torch.dtype:
+        """The KV cache's element type (``kv_dtype``; "auto": the model's)."""
+        from gambit.model.loader import resolve_dtype
+
+        return self.torch_dtype() if self.kv_dtype == "auto" else resolve_dtype(self.kv_dtype)

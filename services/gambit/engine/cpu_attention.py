@@ -48,6 +48,24 @@ struct NoGil {
   }
 };
 
+// KV elements are float or bfloat16 (EngineConfig.kv_dtype: half the bytes a step reads from the cache);
+// a bfloat16 key or value is widened to fp32 as it is read (exact), so all arithmetic stays fp32
+using bf16 = at::BFloat16;
+static inline float kv_float(float x) { return x; }
+static inline float kv_float(bf16 x) { return static_cast<float>(x); }
+
+// n keys or values as fp32 for the portable loops: a float row as it is, a bfloat16 one widened into a
+// per-thread buffer first, so that how the compiler vectorises a loop (hence the order of a dot product's
+// sums) never depends on the element type, and a cache's floats are those of an fp32 cache holding the
+// same (rounded) values
+static inline const float* as_float(const float* p, int64_t) { return p; }
+static inline const float* as_float(const bf16* p, int64_t n) {
+  thread_local std::vector<float> buf;
+  if (static_cast<int64_t>(buf.size()) < n) buf.resize(n);
+  for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<float>(p[i]);
+  return buf.data();
+}
+
 typedef float vf16 __attribute__((vector_size(64)));
 typedef int vi16 __attribute__((vector_size(64)));
 
@@ -80,17 +98,24 @@ static inline vf16 exp_le0(vf16 x) {
 // KV at batch 64); elsewhere the portable loops below. Either way both kernels run these same functions.
 #ifdef __AVX512F__
 #include <immintrin.h>
+static inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+static inline __m512 load16(const bf16* p) {  // 16 bfloat16 as fp32: zero-extended, shifted to the high half
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
 // q . k for D a multiple of 16: lane l sums d = l, l + 16, ... in order, then one fixed reduction
-static inline float dot16(const float* q, const float* k, int64_t D) {
-  __m512 p = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
-  for (int64_t d = 16; d < D; d += 16) p = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(k + d), p);
+template <typename T>
+static inline float dot16(const float* q, const T* k, int64_t D) {
+  __m512 p = _mm512_mul_ps(_mm512_loadu_ps(q), load16(k));
+  for (int64_t d = 16; d < D; d += 16) p = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), load16(k + d), p);
   return _mm512_reduce_add_ps(p);
 }
 #endif
 
 // Scores of one key row against the G query heads of its GQA group:
 // out[g * L] = scale * q_g . k (out points at the key's column of a [G, L] score buffer).
-static inline void score_key(const float* qb, const float* kt, int64_t G, int64_t D, float sc, float* out,
+template <typename T>
+static inline void score_key(const float* qb, const T* kt, int64_t G, int64_t D, float sc, float* out,
                              int64_t L) {
 #ifdef __AVX512F__
   if (D % 16 == 0) {
@@ -98,11 +123,12 @@ static inline void score_key(const float* qb, const float* kt, int64_t G, int64_
     return;
   }
 #endif
+  const float* kf = as_float(kt, D);
   for (int64_t g = 0; g < G; ++g) {
     const float* qg = qb + g * D;
     float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
-    for (int64_t d = 0; d < D; ++d) dot += qg[d] * kt[d];
+    for (int64_t d = 0; d < D; ++d) dot += qg[d] * kf[d];
     out[g * L] = dot * sc;
   }
 }
@@ -133,7 +159,8 @@ static inline void softmax_rows(float* s, int64_t G, int64_t L) {
 
 // acc[g] += p[g * L + o] * v_o for a block's n values (p points at the block's first column of the [G, L]
 // weights): for each output float a chain of multiply-adds in order of o.
-static inline void value_block(const float* __restrict__ vblk, int64_t n, int64_t G, int64_t D,
+template <typename T>
+static inline void value_block(const T* __restrict__ vt, int64_t n, int64_t G, int64_t D,
                                const float* __restrict__ p, int64_t L, float* __restrict__ acc) {
 #ifdef __AVX512F__
   if (D % 16 == 0) {
@@ -142,13 +169,14 @@ static inline void value_block(const float* __restrict__ vblk, int64_t n, int64_
       for (int64_t d = 0; d < D; d += 16) {
         __m512 a = _mm512_loadu_ps(acc + g * D + d);
         for (int64_t o = 0; o < n; ++o)
-          a = _mm512_fmadd_ps(_mm512_set1_ps(pg[o]), _mm512_loadu_ps(vblk + o * D + d), a);
+          a = _mm512_fmadd_ps(_mm512_set1_ps(pg[o]), load16(vt + o * D + d), a);
         _mm512_storeu_ps(acc + g * D + d, a);
       }
     }
     return;
   }
 #endif
+  const float* __restrict__ vblk = as_float(vt, n * D);
   for (int64_t g = 0; g < G; ++g) {  // four values per load and store of the accumulator
     const float* pg = p + g * L;
     float* __restrict__ ag = acc + g * D;
@@ -168,27 +196,30 @@ static inline void value_block(const float* __restrict__ vblk, int64_t n, int64_
     }
     for (; o < n; ++o) {
       const float w = pg[o];
-      const float* vt = vblk + o * D;
+      const float* vo = vblk + o * D;
 #pragma omp simd
-      for (int64_t d = 0; d < D; ++d) ag[d] += w * vt[d];
+      for (int64_t d = 0; d < D; ++d) ag[d] += w * vo[d];
     }
   }
 }
 
 // acc[g] += p[g * L] * v for the G heads (p points at the value's column of the [G, L] weights).
-static inline void add_value(const float* vt, int64_t G, int64_t D, const float* p, int64_t L, float* acc) {
+template <typename T>
+static inline void add_value(const T* vt, int64_t G, int64_t D, const float* p, int64_t L, float* acc) {
   value_block(vt, 1, G, D, p, L, acc);
 }
 
-// Ask for a block's n floats ahead of use (blocks are scattered in memory: the hardware prefetcher
-// follows a block, not the jump to the next one).
-static inline void prefetch_block(const float* p, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(p + i, 0, 3);
+// Ask for a block's n elements ahead of use, a 64-byte line at a time (blocks are scattered in memory:
+// the hardware prefetcher follows a block, not the jump to the next one).
+template <typename T>
+static inline void prefetch_block(const T* p, int64_t n) {
+  for (int64_t i = 0; i < n; i += 64 / sizeof(T)) __builtin_prefetch(p + i, 0, 3);
 }
 
 // The same into L2 only (prefetcht1), for blocks further ahead: L2 holds more requests in flight than L1
-static inline void prefetch_block_l2(const float* p, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(p + i, 0, 2);
+template <typename T>
+static inline void prefetch_block_l2(const T* p, int64_t n) {
+  for (int64_t i = 0; i < n; i += 64 / sizeof(T)) __builtin_prefetch(p + i, 0, 2);
 }
 static constexpr int64_t DECODE_AHEAD = 6;  // paged_decode: blocks asked into L2 this far ahead
 
@@ -196,17 +227,17 @@ static constexpr int64_t DECODE_AHEAD = 6;  // paged_decode: blocks asked into L
 // One (sequence, kv head) of paged_decode for D = 16 * DV: the floats of score_key, softmax_rows and
 // value_block, with each head's query and value sums held in registers across all L keys (no store and
 // reload of the accumulator per block). kb / vb: the K / V cache of this kv head; s: a [G, L] buffer.
-template <int DV>
-static void decode_group(const float* qb, const float* kb, const float* vb, const int64_t* tab, int64_t bs,
+template <int DV, typename T>
+static void decode_group(const float* qb, const T* kb, const T* vb, const int64_t* tab, int64_t bs,
                          int64_t L, int64_t G, float sc, float* s, float* out) {
   constexpr int64_t D = 16 * DV, AH = DECODE_AHEAD;
-  auto block = [&](const float* base, int64_t t0) { return base + tab[t0 / bs] * bs * D; };
+  auto block = [&](const T* base, int64_t t0) { return base + tab[t0 / bs] * bs * D; };
   // the first AH blocks into L2; at each block the next into L1 and the one AH on into L2 (a sequence's
   // blocks are scattered: the hardware prefetcher stops at each block's end)
   for (int64_t a = 0; a < AH && a * bs < L; ++a)
     prefetch_block_l2(block(kb, a * bs), std::min(bs, L - a * bs) * D);
   for (int64_t t0 = 0; t0 < L; t0 += bs) {
-    const float* kblk = block(kb, t0);
+    const T* kblk = block(kb, t0);
     if (t0 + bs < L) prefetch_block(block(kb, t0 + bs), std::min(bs, L - t0 - bs) * D);
     if (t0 + AH * bs < L) prefetch_block_l2(block(kb, t0 + AH * bs), std::min(bs, L - t0 - AH * bs) * D);
     const int64_t n = std::min(bs, L - t0);
@@ -214,9 +245,9 @@ static void decode_group(const float* qb, const float* kb, const float* vb, cons
       __m512 q[DV];
       for (int v = 0; v < DV; ++v) q[v] = _mm512_loadu_ps(qb + g * D + 16 * v);
       for (int64_t o = 0; o < n; ++o) {  // dot16's order
-        const float* k = kblk + o * D;
-        __m512 p = _mm512_mul_ps(q[0], _mm512_loadu_ps(k));
-        for (int v = 1; v < DV; ++v) p = _mm512_fmadd_ps(q[v], _mm512_loadu_ps(k + 16 * v), p);
+        const T* k = kblk + o * D;
+        __m512 p = _mm512_mul_ps(q[0], load16(k));
+        for (int v = 1; v < DV; ++v) p = _mm512_fmadd_ps(q[v], load16(k + 16 * v), p);
         s[g * L + t0 + o] = _mm512_reduce_add_ps(p) * sc;
       }
     }
@@ -229,14 +260,14 @@ static void decode_group(const float* qb, const float* kb, const float* vb, cons
     for (int v = 0; v < DV; ++v) a[v] = _mm512_setzero_ps();
     const float* pg = s + g * L;
     for (int64_t t0 = 0; t0 < L; t0 += bs) {
-      const float* vblk = block(vb, t0);
+      const T* vblk = block(vb, t0);
       if (g == 0 && t0 + bs < L) prefetch_block(block(vb, t0 + bs), std::min(bs, L - t0 - bs) * D);
       if (g == 0 && t0 + AH * bs < L)
         prefetch_block_l2(block(vb, t0 + AH * bs), std::min(bs, L - t0 - AH * bs) * D);
       const int64_t n = std::min(bs, L - t0);
       for (int64_t o = 0; o < n; ++o) {  // value_block's order
         const __m512 w = _mm512_set1_ps(pg[t0 + o]);
-        for (int v = 0; v < DV; ++v) a[v] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vblk + o * D + 16 * v), a[v]);
+        for (int v = 0; v < DV; ++v) a[v] = _mm512_fmadd_ps(w, load16(vblk + o * D + 16 * v), a[v]);
       }
     }
     for (int v = 0; v < DV; ++v) _mm512_storeu_ps(out + g * D + 16 * v, a[v]);
@@ -244,19 +275,25 @@ static void decode_group(const float* qb, const float* kb, const float* vb, cons
 }
 #endif
 
-// q [B, H, D]; kc, vc [Hkv, NB, bs, D]; tables [B, nbmax] int64; lens [B] int64 → out [B, H, D]
-torch::Tensor paged_decode(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, torch::Tensor tables,
-                           torch::Tensor lens, double scale) {
-  NoGil no_gil;
-  TORCH_CHECK(q.dtype() == torch::kFloat32 && kc.dtype() == torch::kFloat32, "float32 only");
+// A KV cache the kernels read: float or bfloat16 blocks, keys and values alike (q and out stay float)
+static bool kv_is_bf16(const torch::Tensor& q, const torch::Tensor& kc, const torch::Tensor& vc) {
+  TORCH_CHECK(q.dtype() == torch::kFloat32, "float32 queries only");
+  TORCH_CHECK(kc.dtype() == vc.dtype() && (kc.dtype() == torch::kFloat32 || kc.dtype() == torch::kBFloat16),
+              "a float32 or bfloat16 KV cache (keys and values alike)");
   TORCH_CHECK(q.is_contiguous() && kc.is_contiguous() && vc.is_contiguous(), "contiguous inputs");
+  return kc.dtype() == torch::kBFloat16;
+}
+
+template <typename T>
+static torch::Tensor paged_decode_t(const torch::Tensor& q, const torch::Tensor& kc, const torch::Tensor& vc,
+                                    const torch::Tensor& tables, const torch::Tensor& lens, double scale) {
   const int64_t B = q.size(0), H = q.size(1), D = q.size(2);
   const int64_t Hkv = kc.size(0), NB = kc.size(1), bs = kc.size(2);
   const int64_t G = H / Hkv, nbmax = tables.size(1);
   auto out = torch::empty_like(q);
   const float* qp = q.data_ptr<float>();
-  const float* kp = kc.data_ptr<float>();
-  const float* vp = vc.data_ptr<float>();
+  const T* kp = kc.data_ptr<T>();
+  const T* vp = vc.data_ptr<T>();
   const int64_t* tp = tables.data_ptr<int64_t>();
   const int64_t* lp = lens.data_ptr<int64_t>();
   float* op = out.data_ptr<float>();
@@ -275,7 +312,7 @@ torch::Tensor paged_decode(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, 
           for (int64_t a = 0; a < DECODE_AHEAD && a * bs < L2; ++a)
             prefetch_block_l2(kp + (hk2 * NB + tp[b2 * nbmax + a]) * bs * D, std::min(bs, L2 - a * bs) * D);
         }
-        const float *kb = kp + hk * NB * bs * D, *vb = vp + hk * NB * bs * D;
+        const T *kb = kp + hk * NB * bs * D, *vb = vp + hk * NB * bs * D;
         float* ob = op + (b * H + hk * G) * D;
         const int64_t* tab = tp + b * nbmax;
         switch (D / 16) {
@@ -292,7 +329,7 @@ torch::Tensor paged_decode(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, 
 #endif
       // pass 1: scores q.k for every key of the sequence (each key row loaded once for the group)
       for (int64_t t0 = 0; t0 < L; t0 += bs) {  // block by block: no division per token
-        const float* kblk = kp + (hk * NB + tp[b * nbmax + t0 / bs]) * bs * D;
+        const T* kblk = kp + (hk * NB + tp[b * nbmax + t0 / bs]) * bs * D;
         if (t0 + bs < L) prefetch_block(kp + (hk * NB + tp[b * nbmax + t0 / bs + 1]) * bs * D,
                                         std::min(bs, L - t0 - bs) * D);
         const int64_t n = std::min(bs, L - t0);
@@ -306,7 +343,7 @@ torch::Tensor paged_decode(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, 
       // pass 2: weighted sum of values
       std::fill(acc.begin(), acc.end(), 0.f);
       for (int64_t t0 = 0; t0 < L; t0 += bs) {
-        const float* vblk = vp + (hk * NB + tp[b * nbmax + t0 / bs]) * bs * D;
+        const T* vblk = vp + (hk * NB + tp[b * nbmax + t0 / bs]) * bs * D;
         if (t0 + bs < L) prefetch_block(vp + (hk * NB + tp[b * nbmax + t0 / bs + 1]) * bs * D,
                                         std::min(bs, L - t0 - bs) * D);
         value_block(vblk, std::min(bs, L - t0), G, D, sc_buf.data() + t0, L, acc.data());
@@ -318,6 +355,14 @@ torch::Tensor paged_decode(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, 
     }
   });
   return out;
+}
+
+// q [B, H, D]; kc, vc [Hkv, NB, bs, D]; tables [B, nbmax] int64; lens [B] int64 → out [B, H, D]
+torch::Tensor paged_decode(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, torch::Tensor tables,
+                           torch::Tensor lens, double scale) {
+  NoGil no_gil;
+  return kv_is_bf16(q, kc, vc) ? paged_decode_t<bf16>(q, kc, vc, tables, lens, scale)
+                               : paged_decode_t<float>(q, kc, vc, tables, lens, scale);
 }
 
 // One row of RMSNorm: o = r * (1 / sqrt(mean(r^2) + eps)) * w. Never inlined: the kernel below and the
@@ -372,7 +417,8 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
 // blocks of bs rows: block t / bs at kbase / vbase + tab[t / bs] * bs * D.
 struct TiledScratch { std::vector<vf16> qT, sw, acc; };  // [D][V], [L][V], [D][V]
 
-static void tiled_rows(const float* qp, const float* kbase, const float* vbase, const int64_t* tab,
+template <typename T>
+static void tiled_rows(const float* qp, const T* kbase, const T* vbase, const int64_t* tab,
                        int64_t bs, int64_t L, int64_t c, int64_t ql, int64_t i0, int64_t R, int64_t row0,
                        const bool* mrow0, const float* madd, int64_t mstride, int64_t hk, int64_t H,
                        int64_t G, int64_t D, float sc, float* op, TiledScratch& s) {
@@ -387,10 +433,10 @@ static void tiled_rows(const float* qp, const float* kbase, const float* vbase, 
       const float* qv = qp + ((row0 + x) * H + hk * G + g) * D;
       for (int64_t d = 0; d < D; ++d) lane(s.qT, d, V, x * G + g) = qv[d];
     }
-  auto block = [&](const float* base, int64_t t) { return base + tab[t / bs] * bs * D; };
+  auto block = [&](const T* base, int64_t t) { return base + tab[t / bs] * bs * D; };
   s.sw.resize(L * V);
   for (int64_t t0 = 0; t0 < L; t0 += bs) {  // scores
-    const float* kblk = block(kbase, t0);
+    const T* kblk = block(kbase, t0);
     if (t0 + bs < L) prefetch_block(block(kbase, t0 + bs), std::min(bs, L - t0 - bs) * D);
     const int64_t n = std::min(bs, L - t0);
     for (int64_t v = 0; v < V; ++v) {
@@ -399,13 +445,13 @@ static void tiled_rows(const float* qp, const float* kbase, const float* vbase, 
         vf16 a[NK] = {};
         for (int64_t d = 0; d < D; ++d) {
           const vf16 qd = s.qT[d * V + v];
-          for (int64_t k = 0; k < NK; ++k) a[k] = a[k] + qd * kblk[(o + k) * D + d];
+          for (int64_t k = 0; k < NK; ++k) a[k] = a[k] + qd * kv_float(kblk[(o + k) * D + d]);
         }
         for (int64_t k = 0; k < NK; ++k) s.sw[(t0 + o + k) * V + v] = a[k] * sc;
       }
       for (; o < n; ++o) {
         vf16 a = {};
-        for (int64_t d = 0; d < D; ++d) a = a + s.qT[d * V + v] * kblk[o * D + d];
+        for (int64_t d = 0; d < D; ++d) a = a + s.qT[d * V + v] * kv_float(kblk[o * D + d]);
         s.sw[(t0 + o) * V + v] = a * sc;
       }
     }
@@ -439,7 +485,7 @@ static void tiled_rows(const float* qp, const float* kbase, const float* vbase, 
   // values: acc[d][lane] += v_t[d] * w_t[lane], DC dims held in registers across a block's keys
   s.acc.assign(D * V, vf16{});
   for (int64_t t0 = 0; t0 < L; t0 += bs) {  // values
-    const float* vblk = block(vbase, t0);
+    const T* vblk = block(vbase, t0);
     if (t0 + bs < L) prefetch_block(block(vbase, t0 + bs), std::min(bs, L - t0 - bs) * D);
     const int64_t n = std::min(bs, L - t0);
     for (int64_t v = 0; v < V; ++v) {
@@ -449,14 +495,14 @@ static void tiled_rows(const float* qp, const float* kbase, const float* vbase, 
         for (int64_t k = 0; k < DC; ++k) a[k] = s.acc[(d0 + k) * V + v];
         for (int64_t o = 0; o < n; ++o) {
           const vf16 wt = s.sw[(t0 + o) * V + v];
-          const float* vr = vblk + o * D + d0;
-          for (int64_t k = 0; k < DC; ++k) a[k] = a[k] + wt * vr[k];
+          const T* vr = vblk + o * D + d0;
+          for (int64_t k = 0; k < DC; ++k) a[k] = a[k] + wt * kv_float(vr[k]);
         }
         for (int64_t k = 0; k < DC; ++k) s.acc[(d0 + k) * V + v] = a[k];
       }
       for (; d0 < D; ++d0)  // a head_dim off the multiple of DC: the same sums, one dim at a time
         for (int64_t o = 0; o < n; ++o)
-          s.acc[d0 * V + v] = s.acc[d0 * V + v] + s.sw[(t0 + o) * V + v] * vblk[o * D + d0];
+          s.acc[d0 * V + v] = s.acc[d0 * V + v] + s.sw[(t0 + o) * V + v] * kv_float(vblk[o * D + d0]);
     }
   }
   for (int64_t x = 0; x < R; ++x)
@@ -466,21 +512,20 @@ static void tiled_rows(const float* qp, const float* kbase, const float* vbase, 
     }
 }
 
-torch::Tensor paged_attention(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, torch::Tensor tables,
-                              torch::Tensor ctx, torch::Tensor qoff, torch::Tensor qlen,
-                              torch::Tensor moff, torch::Tensor mask, double scale) {
-  NoGil no_gil;
-  TORCH_CHECK(q.dtype() == torch::kFloat32 && kc.dtype() == torch::kFloat32, "float32 only");
-  TORCH_CHECK(q.is_contiguous() && kc.is_contiguous() && vc.is_contiguous(), "contiguous inputs");
-  TORCH_CHECK(mask.dtype() == torch::kBool && mask.is_contiguous(), "bool contiguous mask");
+template <typename T>
+static torch::Tensor paged_attention_t(const torch::Tensor& q, const torch::Tensor& kc,
+                                       const torch::Tensor& vc, const torch::Tensor& tables,
+                                       const torch::Tensor& ctx, const torch::Tensor& qoff,
+                                       const torch::Tensor& qlen, const torch::Tensor& moff,
+                                       const torch::Tensor& mask, double scale) {
   constexpr int64_t ROWS = 16;
   const int64_t H = q.size(1), D = q.size(2);
   const int64_t Hkv = kc.size(0), NB = kc.size(1), bs = kc.size(2);
   const int64_t G = H / Hkv, nbmax = tables.size(1), S = ctx.size(0);
   auto out = torch::empty_like(q);
   const float* qp = q.data_ptr<float>();
-  const float* kp = kc.data_ptr<float>();
-  const float* vp = vc.data_ptr<float>();
+  const T* kp = kc.data_ptr<T>();
+  const T* vp = vc.data_ptr<T>();
   const int64_t* tp = tables.data_ptr<int64_t>();
   const int64_t* cp = ctx.data_ptr<int64_t>();
   const int64_t* op_ = qoff.data_ptr<int64_t>();
@@ -510,15 +555,15 @@ torch::Tensor paged_attention(torch::Tensor q, torch::Tensor kc, torch::Tensor v
       const float* qb = qp + ((op_[b] + i0) * H + hk * G) * D;  // row x's group at qb + x * H * D
       // the block holding key t of this sequence and kv head, in the K or V cache; the cached one after
       // t0's block asked for ahead of use
-      auto block = [&](const float* cache, int64_t t) {
+      auto block = [&](const T* cache, int64_t t) {
         return cache + (hk * NB + tp[b * nbmax + t / bs]) * bs * D;
       };
-      auto prefetch_next = [&](const float* cache, int64_t t0) {
+      auto prefetch_next = [&](const T* cache, int64_t t0) {
         if (t0 + bs < c) prefetch_block(block(cache, t0 + bs), std::min(bs, c - t0 - bs) * D);
       };
       // pass 1: the cached keys' scores for every row, each key row loaded once
       for (int64_t t0 = 0; t0 < c; t0 += bs) {
-        const float* kblk = block(kp, t0);
+        const T* kblk = block(kp, t0);
         prefetch_next(kp, t0);
         const int64_t n = std::min(bs, c - t0);
         for (int64_t o = 0; o < n; ++o)
@@ -539,7 +584,7 @@ torch::Tensor paged_attention(torch::Tensor q, torch::Tensor kc, torch::Tensor v
       // pass 2: the cached values for every row, then each row's new ones
       if (c > 0) prefetch_block(block(vp, 0), std::min(bs, c) * D);
       for (int64_t t0 = 0; t0 < c; t0 += bs) {
-        const float* vblk = block(vp, t0);
+        const T* vblk = block(vp, t0);
         prefetch_next(vp, t0);
         const int64_t n = std::min(bs, c - t0);
         for (int64_t x = 0; x < R; ++x)
@@ -560,6 +605,16 @@ torch::Tensor paged_attention(torch::Tensor q, torch::Tensor kc, torch::Tensor v
     }
   });
   return out;
+}
+
+torch::Tensor paged_attention(torch::Tensor q, torch::Tensor kc, torch::Tensor vc, torch::Tensor tables,
+                              torch::Tensor ctx, torch::Tensor qoff, torch::Tensor qlen,
+                              torch::Tensor moff, torch::Tensor mask, double scale) {
+  NoGil no_gil;
+  const bool half = kv_is_bf16(q, kc, vc);
+  TORCH_CHECK(mask.dtype() == torch::kBool && mask.is_contiguous(), "bool contiguous mask");
+  return half ? paged_attention_t<bf16>(q, kc, vc, tables, ctx, qoff, qlen, moff, mask, scale)
+              : paged_attention_t<float>(q, kc, vc, tables, ctx, qoff, qlen, moff, mask, scale);
 }
 
 // Attention over dense per-sequence key/value buffers with an additive mask, in the tiled order: what

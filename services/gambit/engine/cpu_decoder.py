@@ -195,25 +195,41 @@ static void rope_row(const float* x, const float* c, const float* s, float* o, i
 }
 
 // The attention block's middle: RoPE on q and k of the fused projection qkv [1, T, (H + 2 Hkv) D],
-// k and v written to their cache slots (what index_copy_ does), q returned as [T, H, D].
+// k and v written to their cache slots (what index_copy_ does; a bfloat16 cache gets them rounded to
+// nearest even, as index_copy_ of .to(bfloat16) rounds), q returned as [T, H, D].
 static at::Tensor rope_and_write(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
                                  const at::Tensor& slots, at::Tensor& kc, at::Tensor& vc, int64_t H,
                                  int64_t Hkv, int64_t D) {
   TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && kc.is_contiguous() && vc.is_contiguous(),
               "contiguous rope tables and caches");
+  const bool half = kc.scalar_type() == at::kBFloat16;
+  TORCH_CHECK(vc.scalar_type() == kc.scalar_type() && (half || kc.scalar_type() == at::kFloat),
+              "a float32 or bfloat16 KV cache");
   const int64_t T = qkv.size(1), W = (H + 2 * Hkv) * D, rows = kc.size(1) * kc.size(2);
   auto q = at::empty({T, H, D}, qkv.options());
   const float* x = qkv.data_ptr<float>();
   const float* cp = cos.data_ptr<float>();
   const float* sp = sin.data_ptr<float>();
   const int64_t* slot = slots.data_ptr<int64_t>();
-  float *qp = q.data_ptr<float>(), *kp = kc.data_ptr<float>(), *vp = vc.data_ptr<float>();
+  float* qp = q.data_ptr<float>();
+  std::vector<float> kr(D);  // a bfloat16 cache: the rotated key row before rounding
   for (int64_t t = 0; t < T; ++t) {
     const float *xt = x + t * W, *c = cp + t * D, *s = sp + t * D;
     for (int64_t h = 0; h < H; ++h) rope_row(xt + h * D, c, s, qp + (t * H + h) * D, D);
     for (int64_t h = 0; h < Hkv; ++h) {
-      rope_row(xt + (H + h) * D, c, s, kp + (h * rows + slot[t]) * D, D);
-      std::copy(xt + (H + Hkv + h) * D, xt + (H + Hkv + h + 1) * D, vp + (h * rows + slot[t]) * D);
+      const int64_t at = (h * rows + slot[t]) * D;
+      const float* vr = xt + (H + Hkv + h) * D;
+      if (!half) {
+        rope_row(xt + (H + h) * D, c, s, kc.data_ptr<float>() + at, D);
+        std::copy(vr, vr + D, vc.data_ptr<float>() + at);
+        continue;
+      }
+      rope_row(xt + (H + h) * D, c, s, kr.data(), D);
+      at::BFloat16 *kb = kc.data_ptr<at::BFloat16>() + at, *vb = vc.data_ptr<at::BFloat16>() + at;
+      for (int64_t d = 0; d < D; ++d) {
+        kb[d] = at::BFloat16(kr[d]);
+        vb[d] = at::BFloat16(vr[d]);
+      }
     }
   }
   return q;
@@ -233,8 +249,8 @@ static at::Tensor grouped_attention(const at::Tensor& qf, const at::Tensor& kc, 
     const auto &rows = meta[g], &valid = meta[g + 1], &flat_rows = meta[g + 2], &blocks = meta[g + 3];
     const int64_t B = blocks.size(0);
     auto flat = blocks.flatten();
-    auto kg = kc.index_select(1, flat).view({Hkv, B, -1, D}).transpose(0, 1);
-    auto vg = vc.index_select(1, flat).view({Hkv, B, -1, D}).transpose(0, 1);
+    auto kg = kc.index_select(1, flat).view({Hkv, B, -1, D}).transpose(0, 1).to(qf.scalar_type());
+    auto vg = vc.index_select(1, flat).view({Hkv, B, -1, D}).transpose(0, 1).to(qf.scalar_type());
     auto qg = qf.index({rows}).transpose(1, 2);
     auto o = at::scaled_dot_product_attention(qg, kg, vg, meta[g + 4], 0.0, false, std::nullopt, H != Hkv)
                  .transpose(1, 2);

@@ -51,11 +51,11 @@ class StaticDecodeAttention:
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         kc, vc = self.cache.k[layer], self.cache.v[layer]  # [Hkv, blocks, bs, D]
         B, H, D, Hkv = q.shape[1], q.shape[2], q.shape[3], k.shape[2]
-        kc.view(Hkv, -1, D).index_copy_(1, self.slots, k[0].transpose(0, 1))
-        vc.view(Hkv, -1, D).index_copy_(1, self.slots, v[0].transpose(0, 1))
-        flat = self.tables.flatten()
-        kg = kc.index_select(1, flat).view(Hkv, B, -1, D).transpose(0, 1)  # [B, Hkv, NB * bs, D]
-        vg = vc.index_select(1, flat).view(Hkv, B, -1, D).transpose(0, 1)
+        kc.view(Hkv, -1, D).index_copy_(1, self.slots, k[0].transpose(0, 1).to(kc.dtype))
+        vc.view(Hkv, -1, D).index_copy_(1, self.slots, v[0].transpose(0, 1).to(vc.dtype))
+        flat = self.tables.flatten()  # [B, Hkv, NB * bs, D] in q's dtype (kv_dtype may differ)
+        kg = kc.index_select(1, flat).view(Hkv, B, -1, D).transpose(0, 1).to(q.dtype)
+        vg = vc.index_select(1, flat).view(Hkv, B, -1, D).transpose(0, 1).to(q.dtype)
         o = F.scaled_dot_product_attention(q[0].view(B, 1, H, D).transpose(1, 2), kg, vg,
                                            attn_mask=self.mask, enable_gqa=H != Hkv)
         return o.transpose(1, 2).reshape(1, B, H, D)

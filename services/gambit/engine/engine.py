@@ -73,6 +73,7 @@ class Engine:
         self.config = config = config or EngineConfig()
         self.device = config.torch_device()
         self.dtype = config.torch_dtype()
+        self.kv_dtype = config.torch_kv_dtype()
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
         self.model.rope.cos, self.model.rope.sin = self.model.rope.cos.float(), self.model.rope.sin.float()
         self.model.fuse_projections()  # (re)fuse: a .to() above may have unshared earlier fusion
@@ -91,7 +92,7 @@ class Engine:
                                    config.preemption)
         self.runner = ModelRunner(self.model, self.num_blocks, config.block_size, self.device, self.dtype,
                                   config.cpu_kernel, config.cpu_layers, config.decode_graphs,
-                                  config.graph_max_batch)
+                                  config.graph_max_batch, kv_dtype=self.kv_dtype)
         self.traces: dict[int, Trace] = {}
         self.stats = EngineStats()
         self._next_id = 0
@@ -129,8 +130,9 @@ class Engine:
                 given = torch.cuda.mem_get_info(self.device)[0]
             else:
                 given = DEFAULT_CPU_KV_BYTES
-        per = bytes_per_block(self.model.config, self.config.block_size, self.dtype)
-        per += per * self.config.spec.max_drafters // self.model.config.num_hidden_layers  # drafter KV
+        mc, bs = self.model.config, self.config.block_size
+        per = bytes_per_block(mc, bs, self.kv_dtype)  # drafters' one-layer caches stay in the model's dtype
+        per += bytes_per_block(mc, bs, self.dtype) * self.config.spec.max_drafters // mc.num_hidden_layers
         if self.config.spec.max_drafters:  # the target's raw taps by KV slot (drafters share one buffer)
             per += spec_tap_bytes_per_block(self.model.config, self.config.block_size, self.dtype)
         n = int(given * self.config.kv_fraction) // per

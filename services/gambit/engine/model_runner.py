@@ -28,16 +28,21 @@ class RunnerOutput:
 class ModelRunner:
     def __init__(self, model: CausalLM, num_blocks: int, block_size: int, device: torch.device,
                  dtype: torch.dtype, cpu_kernel: bool = True, cpp_layers: bool = True,
-                 decode_graphs: str = "off", graph_max_batch: int = 256) -> None:
+                 decode_graphs: str = "off", graph_max_batch: int = 256,
+                 kv_dtype: torch.dtype | None = None) -> None:
         self.model = model
         self.cpp_layers = cpp_layers  # kernel-served forwards run the layer loop in C++ (cpu_decoder)
         self._weights: tuple | None = None  # (fast-path signature, cpu_decoder.layer_weights)
         self.device = device
-        # decode attention straight from the blocks: CPU + float32 only, when the kernel compiles
+        kv_dtype = kv_dtype or dtype  # the cache's elements (EngineConfig.kv_dtype)
+        # attention straight from the blocks: CPU, a float32 model and a float32 or bfloat16 cache, when the
+        # kernel compiles
         self.use_kernel = (cpu_kernel and device.type == "cpu" and dtype == torch.float32
+                           and kv_dtype in (torch.float32, torch.bfloat16)
                            and cpu_attention.kernel() is not None)
         # decode graphs: one block more than the block manager has, the sink padded rows write to
-        self.cache = KVCache(model.config, num_blocks + (decode_graphs != "off"), block_size, dtype, device)
+        self.cache = KVCache(model.config, num_blocks + (decode_graphs != "off"), block_size, kv_dtype,
+                             device)
         self.graphs = (DecodeGraphs(model, self.cache, graph_max_batch, capture=decode_graphs == "cuda")
                        if decode_graphs != "off" else None)
         if device.type == "cpu" and cpu_kernel:  # any dtype: the slot copy moves bytes (None: not built)

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gambit.cpu_info import check_cpu_weights
+from gambit.cpu_info import check_cpu_weights, check_kv_dtype
 from gambit.engine.config import SpecConfig
 from gambit.serving.metrics import Metrics, PrometheusBackend
 from gambit.serving.scorer_client import LocalScorer, RemoteScorer
@@ -31,12 +31,14 @@ class EmbeddedConfig:
     max_num_seqs: int = 256  # traces in one engine batch at most
     spec_max_batch: int = SpecConfig.max_batch  # spec traces draft in steps of <= this many (0: no cap)
     cpu_weights: str = "float32"  # the engine's CPU linear weights: "float32" | "bfloat16" (EngineConfig)
+    kv_dtype: str = "auto"  # the engine's KV cache elements: "auto" (the model's) | "float32" | "bfloat16"
 
     def __post_init__(self) -> None:
         if self.num_blocks < 0 or self.max_num_seqs < 1:
             raise ValueError("num_blocks must be >= 0 and max_num_seqs >= 1")
         SpecConfig(max_batch=self.spec_max_batch)  # its check, at configuration time
         check_cpu_weights(self.cpu_weights)
+        check_kv_dtype(self.kv_dtype)
 
 
 def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "local",
@@ -52,7 +54,7 @@ def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "l
         model = cfg.model or str(TARGET)
         ecfg = EngineConfig(model=model, num_blocks=cfg.num_blocks or None, max_num_seqs=cfg.max_num_seqs,
                             preemption="evict", spec=SpecConfig(max_batch=cfg.spec_max_batch),
-                            cpu_weights=cfg.cpu_weights)
+                            cpu_weights=cfg.cpu_weights, kv_dtype=cfg.kv_dtype)
         engine = Engine.from_pretrained(model, ecfg)
         hidden = engine.model.config.hidden_size
         if cfg.scorer_address:
