@@ -224,6 +224,27 @@ static inline void prefetch_block_l2(const T* p, int64_t n) {
 static constexpr int64_t DECODE_AHEAD = 6;  // paged_decode: blocks asked into L2 this far ahead
 
 #ifdef __AVX512F__
+// The sums of 16 vectors' lanes, key k's in lane k, each the float _mm512_reduce_add_ps gives (the same
+// pairs added in the same order: lane i + i + 8, then + 4, + 2, + 1) in ~3 ops a vector where a
+// reduction takes ~8: four levels of shuffles that each add two vectors' halves, then one permutation
+// back to key order.
+static inline __m512 reduce16(const __m512* p) {
+  __m512 s[8], t[4], u[2];
+  for (int i = 0; i < 8; ++i)  // keys 2i, 2i + 1: 8 partial sums each (256-bit halves)
+    s[i] = _mm512_add_ps(_mm512_shuffle_f32x4(p[2 * i], p[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(p[2 * i], p[2 * i + 1], 0xEE));
+  for (int j = 0; j < 4; ++j)  // keys 4j .. 4j + 3: 4 partials each, one key per 128-bit block
+    t[j] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * j], s[2 * j + 1], 0x88),
+                         _mm512_shuffle_f32x4(s[2 * j], s[2 * j + 1], 0xDD));
+  for (int k = 0; k < 2; ++k)  // block b: keys 8k + b and 8k + 4 + b, 2 partials each
+    u[k] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * k], t[2 * k + 1], 0x44),
+                         _mm512_shuffle_ps(t[2 * k], t[2 * k + 1], 0xEE));
+  // lane 4b + c: key b, b + 4, b + 8, b + 12 for c = 0 .. 3
+  const __m512 v = _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], 0x88), _mm512_shuffle_ps(u[0], u[1], 0xDD));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(order, v);
+}
+
 // One (sequence, kv head) of paged_decode for D = 16 * DV: the floats of score_key, softmax_rows and
 // value_block, with each head's query and value sums held in registers across all L keys (no store and
 // reload of the accumulator per block). kb / vb: the K / V cache of this kv head; s: a [G, L] buffer.
@@ -244,12 +265,19 @@ static void decode_group(const float* qb, const T* kb, const T* vb, const int64_
     for (int64_t g = 0; g < G; ++g) {
       __m512 q[DV];
       for (int v = 0; v < DV; ++v) q[v] = _mm512_loadu_ps(qb + g * D + 16 * v);
-      for (int64_t o = 0; o < n; ++o) {  // dot16's order
+      auto lanes = [&](int64_t o) {  // dot16's per-lane sums for key o of the block
         const T* k = kblk + o * D;
         __m512 p = _mm512_mul_ps(q[0], load16(k));
         for (int v = 1; v < DV; ++v) p = _mm512_fmadd_ps(q[v], load16(k + 16 * v), p);
-        s[g * L + t0 + o] = _mm512_reduce_add_ps(p) * sc;
+        return p;
+      };
+      int64_t o = 0;
+      for (; o + 16 <= n; o += 16) {  // dot16's floats, sixteen keys' reductions at once
+        __m512 p[16];
+        for (int i = 0; i < 16; ++i) p[i] = lanes(o + i);
+        _mm512_storeu_ps(s + g * L + t0 + o, _mm512_mul_ps(reduce16(p), _mm512_set1_ps(sc)));
       }
+      for (; o < n; ++o) s[g * L + t0 + o] = _mm512_reduce_add_ps(lanes(o)) * sc;
     }
   }
   for (int64_t a = 0; a < AH && a * bs < L; ++a)
