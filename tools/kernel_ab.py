@@ -12,8 +12,8 @@ as their own extension and swapped in for its side's runs, with that commit's
 ``attention.kernel_serves``; everything else is this checkout's code.
 
 Usage: PYTHONPATH=services .venv/bin/python tools/kernel_ab.py REV [--batches 1,4] [--trees "B=48;defaults"]
-       [--reps N] [--search-pairs N] [--plain-model smollm2 [--plain-weights bfloat16] [--plain-tokens N]
-       [--plain-only]] [--json FILE]
+       [--reps N] [--search-pairs N] [--plain-model smollm2 [--plain-weights bfloat16] [--plain-kv bfloat16]
+       [--plain-tokens N] [--plain-only]] [--json FILE]
 """
 import argparse
 import collections
@@ -100,6 +100,8 @@ ap.add_argument("--plain-tokens", type=int, default=32,
                 help="--plain-model's new tokens a trace (the context grows to ~20 + this)")
 ap.add_argument("--plain-weights", default="float32", choices=("float32", "bfloat16"),
                 help="--plain-model's CPU linear weights (EngineConfig.cpu_weights)")
+ap.add_argument("--plain-kv", default="auto", choices=("auto", "float32", "bfloat16"),
+                help="--plain-model's KV cache elements (EngineConfig.kv_dtype; REV must read bf16 blocks)")
 ap.add_argument("--plain-only", action="store_true",
                 help="skip the shipped target's speculative A/B (only --plain-model and --search-pairs)")
 ap.add_argument("--json", default=None, help="write the rows here")
@@ -195,7 +197,7 @@ if args.search_pairs:
 if args.plain_model:
     from gambit.engine import SamplingParams
 
-    plain_cfg = EngineConfig(model=args.plain_model, cpu_weights=args.plain_weights)
+    plain_cfg = EngineConfig(model=args.plain_model, cpu_weights=args.plain_weights, kv_dtype=args.plain_kv)
     other = Engine.from_pretrained(args.plain_model, plain_cfg)
     asks = [other.tokenizer.encode(f"Question {i}: what is {7 * i} plus {13 * i}? Think step by step.")
             for i in range(64)]
@@ -212,7 +214,8 @@ if args.plain_model:
         attention.kernel_serves = serves["new"]
         cpu_attention._module = kernels["new"]
         ratios = [n / o for o, n in zip(secs["old"], secs["new"], strict=True)]
-        row = {"model": args.plain_model, "weights": args.plain_weights, "tokens": args.plain_tokens,
+        row = {"model": args.plain_model, "weights": args.plain_weights, "kv": args.plain_kv,
+               "tokens": args.plain_tokens,
                "batch": b, "new_over_old": statistics.median(ratios),
                "plain_s": {k: statistics.median(v) for k, v in secs.items()},
                "same_tokens": outs["old"] == outs["new"]}

@@ -33,14 +33,14 @@ def test_engine_bench_smoke(tiny_folder: Path, tmp_path: Path, monkeypatch: pyte
 
     out = tmp_path / "bench.json"
     result = run_engine_bench(tiny_folder, [1, 2], quick=True, json_path=out, new_tokens=4, vllm=False,
-                              fork_tokens=200, native_dtypes=("float32", "bfloat16"))
+                              fork_tokens=200, native_dtypes=("float32", "bfloat16", "bfloat16+kv"))
     data = json.loads(out.read_text())
     assert data == json.loads(json.dumps(result))
     assert data["new_tokens"] == 4 and data["model"] == str(tiny_folder.resolve())
     assert [r["batch"] for r in data["rows"]] == [1, 2]
     for r in data["rows"]:
-        for key in ("native_tok_s", "native_bf16_tok_s", "hf_tok_s", "native_vs_hf", "native_peak_mb",
-                    "native_bf16_peak_mb", "hf_peak_mb"):
+        for key in ("native_tok_s", "native_bf16_tok_s", "native_bf16kv_tok_s", "hf_tok_s", "native_vs_hf",
+                    "native_peak_mb", "native_bf16_peak_mb", "native_bf16kv_peak_mb", "hf_peak_mb"):
             assert r[key] > 0, key
         assert r["vllm_tok_s"] is None and r["native_vs_vllm"] is None and r["vllm_peak_mb"] is None
         assert r["vllm_fp32_tok_s"] is None and r["native_bf16_vs_vllm"] is None
@@ -49,7 +49,7 @@ def test_engine_bench_smoke(tiny_folder: Path, tmp_path: Path, monkeypatch: pyte
     assert {"cpu", "cores", "torch"} <= set(data["machine"])
     assert "vLLM skipped" in data["notes"]
     table = format_table(data)
-    assert "native fp32 tok/s" in table and "native bf16 tok/s" in table
+    assert "native fp32 tok/s" in table and "native bf16 tok/s" in table and "native bf16+kv tok/s" in table
     assert "vLLM" not in table.split("note")[0]
     assert data["bandwidth_gbs"] > 0 and data["weight_bytes"] > 0
     one = data["rows"][0]
