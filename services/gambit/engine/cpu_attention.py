@@ -7,6 +7,8 @@ per vector lane: no per-score horizontal sum). Both orders take their exps sixte
 ``exp``); with AVX-512 and a head_dim that is a multiple of 16 the one-row order runs in explicit
 512-bit multiply-adds, and ``paged_decode`` holds each head's query and value sums in registers across
 the whole sequence (1.5-2x the KV read rate of the compiler-vectorised loops on a Zen 4 at batch 64).
+The cache may be float32 or bfloat16 (``EngineConfig.kv_dtype``): a bfloat16 key or value is widened to
+fp32 as it is loaded, so the arithmetic, and every float, is the fp32 kernel's over the rounded values.
 
 The PyTorch path copies every sequence's KV blocks into a padded batch before SDPA (read + write +
 read per step). This kernel reads each key and value once, straight from the blocks (scores,
