@@ -139,12 +139,12 @@ def test_call_after_close_fails_instead_of_waiting():
         e.target.call(lambda: 1).result(timeout=5)
 
 
-def test_a_target_with_a_bfloat16_kv_cache_solves_and_frees_its_kv():
-    """``kv_dtype="bfloat16"`` (``gambit serve --kv-dtype bfloat16``) reaches the Target's engine: its
-    cache is bfloat16 and a PR-decoded Gambit run streams its rounds and result, every block back after."""
-    e = Embedded(EmbeddedConfig(scorer="random:mlp:192", num_blocks=200, kv_dtype="bfloat16"))
+def _pr_run_solves_and_frees_its_kv(cfg: EmbeddedConfig, check) -> None:
+    """A PR-decoded Gambit run on ``cfg``'s Target (``check(engine)`` first) streams its rounds and result,
+    with every KV block back after."""
+    e = Embedded(cfg)
     try:
-        assert e.target.engine.runner.cache.k.dtype == torch.bfloat16
+        check(e.target.engine)
         events = list(e.solve(PROBLEMS[1].prompt, SolveConfig(capacity=4, swap=1, round_interval=8, warmup=4,
                                                               seed=2, decoding="pr")))
         assert events[0]["kind"] == "started" and events[-1]["kind"] == "result"
@@ -154,20 +154,24 @@ def test_a_target_with_a_bfloat16_kv_cache_solves_and_frees_its_kv():
         e.close()
 
 
+def test_a_target_with_a_bfloat16_kv_cache_solves_and_frees_its_kv():
+    """``kv_dtype="bfloat16"`` (``gambit serve --kv-dtype bfloat16``) reaches the Target's engine."""
+    def check(engine):
+        assert engine.runner.cache.k.dtype == torch.bfloat16
+
+    _pr_run_solves_and_frees_its_kv(EmbeddedConfig(scorer="random:mlp:192", num_blocks=200,
+                                                   kv_dtype="bfloat16"), check)
+
+
 def test_a_target_with_bfloat16_weights_solves_and_frees_its_kv():
-    """``cpu_weights="bfloat16"`` (``gambit serve --cpu-weights bfloat16``) reaches the Target's engine: a
-    PR-decoded Gambit run streams its rounds and result, with every KV block back after."""
+    """``cpu_weights="bfloat16"`` (``gambit serve --cpu-weights bfloat16``) reaches the Target's engine."""
     from gambit.engine.linear import bf16_gemm_available
 
     if not bf16_gemm_available():
         pytest.skip("no oneDNN bfloat16 GEMM on this CPU")
-    e = Embedded(EmbeddedConfig(scorer="random:mlp:192", num_blocks=200, cpu_weights="bfloat16"))
-    try:
-        assert e.target.engine.cpu_linear == "transposed-bf16"
-        events = list(e.solve(PROBLEMS[1].prompt, SolveConfig(capacity=4, swap=1, round_interval=8, warmup=4,
-                                                              seed=2, decoding="pr")))
-        assert events[0]["kind"] == "started" and events[-1]["kind"] == "result"
-        assert any(ev["kind"] == "progress" for ev in events) and events[-1]["status"] == "done"
-        assert e.target.engine.kv_usage() == 0.0
-    finally:
-        e.close()
+
+    def check(engine):
+        assert engine.cpu_linear == "transposed-bf16"
+
+    _pr_run_solves_and_frees_its_kv(EmbeddedConfig(scorer="random:mlp:192", num_blocks=200,
+                                                   cpu_weights="bfloat16"), check)
