@@ -128,3 +128,16 @@ def test_batches_over_the_cap_take_the_eager_path(target):
 def test_bucket():
     assert [bucket(n, 256) for n in (1, 2, 3, 5, 8, 9, 200, 256)] == [1, 2, 4, 8, 8, 16, 256, 256]
     assert bucket(300, 300) == 300  # capped: the largest bucket is the cap itself
+
+
+def test_static_decode_over_a_bfloat16_cache_equals_the_eager_path(target):
+    """``kv_dtype="bfloat16"`` on the static path (what CUDA graphs replay): keys and values rounded as
+    written, the gathered blocks cast to the queries' dtype; the eager torch path's tokens."""
+    _, tok = target
+    prompts = _prompts(tok, 3)
+    params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+    eager = _engine(target, "off", kv_dtype="bfloat16")
+    eng = _engine(target, "static", kv_dtype="bfloat16")
+    assert eng.runner.cache.k.dtype == eager.runner.cache.k.dtype == torch.bfloat16
+    assert eng.generate(prompts, params) == eager.generate(prompts, params)
+    assert eng.runner.graphs.replays >= 31
