@@ -7,13 +7,16 @@ at the shipped target's attention shape (4 kv heads of 48, GQA 1) or SmolLM2-135
   as a decode step reads its layers one after another;
 * ``warm``: the same K/V on every call (cache-resident when it fits).
 
+With ``--rows R`` (> 1) each sequence brings R new rows as a draft tree (a random causal-like mask, the
+rows' keys among its L): ``paged_attention``'s tiled order, what speculative verification runs.
+
 It prints µs per call (best of 5 rounds, the dtypes interleaved round by round), the bytes read per µs
 (GB/s), and each dtype's time over float32's. ``cold`` near the machine's memory bandwidth and far above
 ``warm`` means the step waits for memory, and only fewer bytes (a narrower KV dtype, or blocks read once
 per step however many sequences share them) make it faster.
 
 Usage: .venv/bin/python tools/decode_attention_traffic.py [--batch 96] [--tokens 200] [--threads 2]
-       [--shape target|smollm2] [--kv float32,bfloat16] [--json PATH]
+       [--shape target|smollm2] [--kv float32,bfloat16] [--rows 1] [--json PATH]
 """
 import argparse
 import json
@@ -31,6 +34,8 @@ ap.add_argument("--tokens", type=int, default=200, help="cached tokens per seque
 ap.add_argument("--threads", type=int, default=2, help="torch threads the kernel splits over")
 ap.add_argument("--shape", choices=sorted(SHAPES), default="target", help="attention shape (heads, head_dim)")
 ap.add_argument("--kv", default="float32,bfloat16", help="comma-separated KV cache dtypes to compare")
+ap.add_argument("--rows", type=int, default=1,
+                help="new rows a sequence: 1 = decode (paged_decode), more = a draft tree (paged_attention)")
 ap.add_argument("--json", default="", help="also write the table here (a path; empty: print only)")
 args = ap.parse_args()
 torch.set_num_threads(args.threads)
@@ -42,8 +47,15 @@ dtypes = [getattr(torch, name) for name in args.kv.split(",")]
 gen = torch.Generator().manual_seed(0)
 tables = torch.randperm(B * nb, generator=gen).view(B, nb)
 lens = torch.full((B,), L, dtype=torch.long)
-q = torch.randn(B, H, D, generator=gen)
+R = args.rows
+if not 1 <= R <= L:
+    raise SystemExit(f"--rows must be in [1, --tokens], got {R}")
+q = torch.randn(B * R, H, D, generator=gen)
 scale = D ** -0.5
+if R > 1:  # each row sees the cached L - R keys, itself and a random subset of the rows before it
+    masks = (torch.rand(B, R, R, generator=gen) < 0.3).tril() | torch.eye(R, dtype=torch.bool)
+    tree = (tables, torch.full((B,), L - R), torch.arange(B) * R, torch.full((B,), R),
+            torch.arange(B) * R * R, masks.reshape(-1).contiguous())
 
 
 def caches_of(dtype: torch.dtype) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -61,7 +73,10 @@ def timed(dtype: torch.dtype, cold: bool, n: int = 60) -> float:
     t0 = time.perf_counter()
     for i in range(n):
         kc, vc = cs[i % len(cs)] if cold else cs[0]
-        cpu_attention.paged_decode(q, kc, vc, tables, lens, scale)
+        if R == 1:
+            cpu_attention.paged_decode(q, kc, vc, tables, lens, scale)
+        else:
+            cpu_attention.paged_attention(q, kc, vc, *tree, scale)
     return (time.perf_counter() - t0) / n * 1e6
 
 
@@ -72,8 +87,8 @@ for _ in range(5):  # rounds: every (dtype, cold) once a round
     for cold in (True, False):
         for dt in dtypes:
             best[dt, cold] = min(best[dt, cold], timed(dt, cold))
-print(f"{args.shape}: B = {B} sequences x L = {L} tokens, {H} query / {Hkv} kv heads of {D}, "
-      f"{args.threads} threads")
+print(f"{args.shape}: B = {B} sequences x L = {L} tokens ({R} new rows each), {H} query / {Hkv} kv heads "
+      f"of {D}, {args.threads} threads")
 print(f"{'kv dtype':10s} {'order':6s} {'MB/call':>8s} {'µs':>8s} {'GB/s':>7s} {'x fp32':>7s}")
 rows = []
 for cold in (True, False):
@@ -87,5 +102,5 @@ for cold in (True, False):
               f"{mb / us * 1e3:7.1f} {ratio:7.3f}")
 if args.json:
     with open(args.json, "w") as f:
-        json.dump({"shape": args.shape, "batch": B, "tokens": L, "threads": args.threads, "rows": rows}, f,
-                  indent=1)
+        json.dump({"shape": args.shape, "batch": B, "tokens": L, "new_rows": R, "threads": args.threads,
+                   "rows": rows}, f, indent=1)
