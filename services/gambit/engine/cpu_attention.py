@@ -140,11 +140,28 @@ static inline void softmax_rows(float* s, int64_t G, int64_t L) {
   const float ninf = -std::numeric_limits<float>::infinity();
   for (int64_t g = 0; g < G; ++g) {
     float* sg = s + g * L;
+    // the row's maximum sixteen lanes at a time (a maximum is exact: any order gives its float; the
+    // compiler keeps a float max reduction scalar without -ffast-math)
+    vf16 m16 = vf16{} + std::numeric_limits<float>::lowest();
+    int64_t t = 0;
+    for (; t + 16 <= L; t += 16) {
+      vf16 x;
+      std::memcpy(&x, sg + t, sizeof(x));
+      m16 = x > m16 ? x : m16;
+    }
     float mx = std::numeric_limits<float>::lowest();
-    for (int64_t t = 0; t < L; ++t) mx = sg[t] > mx ? sg[t] : mx;
+    for (int k = 0; k < 16; ++k) mx = m16[k] > mx ? m16[k] : mx;
+    for (; t < L; ++t) mx = sg[t] > mx ? sg[t] : mx;
     vf16 lanes = {};
-    for (int64_t t = 0; t < L; t += 16) {
-      const int64_t n = std::min<int64_t>(16, L - t);
+    for (t = 0; t + 16 <= L; t += 16) {  // whole vectors: fixed-size copies (no memcpy call)
+      vf16 x;
+      std::memcpy(&x, sg + t, sizeof(x));
+      const vf16 e = exp_le0(x - mx);
+      std::memcpy(sg + t, &e, sizeof(e));
+      lanes = lanes + e;
+    }
+    if (t < L) {  // the last part-filled vector, padded with -inf (exp exactly 0)
+      const int64_t n = L - t;
       vf16 x = vf16{} + ninf;
       std::memcpy(&x, sg + t, n * sizeof(float));
       const vf16 e = exp_le0(x - mx);
