@@ -101,7 +101,7 @@ class EngineConfig:
     # the KV cache's element type: "auto" is the model's dtype; "bfloat16" halves what attention reads per
     # cached token (on the CPU the kernels widen each key and value to fp32 as they read it: fp32 math on
     # keys and values rounded once, when written) and holds twice the tokens in the same memory
-    kv_dtype: str = "auto"  # "auto" | "float32" | "bfloat16"
+    kv_dtype: str = "auto"  # KV cache elements: "auto" (the model's dtype) | "float32" | "bfloat16"
     block_size: int = 16
     kv_memory_bytes: int | None = None
     kv_fraction: float = 0.9

@@ -134,7 +134,7 @@ class Engine:
         per = bytes_per_block(mc, bs, self.kv_dtype)  # drafters' one-layer caches stay in the model's dtype
         per += bytes_per_block(mc, bs, self.dtype) * self.config.spec.max_drafters // mc.num_hidden_layers
         if self.config.spec.max_drafters:  # the target's raw taps by KV slot (drafters share one buffer)
-            per += spec_tap_bytes_per_block(self.model.config, self.config.block_size, self.dtype)
+            per += spec_tap_bytes_per_block(mc, bs, self.dtype)
         n = int(given * self.config.kv_fraction) // per
         if n < 1:
             raise ValueError(f"KV budget {given} B x {self.config.kv_fraction} holds no {per}-byte block")
