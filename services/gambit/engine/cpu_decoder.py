@@ -212,7 +212,10 @@ static at::Tensor rope_and_write(const at::Tensor& qkv, const at::Tensor& cos, c
   const float* sp = sin.data_ptr<float>();
   const int64_t* slot = slots.data_ptr<int64_t>();
   float* qp = q.data_ptr<float>();
-  std::vector<float> kr(D);  // a bfloat16 cache: the rotated key row before rounding
+  float *kf = half ? nullptr : kc.data_ptr<float>(), *vf = half ? nullptr : vc.data_ptr<float>();
+  at::BFloat16* kh = half ? kc.data_ptr<at::BFloat16>() : nullptr;
+  at::BFloat16* vh = half ? vc.data_ptr<at::BFloat16>() : nullptr;
+  std::vector<float> kr(half ? D : 0);  // a bfloat16 cache: the rotated key row before rounding
   for (int64_t t = 0; t < T; ++t) {
     const float *xt = x + t * W, *c = cp + t * D, *s = sp + t * D;
     for (int64_t h = 0; h < H; ++h) rope_row(xt + h * D, c, s, qp + (t * H + h) * D, D);
@@ -220,12 +223,12 @@ static at::Tensor rope_and_write(const at::Tensor& qkv, const at::Tensor& cos, c
       const int64_t at = (h * rows + slot[t]) * D;
       const float* vr = xt + (H + Hkv + h) * D;
       if (!half) {
-        rope_row(xt + (H + h) * D, c, s, kc.data_ptr<float>() + at, D);
-        std::copy(vr, vr + D, vc.data_ptr<float>() + at);
+        rope_row(xt + (H + h) * D, c, s, kf + at, D);
+        std::copy(vr, vr + D, vf + at);
         continue;
       }
       rope_row(xt + (H + h) * D, c, s, kr.data(), D);
-      at::BFloat16 *kb = kc.data_ptr<at::BFloat16>() + at, *vb = vc.data_ptr<at::BFloat16>() + at;
+      at::BFloat16 *kb = kh + at, *vb = vh + at;
       for (int64_t d = 0; d < D; ++d) {
         kb[d] = at::BFloat16(kr[d]);
         vb[d] = at::BFloat16(vr[d]);
