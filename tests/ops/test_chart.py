@@ -84,6 +84,22 @@ def test_serve_config_matches_the_generated_one_and_scales_with_gpus(rendered):
     assert (gambit["args"]["target_replicas"], gambit["args"]["coordinator_replicas"]) == (8, 2)
 
 
+def test_target_precision_settings_reach_the_target(helm):
+    import inspect
+
+    from gambit.deployments.target import Target
+
+    r = run([helm, "template", "g", str(CHART), "--set", "serve.kvDtype=bfloat16",
+             "--set", "serve.cpuWeights=bfloat16"])
+    assert r.returncode == 0, r.stderr
+    cfg = yaml.safe_load(_rayservice(list(yaml.safe_load_all(r.stdout)))["spec"]["serveConfigV2"])
+    (gambit,) = [a for a in cfg["applications"] if a["name"] == "gambit"]
+    target = gambit["args"]["target"]
+    assert (target["kv_dtype"], target["cpu_weights"]) == ("bfloat16", "bfloat16")
+    params = inspect.signature(Target.func_or_class.__init__).parameters
+    assert set(target) <= set(params), set(target) - set(params)  # build_gambit passes them as kwargs
+
+
 @pytest.mark.parametrize("variant", ["default", "one-gpu-values", "multi-gpu-values", "external-redis-values",
                                      "no-monitoring-values"])
 def test_serve_config_passes_serve_deploy_schema(rendered, variant):
@@ -213,6 +229,8 @@ def test_monitoring_objects_and_dashboards(rendered):
     ("redis.external.url=redis://:secret@host:6379", "redis.external.url"),
     ("serve.solveDefaults.capacity=0", "serve.solveDefaults.capacity"),
     ("upgradeStrategy=Rolling", "upgradeStrategy"),
+    ("serve.kvDtype=float16", "serve.kvDtype"),
+    ("serve.cpuWeights=int8", "serve.cpuWeights"),
 ])
 def test_values_breaking_the_schema_are_refused_naming_the_field(helm, setting, field):
     r = run([helm, "template", "g", str(CHART), "--set", setting])

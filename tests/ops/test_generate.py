@@ -108,3 +108,11 @@ def test_contract_names_are_the_services_metrics():
 
     kinds = {"counter": metrics.COUNTERS, "gauge": metrics.GAUGES, "histogram": metrics.HISTOGRAMS}
     assert {(s.name, s.kind) for s in SPECS} == {(n, k) for k, names in kinds.items() for n in names}
+
+
+@pytest.mark.parametrize("field, value", [("kv_dtype", "float16"), ("cpu_weights", "int8")])
+def test_serve_app_spec_refuses_an_unknown_precision(field, value):
+    from gambit.ops.serve_config import ServeAppSpec
+
+    with pytest.raises(ValueError, match=field):
+        ServeAppSpec(**{field: value})

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from gambit.cpu_info import check_cpu_weights, check_kv_dtype
+
 CPU_GROUP_RESOURCE = "gambit_cpu_worker"  # advertised by the chart's CPU worker group
 GRPC_SERVICER_FUNCTIONS = (
     "gambit.serving.grpc_api.add_ReasoningServiceServicer_to_server",
@@ -80,6 +82,8 @@ class ServeAppSpec:
     hidden_size: int = 192  # the target's hidden size (the scorer's input width)
     batch_wait_ms: float = 0.0  # ms the Scorer waits to batch Score calls (0: at once; queued calls batch)
     num_blocks: int = 0  # KV blocks per Target (0 = from the memory budget)
+    cpu_weights: str = "float32"  # a CPU Target's linear weights: "float32" | "bfloat16" (AMX; fp32 math)
+    kv_dtype: str = "auto"  # each Target's KV cache elements: "auto" (the model's) | "float32" | "bfloat16"
     target_gpus: float = -1  # GPUs per Target (-1: one when the cluster has GPUs)
     solve_defaults: tuple[tuple[str, int], ...] = SOLVE_DEFAULTS  # SolveConfig defaults of a run
     deployments: tuple[DeploymentSpec, ...] = field(default_factory=lambda: (
@@ -97,6 +101,8 @@ class ServeAppSpec:
         names = sorted(d.name for d in self.deployments)
         if names != ["Coordinator", "Scorer", "Target"]:
             raise ValueError(f"deployments must be Target, Coordinator, Scorer; got {names}")
+        check_cpu_weights(self.cpu_weights)
+        check_kv_dtype(self.kv_dtype)
 
     def deployment(self, name: str) -> DeploymentSpec:
         return next(d for d in self.deployments if d.name == name)
@@ -128,7 +134,8 @@ def serve_config(spec: ServeAppSpec) -> dict:
         "target_replicas": target.num_replicas or 1, "target_gpus": spec.target_gpus,
         "coordinator_replicas": coordinator.num_replicas or 1,
         "target": {"model": spec.model, "scorer_address": f"127.0.0.1:{spec.grpc_port}",
-                   "scorer_app": "scorer", "num_blocks": spec.num_blocks},
+                   "scorer_app": "scorer", "num_blocks": spec.num_blocks,
+                   "cpu_weights": spec.cpu_weights, "kv_dtype": spec.kv_dtype},
         "defaults": dict(spec.solve_defaults),
     }
     scorer_args = {"scorer": spec.scorer, "hidden_size": spec.hidden_size,
