@@ -25,7 +25,7 @@ def reference(q, kc, vc, tables, lens):
 
 
 @pytest.mark.parametrize("H, Hkv, D, bs", [(4, 4, 48, 16), (8, 2, 32, 4), (6, 1, 16, 8), (2, 2, 64, 1),
-                                       (9, 3, 64, 16)])  # SmolLM2: GQA 9/3, head_dim 64
+                                       (9, 3, 64, 16), (10, 2, 32, 8)])  # SmolLM2: GQA 9/3, head_dim 64
 def test_kernel_matches_sdpa_over_gathered_blocks(H, Hkv, D, bs):
     g = torch.Generator().manual_seed(H * 100 + Hkv)
     NB, B, nb = 64, 9, 7
@@ -111,7 +111,10 @@ def test_multi_row_kernel_tree_rows(H, Hkv, D, bs):
         assert torch.equal(out[rows], rev.flip(0))
 
 
-@pytest.mark.parametrize("H, Hkv, D, bs", [(9, 3, 64, 16), (4, 4, 48, 32), (8, 2, 128, 16), (6, 2, 32, 8)])
+# G = H / Hkv from 1 to 8: the decode kernel's value pass takes up to 4 heads at once (2 at D = 128), so
+# groups of 5 and 8 heads take it in two chunks
+@pytest.mark.parametrize("H, Hkv, D, bs", [(9, 3, 64, 16), (4, 4, 48, 32), (8, 2, 128, 16), (6, 2, 32, 8),
+                                           (10, 2, 32, 8), (16, 2, 64, 16), (6, 1, 128, 16)])
 def test_one_row_attention_equals_the_decode_kernel(H, Hkv, D, bs):
     """A decode row in a forward with trees goes through the multi-row kernel: the same floats as
     ``paged_decode``, so a plain trace's tokens do not depend on what shares its batch (paged_decode

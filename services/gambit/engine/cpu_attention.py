@@ -263,6 +263,41 @@ static inline __m512 reduce16(const __m512* p) {
   return _mm512_permutexvar_ps(order, v);
 }
 
+// Query heads whose value sums value_heads holds at once for D = 16 * DV: at most 16 accumulator
+// registers (with DV for the value row and one weight, within AVX-512's 32), and at most 4 heads.
+static constexpr int value_heads_max(int DV) { return DV >= 16 ? 1 : (16 / DV < 4 ? 16 / DV : 4); }
+
+// The value pass of decode_group for GC query heads of a group at once (p: their [GC, L] weights, out:
+// their [GC, D] outputs): each value row is loaded (and widened) once for the GC heads, and the GC * DV
+// accumulator chains are independent, where one head at a time left DV chains waiting on their FMAs'
+// latency. Each accumulator still sums its values in order of o, one FMA each: the same floats.
+// ``ahead``: prefetch the next blocks (the first chunk of heads; later chunks find them cached).
+template <int DV, int GC, typename T>
+static inline void value_heads(const float* p, int64_t L, const T* vb, const int64_t* tab, int64_t bs,
+                               bool ahead, float* out) {
+  constexpr int64_t D = 16 * DV, AH = DECODE_AHEAD;
+  auto block = [&](int64_t t0) { return vb + tab[t0 / bs] * bs * D; };
+  __m512 a[GC][DV];
+  for (int g = 0; g < GC; ++g)
+    for (int v = 0; v < DV; ++v) a[g][v] = _mm512_setzero_ps();
+  for (int64_t t0 = 0; t0 < L; t0 += bs) {
+    const T* vblk = block(t0);
+    if (ahead && t0 + bs < L) prefetch_block(block(t0 + bs), std::min(bs, L - t0 - bs) * D);
+    if (ahead && t0 + AH * bs < L) prefetch_block_l2(block(t0 + AH * bs), std::min(bs, L - t0 - AH * bs) * D);
+    const int64_t n = std::min(bs, L - t0);
+    for (int64_t o = 0; o < n; ++o) {  // value_block's order
+      __m512 x[DV];
+      for (int v = 0; v < DV; ++v) x[v] = load16(vblk + o * D + 16 * v);
+      for (int g = 0; g < GC; ++g) {
+        const __m512 w = _mm512_set1_ps(p[g * L + t0 + o]);
+        for (int v = 0; v < DV; ++v) a[g][v] = _mm512_fmadd_ps(w, x[v], a[g][v]);
+      }
+    }
+  }
+  for (int g = 0; g < GC; ++g)
+    for (int v = 0; v < DV; ++v) _mm512_storeu_ps(out + g * D + 16 * v, a[g][v]);
+}
+
 // One (sequence, kv head) of paged_decode for D = 16 * DV: the floats of score_key, softmax_rows and
 // value_block, with each head's query and value sums held in registers across all L keys (no store and
 // reload of the accumulator per block). kb / vb: the K / V cache of this kv head; s: a [G, L] buffer.
@@ -301,22 +336,14 @@ static void decode_group(const float* qb, const T* kb, const T* vb, const int64_
   for (int64_t a = 0; a < AH && a * bs < L; ++a)
     prefetch_block_l2(block(vb, a * bs), std::min(bs, L - a * bs) * D);
   softmax_rows(s, G, L);
-  for (int64_t g = 0; g < G; ++g) {
-    __m512 a[DV];
-    for (int v = 0; v < DV; ++v) a[v] = _mm512_setzero_ps();
-    const float* pg = s + g * L;
-    for (int64_t t0 = 0; t0 < L; t0 += bs) {
-      const T* vblk = block(vb, t0);
-      if (g == 0 && t0 + bs < L) prefetch_block(block(vb, t0 + bs), std::min(bs, L - t0 - bs) * D);
-      if (g == 0 && t0 + AH * bs < L)
-        prefetch_block_l2(block(vb, t0 + AH * bs), std::min(bs, L - t0 - AH * bs) * D);
-      const int64_t n = std::min(bs, L - t0);
-      for (int64_t o = 0; o < n; ++o) {  // value_block's order
-        const __m512 w = _mm512_set1_ps(pg[t0 + o]);
-        for (int v = 0; v < DV; ++v) a[v] = _mm512_fmadd_ps(w, load16(vblk + o * D + 16 * v), a[v]);
-      }
+  constexpr int GC = value_heads_max(DV);
+  for (int64_t g0 = 0; g0 < G; g0 += GC) {
+    switch (std::min<int64_t>(GC, G - g0)) {
+      case 1: value_heads<DV, 1>(s + g0 * L, L, vb, tab, bs, g0 == 0, out + g0 * D); break;
+      case 2: value_heads<DV, (GC >= 2 ? 2 : 1)>(s + g0 * L, L, vb, tab, bs, g0 == 0, out + g0 * D); break;
+      case 3: value_heads<DV, (GC >= 3 ? 3 : 1)>(s + g0 * L, L, vb, tab, bs, g0 == 0, out + g0 * D); break;
+      default: value_heads<DV, (GC >= 4 ? 4 : 1)>(s + g0 * L, L, vb, tab, bs, g0 == 0, out + g0 * D); break;
     }
-    for (int v = 0; v < DV; ++v) _mm512_storeu_ps(out + g * D + 16 * v, a[v]);
   }
 }
 #endif
