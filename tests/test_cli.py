@@ -84,6 +84,19 @@ def test_run_shows_live_view_answer_and_lineage(tmp_path, capsys):
     assert "run p1: method gambit" in capsys.readouterr().out
 
 
+def test_run_takes_the_engine_precision_flags(tmp_path, capsys):
+    """``gambit run --kv-dtype bfloat16``: the main job's engine keeps its KV cache in bfloat16 and still
+    solves; an unknown dtype is refused before anything loads."""
+    args = ["run", "--problems", "1", "--samples", "4", "--swap", "1", "--save", str(tmp_path / "s.json"),
+            "--png", "", "--min-ops", "4", "--max-ops", "4"]
+    assert main(args + ["--kv-dtype", "bfloat16"]) == 0
+    out = capsys.readouterr().out
+    assert "engine: 120 KV blocks of 16 tokens in bfloat16, CPU linear weights float32" in out
+    assert ">>> answer" in out and "gambit solved" in out
+    with pytest.raises(SystemExit, match="kv_dtype must be auto, float32 or bfloat16"):
+        main(args + ["--kv-dtype", "float16"])
+
+
 def test_run_with_pr_decoding_shows_tau_per_trace(tmp_path, capsys):
     """``gambit run --decoding pr``: every trace drafts (no batch cap in the main job) and each one's
     tokens per target forward is printed; with a cap below the pool nothing drafts, and it says so."""

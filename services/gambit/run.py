@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gambit.cpu_info import check_cpu_weights, check_kv_dtype
 from gambit.engine import Engine, EngineConfig
 from gambit.engine.config import SpecConfig
 from gambit.paths import TARGET
@@ -41,6 +42,8 @@ class RunConfig:
     decoding: str = "plain"  # plain | eagle3.1 | pr: speculative decoding of every trace (tau per trace)
     # the main job's pool drafts at any size (the engine's serving default, SpecConfig.max_batch, is 8)
     spec_max_batch: int = 0  # speculative traces draft only in steps of <= this many traces (0: no cap)
+    cpu_weights: str = "float32"  # the engine's CPU linear weights: float32 | bfloat16 (AMX/AVX512-BF16 CPUs)
+    kv_dtype: str = "auto"  # the engine's KV cache elements: auto (the model's dtype) | float32 | bfloat16
 
     def __post_init__(self) -> None:
         if self.problems < 1 or self.samples < 1:
@@ -49,6 +52,8 @@ class RunConfig:
             raise ValueError("kv_blocks must be >= 1")
         if self.spec_max_batch < 0:
             raise ValueError(f"spec_max_batch must be >= 0 (0: no cap), got {self.spec_max_batch}")
+        check_cpu_weights(self.cpu_weights)
+        check_kv_dtype(self.kv_dtype)
 
     def search(self) -> SearchConfig:
         return SearchConfig(method=self.method, capacity=self.samples, swap=min(self.swap, self.samples),
@@ -71,13 +76,17 @@ def tau_line(nodes: dict, trace_tau: dict) -> str:
 
 def run(cfg: RunConfig) -> dict:
     scfg = cfg.search()  # validates before loading anything
-    engine = Engine.from_pretrained(cfg.model, EngineConfig(model=cfg.model, preemption="evict",
-                                                            num_blocks=cfg.kv_blocks,
-                                                            spec=SpecConfig(max_batch=cfg.spec_max_batch)))
+    ecfg = EngineConfig(model=cfg.model, preemption="evict", num_blocks=cfg.kv_blocks,
+                        cpu_weights=cfg.cpu_weights, kv_dtype=cfg.kv_dtype,
+                        spec=SpecConfig(max_batch=cfg.spec_max_batch))
+    engine = Engine.from_pretrained(cfg.model, ecfg)
     scorer = load_default_scorer(cfg.scorer, engine.model.config.hidden_size) \
         if cfg.method in ("gambit", "step") else None
     store = MemoryStore()
     driver = SearchDriver(engine, scorer, store)
+    kv = str(engine.runner.cache.k.dtype).removeprefix("torch.")
+    print(f"engine: {cfg.kv_blocks} KV blocks of {engine.config.block_size} tokens in {kv}, "
+          f"CPU linear weights {cfg.cpu_weights}")
     problems = generate("test", cfg.problems, cfg.seed, TaskConfig(cfg.min_ops, cfg.max_ops))
     view = LiveView()
     right, tokens, last = 0, 0, None
