@@ -11,9 +11,11 @@ questions of a GSM8K-layout file through the model's chat template (the held-out
 drafter --prompts` never trains on).
 
 --speed N adds wall time: plain and each drafter interleaved N times per tree, speedup = plain seconds /
-drafter seconds within a repetition (median and min-max), after a warm-up of each.
+drafter seconds within a repetition (median and min-max), after a warm-up of each, and whether every
+drafter's greedy output equals plain decoding's. --cpu-weights / --kv-dtype: the engine's precision.
 
-Usage: .venv/bin/python tools/drafter_tau.py [--per N] [--model M --prompts FILE] [--speed N] [FOLDER ...]
+Usage: .venv/bin/python tools/drafter_tau.py [--per N] [--model M --prompts FILE] [--speed N]
+       [--cpu-weights bfloat16] [--kv-dtype bfloat16] [FOLDER ...]
 """
 import argparse
 import json
@@ -56,11 +58,16 @@ ap.add_argument("--pool", action="store_true",
 ap.add_argument("--speed", type=int, default=0,
                 help="also wall time: N interleaved repetitions (plain, each drafter, ...) per tree; "
                      "speedup = plain seconds / drafter seconds per repetition, median and spread")
+ap.add_argument("--cpu-weights", default="float32", choices=["float32", "bfloat16"],
+                help="the engine's CPU linear weights (EngineConfig.cpu_weights)")
+ap.add_argument("--kv-dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                help="the engine's KV cache elements (EngineConfig.kv_dtype)")
 ap.add_argument("--json", default="", help="write the τ table here")
 args = ap.parse_args()
 torch.set_num_threads(args.threads)
 model = str(resolve_model(args.model)) if args.model else str(TARGET)
-eng = Engine.from_pretrained(model, EngineConfig(model=model))
+eng = Engine.from_pretrained(model, EngineConfig(model=model, cpu_weights=args.cpu_weights,
+                                                 kv_dtype=args.kv_dtype))
 keys = []
 if args.model and not args.folders:
     raise SystemExit("--model takes the drafter folders trained for it (EAGLE-3.1's first)")
@@ -102,16 +109,22 @@ for name in args.trees.split(",") if args.speed else []:
     for key in ["plain", *keys]:  # warm-up: first calls, buffers
         run_once(eng, prompts[:1], 1, key, 8)
     secs = {key: [] for key in ["plain", *keys]}
+    same = dict.fromkeys(keys, True)  # every drafter's greedy output equal to plain decoding's
     for _ in range(args.speed):
+        outs = {}
         for key in secs:
-            secs[key].append(run_once(eng, prompts, 1, key, args.max_tokens)[0])
+            dt, outs[key], _, _ = run_once(eng, prompts, 1, key, args.max_tokens)
+            secs[key].append(dt)
+        for key in keys:
+            same[key] = same[key] and outs[key] == outs["plain"]
     speed[name] = {}
     for key in keys:
         r = [p / x for p, x in zip(secs["plain"], secs[key], strict=True)]
         speed[name][key] = {"speedup": statistics.median(r), "spread": [min(r), max(r)],
-                            "seconds": secs[key], "plain_seconds": secs["plain"]}
+                            "seconds": secs[key], "plain_seconds": secs["plain"], "lossless": same[key]}
     print(f"{name:10s} speedup over plain, median (min-max) of {args.speed}: " + "  ".join(
-        f"{v['speedup']:.2f}x ({v['spread'][0]:.2f}-{v['spread'][1]:.2f})" for v in speed[name].values()),
+        f"{v['speedup']:.2f}x ({v['spread'][0]:.2f}-{v['spread'][1]:.2f})" for v in speed[name].values()) +
+        "; output equals plain decoding: " + " ".join(str(v["lossless"]) for v in speed[name].values()),
         flush=True)
 pools = {}
 if args.pool:  # the reject pool: how many rejects were reconsidered, and how many of those recovered
@@ -129,5 +142,6 @@ if args.pool:  # the reject pool: how many rejects were reconsidered, and how ma
             f"not in the draft vocabulary {e['outside_not_in_draft_vocab'] or 0:.3f}", flush=True)
 if args.json:
     with open(args.json, "w") as f:
-        json.dump({"model": model, "prompts": len(prompts), "max_tokens": args.max_tokens, "tau": table,
+        json.dump({"model": model, "prompts": len(prompts), "max_tokens": args.max_tokens,
+                   "cpu_weights": args.cpu_weights, "kv_dtype": args.kv_dtype, "tau": table,
                    "speed": speed, "pool": pools}, f, indent=1)
