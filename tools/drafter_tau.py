@@ -34,6 +34,7 @@ from gambit.bench.spec import (
     run_once,
     spec_from_name,
 )
+from gambit.cpu_info import CPU_WEIGHTS, KV_DTYPES
 from gambit.engine import Engine, EngineConfig
 from gambit.model.registry import resolve_model
 from gambit.paths import TARGET
@@ -58,9 +59,9 @@ ap.add_argument("--pool", action="store_true",
 ap.add_argument("--speed", type=int, default=0,
                 help="also wall time: N interleaved repetitions (plain, each drafter, ...) per tree; "
                      "speedup = plain seconds / drafter seconds per repetition, median and spread")
-ap.add_argument("--cpu-weights", default="float32", choices=["float32", "bfloat16"],
+ap.add_argument("--cpu-weights", default="float32", choices=CPU_WEIGHTS,
                 help="the engine's CPU linear weights (EngineConfig.cpu_weights)")
-ap.add_argument("--kv-dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+ap.add_argument("--kv-dtype", default="auto", choices=KV_DTYPES,
                 help="the engine's KV cache elements (EngineConfig.kv_dtype)")
 ap.add_argument("--json", default="", help="write the τ table here")
 args = ap.parse_args()
@@ -109,7 +110,7 @@ for name in args.trees.split(",") if args.speed else []:
     for key in ["plain", *keys]:  # warm-up: first calls, buffers
         run_once(eng, prompts[:1], 1, key, 8)
     secs = {key: [] for key in ["plain", *keys]}
-    same = dict.fromkeys(keys, True)  # every drafter's greedy output equal to plain decoding's
+    same = dict.fromkeys(keys, True)  # every drafter's greedy output bitwise equal to plain decoding's
     for _ in range(args.speed):
         outs = {}
         for key in secs:
@@ -121,10 +122,10 @@ for name in args.trees.split(",") if args.speed else []:
     for key in keys:
         r = [p / x for p, x in zip(secs["plain"], secs[key], strict=True)]
         speed[name][key] = {"speedup": statistics.median(r), "spread": [min(r), max(r)],
-                            "seconds": secs[key], "plain_seconds": secs["plain"], "lossless": same[key]}
+                            "seconds": secs[key], "plain_seconds": secs["plain"], "equals_plain": same[key]}
     print(f"{name:10s} speedup over plain, median (min-max) of {args.speed}: " + "  ".join(
         f"{v['speedup']:.2f}x ({v['spread'][0]:.2f}-{v['spread'][1]:.2f})" for v in speed[name].values()) +
-        "; output equals plain decoding: " + " ".join(str(v["lossless"]) for v in speed[name].values()),
+        "; output equals plain decoding: " + " ".join(str(v["equals_plain"]) for v in speed[name].values()),
         flush=True)
 pools = {}
 if args.pool:  # the reject pool: how many rejects were reconsidered, and how many of those recovered
