@@ -79,9 +79,15 @@ def test_cancel_and_disconnect_free_the_kv_and_other_runs_finish(emb):
     cancelled = emb.solve(long, SolveConfig(capacity=8, max_tokens=400, seed=2))
     next(keep), next(gone)
     rid = next(cancelled)["run_id"]
-    time.sleep(0.05)
     gone.close()  # consumer disconnects
-    emb.target.tree.request_cancel(rid)  # CancelRun from any coordinator
+
+    def flag_and_wait_for_the_poll() -> None:  # on the engine thread, between two steps: the run is
+        emb.target.tree.request_cancel(rid)  # still in flight (on a fast host it takes ~0.1 s in all)
+        deadline = time.monotonic() + 10
+        while not emb.target._cancels and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    emb.target.call(flag_and_wait_for_the_poll).result(timeout=30)  # CancelRun from any coordinator
     last = list(cancelled)[-1]
     assert last["kind"] == "result" and last["status"] == "cancelled"
     assert list(keep)[-1]["status"] == "done"

@@ -8,6 +8,7 @@ import asyncio
 import json
 import queue
 import threading
+import time
 import uuid
 
 import pytest
@@ -55,12 +56,16 @@ def test_a_run_resumes_on_another_replica_from_its_tree_in_redis(pair):
     cfg = SolveConfig(capacity=6, swap=2, round_interval=8, warmup=4, max_tokens=240, seed=4)
     run_id = "takeover-" + uuid.uuid4().hex[:6]
     seen: queue.Queue = queue.Queue()
-    hold = threading.Event()  # never set: A's engine thread stays in its sink after round 3
+    hold = threading.Event()  # never set: A's engine thread stays in its delivery of round 3
+    deliver = a.target._deliver
 
-    def sink(d: dict) -> None:
-        seen.put(d)
-        if d.get("round") == 3:  # freeze A here, mid-run, however fast its engine is
+    def deliver_then_freeze(outs, gauges=True):  # freeze A here, mid-run, however fast its engine is
+        deliver(outs, gauges)
+        if any(o is not None and o.get("round") == 3 for o in outs):
             hold.wait()
+
+    a.target._deliver = deliver_then_freeze
+    sink = seen.put  # on A's record writer, once each round's tree write was tried
 
     a.target.start_run(run_id, PROBLEM, cfg, sink)
     before = [seen.get(timeout=60) for _ in range(3)]  # three rounds on A
@@ -132,3 +137,29 @@ def test_lost_allows_max_resumes_each_within_the_wait():
         asyncio.run(slow.wait(e))
     with pytest.raises(ValueError, match="max_resumes"):
         Lost(max_resumes=-1)
+
+
+def test_progress_reaches_its_client_only_once_its_round_is_in_redis(pair):
+    """A takeover resumes from the tree in Redis: a round the client was told of must be there, or
+    the stream's rounds go back after a replica is lost (seen once in tests/deployments/test_serve.py)."""
+    _, b = pair
+    w, tree = b.target.records, b.target.tree
+    write = w._write
+    w._write = lambda: (time.sleep(0.03), write())[1]  # a slow Redis: progress is ready before the write
+    run_id = "progress-" + uuid.uuid4().hex[:6]
+    got: queue.Queue = queue.Queue()
+
+    def sink(d: dict) -> None:
+        stored = tree.r.hget(f"{tree.prefix}tree:run:{run_id}:meta", "round")
+        got.put((d, json.loads(stored) if stored else 0))
+
+    try:
+        cfg = SolveConfig(capacity=4, swap=2, round_interval=4, warmup=4, max_tokens=120, seed=2)
+        b.target.start_run(run_id, PROBLEM, cfg, sink)
+        events = [got.get(timeout=120)]
+        while events[-1][0]["kind"] != "result":
+            events.append(got.get(timeout=120))
+    finally:
+        del w._write
+    seen = [(d["round"], stored) for d, stored in events if d["kind"] == "progress"]
+    assert len(seen) >= 3 and all(stored >= r for r, stored in seen), seen

@@ -6,8 +6,11 @@ a busy 2-core machine that was ~10% of a run's wall time. ``RecordWriter`` appli
 thread instead, in the order they were made, and whatever queued up while a write was in flight
 goes out as one pipeline. ``after(fn)`` runs ``fn`` once everything queued before it has been
 tried, so a result reaches its client only after its records were written (a GetRun right after
-the stream ends sees them). A Redis outage never stops decoding: failed writes are kept and
-replayed in order once Redis answers again (retried every ``retry_s``), and callbacks still run.
+the stream ends sees them), and a round's progress only after its tree write was tried (a replica
+lost later is taken over at that round or past it, so the rounds a client sees do not go back). A
+Redis outage never stops decoding: failed writes are kept and replayed in order once Redis answers
+again (retried every ``retry_s``), and callbacks still run (a progress sent then may be redone by a
+takeover).
 
 ``InlineRecords`` has the same interface and writes at once (the in-memory stores of the embedded
 wiring, where a write costs microseconds and a thread hop would cost more).

@@ -288,8 +288,8 @@ class TargetService:
             if time.monotonic() - self._written.get(rid, 0.0) > 0.5:
                 self._written[rid] = time.monotonic()  # at most two progress writes a second per run
                 self.records.put_run(rid, status="running", progress=d, replica=self.replica)
-            if sink is not None:
-                _send(sink, d)
+            if sink is not None:  # once its round's tree write was tried: a takeover resumes at or past it
+                self.records.after(functools.partial(_send, sink, d))
         if gauges:
             self._gauges()
 
