@@ -4,8 +4,12 @@ and range of µs per draw, and whether the tokens agree. Then the whole sampling
 takes it, the draw and the chosen tokens' top-1 log-probabilities from Python lists of settings: the
 ATen path (``SamplingBatch.build``, the compiled draw, ``top_logprobs``, ``tolist``) against the
 plain-loop step (``cpu_sample_step.step_kernel``, where its probes pass), with the same comparison.
+Last, a greedy draw (and a greedy verification's argmax over a tree's rows): ATen's ``argmax(-1)``
+against the compiled ``cpu_sampler.argmax``, and whether their indices agree.
 
 Usage: .venv/bin/python tools/sampler_speed.py [B] [V] [REPS]   (default 96 100 5; 2 threads)
+       e.g. ``16 49152`` / ``64 49152`` / ``49 49152``: SmolLM2-135M's vocabulary at batch 16 / 64 / a
+       B = 48 tree
 """
 import statistics
 import sys
@@ -40,12 +44,15 @@ def loop_step():
 
 
 cases = {"python": lambda: sample(logits.clone(), sb),
-         "compiled": lambda: cpu_sampler.sample(logits.clone(), sb), "step, ATen calls": aten_step}
+         "compiled": lambda: cpu_sampler.sample(logits.clone(), sb), "step, ATen calls": aten_step,
+         "greedy argmax, ATen": lambda: logits.argmax(-1),
+         "greedy argmax, compiled": lambda: cpu_sampler.argmax(logits)}
 if step is not None:
     cases["step, plain loops"] = loop_step
 times: dict[str, list[float]] = {k: [] for k in cases}
 same = torch.equal(cases["python"](), cases["compiled"]())
 same_step = step is None or aten_step() == loop_step()
+same_argmax = torch.equal(logits.argmax(-1), cpu_sampler.argmax(logits))
 for _ in range(reps):
     for name, f in cases.items():
         for _ in range(3):
@@ -57,4 +64,5 @@ for _ in range(reps):
 for name, ts in times.items():
     print(f"{name}: {statistics.median(ts):.1f} µs per call ({min(ts):.1f}-{max(ts):.1f}), B={B} V={V}")
 print(f"same tokens (draw): {same}; same tokens and log-probabilities (step): {same_step}"
-      + ("" if step is not None else " (the plain-loop step does not serve here)"))
+      + ("" if step is not None else " (the plain-loop step does not serve here)")
+      + f"; same indices (argmax): {same_argmax}")

@@ -62,3 +62,23 @@ def test_atens_float64_cumsum_accumulates_in_order():
                 want.append(acc)
             assert want == want_row, n
 
+
+
+@pytest.mark.parametrize("V", [1, 5, 16, 63, 64, 65, 100, 4097, 49152])
+@pytest.mark.parametrize("rows", [1, 3, 17])
+def test_argmax_gives_atens_indices(V, rows):
+    """Ties go to the first index, a NaN ranks above every number (the first NaN wins), -0 ties +0, a row
+    of -inf answers 0; rows split over threads, views and batches of rows as ATen's ``argmax(-1)``."""
+    g = torch.Generator().manual_seed(V * 100 + rows)
+    x = torch.randn(rows, V, generator=g) * 100
+    if V > 2:
+        top = x[0].max()
+        x[0, V // 2], x[0, V - 1] = top + 1, top + 1  # a tie: the first one
+    x[-1] = float("-inf")
+    if rows > 2 and V > 3:
+        x[1, V - 2], x[1, V // 3] = float("nan"), float("nan")
+        x[2], x[2, V - 1], x[2, 0] = -1.0, 0.0, -0.0
+    assert torch.equal(cpu_sampler.argmax(x), x.argmax(-1))
+    assert cpu_sampler.argmax(x).tolist() == [int(r.argmax()) for r in x]  # one row at a time too
+    y = torch.randn(2, 2 * rows, V, generator=g)[:, ::2]  # [2, rows, V], not contiguous
+    assert torch.equal(cpu_sampler.argmax(y), y.argmax(-1))

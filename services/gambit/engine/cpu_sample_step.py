@@ -108,27 +108,9 @@ static float sample_row_max(const float* x, int64_t V) {
   return nan ? std::numeric_limits<float>::quiet_NaN() : m;
 }
 
-// topk(1)'s entry of a row: its first largest value, NaN above every number (ATen's CPU topk for k = 1
-// keeps a one-entry heap and replaces it only by a strictly larger entry).
-static int64_t sample_top1(const float* x, int64_t V) {
-  const float m = sample_row_max(x, V);
-  const bool nan = std::isnan(m);
-  int64_t v = 0;
-#ifdef __AVX512F__
-  const __m512 mv = _mm512_set1_ps(m);
-  for (; v + 16 <= V; v += 16) {
-    const __m512 a = _mm512_loadu_ps(x + v);
-    const __mmask16 hit = nan ? _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q)
-                              : _mm512_cmp_ps_mask(a, mv, _CMP_EQ_OQ);
-    if (hit) return v + __builtin_ctz(hit);
-  }
-#endif
-  for (; v < V; ++v)
-    if (nan ? std::isnan(x[v]) : x[v] == m) return v;
-  return 0;
-}
-
-// Whether sample_top1 picks at::topk(1)'s entries at width V here (rows of ties, NaNs, -inf); once per V.
+// topk(1)'s entry of a row is its first largest value, NaN above every number (ATen's CPU topk for k = 1
+// keeps a one-entry heap and replaces it only by a strictly larger entry): argmax_row's (cpu_sampler).
+// Whether argmax_row picks at::topk(1)'s entries at width V here (rows of ties, NaNs, -inf); once per V.
 static bool sample_top1_exact(int64_t V) {
   static std::mutex mu;
   static std::map<int64_t, bool> known;
@@ -144,7 +126,7 @@ static bool sample_top1_exact(int64_t V) {
     auto top = x.topk(1, -1);
     const int64_t* ti = std::get<1>(top).data_ptr<int64_t>();
     bool ok = true;
-    for (int64_t b = 0; ok && b < B; ++b) ok = sample_top1(p + b * V, V) == ti[b];
+    for (int64_t b = 0; ok && b < B; ++b) ok = argmax_row(p + b * V, V) == ti[b];
     return ok;
   });
 }
@@ -222,7 +204,7 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
     } else if (top == 1 && sample_top1_exact(V)) {
       vals = at::empty({B, 1}, at::kFloat), ids = at::empty({B, 1}, at::kLong);
       for (int64_t b = 0; b < B; ++b) {
-        const int64_t j = sample_top1(l + b * V, V);
+        const int64_t j = argmax_row(l + b * V, V);
         vals.data_ptr<float>()[b] = l[b * V + j], ids.data_ptr<int64_t>()[b] = j;
       }
     } else {

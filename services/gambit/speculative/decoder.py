@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from gambit.engine import cpu_sampler
 from gambit.engine.attention import PagedAttention, SeqInput, _padded_tables
 from gambit.engine.block_manager import OutOfBlocks
 from gambit.engine.events import BoundaryEvent, Event, TokenEvent
@@ -368,7 +369,8 @@ class SpecDecoder:
         tok_l = [[t.token_ids[-1], *row] for t, row in zip(ts, tree.tokens.tolist(), strict=True)]
         G = max(0, *(max(r) for r in dep_l)) + 2  # path width: the deepest node, the bonus
         if all(x.temperature == 0 for x in p):  # the same rule with one-hot p, over lists
-            path_l, n_l, bonus_l = greedy_paths(tok_l, par_l, dep_l, val_l, lg.argmax(-1).tolist(), G)
+            am = cpu_sampler.argmax(lg).tolist()
+            path_l, n_l, bonus_l = greedy_paths(tok_l, par_l, dep_l, val_l, am, G)
         else:
             path_l, n_l, bonus_l = self._sampled_paths(ts, tree, lg, (tok_l, par_l, dep_l, val_l), G)
         # KV of the accepted nodes: slot of tree index i (position N + i) → position N + depth

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from gambit.engine import cpu_sampler
 from gambit.engine.sampler import mix64
 
 _GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64
@@ -109,7 +110,7 @@ def greedy_accept(tokens: torch.Tensor, parent: torch.Tensor, depth: torch.Tenso
     distinct, so at most one is), a node is on the path iff it and its ancestors are, and the bonus
     is the argmax at the deepest one. logits [S, T, V]; the rest as in ``accept``.
     """
-    am = logits.argmax(-1)  # [S, T]
+    am = cpu_sampler.argmax(logits)  # [S, T]; ATen's argmax but for float32 on the CPU (the same indices)
     ok = (tokens == am.gather(1, parent)) & valid
     ok[:, 0] = True
     on_path = ~(mask & ~ok[:, None, :]).any(-1)
