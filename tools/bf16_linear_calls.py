@@ -1,7 +1,8 @@
 """What one bfloat16 product of a few rows costs through oneDNN (the engine's ``onednn-bf16`` path:
 ``mkldnn::_linear_pointwise`` on a packed weight, the row rounded to bfloat16 and the output widened
 back) against ATen's brgemm micro-kernel (``at::native::cpublas::brgemm``, the one CPU flash attention
-uses: fp32 output, no conversion of it), at SmolLM2-135M's shapes and a tiny one that shows the fixed
+uses: fp32 output, no conversion of it) and MKL's ``cblas_gemm_bf16bf16f32`` (exported by libtorch_cpu;
+B unpacked: MKL packs it inside each call), at SmolLM2-135M's shapes and a tiny one that shows the fixed
 cost of a call. Each is timed warm (one weight, cache-resident) and cold (40 distinct weights in turn,
 as a decode step reads its layers), best of 5 passes, 2 threads. The brgemm side is a plain prototype:
 weight columns packed (VNNI) in blocks of ``--block``, the blocks split over the threads, no prefetch.
@@ -32,6 +33,17 @@ torch::Tensor pack_w(torch::Tensor w, int64_t nb) {
     at::native::cpublas::pack(K, nb, N, nb, at::kBFloat16, at::kBFloat16, src + b * nb,
                               out.data_ptr<at::BFloat16>() + b * K * nb);
   return out;
+}
+extern "C" void cblas_gemm_bf16bf16f32(int, int, int, int, int, int, float, const uint16_t*, int,
+                                       const uint16_t*, int, float, float*, int);
+// x [M, K] fp32, w [N, K] bfloat16 -> x (rounded to bfloat16) @ w.T in fp32 through MKL (row-major, B^T)
+torch::Tensor mkl_linear(torch::Tensor x, torch::Tensor w) {
+  const int M = x.size(0), K = x.size(1), N = w.size(0);
+  auto xb = x.to(at::kBFloat16);
+  auto y = torch::empty({M, N}, x.options());
+  cblas_gemm_bf16bf16f32(101, 111, 112, M, N, K, 1.f, reinterpret_cast<const uint16_t*>(xb.data_ptr()), K,
+                         reinterpret_cast<const uint16_t*>(w.data_ptr()), K, 0.f, y.data_ptr<float>(), N);
+  return y;
 }
 // x [M, K] fp32 -> x (rounded to bfloat16) @ w.T in fp32, [M, N]
 torch::Tensor linear(torch::Tensor x, torch::Tensor packed) {
@@ -74,10 +86,11 @@ def main() -> None:
     ap.add_argument("--json", default="", help="also write the rows here (a path; empty: print only)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    ext = load_inline("gambit_bf16_linear_calls", SOURCE, functions=["pack_w", "linear"],
+    ext = load_inline("gambit_bf16_linear_calls", SOURCE, functions=["pack_w", "linear", "mkl_linear"],
                       extra_cflags=["-O3"])
     rows = []
-    print(f"{'M':>3} {'[in, out]':>12} | onednn warm / cold µs | brgemm warm / cold µs | max |diff|")
+    print(f"{'M':>3} {'[in, out]':>12} | onednn warm / cold µs | brgemm warm / cold µs | mkl warm / cold µs "
+          "| max |diff|")
     for k, n in SHAPES:
         ws = [torch.randn(n, k).bfloat16() for _ in range(40)]
         dnn = [torch.ops.mkldnn._reorder_linear_weight(w, 16) for w in ws]
@@ -90,15 +103,19 @@ def main() -> None:
 
             ref = x.bfloat16().float() @ ws[0].float().t()
             diff = (ext.linear(x, brg[0]) - ref).abs().max().item()
+            mdiff = (ext.mkl_linear(x, ws[0]) - ref).abs().max().item()
             r = {"rows": m, "in": k, "out": n,
                  "onednn_warm_us": best(lambda d=dnn: one_dnn(d[0]), 400),
                  "onednn_cold_us": best(lambda d=dnn: [one_dnn(p) for p in d], 10) / len(dnn),
                  "brgemm_warm_us": best(lambda x=x, b=brg: ext.linear(x, b[0]), 400),
                  "brgemm_cold_us": best(lambda x=x, b=brg: [ext.linear(x, p) for p in b], 10) / len(brg),
-                 "brgemm_max_abs_diff": diff}
+                 "mkl_warm_us": best(lambda x=x, w=ws: ext.mkl_linear(x, w[0]), 400),
+                 "mkl_cold_us": best(lambda x=x, w=ws: [ext.mkl_linear(x, v) for v in w], 10) / len(ws),
+                 "brgemm_max_abs_diff": diff, "mkl_max_abs_diff": mdiff}
             rows.append(r)
             print(f"{m:>3} {str([k, n]):>12} | {r['onednn_warm_us']:8.1f} / {r['onednn_cold_us']:8.1f}   | "
-                  f"{r['brgemm_warm_us']:8.1f} / {r['brgemm_cold_us']:8.1f}   | {diff:.1e}")
+                  f"{r['brgemm_warm_us']:8.1f} / {r['brgemm_cold_us']:8.1f}   | "
+                  f"{r['mkl_warm_us']:8.1f} / {r['mkl_cold_us']:8.1f} | {max(diff, mdiff):.1e}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"block": args.block, "threads": args.threads, "rows": rows}, f, indent=1)
