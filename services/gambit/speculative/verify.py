@@ -58,7 +58,7 @@ def target_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
     greedy = rep(temperature == 0)
     hot = flat / torch.where(greedy, 1.0, rep(temperature))[:, None]
     p = filter_logits(hot, rep(top_k), rep(top_p)).softmax(-1)
-    one = torch.nn.functional.one_hot(flat.argmax(-1), V).to(p.dtype)
+    one = torch.nn.functional.one_hot(cpu_sampler.argmax(flat), V).to(p.dtype)
     return torch.where(greedy[:, None], one, p).view(S, N, V)
 
 
