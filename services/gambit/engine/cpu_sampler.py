@@ -160,6 +160,7 @@ static int64_t argmax_row(const float* x, int64_t V) {
 // its cost (ATen's index reduction is scalar: ~1.3 ms for 16 rows of a 49k vocabulary on one thread,
 // ~0.1 ms here), rows split over the threads when they are long.
 torch::Tensor argmax_rows(torch::Tensor logits) {
+  NoGil no_gil;
   TORCH_CHECK(logits.scalar_type() == at::kFloat && logits.dim() >= 1 && logits.size(-1) > 0,
               "argmax_rows: float32 rows of at least one value");
   auto x = logits.contiguous();
