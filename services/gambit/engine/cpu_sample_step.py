@@ -84,32 +84,9 @@ static bool sample_sum_exact(int64_t block) {
   });
 }
 
-// A row's largest value, NaN if it holds one (amax's answer; the sign of a zero maximum may differ from
-// amax's, which no caller can see: x - (+0) and x - (-0) differ only at x = 0, whose exp is 1 either way).
-static float sample_row_max(const float* x, int64_t V) {
-  float m = -std::numeric_limits<float>::infinity();
-  bool nan = false;
-  int64_t v = 0;
-#ifdef __AVX512F__
-  __m512 mv = _mm512_set1_ps(m);
-  __mmask16 nm = 0;
-  for (; v + 16 <= V; v += 16) {
-    const __m512 a = _mm512_loadu_ps(x + v);
-    nm |= _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
-    mv = _mm512_max_ps(a, mv);  // a NaN lane of a keeps mv's lane (nm has seen it)
-  }
-  m = _mm512_reduce_max_ps(mv);
-  nan = nm != 0;
-#endif
-  for (; v < V; ++v) {
-    nan = nan || std::isnan(x[v]);
-    m = x[v] > m ? x[v] : m;
-  }
-  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
-}
-
 // topk(1)'s entry of a row is its first largest value, NaN above every number (ATen's CPU topk for k = 1
-// keeps a one-entry heap and replaces it only by a strictly larger entry): argmax_row's (cpu_sampler).
+// keeps a one-entry heap and replaces it only by a strictly larger entry): argmax_row's (cpu_sampler, with
+// sample_row_max).
 // Whether argmax_row picks at::topk(1)'s entries at width V here (rows of ties, NaNs, -inf); once per V.
 static bool sample_top1_exact(int64_t V) {
   static std::mutex mu;

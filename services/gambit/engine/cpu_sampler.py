@@ -106,54 +106,56 @@ static at::Tensor sample_invert_cdf(at::Tensor w, const int64_t* seeds, const in
   return out;
 }
 
-// One row's argmax as ATen's CPU kernel answers it: the first NaN if the row holds one (NaN ranks above
-// every number), else the first index of the largest value (-0 and +0 tie). Exact: comparisons only.
-static int64_t argmax_row(const float* x, int64_t V) {
-  int64_t i = 0;
-  float best = -std::numeric_limits<float>::infinity();
+// A row's largest value, NaN if it holds one (amax's answer; the sign of a zero maximum may differ from
+// amax's, which no caller can see: x - (+0) and x - (-0) differ only at x = 0, whose exp is 1 either way,
+// and -0 == +0 for argmax_row). Four vectors a pass: the max is exact in any order.
+static float sample_row_max(const float* x, int64_t V) {
+  float m = -std::numeric_limits<float>::infinity();
+  bool nan = false;
+  int64_t v = 0;
 #ifdef __AVX512F__
-  // the largest value and whether a NaN is there, four vectors a pass; then the first entry equal to it
-  __m512 m0 = _mm512_set1_ps(best), m1 = m0, m2 = m0, m3 = m0;
-  __mmask16 nan = 0;
-  for (; i + 64 <= V; i += 64) {
-    const __m512 a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + 16);
-    const __m512 c = _mm512_loadu_ps(x + i + 32), d = _mm512_loadu_ps(x + i + 48);
-    nan |= _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(c, d, _CMP_UNORD_Q);
-    m0 = _mm512_max_ps(m0, a), m1 = _mm512_max_ps(m1, b);
-    m2 = _mm512_max_ps(m2, c), m3 = _mm512_max_ps(m3, d);
+  __m512 m0 = _mm512_set1_ps(m), m1 = m0, m2 = m0, m3 = m0;
+  __mmask16 nm = 0;
+  for (; v + 64 <= V; v += 64) {
+    const __m512 a = _mm512_loadu_ps(x + v), b = _mm512_loadu_ps(x + v + 16);
+    const __m512 c = _mm512_loadu_ps(x + v + 32), d = _mm512_loadu_ps(x + v + 48);
+    nm |= _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(c, d, _CMP_UNORD_Q);
+    m0 = _mm512_max_ps(a, m0), m1 = _mm512_max_ps(b, m1);  // a NaN lane keeps the accumulator's (nm saw it)
+    m2 = _mm512_max_ps(c, m2), m3 = _mm512_max_ps(d, m3);
   }
-  for (; i + 16 <= V; i += 16) {
-    const __m512 a = _mm512_loadu_ps(x + i);
-    nan |= _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
-    m0 = _mm512_max_ps(m0, a);
+  for (; v + 16 <= V; v += 16) {
+    const __m512 a = _mm512_loadu_ps(x + v);
+    nm |= _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
+    m0 = _mm512_max_ps(a, m0);
   }
-  best = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3)));
-  bool has_nan = nan != 0;
-  for (int64_t j = i; j < V; ++j) {
-    has_nan |= std::isnan(x[j]);
-    best = std::max(best, x[j]);
-  }
-  if (!has_nan) {
-    const __m512 bv = _mm512_set1_ps(best);
-    int64_t j = 0;
-    for (; j + 16 <= V; j += 16) {
-      const __mmask16 eq = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + j), bv, _CMP_EQ_OQ);
-      if (eq) return j + __builtin_ctz(eq);
-    }
-    for (; j < V; ++j)
-      if (x[j] == best) return j;
-  }
-  for (int64_t j = 0; j < V; ++j)  // a NaN: the first one
-    if (std::isnan(x[j])) return j;
-  return 0;
-#else
-  int64_t at = 0;
-  for (; i < V; ++i) {
-    if (std::isnan(x[i])) return i;
-    if (x[i] > best || i == 0) best = x[i], at = i;
-  }
-  return at;
+  m = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3)));
+  nan = nm != 0;
 #endif
+  for (; v < V; ++v) {
+    nan = nan || std::isnan(x[v]);
+    m = x[v] > m ? x[v] : m;
+  }
+  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
+}
+
+// One row's argmax as ATen's CPU kernel answers it (and topk(1)'s pick): the first NaN if the row holds
+// one (NaN ranks above every number), else the first index of the largest value. Exact: comparisons only.
+static int64_t argmax_row(const float* x, int64_t V) {
+  const float m = sample_row_max(x, V);
+  const bool nan = std::isnan(m);
+  int64_t v = 0;
+#ifdef __AVX512F__
+  const __m512 mv = _mm512_set1_ps(m);
+  for (; v + 16 <= V; v += 16) {
+    const __m512 a = _mm512_loadu_ps(x + v);
+    const __mmask16 hit = nan ? _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q)
+                              : _mm512_cmp_ps_mask(a, mv, _CMP_EQ_OQ);
+    if (hit) return v + __builtin_ctz(hit);
+  }
+#endif
+  for (; v < V; ++v)
+    if (nan ? std::isnan(x[v]) : x[v] == m) return v;
+  return 0;
 }
 
 // logits.argmax(-1) for float32 logits [..., V] with V > 0: ATen's answer (argmax_row) at a fraction of
