@@ -33,18 +33,18 @@ args = ap.parse_args()
 torch.set_num_threads(args.threads)
 model = str(resolve_model(args.model))
 PRECISIONS = [("float32", "auto"), ("bfloat16", "auto"), ("float32", "bfloat16"), ("bfloat16", "bfloat16")]
+qs = [it.prompt for it in load_gsm8k(args.prompts)][-args.per:]
 for weights, kv in PRECISIONS:
     eng = Engine.from_pretrained(model, EngineConfig(model=model, cpu_weights=weights, kv_dtype=kv))
     eng.register_drafter(args.drafter, load_drafter(args.drafter, eng.model))
-    qs = [it.prompt for it in load_gsm8k(args.prompts)][-args.per:]
     prompts = [eng.tokenizer.encode(p) for p in chat_prompts(model, qs)]
     _, plain, _, _ = run_once(eng, prompts, 1, "plain", args.tokens)
     _, spec, _, _ = run_once(eng, prompts, 1, args.drafter, args.tokens)
-    first = []
+    first, same = [], 0
     for a, b in zip(plain, spec, strict=True):
         a, b = list(getattr(a, "token_ids", a)), list(getattr(b, "token_ids", b))
         pairs = enumerate(zip(a, b, strict=False))
         first.append(next((i for i, (x, y) in pairs if x != y), min(len(a), len(b))))
-    same = sum(f == args.tokens for f in first)
+        same += a == b  # identical, also when both stopped early (an EOS before --tokens)
     print(f"weights {weights}, KV {kv}: {same}/{len(first)} outputs identical; first differing token {first}",
           flush=True)
