@@ -6,8 +6,9 @@ git worktree and runs one measurement at a time, alternating sides (old, new, ne
 fresh process with that side's ``services`` on its path (its kernels built from its own sources, cached
 by digest). Measurements, each a median over ``--reps`` pairs:
 
-* ``plain B``: plain decoding of the shipped target (or ``--model``), B traces of ``--tokens`` tokens at
-  T = 0.8 with the chosen token's log-probability (what a search asks for), seconds per run;
+* ``plain B``: plain decoding of the shipped target (or ``--model``, with ``--weights`` / ``--kv``), B
+  traces of ``--tokens`` tokens at T = 0.8 with the chosen token's log-probability (what a search asks
+  for), seconds per run;
 * ``search``: one search chunk (6 hard test problems, C = 16, Gambit, the search bench's KV sizing).
 
 Each side's outputs are hashed: ``same`` says both generated the same tokens (and answers).
@@ -16,7 +17,8 @@ With ``--old-env`` / ``--new-env KEY=VALUE`` one side's processes get extra envi
 HEAD then compares an environment against none (an allocator through ``LD_PRELOAD``, a thread setting).
 
 Usage: .venv/bin/python tools/checkout_ab.py REV [--batches 1,16,96] [--tokens 200] [--reps 5]
-       [--model smollm2] [--no-search] [--json FILE] [--old-env K=V ...] [--new-env K=V ...]
+       [--model smollm2 [--weights bfloat16] [--kv bfloat16]] [--no-search] [--json FILE]
+       [--old-env K=V ...] [--new-env K=V ...]
 """
 import argparse
 import json
@@ -35,6 +37,7 @@ import hashlib, json, sys, time, torch
 torch.set_num_threads(2)
 kind, model_name = sys.argv[1], sys.argv[2]
 batch, tokens, reps = (int(x) for x in sys.argv[3:6])
+weights, kv = sys.argv[6], sys.argv[7]
 from gambit.model.loader import load_model
 from gambit.model.registry import resolve_model
 from gambit.paths import TARGET
@@ -42,7 +45,7 @@ model, tok = load_model(str(resolve_model(model_name or str(TARGET))), device="c
 h, secs = hashlib.sha256(), []
 if kind == "plain":
     from gambit.engine import Engine, EngineConfig, FinishedEvent, SamplingParams
-    eng = Engine(model, tok, EngineConfig())
+    eng = Engine(model, tok, EngineConfig(cpu_weights=weights, kv_dtype=kv))
     ids = tok.encode("Q: 3 + 4 * 5 - 2 = ?\n\n")
     for r in range(reps + 1):  # the first warms up
         tids = [eng.add(ids, SamplingParams(temperature=0.8, max_tokens=tokens, seed=i, ignore_eos=True,
@@ -77,9 +80,10 @@ print(json.dumps({"seconds": secs, "digest": h.hexdigest()}))
 
 
 def run_side(tree: Path, kind: str, model: str, batch: int, tokens: int, reps: int,
-             extra: dict[str, str]) -> dict:
+             extra: dict[str, str], weights: str = "float32", kv: str = "auto") -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree / "services"), **extra)
-    out = subprocess.run([sys.executable, "-c", CHILD, kind, model, str(batch), str(tokens), str(reps)],
+    out = subprocess.run([sys.executable, "-c", CHILD, kind, model, str(batch), str(tokens), str(reps),
+                          weights, kv],
                          env=env, capture_output=True, text=True, check=True, cwd=tree)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -92,6 +96,10 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5, help="alternating pairs of processes per measurement")
     ap.add_argument("--inner", type=int, default=2, help="timed runs inside each process (their median)")
     ap.add_argument("--model", default="", help="model for plain decoding (default the shipped target)")
+    ap.add_argument("--weights", default="float32", choices=("float32", "bfloat16"),
+                    help="plain decoding's CPU linear weights (EngineConfig.cpu_weights)")
+    ap.add_argument("--kv", default="auto", choices=("auto", "float32", "bfloat16"),
+                    help="plain decoding's KV cache elements (EngineConfig.kv_dtype)")
     ap.add_argument("--no-search", action="store_true", help="skip the search chunk")
     ap.add_argument("--json", default="", help="write the results here")
     ap.add_argument("--old-env", action="append", default=[], metavar="K=V",
@@ -121,7 +129,7 @@ def main() -> int:
                 for r in range(args.reps):
                     for side in (("old", "new") if r % 2 == 0 else ("new", "old")):
                         res = run_side(old if side == "old" else ROOT, kind, args.model, b, args.tokens,
-                                       args.inner, envs[side])
+                                       args.inner, envs[side], args.weights, args.kv)
                         sides[side].append(statistics.median(res["seconds"]))
                         digests[side].add(res["digest"])
                     print(f"  {kind} {b or ''}: pair {r + 1}/{args.reps}", file=sys.stderr, flush=True)
@@ -136,7 +144,7 @@ def main() -> int:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)],
                            capture_output=True)
     print(f"\n{args.rev} (old) vs this checkout (new), {args.reps} alternating pairs"
-          f"{', model ' + args.model if args.model else ''}"
+          f"{', model ' + args.model if args.model else ''}, weights {args.weights}, KV {args.kv}"
           + "".join(f"; {side} env {e}" for side, e in envs.items() if e))
     print("| measure | old s | new s | new / old | spread | same output |\n|---|---:|---:|---:|---|---|")
     for r in rows:
@@ -144,7 +152,8 @@ def main() -> int:
               f"{r['ratio_min']:.3f}-{r['ratio_max']:.3f} | {r['same']} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"rev": args.rev, "model": args.model or "target",
-                                               "env": envs, "rows": rows}, indent=1))
+                                               "weights": args.weights, "kv": args.kv, "env": envs,
+                                               "rows": rows}, indent=1))
     return 0
 
 

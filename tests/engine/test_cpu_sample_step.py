@@ -66,3 +66,23 @@ def test_step_top1_picks_topks_entry_among_ties_and_nans():
     want_v, want_i = lp.topk(1, -1)
     assert torch.equal(i, want_i) and torch.equal(v.isnan(), want_v.isnan())
     assert torch.equal(v.nan_to_num(), want_v.nan_to_num())
+
+
+@needs_step
+def test_step_reuses_its_scratch_without_leaking_between_calls():
+    """The step keeps its [B, V] blocks across calls (a fresh 12 MB block a step was faulted in page by
+    page at batch 64): a batch after a larger or a smaller one still gets the ATen path's answer, and
+    what one call returned is not overwritten by the next."""
+    first = None
+    for B, seed in ((9, 0), (3, 1), (17, 2), (1, 3)):
+        logits, sb = _batch(B, 4099, seed, "hot")
+        temps, seeds, counters = sb.temperature.tolist(), sb.seeds.tolist(), sb.counters.tolist()
+        want = sample(logits.clone(), sb)
+        chosen, vals, ids = top_logprobs(logits, want, 3)
+        for top in (1, 3):
+            tok, ch, v, i = step_kernel(logits, temps, seeds, counters, 1, top, CDF_BLOCK)
+            assert tok == want.tolist() and ch == chosen.tolist(), (B, top)
+            assert torch.equal(v, vals[:, :top]) and torch.equal(i, ids[:, :top])
+            if first is None:
+                first = (v.clone(), i.clone(), v, i)
+    assert torch.equal(first[0], first[2]) and torch.equal(first[1], first[3])

@@ -108,6 +108,13 @@ static bool sample_top1_exact(int64_t V) {
   });
 }
 
+// A [B, V] float block kept by the calling thread across steps (grown, never shrunk): a fresh one at
+// SmolLM2's vocabulary and batch 64 (12.6 MB) came from mmap and was faulted in page by page every step.
+static at::Tensor step_scratch(at::Tensor& buf, int64_t B, int64_t V) {
+  if (!buf.defined() || buf.numel() < B * V) buf = at::empty({B * V}, at::kFloat);
+  return buf.narrow(0, 0, B * V).view({B, V});
+}
+
 // The plain-loop step serves here (a probe of each piece matched ATen in this process).
 bool fused_sampler_exact(int64_t block) {
   NoGil no_gil;
@@ -135,7 +142,8 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
     if (!(static_cast<float>(t) > 0.f)) return none;
   const auto lg = logits.contiguous();
   const float* lp = lg.data_ptr<float>();
-  auto w = at::empty({B, V}, at::kFloat);
+  static thread_local at::Tensor w_buf, ls_buf;
+  auto w = step_scratch(w_buf, B, V);
   float* wp = w.data_ptr<float>();
   const int64_t nb = (V + block - 1) / block;
   std::vector<int64_t> tokens(B);
@@ -172,7 +180,8 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
   std::vector<double> chosen;
   at::Tensor vals, ids;
   if (want > 0) {
-    auto ls = at::log_softmax(lg, -1).contiguous();
+    auto ls = step_scratch(ls_buf, B, V);
+    at::_log_softmax_out(ls, lg, 1, false);  // ATen's kernel, into the reused block
     const float* l = ls.data_ptr<float>();
     chosen.resize(B);
     for (int64_t b = 0; b < B; ++b) chosen[b] = l[b * V + tokens[b]];  // gather
@@ -180,10 +189,15 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
       // the chosen tokens' log-probabilities only
     } else if (top == 1 && sample_top1_exact(V)) {
       vals = at::empty({B, 1}, at::kFloat), ids = at::empty({B, 1}, at::kLong);
-      for (int64_t b = 0; b < B; ++b) {
-        const int64_t j = argmax_row(l + b * V, V);
-        vals.data_ptr<float>()[b] = l[b * V + j], ids.data_ptr<int64_t>()[b] = j;
-      }
+      float* vp = vals.data_ptr<float>();
+      int64_t* ip = ids.data_ptr<int64_t>();
+      at::parallel_for(0, B, std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(V, 1)),
+                       [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+          const int64_t j = argmax_row(l + b * V, V);
+          vp[b] = l[b * V + j], ip[b] = j;
+        }
+      });
     } else {
       auto tk = ls.topk(std::min(top, V), -1);
       vals = std::get<0>(tk), ids = std::get<1>(tk);
