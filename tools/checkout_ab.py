@@ -7,8 +7,8 @@ fresh process with that side's ``services`` on its path (its kernels built from 
 by digest). Measurements, each a median over ``--reps`` pairs:
 
 * ``plain B``: plain decoding of the shipped target (or ``--model``, with ``--weights`` / ``--kv``), B
-  traces of ``--tokens`` tokens at T = 0.8 with the chosen token's log-probability (what a search asks
-  for), seconds per run;
+  traces of ``--tokens`` tokens at T = 0.8 with the chosen token's log-probability and the largest
+  (``--logprobs``: 1, what a Gambit search asks for; DeepConf asks 20), seconds per run;
 * ``search``: one search chunk (6 hard test problems, C = 16, Gambit, the search bench's KV sizing).
 
 Each side's outputs are hashed: ``same`` says both generated the same tokens (and answers).
@@ -37,7 +37,7 @@ import hashlib, json, sys, time, torch
 torch.set_num_threads(2)
 kind, model_name = sys.argv[1], sys.argv[2]
 batch, tokens, reps = (int(x) for x in sys.argv[3:6])
-weights, kv = sys.argv[6], sys.argv[7]
+weights, kv, logprobs = sys.argv[6], sys.argv[7], int(sys.argv[8])
 from gambit.model.loader import load_model
 from gambit.model.registry import resolve_model
 from gambit.paths import TARGET
@@ -49,7 +49,7 @@ if kind == "plain":
     ids = tok.encode("Q: 3 + 4 * 5 - 2 = ?\n\n")
     for r in range(reps + 1):  # the first warms up
         tids = [eng.add(ids, SamplingParams(temperature=0.8, max_tokens=tokens, seed=i, ignore_eos=True,
-                                            logprobs=1)) for i in range(batch)]
+                                            logprobs=logprobs)) for i in range(batch)]
         outs, t = {}, time.perf_counter()
         while eng.has_unfinished():
             for ev in eng.step():
@@ -80,10 +80,10 @@ print(json.dumps({"seconds": secs, "digest": h.hexdigest()}))
 
 
 def run_side(tree: Path, kind: str, model: str, batch: int, tokens: int, reps: int,
-             extra: dict[str, str], weights: str = "float32", kv: str = "auto") -> dict:
+             extra: dict[str, str], weights: str = "float32", kv: str = "auto", logprobs: int = 1) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree / "services"), **extra)
     out = subprocess.run([sys.executable, "-c", CHILD, kind, model, str(batch), str(tokens), str(reps),
-                          weights, kv],
+                          weights, kv, str(logprobs)],
                          env=env, capture_output=True, text=True, check=True, cwd=tree)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -100,6 +100,9 @@ def main() -> int:
                     help="plain decoding's CPU linear weights (EngineConfig.cpu_weights)")
     ap.add_argument("--kv", default="auto", choices=("auto", "float32", "bfloat16"),
                     help="plain decoding's KV cache elements (EngineConfig.kv_dtype)")
+    ap.add_argument("--logprobs", type=int, default=1,
+                    help="plain decoding's log-probabilities a token: the chosen one's and the N largest "
+                         "(1: what a Gambit search asks; DeepConf asks 20)")
     ap.add_argument("--no-search", action="store_true", help="skip the search chunk")
     ap.add_argument("--json", default="", help="write the results here")
     ap.add_argument("--old-env", action="append", default=[], metavar="K=V",
@@ -113,8 +116,8 @@ def main() -> int:
         if bad:
             ap.error(f"--{side}-env takes KEY=VALUE, got {bad}")
         envs[side] = dict(p.split("=", 1) for p in pairs)
-    if args.reps < 1 or args.tokens < 1 or args.inner < 1:
-        ap.error("--reps, --tokens and --inner must be >= 1")
+    if args.reps < 1 or args.tokens < 1 or args.inner < 1 or args.logprobs < 0:
+        ap.error("--reps, --tokens and --inner must be >= 1, --logprobs >= 0")
     batches = [int(b) for b in args.batches.split(",") if b]
     tasks = [("plain", b) for b in batches] + ([] if args.no_search else [("search", 0)])
     rows = []
@@ -129,7 +132,7 @@ def main() -> int:
                 for r in range(args.reps):
                     for side in (("old", "new") if r % 2 == 0 else ("new", "old")):
                         res = run_side(old if side == "old" else ROOT, kind, args.model, b, args.tokens,
-                                       args.inner, envs[side], args.weights, args.kv)
+                                       args.inner, envs[side], args.weights, args.kv, args.logprobs)
                         sides[side].append(statistics.median(res["seconds"]))
                         digests[side].add(res["digest"])
                     print(f"  {kind} {b or ''}: pair {r + 1}/{args.reps}", file=sys.stderr, flush=True)
@@ -144,16 +147,17 @@ def main() -> int:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)],
                            capture_output=True)
     print(f"\n{args.rev} (old) vs this checkout (new), {args.reps} alternating pairs"
-          f"{', model ' + args.model if args.model else ''}, weights {args.weights}, KV {args.kv}"
+          f"{', model ' + args.model if args.model else ''}, weights {args.weights}, KV {args.kv}, "
+          f"{args.logprobs} log-probabilities a token"
           + "".join(f"; {side} env {e}" for side, e in envs.items() if e))
     print("| measure | old s | new s | new / old | spread | same output |\n|---|---:|---:|---:|---|---|")
     for r in rows:
         print(f"| {r['measure']} | {r['old_s']:.4f} | {r['new_s']:.4f} | {r['ratio']:.3f} | "
               f"{r['ratio_min']:.3f}-{r['ratio_max']:.3f} | {r['same']} |")
     if args.json:
-        Path(args.json).write_text(json.dumps({"rev": args.rev, "model": args.model or "target",
-                                               "weights": args.weights, "kv": args.kv, "env": envs,
-                                               "rows": rows}, indent=1))
+        info = {"rev": args.rev, "model": args.model or "target", "weights": args.weights, "kv": args.kv,
+                "logprobs": args.logprobs, "env": envs, "rows": rows}
+        Path(args.json).write_text(json.dumps(info, indent=1))
     return 0
 
 

@@ -7,9 +7,12 @@ plain-loop step (``cpu_sample_step.step_kernel``, where its probes pass), with t
 Last, a greedy draw (and a greedy verification's argmax over a tree's rows): ATen's ``argmax(-1)``
 against the compiled ``cpu_sampler.argmax``, and whether their indices agree.
 
-Usage: .venv/bin/python tools/sampler_speed.py [B] [V] [REPS]   (default 96 100 5; 2 threads)
+With TOP > 1 the step asks for the TOP largest log-probabilities too (DeepConf's 20), and the top-k
+alone is timed both ways: ATen's ``topk`` against the compiled heap (``topk_rows``, where it serves).
+
+Usage: .venv/bin/python tools/sampler_speed.py [B] [V] [REPS] [TOP]   (default 96 100 5 1; 2 threads)
        e.g. ``16 49152`` / ``64 49152`` / ``49 49152``: SmolLM2-135M's vocabulary at batch 16 / 64 / a
-       B = 48 tree
+       B = 48 tree; ``64 49152 3 20``: DeepConf's top 20 at batch 64
 """
 import statistics
 import sys
@@ -17,12 +20,13 @@ import time
 
 import torch
 
-from gambit.engine import cpu_sample_step, cpu_sampler
+from gambit.engine import cpu_attention, cpu_sample_step, cpu_sampler
 from gambit.engine.sampler import CDF_BLOCK, SamplingBatch, sample, top_logprobs
 
 B = int(sys.argv[1]) if len(sys.argv) > 1 else 96
 V = int(sys.argv[2]) if len(sys.argv) > 2 else 100
 reps = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+top = int(sys.argv[4]) if len(sys.argv) > 4 else 1
 torch.set_num_threads(2)
 logits = torch.randn(B, V, generator=torch.Generator().manual_seed(0))
 temps, top_ks, top_ps, seeds, counters = [0.8] * B, [0] * B, [1.0] * B, list(range(B)), [50] * B
@@ -34,12 +38,12 @@ step = cpu_sample_step.step_kernel(torch.device("cpu"), V)
 def aten_step():
     batch = SamplingBatch.build(temps, top_ks, top_ps, seeds, counters, torch.device("cpu"))
     tokens = cpu_sampler.sample(logits, batch)
-    chosen, vals, ids = top_logprobs(logits, tokens, 1)
+    chosen, vals, ids = top_logprobs(logits, tokens, top)
     return tokens.tolist(), chosen.tolist(), vals.tolist(), ids.tolist()
 
 
 def loop_step():
-    tokens, chosen, vals, ids = step(logits, temps, seeds, counters, 1, 1, CDF_BLOCK)
+    tokens, chosen, vals, ids = step(logits, temps, seeds, counters, top, top, CDF_BLOCK)
     return tokens, chosen, vals.tolist(), ids.tolist()
 
 
@@ -49,10 +53,17 @@ cases = {"python": lambda: sample(logits.clone(), sb),
          "greedy argmax, compiled": lambda: cpu_sampler.argmax(logits)}
 if step is not None:
     cases["step, plain loops"] = loop_step
+lsm = torch.log_softmax(logits, -1)
+compiled_topk = getattr(cpu_attention.kernel(), "topk_rows", None) if top > 1 else None
+if compiled_topk is not None and compiled_topk(lsm, top)[0].numel() > 0:
+    cases[f"top-{top}, ATen"] = lambda: lsm.topk(top, -1)
+    cases[f"top-{top}, compiled"] = lambda: compiled_topk(lsm, top)
 times: dict[str, list[float]] = {k: [] for k in cases}
 same = torch.equal(cases["python"](), cases["compiled"]())
 same_step = step is None or aten_step() == loop_step()
 same_argmax = torch.equal(logits.argmax(-1), cpu_sampler.argmax(logits))
+topk_pair = [cases[f"top-{top}, {side}"]() for side in ("ATen", "compiled") if f"top-{top}, {side}" in cases]
+same_topk = len(topk_pair) < 2 or all(torch.equal(a, b) for a, b in zip(*topk_pair, strict=True))
 for _ in range(reps):
     for name, f in cases.items():
         for _ in range(3):
@@ -65,4 +76,4 @@ for name, ts in times.items():
     print(f"{name}: {statistics.median(ts):.1f} µs per call ({min(ts):.1f}-{max(ts):.1f}), B={B} V={V}")
 print(f"same tokens (draw): {same}; same tokens and log-probabilities (step): {same_step}"
       + ("" if step is not None else " (the plain-loop step does not serve here)")
-      + f"; same indices (argmax): {same_argmax}")
+      + f"; same indices (argmax): {same_argmax}" + (f"; same top-{top}: {same_topk}" if top > 1 else ""))

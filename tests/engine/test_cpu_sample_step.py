@@ -7,7 +7,7 @@ import pytest
 import torch
 from test_cpu_sampler import _batch
 
-from gambit.engine import cpu_sample_step
+from gambit.engine import cpu_attention, cpu_sample_step
 from gambit.engine.sampler import CDF_BLOCK, SamplingBatch, sample, top_logprobs
 
 step_kernel = cpu_sample_step.step_kernel(torch.device("cpu"), 100)
@@ -25,7 +25,7 @@ def test_step_serves_on_x86():
 
 @needs_step
 @pytest.mark.parametrize("V", [100, 256, 257, 1000, 4099, 49152])
-@pytest.mark.parametrize("top", [0, 1, 3])
+@pytest.mark.parametrize("top", [0, 1, 3, 20])
 def test_step_equals_the_aten_path(V, top):
     """Tokens, chosen log-probabilities and the top entries of ``sample_step`` equal ``sample`` +
     ``top_logprobs`` (masked tokens, rows of ties, hot and cold rows, one row or many)."""
@@ -86,3 +86,34 @@ def test_step_reuses_its_scratch_without_leaking_between_calls():
             if first is None:
                 first = (v.clone(), i.clone(), v, i)
     assert torch.equal(first[0], first[2]) and torch.equal(first[1], first[3])
+
+
+@needs_step
+@pytest.mark.parametrize("V", [1280, 4099, 49152])
+@pytest.mark.parametrize("k", [2, 5, 20])
+def test_topk_rows_picks_atens_entries_among_ties_and_nans(V, k):
+    """Where ATen's topk takes its partial sort (k * 64 <= V), the compiled heap gives its values and
+    indices exactly: the same order among tied values (integers; bfloat16-rounded log-probabilities),
+    NaNs first, rows of -inf, an inf."""
+    topk_rows = cpu_attention.kernel().topk_rows
+    g = torch.Generator().manual_seed(V + k)
+    for kind in ("normal", "ties", "bf16"):
+        x = torch.randn(19, V, generator=g)
+        if kind == "ties":
+            x = torch.randint(-4, 4, (19, V), generator=g).float()
+        elif kind == "bf16":
+            x = torch.log_softmax(x.bfloat16().float(), -1)
+        x[3, 10] = x[3, V - 1] = float("nan")
+        x[4, :] = float("-inf")
+        x[5, 7] = float("inf")
+        v, i = topk_rows(x, k)
+        assert v.numel() > 0, "the compiled top-k must serve on x86 where ATen takes its partial sort"
+        want_v, want_i = x.topk(k, -1)
+        assert torch.equal(i, want_i), (V, k, kind)
+        assert torch.equal(v.nan_to_num(), want_v.nan_to_num()) and torch.equal(v.isnan(), want_v.isnan())
+
+
+@needs_step
+def test_topk_rows_declines_where_aten_takes_nth_element():
+    v, i = cpu_attention.kernel().topk_rows(torch.randn(4, 100), 3)  # 3 * 64 > 100
+    assert v.numel() == 0 and i.numel() == 0

@@ -764,7 +764,7 @@ def kernel():
                     name=f"gambit_cpu_kernels_{digest}", cpp_sources=sources,
                     functions=["paged_decode", "paged_attention", "dense_attention", "rms_norm", "gemv_t",
                                "decoder_layers", "drafter_forward", "tree_draft", "sample_tokens",
-                               "argmax_rows", "sample_step", "fused_sampler_exact",
+                               "argmax_rows", "sample_step", "fused_sampler_exact", "topk_rows",
                                "kv_copy_slots", "rows_to_slots", "fused_silu_exact", "aten_rms_norm",
                                "aten_rms_norm_exact"],
                     extra_cflags=["-O3", "-march=native", "-fopenmp"],

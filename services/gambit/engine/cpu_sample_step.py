@@ -108,6 +108,103 @@ static bool sample_top1_exact(int64_t V) {
   });
 }
 
+// topk(k)'s entries of a row where ATen's CPU topk takes std::partial_sort (k * 64 <= V): that is a heap
+// of the first k (value, index) pairs under ATen's comparator, each later entry that beats the heap's top
+// replacing it (__heap_select's __pop_heap), then sort_heap. An entry that does not beat the top leaves
+// the heap as it was, so the scan skips sixteen such entries at a time (one compare) and replays only the
+// replacements, through the public pop_heap on k + 1 slots (the same __adjust_heap call): the same heap,
+// step for step, hence the same order among ties. out_v / out_i get the k entries, largest first.
+static void topk_row_heap(const float* x, int64_t V, int64_t k, std::pair<float, int64_t>* heap, float* out_v,
+                          int64_t* out_i) {
+  auto comp = [](const std::pair<float, int64_t>& a, const std::pair<float, int64_t>& b) {
+    return (std::isnan(a.first) && !std::isnan(b.first)) || (a.first > b.first);
+  };
+  for (int64_t j = 0; j < k; ++j) heap[j] = {x[j], j};
+  std::make_heap(heap, heap + k, comp);
+  int64_t j = k;
+  auto enter = [&](int64_t i) {
+    heap[k] = {x[i], i};
+    std::pop_heap(heap, heap + k + 1, comp);
+  };
+#ifdef __AVX512F__
+  while (j < V && !std::isnan(heap[0].first)) {  // a NaN top: nothing beats it
+    const __m512 top = _mm512_set1_ps(heap[0].first);
+    for (; j + 16 <= V; j += 16)  // greater than the top, or NaN (the top is a number)
+      if (_mm512_cmp_ps_mask(_mm512_loadu_ps(x + j), top, _CMP_NLE_UQ) != 0) break;
+    if (j + 16 > V) break;
+    const int64_t end = j + 16;
+    for (; j < end; ++j)
+      if (comp({x[j], j}, heap[0])) enter(j);
+  }
+#endif
+  for (; j < V; ++j)
+    if (comp({x[j], j}, heap[0])) enter(j);
+  std::sort_heap(heap, heap + k, comp);
+  for (int64_t r = 0; r < k; ++r) out_v[r] = heap[r].first, out_i[r] = heap[r].second;
+}
+
+// Whether topk_row_heap gives at::topk(k)'s entries at width V here (rows of many ties, NaNs, -inf, a
+// sorted run); once per (V, k), only where ATen takes its partial_sort.
+static bool sample_topk_exact(int64_t V, int64_t k) {
+  static std::mutex mu;
+  static std::map<int64_t, bool> known;
+  if (k < 2 || k * 64 > V) return false;
+  return probe_once(known, mu, V * 4096 + k, [V, k] {
+    const int64_t B = 7;
+    auto x = at::empty({B, V}, at::kFloat);
+    float* p = x.data_ptr<float>();
+    for (int64_t i = 0; i < B * V; ++i) p[i] = std::round(std::sin(0.77f * i) * 3.f);  // many ties
+    for (int64_t v = 0; v < V; ++v) {
+      p[V + v] = -std::numeric_limits<float>::infinity();
+      p[4 * V + v] = static_cast<float>(v % 97) * 0.25f;  // rising runs: many replacements
+      p[5 * V + v] = std::sin(0.37f * v) * 40.f;
+      p[6 * V + v] = std::round(std::sin(0.61f * v) * 8.f) * 0.125f - 30.f;
+    }
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    p[V + 3] = 0.f;
+    p[2 * V + V / 2] = nan, p[2 * V + V - 1] = nan, p[2 * V + 1] = nan;
+    p[3 * V + V - 1] = 9.f, p[3 * V + 5] = 9.f;
+    auto ref = x.topk(k, -1);
+    const float* rv = std::get<0>(ref).data_ptr<float>();
+    const int64_t* ri = std::get<1>(ref).data_ptr<int64_t>();
+    std::vector<std::pair<float, int64_t>> heap(k + 1);
+    std::vector<float> v(k);
+    std::vector<int64_t> ix(k);
+    bool ok = true;
+    for (int64_t b = 0; ok && b < B; ++b) {
+      topk_row_heap(p + b * V, V, k, heap.data(), v.data(), ix.data());
+      for (int64_t r = 0; ok && r < k; ++r)
+        ok = ix[r] == ri[b * k + r] &&
+             (v[r] == rv[b * k + r] || (std::isnan(v[r]) && std::isnan(rv[b * k + r])));
+    }
+    return ok;
+  });
+}
+
+// topk_row_heap over rows [B, V], split over the threads as the other row kernels are.
+static void topk_heap_rows(const float* x, int64_t B, int64_t V, int64_t k, float* vals, int64_t* ids) {
+  at::parallel_for(0, B, std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(V, 1)),
+                   [&](int64_t begin, int64_t end) {
+    std::vector<std::pair<float, int64_t>> heap(k + 1);
+    for (int64_t b = begin; b < end; ++b)
+      topk_row_heap(x + b * V, V, k, heap.data(), vals + b * k, ids + b * k);
+  });
+}
+
+// x.topk(k, -1) of float32 CPU rows [B, V] through topk_row_heap where its probe passed here (the same
+// values and indices); two empty tensors where it does not serve (the caller keeps ATen's).
+std::tuple<at::Tensor, at::Tensor> topk_rows(torch::Tensor x, int64_t k) {
+  NoGil no_gil;
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.device().is_cpu(),
+              "topk_rows: float32 CPU rows [B, V]");
+  const int64_t B = x.size(0), V = x.size(1);
+  if (!sample_topk_exact(V, k)) return {at::empty({0}, at::kFloat), at::empty({0}, at::kLong)};
+  const auto xc = x.contiguous();
+  auto vals = at::empty({B, k}, at::kFloat), ids = at::empty({B, k}, at::kLong);
+  topk_heap_rows(xc.data_ptr<float>(), B, V, k, vals.data_ptr<float>(), ids.data_ptr<int64_t>());
+  return {vals, ids};
+}
+
 // A [B, V] float block kept by the calling thread across steps (grown, never shrunk): a fresh one at
 // SmolLM2's vocabulary and batch 64 (12.6 MB) came from mmap and was faulted in page by page every step.
 static at::Tensor step_scratch(at::Tensor& buf, int64_t B, int64_t V) {
@@ -198,6 +295,9 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
           vp[b] = l[b * V + j], ip[b] = j;
         }
       });
+    } else if (sample_topk_exact(V, top)) {  // DeepConf's top 20 over a large vocabulary
+      vals = at::empty({B, top}, at::kFloat), ids = at::empty({B, top}, at::kLong);
+      topk_heap_rows(l, B, V, top, vals.data_ptr<float>(), ids.data_ptr<int64_t>());
     } else {
       auto tk = ls.topk(std::min(top, V), -1);
       vals = std::get<0>(tk), ids = std::get<1>(tk);
