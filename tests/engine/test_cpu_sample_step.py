@@ -117,3 +117,41 @@ def test_topk_rows_picks_atens_entries_among_ties_and_nans(V, k):
 def test_topk_rows_declines_where_aten_takes_nth_element():
     v, i = cpu_attention.kernel().topk_rows(torch.randn(4, 100), 3)  # 3 * 64 > 100
     assert v.numel() == 0 and i.numel() == 0
+
+
+@needs_step
+@pytest.mark.parametrize("V", [16, 17, 100, 4099, 49152])
+def test_row_log_softmax_is_atens(V):
+    """A row's maximum m and log-sum s as the step computes them give ``torch.log_softmax`` exactly, entry
+    for entry, as (x - m) - s: what lets the step return log-probabilities without a [B, V] block. On a
+    host whose ATen kernels are AVX-512 (its exp, log and reduction order are what is reproduced) this
+    path must serve."""
+    rows = cpu_attention.kernel().log_softmax_rows
+    g = torch.Generator().manual_seed(V)
+    x = torch.cat([torch.randn(4, V, generator=g) * scale for scale in (0.01, 1.0, 8.0, 60.0)])
+    x[1, :] = torch.randint(-3, 3, (V,), generator=g).float()  # ties
+    x[2, V // 3] = float("-inf")
+    x[3, :] += 1e4  # large, close together
+    x[5, V - 1] = 90.0  # the maximum in the tail
+    m, s = rows(x)
+    if torch.backends.cpu.get_cpu_capability() == "AVX512":
+        assert m.numel() == x.shape[0], "the row log-softmax must serve where ATen runs AVX-512 kernels"
+    if m.numel() == 0:
+        pytest.skip("not reproduced on this host's ATen kernels: the step keeps ATen's log_softmax")
+    assert torch.equal((x - m[:, None]) - s[:, None], torch.log_softmax(x, -1))
+
+
+@needs_step
+def test_step_log_probabilities_with_an_inf_row_fall_back_to_aten():
+    """A row whose maximum is not a number (inf, NaN) sends the whole step's log-probabilities through
+    ATen's log_softmax: the same values as the ATen path, NaNs where it has them."""
+    logits, sb = _batch(6, 4099, 0, "hot")
+    logits[2, 5] = float("inf")
+    temps, seeds, counters = sb.temperature.tolist(), sb.seeds.tolist(), sb.counters.tolist()
+    want = sample(logits.clone(), sb)
+    chosen, vals, ids = top_logprobs(logits, want, 3)
+    for top in (1, 3):
+        tok, ch, v, i = step_kernel(logits, temps, seeds, counters, 1, top, CDF_BLOCK)
+        assert tok == want.tolist()
+        assert torch.equal(torch.tensor(ch).nan_to_num(), chosen.nan_to_num())
+        assert torch.equal(v.nan_to_num(), vals[:, :top].nan_to_num()) and torch.equal(i, ids[:, :top])

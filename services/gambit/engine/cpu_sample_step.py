@@ -108,39 +108,159 @@ static bool sample_top1_exact(int64_t V) {
   });
 }
 
+#ifdef __AVX512F__
+// in libtorch_cpu: Vectorized<float>::log on AVX512 (exp's declaration is cpu_decoder's). Weak, as exp.
+extern "C" __m512 Sleef_logf16_u10avx512f(__m512) __attribute__((weak));
+
+static inline __m512 aten_maximum16(__m512 a, __m512 b) {  // vec::maximum: NaN if either lane is NaN
+  const __m512 nan = _mm512_castsi512_ps(
+      _mm512_mask_set1_epi32(_mm512_set1_epi32(0), _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q), -1));
+  return _mm512_or_ps(_mm512_max_ps(a, b), nan);
+}
+
+template <typename Op>
+static inline float aten_reduce_tree16(__m512 v, Op op) {  // VecReduceAllSIMD<float> on AVX512
+  v = op(v, _mm512_shuffle_f32x4(v, v, 0x4E));
+  v = op(v, _mm512_shuffle_f32x4(v, v, 0xB1));
+  v = op(v, _mm512_shuffle_ps(v, v, 0x4E));
+  v = op(v, _mm512_shuffle_ps(v, v, 0xB1));
+  return _mm512_cvtss_f32(v);
+}
+#endif
+
+// at::log_softmax's two numbers for a row of V >= 16 floats, as ATen's AVX512 kernel computes them
+// (serial_vec_log_softmax_lastdim_range): the row's maximum m (vec::reduce_all of vec::maximum) and
+// s = log(sum(exp(x - m))) (vec::map_reduce_all with Sleef's exp, then its log): sixteen lanes accumulated
+// vector by vector, the tail's lanes blended in (Vec::set), then the four-shuffle tree. Its outputs are
+// (x - m) - s, one float subtraction after the other, so a row's log-probabilities need no [B, V] block.
+// False where it does not run here (no AVX512 or Sleef).
+__attribute__((optimize("fp-contract=off"))) static bool aten_logsoftmax_row(const float* x, int64_t V,
+                                                                             float* m_out, float* s_out) {
+#ifdef __AVX512F__
+  if (Sleef_expf16_u10avx512f == nullptr || Sleef_logf16_u10avx512f == nullptr || V < 16) return false;
+  const int64_t full = V - V % 16;
+  const __mmask16 tail = static_cast<__mmask16>((1u << (V - full)) - 1);
+  __m512 acc = _mm512_loadu_ps(x);
+  for (int64_t d = 16; d < full; d += 16) acc = aten_maximum16(acc, _mm512_loadu_ps(x + d));
+  if (tail) acc = _mm512_mask_blend_ps(tail, acc, aten_maximum16(acc, _mm512_maskz_loadu_ps(tail, x + full)));
+  const float m = aten_reduce_tree16(acc, aten_maximum16);
+  const __m512 vm = _mm512_set1_ps(m);
+  __m512 sum = Sleef_expf16_u10avx512f(_mm512_sub_ps(_mm512_loadu_ps(x), vm));
+  for (int64_t d = 16; d < full; d += 16)
+    sum = _mm512_add_ps(sum, Sleef_expf16_u10avx512f(_mm512_sub_ps(_mm512_loadu_ps(x + d), vm)));
+  if (tail) {
+    const __m512 e = Sleef_expf16_u10avx512f(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + full), vm));
+    sum = _mm512_mask_blend_ps(tail, sum, _mm512_add_ps(sum, e));
+  }
+  const float total = aten_reduce_tree16(sum, [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); });
+  *m_out = m;
+  *s_out = _mm512_cvtss_f32(Sleef_logf16_u10avx512f(_mm512_set1_ps(total)));
+  return true;
+#else
+  (void)x, (void)V, (void)m_out, (void)s_out;
+  return false;
+#endif
+}
+
+// Whether aten_logsoftmax_row's (x - m) - s is at::log_softmax's row here, at width V (every magnitude,
+// exp's range, ties, a row whose maximum is far from the rest); once per V.
+__attribute__((optimize("fp-contract=off"))) static bool sample_logsoftmax_exact(int64_t V) {
+  static std::mutex mu;
+  static std::map<int64_t, bool> known;
+  if (V < 16) return false;
+  return probe_once(known, mu, V, [V] {
+    const int64_t B = 6;
+    auto x = at::empty({B, V}, at::kFloat);
+    float* p = x.data_ptr<float>();
+    for (int64_t i = 0; i < B * V; ++i)
+      p[i] = std::sin(0.37f * i) * std::pow(2.f, static_cast<float>(i % 29) / 4 - 3);
+    for (int64_t v = 0; v < V; ++v) {
+      p[V + v] = std::round(std::sin(0.61f * v) * 6.f);  // ties
+      p[2 * V + v] = -50.f - static_cast<float>(v % 101);  // exps near underflow
+      p[3 * V + v] = 1e4f + static_cast<float>(v % 7) * 1e-3f;  // large, close together
+      p[4 * V + v] = std::sin(0.11f * v) * 30.f;
+    }
+    p[5 * V + V - 1] = 80.f;  // one entry far above the rest, last (the tail)
+    auto ref = at::log_softmax(x, -1).contiguous();
+    const float* r = ref.data_ptr<float>();
+    bool ok = true;
+    for (int64_t b = 0; ok && b < B; ++b) {
+      float m = 0.f, s = 0.f;
+      ok = aten_logsoftmax_row(p + b * V, V, &m, &s);
+      for (int64_t v = 0; ok && v < V; ++v) {
+        const float d = p[b * V + v] - m;
+        ok = (d - s) == r[b * V + v];
+      }
+    }
+    return ok;
+  });
+}
+
 // topk(k)'s entries of a row where ATen's CPU topk takes std::partial_sort (k * 64 <= V): that is a heap
 // of the first k (value, index) pairs under ATen's comparator, each later entry that beats the heap's top
 // replacing it (__heap_select's __pop_heap), then sort_heap. An entry that does not beat the top leaves
 // the heap as it was, so the scan skips sixteen such entries at a time (one compare) and replays only the
 // replacements, through the public pop_heap on k + 1 slots (the same __adjust_heap call): the same heap,
 // step for step, hence the same order among ties. out_v / out_i get the k entries, largest first.
+// The row's entries as stored (RowAsIs) or as at::log_softmax stores them, (x - m) - s (RowLogSoftmax).
+struct RowAsIs {
+  float operator()(float v) const { return v; }
+#ifdef __AVX512F__
+  __m512 operator()(__m512 v) const { return v; }
+#endif
+};
+struct RowLogSoftmax {
+  float m, s;
+  float operator()(float v) const { return (v - m) - s; }
+#ifdef __AVX512F__
+  __m512 operator()(__m512 v) const {
+    return _mm512_sub_ps(_mm512_sub_ps(v, _mm512_set1_ps(m)), _mm512_set1_ps(s));
+  }
+#endif
+};
+
+template <typename Entry = RowAsIs>
 static void topk_row_heap(const float* x, int64_t V, int64_t k, std::pair<float, int64_t>* heap, float* out_v,
-                          int64_t* out_i) {
+                          int64_t* out_i, Entry f = {}) {
   auto comp = [](const std::pair<float, int64_t>& a, const std::pair<float, int64_t>& b) {
     return (std::isnan(a.first) && !std::isnan(b.first)) || (a.first > b.first);
   };
-  for (int64_t j = 0; j < k; ++j) heap[j] = {x[j], j};
+  for (int64_t j = 0; j < k; ++j) heap[j] = {f(x[j]), j};
   std::make_heap(heap, heap + k, comp);
   int64_t j = k;
-  auto enter = [&](int64_t i) {
-    heap[k] = {x[i], i};
+  auto offer = [&](int64_t i) {
+    const std::pair<float, int64_t> e{f(x[i]), i};
+    if (!comp(e, heap[0])) return;
+    heap[k] = e;
     std::pop_heap(heap, heap + k + 1, comp);
   };
 #ifdef __AVX512F__
   while (j < V && !std::isnan(heap[0].first)) {  // a NaN top: nothing beats it
     const __m512 top = _mm512_set1_ps(heap[0].first);
     for (; j + 16 <= V; j += 16)  // greater than the top, or NaN (the top is a number)
-      if (_mm512_cmp_ps_mask(_mm512_loadu_ps(x + j), top, _CMP_NLE_UQ) != 0) break;
+      if (_mm512_cmp_ps_mask(f(_mm512_loadu_ps(x + j)), top, _CMP_NLE_UQ) != 0) break;
     if (j + 16 > V) break;
-    const int64_t end = j + 16;
-    for (; j < end; ++j)
-      if (comp({x[j], j}, heap[0])) enter(j);
+    for (const int64_t end = j + 16; j < end; ++j) offer(j);
   }
 #endif
-  for (; j < V; ++j)
-    if (comp({x[j], j}, heap[0])) enter(j);
+  for (; j < V; ++j) offer(j);
   std::sort_heap(heap, heap + k, comp);
   for (int64_t r = 0; r < k; ++r) out_v[r] = heap[r].first, out_i[r] = heap[r].second;
+}
+
+// The first of a row's n entries whose log-probability f(x) equals `target` (n where none does).
+static int64_t first_equal_row(const float* x, int64_t n, RowLogSoftmax f, float target) {
+  int64_t v = 0;
+#ifdef __AVX512F__
+  const __m512 t = _mm512_set1_ps(target);
+  for (; v + 16 <= n; v += 16) {
+    const __mmask16 eq = _mm512_cmp_ps_mask(f(_mm512_loadu_ps(x + v)), t, _CMP_EQ_OQ);
+    if (eq != 0) return v + __builtin_ctz(eq);
+  }
+#endif
+  for (; v < n; ++v)
+    if (f(x[v]) == target) return v;
+  return n;
 }
 
 // Whether topk_row_heap gives at::topk(k)'s entries at width V here (rows of many ties, NaNs, -inf, a
@@ -205,6 +325,21 @@ std::tuple<at::Tensor, at::Tensor> topk_rows(torch::Tensor x, int64_t k) {
   return {vals, ids};
 }
 
+// Each row's (maximum, log-sum) as at::log_softmax computes them (its rows are (x - m) - s) where that is
+// reproduced here; two empty tensors where not (tests, tools).
+std::tuple<at::Tensor, at::Tensor> log_softmax_rows(torch::Tensor x) {
+  NoGil no_gil;
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.device().is_cpu(),
+              "log_softmax_rows: float32 CPU rows [B, V]");
+  const int64_t B = x.size(0), V = x.size(1);
+  if (!sample_logsoftmax_exact(V)) return {at::empty({0}, at::kFloat), at::empty({0}, at::kFloat)};
+  const auto xc = x.contiguous();
+  auto m = at::empty({B}, at::kFloat), s = at::empty({B}, at::kFloat);
+  for (int64_t b = 0; b < B; ++b)
+    aten_logsoftmax_row(xc.data_ptr<float>() + b * V, V, m.data_ptr<float>() + b, s.data_ptr<float>() + b);
+  return {m, s};
+}
+
 // A [B, V] float block kept by the calling thread across steps (grown, never shrunk): a fresh one at
 // SmolLM2's vocabulary and batch 64 (12.6 MB) came from mmap and was faulted in page by page every step.
 static at::Tensor step_scratch(at::Tensor& buf, int64_t B, int64_t V) {
@@ -244,6 +379,11 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
   float* wp = w.data_ptr<float>();
   const int64_t nb = (V + block - 1) / block;
   std::vector<int64_t> tokens(B);
+  // the log-probabilities from each row's maximum and log-sum (no [B, V] block) where they are ATen's here
+  const bool by_row = want > 0 && sample_logsoftmax_exact(V) &&
+                      (top == 0 || (top == 1 && sample_top1_exact(V)) || sample_topk_exact(V, top));
+  std::vector<RowLogSoftmax> row_lsm(by_row ? B : 0);
+  std::vector<char> row_ok(by_row ? B : 0);  // a row whose maximum or log-sum is not a number: ATen's path
   // rows split over the threads as ATen splits its large steps (each row's floats do not depend on it)
   at::parallel_for(0, B, std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(V, 1)),
                    [&](int64_t begin, int64_t end) {
@@ -272,11 +412,37 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
       }
       tokens[b] = sample_row(y, V, bsum.data(), nb, block, sample_uniform(seeds[b], counters[b]),
                              bcdf.data());
+      if (by_row) {
+        RowLogSoftmax& r = row_lsm[b];
+        row_ok[b] = aten_logsoftmax_row(lp + b * V, V, &r.m, &r.s) && std::isfinite(r.m) &&
+                    std::isfinite(r.s);
+      }
     }
   });
   std::vector<double> chosen;
   at::Tensor vals, ids;
-  if (want > 0) {
+  if (by_row && std::all_of(row_ok.begin(), row_ok.end(), [](char ok) { return ok != 0; })) {
+    chosen.resize(B);
+    for (int64_t b = 0; b < B; ++b) chosen[b] = row_lsm[b](lp[b * V + tokens[b]]);
+    if (top > 0) {
+      vals = at::empty({B, top}, at::kFloat), ids = at::empty({B, top}, at::kLong);
+      float* vp = vals.data_ptr<float>();
+      int64_t* ip = ids.data_ptr<int64_t>();
+      at::parallel_for(0, B, std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(V, 1)),
+                       [&](int64_t begin, int64_t end) {
+        std::vector<std::pair<float, int64_t>> heap(top + 1);
+        for (int64_t b = begin; b < end; ++b) {
+          const float* x = lp + b * V;
+          if (top == 1) {  // topk(1): the first entry whose log-probability equals the largest's
+            const int64_t j = argmax_row(x, V);
+            vp[b] = row_lsm[b](x[j]), ip[b] = first_equal_row(x, j + 1, row_lsm[b], vp[b]);
+          } else {
+            topk_row_heap(x, V, top, heap.data(), vp + b * top, ip + b * top, row_lsm[b]);
+          }
+        }
+      });
+    }
+  } else if (want > 0) {
     auto ls = step_scratch(ls_buf, B, V);
     at::_log_softmax_out(ls, lg, 1, false);  // ATen's kernel, into the reused block
     const float* l = ls.data_ptr<float>();
