@@ -7,7 +7,7 @@ import pytest
 import torch
 from test_cpu_sampler import _batch
 
-from gambit.engine import cpu_attention, cpu_sample_step
+from gambit.engine import cpu_sample_step
 from gambit.engine.sampler import CDF_BLOCK, SamplingBatch, sample, top_logprobs
 
 step_kernel = cpu_sample_step.step_kernel(torch.device("cpu"), 100)
@@ -86,59 +86,6 @@ def test_step_reuses_its_scratch_without_leaking_between_calls():
             if first is None:
                 first = (v.clone(), i.clone(), v, i)
     assert torch.equal(first[0], first[2]) and torch.equal(first[1], first[3])
-
-
-@needs_step
-@pytest.mark.parametrize("V", [1280, 4099, 49152])
-@pytest.mark.parametrize("k", [2, 5, 20])
-def test_topk_rows_picks_atens_entries_among_ties_and_nans(V, k):
-    """Where ATen's topk takes its partial sort (k * 64 <= V), the compiled heap gives its values and
-    indices exactly: the same order among tied values (integers; bfloat16-rounded log-probabilities),
-    NaNs first, rows of -inf, an inf."""
-    topk_rows = cpu_attention.kernel().topk_rows
-    g = torch.Generator().manual_seed(V + k)
-    for kind in ("normal", "ties", "bf16"):
-        x = torch.randn(19, V, generator=g)
-        if kind == "ties":
-            x = torch.randint(-4, 4, (19, V), generator=g).float()
-        elif kind == "bf16":
-            x = torch.log_softmax(x.bfloat16().float(), -1)
-        x[3, 10] = x[3, V - 1] = float("nan")
-        x[4, :] = float("-inf")
-        x[5, 7] = float("inf")
-        v, i = topk_rows(x, k)
-        assert v.numel() > 0, "the compiled top-k must serve on x86 where ATen takes its partial sort"
-        want_v, want_i = x.topk(k, -1)
-        assert torch.equal(i, want_i), (V, k, kind)
-        assert torch.equal(v.nan_to_num(), want_v.nan_to_num()) and torch.equal(v.isnan(), want_v.isnan())
-
-
-@needs_step
-def test_topk_rows_declines_where_aten_takes_nth_element():
-    v, i = cpu_attention.kernel().topk_rows(torch.randn(4, 100), 3)  # 3 * 64 > 100
-    assert v.numel() == 0 and i.numel() == 0
-
-
-@needs_step
-@pytest.mark.parametrize("V", [16, 17, 100, 4099, 49152])
-def test_row_log_softmax_is_atens(V):
-    """A row's maximum m and log-sum s as the step computes them give ``torch.log_softmax`` exactly, entry
-    for entry, as (x - m) - s: what lets the step return log-probabilities without a [B, V] block. On a
-    host whose ATen kernels are AVX-512 (its exp, log and reduction order are what is reproduced) this
-    path must serve."""
-    rows = cpu_attention.kernel().log_softmax_rows
-    g = torch.Generator().manual_seed(V)
-    x = torch.cat([torch.randn(4, V, generator=g) * scale for scale in (0.01, 1.0, 8.0, 60.0)])
-    x[1, :] = torch.randint(-3, 3, (V,), generator=g).float()  # ties
-    x[2, V // 3] = float("-inf")
-    x[3, :] += 1e4  # large, close together
-    x[5, V - 1] = 90.0  # the maximum in the tail
-    m, s = rows(x)
-    if torch.backends.cpu.get_cpu_capability() == "AVX512":
-        assert m.numel() == x.shape[0], "the row log-softmax must serve where ATen runs AVX-512 kernels"
-    if m.numel() == 0:
-        pytest.skip("not reproduced on this host's ATen kernels: the step keeps ATen's log_softmax")
-    assert torch.equal((x - m[:, None]) - s[:, None], torch.log_softmax(x, -1))
 
 
 @needs_step
