@@ -148,7 +148,7 @@ def main() -> int:
                            capture_output=True)
     print(f"\n{args.rev} (old) vs this checkout (new), {args.reps} alternating pairs"
           f"{', model ' + args.model if args.model else ''}, weights {args.weights}, KV {args.kv}, "
-          f"{args.logprobs} log-probabilities a token"
+          f"logprobs={args.logprobs}"
           + "".join(f"; {side} env {e}" for side, e in envs.items() if e))
     print("| measure | old s | new s | new / old | spread | same output |\n|---|---:|---:|---:|---|---|")
     for r in rows:
