@@ -10,9 +10,13 @@ against the compiled ``cpu_sampler.argmax``, and whether their indices agree.
 With TOP > 1 the step asks for the TOP largest log-probabilities too (DeepConf's 20), and the top-k
 alone is timed both ways: ATen's ``topk`` against the compiled heap (``topk_rows``, where it serves).
 
-Usage: .venv/bin/python tools/sampler_speed.py [B] [V] [REPS] [TOP]   (default 96 100 5 1; 2 threads)
+With TOP_P < 1 the draw is also timed with a nucleus (every row top-p TOP_P): the Python sampler against
+the compiled one, whose filter sorts by a radix sort instead of ATen's.
+
+Usage: .venv/bin/python tools/sampler_speed.py [B] [V] [REPS] [TOP] [TOP_P]   (default 96 100 5 1 1.0)
        e.g. ``16 49152`` / ``64 49152`` / ``49 49152``: SmolLM2-135M's vocabulary at batch 16 / 64 / a
-       B = 48 tree; ``64 49152 3 20``: DeepConf's top 20 at batch 64
+       B = 48 tree; ``64 49152 3 20``: DeepConf's top 20 at batch 64; ``16 49152 3 1 0.95``: top-p 0.95
+       (2 threads)
 """
 import statistics
 import sys
@@ -27,6 +31,7 @@ B = int(sys.argv[1]) if len(sys.argv) > 1 else 96
 V = int(sys.argv[2]) if len(sys.argv) > 2 else 100
 reps = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 top = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+top_p = float(sys.argv[5]) if len(sys.argv) > 5 else 1.0
 torch.set_num_threads(2)
 logits = torch.randn(B, V, generator=torch.Generator().manual_seed(0))
 temps, top_ks, top_ps, seeds, counters = [0.8] * B, [0] * B, [1.0] * B, list(range(B)), [50] * B
@@ -53,6 +58,10 @@ cases = {"python": lambda: sample(logits.clone(), sb),
          "greedy argmax, compiled": lambda: cpu_sampler.argmax(logits)}
 if step is not None:
     cases["step, plain loops"] = loop_step
+if top_p < 1:
+    nucleus = SamplingBatch.build(temps, top_ks, [top_p] * B, seeds, counters, torch.device("cpu"))
+    cases[f"top-p {top_p} draw, python"] = lambda: sample(logits.clone(), nucleus)
+    cases[f"top-p {top_p} draw, compiled"] = lambda: cpu_sampler.sample(logits, nucleus)
 lsm = torch.log_softmax(logits, -1)
 compiled_topk = getattr(cpu_attention.kernel(), "topk_rows", None) if top > 1 else None
 if compiled_topk is not None and compiled_topk(lsm, top)[0].numel() > 0:
@@ -60,6 +69,8 @@ if compiled_topk is not None and compiled_topk(lsm, top)[0].numel() > 0:
     cases[f"top-{top}, compiled"] = lambda: compiled_topk(lsm, top)
 times: dict[str, list[float]] = {k: [] for k in cases}
 same = torch.equal(cases["python"](), cases["compiled"]())
+nucleus_draws = [cases[f"top-p {top_p} draw, {x}"]() for x in ("python", "compiled")] if top_p < 1 else []
+same_nucleus = not nucleus_draws or torch.equal(*nucleus_draws)
 same_step = step is None or aten_step() == loop_step()
 same_argmax = torch.equal(logits.argmax(-1), cpu_sampler.argmax(logits))
 topk_pair = [cases[f"top-{top}, {side}"]() for side in ("ATen", "compiled") if f"top-{top}, {side}" in cases]
@@ -76,4 +87,5 @@ for name, ts in times.items():
     print(f"{name}: {statistics.median(ts):.1f} µs per call ({min(ts):.1f}-{max(ts):.1f}), B={B} V={V}")
 print(f"same tokens (draw): {same}; same tokens and log-probabilities (step): {same_step}"
       + ("" if step is not None else " (the plain-loop step does not serve here)")
-      + f"; same indices (argmax): {same_argmax}" + (f"; same top-{top}: {same_topk}" if top > 1 else ""))
+      + f"; same indices (argmax): {same_argmax}" + (f"; same top-{top}: {same_topk}" if top > 1 else "")
+      + (f"; same top-p draws: {same_nucleus}" if top_p < 1 else ""))

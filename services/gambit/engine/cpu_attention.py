@@ -766,7 +766,7 @@ def kernel():
                     functions=["paged_decode", "paged_attention", "dense_attention", "rms_norm", "gemv_t",
                                "decoder_layers", "drafter_forward", "tree_draft", "sample_tokens",
                                "argmax_rows", "sample_step", "fused_sampler_exact", "topk_rows",
-                               "log_softmax_rows",
+                               "log_softmax_rows", "sort_desc_rows",
                                "kv_copy_slots", "rows_to_slots", "fused_silu_exact", "aten_rms_norm",
                                "aten_rms_norm_exact"],
                     extra_cflags=["-O3", "-march=native", "-fopenmp"],

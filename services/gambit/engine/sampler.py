@@ -90,10 +90,14 @@ def _needs_filter(V: int, top_k: torch.Tensor, top_p: torch.Tensor) -> bool:
 
 
 def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Set logits outside each row's top-k / top-p nucleus to -inf (keeps at least one token)."""
+    """Set logits outside each row's top-k / top-p nucleus to -inf (keeps at least one token).
+
+    Ranks come from a stable sort: tied logits rank by vocabulary index, so the nucleus is one set
+    whatever the sort's implementation (an unstable sort orders ties as its algorithm happens to, and
+    the CPU kernel's radix sort could not reproduce that)."""
     if not _needs_filter(logits.shape[-1], top_k, top_p):
         return logits
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    sorted_logits, order = logits.sort(dim=-1, descending=True, stable=True)
     remove = _nucleus(sorted_logits, top_k, top_p)
     return logits.masked_fill(torch.zeros_like(remove).scatter(1, order, remove), float("-inf"))
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from gambit.engine import cpu_sampler
-from gambit.engine.sampler import mix64
+from gambit.engine.sampler import filter_logits, mix64
 
 _GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64
 _STREAM = 0x5EC  # separates these uniforms from the sampler's
@@ -33,20 +33,6 @@ def spec_uniforms(seeds: torch.Tensor, counters: torch.Tensor, n: int) -> torch.
     x = mix64(h[:, None] + torch.arange(1, n + 1, device=seeds.device)[None, :] * _GOLDEN)
     u = _srl(x, 11).to(torch.float64) * (1.0 / (1 << 53))
     return u.clamp(1e-15, 1 - 1e-15)
-
-
-def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Keep each row's top-k / top-p nucleus (same rule as the sampler), else -inf. logits [N, V]."""
-    V = logits.shape[-1]
-    if not bool(((top_k > 0) & (top_k < V)).any() | (top_p < 1).any()):
-        return logits
-    srt, order = logits.sort(dim=-1, descending=True)
-    k = torch.where(top_k > 0, top_k.clamp(max=V), V)
-    remove = torch.arange(V, device=logits.device)[None, :] >= k[:, None]
-    probs = srt.masked_fill(remove, float("-inf")).softmax(-1)
-    remove |= (probs.cumsum(-1) - probs) > top_p[:, None]
-    remove[:, 0] = False
-    return logits.masked_fill(torch.zeros_like(remove).scatter(1, order, remove), float("-inf"))
 
 
 def target_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
