@@ -11,7 +11,8 @@ With TOP > 1 the step asks for the TOP largest log-probabilities too (DeepConf's
 alone is timed both ways: ATen's ``topk`` against the compiled heap (``topk_rows``, where it serves).
 
 With TOP_P < 1 the draw is also timed with a nucleus (every row top-p TOP_P): the Python sampler against
-the compiled one, whose filter sorts by a radix sort instead of ATen's.
+the compiled one, whose filter sorts by a radix sort instead of ATen's; and the sorts alone (ATen's default,
+ATen's stable, the radix sort).
 
 Usage: .venv/bin/python tools/sampler_speed.py [B] [V] [REPS] [TOP] [TOP_P]   (default 96 100 5 1 1.0)
        e.g. ``16 49152`` / ``64 49152`` / ``49 49152``: SmolLM2-135M's vocabulary at batch 16 / 64 / a
@@ -62,6 +63,11 @@ if top_p < 1:
     nucleus = SamplingBatch.build(temps, top_ks, [top_p] * B, seeds, counters, torch.device("cpu"))
     cases[f"top-p {top_p} draw, python"] = lambda: sample(logits.clone(), nucleus)
     cases[f"top-p {top_p} draw, compiled"] = lambda: cpu_sampler.sample(logits, nucleus)
+    cases["sort, ATen"] = lambda: logits.sort(dim=-1, descending=True)
+    radix = getattr(cpu_attention.kernel(), "sort_desc_rows", None)
+    if radix is not None:
+        cases["stable sort, ATen"] = lambda: logits.sort(dim=-1, descending=True, stable=True)
+        cases["stable sort, radix"] = lambda: radix(logits)
 lsm = torch.log_softmax(logits, -1)
 compiled_topk = getattr(cpu_attention.kernel(), "topk_rows", None) if top > 1 else None
 if compiled_topk is not None and compiled_topk(lsm, top)[0].numel() > 0:
