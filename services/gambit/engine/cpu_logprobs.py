@@ -205,13 +205,30 @@ static bool sample_topk_exact(int64_t V, int64_t k) {
   });
 }
 
-// topk_row_heap over rows [B, V], split over the threads as the other row kernels are.
-static void topk_heap_rows(const float* x, int64_t B, int64_t V, int64_t k, float* vals, int64_t* ids) {
-  at::parallel_for(0, B, std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(V, 1)),
-                   [&](int64_t begin, int64_t end) {
-    std::vector<std::pair<float, int64_t>> heap(k + 1);
-    for (int64_t b = begin; b < end; ++b)
-      topk_row_heap(x + b * V, V, k, heap.data(), vals + b * k, ids + b * k);
+// topk(1)'s entry of a row read as stored: argmax_row's (sample_top1_exact).
+static void top1_row(const float* x, int64_t V, RowAsIs, float* v, int64_t* i) {
+  const int64_t j = argmax_row(x, V);
+  *v = x[j], *i = j;
+}
+
+// topk(1)'s entry of a row read as log-probabilities (finite m and s): the largest is -s, at the row's
+// first maximum or at an earlier entry that rounds to it.
+static void top1_row(const float* x, int64_t V, RowLogSoftmax f, float* v, int64_t* i) {
+  const int64_t j = argmax_row(x, V);
+  *v = f(x[j]), *i = first_equal_row(x, j + 1, f, *v);
+}
+
+// The `top` largest entries of each row [B, V] as at::topk gives them (top 1, or where sample_topk_exact
+// serves), the row read through entry_of(b) (RowAsIs, or the row's RowLogSoftmax); rows over the threads.
+template <typename EntryOf>
+static void pick_top_rows(const float* x, int64_t B, int64_t V, int64_t top, EntryOf entry_of, float* vals,
+                          int64_t* ids) {
+  at::parallel_for(0, B, row_grain(V), [&](int64_t begin, int64_t end) {
+    std::vector<std::pair<float, int64_t>> heap(top + 1);
+    for (int64_t b = begin; b < end; ++b) {
+      if (top == 1) top1_row(x + b * V, V, entry_of(b), vals + b, ids + b);
+      else topk_row_heap(x + b * V, V, top, heap.data(), vals + b * top, ids + b * top, entry_of(b));
+    }
   });
 }
 
@@ -225,7 +242,8 @@ std::tuple<at::Tensor, at::Tensor> topk_rows(torch::Tensor x, int64_t k) {
   if (!sample_topk_exact(V, k)) return {at::empty({0}, at::kFloat), at::empty({0}, at::kLong)};
   const auto xc = x.contiguous();
   auto vals = at::empty({B, k}, at::kFloat), ids = at::empty({B, k}, at::kLong);
-  topk_heap_rows(xc.data_ptr<float>(), B, V, k, vals.data_ptr<float>(), ids.data_ptr<int64_t>());
+  pick_top_rows(xc.data_ptr<float>(), B, V, k, [](int64_t) { return RowAsIs{}; }, vals.data_ptr<float>(),
+                ids.data_ptr<int64_t>());
   return {vals, ids};
 }
 

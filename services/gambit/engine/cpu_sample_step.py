@@ -155,8 +155,7 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
   std::vector<RowLogSoftmax> row_lsm(by_row ? B : 0);
   std::vector<char> row_ok(by_row ? B : 0);  // a row whose maximum or log-sum is not a number: ATen's path
   // rows split over the threads as ATen splits its large steps (each row's floats do not depend on it)
-  at::parallel_for(0, B, std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(V, 1)),
-                   [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, B, row_grain(V), [&](int64_t begin, int64_t end) {
     std::vector<float> bsum(nb), pad(block);
     std::vector<double> bcdf(nb);
     for (int64_t b = begin; b < end; ++b) {
@@ -196,21 +195,8 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
     for (int64_t b = 0; b < B; ++b) chosen[b] = row_lsm[b](lp[b * V + tokens[b]]);
     if (top > 0) {
       vals = at::empty({B, top}, at::kFloat), ids = at::empty({B, top}, at::kLong);
-      float* vp = vals.data_ptr<float>();
-      int64_t* ip = ids.data_ptr<int64_t>();
-      at::parallel_for(0, B, std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(V, 1)),
-                       [&](int64_t begin, int64_t end) {
-        std::vector<std::pair<float, int64_t>> heap(top + 1);
-        for (int64_t b = begin; b < end; ++b) {
-          const float* x = lp + b * V;
-          if (top == 1) {  // topk(1): the first entry whose log-probability equals the largest's
-            const int64_t j = argmax_row(x, V);
-            vp[b] = row_lsm[b](x[j]), ip[b] = first_equal_row(x, j + 1, row_lsm[b], vp[b]);
-          } else {
-            topk_row_heap(x, V, top, heap.data(), vp + b * top, ip + b * top, row_lsm[b]);
-          }
-        }
-      });
+      pick_top_rows(lp, B, V, top, [&](int64_t b) { return row_lsm[b]; }, vals.data_ptr<float>(),
+                    ids.data_ptr<int64_t>());
     }
   } else if (want > 0) {
     auto ls = step_scratch(ls_buf, B, V);
@@ -220,20 +206,10 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
     for (int64_t b = 0; b < B; ++b) chosen[b] = l[b * V + tokens[b]];  // gather
     if (top == 0) {
       // the chosen tokens' log-probabilities only
-    } else if (top == 1 && sample_top1_exact(V)) {
-      vals = at::empty({B, 1}, at::kFloat), ids = at::empty({B, 1}, at::kLong);
-      float* vp = vals.data_ptr<float>();
-      int64_t* ip = ids.data_ptr<int64_t>();
-      at::parallel_for(0, B, std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(V, 1)),
-                       [&](int64_t begin, int64_t end) {
-        for (int64_t b = begin; b < end; ++b) {
-          const int64_t j = argmax_row(l + b * V, V);
-          vp[b] = l[b * V + j], ip[b] = j;
-        }
-      });
-    } else if (sample_topk_exact(V, top)) {  // DeepConf's top 20 over a large vocabulary
+    } else if ((top == 1 && sample_top1_exact(V)) || sample_topk_exact(V, top)) {
       vals = at::empty({B, top}, at::kFloat), ids = at::empty({B, top}, at::kLong);
-      topk_heap_rows(l, B, V, top, vals.data_ptr<float>(), ids.data_ptr<int64_t>());
+      pick_top_rows(l, B, V, top, [](int64_t) { return RowAsIs{}; }, vals.data_ptr<float>(),
+                    ids.data_ptr<int64_t>());
     } else {
       auto tk = ls.topk(std::min(top, V), -1);
       vals = std::get<0>(tk), ids = std::get<1>(tk);

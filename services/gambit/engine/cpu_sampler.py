@@ -39,6 +39,11 @@ static inline float sample_uniform(int64_t seed, int64_t counter) {
   return std::min(std::max(u, 1e-12f), 1.0f - 5.9604644775390625e-08f);  // clamp(1e-12, 1 - 2^-24)
 }
 
+// parallel_for's grain for rows of V entries: about ATen's grain size of work a task, at least one row
+static inline int64_t row_grain(int64_t V) {
+  return std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(V, 1));
+}
+
 // A row's rank key for a descending stable sort under ATen's comparator (NaN before every number, larger
 // first, +0 and -0 equal): keys ascend as the values rank, NaN's is 0.
 static inline uint32_t sort_desc_key(float f) {
@@ -86,8 +91,7 @@ static std::tuple<at::Tensor, at::Tensor> sort_desc_rows_into(const at::Tensor& 
   const float* xp = xc.data_ptr<float>();
   float* vp = vals.data_ptr<float>();
   int64_t* ip = idx.data_ptr<int64_t>();
-  at::parallel_for(0, N, std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(V, 1)),
-                   [&](int64_t b0, int64_t b1) {
+  at::parallel_for(0, N, row_grain(V), [&](int64_t b0, int64_t b1) {
     static thread_local std::vector<uint64_t> buf;  // 2V items, kept by the thread
     if (static_cast<int64_t>(buf.size()) < 2 * V) buf.resize(2 * V);
     for (int64_t b = b0; b < b1; ++b) sort_desc_row(xp + b * V, V, vp + b * V, ip + b * V, buf.data());
@@ -263,7 +267,7 @@ torch::Tensor argmax_rows(torch::Tensor logits) {
   auto out = at::empty(shape, x.options().dtype(at::kLong));
   const float* xp = x.data_ptr<float>();
   int64_t* op = out.data_ptr<int64_t>();
-  at::parallel_for(0, N, std::max<int64_t>(1, at::internal::GRAIN_SIZE / V), [&](int64_t b0, int64_t b1) {
+  at::parallel_for(0, N, row_grain(V), [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) op[b] = argmax_row(xp + b * V, V);
   });
   return out;
