@@ -339,3 +339,14 @@ def test_rows_that_sample_are_known_on_the_host(temps):
     assert torch.equal(got, sample(logits.clone(), replace(sb, hot=None)))
     greedy = [i for i, t in enumerate(temps) if t == 0]
     assert got[greedy].tolist() == logits.argmax(-1)[greedy].tolist()
+
+
+def test_top_p_of_one_filters_nothing_beside_other_rows():
+    """A row with top_p = 1 in a batch where another asks for a nucleus keeps every token its top-k
+    keeps: the cumulative probability can round past 1.0 in float32, and that must not cut its tail."""
+    logits = torch.full((2, 2000), -30.0)
+    logits[:, 0] = 10.0  # nearly all the mass on one token: the tail's cumsum sits at ~1.0
+    logits[:, 1:] += torch.linspace(0, 1, 1999)
+    kept = filter_logits(logits, torch.tensor([0, 0]), torch.tensor([1.0, 0.5])).isfinite()
+    assert kept[0].all()
+    assert kept[1].sum() == 1

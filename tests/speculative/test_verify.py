@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from gambit.engine.sampler import filter_logits
 from gambit.speculative.verify import (
     accept,
-    filter_logits,
     greedy_accept,
     greedy_paths,
     spec_uniforms,

@@ -748,6 +748,7 @@ def kernel():
                 from torch.utils.cpp_extension import load_inline
 
                 from gambit.engine.cpu_decoder import SOURCE as DECODER_SOURCE  # uses the kernels here
+                from gambit.engine.cpu_filter import SOURCE as FILTER_SOURCE  # uses cpu_decoder's
                 from gambit.engine.cpu_gemv import SOURCE as GEMV_SOURCE
                 from gambit.engine.cpu_logprobs import SOURCE as LOGPROBS_SOURCE  # uses cpu_decoder's
                 from gambit.engine.cpu_sample_step import SOURCE as STEP_SOURCE  # uses the three above
@@ -757,7 +758,8 @@ def kernel():
                 from gambit.speculative.cpu_tree import SOURCE as TREE_SOURCE  # uses the drafter's
                 from gambit.speculative.tap_store import SOURCE as TAP_SOURCE
 
-                sources = [_SOURCE, GEMV_SOURCE, DECODER_SOURCE, DRAFTER_SOURCE, TREE_SOURCE, SAMPLER_SOURCE,
+                sources = [_SOURCE, GEMV_SOURCE, DECODER_SOURCE, DRAFTER_SOURCE, TREE_SOURCE, FILTER_SOURCE,
+                           SAMPLER_SOURCE,
                            LOGPROBS_SOURCE, STEP_SOURCE, KV_SOURCE, TAP_SOURCE]
                 digest = hashlib.sha256("".join(sources).encode()).hexdigest()[:12]
                 # named by its source: checkouts of different versions never share (or race on) a build
@@ -766,7 +768,7 @@ def kernel():
                     functions=["paged_decode", "paged_attention", "dense_attention", "rms_norm", "gemv_t",
                                "decoder_layers", "drafter_forward", "tree_draft", "sample_tokens",
                                "argmax_rows", "sample_step", "fused_sampler_exact", "topk_rows",
-                               "log_softmax_rows", "sort_desc_rows",
+                               "log_softmax_rows", "sort_desc_rows", "filter_rows",
                                "kv_copy_slots", "rows_to_slots", "fused_silu_exact", "aten_rms_norm",
                                "aten_rms_norm_exact"],
                     extra_cflags=["-O3", "-march=native", "-fopenmp"],

@@ -3,7 +3,8 @@
 At a small vocabulary the sampler is ~40 tiny tensor ops a step, and their dispatch, not the
 arithmetic, was its cost: ~0.4 ms a step at 96 rows of the shipped target's 100 symbols (in a search,
 cache-cold after the forward, 0.8 ms of an ~11 ms step). The float work keeps the ATen calls
-``sampler.py`` makes (temperature division, top-k/top-p filtering, max, exp, the blocks' fp32 sums);
+``sampler.py`` makes (temperature division, max, exp, the blocks' fp32 sums; top-k/top-p filtering is
+``cpu_filter``'s, which gives ``sampler.filter_logits``'s logits);
 what is exact or sequential in ATen's CPU kernels is plain C++ here: the counter hash, the float64
 cumsums (in order from 0, as ``cumsum_`` accumulates) and the searches. ``tests/engine/
 test_cpu_sampler.py`` compares both over greedy, hot, top-k and top-p rows and padded vocabularies.
@@ -37,120 +38,6 @@ static inline float sample_uniform(int64_t seed, int64_t counter) {
   const uint64_t x = sample_mix64(h + 1 * SAMPLE_GOLDEN);
   const float u = static_cast<float>(static_cast<double>(x >> 11) * (1.0 / double(uint64_t(1) << 53)));
   return std::min(std::max(u, 1e-12f), 1.0f - 5.9604644775390625e-08f);  // clamp(1e-12, 1 - 2^-24)
-}
-
-// parallel_for's grain for rows of V entries: about ATen's grain size of work a task, at least one row
-static inline int64_t row_grain(int64_t V) {
-  return std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(V, 1));
-}
-
-// A row's rank key for a descending stable sort under ATen's comparator (NaN before every number, larger
-// first, +0 and -0 equal): keys ascend as the values rank, NaN's is 0.
-static inline uint32_t sort_desc_key(float f) {
-  if (std::isnan(f)) return 0;
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  if ((u & 0x7fffffffu) == 0) u = 0;  // -0 ranks with +0
-  return ~((u & 0x80000000u) ? ~u : (u | 0x80000000u));  // floats ascending, then reversed; never 0
-}
-
-// x.sort(-1, descending=true, stable=true) of one row: a least-significant-digit radix sort (four 8-bit
-// digits) over the keys in index order is stable, so tied values keep index order, as ATen's
-// stable sort leaves them: the same permutation, O(V) instead of O(V log V) comparisons (~26 ms for 16
-// rows of a 49k vocabulary in ATen here). A digit every key shares is skipped. buf: 2V scratch items.
-static void sort_desc_row(const float* x, int64_t V, float* vals, int64_t* idx, uint64_t* buf) {
-  uint64_t *a = buf, *t = buf + V;  // (key << 32) | index: one 8-byte item a move
-  uint32_t count[4][256] = {};
-  for (int64_t v = 0; v < V; ++v) {
-    const uint32_t k = sort_desc_key(x[v]);
-    a[v] = (uint64_t(k) << 32) | uint64_t(v);
-    ++count[0][k & 255], ++count[1][(k >> 8) & 255], ++count[2][(k >> 16) & 255], ++count[3][k >> 24];
-  }
-  for (int d = 0; d < 4; ++d) {
-    const int shift = 32 + 8 * d;
-    uint32_t* c = count[d];
-    if (c[(a[0] >> shift) & 255] == static_cast<uint32_t>(V)) continue;  // one digit for every key
-    uint32_t sum = 0;
-    for (int b = 0; b < 256; ++b) {
-      const uint32_t n = c[b];
-      c[b] = sum, sum += n;
-    }
-    for (int64_t v = 0; v < V; ++v) t[c[(a[v] >> shift) & 255]++] = a[v];
-    std::swap(a, t);
-  }
-  for (int64_t r = 0; r < V; ++r) {
-    const uint32_t i = static_cast<uint32_t>(a[r]);
-    idx[r] = i, vals[r] = x[i];
-  }
-}
-
-static std::tuple<at::Tensor, at::Tensor> sort_desc_rows_into(const at::Tensor& x) {
-  const auto xc = x.contiguous();
-  const int64_t V = xc.size(-1), N = xc.numel() / std::max<int64_t>(V, 1);
-  auto vals = at::empty_like(xc), idx = at::empty(xc.sizes(), xc.options().dtype(at::kLong));
-  const float* xp = xc.data_ptr<float>();
-  float* vp = vals.data_ptr<float>();
-  int64_t* ip = idx.data_ptr<int64_t>();
-  at::parallel_for(0, N, row_grain(V), [&](int64_t b0, int64_t b1) {
-    static thread_local std::vector<uint64_t> buf;  // 2V items, kept by the thread
-    if (static_cast<int64_t>(buf.size()) < 2 * V) buf.resize(2 * V);
-    for (int64_t b = b0; b < b1; ++b) sort_desc_row(xp + b * V, V, vp + b * V, ip + b * V, buf.data());
-  });
-  return {vals, idx};
-}
-
-// Whether the radix sort gives at::sort(stable, descending)'s values and indices at width V here (ties,
-// NaNs, +-0, +-inf, denormals); once per V.
-static bool sort_desc_exact(int64_t V) {
-  static std::mutex mu;
-  static std::map<int64_t, bool> known;
-  if (V < 1 || V >= (int64_t(1) << 31)) return false;
-  return probe_once(known, mu, V, [V] {
-    const int64_t B = 4;
-    auto x = at::empty({B, V}, at::kFloat);
-    float* p = x.data_ptr<float>();
-    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-    const float specials[] = {0.f, -0.f, inf, -inf, nan, 1e-40f, -1e-40f, 3.f, -3.f};
-    for (int64_t i = 0; i < B * V; ++i) {
-      const int64_t r = i / V;
-      p[i] = r == 0 ? std::round(std::sin(0.77f * i) * 4.f)  // many ties
-             : r == 1 ? specials[(i * 7) % 9]
-             : r == 2 ? std::sin(0.37f * i) * std::pow(2.f, static_cast<float>(i % 61) - 30)
-                      : static_cast<float>(i % 5) - 2.f;
-    }
-    auto ref = at::sort(x, /*stable=*/true, -1, /*descending=*/true);
-    auto got = sort_desc_rows_into(x);
-    return at::equal(std::get<1>(ref), std::get<1>(got)) &&
-           at::equal(std::get<0>(ref).nan_to_num(0.5), std::get<0>(got).nan_to_num(0.5));
-  });
-}
-
-// logits.sort(-1, descending=true, stable=true) for float32 CPU rows: the radix sort where its probe
-// passed here, ATen's otherwise.
-std::tuple<at::Tensor, at::Tensor> sort_desc_rows(torch::Tensor logits) {
-  NoGil no_gil;
-  TORCH_CHECK(logits.scalar_type() == at::kFloat && logits.dim() >= 1, "sort_desc_rows: float32 rows");
-  if (logits.numel() == 0 || !sort_desc_exact(logits.size(-1))) return at::sort(logits, true, -1, true);
-  return sort_desc_rows_into(logits);
-}
-
-// sampler._nucleus and filter_logits
-static at::Tensor sample_filter(const at::Tensor& logits, const at::Tensor& top_k,
-                                const at::Tensor& top_p) {
-  const int64_t V = logits.size(-1);
-  const bool needs = at::bitwise_or(at::bitwise_and(at::gt(top_k, 0), at::lt(top_k, V)).any(),
-                                    at::lt(top_p, 1).any()).item<bool>();
-  if (!needs) return logits;
-  auto sorted = sort_desc_rows(logits);  // stable: tied logits rank by index, as sampler.filter_logits
-  auto sl = std::get<0>(sorted), order = std::get<1>(sorted);
-  auto k = at::where(at::gt(top_k, 0), top_k.clamp_max(V), at::scalar_tensor(V, top_k.options()));
-  auto rank = at::arange(V, sl.options().dtype(at::kLong)).unsqueeze(0);
-  auto remove = at::ge(rank, k.unsqueeze(1));
-  auto probs = sl.masked_fill(remove, -std::numeric_limits<double>::infinity()).softmax(-1);
-  remove.bitwise_or_(at::gt(at::sub(probs.cumsum(-1), probs), top_p.unsqueeze(1)));
-  remove.select(1, 0).fill_(false);
-  return logits.masked_fill(at::zeros_like(remove).scatter(1, order, remove),
-                            -std::numeric_limits<double>::infinity());
 }
 
 // One row's draw from its exp weights w[0, V) (zero past V up to nb blocks of `block`) and their block
@@ -284,7 +171,7 @@ torch::Tensor sample_tokens(torch::Tensor logits, torch::Tensor temperature, tor
   if (!all_hot && !hot.any().item<bool>()) return argmax_rows(logits);
   auto t = all_hot ? temperature : at::where(hot, temperature, at::scalar_tensor(1.0, temperature.options()));
   auto scaled = at::div(logits, t.unsqueeze(1));
-  if (filtered) scaled = sample_filter(scaled, top_k, top_p);
+  if (filtered) scaled = filter_rows_impl(scaled, top_k, top_p, /*inplace=*/true);
   auto sc = seeds.contiguous(), cc = counters.contiguous();
   auto sampled = sample_invert_cdf(scaled, sc.data_ptr<int64_t>(), cc.data_ptr<int64_t>(), block);
   return all_hot ? sampled : at::where(hot, sampled, argmax_rows(logits));

@@ -73,33 +73,34 @@ class SamplingBatch:
         return cls(f[0], i[0], f[1], i[1], i[2], filtered, hot)
 
 
-def _nucleus(sorted_logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """[B, V] bool: which ranks of descending-sorted logits fall outside top-k / top-p (rank 0 never)."""
-    V = sorted_logits.shape[-1]
-    k = torch.where(top_k > 0, top_k.clamp(max=V), V)
-    rank = torch.arange(V, device=sorted_logits.device)[None, :]
-    remove = rank >= k[:, None]
-    probs = sorted_logits.masked_fill(remove, float("-inf")).softmax(-1)
-    remove |= (probs.cumsum(-1) - probs) > top_p[:, None]
-    remove[:, 0] = False
-    return remove
-
-
 def _needs_filter(V: int, top_k: torch.Tensor, top_p: torch.Tensor) -> bool:
     return bool(((top_k > 0) & (top_k < V)).any() | (top_p < 1).any())
+
+
+def _to_vocab(by_rank: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """A [B, V] bool mask over ranks → the same mask over vocabulary entries."""
+    return torch.zeros_like(by_rank).scatter(1, order, by_rank)
 
 
 def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """Set logits outside each row's top-k / top-p nucleus to -inf (keeps at least one token).
 
     Ranks come from a stable sort: tied logits rank by vocabulary index, so the nucleus is one set
-    whatever the sort's implementation (an unstable sort orders ties as its algorithm happens to, and
-    the CPU kernel's radix sort could not reproduce that)."""
-    if not _needs_filter(logits.shape[-1], top_k, top_p):
+    whatever finds it. Top-k keeps the first k ranks. Top-p (rows with top_p < 1) then takes the
+    softmax of what top-k kept, in vocabulary order, and ends the nucleus at the first rank whose
+    cumulative probability before it exceeds top_p: a prefix of the ranking by construction, which is
+    what lets the compiled filter (``cpu_filter``) find it without ranking the whole row."""
+    V = logits.shape[-1]
+    if not _needs_filter(V, top_k, top_p):
         return logits
-    sorted_logits, order = logits.sort(dim=-1, descending=True, stable=True)
-    remove = _nucleus(sorted_logits, top_k, top_p)
-    return logits.masked_fill(torch.zeros_like(remove).scatter(1, order, remove), float("-inf"))
+    order = logits.sort(dim=-1, descending=True, stable=True)[1]  # rank → vocabulary index
+    k = torch.where(top_k > 0, top_k.clamp(max=V), V)
+    outside = torch.arange(V, device=logits.device)[None, :] >= k[:, None]  # by rank
+    probs = logits.masked_fill(_to_vocab(outside, order), float("-inf")).softmax(-1).gather(1, order)
+    beyond = ((probs.cumsum(-1) - probs) > top_p[:, None]) & (top_p < 1)[:, None]
+    outside |= beyond.cumsum(-1) > 0
+    outside[:, 0] = False
+    return logits.masked_fill(_to_vocab(outside, order), float("-inf"))
 
 
 CDF_BLOCK = 256  # vocabulary entries per block of the two-level CDF

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from gambit.engine import cpu_sampler
-from gambit.engine.sampler import filter_logits, mix64
+from gambit.engine import cpu_filter, cpu_sampler
+from gambit.engine.sampler import mix64
 
 _GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64
 _STREAM = 0x5EC  # separates these uniforms from the sampler's
@@ -43,7 +43,7 @@ def target_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
     rep = lambda x: x.repeat_interleave(N)  # noqa: E731
     greedy = rep(temperature == 0)
     hot = flat / torch.where(greedy, 1.0, rep(temperature))[:, None]
-    p = filter_logits(hot, rep(top_k), rep(top_p)).softmax(-1)
+    p = cpu_filter.filter_logits(hot, rep(top_k), rep(top_p)).softmax(-1)  # the sampler's filter
     one = torch.nn.functional.one_hot(cpu_sampler.argmax(flat), V).to(p.dtype)
     return torch.where(greedy[:, None], one, p).view(S, N, V)
 
