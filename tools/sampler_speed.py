@@ -49,7 +49,7 @@ def aten_step():
 
 
 def loop_step():
-    tokens, chosen, vals, ids = step(logits, temps, seeds, counters, top, top, CDF_BLOCK)
+    tokens, chosen, vals, ids = step(logits, temps, seeds, counters, top, top, CDF_BLOCK, [], [])
     return tokens, chosen, vals.tolist(), ids.tolist()
 
 

@@ -35,7 +35,7 @@ def test_step_equals_the_aten_path(V, top):
         temps, seeds, counters = sb.temperature.tolist(), sb.seeds.tolist(), sb.counters.tolist()
         want = sample(logits.clone(), sb)
         chosen, vals, ids = top_logprobs(logits, want, max(top, 1))
-        tok, ch, v, i = step_kernel(logits, temps, seeds, counters, 1, top, CDF_BLOCK)
+        tok, ch, v, i = step_kernel(logits, temps, seeds, counters, 1, top, CDF_BLOCK, [], [])
         assert tok == want.tolist(), (V, top, seed)
         assert ch == chosen.tolist()
         if top:
@@ -48,7 +48,7 @@ def test_step_equals_the_aten_path(V, top):
 def test_step_declines_a_greedy_row():
     logits, sb = _batch(8, 100, 0, "mixed")
     tok, *_ = step_kernel(logits, sb.temperature.tolist(), sb.seeds.tolist(), sb.counters.tolist(), 1, 1,
-                          CDF_BLOCK)
+                          CDF_BLOCK, [], [])
     assert tok == []  # the caller keeps the ATen path (argmax rows)
 
 
@@ -61,7 +61,7 @@ def test_step_top1_picks_topks_entry_among_ties_and_nans():
     logits[5, 11] = logits[5, 200] = float("nan")  # NaN ranks first in topk
     sb = SamplingBatch.build([0.7] * 32, [0] * 32, [1.0] * 32, list(range(32)), [9] * 32, torch.device("cpu"))
     temps, seeds, counters = sb.temperature.tolist(), sb.seeds.tolist(), sb.counters.tolist()
-    tok, ch, v, i = step_kernel(logits, temps, seeds, counters, 1, 1, CDF_BLOCK)
+    tok, ch, v, i = step_kernel(logits, temps, seeds, counters, 1, 1, CDF_BLOCK, [], [])
     lp = torch.log_softmax(logits, -1)
     want_v, want_i = lp.topk(1, -1)
     assert torch.equal(i, want_i) and torch.equal(v.isnan(), want_v.isnan())
@@ -80,7 +80,7 @@ def test_step_reuses_its_scratch_without_leaking_between_calls():
         want = sample(logits.clone(), sb)
         chosen, vals, ids = top_logprobs(logits, want, 3)
         for top in (1, 3):
-            tok, ch, v, i = step_kernel(logits, temps, seeds, counters, 1, top, CDF_BLOCK)
+            tok, ch, v, i = step_kernel(logits, temps, seeds, counters, 1, top, CDF_BLOCK, [], [])
             assert tok == want.tolist() and ch == chosen.tolist(), (B, top)
             assert torch.equal(v, vals[:, :top]) and torch.equal(i, ids[:, :top])
             if first is None:
@@ -98,7 +98,33 @@ def test_step_log_probabilities_with_an_inf_row_fall_back_to_aten():
     want = sample(logits.clone(), sb)
     chosen, vals, ids = top_logprobs(logits, want, 3)
     for top in (1, 3):
-        tok, ch, v, i = step_kernel(logits, temps, seeds, counters, 1, top, CDF_BLOCK)
+        tok, ch, v, i = step_kernel(logits, temps, seeds, counters, 1, top, CDF_BLOCK, [], [])
         assert tok == want.tolist()
         assert torch.equal(torch.tensor(ch).nan_to_num(), chosen.nan_to_num())
         assert torch.equal(v.nan_to_num(), vals[:, :top].nan_to_num()) and torch.equal(i, ids[:, :top])
+
+
+@needs_step
+@pytest.mark.parametrize("V", [100, 4099, 49152])
+def test_step_with_top_k_and_top_p_equals_the_aten_path(V):
+    """Rows with top-k / top-p go through the step too (filtered between the division and the draw, as
+    the sampler does): ``sample`` + ``top_logprobs``' tokens and log-probabilities, filtered rows mixed
+    with plain ones, and a batch where every row asks the same nucleus."""
+    for seed in range(3):
+        B = 24 if V < 10000 else 8
+        logits, sb = _batch(B, V, seed, "hot")
+        g = torch.Generator().manual_seed(seed)
+        ks = torch.randint(0, V + 3, (B,), generator=g) * (torch.rand(B, generator=g) < 0.5)
+        top_k = [int(x) for x in ks]
+        top_p = [1.0 if i % 3 == 0 else 0.5 + 0.5 * float(x)
+                 for i, x in enumerate(torch.rand(B, generator=g))]
+        if seed == 2:
+            top_k, top_p = [0] * B, [0.95] * B
+        temps, seeds, counters = sb.temperature.tolist(), sb.seeds.tolist(), sb.counters.tolist()
+        filt = SamplingBatch.build(temps, top_k, top_p, seeds, counters, torch.device("cpu"))
+        want = sample(logits.clone(), filt)
+        chosen, vals, ids = top_logprobs(logits, want, 3)
+        tok, ch, v, i = step_kernel(logits, temps, seeds, counters, 1, 3, CDF_BLOCK, top_k, top_p)
+        assert tok == want.tolist(), (V, seed)
+        assert ch == chosen.tolist()
+        assert torch.equal(v, vals) and torch.equal(i, ids)

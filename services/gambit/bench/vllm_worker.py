@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> dict:
 
         def sp(n: int) -> SamplingParams:
             return SamplingParams(max_tokens=n, min_tokens=n, ignore_eos=True, temperature=temp,
-                                  top_p=1.0, top_k=0 if temp > 0 else -1, seed=None, detokenize=False)
+                                  top_p=args.top_p, top_k=0 if temp > 0 else -1, seed=None, detokenize=False)
 
         timed_generate(llm, prompts[:max(args.batches)], sp(min(8, args.tokens)))  # warm-up
         rows = []
@@ -138,6 +138,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], required=True)
     p.add_argument("--tokens", type=int, required=True)
     p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (1: none)")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--kv-gb", type=int, default=1)
     p.add_argument("--max-model-len", type=int, default=1024)

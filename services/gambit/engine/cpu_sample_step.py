@@ -1,5 +1,5 @@
 """The whole sampling step in plain loops (``sample_step``): ``cpu_sampler``'s draw and ``top_logprobs``
-in one call, with ATen's floats, for a batch whose every row samples without top-k / top-p.
+in one call, with ATen's floats, for a batch whose every row samples (top-k / top-p through ``cpu_filter``).
 
 With the layer loop in C++, a batch-1 step of the shipped target spent ~10% of its time in the
 sampler's ~12 ATen calls, ``top_logprobs``' three and the tensors built for them. Here the division by
@@ -10,7 +10,8 @@ the 256-entry block sums follow ATen's cascade (``cpu_decoder``'s ``aten_sum8``)
 ``log_softmax`` into a reused block where those do not serve). Each piece serves only after a probe in
 this process matched ATen (``fused_sampler_exact``, ``sample_top1_exact`` and ``cpu_logprobs``' two);
 otherwise, or for a greedy row, the engine keeps the ATen calls. Compiled with the
-other CPU kernels (after ``cpu_decoder``, ``cpu_sampler`` and ``cpu_logprobs``, whose functions it calls).
+other CPU kernels (after ``cpu_decoder``, ``cpu_filter``, ``cpu_sampler`` and ``cpu_logprobs``, whose
+functions it calls).
 """
 
 from __future__ import annotations
@@ -123,22 +124,39 @@ bool fused_sampler_exact(int64_t block) {
   return sample_exp_exact() && sample_sum_exact(block);
 }
 
+// The scaled rows [B, V] filtered in place as sampler.sample filters them (cpu_filter's filter_rows_impl).
+static void sample_filter_block(at::Tensor& w, const std::vector<int64_t>& top_k,
+                                const std::vector<double>& top_p) {
+  auto k = at::tensor(top_k, at::kLong);
+  auto p = at::tensor(std::vector<float>(top_p.begin(), top_p.end()), at::kFloat);
+  auto out = filter_rows_impl(w, k, p, /*inplace=*/true);
+  if (!out.is_same(w)) w.copy_(out);  // the ATen filter (its probe failed here) gave a new block
+}
+
 // sampler.sample and top_logprobs of one step in one call, for a batch whose every row samples
-// (temperature > 0 in float32) without top-k / top-p: the same tokens and log-probabilities, the
-// sampler's tensors never built (temperature, seeds and counters come as lists). Per row: logits /
-// temperature, less the row's max, exp (MKL's, as at::exp), block sums in ATen's order (aten_sum8;
-// the padding's zeros as ATen sums them), then sample_row. The log-probabilities (want > 0) are
-// log_softmax's (ATen's call) at the tokens, and its `top` largest (0: none; topk's picks). Tokens
-// come back empty where this does not serve (a greedy row): the caller takes the ATen path.
+// (temperature > 0 in float32): the same tokens and log-probabilities, the sampler's tensors never built
+// (temperature, seeds, counters, top_k and top_p come as lists; top_k / top_p empty: no row filters).
+// Per row: logits / temperature, less the row's max, exp (MKL's, as at::exp), block sums in ATen's order
+// (aten_sum8; the padding's zeros as ATen sums them), then sample_row; rows with top-k / top-p are
+// filtered between the division and the max (cpu_filter, over the whole scaled block, as the sampler
+// does). The log-probabilities (want > 0) are log_softmax's (ATen's call) at the tokens, and its `top`
+// largest (0: none; topk's picks). Tokens come back empty where this does not serve (a greedy row): the
+// caller takes the ATen path.
 std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sample_step(
     torch::Tensor logits, std::vector<double> temperature, std::vector<int64_t> seeds,
-    std::vector<int64_t> counters, int64_t want, int64_t top, int64_t block) {
+    std::vector<int64_t> counters, int64_t want, int64_t top, int64_t block, std::vector<int64_t> top_k,
+    std::vector<double> top_p) {
   NoGil no_gil;
   const int64_t B = logits.size(0), V = logits.size(1);
   TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.device().is_cpu(),
               "sample_step: float32 CPU logits [B, V]");
   TORCH_CHECK(static_cast<int64_t>(temperature.size()) == B && static_cast<int64_t>(seeds.size()) == B &&
               static_cast<int64_t>(counters.size()) == B, "sample_step: one setting per row");
+  TORCH_CHECK(top_k.size() == top_p.size() && (top_k.empty() || static_cast<int64_t>(top_k.size()) == B),
+              "sample_step: top_k and top_p, one a row or none");
+  bool filtered = false;
+  for (size_t b = 0; b < top_k.size() && !filtered; ++b)
+    filtered = (top_k[b] > 0 && top_k[b] < V) || static_cast<float>(top_p[b]) < 1.f;
   std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> none;
   for (double t : temperature)
     if (!(static_cast<float>(t) > 0.f)) return none;
@@ -154,6 +172,17 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
                       (top == 0 || (top == 1 && sample_top1_exact(V)) || sample_topk_exact(V, top));
   std::vector<RowLogSoftmax> row_lsm(by_row ? B : 0);
   std::vector<char> row_ok(by_row ? B : 0);  // a row whose maximum or log-sum is not a number: ATen's path
+  if (filtered) {  // every row scaled first: one softmax call over the block in the filter, as the sampler
+    at::parallel_for(0, B, row_grain(V), [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b) {
+        const float t = static_cast<float>(temperature[b]);
+        const float* x = lp + b * V;
+        float* y = wp + b * V;
+        for (int64_t v = 0; v < V; ++v) y[v] = x[v] / t;
+      }
+    });
+    sample_filter_block(w, top_k, top_p);
+  }
   // rows split over the threads as ATen splits its large steps (each row's floats do not depend on it)
   at::parallel_for(0, B, row_grain(V), [&](int64_t begin, int64_t end) {
     std::vector<float> bsum(nb), pad(block);
@@ -162,7 +191,8 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
       const float t = static_cast<float>(temperature[b]);
       const float* x = lp + b * V;
       float* y = wp + b * V;
-      for (int64_t v = 0; v < V; ++v) y[v] = x[v] / t;
+      if (!filtered)
+        for (int64_t v = 0; v < V; ++v) y[v] = x[v] / t;
       const float m = sample_row_max(y, V);
       for (int64_t v = 0; v < V; ++v) y[v] = y[v] - m;
     }

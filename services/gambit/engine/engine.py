@@ -372,11 +372,14 @@ class Engine:
                   seeds: list[int], counters: list[int], want: int = 0, top: int = 0) -> tuple:
         """The engine's sampler on logits rows [N, V], one setting per row (``counters``: the position
         each row's token takes). Returns the tokens and, when ``want``, (chosen, top values, top ids)
-        log-probabilities as lists (the top ones when ``top``, else None). Where every row samples
-        without top-k / top-p, the plain-loop step (the same tokens and log-probabilities)."""
-        if self._step_draw is not None and logits.dtype == torch.float32 and not uses_filter(top_ks, top_ps):
+        log-probabilities as lists (the top ones when ``top``, else None). Where every row samples, the
+        plain-loop step (the same tokens and log-probabilities)."""
+        if self._step_draw is not None and logits.dtype == torch.float32:
+            filtered = uses_filter(top_ks, top_ps)
             tokens, chosen, vals, ids = self._step_draw(logits, temps, seeds, counters, want,
-                                                        top if want else 0, CDF_BLOCK)
+                                                        top if want else 0, CDF_BLOCK,
+                                                        list(top_ks) if filtered else [],
+                                                        list(top_ps) if filtered else [])
             if tokens:  # else a greedy row: the ATen path below
                 if not want:
                     return tokens, None
