@@ -11,13 +11,16 @@ With TOP > 1 the step asks for the TOP largest log-probabilities too (DeepConf's
 alone is timed both ways: ATen's ``topk`` against the compiled heap (``topk_rows``, where it serves).
 
 With TOP_P < 1 the draw is also timed with a nucleus (every row top-p TOP_P): the Python sampler against
-the compiled one, whose filter sorts by a radix sort instead of ATen's; and the sorts alone (ATen's default,
-ATen's stable, the radix sort).
+the compiled one; the filter alone (``sampler.filter_logits``, ATen's stable sort of whole rows, against
+``cpu_filter``, which ranks only the entries above a threshold); the plain-loop step with the nucleus; and
+the sorts alone (ATen's default, ATen's stable, the radix sort). SCALE multiplies the standard-normal
+logits: 1 (default) leaves ~32,000 of 49,152 entries in a 0.95 nucleus at T = 0.8, 4 ~1,000 (a peaked row,
+nearer a language model's).
 
-Usage: .venv/bin/python tools/sampler_speed.py [B] [V] [REPS] [TOP] [TOP_P]   (default 96 100 5 1 1.0)
-       e.g. ``16 49152`` / ``64 49152`` / ``49 49152``: SmolLM2-135M's vocabulary at batch 16 / 64 / a
-       B = 48 tree; ``64 49152 3 20``: DeepConf's top 20 at batch 64; ``16 49152 3 1 0.95``: top-p 0.95
-       (2 threads)
+Usage: .venv/bin/python tools/sampler_speed.py [B] [V] [REPS] [TOP] [TOP_P] [SCALE]
+       (default 96 100 5 1 1.0 1), e.g. ``16 49152`` / ``64 49152`` / ``49 49152``: SmolLM2-135M's
+       vocabulary at batch 16 / 64 / a B = 48 tree; ``64 49152 3 20``: DeepConf's top 20 at batch 64;
+       ``16 49152 3 1 0.95``: top-p 0.95; ``64 49152 3 1 0.95 4``: a peaked nucleus (2 threads)
 """
 import statistics
 import sys
@@ -25,16 +28,17 @@ import time
 
 import torch
 
-from gambit.engine import cpu_attention, cpu_sample_step, cpu_sampler
-from gambit.engine.sampler import CDF_BLOCK, SamplingBatch, sample, top_logprobs
+from gambit.engine import cpu_attention, cpu_filter, cpu_sample_step, cpu_sampler
+from gambit.engine.sampler import CDF_BLOCK, SamplingBatch, filter_logits, sample, top_logprobs
 
 B = int(sys.argv[1]) if len(sys.argv) > 1 else 96
 V = int(sys.argv[2]) if len(sys.argv) > 2 else 100
 reps = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 top = int(sys.argv[4]) if len(sys.argv) > 4 else 1
 top_p = float(sys.argv[5]) if len(sys.argv) > 5 else 1.0
+scale = float(sys.argv[6]) if len(sys.argv) > 6 else 1.0
 torch.set_num_threads(2)
-logits = torch.randn(B, V, generator=torch.Generator().manual_seed(0))
+logits = torch.randn(B, V, generator=torch.Generator().manual_seed(0)) * scale
 temps, top_ks, top_ps, seeds, counters = [0.8] * B, [0] * B, [1.0] * B, list(range(B)), [50] * B
 sb = SamplingBatch.build(temps, top_ks, top_ps, seeds, counters, torch.device("cpu"))
 n = max(10, 30_000 // V)
@@ -63,6 +67,12 @@ if top_p < 1:
     nucleus = SamplingBatch.build(temps, top_ks, [top_p] * B, seeds, counters, torch.device("cpu"))
     cases[f"top-p {top_p} draw, python"] = lambda: sample(logits.clone(), nucleus)
     cases[f"top-p {top_p} draw, compiled"] = lambda: cpu_sampler.sample(logits, nucleus)
+    scaled, ks, ps = logits / 0.8, torch.zeros(B, dtype=torch.long), torch.full((B,), top_p)
+    cases[f"top-p {top_p} filter, python"] = lambda: filter_logits(scaled, ks, ps)
+    cases[f"top-p {top_p} filter, compiled"] = lambda: cpu_filter.filter_logits(scaled, ks, ps)
+    if step is not None:
+        cases[f"top-p {top_p} step, plain loops"] = lambda: step(logits, temps, seeds, counters, 1, 1,
+                                                                 CDF_BLOCK, [0] * B, [top_p] * B)
     cases["sort, ATen"] = lambda: logits.sort(dim=-1, descending=True)
     radix = getattr(cpu_attention.kernel(), "sort_desc_rows", None)
     if radix is not None:
@@ -77,6 +87,12 @@ times: dict[str, list[float]] = {k: [] for k in cases}
 same = torch.equal(cases["python"](), cases["compiled"]())
 nucleus_draws = [cases[f"top-p {top_p} draw, {x}"]() for x in ("python", "compiled")] if top_p < 1 else []
 same_nucleus = not nucleus_draws or torch.equal(*nucleus_draws)
+if top_p < 1:
+    filtered = [cases[f"top-p {top_p} filter, {x}"]() for x in ("python", "compiled")]
+    same_nucleus = same_nucleus and torch.equal(*filtered)
+    kept = filtered[1].isfinite().sum(1).float()
+    print(f"top-p {top_p} nucleus: {kept.median():.0f} entries a row (median; "
+          f"{kept.min():.0f}-{kept.max():.0f})")
 same_step = step is None or aten_step() == loop_step()
 same_argmax = torch.equal(logits.argmax(-1), cpu_sampler.argmax(logits))
 topk_pair = [cases[f"top-{top}, {side}"]() for side in ("ATen", "compiled") if f"top-{top}, {side}" in cases]
@@ -94,4 +110,4 @@ for name, ts in times.items():
 print(f"same tokens (draw): {same}; same tokens and log-probabilities (step): {same_step}"
       + ("" if step is not None else " (the plain-loop step does not serve here)")
       + f"; same indices (argmax): {same_argmax}" + (f"; same top-{top}: {same_topk}" if top > 1 else "")
-      + (f"; same top-p draws: {same_nucleus}" if top_p < 1 else ""))
+      + (f"; same top-p draws and filtered logits: {same_nucleus}" if top_p < 1 else ""))

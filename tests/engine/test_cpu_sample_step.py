@@ -45,11 +45,21 @@ def test_step_equals_the_aten_path(V, top):
 
 
 @needs_step
-def test_step_declines_a_greedy_row():
-    logits, sb = _batch(8, 100, 0, "mixed")
-    tok, *_ = step_kernel(logits, sb.temperature.tolist(), sb.seeds.tolist(), sb.counters.tolist(), 1, 1,
-                          CDF_BLOCK, [], [])
-    assert tok == []  # the caller keeps the ATen path (argmax rows)
+@pytest.mark.parametrize("mode", ["mixed", "greedy"])
+def test_step_serves_greedy_rows(mode):
+    """Greedy rows (temperature 0), among sampled ones or alone, take the logits' argmax: the tokens and
+    log-probabilities of ``sample`` + ``top_logprobs``, with and without a nucleus on the other rows."""
+    for V in (100, 4099):
+        logits, sb = _batch(12, V, 1, mode)
+        temps, seeds, counters = sb.temperature.tolist(), sb.seeds.tolist(), sb.counters.tolist()
+        for top_k, top_p in (([], []), ([0, 5] * 6, [0.9, 1.0] * 6)):
+            filt = SamplingBatch.build(temps, top_k or [0] * 12, top_p or [1.0] * 12, seeds, counters,
+                                       torch.device("cpu"))
+            want = sample(logits.clone(), filt)
+            chosen, vals, ids = top_logprobs(logits, want, 1)
+            tok, ch, v, i = step_kernel(logits, temps, seeds, counters, 1, 1, CDF_BLOCK, top_k, top_p)
+            assert tok == want.tolist(), (V, mode, top_p)
+            assert ch == chosen.tolist() and torch.equal(v, vals) and torch.equal(i, ids)
 
 
 @needs_step

@@ -9,7 +9,7 @@ the 256-entry block sums follow ATen's cascade (``cpu_decoder``'s ``aten_sum8``)
 ``log_softmax`` computes them and the top entries are ``topk``'s picks (``cpu_logprobs``; ATen's
 ``log_softmax`` into a reused block where those do not serve). Each piece serves only after a probe in
 this process matched ATen (``fused_sampler_exact``, ``sample_top1_exact`` and ``cpu_logprobs``' two);
-otherwise, or for a greedy row, the engine keeps the ATen calls. Compiled with the
+otherwise the engine keeps the ATen calls. Greedy rows take the compiled argmax. Compiled with the
 other CPU kernels (after ``cpu_decoder``, ``cpu_filter``, ``cpu_sampler`` and ``cpu_logprobs``, whose
 functions it calls).
 """
@@ -140,8 +140,7 @@ static void sample_filter_block(at::Tensor& w, const std::vector<int64_t>& top_k
 // (aten_sum8; the padding's zeros as ATen sums them), then sample_row; rows with top-k / top-p are
 // filtered between the division and the max (cpu_filter, over the whole scaled block, as the sampler
 // does). The log-probabilities (want > 0) are log_softmax's (ATen's call) at the tokens, and its `top`
-// largest (0: none; topk's picks). Tokens come back empty where this does not serve (a greedy row): the
-// caller takes the ATen path.
+// largest (0: none; topk's picks). A greedy row (temperature 0) takes its argmax (argmax_row, ATen's).
 std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sample_step(
     torch::Tensor logits, std::vector<double> temperature, std::vector<int64_t> seeds,
     std::vector<int64_t> counters, int64_t want, int64_t top, int64_t block, std::vector<int64_t> top_k,
@@ -157,9 +156,14 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
   bool filtered = false;
   for (size_t b = 0; b < top_k.size() && !filtered; ++b)
     filtered = (top_k[b] > 0 && top_k[b] < V) || static_cast<float>(top_p[b]) < 1.f;
-  std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> none;
-  for (double t : temperature)
-    if (!(static_cast<float>(t) > 0.f)) return none;
+  // a greedy row (temperature 0) takes its logits' argmax, as sampler.sample's where(hot, ...), and scales by
+  // 1 in the filtered block (the sampler's where(hot, temperature, 1)); its draw is skipped
+  std::vector<float> temp(B);
+  bool all_hot = true;
+  for (int64_t b = 0; b < B; ++b) {
+    const float t = static_cast<float>(temperature[b]);
+    temp[b] = t > 0.f ? t : 1.f, all_hot = all_hot && t > 0.f;
+  }
   const auto lg = logits.contiguous();
   const float* lp = lg.data_ptr<float>();
   static thread_local at::Tensor w_buf, ls_buf;
@@ -175,7 +179,7 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
   if (filtered) {  // every row scaled first: one softmax call over the block in the filter, as the sampler
     at::parallel_for(0, B, row_grain(V), [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b) {
-        const float t = static_cast<float>(temperature[b]);
+        const float t = temp[b];
         const float* x = lp + b * V;
         float* y = wp + b * V;
         for (int64_t v = 0; v < V; ++v) y[v] = x[v] / t;
@@ -188,18 +192,21 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
     std::vector<float> bsum(nb), pad(block);
     std::vector<double> bcdf(nb);
     for (int64_t b = begin; b < end; ++b) {
-      const float t = static_cast<float>(temperature[b]);
+      if (!(static_cast<float>(temperature[b]) > 0.f)) continue;  // greedy: no draw
+      const float t = temp[b];
       const float* x = lp + b * V;
       float* y = wp + b * V;
       if (!filtered)
         for (int64_t v = 0; v < V; ++v) y[v] = x[v] / t;
       const float m = sample_row_max(y, V);
       for (int64_t v = 0; v < V; ++v) y[v] = y[v] - m;
+      if (!all_hot) sample_exp(y, V);
     }
-    sample_exp(wp + begin * V, (end - begin) * V);  // one call for the rows: MKL's per-call cost is ~0.2 us
+    if (all_hot) sample_exp(wp + begin * V, (end - begin) * V);  // one call: MKL's per-call cost is ~0.2 us
     for (int64_t b = begin; b < end; ++b) {
       const float* y = wp + b * V;
-      for (int64_t i = 0; i < nb; ++i) {
+      const bool hot = static_cast<float>(temperature[b]) > 0.f;
+      for (int64_t i = 0; hot && i < nb; ++i) {
         const int64_t n = std::min(block, V - i * block);
         if (n == block) {
           bsum[i] = aten_sum8(y + i * block, block);
@@ -209,8 +216,9 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
           bsum[i] = aten_sum8(pad.data(), block);
         }
       }
-      tokens[b] = sample_row(y, V, bsum.data(), nb, block, sample_uniform(seeds[b], counters[b]),
-                             bcdf.data());
+      tokens[b] = hot ? sample_row(y, V, bsum.data(), nb, block, sample_uniform(seeds[b], counters[b]),
+                                   bcdf.data())
+                      : argmax_row(lp + b * V, V);
       if (by_row) {
         RowLogSoftmax& r = row_lsm[b];
         row_ok[b] = aten_logsoftmax_row(lp + b * V, V, &r.m, &r.s) && std::isfinite(r.m) &&
