@@ -140,10 +140,11 @@ def test_solve_streams_progress_then_result_and_records_redis_and_metrics(serve_
     (dict(method="beam"), "method", "INVALID_ARGUMENT"),
     (dict(decoding="medusa"), "decoding", "INVALID_ARGUMENT"),
     (dict(run_id="bad id!"), "run_id", "INVALID_ARGUMENT"),
+    (dict(top_p=1.5), "top_p", "INVALID_ARGUMENT"),
     (dict(capacity=5000), "", "RESOURCE_EXHAUSTED"),
 ])
 def test_bad_input_and_overcommit_are_refused_while_another_run_goes_on(serve_stack, kw, field, code):
-    bg = Background(serve_stack, max_tokens=60)
+    bg = Background(serve_stack, max_tokens=60, top_p=0.9, top_k=20)  # a nucleus through the whole stack
     bg.wait_started()
     with pytest.raises(grpc.RpcError) as e:
         solve(serve_stack, **kw)

@@ -12,6 +12,8 @@ from gambit.serving.solve_config import SolveConfig, from_request
     (dict(max_tokens=0), "max_tokens"), (dict(temperature=-1.0), "temperature"),
     (dict(temperature=math.nan), "temperature"), (dict(timeout_s=-1.0), "timeout_s"),
     (dict(timeout_s=math.inf), "timeout_s"), (dict(timeout_s=math.nan), "timeout_s"),
+    (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"), (dict(top_p=math.nan), "top_p"),
+    (dict(top_k=-1), "top_k"),
 ])
 def test_bad_values_name_their_field(fields, name):
     with pytest.raises(ValueError, match=rf"^{name}:"):
@@ -35,3 +37,32 @@ def test_request_defaults_and_overrides():
     for bad, field in bad_requests:
         with pytest.raises(ValueError, match=rf"^{field}:"):
             from_request(bad, d)
+
+
+def test_top_p_and_top_k_reach_the_traces_sampling():
+    """A request's top_p / top_k (or the server's defaults) become every trace's sampling filter."""
+    from gambit.serving.driver_adapter import search_config
+
+    pb2, _ = load("reasoning")
+    d = SolveConfig(top_p=0.9)
+    _, cfg = from_request(pb2.SolveRequest(problem="x"), d)
+    assert (cfg.top_p, cfg.top_k) == (pytest.approx(0.9), 0)
+    _, cfg = from_request(pb2.SolveRequest(problem="x", top_p=0.95, top_k=40), d)
+    assert (cfg.top_p, cfg.top_k) == (pytest.approx(0.95), 40)
+    sc = search_config(cfg)
+    assert (sc.top_p, sc.top_k) == (pytest.approx(0.95), 40)
+    for bad, field in ((pb2.SolveRequest(problem="x", top_p=0.0), "top_p"),
+                       (pb2.SolveRequest(problem="x", top_p=1.25), "top_p")):
+        with pytest.raises(ValueError, match=rf"^{field}:"):
+            from_request(bad, d)
+
+
+def test_client_sends_only_what_it_was_given():
+    from gambit.serving.client import ClientConfig, solve_request
+
+    pb2, _ = load("reasoning")
+    req = solve_request(pb2, "x", ClientConfig())
+    assert not req.HasField("temperature") and not req.HasField("top_p") and not req.HasField("top_k")
+    req = solve_request(pb2, "x", ClientConfig(temperature=0.0, top_p=0.95, top_k=0))
+    assert (req.temperature, req.top_k) == (0.0, 0) and req.top_p == pytest.approx(0.95)
+    assert req.HasField("temperature") and req.HasField("top_k")

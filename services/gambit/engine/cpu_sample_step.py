@@ -124,6 +124,20 @@ bool fused_sampler_exact(int64_t block) {
   return sample_exp_exact() && sample_sum_exact(block);
 }
 
+// exp(y - m) in place over a filtered row (m its finite maximum): the entries the filter left (not -inf)
+// go through sample_exp packed together (exp is elementwise: each value's result is its own, whatever
+// its neighbours; sample_exp_exact checks pieces at every offset), the filtered ones become exp(-inf) = 0
+// without it: MKL takes its slow special-value path for -inf (a block of -inf: ~3x the time of finite
+// values), and a nucleus leaves most of a row at -inf. kept: V floats of scratch.
+static void sample_exp_kept(float* y, int64_t V, float m, std::vector<float>& kept) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  int64_t n = 0;
+  for (int64_t v = 0; v < V; ++v)
+    if (y[v] != ninf) kept[n++] = y[v] - m;
+  sample_exp(kept.data(), n);
+  for (int64_t v = 0, j = 0; v < V; ++v) y[v] = y[v] != ninf ? kept[j++] : 0.f;
+}
+
 // The scaled rows [B, V] filtered in place as sampler.sample filters them (cpu_filter's filter_rows_impl).
 static void sample_filter_block(at::Tensor& w, const std::vector<int64_t>& top_k,
                                 const std::vector<double>& top_p) {
@@ -189,7 +203,7 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
   }
   // rows split over the threads as ATen splits its large steps (each row's floats do not depend on it)
   at::parallel_for(0, B, row_grain(V), [&](int64_t begin, int64_t end) {
-    std::vector<float> bsum(nb), pad(block);
+    std::vector<float> bsum(nb), pad(block), kept(filtered ? V : 0);
     std::vector<double> bcdf(nb);
     for (int64_t b = begin; b < end; ++b) {
       if (!(static_cast<float>(temperature[b]) > 0.f)) continue;  // greedy: no draw
@@ -199,10 +213,14 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
       if (!filtered)
         for (int64_t v = 0; v < V; ++v) y[v] = x[v] / t;
       const float m = sample_row_max(y, V);
+      if (filtered && std::isfinite(m)) {  // exp of the kept entries only: a filtered one's is 0
+        sample_exp_kept(y, V, m, kept);
+        continue;
+      }
       for (int64_t v = 0; v < V; ++v) y[v] = y[v] - m;
-      if (!all_hot) sample_exp(y, V);
+      if (!all_hot || filtered) sample_exp(y, V);
     }
-    if (all_hot) sample_exp(wp + begin * V, (end - begin) * V);  // one call: MKL's per-call cost is ~0.2 us
+    if (all_hot && !filtered) sample_exp(wp + begin * V, (end - begin) * V);  // one call: ~0.2 us a call
     for (int64_t b = begin; b < end; ++b) {
       const float* y = wp + b * V;
       const bool hot = static_cast<float>(temperature[b]) > 0.f;

@@ -24,6 +24,9 @@ class ClientConfig:
     swap: int = -1  # K (-1 = server default)
     round_interval: int = 0  # Δ in decode steps (0 = server default)
     max_tokens: int = 0  # tokens per trace (0 = server default)
+    temperature: float = -1.0  # sampling temperature, >= 0 (-1 = server default)
+    top_p: float = 0.0  # nucleus mass in (0, 1], 1 = no nucleus (0 = server default)
+    top_k: int = -1  # top-k filter, 0 = none (-1 = server default)
     seed: int = 0  # run seed
     timeout_s: float = 0.0  # run time limit, seconds (0 = none)
 
@@ -41,6 +44,12 @@ def solve_request(pb2, problem: str, cfg: ClientConfig):
         req.capacity = cfg.capacity
     if cfg.swap >= 0:
         req.swap = cfg.swap
+    if cfg.temperature != -1.0:  # any other value is sent, and a bad one is refused by the server
+        req.temperature = cfg.temperature
+    if cfg.top_p != 0.0:
+        req.top_p = cfg.top_p
+    if cfg.top_k >= 0:
+        req.top_k = cfg.top_k
     return req
 
 

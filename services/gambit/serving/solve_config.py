@@ -30,6 +30,8 @@ class SolveConfig:
     max_tokens: int = 320  # generated tokens per trace at most
     temperature: float = 0.8  # sampling temperature of root traces
     child_temperature: float = 1.0  # temperature multiplier for branched children
+    top_p: float = 1.0  # nucleus mass of every trace's sampling, (0, 1] (1 = no nucleus)
+    top_k: int = 0  # top-k filter of every trace's sampling (0 = none)
     seed: int = 0  # run seed
     timeout_s: float = 0.0  # wall-clock limit of the run, seconds (0 = none)
 
@@ -52,6 +54,10 @@ class SolveConfig:
             raise ValueError(f"temperature: must be in [0, 10], got {self.temperature}")
         if not 0 < self.child_temperature <= 10:
             raise ValueError(f"child_temperature: must be in (0, 10], got {self.child_temperature}")
+        if not 0 < self.top_p <= 1:  # NaN fails too
+            raise ValueError(f"top_p: must be in (0, 1] (1 = no nucleus), got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k: must be >= 0 (0 = none), got {self.top_k}")
         if self.seed < 0:
             raise ValueError(f"seed: must be >= 0, got {self.seed}")
         if not 0 <= self.timeout_s <= MAX_WALL_S:  # NaN fails too; inf is not "none" (that is 0)
@@ -88,6 +94,8 @@ def from_request(req, defaults: SolveConfig | None = None) -> tuple[str, SolveCo
         max_tokens=req.max_tokens or d.max_tokens,
         temperature=req.temperature if req.HasField("temperature") else d.temperature,
         child_temperature=d.child_temperature,
+        top_p=req.top_p if req.HasField("top_p") else d.top_p,
+        top_k=req.top_k if req.HasField("top_k") else d.top_k,
         seed=req.seed,
         timeout_s=req.timeout_s or d.timeout_s,
     )
