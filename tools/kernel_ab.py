@@ -39,8 +39,8 @@ from gambit.paths import TARGET
 SOURCES = [(f"services/gambit/{path}.py", name) for path, name in (
     ("engine/cpu_attention", "_SOURCE"), ("engine/cpu_gemv", "SOURCE"), ("engine/cpu_decoder", "SOURCE"),
     ("speculative/cpu_drafter", "SOURCE"), ("speculative/cpu_tree", "SOURCE"),
-    ("engine/cpu_sampler", "SOURCE"), ("engine/cpu_logprobs", "SOURCE"), ("engine/cpu_sample_step", "SOURCE"),
-    ("engine/kv_cache", "SOURCE"),
+    ("engine/cpu_rank", "SOURCE"), ("engine/cpu_filter", "SOURCE"), ("engine/cpu_sampler", "SOURCE"),
+    ("engine/cpu_logprobs", "SOURCE"), ("engine/cpu_sample_step", "SOURCE"), ("engine/kv_cache", "SOURCE"),
     ("speculative/tap_store", "SOURCE"))]
 FUNCTIONS = ["paged_decode", "paged_attention", "dense_attention", "rms_norm", "gemv_t", "decoder_layers",
              "drafter_forward", "tree_draft", "sample_tokens", "kv_copy_slots", "fused_silu_exact",

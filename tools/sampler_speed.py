@@ -13,7 +13,8 @@ alone is timed both ways: ATen's ``topk`` against the compiled heap (``topk_rows
 With TOP_P < 1 the draw is also timed with a nucleus (every row top-p TOP_P): the Python sampler against
 the compiled one; the filter alone (``sampler.filter_logits``, ATen's stable sort of whole rows, against
 ``cpu_filter``, which ranks only the entries above a threshold); the plain-loop step with the nucleus; and
-the sorts alone (ATen's default, ATen's stable, the radix sort). SCALE multiplies the standard-normal
+the sorts alone (ATen's default, ATen's stable, the radix sort); and ``torch.exp`` (MKL's) over a block of
+finite values, of -inf and of -120 (an underflow). SCALE multiplies the standard-normal
 logits: 1 (default) leaves ~32,000 of 49,152 entries in a 0.95 nucleus at T = 0.8, 4 ~1,000 (a peaked row,
 nearer a language model's).
 
@@ -70,6 +71,11 @@ if top_p < 1:
     scaled, ks, ps = logits / 0.8, torch.zeros(B, dtype=torch.long), torch.full((B,), top_p)
     cases[f"top-p {top_p} filter, python"] = lambda: filter_logits(scaled, ks, ps)
     cases[f"top-p {top_p} filter, compiled"] = lambda: cpu_filter.filter_logits(scaled, ks, ps)
+    # why the step passes only the kept entries to exp: at::exp (MKL's) of -inf or of an underflow is slow
+    exp_in = {"finite": logits / 0.8 - 10, "-inf": torch.full_like(logits, float("-inf")),
+              "-120 (underflow)": torch.full_like(logits, -120.0)}
+    for what, x in exp_in.items():
+        cases[f"at::exp of {B}x{V} floats, {what}"] = lambda x=x: torch.exp(x)
     if step is not None:
         cases[f"top-p {top_p} step, plain loops"] = lambda: step(logits, temps, seeds, counters, 1, 1,
                                                                  CDF_BLOCK, [0] * B, [top_p] * B)

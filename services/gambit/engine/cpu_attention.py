@@ -748,9 +748,10 @@ def kernel():
                 from torch.utils.cpp_extension import load_inline
 
                 from gambit.engine.cpu_decoder import SOURCE as DECODER_SOURCE  # uses the kernels here
-                from gambit.engine.cpu_filter import SOURCE as FILTER_SOURCE  # uses cpu_decoder's
+                from gambit.engine.cpu_filter import SOURCE as FILTER_SOURCE  # uses cpu_rank's
                 from gambit.engine.cpu_gemv import SOURCE as GEMV_SOURCE
                 from gambit.engine.cpu_logprobs import SOURCE as LOGPROBS_SOURCE  # uses cpu_decoder's
+                from gambit.engine.cpu_rank import SOURCE as RANK_SOURCE  # uses cpu_decoder's
                 from gambit.engine.cpu_sample_step import SOURCE as STEP_SOURCE  # uses the three above
                 from gambit.engine.cpu_sampler import SOURCE as SAMPLER_SOURCE
                 from gambit.engine.kv_cache import SOURCE as KV_SOURCE
@@ -758,8 +759,8 @@ def kernel():
                 from gambit.speculative.cpu_tree import SOURCE as TREE_SOURCE  # uses the drafter's
                 from gambit.speculative.tap_store import SOURCE as TAP_SOURCE
 
-                sources = [_SOURCE, GEMV_SOURCE, DECODER_SOURCE, DRAFTER_SOURCE, TREE_SOURCE, FILTER_SOURCE,
-                           SAMPLER_SOURCE,
+                sources = [_SOURCE, GEMV_SOURCE, DECODER_SOURCE, DRAFTER_SOURCE, TREE_SOURCE, RANK_SOURCE,
+                           FILTER_SOURCE, SAMPLER_SOURCE,
                            LOGPROBS_SOURCE, STEP_SOURCE, KV_SOURCE, TAP_SOURCE]
                 digest = hashlib.sha256("".join(sources).encode()).hexdigest()[:12]
                 # named by its source: checkouts of different versions never share (or race on) a build

@@ -129,13 +129,36 @@ bool fused_sampler_exact(int64_t block) {
 // its neighbours; sample_exp_exact checks pieces at every offset), the filtered ones become exp(-inf) = 0
 // without it: MKL takes its slow special-value path for -inf (a block of -inf: ~3x the time of finite
 // values), and a nucleus leaves most of a row at -inf. kept: V floats of scratch.
+// Packing and unpacking are branch-free (kept entries lie anywhere in a row: a branch a entry mispredicted
+// often enough to cost more than the exp saved). kept: V + 16 floats of scratch.
 static void sample_exp_kept(float* y, int64_t V, float m, std::vector<float>& kept) {
   const float ninf = -std::numeric_limits<float>::infinity();
-  int64_t n = 0;
-  for (int64_t v = 0; v < V; ++v)
-    if (y[v] != ninf) kept[n++] = y[v] - m;
-  sample_exp(kept.data(), n);
-  for (int64_t v = 0, j = 0; v < V; ++v) y[v] = y[v] != ninf ? kept[j++] : 0.f;
+  float* k = kept.data();
+  int64_t n = 0, v = 0;
+#ifdef __AVX512F__
+  const __m512 mv = _mm512_set1_ps(m), iv = _mm512_set1_ps(ninf);
+  for (; v + 16 <= V; v += 16) {
+    const __m512 a = _mm512_loadu_ps(y + v);
+    const __mmask16 in = _mm512_cmp_ps_mask(a, iv, _CMP_NEQ_UQ);
+    _mm512_storeu_ps(k + n, _mm512_maskz_compress_ps(in, _mm512_sub_ps(a, mv)));  // no compress to memory
+    n += __builtin_popcount(in);
+  }
+#endif
+  for (; v < V; ++v) k[n] = y[v] - m, n += y[v] != ninf;
+  sample_exp(k, n);
+  int64_t j = 0;
+  v = 0;
+#ifdef __AVX512F__
+  for (; v + 16 <= V; v += 16) {
+    const __mmask16 in = _mm512_cmp_ps_mask(_mm512_loadu_ps(y + v), iv, _CMP_NEQ_UQ);
+    _mm512_storeu_ps(y + v, _mm512_maskz_expand_ps(in, _mm512_loadu_ps(k + j)));
+    j += __builtin_popcount(in);
+  }
+#endif
+  for (; v < V; ++v) {
+    const bool in = y[v] != ninf;
+    y[v] = in ? k[j] : 0.f, j += in;
+  }
 }
 
 // The scaled rows [B, V] filtered in place as sampler.sample filters them (cpu_filter's filter_rows_impl).
@@ -203,7 +226,7 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
   }
   // rows split over the threads as ATen splits its large steps (each row's floats do not depend on it)
   at::parallel_for(0, B, row_grain(V), [&](int64_t begin, int64_t end) {
-    std::vector<float> bsum(nb), pad(block), kept(filtered ? V : 0);
+    std::vector<float> bsum(nb), pad(block), kept(filtered ? V + 16 : 0);
     std::vector<double> bcdf(nb);
     for (int64_t b = begin; b < end; ++b) {
       if (!(static_cast<float>(temperature[b]) > 0.f)) continue;  // greedy: no draw
