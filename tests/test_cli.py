@@ -97,6 +97,21 @@ def test_run_takes_the_engine_precision_flags(tmp_path, capsys):
         main(args + ["--kv-dtype", "float16"])
 
 
+def test_run_takes_a_sampling_filter(tmp_path, capsys):
+    """``gambit run --top-p 0.9 --top-k 20``: every trace samples through the filter and the job still
+    solves; a top_p outside (0, 1] is refused before anything loads."""
+    from gambit.run import RunConfig
+
+    sc = RunConfig(top_p=0.9, top_k=20).search()
+    assert (sc.top_p, sc.top_k) == (0.9, 20)
+    args = ["run", "--problems", "1", "--samples", "4", "--swap", "1", "--save", str(tmp_path / "s.json"),
+            "--png", "", "--min-ops", "4", "--max-ops", "4"]
+    assert main(args + ["--top-p", "0.9", "--top-k", "20"]) == 0
+    assert ">>> answer" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="top_p"):
+        main(args + ["--top-p", "1.5"])
+
+
 def test_run_with_pr_decoding_shows_tau_per_trace(tmp_path, capsys):
     """``gambit run --decoding pr``: every trace drafts (no batch cap in the main job) and each one's
     tokens per target forward is printed; with a cap below the pool nothing drafts, and it says so."""

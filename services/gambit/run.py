@@ -30,6 +30,8 @@ class RunConfig:
     interval: int = 8  # Δ: decode steps between rounds
     warmup: int = 24  # w: tokens before scoring; a child branches only w tokens after its birth
     temperature: float = 0.8  # sampling temperature of root traces
+    top_p: float = 1.0  # nucleus mass of every trace's sampling, (0, 1] (1 = no nucleus)
+    top_k: int = 0  # top-k filter of every trace's sampling (0 = none)
     seed: int = 0  # problem selection and trace seeds
     min_ops: int = 6  # fewest operations in a problem
     max_ops: int = 8  # most operations in a problem
@@ -54,12 +56,13 @@ class RunConfig:
             raise ValueError(f"spec_max_batch must be >= 0 (0: no cap), got {self.spec_max_batch}")
         check_cpu_weights(self.cpu_weights)
         check_kv_dtype(self.kv_dtype)
+        self.search()  # the search settings' own checks (top_p, top_k, ...), before anything loads
 
     def search(self) -> SearchConfig:
         return SearchConfig(method=self.method, capacity=self.samples, swap=min(self.swap, self.samples),
                             interval=self.interval, warmup=self.warmup, temperature=self.temperature,
                             seed=self.seed, max_wall_s=self.max_wall_s, decoding=self.decoding,
-                            max_tokens=self.max_tokens)
+                            max_tokens=self.max_tokens, top_p=self.top_p, top_k=self.top_k)
 
 
 def tau_line(nodes: dict, trace_tau: dict) -> str:
