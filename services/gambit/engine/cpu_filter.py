@@ -83,7 +83,7 @@ static float filter_range(const float* x, int64_t V, float& lowest, bool& nan) {
 
 // How many entries are >= t; with p, about their probability mass and their smallest probability (float
 // sums: only how many entries get ranked depends on them, never which survive the filter).
-static int64_t filter_count(const float* x, const float* p, int64_t V, float t, double& mass, float& pmin) {
+static int64_t filter_count(const float* x, const float* p, int64_t V, float t, float& mass, float& pmin) {
   int64_t n = 0, v = 0;
   float sum = 0.f;
   pmin = std::numeric_limits<float>::infinity();
@@ -120,8 +120,7 @@ static int64_t filter_count(const float* x, const float* p, int64_t V, float t, 
 template <typename Enough>
 static float filter_threshold(const float* x, const float* p, int64_t V, float m, float lowest,
                               Enough enough) {
-  double mass;
-  float pmin, lo = m, hi = -std::numeric_limits<float>::infinity();
+  float mass, pmin, lo = m, hi = -std::numeric_limits<float>::infinity();
   int64_t n = 0;
   for (float d = 1.f; d < 3e38f; d *= 2.f) {
     const float t = m - d;
@@ -148,7 +147,7 @@ static uint64_t filter_kth(const float* x, int64_t V, int64_t k, FilterScratch& 
   float lowest;
   const float m = filter_range(x, V, lowest, nan);
   if (V > FILTER_WHOLE && std::isfinite(m) && !nan) {
-    const auto enough = [k](int64_t c, double, float) { return c >= k; };
+    const auto enough = [k](int64_t c, float, float) { return c >= k; };
     const float t = filter_threshold(x, nullptr, V, m, lowest, enough);
     if (t != -std::numeric_limits<float>::infinity()) n = rank_gather_above(x, V, t, it);
   }
@@ -183,7 +182,7 @@ static uint64_t filter_nucleus(const float* x, const float* p, int64_t V, float 
   const float m = filter_range(x, V, lowest, nan);
   if (V > FILTER_WHOLE && std::isfinite(m) && !nan) {
     const double need = static_cast<double>(top_p) + FILTER_MARGIN;
-    const float t = filter_threshold(x, p, V, m, lowest, [need](int64_t, double mass, float pmin) {
+    const float t = filter_threshold(x, p, V, m, lowest, [need](int64_t, float mass, float pmin) {
       return mass - pmin > need;
     });
     if (t != -std::numeric_limits<float>::infinity()) {

@@ -128,9 +128,9 @@ bool fused_sampler_exact(int64_t block) {
 // go through sample_exp packed together (exp is elementwise: each value's result is its own, whatever
 // its neighbours; sample_exp_exact checks pieces at every offset), the filtered ones become exp(-inf) = 0
 // without it: MKL takes its slow special-value path for -inf (a block of -inf: ~3x the time of finite
-// values), and a nucleus leaves most of a row at -inf. kept: V floats of scratch.
-// Packing and unpacking are branch-free (kept entries lie anywhere in a row: a branch a entry mispredicted
-// often enough to cost more than the exp saved). kept: V + 16 floats of scratch.
+// values), and a nucleus leaves most of a row at -inf. Packing and unpacking are branch-free (kept entries
+// lie anywhere in a row: a branch an entry mispredicted often enough to cost more than the exp saved).
+// kept: V + 16 floats of scratch.
 static void sample_exp_kept(float* y, int64_t V, float m, std::vector<float>& kept) {
   const float ninf = -std::numeric_limits<float>::infinity();
   float* k = kept.data();
@@ -196,10 +196,11 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
   // a greedy row (temperature 0) takes its logits' argmax, as sampler.sample's where(hot, ...), and scales by
   // 1 in the filtered block (the sampler's where(hot, temperature, 1)); its draw is skipped
   std::vector<float> temp(B);
+  std::vector<char> hot(B);
   bool all_hot = true;
   for (int64_t b = 0; b < B; ++b) {
     const float t = static_cast<float>(temperature[b]);
-    temp[b] = t > 0.f ? t : 1.f, all_hot = all_hot && t > 0.f;
+    hot[b] = t > 0.f, temp[b] = hot[b] ? t : 1.f, all_hot = all_hot && hot[b];
   }
   const auto lg = logits.contiguous();
   const float* lp = lg.data_ptr<float>();
@@ -229,7 +230,7 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
     std::vector<float> bsum(nb), pad(block), kept(filtered ? V + 16 : 0);
     std::vector<double> bcdf(nb);
     for (int64_t b = begin; b < end; ++b) {
-      if (!(static_cast<float>(temperature[b]) > 0.f)) continue;  // greedy: no draw
+      if (!hot[b]) continue;  // greedy: no draw
       const float t = temp[b];
       const float* x = lp + b * V;
       float* y = wp + b * V;
@@ -246,8 +247,7 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
     if (all_hot && !filtered) sample_exp(wp + begin * V, (end - begin) * V);  // one call: ~0.2 us a call
     for (int64_t b = begin; b < end; ++b) {
       const float* y = wp + b * V;
-      const bool hot = static_cast<float>(temperature[b]) > 0.f;
-      for (int64_t i = 0; hot && i < nb; ++i) {
+      for (int64_t i = 0; hot[b] && i < nb; ++i) {
         const int64_t n = std::min(block, V - i * block);
         if (n == block) {
           bsum[i] = aten_sum8(y + i * block, block);
@@ -257,9 +257,9 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
           bsum[i] = aten_sum8(pad.data(), block);
         }
       }
-      tokens[b] = hot ? sample_row(y, V, bsum.data(), nb, block, sample_uniform(seeds[b], counters[b]),
-                                   bcdf.data())
-                      : argmax_row(lp + b * V, V);
+      tokens[b] = hot[b] ? sample_row(y, V, bsum.data(), nb, block, sample_uniform(seeds[b], counters[b]),
+                                      bcdf.data())
+                         : argmax_row(lp + b * V, V);
       if (by_row) {
         RowLogSoftmax& r = row_lsm[b];
         row_ok[b] = aten_logsoftmax_row(lp + b * V, V, &r.m, &r.s) && std::isfinite(r.m) &&

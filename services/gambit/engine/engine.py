@@ -380,7 +380,7 @@ class Engine:
                                                         top if want else 0, CDF_BLOCK,
                                                         list(top_ks) if filtered else [],
                                                         list(top_ps) if filtered else [])
-            if tokens:  # always, today (greedy rows included); empty would mean: the ATen path below
+            if tokens:  # every row is served (greedy ones too); only an empty batch goes below
                 if not want:
                     return tokens, None
                 return tokens, (chosen, vals.tolist(), ids.tolist()) if top else (chosen, None, None)
