@@ -12,10 +12,11 @@ drafter --prompts` never trains on).
 
 --speed N adds wall time: plain and each drafter interleaved N times per tree, speedup = plain seconds /
 drafter seconds within a repetition (median and min-max), after a warm-up of each, and whether every
-drafter's greedy output equals plain decoding's. --cpu-weights / --kv-dtype: the engine's precision.
+drafter's greedy output equals plain decoding's. --cpu-weights / --kv-dtype: the engine's precision;
+--batch-invariant: EngineConfig.batch_invariant (one order of arithmetic per row).
 
 Usage: .venv/bin/python tools/drafter_tau.py [--per N] [--model M --prompts FILE] [--speed N]
-       [--cpu-weights bfloat16] [--kv-dtype bfloat16] [FOLDER ...]
+       [--cpu-weights bfloat16] [--kv-dtype bfloat16] [--batch-invariant] [FOLDER ...]
 """
 import argparse
 import json
@@ -63,12 +64,16 @@ ap.add_argument("--cpu-weights", default="float32", choices=CPU_WEIGHTS,
                 help="the engine's CPU linear weights (EngineConfig.cpu_weights)")
 ap.add_argument("--kv-dtype", default="auto", choices=KV_DTYPES,
                 help="the engine's KV cache elements (EngineConfig.kv_dtype)")
+ap.add_argument("--batch-invariant", action="store_true",
+                help="EngineConfig.batch_invariant: every row's floats those of the row alone (plain and "
+                     "speculative output then equal with bfloat16 weights / KV too)")
 ap.add_argument("--json", default="", help="write the τ table here")
 args = ap.parse_args()
 torch.set_num_threads(args.threads)
 model = str(resolve_model(args.model)) if args.model else str(TARGET)
 eng = Engine.from_pretrained(model, EngineConfig(model=model, cpu_weights=args.cpu_weights,
-                                                 kv_dtype=args.kv_dtype))
+                                                 kv_dtype=args.kv_dtype,
+                                                 batch_invariant=args.batch_invariant))
 keys = []
 if args.model and not args.folders:
     raise SystemExit("--model takes the drafter folders trained for it (EAGLE-3.1's first)")
@@ -144,5 +149,6 @@ if args.pool:  # the reject pool: how many rejects were reconsidered, and how ma
 if args.json:
     with open(args.json, "w") as f:
         json.dump({"model": model, "prompts": len(prompts), "max_tokens": args.max_tokens,
-                   "cpu_weights": args.cpu_weights, "kv_dtype": args.kv_dtype, "tau": table,
+                   "cpu_weights": args.cpu_weights, "kv_dtype": args.kv_dtype,
+                   "batch_invariant": args.batch_invariant, "tau": table,
                    "speed": speed, "pool": pools}, f, indent=1)

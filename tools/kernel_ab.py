@@ -37,12 +37,14 @@ from gambit.paths import TARGET
 
 # the extension's sources in cpu_attention.kernel()'s order, and the functions it may export
 SOURCES = [(f"services/gambit/{path}.py", name) for path, name in (
-    ("engine/cpu_attention", "_SOURCE"), ("engine/cpu_gemv", "SOURCE"), ("engine/cpu_decoder", "SOURCE"),
+    ("engine/cpu_attention", "_SOURCE"), ("engine/cpu_gemv", "SOURCE"), ("engine/cpu_invariant", "SOURCE"),
+    ("engine/cpu_decoder", "SOURCE"),
     ("speculative/cpu_drafter", "SOURCE"), ("speculative/cpu_tree", "SOURCE"),
     ("engine/cpu_rank", "SOURCE"), ("engine/cpu_filter", "SOURCE"), ("engine/cpu_sampler", "SOURCE"),
     ("engine/cpu_logprobs", "SOURCE"), ("engine/cpu_sample_step", "SOURCE"), ("engine/kv_cache", "SOURCE"),
     ("speculative/tap_store", "SOURCE"))]
-FUNCTIONS = ["paged_decode", "paged_attention", "dense_attention", "rms_norm", "gemv_t", "decoder_layers",
+FUNCTIONS = ["paged_decode", "paged_attention", "dense_attention", "rms_norm", "gemv_t", "invariant_linear",
+             "decoder_layers",
              "drafter_forward", "tree_draft", "sample_tokens", "kv_copy_slots", "fused_silu_exact",
              "aten_rms_norm", "aten_rms_norm_exact", "sample_step", "fused_sampler_exact", "rows_to_slots"]
 
@@ -66,9 +68,10 @@ def _source_at(rev: str, path: str, name: str) -> str:
 
 
 class Timed:
-    """A kernel module whose ``decoder_layers`` calls on ``rows`` new tokens are timed."""
+    """A kernel module whose ``decoder_layers`` calls on ``rows`` new tokens are timed (rows None: none
+    are; the wrapper then only passes an older build the arguments it takes)."""
 
-    def __init__(self, mod, rows: int, out: list[float]) -> None:
+    def __init__(self, mod, rows: int | None, out: list[float]) -> None:
         self.mod, self.rows, self.out = mod, rows, out
 
     def __getattr__(self, name):
@@ -77,9 +80,12 @@ class Timed:
             return fn
 
         def timed(*a):
+            takes = len(re.findall(r"\barg\d+:", fn.__doc__.split("\n")[0]))
+            if takes == len(a) - 1 and a[-1] is False:  # a build before stop 52: no batch_invariant flag
+                a = a[:-1]
             t = time.perf_counter()
             r = fn(*a)
-            if a[0].shape[1] == self.rows:
+            if self.rows is not None and a[0].shape[1] == self.rows:
                 self.out.append(time.perf_counter() - t)
             return r
         return timed
@@ -111,9 +117,9 @@ torch.set_num_threads(os.cpu_count() or 1)
 sources = [_source_at(args.rev, path, name) for path, name in SOURCES]
 digest = hashlib.sha256("".join(sources).encode()).hexdigest()[:12]
 exported = [f for f in FUNCTIONS if re.search(rf"\b{f}\(", "".join(sources))]
-kernels = {"old": load_inline(name=f"gambit_cpu_kernels_{digest}", cpp_sources=sources, functions=exported,
-                              extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"]),
-           "new": cpu_attention.kernel()}
+old = load_inline(name=f"gambit_cpu_kernels_{digest}", cpp_sources=sources, functions=exported,
+                  extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"])
+kernels = {"old": Timed(old, None, []), "new": cpu_attention.kernel()}
 serves = {"old": module_at(args.rev, "services/gambit/engine/attention.py").kernel_serves,
           "new": attention.kernel_serves}
 eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET)))

@@ -46,6 +46,7 @@ class RunConfig:
     spec_max_batch: int = 0  # speculative traces draft only in steps of <= this many traces (0: no cap)
     cpu_weights: str = "float32"  # the engine's CPU linear weights: float32 | bfloat16 (AMX/AVX512-BF16 CPUs)
     kv_dtype: str = "auto"  # the engine's KV cache elements: auto (the model's dtype) | float32 | bfloat16
+    batch_invariant: bool = False  # each trace's floats independent of its batch (EngineConfig)
 
     def __post_init__(self) -> None:
         if self.problems < 1 or self.samples < 1:
@@ -81,6 +82,7 @@ def run(cfg: RunConfig) -> dict:
     scfg = cfg.search()  # validates before loading anything
     ecfg = EngineConfig(model=cfg.model, preemption="evict", num_blocks=cfg.kv_blocks,
                         cpu_weights=cfg.cpu_weights, kv_dtype=cfg.kv_dtype,
+                        batch_invariant=cfg.batch_invariant,
                         spec=SpecConfig(max_batch=cfg.spec_max_batch))
     engine = Engine.from_pretrained(cfg.model, ecfg)
     scorer = load_default_scorer(cfg.scorer, engine.model.config.hidden_size) \

@@ -90,12 +90,12 @@ def test_target_precision_settings_reach_the_target(helm):
     from gambit.deployments.target import Target
 
     r = run([helm, "template", "g", str(CHART), "--set", "serve.kvDtype=bfloat16",
-             "--set", "serve.cpuWeights=bfloat16"])
+             "--set", "serve.cpuWeights=bfloat16", "--set", "serve.batchInvariant=true"])
     assert r.returncode == 0, r.stderr
     cfg = yaml.safe_load(_rayservice(list(yaml.safe_load_all(r.stdout)))["spec"]["serveConfigV2"])
     (gambit,) = [a for a in cfg["applications"] if a["name"] == "gambit"]
     target = gambit["args"]["target"]
-    assert (target["kv_dtype"], target["cpu_weights"]) == ("bfloat16", "bfloat16")
+    assert (target["kv_dtype"], target["cpu_weights"], target["batch_invariant"]) == ("bfloat16", "bfloat16", True)
     params = inspect.signature(Target.func_or_class.__init__).parameters
     assert set(target) <= set(params), set(target) - set(params)  # build_gambit passes them as kwargs
 

@@ -74,17 +74,18 @@ def make_prompts(folder: Path, n: int, long_tokens: int = 0) -> list[list[int]]:
 
 # -- backends, each run in its own process (``--role``) --------------------------------------------
 def native_batch(folder: str, prompts: list[list[int]], tokens: int, temperature: float,
-                 weights: str = "float32", kv_dtype: str = "auto", top_p: float = 1.0) -> dict:
+                 weights: str = "float32", kv_dtype: str = "auto", top_p: float = 1.0,
+                 batch_invariant: bool = False) -> dict:
     """Decode ``len(prompts)`` traces for ``tokens`` tokens on a fresh engine sized to the batch, its linear
-    weights in ``weights`` (``EngineConfig.cpu_weights``; activations fp32 either way) and its KV cache in
-    ``kv_dtype`` (``EngineConfig.kv_dtype``)."""
+    weights in ``weights`` (``EngineConfig.cpu_weights``; activations fp32 either way), its KV cache in
+    ``kv_dtype`` (``EngineConfig.kv_dtype``), with ``EngineConfig.batch_invariant``."""
     from gambit.engine import Engine, EngineConfig, SamplingParams, TokenEvent
 
     b, bs = len(prompts), 16
     need = sum(-(-(len(p) + tokens + 1) // bs) for p in prompts)
     eng = Engine.from_pretrained(folder, EngineConfig(model=folder, device="cpu", cpu_weights=weights,
                                                       kv_dtype=kv_dtype, block_size=bs, num_blocks=need + 4,
-                                                      max_num_seqs=b))
+                                                      max_num_seqs=b, batch_invariant=batch_invariant))
     warm = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=min(8, tokens), ignore_eos=True)
     eng.generate(prompts, warm)
     reset_peak()
@@ -180,7 +181,7 @@ def role_main(args: argparse.Namespace) -> None:
     for b in args.batches:
         if args.role == "native":
             row = native_batch(folder, prompts[:b], args.tokens, args.temperature, args.weights,
-                               args.kv_dtype, args.top_p)
+                               args.kv_dtype, args.top_p, args.batch_invariant)
         else:
             row = hf_batch(model, prompts[:b], args.tokens, args.temperature, pad, args.top_p)
         log(f"{args.role} batch {b}: {row['tok_s']:.0f} tok/s decode, {row['total_tok_s']:.0f} tok/s "
@@ -269,12 +270,18 @@ def machine_info() -> dict:
 # the vLLM configurations measured: name -> (row key, dtype, enforce_eager)
 VLLM_CONFIGS = {"defaults": ("vllm", "auto", False), "float32": ("vllm_fp32", "float32", True)}
 # the native engine's configurations measured: name -> (row key, cpu_weights, kv_dtype)
-NATIVE_DTYPES = {"float32": ("native", "float32", "auto"), "bfloat16": ("native_bf16", "bfloat16", "auto"),
-                 "bfloat16+kv": ("native_bf16kv", "bfloat16", "bfloat16")}
-BACKENDS = ("native", "native_bf16", "native_bf16kv", "hf", "vllm", "vllm_fp32")  # row keys, in table order
-SHORT = {"native": "nat", "native_bf16": "nat16", "native_bf16kv": "nat16kv", "hf": "HF", "vllm": "vLLM",
-         "vllm_fp32": "vLLM32"}
+# --native-dtypes name: (row key, cpu_weights, kv_dtype, batch_invariant)
+NATIVE_DTYPES = {"float32": ("native", "float32", "auto", False),
+                 "bfloat16": ("native_bf16", "bfloat16", "auto", False),
+                 "bfloat16+kv": ("native_bf16kv", "bfloat16", "bfloat16", False),
+                 "float32+inv": ("native_inv", "float32", "auto", True),
+                 "bfloat16+kv+inv": ("native_bf16kv_inv", "bfloat16", "bfloat16", True)}
+BACKENDS = ("native", "native_bf16", "native_bf16kv", "native_inv", "native_bf16kv_inv", "hf", "vllm",
+            "vllm_fp32")  # row keys, in table order
+SHORT = {"native": "nat", "native_bf16": "nat16", "native_bf16kv": "nat16kv", "native_inv": "natI",
+         "native_bf16kv_inv": "nat16kvI", "hf": "HF", "vllm": "vLLM", "vllm_fp32": "vLLM32"}
 LABELS = {"native": "native fp32", "native_bf16": "native bf16", "native_bf16kv": "native bf16+kv",
+          "native_inv": "native fp32 invariant", "native_bf16kv_inv": "native bf16+kv invariant",
           "hf": "HF fp32", "vllm": "vLLM defaults", "vllm_fp32": "vLLM fp32"}
 
 
@@ -309,7 +316,8 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 # (numerator, denominator) row keys of the ratios each row reports
 RATIOS = (("native", "hf"), ("native", "vllm"), ("native", "vllm_fp32"), ("native_bf16", "vllm"),
-          ("native_bf16kv", "vllm"))
+          ("native_bf16kv", "vllm"), ("native_inv", "native"), ("native_bf16kv_inv", "native_bf16kv"),
+          ("native_bf16kv_inv", "vllm"))
 
 
 def _rows(batches: list[int], by_backend: dict[str, list | None]) -> list[dict]:
@@ -362,7 +370,8 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
         rounds: dict[str, list] = {k: [] for k in BACKENDS}
         bandwidth, vinfo = [], {}
         children = [(NATIVE_DTYPES[d][0], ["--role", "native", "--weights", NATIVE_DTYPES[d][1], "--kv-dtype",
-                                           NATIVE_DTYPES[d][2]]) for d in native_dtypes]
+                                           NATIVE_DTYPES[d][2]] + ["--batch-invariant"] * NATIVE_DTYPES[d][3])
+                    for d in native_dtypes]
         children.insert(1, ("hf", ["--role", "hf"]))
         for r in range(repeats):  # interleaved rounds, each backend in a fresh process
             bandwidth.append(memory_bandwidth_gbs())
@@ -393,7 +402,7 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
         bw = statistics.median(bandwidth)
         wbytes, wbytes16 = weight_bytes(folder), weight_bytes(folder, 2)
     rows = _rows(batches, medians)
-    half = {"native_bf16", "native_bf16kv"}
+    half = {key for key, weights, _, _ in NATIVE_DTYPES.values() if weights == "bfloat16"}
     half |= {k for k, v in vinfo.items() if v.get("dtype") in ("bfloat16", "float16")}
     for row in rows:
         if row["batch"] == 1:  # every weight read once per token: the bandwidth bound at batch 1
@@ -495,7 +504,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "torch.compile) and 'float32' (fp32, enforce_eager: the native engine's precision)")
     p.add_argument("--native-dtypes", type=name_list(NATIVE_DTYPES, "--native-dtypes"), default=("float32",),
                    help="the native engine's configurations: float32 (its CPU default), bfloat16 (bf16 "
-                   "weights) and/or bfloat16+kv (bf16 weights and KV cache)")
+                   "weights), bfloat16+kv (bf16 weights and KV cache), float32+inv / bfloat16+kv+inv (the "
+                   "same with EngineConfig.batch_invariant)")
     p.add_argument("--plot", default=None, help="write a PNG of tokens/s by batch per backend here")
     p.add_argument("--plot-beside", default="", help="comma-separated result JSONs of earlier runs (e.g. "
                    "another model) drawn as further panels of --plot")
@@ -504,6 +514,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=7, help=argparse.SUPPRESS)
     p.add_argument("--weights", default="float32", help=argparse.SUPPRESS)
     p.add_argument("--kv-dtype", default="auto", help=argparse.SUPPRESS)
+    p.add_argument("--batch-invariant", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 

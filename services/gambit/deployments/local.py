@@ -46,6 +46,7 @@ class ServeConfig:
     spec_max_batch: int = default_spec_max_batch()  # pr/eagle3.1 draft in steps of <= N traces (0: no cap)
     cpu_weights: str = "float32"  # each Target's CPU linear weights: "float32" | "bfloat16" (AMX; fp32 math)
     kv_dtype: str = "auto"  # each Target's KV cache elements: "auto" (the model's) | "float32" | "bfloat16"
+    batch_invariant: bool = False  # each Target trace's floats independent of its batch (EngineConfig)
     capacity: int = 8  # default C of a run
     swap: int = 2  # default K
     round_interval: int = 16  # default Δ, decode steps
@@ -71,7 +72,7 @@ class ServeConfig:
                 "target": {"model": self.model, "scorer": self.scorer, "num_blocks": self.num_blocks,
                            "scorer_address": f"127.0.0.1:{self.grpc_port}", "threads": self.target_threads,
                            "spec_max_batch": self.spec_max_batch, "cpu_weights": self.cpu_weights,
-                           "kv_dtype": self.kv_dtype},
+                           "kv_dtype": self.kv_dtype, "batch_invariant": self.batch_invariant},
                 "defaults": {"capacity": self.capacity, "swap": min(self.swap, self.capacity),
                              "round_interval": self.round_interval, "max_tokens": self.max_tokens}}
 

@@ -97,7 +97,10 @@ class PagedAttention:
     """The ``attention`` function handed to the model for one forward over a ragged batch."""
 
     def __init__(self, cache: KVCache, items: list[SeqInput], device: torch.device,
-                 use_kernel: bool = False, speculative: bool = False) -> None:
+                 use_kernel: bool = False, speculative: bool = False, invariant: bool = False) -> None:
+        """``invariant`` (``EngineConfig.batch_invariant``, with ``use_kernel``): every row in the kernels'
+        one-row order, trees and long prefill chunks too, so a row's floats never depend on the rows
+        beside it, on how its prompt was chunked, or on whether it was verified in a tree."""
         self.cache = cache
         self.use_kernel = use_kernel
         bs = cache.block_size
@@ -113,8 +116,8 @@ class PagedAttention:
             self.all_decode = True
             self.num_tokens = len(items)
             return
-        if use_kernel and kernel_serves(items, speculative):
-            self._few_rows(items, device, speculative)
+        if use_kernel and (invariant or kernel_serves(items, speculative)):
+            self._few_rows(items, device, speculative, invariant)
             return
         q_len = torch.tensor([it.q for it in items])
         offsets = torch.cumsum(q_len, 0) - q_len
@@ -138,20 +141,22 @@ class PagedAttention:
                 self.groups.append(_group([items[i] for i in ids], offsets[idx], tables[idx], bs, device))
         self.all_decode = len(multi) == 0  # rows 0..N-1 are the sequences in order
 
-    def _few_rows(self, items: list[SeqInput], device: torch.device, speculative: bool = False) -> None:
+    def _few_rows(self, items: list[SeqInput], device: torch.device, speculative: bool = False,
+                  invariant: bool = False) -> None:
         """Every row through the CPU kernel (draft trees, short chunks): read the blocks in place, one
         call, no gathered copy and no padded mask. The metadata comes from the items' lists. A causal
         sequence's ``moff`` is -1 (the one-row order: plain decoding's floats) or, in a speculative
-        forward, -2 (the tiled order trees take)."""
+        forward, -2 (the tiled order trees take); a tree's is the offset m of its mask rows (tiled
+        order) or, ``invariant``, -3 - m (the one-row order)."""
         bs = self.cache.block_size
         slots, qoff, moff, masks = [], [], [], []
         n = m = 0
-        causal = -2 if speculative else -1
+        causal = -2 if speculative and not invariant else -1
         for it in items:
             slots += [it.block_table[p // bs] * bs + p % bs for p in range(it.ctx, it.ctx + it.q)]
             qoff.append(n)
             n += it.q
-            moff.append(causal if it.mask is None else m)
+            moff.append(causal if it.mask is None else -3 - m if invariant else m)
             if it.mask is not None:
                 masks.append(it.mask.reshape(-1))
                 m += it.q * it.q

@@ -119,6 +119,11 @@ class EngineConfig:
     # AVX512-BF16) and the streamed one-row kernel: half the bytes a step reads; activations, norms and KV
     # stay fp32 (needs such a CPU, cpu_linear="transposed" and an fp32 model: dtype float32 or auto)
     cpu_weights: str = "float32"  # CPU linears' weight precision: "float32" | "bfloat16" (engine/linear.py)
+    # every row's floats independent of the rows beside it: all products on cpu_invariant's tiles, all
+    # attention in the one-row order (trees and long prefill chunks too), every RMSNorm one row at a time.
+    # A trace then decodes the same tokens alone or in any batch, chunked any way, plainly or
+    # speculatively, also with bfloat16 weights or KV (CPU, fp32 model, the compiled kernels)
+    batch_invariant: bool = False  # one order of arithmetic a row, any batch (engine/cpu_invariant.py)
     # CPU: a plain step runs on as many threads as give each at least this many multiply-adds (rows x
     # the model's weights per row / threads; at least 1, at most torch's setting): small steps lose more
     # to thread sync than they gain (engine/step_threads.py). The shipped target: 1 thread below 12
@@ -153,6 +158,9 @@ class EngineConfig:
         check_kv_dtype(self.kv_dtype)
         if self.cpu_weights == "bfloat16" and self.cpu_linear != "transposed":
             raise ValueError(f"cpu_weights=bfloat16 needs cpu_linear=transposed, got {self.cpu_linear!r}")
+        if self.batch_invariant and (self.cpu_linear != "transposed" or not self.cpu_kernel
+                                     or self.decode_graphs != "off"):
+            raise ValueError("batch_invariant needs cpu_linear=transposed, cpu_kernel and decode_graphs=off")
         if self.decode_graphs not in DECODE_GRAPH_MODES:
             raise ValueError(f"decode_graphs must be one of {DECODE_GRAPH_MODES}, got {self.decode_graphs!r}")
         if not isinstance(self.graph_max_batch, int) or self.graph_max_batch < 1:

@@ -613,17 +613,30 @@ static torch::Tensor paged_attention_t(const torch::Tensor& q, const torch::Tens
   const int64_t W = static_cast<int64_t>(wseq.size());
   at::parallel_for(0, W * Hkv, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> sc_buf, acc;
+    std::vector<int64_t> vis, vis_at;  // one-row order: visible new keys, row x's from vis_at[x]
     TiledScratch tiled;
     for (int64_t r = begin; r < end; ++r) {
       const int64_t w = r / Hkv, hk = r % Hkv, b = wseq[w], i0 = wrow[w];
       const int64_t c = cp[b], ql = lp[b], R = std::min(ROWS, ql - i0), stride = G * (c + ql);
-      if (mp[b] != -1) {
+      if (mp[b] != -1 && mp[b] > -3) {
         tiled_rows(qp, kp + hk * NB * bs * D, vp + hk * NB * bs * D, tp + b * nbmax, bs, c + ql, c, ql, i0, R,
                    op_[b] + i0, mp[b] >= 0 ? mk + mp[b] : nullptr, nullptr, 0, hk, H, G, D, sc, op, tiled);
         continue;
       }
-      // causal: row x sees the cached keys and new keys 0 .. i0 + x (i0 + x + 1 of them)
-      sc_buf.resize(R * stride);  // row x: a [G, L_x] score buffer at x * stride, L_x = c + i0 + x + 1
+      // the one-row order. Causal (-1): row x sees the cached keys and new keys 0 .. i0 + x. A tree in
+      // this order (moff <= -3, its mask rows at -3 - moff): the new keys set in its mask row, taken in
+      // order and packed after the cached ones, so a node's floats are those plain decoding gives the
+      // same token once its ancestors are cached in order (the batch-invariant engine's verification)
+      const bool* mrow = mp[b] <= -3 ? mk + (-3 - mp[b]) : nullptr;
+      vis.clear();
+      vis_at.assign(R + 1, 0);
+      for (int64_t x = 0; x < R; ++x) {
+        for (int64_t y = 0; y < (mrow != nullptr ? ql : i0 + x + 1); ++y)
+          if (mrow == nullptr || mrow[(i0 + x) * ql + y]) vis.push_back(y);
+        vis_at[x + 1] = static_cast<int64_t>(vis.size());
+      }
+      // row x: a [G, L_x] score buffer at x * stride, L_x = c + its visible new keys
+      sc_buf.resize(R * stride);
       acc.assign(R * G * D, 0.f);
       const float* qb = qp + ((op_[b] + i0) * H + hk * G) * D;  // row x's group at qb + x * H * D
       // the block holding key t of this sequence and kv head, in the K or V cache; the cached one after
@@ -634,6 +647,7 @@ static torch::Tensor paged_attention_t(const torch::Tensor& q, const torch::Tens
       auto prefetch_next = [&](const T* cache, int64_t t0) {
         if (t0 + bs < c) prefetch_block(block(cache, t0 + bs), std::min(bs, c - t0 - bs) * D);
       };
+      auto row_len = [&](int64_t x) { return c + vis_at[x + 1] - vis_at[x]; };
       // pass 1: the cached keys' scores for every row, each key row loaded once
       for (int64_t t0 = 0; t0 < c; t0 += bs) {
         const T* kblk = block(kp, t0);
@@ -642,15 +656,15 @@ static torch::Tensor paged_attention_t(const torch::Tensor& q, const torch::Tens
         for (int64_t o = 0; o < n; ++o)
           for (int64_t x = 0; x < R; ++x)
             score_key(qb + x * H * D, kblk + o * D, G, D, sc, sc_buf.data() + x * stride + t0 + o,
-                      c + i0 + x + 1);
+                      row_len(x));
       }
       // each row's visible new keys, then its softmax
       for (int64_t x = 0; x < R; ++x) {
-        const int64_t L = c + i0 + x + 1;
-        for (int64_t y = 0; y <= i0 + x; ++y) {
-          const int64_t t = c + y;
-          score_key(qb + x * H * D, block(kp, t) + (t % bs) * D, G, D, sc, sc_buf.data() + x * stride + c + y,
-                    L);
+        const int64_t L = row_len(x);
+        for (int64_t j = vis_at[x]; j < vis_at[x + 1]; ++j) {
+          const int64_t t = c + vis[j];
+          score_key(qb + x * H * D, block(kp, t) + (t % bs) * D, G, D, sc,
+                    sc_buf.data() + x * stride + c + j - vis_at[x], L);
         }
         softmax_rows(sc_buf.data() + x * stride, G, L);
       }
@@ -661,13 +675,13 @@ static torch::Tensor paged_attention_t(const torch::Tensor& q, const torch::Tens
         prefetch_next(vp, t0);
         const int64_t n = std::min(bs, c - t0);
         for (int64_t x = 0; x < R; ++x)
-          value_block(vblk, n, G, D, sc_buf.data() + x * stride + t0, c + i0 + x + 1, acc.data() + x * G * D);
+          value_block(vblk, n, G, D, sc_buf.data() + x * stride + t0, row_len(x), acc.data() + x * G * D);
       }
       for (int64_t x = 0; x < R; ++x) {
-        const int64_t L = c + i0 + x + 1;
-        for (int64_t y = 0; y <= i0 + x; ++y) {
-          const int64_t t = c + y;
-          add_value(block(vp, t) + (t % bs) * D, G, D, sc_buf.data() + x * stride + c + y, L,
+        const int64_t L = row_len(x);
+        for (int64_t j = vis_at[x]; j < vis_at[x + 1]; ++j) {
+          const int64_t t = c + vis[j];
+          add_value(block(vp, t) + (t % bs) * D, G, D, sc_buf.data() + x * stride + c + j - vis_at[x], L,
                     acc.data() + x * G * D);
         }
         for (int64_t g = 0; g < G; ++g) {
@@ -750,6 +764,7 @@ def kernel():
                 from gambit.engine.cpu_decoder import SOURCE as DECODER_SOURCE  # uses the kernels here
                 from gambit.engine.cpu_filter import SOURCE as FILTER_SOURCE  # uses cpu_rank's
                 from gambit.engine.cpu_gemv import SOURCE as GEMV_SOURCE
+                from gambit.engine.cpu_invariant import SOURCE as INVARIANT_SOURCE
                 from gambit.engine.cpu_logprobs import SOURCE as LOGPROBS_SOURCE  # uses cpu_decoder's
                 from gambit.engine.cpu_rank import SOURCE as RANK_SOURCE  # uses cpu_decoder's
                 from gambit.engine.cpu_sample_step import SOURCE as STEP_SOURCE  # uses the three above
@@ -759,15 +774,16 @@ def kernel():
                 from gambit.speculative.cpu_tree import SOURCE as TREE_SOURCE  # uses the drafter's
                 from gambit.speculative.tap_store import SOURCE as TAP_SOURCE
 
-                sources = [_SOURCE, GEMV_SOURCE, DECODER_SOURCE, DRAFTER_SOURCE, TREE_SOURCE, RANK_SOURCE,
-                           FILTER_SOURCE, SAMPLER_SOURCE,
+                sources = [_SOURCE, GEMV_SOURCE, INVARIANT_SOURCE, DECODER_SOURCE, DRAFTER_SOURCE,
+                           TREE_SOURCE, RANK_SOURCE, FILTER_SOURCE, SAMPLER_SOURCE,
                            LOGPROBS_SOURCE, STEP_SOURCE, KV_SOURCE, TAP_SOURCE]
                 digest = hashlib.sha256("".join(sources).encode()).hexdigest()[:12]
                 # named by its source: checkouts of different versions never share (or race on) a build
                 _module = load_inline(
                     name=f"gambit_cpu_kernels_{digest}", cpp_sources=sources,
                     functions=["paged_decode", "paged_attention", "dense_attention", "rms_norm", "gemv_t",
-                               "decoder_layers", "drafter_forward", "tree_draft", "sample_tokens",
+                               "invariant_linear", "decoder_layers", "drafter_forward", "tree_draft",
+                               "sample_tokens",
                                "argmax_rows", "sample_step", "fused_sampler_exact", "topk_rows",
                                "log_softmax_rows", "sort_desc_rows", "filter_rows",
                                "kv_copy_slots", "rows_to_slots", "fused_silu_exact", "aten_rms_norm",

@@ -57,11 +57,14 @@ static at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& packed) {
 // per thread: the GIL no longer orders calls from two engine threads
 static thread_local bool g_onednn = false;
 static thread_local int64_t g_stream_min = INT64_MAX;
+// the packed weights are cpu_invariant's tiles (EngineConfig.batch_invariant): every row count on them
+static thread_local bool g_invariant = false;
 
 // packed_project(): the packed weight for lo <= rows <= hi (PackedLinear), else at::linear.
 static at::Tensor packed_project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& packed,
                                  int64_t lo, int64_t hi) {
   const int64_t in = x.size(-1), rows = x.numel() / in;
+  if (g_invariant && packed.numel() > 0) return invariant_linear_impl(x, packed, w.size(0), nullptr);
   if (packed.numel() > 0 && lo <= rows && rows <= hi) {
     auto x2 = x.reshape({rows, in});
     at::Tensor out;
@@ -154,6 +157,7 @@ static void add_into(const float* a, float* out_b, int64_t n) {
 // at::add after it), else the sum lands in the product's own output (add_into: at::add's floats).
 static at::Tensor residual(const at::Tensor& x, const at::Tensor& h, const at::Tensor& w,
                            const at::Tensor& packed, int64_t lo, int64_t hi) {
+  if (g_invariant && packed.numel() > 0) return invariant_linear_impl(h, packed, w.size(0), &x);
   if (h.numel() == h.size(-1) && w.numel() >= g_stream_min) return gemv_add(h, w, &x, true);
   auto p = project(h, w, packed, lo, hi);
   if (!p.is_contiguous() || !x.is_contiguous() || p.sizes() != x.sizes() || p.scalar_type() != at::kFloat ||
@@ -386,8 +390,9 @@ std::vector<torch::Tensor> decoder_layers(
     torch::Tensor x, std::vector<torch::Tensor> lw, std::vector<torch::Tensor> lw2, torch::Tensor kcache,
     torch::Tensor vcache, torch::Tensor cos, torch::Tensor sin, torch::Tensor slots, int64_t attn,
     std::vector<torch::Tensor> meta, std::vector<int64_t> taps, int64_t H, int64_t Hkv, int64_t D, double eps,
-    double scale, int64_t lo, int64_t hi, bool norm_kernel, bool onednn, int64_t stream_min) {
+    double scale, int64_t lo, int64_t hi, bool norm_kernel, bool onednn, int64_t stream_min, bool invariant) {
   NoGil no_gil;
+  g_invariant = invariant;
   g_onednn = onednn;
   g_stream_min = stream_min;
   const int64_t L = static_cast<int64_t>(lw2.size()) / 2, T = x.size(1);
@@ -438,6 +443,7 @@ class LayerWeights:
     onednn: bool  # the packed weights are oneDNN's (else MKL's)
     packs: list[PackedLinear]
     stream_min: int = 1 << 62  # weights this large stream one-row products through cpu_gemv
+    invariant: bool = False  # the packed weights are cpu_invariant's tiles: every row count on them
 
     def stale(self) -> bool:
         """A packed weight was modified in place since it was packed (then rebuild: Python path)."""
@@ -487,7 +493,8 @@ def layer_weights(model: CausalLM) -> LayerWeights | None:
         return None  # a mix the one threshold cannot express: only Python knows
     return LayerWeights(lw, lw2, lo, hi, norm_kernel=norm_fasts == {cpu_attention.rms_norm},
                         onednn=backends in ({"onednn"}, {"onednn-bf16"}), packs=packs,
-                        stream_min=linear.STREAM_MIN_ELEMENTS if streamed else 1 << 62)
+                        stream_min=linear.STREAM_MIN_ELEMENTS if streamed else 1 << 62,
+                        invariant=backends in ({"invariant"}, {"invariant-bf16"}))
 
 
 def signature(model: CausalLM) -> tuple:
@@ -526,7 +533,7 @@ def forward(model: CausalLM, weights: LayerWeights, input_ids: torch.Tensor, pos
     out = kernel.decoder_layers(
         x, w.lw, w.lw2, attn.cache.k, attn.cache.v, cos, sin, attn.slots, mode, meta, layer_taps,
         c.num_attention_heads, c.num_key_value_heads, c.head_dim, model.model.norm.eps, c.head_dim ** -0.5,
-        w.lo, w.hi, w.norm_kernel, w.onednn, w.stream_min)
+        w.lo, w.hi, w.norm_kernel, w.onednn, w.stream_min, w.invariant)
     tapped = dict(zip(layer_taps, out[1:], strict=True))
     fn = model.model.norm
     aten_norm = getattr(kernel, "aten_rms_norm", None)  # (an older build in A/Bs: none)

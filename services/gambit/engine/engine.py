@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from gambit.engine import cpu_sample_step, cpu_sampler
+from gambit.engine import cpu_attention, cpu_sample_step, cpu_sampler
 from gambit.engine.attention import SeqInput
 from gambit.engine.block_manager import BlockManager, OutOfBlocks
 from gambit.engine.boundary import BoundaryDetector
@@ -80,9 +80,14 @@ class Engine:
         if config.cpu_weights != "float32" and (self.device.type != "cpu" or self.dtype != torch.float32):
             raise ValueError(f"cpu_weights={config.cpu_weights} is for an fp32 model on the CPU; this one is "
                              f"{self.dtype} on {self.device.type}")
+        if config.batch_invariant and (self.device.type != "cpu" or self.dtype != torch.float32
+                                       or cpu_attention.kernel() is None):
+            raise ValueError(f"batch_invariant is for an fp32 model on the CPU with the compiled kernels; "
+                             f"this one is {self.dtype} on {self.device.type}"
+                             + ("" if cpu_attention.kernel() is not None else " without them"))
         self.cpu_linear = install_cpu_linears(self.model, config.cpu_linear,  # CPU fp32 (or full bf16)
                                               stream=config.cpu_stream and config.cpu_kernel,
-                                              weights=config.cpu_weights)
+                                              weights=config.cpu_weights, invariant=config.batch_invariant)
         self.tokenizer = tokenizer
         mc = model.config
         self.max_model_len = mc.max_position_embeddings
@@ -92,7 +97,8 @@ class Engine:
                                    config.preemption)
         self.runner = ModelRunner(self.model, self.num_blocks, config.block_size, self.device, self.dtype,
                                   config.cpu_kernel, config.cpu_layers, config.decode_graphs,
-                                  config.graph_max_batch, kv_dtype=self.kv_dtype)
+                                  config.graph_max_batch, kv_dtype=self.kv_dtype,
+                                  batch_invariant=config.batch_invariant)
         self.traces: dict[int, Trace] = {}
         self.stats = EngineStats()
         self._next_id = 0

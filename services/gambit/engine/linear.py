@@ -26,11 +26,12 @@ import torch
 import torch.nn.functional as F
 
 from gambit.cpu_info import CPU_WEIGHTS, cpu_vendor
-from gambit.engine import cpu_attention, cpu_gemv
+from gambit.engine import cpu_attention, cpu_gemv, cpu_invariant
 from gambit.model.layers import RMSNorm
 from gambit.model.llama import CausalLM
 
 CPU_LINEAR_MODES = ("transposed", "packed", "plain")
+PACK_BACKENDS = ("mkl", "onednn", "onednn-bf16", "invariant", "invariant-bf16")
 _generation = 0  # bumped whenever fast paths are installed or cleared (cpu_decoder caches on it)
 
 
@@ -83,13 +84,15 @@ class PackedLinear:
     through ``cpu_gemv``; ``F.linear`` (or ``fallback``) else. ``backend="onednn-bf16"``: an fp32
     weight (already rounded to bfloat16 values) packed as bfloat16 for oneDNN (AMX / AVX512-BF16);
     its fp32 rows are rounded to bfloat16 for the product and its output comes back as fp32, and
-    ``stream`` may be the bfloat16 ``[in, out]`` copy."""
+    ``stream`` may be the bfloat16 ``[in, out]`` copy. ``backend="invariant"`` / ``"invariant-bf16"``:
+    every row count on ``cpu_invariant``'s tiles (fp32, or the weight's bfloat16 values), each row's
+    floats those of the row alone (``EngineConfig.batch_invariant``)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, min_rows: int,
                  max_rows: int = 1 << 30, fallback: Callable[[torch.Tensor], torch.Tensor] | None = None,
                  backend: str = "mkl", stream: torch.Tensor | None = None) -> None:
-        if backend not in ("mkl", "onednn", "onednn-bf16"):
-            raise ValueError(f"backend must be mkl, onednn or onednn-bf16, got {backend!r}")
+        if backend not in PACK_BACKENDS:
+            raise ValueError(f"backend must be one of {PACK_BACKENDS}, got {backend!r}")
         if stream is not None and (not stream.is_contiguous() or stream.shape != weight.t().shape
                                    or bias is not None):
             raise ValueError("stream must be the weight's contiguous [in, out] transpose, without bias")
@@ -104,14 +107,21 @@ class PackedLinear:
                 w = w.bfloat16()
             # oneDNN's bfloat16 product takes a bfloat16 bias: converted once, not per call
             self.bias16 = None if bias is None or backend != "onednn-bf16" else bias.detach().bfloat16()
-            self.packed = (torch.ops.mkl._mkl_reorder_linear_weight(w, 16) if backend == "mkl"
-                           else torch.ops.mkldnn._reorder_linear_weight(w, 16))
+            if backend.startswith("invariant"):
+                self.packed = cpu_invariant.pack(w.t(), bf16=backend == "invariant-bf16")
+            elif backend == "mkl":
+                self.packed = torch.ops.mkl._mkl_reorder_linear_weight(w, 16)
+            else:
+                self.packed = torch.ops.mkldnn._reorder_linear_weight(w, 16)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
         if (x.dtype != self.weight.dtype or self.weight._version != self.version
                 or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))):
             return self.fallback(x)
+        if self.backend.startswith("invariant"):
+            out = cpu_invariant.linear(x, self.packed, self.weight.shape[0])
+            return out if self.bias is None else out + self.bias
         if rows == 1 and self.stream is not None:
             return cpu_gemv.gemv(x, self.stream)
         if not self.min_rows <= rows <= self.max_rows:
@@ -157,7 +167,7 @@ def _relayout(model: CausalLM, transposed: bool) -> None:
 
 
 def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: tuple[int, int] = (2, 32),
-                        stream: bool = True, weights: str = "float32") -> str:
+                        stream: bool = True, weights: str = "float32", invariant: bool = False) -> str:
     """Lay out a fused fp32 CPU model's linears for ``mode``; returns the mode in effect.
 
     ``packed_rows``: the row counts served by MKL-packed copies (all rows ≥ 2 in "packed" mode).
@@ -167,6 +177,10 @@ def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: 
     (and the tied embedding) rounded to bfloat16 in place, its products on oneDNN-packed bfloat16
     copies at every row count and its one-row products streamed from a bfloat16 copy (half the bytes);
     activations, norms and the KV cache stay fp32. Returns "transposed-bf16".
+    ``invariant`` ("transposed" mode, the compiled kernels): every linear of every size, at every row
+    count, on ``cpu_invariant``'s tiles, and every RMSNorm through the one-row kernel, so a row's floats
+    never depend on the rows beside it (``EngineConfig.batch_invariant``); bfloat16 weights need no
+    oneDNN there. Returns "invariant" or "invariant-bf16".
     """
     if mode not in CPU_LINEAR_MODES:
         raise ValueError(f"cpu_linear must be one of {CPU_LINEAR_MODES}, got {mode!r}")
@@ -175,7 +189,9 @@ def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: 
     bf16 = weights == "bfloat16"
     if bf16 and mode != "transposed":
         raise ValueError(f"cpu_weights=bfloat16 needs cpu_linear=transposed, got {mode!r}")
-    if bf16 and not bf16_gemm_available():
+    if invariant and (mode != "transposed" or cpu_attention.kernel() is None):
+        raise ValueError("batch_invariant needs cpu_linear=transposed and the compiled CPU kernels")
+    if bf16 and not invariant and not bf16_gemm_available():
         raise ValueError("cpu_weights=bfloat16 needs oneDNN's bfloat16 GEMM (a CPU with AVX512-BF16 or AMX); "
                          "this one has neither: use cpu_weights=float32")
     clear_fast_paths(model)
@@ -194,7 +210,7 @@ def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: 
         model.fast["head"] = head_fallback
     # one-row products of large weights: the streaming kernel, on the transposed layout only
     stream_rows = stream and mode == "transposed" and cpu_attention.kernel() is not None
-    if mode == "plain" or not mkl_available():
+    if mode == "plain" or not (mkl_available() or invariant):
         return mode if mode != "packed" else "plain"
     lo, hi = packed_rows if mode == "transposed" else (2, 1 << 30)
 
@@ -205,7 +221,10 @@ def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: 
         stream = wt if stream_rows and b is None and w.numel() >= STREAM_MIN_ELEMENTS else None
         streamed.append(stream is not None)
         backend = packing_backend(w) if mode == "transposed" else "mkl"
-        if bf16:  # every row count on the bfloat16 pack; one row of a large weight streams its bf16 copy
+        if invariant:  # every row count, every size: one order of summation
+            fast[key] = PackedLinear(w, b, 1, 1 << 30, fallback,
+                                     backend="invariant-bf16" if bf16 else "invariant")
+        elif bf16:  # every row count on the bfloat16 pack; one row of a large weight streams its bf16 copy
             fast[key] = PackedLinear(w, b, 1, 1 << 30, fallback, backend="onednn-bf16",
                                      stream=None if stream is None else stream.bfloat16())
         elif backend == "onednn":  # one row: stream or F.linear
@@ -222,6 +241,10 @@ def install_cpu_linears(model: CausalLM, mode: str = "transposed", packed_rows: 
         pack(fast, key, w, b)
     layers_stream = any(streamed)
     pack(model.fast, "head", head, None, head_fallback, head_t)
+    if invariant:
+        for norm in _norms(model):  # one row at a time, whatever the rows beside it
+            norm.fast = cpu_attention.rms_norm
+        return "invariant-bf16" if bf16 else "invariant"
     if layers_stream:
         # a model large enough to stream: its RMSNorms in one kernel call each, not torch's ~7 (their
         # floats differ from F.rms_norm's in the last bits; the shipped target never gets here)

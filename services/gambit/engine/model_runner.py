@@ -29,8 +29,9 @@ class ModelRunner:
     def __init__(self, model: CausalLM, num_blocks: int, block_size: int, device: torch.device,
                  dtype: torch.dtype, cpu_kernel: bool = True, cpp_layers: bool = True,
                  decode_graphs: str = "off", graph_max_batch: int = 256,
-                 kv_dtype: torch.dtype | None = None) -> None:
+                 kv_dtype: torch.dtype | None = None, batch_invariant: bool = False) -> None:
         self.model = model
+        self.batch_invariant = batch_invariant  # every forward's rows in the one-row order (PagedAttention)
         self.cpp_layers = cpp_layers  # kernel-served forwards run the layer loop in C++ (cpu_decoder)
         self._weights: tuple | None = None  # (fast-path signature, cpu_decoder.layer_weights)
         self.device = device
@@ -67,7 +68,8 @@ class ModelRunner:
             return RunnerOutput(logits, hidden, {}, tokens, positions, slots)
         tokens = long_tensor([t for it in items for t in it.tokens], self.device)
         positions = long_tensor([p for it in items for p in it.positions], self.device)
-        attn = PagedAttention(self.cache, items, self.device, self.use_kernel)
+        attn = PagedAttention(self.cache, items, self.device, self.use_kernel,
+                              invariant=self.batch_invariant and self.use_kernel)
         weights = self._layer_weights() if self.use_kernel and self.cpp_layers else None
         if weights is not None and cpu_decoder.serves(attn):  # the same floats, the loop in C++
             hidden, tapped = cpu_decoder.forward(self.model, weights, tokens[None], positions[None], attn,

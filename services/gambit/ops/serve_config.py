@@ -84,6 +84,7 @@ class ServeAppSpec:
     num_blocks: int = 0  # KV blocks per Target (0 = from the memory budget)
     cpu_weights: str = "float32"  # a CPU Target's linear weights: "float32" | "bfloat16" (AMX; fp32 math)
     kv_dtype: str = "auto"  # each Target's KV cache elements: "auto" (the model's) | "float32" | "bfloat16"
+    batch_invariant: bool = False  # each Target trace's floats independent of its batch (EngineConfig)
     target_gpus: float = -1  # GPUs per Target (-1: one when the cluster has GPUs)
     solve_defaults: tuple[tuple[str, int], ...] = SOLVE_DEFAULTS  # SolveConfig defaults of a run
     deployments: tuple[DeploymentSpec, ...] = field(default_factory=lambda: (
@@ -135,7 +136,8 @@ def serve_config(spec: ServeAppSpec) -> dict:
         "coordinator_replicas": coordinator.num_replicas or 1,
         "target": {"model": spec.model, "scorer_address": f"127.0.0.1:{spec.grpc_port}",
                    "scorer_app": "scorer", "num_blocks": spec.num_blocks,
-                   "cpu_weights": spec.cpu_weights, "kv_dtype": spec.kv_dtype},
+                   "cpu_weights": spec.cpu_weights, "kv_dtype": spec.kv_dtype,
+                   "batch_invariant": spec.batch_invariant},
         "defaults": dict(spec.solve_defaults),
     }
     scorer_args = {"scorer": spec.scorer, "hidden_size": spec.hidden_size,

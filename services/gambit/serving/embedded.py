@@ -32,6 +32,7 @@ class EmbeddedConfig:
     spec_max_batch: int = SpecConfig.max_batch  # spec traces draft in steps of <= this many (0: no cap)
     cpu_weights: str = "float32"  # the engine's CPU linear weights: "float32" | "bfloat16" (EngineConfig)
     kv_dtype: str = "auto"  # the engine's KV cache elements: "auto" (the model's) | "float32" | "bfloat16"
+    batch_invariant: bool = False  # each trace's floats independent of its batch (EngineConfig)
 
     def __post_init__(self) -> None:
         if self.num_blocks < 0 or self.max_num_seqs < 1:
@@ -54,7 +55,8 @@ def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "l
         model = cfg.model or str(TARGET)
         ecfg = EngineConfig(model=model, num_blocks=cfg.num_blocks or None, max_num_seqs=cfg.max_num_seqs,
                             preemption="evict", spec=SpecConfig(max_batch=cfg.spec_max_batch),
-                            cpu_weights=cfg.cpu_weights, kv_dtype=cfg.kv_dtype)
+                            cpu_weights=cfg.cpu_weights, kv_dtype=cfg.kv_dtype,
+                            batch_invariant=cfg.batch_invariant)
         engine = Engine.from_pretrained(model, ecfg)
         hidden = engine.model.config.hidden_size
         if cfg.scorer_address:

@@ -144,6 +144,7 @@ std::vector<torch::Tensor> drafter_forward(
     torch::Tensor slots, torch::Tensor kc, torch::Tensor vc, int64_t at, int64_t H, int64_t Hkv, int64_t D,
     double eps, double scale, int64_t lo, int64_t hi, bool norm_kernel, bool norm_output, bool onednn) {
   NoGil no_gil;
+  g_invariant = false;  // the drafter packs MKL / oneDNN weights (its floats never reach the output)
   g_onednn = onednn;  // the packed weights' kind (pack_drafter packs one kind for a whole drafter)
   if (norm_kernel)
     return drafter_forward_fused(h, ids, pos, embw, w, cos_t, sin_t, n_tail, attn, meta, slots, kc, vc, at, H,

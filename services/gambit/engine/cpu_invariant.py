@@ -1,0 +1,231 @@
+"""Batch-invariant products: every output row's floats are those of the row alone, at any row count.
+
+Plain decoding multiplies one row at a time (``cpu_gemv``); a verification forward, a batch of
+traces or a prefill chunk multiplies many (oneDNN / MKL), in other orders of summation. In fp32 that
+moves a logit by ~1e-7; with bfloat16 weights or a bfloat16 KV cache a value near a rounding boundary
+moves by a bfloat16 ulp and greedy near-ties flip, so speculative output on a real checkpoint stopped
+being plain decoding's token for token (stop 48, ``tools/spec_divergence.py``). Here there is one
+order, whatever the rows (``EngineConfig.batch_invariant``):
+
+* the weight ``wt [in, out]`` is packed once into tiles of ``INV_TILE`` output columns, each tile's
+  ``in`` rows contiguous (a one-row product streams each tile front to back);
+* every output is one chain over the input in order: fp32 weights ``acc = fma(x_i, w_i, acc)``;
+  bfloat16 weights (pairs of input rows interleaved) one ``vdpbf16ps`` per pair of inputs (AVX512-BF16;
+  elsewhere the same two rounded multiply-adds in plain code), the row rounded to bfloat16 first and
+  each output last, as oneDNN's bfloat16 products;
+* up to ``INV_ROWS`` rows share each weight load, each in its own registers: more rows cost arithmetic,
+  never a different sum. Threads split the tiles, never a sum.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gambit.engine import cpu_attention
+
+INV_TILE = 64  # output columns per tile (four 16-float vectors)
+
+SOURCE = r"""
+#include <cfloat>
+
+static constexpr int64_t INV_TILE = 64;  // output columns per tile: four 16-float vectors
+static constexpr int INV_ROWS = 6;       // rows per pass over a tile: 24 accumulator registers
+
+// a bfloat16 (its bits) as the fp32 it is, denormals as zero (what vdpbf16ps reads)
+static inline float inv_bf(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return (bits & 0x7f800000u) == 0 ? std::copysign(0.f, f) : f;
+}
+static inline float inv_ftz(float f) { return std::fabs(f) < FLT_MIN ? std::copysign(0.f, f) : f; }
+
+// vdpbf16ps of one lane in plain code: acc + x_odd * w_odd, then + x_even * w_even, each rounded once
+// (a product of two bfloat16 is exact in fp32), inputs and results flushed to zero
+static inline float inv_dp_pair(float acc, uint32_t xp, uint32_t wp) {
+  acc = inv_ftz(std::fma(inv_bf(xp >> 16), inv_bf(wp >> 16), inv_ftz(acc)));
+  return inv_ftz(std::fma(inv_bf(xp & 0xffff), inv_bf(wp & 0xffff), acc));
+}
+
+// R rows' outputs for one tile: x rows at x + r * xs (fp32 values, or bfloat16 pairs as uint32),
+// w the tile ([K][INV_TILE] floats, or [K][INV_TILE] pairs), K = in (or in / 2 pairs); out[r][c].
+// SIMD: the vector instructions where the CPU has them, else (and in the tests' comparison) plain code
+// with the same roundings.
+template <int R, bool PAIRS, bool SIMD>
+static void inv_tile(const void* xv, int64_t xs, const void* wv, int64_t K, float (*out)[INV_TILE]) {
+  if constexpr (PAIRS) {
+    const uint32_t* x = static_cast<const uint32_t*>(xv);
+    const uint32_t* w = static_cast<const uint32_t*>(wv);
+#if defined(__AVX512BF16__)
+    if constexpr (SIMD) {
+      __m512 acc[R][4];
+      for (int r = 0; r < R; ++r)
+        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+      for (int64_t k = 0; k < K; ++k) {
+        const uint32_t* wk = w + k * INV_TILE;
+        __m512bh wj[4];
+        for (int j = 0; j < 4; ++j) wj[j] = (__m512bh)_mm512_loadu_si512(wk + 16 * j);
+        for (int r = 0; r < R; ++r) {
+          const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(x[r * xs + k]));
+          for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], a, wj[j]);
+        }
+      }
+      for (int r = 0; r < R; ++r)
+        for (int j = 0; j < 4; ++j) _mm512_storeu_ps(out[r] + 16 * j, acc[r][j]);
+      return;
+    }
+#endif
+    for (int r = 0; r < R; ++r) {
+      float acc[INV_TILE] = {};
+      for (int64_t k = 0; k < K; ++k) {
+        const uint32_t xp = x[r * xs + k];
+        const uint32_t* wk = w + k * INV_TILE;
+        for (int c = 0; c < INV_TILE; ++c) acc[c] = inv_dp_pair(acc[c], xp, wk[c]);
+      }
+      std::memcpy(out[r], acc, sizeof acc);
+    }
+  } else {
+    const float* x = static_cast<const float*>(xv);
+    const float* w = static_cast<const float*>(wv);
+#ifdef __AVX512F__
+    if constexpr (SIMD) {
+      __m512 acc[R][4];
+      for (int r = 0; r < R; ++r)
+        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+      for (int64_t k = 0; k < K; ++k) {
+        const float* wk = w + k * INV_TILE;
+        __m512 wj[4];
+        for (int j = 0; j < 4; ++j) wj[j] = _mm512_loadu_ps(wk + 16 * j);
+        for (int r = 0; r < R; ++r) {
+          const __m512 a = _mm512_set1_ps(x[r * xs + k]);
+          for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_fmadd_ps(a, wj[j], acc[r][j]);
+        }
+      }
+      for (int r = 0; r < R; ++r)
+        for (int j = 0; j < 4; ++j) _mm512_storeu_ps(out[r] + 16 * j, acc[r][j]);
+      return;
+    }
+#endif
+    for (int r = 0; r < R; ++r) {
+      float acc[INV_TILE] = {};
+      for (int64_t k = 0; k < K; ++k) {
+        const float a = x[r * xs + k];
+        const float* wk = w + k * INV_TILE;
+        for (int c = 0; c < INV_TILE; ++c) acc[c] = std::fma(a, wk[c], acc[c]);
+      }
+      std::memcpy(out[r], acc, sizeof acc);
+    }
+  }
+}
+
+template <bool PAIRS, bool SIMD>
+static void inv_tile_rows(int R, const void* x, int64_t xs, const void* w, int64_t K,
+                          float (*out)[INV_TILE]) {
+  switch (R) {
+    case 1: inv_tile<1, PAIRS, SIMD>(x, xs, w, K, out); break;
+    case 2: inv_tile<2, PAIRS, SIMD>(x, xs, w, K, out); break;
+    case 3: inv_tile<3, PAIRS, SIMD>(x, xs, w, K, out); break;
+    case 4: inv_tile<4, PAIRS, SIMD>(x, xs, w, K, out); break;
+    case 5: inv_tile<5, PAIRS, SIMD>(x, xs, w, K, out); break;
+    default: inv_tile<6, PAIRS, SIMD>(x, xs, w, K, out); break;
+  }
+}
+
+// y [..., out] = res + x @ W for x [..., in] fp32 and W packed by invariant_pack: fp32 [T, in, INV_TILE]
+// or bfloat16 pairs [T, ceil(in / 2), INV_TILE, 2]. bfloat16: x rounded to bfloat16, each sum to
+// bfloat16 before the residual (res: none, or fp32 of y's shape, added last as at::add would).
+static at::Tensor invariant_linear_impl(const at::Tensor& x, const at::Tensor& packed, int64_t out,
+                                        const at::Tensor* res, bool simd = true) {
+  const bool pairs = packed.scalar_type() == at::kBFloat16;
+  TORCH_CHECK(packed.is_contiguous() && (pairs ? packed.dim() == 4 : packed.dim() == 3) &&
+                  packed.size(2) == INV_TILE && (pairs || packed.scalar_type() == at::kFloat),
+              "invariant_linear: packed must come from invariant_pack");
+  TORCH_CHECK(x.scalar_type() == at::kFloat, "invariant_linear: fp32 rows");
+  const int64_t in = x.size(-1), N = in > 0 ? x.numel() / in : 0, T = packed.size(0), K = packed.size(1);
+  TORCH_CHECK(K == (pairs ? (in + 1) / 2 : in) && T * INV_TILE >= out && (T - 1) * INV_TILE < out,
+              "invariant_linear: packed weight of another shape");
+  RECORD_FUNCTION("gambit::invariant_linear", std::vector<c10::IValue>({x}));
+  auto xc = x.contiguous();
+  const float* xp = xc.data_ptr<float>();
+  std::vector<uint32_t> xpairs;  // bfloat16: each row's pairs (even input low, odd high), one row per K
+  if (pairs) {
+    xpairs.assign(N * K, 0u);
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t i = 0; i < in; ++i) {
+        const uint32_t h = c10::BFloat16(xp[r * in + i]).x;  // round to nearest even
+        xpairs[r * K + i / 2] |= (i % 2 ? h << 16 : h);
+      }
+  }
+  auto shape = x.sizes().vec();
+  shape.back() = out;
+  auto y = at::empty(shape, x.options());
+  float* yp = y.data_ptr<float>();
+  at::Tensor rc;
+  const float* rp = nullptr;
+  if (res != nullptr) {
+    TORCH_CHECK(res->numel() == N * out && res->scalar_type() == at::kFloat, "invariant_linear: residual");
+    rc = res->contiguous();
+    rp = rc.data_ptr<float>();
+  }
+  const void* xbase = pairs ? static_cast<const void*>(xpairs.data()) : static_cast<const void*>(xp);
+  const char* wbase = static_cast<const char*>(packed.data_ptr());
+  const int64_t tile_bytes = K * INV_TILE * 4;
+  at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
+    float acc[INV_ROWS][INV_TILE];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t c0 = t * INV_TILE, nc = std::min<int64_t>(INV_TILE, out - c0);
+      for (int64_t r0 = 0; r0 < N; r0 += INV_ROWS) {
+        const int R = static_cast<int>(std::min<int64_t>(INV_ROWS, N - r0));
+        const void* xr = pairs ? static_cast<const void*>(static_cast<const uint32_t*>(xbase) + r0 * K)
+                               : static_cast<const void*>(static_cast<const float*>(xbase) + r0 * in);
+        const int64_t xs = pairs ? K : in;
+        const void* wt = wbase + t * tile_bytes;
+        if (pairs)
+          simd ? inv_tile_rows<true, true>(R, xr, xs, wt, K, acc)
+               : inv_tile_rows<true, false>(R, xr, xs, wt, K, acc);
+        else
+          simd ? inv_tile_rows<false, true>(R, xr, xs, wt, K, acc)
+               : inv_tile_rows<false, false>(R, xr, xs, wt, K, acc);
+        for (int r = 0; r < R; ++r) {
+          float* yr = yp + (r0 + r) * out + c0;
+          const float* rr = rp != nullptr ? rp + (r0 + r) * out + c0 : nullptr;
+          for (int64_t c = 0; c < nc; ++c) {
+            float s = acc[r][c];
+            if (pairs) s = static_cast<float>(c10::BFloat16(s));
+            yr[c] = rr != nullptr ? rr[c] + s : s;
+          }
+        }
+      }
+    }
+  });
+  return y;
+}
+
+// x [..., in] fp32, packed (invariant_pack), out -> [..., out] fp32; simd false: the plain code
+torch::Tensor invariant_linear(torch::Tensor x, torch::Tensor packed, int64_t out, bool simd) {
+  NoGil no_gil;
+  return invariant_linear_impl(x, packed, out, nullptr, simd);
+}
+"""
+
+
+def pack(wt: torch.Tensor, bf16: bool) -> torch.Tensor:
+    """``wt [in, out]`` (any layout; fp32, or values already bfloat16 when ``bf16``) in the kernel's
+    tiles: fp32 ``[T, in, INV_TILE]``, or bfloat16 pairs ``[T, ceil(in / 2), INV_TILE, 2]`` (input
+    rows 2k and 2k + 1 of a column side by side), the last tile padded with zero columns."""
+    n_in, n_out = wt.shape
+    tiles = -(-n_out // INV_TILE)
+    if bf16:
+        k = -(-n_in // 2)
+        w = torch.zeros(2 * k, tiles * INV_TILE, dtype=torch.bfloat16)
+        w[:n_in, :n_out] = wt.detach()
+        return w.view(k, 2, tiles, INV_TILE).permute(2, 0, 3, 1).contiguous()
+    w = torch.zeros(n_in, tiles * INV_TILE, dtype=torch.float32)
+    w[:, :n_out] = wt.detach()
+    return w.view(n_in, tiles, INV_TILE).permute(1, 0, 2).contiguous()
+
+
+def linear(x: torch.Tensor, packed: torch.Tensor, out: int, simd: bool = True) -> torch.Tensor:
+    """``x [..., in]`` fp32 times the packed weight → ``[..., out]`` fp32, each row's floats those of
+    the row alone (``simd=False``: the plain code, for tests: the same floats)."""
+    return cpu_attention.kernel().invariant_linear(x, packed, out, simd)
