@@ -76,3 +76,11 @@ def test_a_bfloat16_kv_cache_reaches_each_target_and_bad_values_are_refused():
     for cls in (ServeConfig, EmbeddedConfig):
         with pytest.raises(ValueError, match="kv_dtype must be auto, float32 or bfloat16, got 'fp8'"):
             cls(kv_dtype="fp8")
+
+
+def test_batch_invariance_reaches_each_target():
+    """``gambit serve --batch-invariant``: the Target's engine config carries it (``batch_invariant``)."""
+    from gambit.deployments.local import ServeConfig
+
+    assert ServeConfig(batch_invariant=True).app_args()["target"]["batch_invariant"] is True
+    assert ServeConfig().app_args()["target"]["batch_invariant"] is False

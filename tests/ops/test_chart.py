@@ -95,7 +95,8 @@ def test_target_precision_settings_reach_the_target(helm):
     cfg = yaml.safe_load(_rayservice(list(yaml.safe_load_all(r.stdout)))["spec"]["serveConfigV2"])
     (gambit,) = [a for a in cfg["applications"] if a["name"] == "gambit"]
     target = gambit["args"]["target"]
-    assert (target["kv_dtype"], target["cpu_weights"], target["batch_invariant"]) == ("bfloat16", "bfloat16", True)
+    got = (target["kv_dtype"], target["cpu_weights"], target["batch_invariant"])
+    assert got == ("bfloat16", "bfloat16", True)
     params = inspect.signature(Target.func_or_class.__init__).parameters
     assert set(target) <= set(params), set(target) - set(params)  # build_gambit passes them as kwargs
 

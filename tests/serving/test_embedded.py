@@ -181,3 +181,14 @@ def test_a_target_with_bfloat16_weights_solves_and_frees_its_kv():
 
     _pr_run_solves_and_frees_its_kv(EmbeddedConfig(scorer="random:mlp:192", num_blocks=200,
                                                    cpu_weights="bfloat16"), check)
+
+
+def test_a_batch_invariant_target_solves_and_frees_its_kv():
+    """``batch_invariant`` (``gambit serve --batch-invariant``) reaches the Target's engine: every linear
+    on the invariant tiles, bfloat16 weights and KV needing no oneDNN."""
+    def check(engine):
+        assert engine.cpu_linear == "invariant-bf16" and engine.runner.batch_invariant
+
+    _pr_run_solves_and_frees_its_kv(EmbeddedConfig(scorer="random:mlp:192", num_blocks=200,
+                                                   cpu_weights="bfloat16", kv_dtype="bfloat16",
+                                                   batch_invariant=True), check)
