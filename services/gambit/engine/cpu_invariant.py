@@ -131,7 +131,7 @@ static void inv_tile_rows(int R, const void* x, int64_t xs, const void* w, int64
   }
 }
 
-// y [..., out] = res + x @ W for x [..., in] fp32 and W packed by invariant_pack: fp32 [T, in, INV_TILE]
+// y [..., out] = res + x @ W for x [..., in] fp32 and W packed by cpu_invariant.pack: fp32 [T, in, INV_TILE]
 // or bfloat16 pairs [T, ceil(in / 2), INV_TILE, 2]. bfloat16: x rounded to bfloat16, each sum to
 // bfloat16 before the residual (res: none, or fp32 of y's shape, added last as at::add would).
 static at::Tensor invariant_linear_impl(const at::Tensor& x, const at::Tensor& packed, int64_t out,
@@ -139,7 +139,7 @@ static at::Tensor invariant_linear_impl(const at::Tensor& x, const at::Tensor& p
   const bool pairs = packed.scalar_type() == at::kBFloat16;
   TORCH_CHECK(packed.is_contiguous() && (pairs ? packed.dim() == 4 : packed.dim() == 3) &&
                   packed.size(2) == INV_TILE && (pairs || packed.scalar_type() == at::kFloat),
-              "invariant_linear: packed must come from invariant_pack");
+              "invariant_linear: packed must come from cpu_invariant.pack");
   TORCH_CHECK(x.scalar_type() == at::kFloat, "invariant_linear: fp32 rows");
   const int64_t in = x.size(-1), N = in > 0 ? x.numel() / in : 0, T = packed.size(0), K = packed.size(1);
   TORCH_CHECK(K == (pairs ? (in + 1) / 2 : in) && T * INV_TILE >= out && (T - 1) * INV_TILE < out,
@@ -201,7 +201,7 @@ static at::Tensor invariant_linear_impl(const at::Tensor& x, const at::Tensor& p
   return y;
 }
 
-// x [..., in] fp32, packed (invariant_pack), out -> [..., out] fp32; simd false: the plain code
+// x [..., in] fp32, packed (cpu_invariant.pack), out -> [..., out] fp32; simd false: the plain code
 torch::Tensor invariant_linear(torch::Tensor x, torch::Tensor packed, int64_t out, bool simd) {
   NoGil no_gil;
   return invariant_linear_impl(x, packed, out, nullptr, simd);
