@@ -298,6 +298,47 @@ static inline void value_heads(const float* p, int64_t L, const T* vb, const int
     for (int v = 0; v < DV; ++v) _mm512_storeu_ps(out + g * D + 16 * v, a[g][v]);
 }
 
+// The scores of one query row's G heads (its group at qb) against n keys of one block (kblk): s[g * L + o]
+// = scale * q_g . k_o, the floats of score_key, sixteen keys' reductions at once (reduce16).
+template <int DV, typename T>
+static inline void score_block(const float* qb, const T* kblk, int64_t n, int64_t G, float sc, float* s,
+                               int64_t L) {
+  constexpr int64_t D = 16 * DV;
+  for (int64_t g = 0; g < G; ++g) {
+    __m512 q[DV];
+    for (int v = 0; v < DV; ++v) q[v] = _mm512_loadu_ps(qb + g * D + 16 * v);
+    auto lanes = [&](int64_t o) {  // dot16's per-lane sums for key o of the block
+      const T* k = kblk + o * D;
+      __m512 p = _mm512_mul_ps(q[0], load16(k));
+      for (int v = 1; v < DV; ++v) p = _mm512_fmadd_ps(q[v], load16(k + 16 * v), p);
+      return p;
+    };
+    int64_t o = 0;
+    for (; o + 16 <= n; o += 16) {  // dot16's floats, sixteen keys' reductions at once
+      __m512 p[16];
+      for (int i = 0; i < 16; ++i) p[i] = lanes(o + i);
+      _mm512_storeu_ps(s + g * L + o, _mm512_mul_ps(reduce16(p), _mm512_set1_ps(sc)));
+    }
+    for (; o < n; ++o) s[g * L + o] = _mm512_reduce_add_ps(lanes(o)) * sc;
+  }
+}
+
+// score_block for a head_dim D that is a multiple of 16, at most 128
+template <typename T>
+static inline void score_block_d(const float* qb, const T* kblk, int64_t n, int64_t G, int64_t D, float sc,
+                                 float* s, int64_t L) {
+  switch (D / 16) {
+    case 1: score_block<1>(qb, kblk, n, G, sc, s, L); return;
+    case 2: score_block<2>(qb, kblk, n, G, sc, s, L); return;
+    case 3: score_block<3>(qb, kblk, n, G, sc, s, L); return;
+    case 4: score_block<4>(qb, kblk, n, G, sc, s, L); return;
+    case 5: score_block<5>(qb, kblk, n, G, sc, s, L); return;
+    case 6: score_block<6>(qb, kblk, n, G, sc, s, L); return;
+    case 7: score_block<7>(qb, kblk, n, G, sc, s, L); return;
+    default: score_block<8>(qb, kblk, n, G, sc, s, L); return;
+  }
+}
+
 // One (sequence, kv head) of paged_decode for D = 16 * DV: the floats of score_key, softmax_rows and
 // value_block, with each head's query and value sums held in registers across all L keys (no store and
 // reload of the accumulator per block). kb / vb: the K / V cache of this kv head; s: a [G, L] buffer.
@@ -314,24 +355,7 @@ static void decode_group(const float* qb, const T* kb, const T* vb, const int64_
     const T* kblk = block(kb, t0);
     if (t0 + bs < L) prefetch_block(block(kb, t0 + bs), std::min(bs, L - t0 - bs) * D);
     if (t0 + AH * bs < L) prefetch_block_l2(block(kb, t0 + AH * bs), std::min(bs, L - t0 - AH * bs) * D);
-    const int64_t n = std::min(bs, L - t0);
-    for (int64_t g = 0; g < G; ++g) {
-      __m512 q[DV];
-      for (int v = 0; v < DV; ++v) q[v] = _mm512_loadu_ps(qb + g * D + 16 * v);
-      auto lanes = [&](int64_t o) {  // dot16's per-lane sums for key o of the block
-        const T* k = kblk + o * D;
-        __m512 p = _mm512_mul_ps(q[0], load16(k));
-        for (int v = 1; v < DV; ++v) p = _mm512_fmadd_ps(q[v], load16(k + 16 * v), p);
-        return p;
-      };
-      int64_t o = 0;
-      for (; o + 16 <= n; o += 16) {  // dot16's floats, sixteen keys' reductions at once
-        __m512 p[16];
-        for (int i = 0; i < 16; ++i) p[i] = lanes(o + i);
-        _mm512_storeu_ps(s + g * L + t0 + o, _mm512_mul_ps(reduce16(p), _mm512_set1_ps(sc)));
-      }
-      for (; o < n; ++o) s[g * L + t0 + o] = _mm512_reduce_add_ps(lanes(o)) * sc;
-    }
+    score_block<DV>(qb, kblk, std::min(bs, L - t0), G, sc, s + t0, L);
   }
   for (int64_t a = 0; a < AH && a * bs < L; ++a)
     prefetch_block_l2(block(vb, a * bs), std::min(bs, L - a * bs) * D);
@@ -648,11 +672,35 @@ static torch::Tensor paged_attention_t(const torch::Tensor& q, const torch::Tens
         if (t0 + bs < c) prefetch_block(block(cache, t0 + bs), std::min(bs, c - t0 - bs) * D);
       };
       auto row_len = [&](int64_t x) { return c + vis_at[x + 1] - vis_at[x]; };
+      // AVX-512 and a head_dim of 16-float vectors: a row's keys scored sixteen reductions at once and a
+      // causal row's new keys and values a block segment at a time (the same floats as key by key)
+#ifdef __AVX512F__
+      const bool blocked = D <= 128 && D % 16 == 0;
+      auto score_rows = [&](const float* q, const T* k, int64_t n, float* s, int64_t L) {
+        score_block_d(q, k, n, G, D, sc, s, L);
+      };
+#else
+      const bool blocked = false;
+      auto score_rows = [&](const float*, const T*, int64_t, float*, int64_t) {};
+#endif
+      // a causal row's new keys c .. c + i0 + x as segments within blocks: fn(first key, count)
+      auto segments = [&](int64_t x, auto fn) {
+        for (int64_t t = c, end = c + i0 + x + 1; t < end;) {
+          const int64_t n = std::min(end - t, bs - t % bs);
+          fn(t, n);
+          t += n;
+        }
+      };
       // pass 1: the cached keys' scores for every row, each key row loaded once
       for (int64_t t0 = 0; t0 < c; t0 += bs) {
         const T* kblk = block(kp, t0);
         prefetch_next(kp, t0);
         const int64_t n = std::min(bs, c - t0);
+        if (blocked) {  // each row's keys sixteen reductions at once (score_key's floats)
+          for (int64_t x = 0; x < R; ++x)
+            score_rows(qb + x * H * D, kblk, n, sc_buf.data() + x * stride + t0, row_len(x));
+          continue;
+        }
         for (int64_t o = 0; o < n; ++o)
           for (int64_t x = 0; x < R; ++x)
             score_key(qb + x * H * D, kblk + o * D, G, D, sc, sc_buf.data() + x * stride + t0 + o,
@@ -661,11 +709,16 @@ static torch::Tensor paged_attention_t(const torch::Tensor& q, const torch::Tens
       // each row's visible new keys, then its softmax
       for (int64_t x = 0; x < R; ++x) {
         const int64_t L = row_len(x);
-        for (int64_t j = vis_at[x]; j < vis_at[x + 1]; ++j) {
-          const int64_t t = c + vis[j];
-          score_key(qb + x * H * D, block(kp, t) + (t % bs) * D, G, D, sc,
-                    sc_buf.data() + x * stride + c + j - vis_at[x], L);
-        }
+        if (blocked && mrow == nullptr)
+          segments(x, [&](int64_t t, int64_t n) {
+            score_rows(qb + x * H * D, block(kp, t) + (t % bs) * D, n, sc_buf.data() + x * stride + t, L);
+          });
+        else
+          for (int64_t j = vis_at[x]; j < vis_at[x + 1]; ++j) {
+            const int64_t t = c + vis[j];
+            score_key(qb + x * H * D, block(kp, t) + (t % bs) * D, G, D, sc,
+                      sc_buf.data() + x * stride + c + j - vis_at[x], L);
+          }
         softmax_rows(sc_buf.data() + x * stride, G, L);
       }
       // pass 2: the cached values for every row, then each row's new ones
@@ -679,11 +732,17 @@ static torch::Tensor paged_attention_t(const torch::Tensor& q, const torch::Tens
       }
       for (int64_t x = 0; x < R; ++x) {
         const int64_t L = row_len(x);
-        for (int64_t j = vis_at[x]; j < vis_at[x + 1]; ++j) {
-          const int64_t t = c + vis[j];
-          add_value(block(vp, t) + (t % bs) * D, G, D, sc_buf.data() + x * stride + c + j - vis_at[x], L,
-                    acc.data() + x * G * D);
-        }
+        if (blocked && mrow == nullptr)
+          segments(x, [&](int64_t t, int64_t n) {
+            value_block(block(vp, t) + (t % bs) * D, n, G, D, sc_buf.data() + x * stride + t, L,
+                        acc.data() + x * G * D);
+          });
+        else
+          for (int64_t j = vis_at[x]; j < vis_at[x + 1]; ++j) {
+            const int64_t t = c + vis[j];
+            add_value(block(vp, t) + (t % bs) * D, G, D, sc_buf.data() + x * stride + c + j - vis_at[x], L,
+                      acc.data() + x * G * D);
+          }
         for (int64_t g = 0; g < G; ++g) {
           float* o = op + ((op_[b] + i0 + x) * H + hk * G + g) * D;
           for (int64_t d = 0; d < D; ++d) o[d] = acc[(x * G + g) * D + d];
