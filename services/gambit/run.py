@@ -91,7 +91,8 @@ def run(cfg: RunConfig) -> dict:
     driver = SearchDriver(engine, scorer, store)
     kv = str(engine.runner.cache.k.dtype).removeprefix("torch.")
     print(f"engine: {cfg.kv_blocks} KV blocks of {engine.config.block_size} tokens in {kv}, "
-          f"CPU linear weights {cfg.cpu_weights}")
+          f"CPU linear weights {cfg.cpu_weights}"
+          + (", batch-invariant arithmetic" if cfg.batch_invariant else ""))
     problems = generate("test", cfg.problems, cfg.seed, TaskConfig(cfg.min_ops, cfg.max_ops))
     view = LiveView()
     right, tokens, last = 0, 0, None
