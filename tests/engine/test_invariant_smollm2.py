@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_attention import _tree_mask
 
 from gambit.engine import Engine, EngineConfig, cpu_attention
 from gambit.engine.attention import SeqInput
@@ -40,14 +41,8 @@ def _plain_then_tree(eng: Engine, prompt: list[int]) -> tuple[torch.Tensor, torc
     for i, t in enumerate(chain):
         tree += [t, (t + 17) % eng.model.config.vocab_size]
         pos += [n + i, n + i]
-        parent += [2 * i - 2, 2 * i - 2]
-    q = len(tree)
-    mask = torch.zeros(q, q, dtype=torch.bool)
-    for j in range(q):
-        a = j
-        while a >= 0:
-            mask[j, a] = True
-            a = parent[a]
+        parent += [2 * i - 2, 2 * i - 2] if i else [-1, -1]
+    mask = _tree_mask(parent)
     rows = [2 * i for i in range(STEPS)]
     out = run.forward([SeqInput(tree, pos, n, list(range(8, 16)), mask)], rows).logits
     return torch.stack(plain), out

@@ -372,6 +372,20 @@ static void decode_group(const float* qb, const T* kb, const T* vb, const int64_
 }
 #endif
 
+// The scores of one query row's G heads (at qb) against n consecutive keys (kblk): s[g * L + o], the
+// floats of score_key, sixteen reductions at once where AVX-512 and the head_dim allow (score_block)
+template <typename T>
+static inline void score_keys(const float* qb, const T* kblk, int64_t n, int64_t G, int64_t D, float sc,
+                              float* s, int64_t L) {
+#ifdef __AVX512F__
+  if (D % 16 == 0 && D <= 128) {
+    score_block_d(qb, kblk, n, G, D, sc, s, L);
+    return;
+  }
+#endif
+  for (int64_t o = 0; o < n; ++o) score_key(qb, kblk + o * D, G, D, sc, s + o, L);
+}
+
 // A KV cache the kernels read: float or bfloat16 blocks, keys and values alike (q and out stay float)
 static bool kv_is_bf16(const torch::Tensor& q, const torch::Tensor& kc, const torch::Tensor& vc) {
   TORCH_CHECK(q.dtype() == torch::kFloat32, "float32 queries only");
@@ -672,16 +686,11 @@ static torch::Tensor paged_attention_t(const torch::Tensor& q, const torch::Tens
         if (t0 + bs < c) prefetch_block(block(cache, t0 + bs), std::min(bs, c - t0 - bs) * D);
       };
       auto row_len = [&](int64_t x) { return c + vis_at[x + 1] - vis_at[x]; };
-      // AVX-512 and a head_dim of 16-float vectors: a row's keys scored sixteen reductions at once and a
-      // causal row's new keys and values a block segment at a time (the same floats as key by key)
+      // value_block over several values gives add_value's floats value by value in its 512-bit loops
 #ifdef __AVX512F__
-      const bool blocked = D <= 128 && D % 16 == 0;
-      auto score_rows = [&](const float* q, const T* k, int64_t n, float* s, int64_t L) {
-        score_block_d(q, k, n, G, D, sc, s, L);
-      };
+      const bool vector_values = D % 16 == 0;
 #else
-      const bool blocked = false;
-      auto score_rows = [&](const float*, const T*, int64_t, float*, int64_t) {};
+      const bool vector_values = false;
 #endif
       // a causal row's new keys c .. c + i0 + x as segments within blocks: fn(first key, count)
       auto segments = [&](int64_t x, auto fn) {
@@ -695,23 +704,17 @@ static torch::Tensor paged_attention_t(const torch::Tensor& q, const torch::Tens
       for (int64_t t0 = 0; t0 < c; t0 += bs) {
         const T* kblk = block(kp, t0);
         prefetch_next(kp, t0);
-        const int64_t n = std::min(bs, c - t0);
-        if (blocked) {  // each row's keys sixteen reductions at once (score_key's floats)
-          for (int64_t x = 0; x < R; ++x)
-            score_rows(qb + x * H * D, kblk, n, sc_buf.data() + x * stride + t0, row_len(x));
-          continue;
-        }
-        for (int64_t o = 0; o < n; ++o)
-          for (int64_t x = 0; x < R; ++x)
-            score_key(qb + x * H * D, kblk + o * D, G, D, sc, sc_buf.data() + x * stride + t0 + o,
-                      row_len(x));
+        for (int64_t x = 0; x < R; ++x)
+          score_keys(qb + x * H * D, kblk, std::min(bs, c - t0), G, D, sc, sc_buf.data() + x * stride + t0,
+                     row_len(x));
       }
       // each row's visible new keys, then its softmax
       for (int64_t x = 0; x < R; ++x) {
         const int64_t L = row_len(x);
-        if (blocked && mrow == nullptr)
+        if (mrow == nullptr)  // causal: block segment by block segment
           segments(x, [&](int64_t t, int64_t n) {
-            score_rows(qb + x * H * D, block(kp, t) + (t % bs) * D, n, sc_buf.data() + x * stride + t, L);
+            score_keys(qb + x * H * D, block(kp, t) + (t % bs) * D, n, G, D, sc,
+                       sc_buf.data() + x * stride + t, L);
           });
         else
           for (int64_t j = vis_at[x]; j < vis_at[x + 1]; ++j) {
@@ -732,7 +735,7 @@ static torch::Tensor paged_attention_t(const torch::Tensor& q, const torch::Tens
       }
       for (int64_t x = 0; x < R; ++x) {
         const int64_t L = row_len(x);
-        if (blocked && mrow == nullptr)
+        if (vector_values && mrow == nullptr)  // causal: value_block over a segment
           segments(x, [&](int64_t t, int64_t n) {
             value_block(block(vp, t) + (t % bs) * D, n, G, D, sc_buf.data() + x * stride + t, L,
                         acc.data() + x * G * D);

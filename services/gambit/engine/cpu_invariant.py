@@ -47,74 +47,73 @@ static inline float inv_dp_pair(float acc, uint32_t xp, uint32_t wp) {
   return inv_ftz(std::fma(inv_bf(xp & 0xffff), inv_bf(wp & 0xffff), acc));
 }
 
-// R rows' outputs for one tile: x rows at x + r * xs (fp32 values, or bfloat16 pairs as uint32),
-// w the tile ([K][INV_TILE] floats, or [K][INV_TILE] pairs), K = in (or in / 2 pairs); out[r][c].
-// SIMD: the vector instructions where the CPU has them, else (and in the tests' comparison) plain code
-// with the same roundings.
-template <int R, bool PAIRS, bool SIMD>
-static void inv_tile(const void* xv, int64_t xs, const void* wv, int64_t K, float (*out)[INV_TILE]) {
+// the 32-bit word i of p: an fp32 value, or a pair of bfloat16 (memcpy: the bits of either kind)
+static inline uint32_t inv_word(const void* p, int64_t i) {
+  uint32_t u;
+  std::memcpy(&u, static_cast<const char*>(p) + 4 * i, sizeof u);
+  return u;
+}
+
+// one step of an output's chain for input word a and weight word w: fp32 fma, or vdpbf16ps's pair
+template <bool PAIRS>
+static inline float inv_step(float acc, uint32_t a, uint32_t w) {
   if constexpr (PAIRS) {
-    const uint32_t* x = static_cast<const uint32_t*>(xv);
-    const uint32_t* w = static_cast<const uint32_t*>(wv);
-#if defined(__AVX512BF16__)
-    if constexpr (SIMD) {
-      __m512 acc[R][4];
-      for (int r = 0; r < R; ++r)
-        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
-      for (int64_t k = 0; k < K; ++k) {
-        const uint32_t* wk = w + k * INV_TILE;
-        __m512bh wj[4];
-        for (int j = 0; j < 4; ++j) wj[j] = (__m512bh)_mm512_loadu_si512(wk + 16 * j);
-        for (int r = 0; r < R; ++r) {
-          const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(x[r * xs + k]));
-          for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], a, wj[j]);
-        }
-      }
-      for (int r = 0; r < R; ++r)
-        for (int j = 0; j < 4; ++j) _mm512_storeu_ps(out[r] + 16 * j, acc[r][j]);
-      return;
-    }
-#endif
-    for (int r = 0; r < R; ++r) {
-      float acc[INV_TILE] = {};
-      for (int64_t k = 0; k < K; ++k) {
-        const uint32_t xp = x[r * xs + k];
-        const uint32_t* wk = w + k * INV_TILE;
-        for (int c = 0; c < INV_TILE; ++c) acc[c] = inv_dp_pair(acc[c], xp, wk[c]);
-      }
-      std::memcpy(out[r], acc, sizeof acc);
-    }
+    return inv_dp_pair(acc, a, w);
   } else {
-    const float* x = static_cast<const float*>(xv);
-    const float* w = static_cast<const float*>(wv);
+    float x, y;
+    std::memcpy(&x, &a, sizeof x);
+    std::memcpy(&y, &w, sizeof y);
+    return std::fma(x, y, acc);
+  }
+}
+
 #ifdef __AVX512F__
-    if constexpr (SIMD) {
-      __m512 acc[R][4];
-      for (int r = 0; r < R; ++r)
-        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
-      for (int64_t k = 0; k < K; ++k) {
-        const float* wk = w + k * INV_TILE;
-        __m512 wj[4];
-        for (int j = 0; j < 4; ++j) wj[j] = _mm512_loadu_ps(wk + 16 * j);
-        for (int r = 0; r < R; ++r) {
-          const __m512 a = _mm512_set1_ps(x[r * xs + k]);
-          for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_fmadd_ps(a, wj[j], acc[r][j]);
-        }
-      }
-      for (int r = 0; r < R; ++r)
-        for (int j = 0; j < 4; ++j) _mm512_storeu_ps(out[r] + 16 * j, acc[r][j]);
-      return;
-    }
+#ifdef __AVX512BF16__
+static constexpr bool INV_VECTOR_PAIRS = true;
+#else
+static constexpr bool INV_VECTOR_PAIRS = false;
 #endif
-    for (int r = 0; r < R; ++r) {
-      float acc[INV_TILE] = {};
-      for (int64_t k = 0; k < K; ++k) {
-        const float a = x[r * xs + k];
-        const float* wk = w + k * INV_TILE;
-        for (int c = 0; c < INV_TILE; ++c) acc[c] = std::fma(a, wk[c], acc[c]);
+// inv_step on sixteen lanes (pairs: AVX512-BF16 only)
+template <bool PAIRS>
+static inline __m512 inv_step16(__m512 acc, __m512i a, __m512i w) {
+#ifdef __AVX512BF16__
+  if constexpr (PAIRS) return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)w);
+#endif
+  return _mm512_fmadd_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(w), acc);
+}
+#endif
+
+// R rows' outputs for one tile: row r's K input words at x + r * xs (fp32 values, or bfloat16 pairs),
+// w the tile's [K][INV_TILE] weight words; out[r][c]. SIMD: the vector instructions where the CPU has
+// them, else (and in the tests' comparison) plain code with the same roundings.
+template <int R, bool PAIRS, bool SIMD>
+static void inv_tile(const void* x, int64_t xs, const void* w, int64_t K, float (*out)[INV_TILE]) {
+#ifdef __AVX512F__
+  if constexpr (SIMD && (!PAIRS || INV_VECTOR_PAIRS)) {
+    __m512 acc[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+    const char* wb = static_cast<const char*>(w);
+    for (int64_t k = 0; k < K; ++k) {
+      __m512i wj[4];
+      for (int j = 0; j < 4; ++j) wj[j] = _mm512_loadu_si512(wb + 4 * (k * INV_TILE + 16 * j));
+      for (int r = 0; r < R; ++r) {
+        const __m512i a = _mm512_set1_epi32(static_cast<int>(inv_word(x, r * xs + k)));
+        for (int j = 0; j < 4; ++j) acc[r][j] = inv_step16<PAIRS>(acc[r][j], a, wj[j]);
       }
-      std::memcpy(out[r], acc, sizeof acc);
     }
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < 4; ++j) _mm512_storeu_ps(out[r] + 16 * j, acc[r][j]);
+    return;
+  }
+#endif
+  for (int r = 0; r < R; ++r) {
+    float acc[INV_TILE] = {};
+    for (int64_t k = 0; k < K; ++k) {
+      const uint32_t a = inv_word(x, r * xs + k);
+      for (int c = 0; c < INV_TILE; ++c) acc[c] = inv_step<PAIRS>(acc[c], a, inv_word(w, k * INV_TILE + c));
+    }
+    std::memcpy(out[r], acc, sizeof acc);
   }
 }
 
@@ -147,7 +146,8 @@ static at::Tensor invariant_linear_impl(const at::Tensor& x, const at::Tensor& p
   RECORD_FUNCTION("gambit::invariant_linear", std::vector<c10::IValue>({x}));
   auto xc = x.contiguous();
   const float* xp = xc.data_ptr<float>();
-  std::vector<uint32_t> xpairs;  // bfloat16: each row's pairs (even input low, odd high), one row per K
+  // bfloat16: each row's pairs (even input low, odd high), K a row; per calling thread, no allocation a call
+  thread_local std::vector<uint32_t> xpairs;
   if (pairs) {
     xpairs.assign(N * K, 0u);
     for (int64_t r = 0; r < N; ++r)
@@ -176,16 +176,14 @@ static at::Tensor invariant_linear_impl(const at::Tensor& x, const at::Tensor& p
       const int64_t c0 = t * INV_TILE, nc = std::min<int64_t>(INV_TILE, out - c0);
       for (int64_t r0 = 0; r0 < N; r0 += INV_ROWS) {
         const int R = static_cast<int>(std::min<int64_t>(INV_ROWS, N - r0));
-        const void* xr = pairs ? static_cast<const void*>(static_cast<const uint32_t*>(xbase) + r0 * K)
-                               : static_cast<const void*>(static_cast<const float*>(xbase) + r0 * in);
-        const int64_t xs = pairs ? K : in;
+        const void* xr = static_cast<const char*>(xbase) + 4 * r0 * K;  // K 32-bit words a row either way
         const void* wt = wbase + t * tile_bytes;
         if (pairs)
-          simd ? inv_tile_rows<true, true>(R, xr, xs, wt, K, acc)
-               : inv_tile_rows<true, false>(R, xr, xs, wt, K, acc);
+          simd ? inv_tile_rows<true, true>(R, xr, K, wt, K, acc)
+               : inv_tile_rows<true, false>(R, xr, K, wt, K, acc);
         else
-          simd ? inv_tile_rows<false, true>(R, xr, xs, wt, K, acc)
-               : inv_tile_rows<false, false>(R, xr, xs, wt, K, acc);
+          simd ? inv_tile_rows<false, true>(R, xr, K, wt, K, acc)
+               : inv_tile_rows<false, false>(R, xr, K, wt, K, acc);
         for (int r = 0; r < R; ++r) {
           float* yr = yp + (r0 + r) * out + c0;
           const float* rr = rp != nullptr ? rp + (r0 + r) * out + c0 : nullptr;
