@@ -5,7 +5,8 @@ PR and EAGLE-3.1 at every named tree; reported per side: the speedup over its ow
 time (the C++ layer loop on a tree's rows) and whether every output equals plain decoding's; per batch,
 each side's plain decoding time and whether both sides decoded the same tokens; with ``--search-pairs N``
 also a search chunk's wall time per side (N interleaved pairs) and whether the answers agree; with
-``--plain-model NAME`` plain greedy decoding of another model (a real checkpoint) at each batch size.
+``--plain-model NAME`` plain greedy decoding of another model (a real checkpoint) at each batch size
+(``--plain-temperature T``: seeded sampling at T instead; both sides must draw the same tokens).
 
 The other commit's C++ kernel sources (every module whose ``SOURCE`` the extension compiles) are built
 as their own extension and swapped in for its side's runs, with that commit's
@@ -13,7 +14,7 @@ as their own extension and swapped in for its side's runs, with that commit's
 
 Usage: PYTHONPATH=services .venv/bin/python tools/kernel_ab.py REV [--batches 1,4] [--trees "B=48;defaults"]
        [--reps N] [--search-pairs N] [--plain-model smollm2 [--plain-weights bfloat16] [--plain-kv bfloat16]
-       [--plain-tokens N] [--plain-only]] [--json FILE]
+       [--plain-tokens N] [--plain-temperature T] [--plain-only]] [--json FILE]
 """
 import argparse
 import collections
@@ -32,7 +33,7 @@ from torch.utils.cpp_extension import load_inline
 
 import gambit.engine.attention as attention
 from gambit.bench.spec import ASSETS, BASE, load_drafters, prompts_for, run_once, spec_from_name
-from gambit.engine import Engine, EngineConfig, cpu_attention
+from gambit.engine import Engine, EngineConfig, cpu_attention, cpu_sample_step
 from gambit.paths import TARGET
 
 # the extension's sources in cpu_attention.kernel()'s order, and the functions it may export
@@ -109,6 +110,8 @@ ap.add_argument("--plain-weights", default="float32", choices=("float32", "bfloa
                 help="--plain-model's CPU linear weights (EngineConfig.cpu_weights)")
 ap.add_argument("--plain-kv", default="auto", choices=("auto", "float32", "bfloat16"),
                 help="--plain-model's KV cache elements (EngineConfig.kv_dtype; REV must read bf16 blocks)")
+ap.add_argument("--plain-temperature", type=float, default=0.0,
+                help="--plain-model's sampling temperature (0: greedy; else seeded, one seed a trace)")
 ap.add_argument("--plain-only", action="store_true",
                 help="skip the shipped target's speculative A/B (only --plain-model and --search-pairs)")
 ap.add_argument("--json", default=None, help="write the rows here")
@@ -122,6 +125,18 @@ old = load_inline(name=f"gambit_cpu_kernels_{digest}", cpp_sources=sources, func
 kernels = {"old": Timed(old, None, []), "new": cpu_attention.kernel()}
 serves = {"old": module_at(args.rev, "services/gambit/engine/attention.py").kernel_serves,
           "new": attention.kernel_serves}
+
+
+def use(side: str, *engines: Engine) -> None:
+    """Swap in a side's kernels and attention routing. An engine binds its sampling step (``sample_step``)
+    when it is made, so each engine named gets the side's step again."""
+    attention.kernel_serves = serves[side]
+    cpu_attention._module = kernels[side]
+    for e in engines:
+        if e._step_draw is not None:
+            e._step_draw = cpu_sample_step.step_kernel(e.device, e.model.config.vocab_size)
+
+
 eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET)))
 load_drafters(eng, ASSETS)
 trees = args.trees.split(";")
@@ -132,8 +147,7 @@ for b in [] if args.plain_only else [int(x) for x in args.batches.split(",")]:
     fwd = collections.defaultdict(list)
     for r in range(args.reps):
         for side in ("old", "new") if r % 2 == 0 else ("new", "old"):
-            attention.kernel_serves = serves[side]
-            cpu_attention._module = kernels[side]
+            use(side, eng)
             eng.config.spec = BASE
             plain_s, plain_out, _, _ = run_once(eng, prompts, b, "plain", 96)
             res[(side, "plain")].append(plain_s)
@@ -146,8 +160,7 @@ for b in [] if args.plain_only else [int(x) for x in args.batches.split(",")]:
                     s, out, cycles, _ = run_once(eng, prompts, b, method, 96)
                     res[(side, tree, method)].append((s, cycles, out == plain_out))
                 cpu_attention._module = kernels[side]
-    attention.kernel_serves = serves["new"]
-    cpu_attention._module = kernels["new"]
+    use("new", eng)
     po, pn = (statistics.median(res[(side, "plain")]) for side in ("old", "new"))
     same = res[("old", "plain_out")] == res[("new", "plain_out")]
     print(f"batch {b:3d} plain decoding: old {po:.3f} s, new {pn:.3f} s (new / old {pn / po:.3f}); "
@@ -181,8 +194,7 @@ if args.search_pairs:
     walls, answers = collections.defaultdict(list), {}
     for r in range(args.search_pairs):
         for side in ("old", "new") if r % 2 == 0 else ("new", "old"):
-            attention.kernel_serves = serves[side]
-            cpu_attention._module = kernels[side]
+            use(side)  # the chunk's engine is made below, on this side's kernels
             chunk, _ = chunk_engine(eng.model, eng.tokenizer, problems, bcfg)
             driver = SearchDriver(chunk, scorer, MemoryStore())
             ids = [driver.submit(p, bcfg.search()) for p in problems]
@@ -190,8 +202,7 @@ if args.search_pairs:
             done = driver.run_until_done(ids)
             walls[side].append(time.perf_counter() - t0)
             answers.setdefault(side, [done[i].answer for i in ids])
-    attention.kernel_serves = serves["new"]
-    cpu_attention._module = kernels["new"]
+    use("new")
     ratios = [n / o for o, n in zip(walls["old"], walls["new"], strict=True)]
     row = {"search_chunk_s": {k: statistics.median(v) for k, v in walls.items()},
            "new_over_old": statistics.median(ratios), "spread": [min(ratios), max(ratios)],
@@ -212,17 +223,16 @@ if args.plain_model:
         secs, outs = collections.defaultdict(list), {}
         for r in range(args.reps):
             for side in ("old", "new") if r % 2 == 0 else ("new", "old"):
-                attention.kernel_serves = serves[side]
-                cpu_attention._module = kernels[side]
+                use(side, other)
                 t0 = time.perf_counter()
-                greedy = SamplingParams(temperature=0, max_tokens=args.plain_tokens, ignore_eos=True)
-                outs[side] = other.generate(asks[:b], greedy)
+                params = [SamplingParams(temperature=args.plain_temperature, max_tokens=args.plain_tokens,
+                                         ignore_eos=True, seed=i) for i in range(b)]
+                outs[side] = other.generate(asks[:b], params)
                 secs[side].append(time.perf_counter() - t0)
-        attention.kernel_serves = serves["new"]
-        cpu_attention._module = kernels["new"]
+        use("new", other)
         ratios = [n / o for o, n in zip(secs["old"], secs["new"], strict=True)]
         row = {"model": args.plain_model, "weights": args.plain_weights, "kv": args.plain_kv,
-               "tokens": args.plain_tokens,
+               "tokens": args.plain_tokens, "temperature": args.plain_temperature,
                "batch": b, "new_over_old": statistics.median(ratios),
                "plain_s": {k: statistics.median(v) for k, v in secs.items()},
                "same_tokens": outs["old"] == outs["new"]}

@@ -1,6 +1,6 @@
 """One draw of the Python sampler (``sampler.sample``) against the compiled one (``cpu_sampler.sample``)
-at B rows of V symbols (T = 0.8, no top-k/top-p), interleaved, REPS rounds of N calls each; median
-and range of µs per draw, and whether the tokens agree. Then the whole sampling step as the engine
+at B rows of V symbols (T = TEMP, default 0.8; no top-k/top-p), interleaved, REPS rounds of N calls each;
+median and range of µs per draw, and whether the tokens agree. Then the whole sampling step as the engine
 takes it, the draw and the chosen tokens' top-1 log-probabilities from Python lists of settings: the
 ATen path (``SamplingBatch.build``, the compiled draw, ``top_logprobs``, ``tolist``) against the
 plain-loop step (``cpu_sample_step.step_kernel``, where its probes pass), with the same comparison.
@@ -18,10 +18,15 @@ finite values, of -inf and of -120 (an underflow). SCALE multiplies the standard
 logits: 1 (default) leaves ~32,000 of 49,152 entries in a 0.95 nucleus at T = 0.8, 4 ~1,000 (a peaked row,
 nearer a language model's).
 
-Usage: .venv/bin/python tools/sampler_speed.py [B] [V] [REPS] [TOP] [TOP_P] [SCALE]
-       (default 96 100 5 1 1.0 1), e.g. ``16 49152`` / ``64 49152`` / ``49 49152``: SmolLM2-135M's
+A low TEMP makes cold rows: entries more than ~104 below a row's maximum after the temperature underflow
+to 0, which MKL's exp reaches by a slow path; the step skips exp for them where a row has enough (the
+share of such entries is printed).
+
+Usage: .venv/bin/python tools/sampler_speed.py [B] [V] [REPS] [TOP] [TOP_P] [SCALE] [TEMP]
+       (default 96 100 5 1 1.0 1 0.8), e.g. ``16 49152`` / ``64 49152`` / ``49 49152``: SmolLM2-135M's
        vocabulary at batch 16 / 64 / a B = 48 tree; ``64 49152 3 20``: DeepConf's top 20 at batch 64;
-       ``16 49152 3 1 0.95``: top-p 0.95; ``64 49152 3 1 0.95 4``: a peaked nucleus (2 threads)
+       ``16 49152 3 1 0.95``: top-p 0.95; ``64 49152 3 1 0.95 4``: a peaked nucleus; ``64 49152 3 1 1.0 4
+       0.1``: cold rows (2 threads)
 """
 import statistics
 import sys
@@ -38,9 +43,10 @@ reps = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 top = int(sys.argv[4]) if len(sys.argv) > 4 else 1
 top_p = float(sys.argv[5]) if len(sys.argv) > 5 else 1.0
 scale = float(sys.argv[6]) if len(sys.argv) > 6 else 1.0
+temp = float(sys.argv[7]) if len(sys.argv) > 7 else 0.8
 torch.set_num_threads(2)
 logits = torch.randn(B, V, generator=torch.Generator().manual_seed(0)) * scale
-temps, top_ks, top_ps, seeds, counters = [0.8] * B, [0] * B, [1.0] * B, list(range(B)), [50] * B
+temps, top_ks, top_ps, seeds, counters = [temp] * B, [0] * B, [1.0] * B, list(range(B)), [50] * B
 sb = SamplingBatch.build(temps, top_ks, top_ps, seeds, counters, torch.device("cpu"))
 n = max(10, 30_000 // V)
 step = cpu_sample_step.step_kernel(torch.device("cpu"), V)
@@ -68,11 +74,11 @@ if top_p < 1:
     nucleus = SamplingBatch.build(temps, top_ks, [top_p] * B, seeds, counters, torch.device("cpu"))
     cases[f"top-p {top_p} draw, python"] = lambda: sample(logits.clone(), nucleus)
     cases[f"top-p {top_p} draw, compiled"] = lambda: cpu_sampler.sample(logits, nucleus)
-    scaled, ks, ps = logits / 0.8, torch.zeros(B, dtype=torch.long), torch.full((B,), top_p)
+    scaled, ks, ps = logits / temp, torch.zeros(B, dtype=torch.long), torch.full((B,), top_p)
     cases[f"top-p {top_p} filter, python"] = lambda: filter_logits(scaled, ks, ps)
     cases[f"top-p {top_p} filter, compiled"] = lambda: cpu_filter.filter_logits(scaled, ks, ps)
     # why the step passes only the kept entries to exp: at::exp (MKL's) of -inf or of an underflow is slow
-    exp_in = {"finite": logits / 0.8 - 10, "-inf": torch.full_like(logits, float("-inf")),
+    exp_in = {"finite": logits / temp - 10, "-inf": torch.full_like(logits, float("-inf")),
               "-120 (underflow)": torch.full_like(logits, -120.0)}
     for what, x in exp_in.items():
         cases[f"at::exp of {B}x{V} floats, {what}"] = lambda x=x: torch.exp(x)
@@ -90,6 +96,10 @@ if compiled_topk is not None and compiled_topk(lsm, top)[0].numel() > 0:
     cases[f"top-{top}, ATen"] = lambda: lsm.topk(top, -1)
     cases[f"top-{top}, compiled"] = lambda: compiled_topk(lsm, top)
 times: dict[str, list[float]] = {k: [] for k in cases}
+shifted = logits / temp - (logits / temp).max(-1, keepdim=True).values
+denormal = ((shifted < -87.3) & (shifted > -104)).float().mean().item()
+print(f"T = {temp}: {(shifted <= -104).float().mean().item():.1%} of entries underflow to 0 (<= -104 below "
+      f"their row's maximum), {denormal:.1%} to denormals")
 same = torch.equal(cases["python"](), cases["compiled"]())
 nucleus_draws = [cases[f"top-p {top_p} draw, {x}"]() for x in ("python", "compiled")] if top_p < 1 else []
 same_nucleus = not nucleus_draws or torch.equal(*nucleus_draws)

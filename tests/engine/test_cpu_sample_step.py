@@ -138,3 +138,61 @@ def test_step_with_top_k_and_top_p_equals_the_aten_path(V):
         assert tok == want.tolist(), (V, seed)
         assert ch == chosen.tolist()
         assert torch.equal(v, vals) and torch.equal(i, ids)
+
+
+def _cold_rows(V: int, seed: int) -> torch.Tensor:
+    """Rows as a low temperature leaves them: most entries far below the maximum (exp underflows to 0),
+    some in the denormal band (-104, -87.3], some exactly at -104 or -inf, and one warm row."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(6, V, generator=g) * 40
+    x[1] = torch.empty(V).uniform_(-104.5, -87.0, generator=g)  # the band where exp's results are denormals
+    x[1, 3] = 0.0
+    x[2] = -104.0
+    x[2, V // 2] = 0.0
+    x[3, : V // 3] = float("-inf")
+    x[4] = torch.randn(V, generator=g)  # warm: nothing underflows
+    x[5] = torch.randn(V, generator=g)
+    x[5, :: max(V // 10, 1)] = -300.0  # a few cold entries in a warm row (at V = 49152 under 1%: exp whole)
+    return x
+
+
+@needs_step
+@pytest.mark.parametrize("V", [100, 4099, 49152])
+def test_exp_of_cold_rows_is_atens(V):
+    """exp(x - max) as the step takes it for an unfiltered row (entries at or below -104 written as 0
+    without exp where a row has enough of them) equals ATen's bit for bit, the denormal band above -104
+    included (its entries still go through exp)."""
+    from gambit.engine import cpu_attention
+
+    for seed in range(3):
+        x = _cold_rows(V, seed)
+        want = torch.exp(x - x.max(-1, keepdim=True).values)
+        got = cpu_attention.kernel().sample_exp_rows(x.clone())
+        assert torch.equal(got, want), (V, seed)
+        assert (want[1] > 0).sum() > (want[1] == 1).sum()  # the band's denormals are there, and nonzero
+
+
+@needs_step
+@pytest.mark.parametrize("V", [100, 4099, 49152])
+@pytest.mark.parametrize("top", [0, 1, 20])
+def test_step_at_low_temperature_equals_the_aten_path(V, top):
+    """Cold rows (T 0.02-0.2 over peaked logits: most of a row underflows), mixed with greedy and warm
+    rows, with and without a nucleus: ``sample`` + ``top_logprobs``' tokens and log-probabilities."""
+    B = 12
+    for seed in range(3):
+        g = torch.Generator().manual_seed(seed)
+        logits = torch.randn(B, V, generator=g) * 8
+        cold = (0.02 + 0.18 * torch.rand(B, generator=g)).tolist()
+        temps = [0.0 if i % 4 == 0 else (1.0 if i % 4 == 1 else cold[i]) for i in range(B)]
+        seeds = [int(x) for x in torch.randint(0, 2**62, (B,), generator=g)]
+        counters = [int(x) for x in torch.randint(0, 4000, (B,), generator=g)]
+        for top_k, top_p in (([], []), ([0, 7] * (B // 2), [0.9, 1.0] * (B // 2))):
+            sb = SamplingBatch.build(temps, top_k or [0] * B, top_p or [1.0] * B, seeds, counters,
+                                     torch.device("cpu"))
+            want = sample(logits.clone(), sb)
+            chosen, vals, ids = top_logprobs(logits, want, max(top, 1))
+            tok, ch, v, i = step_kernel(logits, temps, seeds, counters, 1, top, CDF_BLOCK, top_k, top_p)
+            assert tok == want.tolist(), (V, top, seed, bool(top_k))
+            assert ch == chosen.tolist()
+            if top:
+                assert torch.equal(v, vals[:, :top]) and torch.equal(i, ids[:, :top])

@@ -65,6 +65,42 @@ static bool sample_exp_exact() {
   return ok;
 }
 
+// The shift below which sample_exp gives +0 here: exp(x) for every x <= SAMPLE_EXP_ZERO rounds to +0 (the
+// smallest denormal is exp(-103.28)); MKL's exp takes a slow path for such underflows (~12x a finite value's
+// time), so a row's entries that far below its maximum (a cold row: T well below 1, no filter) are written
+// as 0 without it. Every float in [-112, -104], 4096 of each lower binade, -FLT_MAX and -inf are checked
+// once; -inf otherwise (only -inf entries then skip exp: exp(-inf) = 0 exactly).
+static constexpr float SAMPLE_EXP_ZERO = -104.f;
+static float sample_exp_zero_below() {
+  static float below = -std::numeric_limits<float>::infinity();
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (vmsExp == nullptr) return;
+    std::vector<float> x;
+    uint32_t lo, hi;
+    const float a = -SAMPLE_EXP_ZERO, b = 112.f;
+    std::memcpy(&lo, &a, 4), std::memcpy(&hi, &b, 4);
+    for (uint32_t u = lo; u <= hi; ++u) {
+      float f;
+      std::memcpy(&f, &u, 4);
+      x.push_back(-f);
+    }
+    for (uint32_t e = 134; e < 255; ++e)  // binades from 128 up to FLT_MAX's
+      for (uint32_t j = 0; j < 4096; ++j) {
+        const uint32_t u = (e << 23) | (j * 2047u % (1u << 23));
+        float f;
+        std::memcpy(&f, &u, 4);
+        x.push_back(-f);
+      }
+    x.push_back(-std::numeric_limits<float>::max()), x.push_back(-std::numeric_limits<float>::infinity());
+    sample_exp(x.data(), static_cast<int64_t>(x.size()));
+    bool ok = true;
+    for (float r : x) ok = ok && r == 0.f && !std::signbit(r);
+    if (ok) below = SAMPLE_EXP_ZERO;
+  });
+  return below;
+}
+
 // Whether aten_sum8 over `block` floats gives the blocks' sums of `w.view({B, nb, block}).sum(-1)` here.
 static bool sample_sum_exact(int64_t block) {
   static std::mutex mu;
@@ -124,41 +160,105 @@ bool fused_sampler_exact(int64_t block) {
   return sample_exp_exact() && sample_sum_exact(block);
 }
 
-// exp(y - m) in place over a filtered row (m its finite maximum): the entries the filter left (not -inf)
-// go through sample_exp packed together (exp is elementwise: each value's result is its own, whatever
-// its neighbours; sample_exp_exact checks pieces at every offset), the filtered ones become exp(-inf) = 0
-// without it: MKL takes its slow special-value path for -inf (a block of -inf: ~3x the time of finite
-// values), and a nucleus leaves most of a row at -inf. Packing and unpacking are branch-free (kept entries
-// lie anywhere in a row: a branch an entry mispredicted often enough to cost more than the exp saved).
-// kept: V + 16 floats of scratch.
-static void sample_exp_kept(float* y, int64_t V, float m, std::vector<float>& kept) {
-  const float ninf = -std::numeric_limits<float>::infinity();
+// exp(y - m) in place over a row (m its finite maximum) where only entries with y - m > L go through
+// sample_exp, packed together (exp is elementwise: each value's result is its own, whatever its
+// neighbours; sample_exp_exact checks pieces at every offset); the others become 0 without it, exp's value
+// for them (L: sample_exp_zero_below's, or -inf). MKL takes its slow special-value path for -inf (a block
+// of -inf: ~3x the time of finite values) and for underflows (~12x), and a nucleus leaves most of a row at
+// -inf, a cold row most of it below L. Packing and unpacking are branch-free (kept entries lie anywhere in a
+// row: a branch an entry mispredicted often enough to cost more than the exp saved). kept: scratch, grown.
+static void sample_exp_kept(float* y, int64_t V, float m, float L, std::vector<float>& kept) {
+  if (static_cast<int64_t>(kept.size()) < V + 16) kept.resize(V + 16);
   float* k = kept.data();
   int64_t n = 0, v = 0;
 #ifdef __AVX512F__
-  const __m512 mv = _mm512_set1_ps(m), iv = _mm512_set1_ps(ninf);
+  const __m512 mv = _mm512_set1_ps(m), lv = _mm512_set1_ps(L);
   for (; v + 16 <= V; v += 16) {
-    const __m512 a = _mm512_loadu_ps(y + v);
-    const __mmask16 in = _mm512_cmp_ps_mask(a, iv, _CMP_NEQ_UQ);
-    _mm512_storeu_ps(k + n, _mm512_maskz_compress_ps(in, _mm512_sub_ps(a, mv)));  // no compress to memory
+    const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(y + v), mv);
+    const __mmask16 in = _mm512_cmp_ps_mask(d, lv, _CMP_GT_OQ);
+    _mm512_storeu_ps(k + n, _mm512_maskz_compress_ps(in, d));  // no compress to memory
     n += __builtin_popcount(in);
   }
 #endif
-  for (; v < V; ++v) k[n] = y[v] - m, n += y[v] != ninf;
+  for (; v < V; ++v) {
+    const float d = y[v] - m;
+    k[n] = d, n += d > L;
+  }
   sample_exp(k, n);
   int64_t j = 0;
   v = 0;
 #ifdef __AVX512F__
   for (; v + 16 <= V; v += 16) {
-    const __mmask16 in = _mm512_cmp_ps_mask(_mm512_loadu_ps(y + v), iv, _CMP_NEQ_UQ);
+    const __mmask16 in = _mm512_cmp_ps_mask(_mm512_sub_ps(_mm512_loadu_ps(y + v), mv), lv, _CMP_GT_OQ);
     _mm512_storeu_ps(y + v, _mm512_maskz_expand_ps(in, _mm512_loadu_ps(k + j)));
     j += __builtin_popcount(in);
   }
 #endif
   for (; v < V; ++v) {
-    const bool in = y[v] != ninf;
+    const bool in = y[v] - m > L;
     y[v] = in ? k[j] : 0.f, j += in;
   }
+}
+
+// How many of a row's entries lie at or below m + L (y - m <= L: exp gives them 0).
+static int64_t sample_count_below(const float* y, int64_t V, float m, float L) {
+  int64_t n = 0, v = 0;
+#ifdef __AVX512F__
+  const __m512 mv = _mm512_set1_ps(m), lv = _mm512_set1_ps(L);
+  for (; v + 16 <= V; v += 16)
+    n += __builtin_popcount(_mm512_cmp_ps_mask(_mm512_sub_ps(_mm512_loadu_ps(y + v), mv), lv, _CMP_LE_OQ));
+#endif
+  for (; v < V; ++v) n += y[v] - m <= L;
+  return n;
+}
+
+// Whether an unfiltered row (maximum m, smallest entry lo) takes sample_exp_kept: at least 1/128 of it at or
+// below m + L. Packing costs two passes over the row; below ~1% of entries the slow path costs less
+// (`tools/sampler_speed.py 64 49152 3 1 1.0 4 0.1`: a row at T = 0.1, 98% of it underflowing).
+static bool sample_row_cold(const float* y, int64_t V, float m, float lo, float L) {
+  return std::isfinite(m) && lo - m <= L && sample_count_below(y, V, m, L) * 128 >= V;
+}
+
+// y = x / t over a row (each quotient exactly rounded, as ATen's division), returning the smallest y
+// (NaNs aside) for sample_row_cold; found in the division's pass (a pass of its own cost warm rows ~3%).
+static float sample_scale_row(const float* x, float* y, int64_t V, float t) {
+  float lo = std::numeric_limits<float>::infinity();
+  int64_t v = 0;
+#ifdef __AVX512F__
+  const __m512 tv = _mm512_set1_ps(t);
+  __m512 l0 = _mm512_set1_ps(lo), l1 = l0;
+  for (; v + 32 <= V; v += 32) {
+    const __m512 a = _mm512_div_ps(_mm512_loadu_ps(x + v), tv);
+    const __m512 b = _mm512_div_ps(_mm512_loadu_ps(x + v + 16), tv);
+    _mm512_storeu_ps(y + v, a), _mm512_storeu_ps(y + v + 16, b);
+    l0 = _mm512_min_ps(l0, a), l1 = _mm512_min_ps(l1, b);
+  }
+  lo = _mm512_reduce_min_ps(_mm512_min_ps(l0, l1));
+#endif
+  for (; v < V; ++v) y[v] = x[v] / t, lo = y[v] < lo ? y[v] : lo;
+  return lo;
+}
+
+// exp(y - m) over each row of y [B, V] (m the row's maximum) in place, as the step computes it for an
+// unfiltered row (sample_exp_kept for a cold one): tests compare it to ATen's.
+at::Tensor sample_exp_rows(at::Tensor y) {
+  TORCH_CHECK(y.dim() == 2 && y.scalar_type() == at::kFloat && y.is_contiguous(), "float32 [B, V] rows");
+  const int64_t B = y.size(0), V = y.size(1);
+  const float L = sample_exp_zero_below();
+  std::vector<float> kept;
+  for (int64_t b = 0; b < B; ++b) {
+    float* r = y.data_ptr<float>() + b * V;
+    const float m = sample_row_max(r, V);
+    float lo = std::numeric_limits<float>::infinity();
+    for (int64_t v = 0; v < V; ++v) lo = r[v] < lo ? r[v] : lo;
+    if (sample_row_cold(r, V, m, lo, L)) {
+      sample_exp_kept(r, V, m, L, kept);
+    } else {
+      for (int64_t v = 0; v < V; ++v) r[v] = r[v] - m;
+      sample_exp(r, V);
+    }
+  }
+  return y;
 }
 
 // The scaled rows [B, V] filtered in place as sampler.sample filters them (cpu_filter's filter_rows_impl).
@@ -225,26 +325,34 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
     });
     sample_filter_block(w, top_k, top_p);
   }
+  const float zero_below = sample_exp_zero_below();
   // rows split over the threads as ATen splits its large steps (each row's floats do not depend on it)
   at::parallel_for(0, B, row_grain(V), [&](int64_t begin, int64_t end) {
-    std::vector<float> bsum(nb), pad(block), kept(filtered ? V + 16 : 0);
+    std::vector<float> bsum(nb), pad(block), kept;
     std::vector<double> bcdf(nb);
+    std::vector<char> done(end - begin);  // exp already taken (sample_exp_kept)
+    bool any_done = false;
     for (int64_t b = begin; b < end; ++b) {
       if (!hot[b]) continue;  // greedy: no draw
-      const float t = temp[b];
       const float* x = lp + b * V;
       float* y = wp + b * V;
-      if (!filtered)
-        for (int64_t v = 0; v < V; ++v) y[v] = x[v] / t;
+      const float lo = filtered ? 0.f : sample_scale_row(x, y, V, temp[b]);
       const float m = sample_row_max(y, V);
-      if (filtered && std::isfinite(m)) {  // exp of the kept entries only: a filtered one's is 0
-        sample_exp_kept(y, V, m, kept);
+      // exp of the entries that can be nonzero only: a filtered row's kept ones, a cold row's above the shift
+      if (filtered ? std::isfinite(m) : sample_row_cold(y, V, m, lo, zero_below)) {
+        sample_exp_kept(y, V, m, zero_below, kept);
+        done[b - begin] = 1, any_done = true;
         continue;
       }
       for (int64_t v = 0; v < V; ++v) y[v] = y[v] - m;
-      if (!all_hot || filtered) sample_exp(y, V);
+      if (!all_hot || filtered) sample_exp(y, V), done[b - begin] = 1;
     }
-    if (all_hot && !filtered) sample_exp(wp + begin * V, (end - begin) * V);  // one call: ~0.2 us a call
+    if (all_hot && !filtered && !any_done) {
+      sample_exp(wp + begin * V, (end - begin) * V);  // one call: ~0.2 us a call
+    } else if (all_hot && !filtered) {
+      for (int64_t b = begin; b < end; ++b)
+        if (!done[b - begin]) sample_exp(wp + b * V, V);
+    }
     for (int64_t b = begin; b < end; ++b) {
       const float* y = wp + b * V;
       for (int64_t i = 0; hot[b] && i < nb; ++i) {
