@@ -129,12 +129,15 @@ serves = {"old": module_at(args.rev, "services/gambit/engine/attention.py").kern
 
 def use(side: str, *engines: Engine) -> None:
     """Swap in a side's kernels and attention routing. An engine binds its sampling step (``sample_step``)
-    when it is made, so each engine named gets the side's step again."""
+    and its KV cache's slot copies when it is made, so each engine named gets the side's again (before
+    6012d1d both sides ran this checkout's for these two)."""
     attention.kernel_serves = serves[side]
     cpu_attention._module = kernels[side]
     for e in engines:
         if e._step_draw is not None:
             e._step_draw = cpu_sample_step.step_kernel(e.device, e.model.config.vocab_size)
+        if e.runner.cache.kernel is not None:
+            e.runner.cache.kernel = cpu_attention.kernel()
 
 
 eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET)))
