@@ -135,6 +135,7 @@ def test_solve_streams_progress_then_result_and_records_redis_and_metrics(serve_
 @pytest.mark.parametrize("kw,field,code", [
     (dict(problem=""), "problem", "INVALID_ARGUMENT"),
     (dict(problem="1+1=" * 3000), "problem", "INVALID_ARGUMENT"),
+    (dict(problem="What is 3 × 4?"), "problem", "INVALID_ARGUMENT"),  # '×': not in the target's vocabulary
     (dict(capacity=0), "capacity", "INVALID_ARGUMENT"),
     (dict(capacity=2, swap=3), "swap", "INVALID_ARGUMENT"),
     (dict(method="beam"), "method", "INVALID_ARGUMENT"),

@@ -132,4 +132,9 @@ def test_bad_input_changes_nothing(target):
         eng.add_samples("", [HOT, HOT])
     with pytest.raises(ValueError, match="SamplingParams"):
         eng.add_samples(PROMPTS[0], [HOT, "hot"])
+    with pytest.raises(ValueError, match=r"^prompt: .*'é' \(U\+00E9\)"):  # encode would drop it
+        eng.add_samples(PROMPTS[0] + "é", [HOT, HOT])
+    with pytest.raises(ValueError, match=r"^prompt: .*'☕'"):
+        eng.add("☕ " + PROMPTS[0], HOT)
     assert not eng.traces and not eng.has_unfinished() and not eng.shared
+

@@ -125,6 +125,8 @@ def test_driver_bad_input(make_engine):
         driver.submit("Compute 1+2.\nSolution:\n", SearchConfig(method="sc"), run_id="a:b")
     with pytest.raises(ValueError, match="capacity"):
         driver.submit("Compute 1+2.\nSolution:\n", {"method": "sc", "capacity": -1})
+    with pytest.raises(ValueError, match=r"^problem: .*'×' \(U\+00D7\)"):  # not in the vocabulary
+        driver.submit("Compute 1×2.\nSolution:\n", SearchConfig(method="sc"))
     assert not driver.runs and not driver.engine.has_unfinished()
 
 

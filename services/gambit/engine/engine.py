@@ -187,7 +187,7 @@ class Engine:
         if not all(isinstance(p, SamplingParams) for p in params):
             raise ValueError("params must be a SamplingParams")
         priority = check_priority(priority)
-        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        ids = self.tokenizer.encode_checked(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids or (isinstance(prompt, str) and not prompt):
             raise ValueError("prompt is empty")
         vocab = self.model.config.vocab_size

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import string
+from collections import Counter
 from functools import cached_property
 from pathlib import Path
 
@@ -52,6 +53,30 @@ class Tokenizer:
     def encode(self, text: str, add_bos: bool = True) -> list[int]:
         ids = self.tok.encode(text, add_special_tokens=False).ids
         return ([self.bos_id] if add_bos and self.bos_id is not None else []) + ids
+
+    def encode_checked(self, text: str, field: str = "prompt", add_bos: bool = True) -> list[int]:
+        """``encode``, refusing text the vocabulary cannot represent. A vocabulary without an unknown
+        token drops such characters silently (the shipped target's knows printable ASCII only), and a
+        problem read without them is another problem: ValueError naming ``field`` and the characters."""
+        ids = self.tok.encode(text, add_special_tokens=False).ids
+        bad = self.lost_chars(text, ids)
+        if bad:
+            shown = ", ".join(f"{c!r} (U+{ord(c):04X})" for c in bad[:8])
+            more = f" and {len(bad) - 8} more" if len(bad) > 8 else ""
+            raise ValueError(f"{field}: characters the model's vocabulary cannot represent: {shown}{more}")
+        return ([self.bos_id] if add_bos and self.bos_id is not None else []) + ids
+
+    def lost_chars(self, text: str, ids: list[int]) -> list[str]:
+        """The characters of ``text`` (after the tokenizer's normalizer) that ``ids`` no longer hold,
+        whitespace aside (SentencePiece-style vocabularies add or drop a leading space). Decoding the
+        ids back is the check: the tokens' character spans are no guide, since a BPE model that drops
+        a character shifts the spans after it."""
+        norm = self.tok.normalizer.normalize_str(text) if self.tok.normalizer is not None else text
+        back = self.tok.decode(ids, skip_special_tokens=False)
+        if back == norm:
+            return []
+        lost = Counter(c for c in norm if not c.isspace()) - Counter(c for c in back if not c.isspace())
+        return sorted(lost)
 
     def decode(self, ids: list[int], skip_special: bool = True) -> str:
         return self.tok.decode(list(ids), skip_special_tokens=skip_special)

@@ -70,7 +70,7 @@ class SearchDriver(Guidance):
         run_id = check_run_id(run_id or uuid.uuid4().hex[:12])
         if run_id in self.runs:
             raise ValueError(f"run {run_id} already exists")
-        ids = self.engine.tokenizer.encode(prompt)
+        ids = self.engine.tokenizer.encode_checked(prompt, "problem")
         if len(ids) + 1 >= self.engine.max_model_len:
             raise ValueError(f"prompt has {len(ids)} tokens; the context holds {self.engine.max_model_len}")
         run = SearchRun(run_id, cfg, prompt, ids, gold, self.engine, self.scorer, self.owner)
