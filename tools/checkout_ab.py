@@ -7,9 +7,9 @@ fresh process with that side's ``services`` on its path (its kernels built from 
 by digest). Measurements, each a median over ``--reps`` pairs:
 
 * ``plain B``: plain decoding of the shipped target (or ``--model``, with ``--weights`` / ``--kv``), B
-  traces of ``--tokens`` tokens at T = 0.8 with the chosen token's log-probability and the largest
-  (``--logprobs``: 1, what a Gambit search asks for; DeepConf asks 20), optionally with a nucleus
-  (``--top-p``), seconds per run;
+  traces of ``--tokens`` tokens at T = ``--temperature`` (0.8) with the chosen token's log-probability and
+  the largest (``--logprobs``: 1, what a Gambit search asks for; DeepConf asks 20), optionally with a
+  nucleus (``--top-p``), seconds per run;
 * ``search``: one search chunk (6 hard test problems, C = 16, Gambit, the search bench's KV sizing).
 
 Each side's outputs are hashed: ``same`` says both generated the same tokens (and answers).
@@ -18,7 +18,7 @@ With ``--old-env`` / ``--new-env KEY=VALUE`` one side's processes get extra envi
 HEAD then compares an environment against none (an allocator through ``LD_PRELOAD``, a thread setting).
 
 Usage: .venv/bin/python tools/checkout_ab.py REV [--batches 1,16,96] [--tokens 200] [--reps 5]
-       [--model smollm2 [--weights bfloat16] [--kv bfloat16]] [--no-search] [--json FILE]
+       [--model smollm2 [--weights bfloat16] [--kv bfloat16]] [--temperature T] [--no-search] [--json FILE]
        [--old-env K=V ...] [--new-env K=V ...]
 """
 import argparse
@@ -39,6 +39,7 @@ torch.set_num_threads(2)
 kind, model_name = sys.argv[1], sys.argv[2]
 batch, tokens, reps = (int(x) for x in sys.argv[3:6])
 weights, kv, logprobs, top_p = sys.argv[6], sys.argv[7], int(sys.argv[8]), float(sys.argv[9])
+temperature = float(sys.argv[10])
 from gambit.model.loader import load_model
 from gambit.model.registry import resolve_model
 from gambit.paths import TARGET
@@ -49,8 +50,9 @@ if kind == "plain":
     eng = Engine(model, tok, EngineConfig(cpu_weights=weights, kv_dtype=kv))
     ids = tok.encode("Q: 3 + 4 * 5 - 2 = ?\n\n")
     for r in range(reps + 1):  # the first warms up
-        tids = [eng.add(ids, SamplingParams(temperature=0.8, max_tokens=tokens, seed=i, ignore_eos=True,
-                                            logprobs=logprobs, top_p=top_p)) for i in range(batch)]
+        tids = [eng.add(ids, SamplingParams(temperature=temperature, max_tokens=tokens, seed=i,
+                                            ignore_eos=True, logprobs=logprobs, top_p=top_p))
+                for i in range(batch)]
         outs, t = {}, time.perf_counter()
         while eng.has_unfinished():
             for ev in eng.step():
@@ -82,10 +84,10 @@ print(json.dumps({"seconds": secs, "digest": h.hexdigest()}))
 
 def run_side(tree: Path, kind: str, model: str, batch: int, tokens: int, reps: int,
              extra: dict[str, str], weights: str = "float32", kv: str = "auto", logprobs: int = 1,
-             top_p: float = 1.0) -> dict:
+             top_p: float = 1.0, temperature: float = 0.8) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree / "services"), **extra)
     out = subprocess.run([sys.executable, "-c", CHILD, kind, model, str(batch), str(tokens), str(reps),
-                          weights, kv, str(logprobs), str(top_p)],
+                          weights, kv, str(logprobs), str(top_p), str(temperature)],
                          env=env, capture_output=True, text=True, check=True, cwd=tree)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -107,6 +109,8 @@ def main() -> int:
                          "(1: what a Gambit search asks; DeepConf asks 20)")
     ap.add_argument("--top-p", type=float, default=1.0,
                     help="plain decoding's nucleus mass, 0 < p <= 1 (1: no filter, what the searches use)")
+    ap.add_argument("--temperature", type=float, default=0.8,
+                    help="plain decoding's sampling temperature (> 0; a low one makes cold rows)")
     ap.add_argument("--no-search", action="store_true", help="skip the search chunk")
     ap.add_argument("--json", default="", help="write the results here")
     ap.add_argument("--old-env", action="append", default=[], metavar="K=V",
@@ -120,8 +124,10 @@ def main() -> int:
         if bad:
             ap.error(f"--{side}-env takes KEY=VALUE, got {bad}")
         envs[side] = dict(p.split("=", 1) for p in pairs)
-    if args.reps < 1 or args.tokens < 1 or args.inner < 1 or args.logprobs < 0 or not 0 < args.top_p <= 1:
-        ap.error("--reps, --tokens and --inner must be >= 1, --logprobs >= 0, 0 < --top-p <= 1")
+    if args.reps < 1 or args.tokens < 1 or args.inner < 1 or args.logprobs < 0 or not 0 < args.top_p <= 1 \
+            or not args.temperature > 0:
+        ap.error("--reps, --tokens and --inner must be >= 1, --logprobs >= 0, 0 < --top-p <= 1, "
+                 "--temperature > 0")
     batches = [int(b) for b in args.batches.split(",") if b]
     tasks = [("plain", b) for b in batches] + ([] if args.no_search else [("search", 0)])
     rows = []
@@ -137,7 +143,7 @@ def main() -> int:
                     for side in (("old", "new") if r % 2 == 0 else ("new", "old")):
                         res = run_side(old if side == "old" else ROOT, kind, args.model, b, args.tokens,
                                        args.inner, envs[side], args.weights, args.kv, args.logprobs,
-                                       args.top_p)
+                                       args.top_p, args.temperature)
                         sides[side].append(statistics.median(res["seconds"]))
                         digests[side].add(res["digest"])
                     print(f"  {kind} {b or ''}: pair {r + 1}/{args.reps}", file=sys.stderr, flush=True)
@@ -153,7 +159,7 @@ def main() -> int:
                            capture_output=True)
     print(f"\n{args.rev} (old) vs this checkout (new), {args.reps} alternating pairs"
           f"{', model ' + args.model if args.model else ''}, weights {args.weights}, KV {args.kv}, "
-          f"logprobs={args.logprobs}, top-p {args.top_p}"
+          f"logprobs={args.logprobs}, top-p {args.top_p}, T {args.temperature}"
           + "".join(f"; {side} env {e}" for side, e in envs.items() if e))
     print("| measure | old s | new s | new / old | spread | same output |\n|---|---:|---:|---:|---|---|")
     for r in rows:
@@ -161,7 +167,8 @@ def main() -> int:
               f"{r['ratio_min']:.3f}-{r['ratio_max']:.3f} | {r['same']} |")
     if args.json:
         info = {"rev": args.rev, "model": args.model or "target", "weights": args.weights, "kv": args.kv,
-                "logprobs": args.logprobs, "top_p": args.top_p, "env": envs, "rows": rows}
+                "logprobs": args.logprobs, "top_p": args.top_p, "temperature": args.temperature, "env": envs,
+                "rows": rows}
         Path(args.json).write_text(json.dumps(info, indent=1))
     return 0
 
