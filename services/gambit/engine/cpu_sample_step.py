@@ -212,15 +212,19 @@ static int64_t sample_count_below(const float* y, int64_t V, float m, float L) {
   return n;
 }
 
-// Whether an unfiltered row (maximum m, smallest entry lo) takes sample_exp_kept: at least 1/128 of it at or
-// below m + L. Packing costs two passes over the row; below ~1% of entries the slow path costs less
-// (`tools/sampler_speed.py 64 49152 3 1 1.0 4 0.1`: a row at T = 0.1, 98% of it underflowing).
-static bool sample_row_cold(const float* y, int64_t V, float m, float lo, float L) {
-  return std::isfinite(m) && lo - m <= L && sample_count_below(y, V, m, L) * 128 >= V;
+// For an unfiltered row (maximum m, smallest entry lo): sample_exp_kept's L where the row is cold (at least
+// 1/128 of it at or below m + L), else NaN (one exp over the row). Packing costs two passes over the row;
+// below ~1% of entries the slow path costs less (`tools/sampler_speed.py 64 49152 3 1 1.0 4 0.1`: a row
+// at T = 0.1). The probe runs only once a row reaches that far (~13 ms, once per process).
+static float sample_row_shift(const float* y, int64_t V, float m, float lo) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  if (!std::isfinite(m) || !(lo - m <= SAMPLE_EXP_ZERO)) return nan;
+  const float L = sample_exp_zero_below();
+  return sample_count_below(y, V, m, L) * 128 >= V ? L : nan;
 }
 
 // y = x / t over a row (each quotient exactly rounded, as ATen's division), returning the smallest y
-// (NaNs aside) for sample_row_cold; found in the division's pass (a pass of its own cost warm rows ~3%).
+// (NaNs aside) for sample_row_shift; found in the division's pass (a pass of its own cost warm rows ~3%).
 static float sample_scale_row(const float* x, float* y, int64_t V, float t) {
   float lo = std::numeric_limits<float>::infinity();
   int64_t v = 0;
@@ -244,14 +248,14 @@ static float sample_scale_row(const float* x, float* y, int64_t V, float t) {
 at::Tensor sample_exp_rows(at::Tensor y) {
   TORCH_CHECK(y.dim() == 2 && y.scalar_type() == at::kFloat && y.is_contiguous(), "float32 [B, V] rows");
   const int64_t B = y.size(0), V = y.size(1);
-  const float L = sample_exp_zero_below();
   std::vector<float> kept;
   for (int64_t b = 0; b < B; ++b) {
     float* r = y.data_ptr<float>() + b * V;
     const float m = sample_row_max(r, V);
     float lo = std::numeric_limits<float>::infinity();
     for (int64_t v = 0; v < V; ++v) lo = r[v] < lo ? r[v] : lo;
-    if (sample_row_cold(r, V, m, lo, L)) {
+    const float L = sample_row_shift(r, V, m, lo);
+    if (!std::isnan(L)) {
       sample_exp_kept(r, V, m, L, kept);
     } else {
       for (int64_t v = 0; v < V; ++v) r[v] = r[v] - m;
@@ -325,7 +329,6 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
     });
     sample_filter_block(w, top_k, top_p);
   }
-  const float zero_below = sample_exp_zero_below();
   // rows split over the threads as ATen splits its large steps (each row's floats do not depend on it)
   at::parallel_for(0, B, row_grain(V), [&](int64_t begin, int64_t end) {
     std::vector<float> bsum(nb), pad(block), kept;
@@ -338,9 +341,12 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
       float* y = wp + b * V;
       const float lo = filtered ? 0.f : sample_scale_row(x, y, V, temp[b]);
       const float m = sample_row_max(y, V);
-      // exp of the entries that can be nonzero only: a filtered row's kept ones, a cold row's above the shift
-      if (filtered ? std::isfinite(m) : sample_row_cold(y, V, m, lo, zero_below)) {
-        sample_exp_kept(y, V, m, zero_below, kept);
+      // exp of the entries that can be nonzero only: a filtered row's kept ones (its -inf entries give 0),
+      // a cold row's above the zero shift; NaN: one exp over the row
+      const float ninf = -std::numeric_limits<float>::infinity();
+      const float L = filtered ? (std::isfinite(m) ? ninf : std::nanf("")) : sample_row_shift(y, V, m, lo);
+      if (!std::isnan(L)) {
+        sample_exp_kept(y, V, m, L, kept);
         done[b - begin] = 1, any_done = true;
         continue;
       }
