@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import string
-from collections import Counter
 from functools import cached_property
 from pathlib import Path
 
@@ -67,16 +66,16 @@ class Tokenizer:
         return ([self.bos_id] if add_bos and self.bos_id is not None else []) + ids
 
     def lost_chars(self, text: str, ids: list[int]) -> list[str]:
-        """The characters of ``text`` (after the tokenizer's normalizer) that ``ids`` no longer hold,
-        whitespace aside (SentencePiece-style vocabularies add or drop a leading space). Decoding the
-        ids back is the check: the tokens' character spans are no guide, since a BPE model that drops
-        a character shifts the spans after it."""
-        norm = self.tok.normalizer.normalize_str(text) if self.tok.normalizer is not None else text
-        back = self.tok.decode(ids, skip_special_tokens=False)
-        if back == norm:
+        """The characters of ``text`` that ``ids`` do not hold, whitespace aside. Where the ids decode back
+        to the text, none; else each distinct character is encoded alone, and one that gives no token is
+        lost (a character outside a BPE alphabet without byte fallback or an unknown token, or one a
+        normalizer removes). Neither the tokens' character spans (a BPE model that drops a character
+        shifts the spans after it) nor a character count against the normalized text (SentencePiece's
+        normalizer turns spaces into U+2581, NFC composes accents) tells which."""
+        if self.tok.decode(ids, skip_special_tokens=False) == text:
             return []
-        lost = Counter(c for c in norm if not c.isspace()) - Counter(c for c in back if not c.isspace())
-        return sorted(lost)
+        chars = sorted({c for c in text if not c.isspace()})
+        return [c for c in chars if not self.tok.encode(c, add_special_tokens=False).ids]
 
     def decode(self, ids: list[int], skip_special: bool = True) -> str:
         return self.tok.decode(list(ids), skip_special_tokens=skip_special)
