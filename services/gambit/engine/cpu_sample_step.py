@@ -215,7 +215,7 @@ static int64_t sample_count_below(const float* y, int64_t V, float m, float L) {
 // For an unfiltered row (maximum m, smallest entry lo): sample_exp_kept's L where the row is cold (at least
 // 1/128 of it at or below m + L), else NaN (one exp over the row). Packing costs two passes over the row;
 // below ~1% of entries the slow path costs less (`tools/sampler_speed.py 64 49152 3 1 1.0 4 0.1`: a row
-// at T = 0.1). The probe runs only once a row reaches that far (~13 ms, once per process).
+// at T = 0.1). The probe runs only once a row reaches that far (~30 ms, once per process).
 static float sample_row_shift(const float* y, int64_t V, float m, float lo) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   if (!std::isfinite(m) || !(lo - m <= SAMPLE_EXP_ZERO)) return nan;
@@ -251,9 +251,8 @@ at::Tensor sample_exp_rows(at::Tensor y) {
   std::vector<float> kept;
   for (int64_t b = 0; b < B; ++b) {
     float* r = y.data_ptr<float>() + b * V;
+    const float lo = sample_scale_row(r, r, V, 1.f);  // x / 1 is x: only the smallest entry is wanted
     const float m = sample_row_max(r, V);
-    float lo = std::numeric_limits<float>::infinity();
-    for (int64_t v = 0; v < V; ++v) lo = r[v] < lo ? r[v] : lo;
     const float L = sample_row_shift(r, V, m, lo);
     if (!std::isnan(L)) {
       sample_exp_kept(r, V, m, L, kept);
@@ -333,8 +332,7 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
   at::parallel_for(0, B, row_grain(V), [&](int64_t begin, int64_t end) {
     std::vector<float> bsum(nb), pad(block), kept;
     std::vector<double> bcdf(nb);
-    std::vector<char> done(end - begin);  // exp already taken (sample_exp_kept)
-    bool any_done = false;
+    std::vector<char> packed(end - begin);  // exp taken by sample_exp_kept (read where every row samples)
     for (int64_t b = begin; b < end; ++b) {
       if (!hot[b]) continue;  // greedy: no draw
       const float* x = lp + b * V;
@@ -343,21 +341,24 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
       const float m = sample_row_max(y, V);
       // exp of the entries that can be nonzero only: a filtered row's kept ones (its -inf entries give 0),
       // a cold row's above the zero shift; NaN: one exp over the row
-      const float ninf = -std::numeric_limits<float>::infinity();
-      const float L = filtered ? (std::isfinite(m) ? ninf : std::nanf("")) : sample_row_shift(y, V, m, lo);
+      const float L = !filtered ? sample_row_shift(y, V, m, lo)
+                                : std::isfinite(m) ? -std::numeric_limits<float>::infinity()
+                                                   : std::numeric_limits<float>::quiet_NaN();
       if (!std::isnan(L)) {
         sample_exp_kept(y, V, m, L, kept);
-        done[b - begin] = 1, any_done = true;
+        packed[b - begin] = 1;
         continue;
       }
       for (int64_t v = 0; v < V; ++v) y[v] = y[v] - m;
-      if (!all_hot || filtered) sample_exp(y, V), done[b - begin] = 1;
+      if (!all_hot || filtered) sample_exp(y, V);
     }
-    if (all_hot && !filtered && !any_done) {
-      sample_exp(wp + begin * V, (end - begin) * V);  // one call: ~0.2 us a call
-    } else if (all_hot && !filtered) {
-      for (int64_t b = begin; b < end; ++b)
-        if (!done[b - begin]) sample_exp(wp + b * V, V);
+    if (all_hot && !filtered) {  // the rows' exp in one call (~0.2 us a call) where none was packed
+      if (std::find(packed.begin(), packed.end(), 1) == packed.end()) {
+        sample_exp(wp + begin * V, (end - begin) * V);
+      } else {
+        for (int64_t b = begin; b < end; ++b)
+          if (!packed[b - begin]) sample_exp(wp + b * V, V);
+      }
     }
     for (int64_t b = begin; b < end; ++b) {
       const float* y = wp + b * V;
