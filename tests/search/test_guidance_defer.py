@@ -1,9 +1,12 @@
-"""Gambit's guidance sync at its rounds: fewer scorer calls, the same search (up to float rounding)."""
+"""Gambit's guidance sync at its rounds: fewer scorer calls, the same search."""
 
 from __future__ import annotations
 
+import pytest
+
 from gambit.search.config import SearchConfig
 from gambit.search.driver import SearchDriver
+from gambit.search.scorers import load_default_scorer
 
 
 def _go(make_engine, scorer, problems, defer: bool):
@@ -17,21 +20,20 @@ def _go(make_engine, scorer, problems, defer: bool):
     return out, drv.score_calls, drv.steps
 
 
-def test_deferred_scoring_matches_scoring_every_step_with_fewer_calls(make_engine, scorer, hard_problems):
+@pytest.mark.parametrize("which", ["stand-in", "shipped process scorer"])
+def test_deferred_scoring_is_the_same_search_with_fewer_calls(which, make_engine, scorer, hard_problems):
+    """Deferral moves a boundary into another scorer call, beside other rows: the search is unchanged
+    to the bit because a row's score does not depend on its batch (``scoring/invariant.py``; before it,
+    ties to 1e-8 between mean scores could swap two traces)."""
+    if which != "stand-in":
+        scorer = load_default_scorer("process", 192)
+        assert scorer.invariant, scorer.invariant_reason
     now, calls_now, steps = _go(make_engine, scorer, hard_problems, defer=False)
     later, calls_later, steps_later = _go(make_engine, scorer, hard_problems, defer=True)
-    # the same search up to float rounding: a matmul's rows can round differently in a larger batch,
-    # which may swap two traces whose mean scores tie to 1e-8 (same states, same parents)
     assert steps_later == steps
-    for r in now:
-        assert later[r][:4] == now[r][:4]
-        a, b = now[r][4], later[r][4]
-        assert [t[:2] for t in a] == [t[:2] for t in b]
-        assert sorted(t[2] for t in a) == sorted(t[2] for t in b)
-        assert all(abs(x[3] - y[3]) < 1e-6 for x, y in zip(a, b, strict=True) if x[3] is not None)
+    assert later == now  # answers, tokens, branches, prunes, every trace's parent, state and score
     assert any(b for _, _, b, _, _ in now.values())  # the runs did branch (rounds ranked on scores)
     assert calls_later < calls_now, (calls_later, calls_now)
-
 
 
 def test_stand_in_scores_do_not_depend_on_the_batch(scorer):

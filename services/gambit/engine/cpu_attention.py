@@ -844,7 +844,9 @@ def kernel():
                 _module = load_inline(
                     name=f"gambit_cpu_kernels_{digest}", cpp_sources=sources,
                     functions=["paged_decode", "paged_attention", "dense_attention", "rms_norm", "gemv_t",
-                               "invariant_linear", "decoder_layers", "drafter_forward", "tree_draft",
+                               "invariant_linear", "invariant_rowdot", "invariant_sigmoid",
+                               "invariant_gru_cell",
+                               "decoder_layers", "drafter_forward", "tree_draft",
                                "sample_tokens", "argmax_rows", "sample_step", "fused_sampler_exact",
                                "sample_exp_rows", "topk_rows",
                                "log_softmax_rows", "sort_desc_rows", "filter_rows",

@@ -204,6 +204,73 @@ torch::Tensor invariant_linear(torch::Tensor x, torch::Tensor packed, int64_t ou
   NoGil no_gil;
   return invariant_linear_impl(x, packed, out, nullptr, simd);
 }
+
+// x [N, K] fp32 times w [K] fp32 -> [N]: a one-output linear (a scorer's head) without the tile kernel's 64
+// columns. Each row the same chain: sixteen lane sums over k = 16 i + l in order (fma), then the lanes
+// added in one fixed order; the compiler may vectorize the lane loop, which changes no rounding.
+torch::Tensor invariant_rowdot(torch::Tensor x, torch::Tensor w) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat && x.dim() == 2 &&
+                  w.dim() == 1 && w.size(0) == x.size(1),
+              "invariant_rowdot: fp32 x [N, K] and w [K]");
+  auto xc = x.contiguous(), wc = w.contiguous();
+  const int64_t N = xc.size(0), K = xc.size(1);
+  auto y = at::empty({N}, xc.options());
+  const float *xp = xc.data_ptr<float>(), *wp = wc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  for (int64_t r = 0; r < N; ++r) {
+    const float* xr = xp + r * K;
+    float acc[16] = {};
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16)
+      for (int l = 0; l < 16; ++l) acc[l] = std::fma(xr[k + l], wp[k + l], acc[l]);
+    for (int l = 0; k + l < K; ++l) acc[l] = std::fma(xr[k + l], wp[k + l], acc[l]);
+    for (int h = 8; h > 0; h /= 2)
+      for (int l = 0; l < h; ++l) acc[l] += acc[l + h];
+    yp[r] = acc[0];
+  }
+  return y;
+}
+
+// Element by element in one scalar function, whatever an element's place in the tensor: ATen's
+// vectorized loops take the tail of a tensor through scalar code that rounds some results differently,
+// so a row's sigmoid would depend on how many rows precede it. (No -ffast-math here: GCC does not
+// vectorize these libm calls.)
+static inline float inv_sigmoid1(float v) { return 1.f / (1.f + std::exp(-v)); }
+
+// 1 / (1 + exp(-x)) of every element of an fp32 tensor
+torch::Tensor invariant_sigmoid(torch::Tensor x) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat, "invariant_sigmoid: fp32");
+  auto xc = x.contiguous();
+  auto y = at::empty_like(xc);
+  const float* xp = xc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  for (int64_t i = 0; i < xc.numel(); ++i) yp[i] = inv_sigmoid1(xp[i]);
+  return y;
+}
+
+// PyTorch's GRU cell from its gate pre-activations gi = x W_ih + b_ih and gh = h W_hh + b_hh [N, 3D]
+// (gates r, z, n) and h [N, D]: r = s(gi_r + gh_r), z = s(gi_z + gh_z), n = tanh(gi_n + r gh_n),
+// h' = n + z (h - n); each element in scalar code (see invariant_sigmoid)
+torch::Tensor invariant_gru_cell(torch::Tensor gi, torch::Tensor gh, torch::Tensor h) {
+  TORCH_CHECK(gi.scalar_type() == at::kFloat && gh.scalar_type() == at::kFloat &&
+                  h.scalar_type() == at::kFloat && h.dim() == 2 && gi.sizes() == gh.sizes() &&
+                  gi.dim() == 2 && gi.size(0) == h.size(0) && gi.size(1) == 3 * h.size(1),
+              "invariant_gru_cell: fp32 gi, gh [N, 3D] and h [N, D]");
+  auto gic = gi.contiguous(), ghc = gh.contiguous(), hc = h.contiguous();
+  auto y = at::empty_like(hc);
+  const int64_t N = hc.size(0), D = hc.size(1);
+  const float *a = gic.data_ptr<float>(), *b = ghc.data_ptr<float>(), *hp = hc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t j = 0; j < D; ++j) {
+      const float* ar = a + r * 3 * D;
+      const float* br = b + r * 3 * D;
+      const float rg = inv_sigmoid1(ar[j] + br[j]), zg = inv_sigmoid1(ar[D + j] + br[D + j]);
+      const float n = std::tanh(ar[2 * D + j] + rg * br[2 * D + j]);
+      yp[r * D + j] = n + zg * (hp[r * D + j] - n);
+    }
+  return y;
+}
 """
 
 

@@ -18,7 +18,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from gambit.scoring import invariant
 from gambit.scoring.config import ScorerConfig
+from gambit.scoring.invariant import InvariantNet, reason_unavailable
 from gambit.scoring.nets import build_net
 
 WEIGHTS = "model.safetensors"
@@ -36,12 +38,17 @@ class BoundaryScorer:
     """A scorer network plus per-key state. ``kind`` is "mlp" (stateless) or "sequence"."""
 
     def __init__(self, net: torch.nn.Module, config: ScorerConfig,
-                 device: str | torch.device = "cpu") -> None:
+                 device: str | torch.device = "cpu", invariant: bool = True) -> None:
+        """``invariant``: score each row with the floats it has alone (``scoring/invariant.py``) where
+        this scorer and machine allow (``invariant_reason`` says why not); the net's weights are packed
+        at the first score, so change them before scoring, not after."""
         self.config = config
         self.device = torch.device(device)
         self.net = net.to(self.device, torch.float32).eval()
         self._state: dict[Hashable, torch.Tensor] = {}
         self._lock = threading.Lock()
+        self.invariant_reason = reason_unavailable(config, self.device) if invariant else "not asked"
+        self._inv: InvariantNet | None = None
 
     @property
     def kind(self) -> str:
@@ -110,11 +117,29 @@ class BoundaryScorer:
         states = self.check_states(states)
         keys = self.check_keys(keys, states.shape[0])
         with self._lock, torch.inference_mode():
-            if self.kind == "mlp" or not len(keys):
-                return torch.sigmoid(self.net(states)).float().cpu() if len(keys) else torch.zeros(0)
-            return self._score_sequence(keys, states)
+            if not len(keys):
+                return torch.zeros(0)
+            inv = self._invariant_net()
+            if self.kind == "mlp":
+                if inv is not None:
+                    return invariant.sigmoid(inv.mlp_logits(states))
+                return torch.sigmoid(self.net(states)).float().cpu()
+            return self._score_sequence(keys, states, inv)
 
-    def _score_sequence(self, keys: list[Hashable], states: torch.Tensor) -> torch.Tensor:
+    @property
+    def invariant(self) -> bool:
+        """Whether ``score`` gives each row the floats it has alone, in any batch."""
+        return self.invariant_reason is None
+
+    def _invariant_net(self) -> InvariantNet | None:
+        if self.invariant_reason is not None:
+            return None
+        if self._inv is None:
+            self._inv = InvariantNet(self.net, self.config)
+        return self._inv
+
+    def _score_sequence(self, keys: list[Hashable], states: torch.Tensor,
+                        inv: InvariantNet | None) -> torch.Tensor:
         # rows of one key are applied in waves (its 1st row in wave 0, 2nd in wave 1, ...); all keys of
         # a wave go through the network in one batch
         seen: dict[Hashable, int] = {}
@@ -129,6 +154,11 @@ class BoundaryScorer:
         for rows in waves:
             ks = [keys[r] for r in rows]
             prev = [self._state[k] if k in self._state else self.net.init_state() for k in ks]
+            if inv is not None:
+                h, logits = inv.gru_step(torch.stack(prev), states[rows])
+                self._state.update(zip(ks, h.unbind(0), strict=True))
+                out[rows] = invariant.sigmoid(logits)
+                continue
             new, logits = self.net.step(prev, states[rows])
             self._state.update(zip(ks, new, strict=True))
             out[rows] = torch.sigmoid(logits).float().cpu()
@@ -168,8 +198,10 @@ class BoundaryScorer:
         return torch.sigmoid(logits).float().cpu()
 
 
-def random_scorer(kind: str = "mlp", hidden_size: int = 192, seed: int = 0, **kw) -> BoundaryScorer:
-    """A randomly initialised scorer (seeded), for tests and before a trained one exists."""
+def random_scorer(kind: str = "mlp", hidden_size: int = 192, seed: int = 0, invariant: bool = True,
+                  **kw) -> BoundaryScorer:
+    """A randomly initialised scorer (seeded), for tests and before a trained one exists; ``kw``:
+    ``ScorerConfig`` fields."""
     cfg = ScorerConfig(kind=kind, hidden_size=hidden_size, **kw)
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
@@ -177,7 +209,7 @@ def random_scorer(kind: str = "mlp", hidden_size: int = 192, seed: int = 0, **kw
         net = build_net(cfg)
     finally:
         torch.random.set_rng_state(gen_state)
-    return BoundaryScorer(net, cfg)
+    return BoundaryScorer(net, cfg, invariant=invariant)
 
 
 def save_scorer(net: torch.nn.Module | BoundaryScorer, config: ScorerConfig, folder: str | Path) -> Path:
@@ -192,7 +224,8 @@ def save_scorer(net: torch.nn.Module | BoundaryScorer, config: ScorerConfig, fol
     return folder
 
 
-def load_scorer(folder: str | Path, device: str | torch.device = "cpu") -> BoundaryScorer:
+def load_scorer(folder: str | Path, device: str | torch.device = "cpu",
+                invariant: bool = True) -> BoundaryScorer:
     """A scorer from its folder; a missing, extra or wrong-shaped tensor is a ValueError naming it."""
     folder = Path(folder)
     if not folder.is_dir():
@@ -216,4 +249,4 @@ def load_scorer(folder: str | Path, device: str | torch.device = "cpu") -> Bound
             raise ValueError(f"{path}: tensor {name} has shape {tuple(state[name].shape)}, "
                              f"config.json implies {tuple(t.shape)}")
     net.load_state_dict(state)
-    return BoundaryScorer(net, cfg, device)
+    return BoundaryScorer(net, cfg, device, invariant)
