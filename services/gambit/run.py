@@ -46,7 +46,7 @@ class RunConfig:
     spec_max_batch: int = 0  # speculative traces draft only in steps of <= this many traces (0: no cap)
     cpu_weights: str = "float32"  # the engine's CPU linear weights: float32 | bfloat16 (AMX/AVX512-BF16 CPUs)
     kv_dtype: str = "auto"  # the engine's KV cache elements: auto (the model's dtype) | float32 | bfloat16
-    batch_invariant: bool = False  # each trace's floats independent of its batch (EngineConfig)
+    batch_invariant: bool | None = None  # a trace's floats its own in any batch (unset: on where it holds)
 
     def __post_init__(self) -> None:
         if self.problems < 1 or self.samples < 1:
@@ -92,7 +92,7 @@ def run(cfg: RunConfig) -> dict:
     kv = str(engine.runner.cache.k.dtype).removeprefix("torch.")
     print(f"engine: {cfg.kv_blocks} KV blocks of {engine.config.block_size} tokens in {kv}, "
           f"CPU linear weights {cfg.cpu_weights}"
-          + (", batch-invariant arithmetic" if cfg.batch_invariant else ""))
+          + (", batch-invariant arithmetic" if engine.batch_invariant else ""))
     problems = generate("test", cfg.problems, cfg.seed, TaskConfig(cfg.min_ops, cfg.max_ops))
     view = LiveView()
     right, tokens, last = 0, 0, None

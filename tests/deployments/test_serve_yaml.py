@@ -83,4 +83,5 @@ def test_batch_invariance_reaches_each_target():
     from gambit.deployments.local import ServeConfig
 
     assert ServeConfig(batch_invariant=True).app_args()["target"]["batch_invariant"] is True
-    assert ServeConfig().app_args()["target"]["batch_invariant"] is False
+    assert ServeConfig(batch_invariant=False).app_args()["target"]["batch_invariant"] is False
+    assert ServeConfig().app_args()["target"]["batch_invariant"] is None  # on where it holds

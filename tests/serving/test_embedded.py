@@ -180,7 +180,21 @@ def test_a_target_with_bfloat16_weights_solves_and_frees_its_kv():
         assert engine.cpu_linear == "transposed-bf16"
 
     _pr_run_solves_and_frees_its_kv(EmbeddedConfig(scorer="random:mlp:192", num_blocks=200,
-                                                   cpu_weights="bfloat16"), check)
+                                                   cpu_weights="bfloat16", batch_invariant=False), check)
+
+
+def test_a_target_is_batch_invariant_by_default_where_it_holds():
+    """Unset, ``batch_invariant`` is on for an fp32 model on an AVX-512 CPU with the compiled kernels: a
+    seeded run is the same run beside any others (``tests/search/test_seeded_runs.py``)."""
+    from gambit.cpu_info import cpu_flags
+    from gambit.engine import cpu_attention
+
+    def check(engine):
+        assert engine.batch_invariant == (cpu_attention.kernel() is not None and "avx512f" in cpu_flags())
+        assert engine.cpu_linear == ("invariant" if engine.batch_invariant else "transposed")
+
+    assert EmbeddedConfig().batch_invariant is None
+    _pr_run_solves_and_frees_its_kv(EmbeddedConfig(scorer="random:mlp:192", num_blocks=200), check)
 
 
 def test_a_batch_invariant_target_solves_and_frees_its_kv():

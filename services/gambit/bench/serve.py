@@ -46,6 +46,7 @@ class BenchServeConfig:
     target_threads: int = 0  # torch threads of the Target's engine (0 = every core; embedded: the bench's)
     model: str = ""  # target model folder or name ("" = shipped target; smollm2: --scorer random:mlp:576)
     scorer: str = ""  # scorer folder ("" = shipped MLP scorer, untrained random one if none)
+    batch_invariant: bool | None = None  # both wirings' Targets (EngineConfig; unset: on where it holds)
     grpc_port: int = 9310  # Serve gRPC port for the benchmark
     metrics_port: int = 9311  # Ray metrics port for the benchmark
 
@@ -145,7 +146,8 @@ class EngineBaseline:
 
         self.cfg, self.sp, self.target = cfg, SamplingParams, target
         model = cfg.model or str(TARGET)
-        self.eng = on_fresh_thread(lambda: Engine.from_pretrained(model, EngineConfig(model=model)))
+        ecfg = EngineConfig(model=model, batch_invariant=cfg.batch_invariant)  # the Targets' arithmetic
+        self.eng = on_fresh_thread(lambda: Engine.from_pretrained(model, ecfg))
         self.prompt = problems(1)[0]
         self.rates: dict[int, list[float]] = {n: [] for n in cfg.levels}
         warm = self.sp(max_tokens=8, ignore_eos=True)
@@ -180,11 +182,11 @@ def bench(cfg: BenchServeConfig) -> dict:
     from gambit.serving.embedded import Embedded, EmbeddedConfig
 
     log("starting embedded wiring and Ray Serve ...")
-    emb = Embedded(EmbeddedConfig(model=cfg.model, scorer=cfg.scorer))
+    emb = Embedded(EmbeddedConfig(model=cfg.model, scorer=cfg.scorer, batch_invariant=cfg.batch_invariant))
     scfg = local.ServeConfig(grpc_port=cfg.grpc_port, http_port=cfg.grpc_port + 2,
                              metrics_port=cfg.metrics_port, model=cfg.model,
                              scorer=cfg.scorer, tree="redis://127.0.0.1:6379/0", prefix="bench-serve:",
-                             target_threads=cfg.target_threads,
+                             target_threads=cfg.target_threads, batch_invariant=cfg.batch_invariant,
                              token_env="GAMBIT_BENCH_NO_TOKEN")
     local.start(scfg, wait_s=600)
     address = f"127.0.0.1:{cfg.grpc_port}"

@@ -46,7 +46,7 @@ class ServeConfig:
     spec_max_batch: int = default_spec_max_batch()  # pr/eagle3.1 draft in steps of <= N traces (0: no cap)
     cpu_weights: str = "float32"  # each Target's CPU linear weights: "float32" | "bfloat16" (AMX; fp32 math)
     kv_dtype: str = "auto"  # each Target's KV cache elements: "auto" (the model's) | "float32" | "bfloat16"
-    batch_invariant: bool = False  # each Target trace's floats independent of its batch (EngineConfig)
+    batch_invariant: bool | None = None  # a trace's floats its own in any batch (unset: on where it holds)
     capacity: int = 8  # default C of a run
     swap: int = 2  # default K
     round_interval: int = 16  # default Δ, decode steps

@@ -27,7 +27,7 @@ class Target:
                  num_blocks: int = 0, max_num_seqs: int = 256, token_env: str = "GAMBIT_TOKEN",
                  threads: int = 0, scorer_direct: bool = True,
                  spec_max_batch: int = EmbeddedConfig.spec_max_batch, cpu_weights: str = "float32",
-                 kv_dtype: str = "auto", batch_invariant: bool = False) -> None:
+                 kv_dtype: str = "auto", batch_invariant: bool | None = None) -> None:
         """``scorer_direct``: call a Scorer replica's own gRPC endpoint, not the proxy (the proxy stays
         the fallback); see ``gambit.deployments.scorer``."""
         import torch

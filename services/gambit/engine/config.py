@@ -122,8 +122,9 @@ class EngineConfig:
     # every row's floats independent of the rows beside it: all products on cpu_invariant's tiles, all
     # attention in the one-row order (trees and long prefill chunks too), every RMSNorm one row at a time.
     # A trace then decodes the same tokens alone or in any batch, chunked any way, plainly or
-    # speculatively, also with bfloat16 weights or KV (CPU, fp32 model, the compiled kernels)
-    batch_invariant: bool = False  # one order of arithmetic a row, any batch (engine/cpu_invariant.py)
+    # speculatively, also with bfloat16 weights or KV (CPU, fp32 model, the compiled kernels). None: on
+    # where it holds (``invariant_holds``; the serving surfaces' default), off elsewhere (a GPU, ...)
+    batch_invariant: bool | None = False  # one order of arithmetic a row, any batch (engine/cpu_invariant.py)
     # CPU: a plain step runs on as many threads as give each at least this many multiply-adds (rows x
     # the model's weights per row / threads; at least 1, at most torch's setting): small steps lose more
     # to thread sync than they gain (engine/step_threads.py). The shipped target: 1 thread below 12
@@ -158,6 +159,9 @@ class EngineConfig:
         check_kv_dtype(self.kv_dtype)
         if self.cpu_weights == "bfloat16" and self.cpu_linear != "transposed":
             raise ValueError(f"cpu_weights=bfloat16 needs cpu_linear=transposed, got {self.cpu_linear!r}")
+        if self.batch_invariant not in (True, False, None):
+            raise ValueError(f"batch_invariant must be true, false or null (on where it holds), "
+                             f"got {self.batch_invariant!r}")
         if self.batch_invariant and (self.cpu_linear != "transposed" or not self.cpu_kernel
                                      or self.decode_graphs != "off"):
             raise ValueError("batch_invariant needs cpu_linear=transposed, cpu_kernel and decode_graphs=off")

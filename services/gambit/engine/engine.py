@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from gambit.cpu_info import cpu_flags
 from gambit.engine import cpu_attention, cpu_sample_step, cpu_sampler
 from gambit.engine.attention import SeqInput
 from gambit.engine.block_manager import BlockManager, OutOfBlocks
@@ -26,6 +27,15 @@ from gambit.model.llama import CausalLM
 from gambit.model.tokenizer import Tokenizer
 
 DEFAULT_CPU_KV_BYTES = 1 << 30
+
+
+def invariant_holds(config: EngineConfig, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether ``batch_invariant=None`` turns it on: an fp32 model on the CPU with the compiled kernels,
+    transposed linears and no decode graphs, on a CPU with AVX-512 (the tile kernel's vector path; on
+    others its plain code keeps the floats, not measured for speed, so it stays opt-in there)."""
+    return (device.type == "cpu" and dtype == torch.float32 and config.cpu_linear == "transposed"
+            and config.cpu_kernel and config.decode_graphs == "off" and "avx512f" in cpu_flags()
+            and cpu_attention.kernel() is not None)
 
 
 def check_priority(priority) -> float:
@@ -80,14 +90,16 @@ class Engine:
         if config.cpu_weights != "float32" and (self.device.type != "cpu" or self.dtype != torch.float32):
             raise ValueError(f"cpu_weights={config.cpu_weights} is for an fp32 model on the CPU; this one is "
                              f"{self.dtype} on {self.device.type}")
-        if config.batch_invariant and (self.device.type != "cpu" or self.dtype != torch.float32
-                                       or cpu_attention.kernel() is None):
+        self.batch_invariant = invariant_holds(config, self.device, self.dtype) \
+            if config.batch_invariant is None else config.batch_invariant
+        if self.batch_invariant and (self.device.type != "cpu" or self.dtype != torch.float32
+                                     or cpu_attention.kernel() is None):
             raise ValueError(f"batch_invariant is for an fp32 model on the CPU with the compiled kernels; "
                              f"this one is {self.dtype} on {self.device.type}"
                              + ("" if cpu_attention.kernel() is not None else " without them"))
         self.cpu_linear = install_cpu_linears(self.model, config.cpu_linear,  # CPU fp32 (or full bf16)
                                               stream=config.cpu_stream and config.cpu_kernel,
-                                              weights=config.cpu_weights, invariant=config.batch_invariant)
+                                              weights=config.cpu_weights, invariant=self.batch_invariant)
         self.tokenizer = tokenizer
         mc = model.config
         self.max_model_len = mc.max_position_embeddings
@@ -98,7 +110,7 @@ class Engine:
         self.runner = ModelRunner(self.model, self.num_blocks, config.block_size, self.device, self.dtype,
                                   config.cpu_kernel, config.cpu_layers, config.decode_graphs,
                                   config.graph_max_batch, kv_dtype=self.kv_dtype,
-                                  batch_invariant=config.batch_invariant)
+                                  batch_invariant=self.batch_invariant)
         self.traces: dict[int, Trace] = {}
         self.stats = EngineStats()
         self._next_id = 0

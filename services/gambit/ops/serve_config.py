@@ -84,7 +84,7 @@ class ServeAppSpec:
     num_blocks: int = 0  # KV blocks per Target (0 = from the memory budget)
     cpu_weights: str = "float32"  # a CPU Target's linear weights: "float32" | "bfloat16" (AMX; fp32 math)
     kv_dtype: str = "auto"  # each Target's KV cache elements: "auto" (the model's) | "float32" | "bfloat16"
-    batch_invariant: bool = False  # each Target trace's floats independent of its batch (EngineConfig)
+    batch_invariant: bool | None = None  # a trace's floats its own in any batch (unset: on where it holds)
     target_gpus: float = -1  # GPUs per Target (-1: one when the cluster has GPUs)
     solve_defaults: tuple[tuple[str, int], ...] = SOLVE_DEFAULTS  # SolveConfig defaults of a run
     deployments: tuple[DeploymentSpec, ...] = field(default_factory=lambda: (

@@ -32,7 +32,7 @@ class EmbeddedConfig:
     spec_max_batch: int = SpecConfig.max_batch  # spec traces draft in steps of <= this many (0: no cap)
     cpu_weights: str = "float32"  # the engine's CPU linear weights: "float32" | "bfloat16" (EngineConfig)
     kv_dtype: str = "auto"  # the engine's KV cache elements: "auto" (the model's) | "float32" | "bfloat16"
-    batch_invariant: bool = False  # each trace's floats independent of its batch (EngineConfig)
+    batch_invariant: bool | None = None  # a trace's floats its own in any batch (unset: on where it holds)
 
     def __post_init__(self) -> None:
         if self.num_blocks < 0 or self.max_num_seqs < 1:
