@@ -18,7 +18,8 @@ With ``--old-env`` / ``--new-env KEY=VALUE`` one side's processes get extra envi
 HEAD then compares an environment against none (an allocator through ``LD_PRELOAD``, a thread setting).
 
 Usage: .venv/bin/python tools/checkout_ab.py REV [--batches 1,16,96] [--tokens 200] [--reps 5]
-       [--model smollm2 [--weights bfloat16] [--kv bfloat16]] [--temperature T] [--no-search] [--json FILE]
+       [--model smollm2 [--weights bfloat16] [--kv bfloat16]] [--temperature T] [--batch-invariant]
+       [--no-search] [--json FILE]
        [--old-env K=V ...] [--new-env K=V ...]
 """
 import argparse
@@ -39,7 +40,7 @@ torch.set_num_threads(2)
 kind, model_name = sys.argv[1], sys.argv[2]
 batch, tokens, reps = (int(x) for x in sys.argv[3:6])
 weights, kv, logprobs, top_p = sys.argv[6], sys.argv[7], int(sys.argv[8]), float(sys.argv[9])
-temperature = float(sys.argv[10])
+temperature, invariant = float(sys.argv[10]), sys.argv[11] == "1"
 from gambit.model.loader import load_model
 from gambit.model.registry import resolve_model
 from gambit.paths import TARGET
@@ -47,7 +48,7 @@ model, tok = load_model(str(resolve_model(model_name or str(TARGET))), device="c
 h, secs = hashlib.sha256(), []
 if kind == "plain":
     from gambit.engine import Engine, EngineConfig, FinishedEvent, SamplingParams
-    eng = Engine(model, tok, EngineConfig(cpu_weights=weights, kv_dtype=kv))
+    eng = Engine(model, tok, EngineConfig(cpu_weights=weights, kv_dtype=kv, batch_invariant=invariant))
     ids = tok.encode("Q: 3 + 4 * 5 - 2 = ?\n\n")
     for r in range(reps + 1):  # the first warms up
         tids = [eng.add(ids, SamplingParams(temperature=temperature, max_tokens=tokens, seed=i,
@@ -84,10 +85,10 @@ print(json.dumps({"seconds": secs, "digest": h.hexdigest()}))
 
 def run_side(tree: Path, kind: str, model: str, batch: int, tokens: int, reps: int,
              extra: dict[str, str], weights: str = "float32", kv: str = "auto", logprobs: int = 1,
-             top_p: float = 1.0, temperature: float = 0.8) -> dict:
+             top_p: float = 1.0, temperature: float = 0.8, invariant: bool = False) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree / "services"), **extra)
     out = subprocess.run([sys.executable, "-c", CHILD, kind, model, str(batch), str(tokens), str(reps),
-                          weights, kv, str(logprobs), str(top_p), str(temperature)],
+                          weights, kv, str(logprobs), str(top_p), str(temperature), str(int(invariant))],
                          env=env, capture_output=True, text=True, check=True, cwd=tree)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -111,6 +112,8 @@ def main() -> int:
                     help="plain decoding's nucleus mass, 0 < p <= 1 (1: no filter, what the searches use)")
     ap.add_argument("--temperature", type=float, default=0.8,
                     help="plain decoding's sampling temperature (> 0; a low one makes cold rows)")
+    ap.add_argument("--batch-invariant", action="store_true",
+                    help="plain decoding with EngineConfig.batch_invariant (both sides need it: stop 52 on)")
     ap.add_argument("--no-search", action="store_true", help="skip the search chunk")
     ap.add_argument("--json", default="", help="write the results here")
     ap.add_argument("--old-env", action="append", default=[], metavar="K=V",
@@ -143,7 +146,7 @@ def main() -> int:
                     for side in (("old", "new") if r % 2 == 0 else ("new", "old")):
                         res = run_side(old if side == "old" else ROOT, kind, args.model, b, args.tokens,
                                        args.inner, envs[side], args.weights, args.kv, args.logprobs,
-                                       args.top_p, args.temperature)
+                                       args.top_p, args.temperature, args.batch_invariant)
                         sides[side].append(statistics.median(res["seconds"]))
                         digests[side].add(res["digest"])
                     print(f"  {kind} {b or ''}: pair {r + 1}/{args.reps}", file=sys.stderr, flush=True)
@@ -160,6 +163,7 @@ def main() -> int:
     print(f"\n{args.rev} (old) vs this checkout (new), {args.reps} alternating pairs"
           f"{', model ' + args.model if args.model else ''}, weights {args.weights}, KV {args.kv}, "
           f"logprobs={args.logprobs}, top-p {args.top_p}, T {args.temperature}"
+          + (", batch-invariant" if args.batch_invariant else "")
           + "".join(f"; {side} env {e}" for side, e in envs.items() if e))
     print("| measure | old s | new s | new / old | spread | same output |\n|---|---:|---:|---:|---|---|")
     for r in rows:
@@ -168,6 +172,7 @@ def main() -> int:
     if args.json:
         info = {"rev": args.rev, "model": args.model or "target", "weights": args.weights, "kv": args.kv,
                 "logprobs": args.logprobs, "top_p": args.top_p, "temperature": args.temperature, "env": envs,
+                "batch_invariant": args.batch_invariant,
                 "rows": rows}
         Path(args.json).write_text(json.dumps(info, indent=1))
     return 0

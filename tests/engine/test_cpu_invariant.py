@@ -47,6 +47,25 @@ def test_each_row_is_the_row_alone_and_the_plain_code(n_in, n_out, bf16):
         torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rows_split_over_threads_keep_their_floats(threads, bf16):
+    """With few tiles (here 3: the shipped target's o and down) the rows are split over the threads too;
+    every row keeps the floats it has alone, on one thread or two."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        w = _weight(192, 192, bf16, 5)
+        packed = cpu_invariant.pack(w.t(), bf16)
+        x = torch.randn(130, 192, generator=torch.Generator().manual_seed(2))
+        y = cpu_invariant.linear(x, packed, 192)
+        alone = torch.cat([cpu_invariant.linear(x[r:r + 1], packed, 192) for r in range(130)])
+        assert torch.equal(y, alone)
+        assert torch.equal(cpu_invariant.linear(x[5:101], packed, 192), y[5:101])
+    finally:
+        torch.set_num_threads(n)
+
+
 def test_shapes_and_rows_are_checked():
     packed = cpu_invariant.pack(torch.randn(64, 100), False)
     with pytest.raises(RuntimeError, match="packed weight of another shape"):

@@ -149,12 +149,18 @@ static at::Tensor invariant_linear_impl(const at::Tensor& x, const at::Tensor& p
   // bfloat16: each row's pairs (even input low, odd high), K a row; per calling thread, no allocation a call
   thread_local std::vector<uint32_t> xpairs;
   if (pairs) {
-    xpairs.assign(N * K, 0u);
-    for (int64_t r = 0; r < N; ++r)
-      for (int64_t i = 0; i < in; ++i) {
-        const uint32_t h = c10::BFloat16(xp[r * in + i]).x;  // round to nearest even
-        xpairs[r * K + i / 2] |= (i % 2 ? h << 16 : h);
+    xpairs.resize(N * K);
+    uint32_t* xw = xpairs.data();
+    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(in, 1));  // rows a thread at least
+    at::parallel_for(0, N, grain, [&](int64_t r0, int64_t r1) {  // the same bits on any thread
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* xr = xp + r * in;
+        uint32_t* wr = xw + r * K;
+        for (int64_t k = 0; k < in / 2; ++k)  // round to nearest even, as c10::BFloat16 does
+          wr[k] = c10::BFloat16(xr[2 * k]).x | static_cast<uint32_t>(c10::BFloat16(xr[2 * k + 1]).x) << 16;
+        if (in % 2) wr[K - 1] = c10::BFloat16(xr[in - 1]).x;
       }
+    });
   }
   auto shape = x.sizes().vec();
   shape.back() = out;
@@ -170,12 +176,25 @@ static at::Tensor invariant_linear_impl(const at::Tensor& x, const at::Tensor& p
   const void* xbase = pairs ? static_cast<const void*>(xpairs.data()) : static_cast<const void*>(xp);
   const char* wbase = static_cast<const char*>(packed.data_ptr());
   const int64_t tile_bytes = K * INV_TILE * 4;
-  at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
+  // Work items are (tile, block of rows), tile-major, so a thread's run of them keeps a tile's weights in
+  // its cache. With few tiles for the threads (the shipped target's o and down have 3) the rows are split
+  // as well: no row's chain changes, only which thread runs it.
+  const int64_t threads = at::get_num_threads();
+  int64_t rows_per_item = std::max<int64_t>(N, 1);
+  if (T < 4 * threads && N > INV_ROWS) {
+    const int64_t blocks = (4 * threads + T - 1) / T;  // row blocks per tile
+    const int64_t per_block = (N + blocks - 1) / blocks;
+    rows_per_item = std::max<int64_t>(INV_ROWS, (per_block + INV_ROWS - 1) / INV_ROWS * INV_ROWS);
+  }
+  const int64_t nb = (N + rows_per_item - 1) / rows_per_item;
+  at::parallel_for(0, T * nb, 1, [&](int64_t i0, int64_t i1) {
     float acc[INV_ROWS][INV_TILE];
-    for (int64_t t = t0; t < t1; ++t) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i / nb, r_begin = (i % nb) * rows_per_item;
+      const int64_t r_end = std::min(N, r_begin + rows_per_item);
       const int64_t c0 = t * INV_TILE, nc = std::min<int64_t>(INV_TILE, out - c0);
-      for (int64_t r0 = 0; r0 < N; r0 += INV_ROWS) {
-        const int R = static_cast<int>(std::min<int64_t>(INV_ROWS, N - r0));
+      for (int64_t r0 = r_begin; r0 < r_end; r0 += INV_ROWS) {
+        const int R = static_cast<int>(std::min<int64_t>(INV_ROWS, r_end - r0));
         const void* xr = static_cast<const char*>(xbase) + 4 * r0 * K;  // K 32-bit words a row either way
         const void* wt = wbase + t * tile_bytes;
         if (pairs)
