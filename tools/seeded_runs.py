@@ -58,12 +58,8 @@ def engine(invariant: bool) -> Engine:
 
 
 def scorer(hidden: int, invariant: bool):
-    s = load_default_scorer("process", hidden, quiet=True)
-    if s.hidden_size != hidden:
-        s = random_scorer("mlp", hidden)
-    if not invariant:
-        s.invariant_reason = "off"
-    return s
+    s = load_default_scorer("process", hidden, quiet=True, invariant=invariant)
+    return s if s.hidden_size == hidden else random_scorer("mlp", hidden, invariant=invariant)
 
 
 def solve(eng_inv: bool, sc_inv: bool, others: int) -> dict:

@@ -52,7 +52,6 @@ class InvariantNet:
     """The scorer network's serving path with one order of arithmetic per row (weights packed once)."""
 
     def __init__(self, net: torch.nn.Module, cfg: ScorerConfig) -> None:
-        self.cfg = cfg
         self.net = net  # its LayerNorms (row kernels) and init_state
         if cfg.kind == "mlp":
             self.first, self.last = _pack(net[0].weight, net[0].bias), _pack(net[2].weight, net[2].bias)

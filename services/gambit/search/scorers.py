@@ -6,8 +6,10 @@ import sys
 from pathlib import Path
 
 
-def load_default_scorer(kind_or_path: str = "mlp", hidden_size: int = 192, quiet: bool = False):
-    """``process`` / ``mlp`` / ``sequence`` → the shipped scorer folder; any other value is a folder."""
+def load_default_scorer(kind_or_path: str = "mlp", hidden_size: int = 192, quiet: bool = False,
+                        invariant: bool = True):
+    """``process`` / ``mlp`` / ``sequence`` → the shipped scorer folder; any other value is a folder.
+    ``invariant``: ``BoundaryScorer``'s (False: the batched network, for comparisons)."""
     from gambit import paths
     from gambit.scoring import load_scorer, random_scorer
 
@@ -15,7 +17,7 @@ def load_default_scorer(kind_or_path: str = "mlp", hidden_size: int = 192, quiet
              "process": getattr(paths, "SCORER_PROCESS", None)}
     folder = names.get(kind_or_path, Path(kind_or_path))
     if folder is not None and (Path(folder) / "config.json").is_file():
-        scorer = load_scorer(folder)
+        scorer = load_scorer(folder, invariant=invariant)
         if scorer.hidden_size == hidden_size or kind_or_path not in names:
             return scorer  # a folder given by path must fit (scoring refuses the wrong width)
         why = (f"the shipped {kind_or_path} scorer reads width {scorer.hidden_size}, "
@@ -26,4 +28,5 @@ def load_default_scorer(kind_or_path: str = "mlp", hidden_size: int = 192, quiet
         why = f"no shipped {kind_or_path} scorer at {folder}"
     if not quiet:
         print(f"note: {why}; using a random one (no signal)", file=sys.stderr)
-    return random_scorer("sequence" if kind_or_path == "sequence" else "mlp", hidden_size)
+    kind = "sequence" if kind_or_path == "sequence" else "mlp"
+    return random_scorer(kind, hidden_size, invariant=invariant)
