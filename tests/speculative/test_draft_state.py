@@ -1,5 +1,7 @@
-"""A trace's pending drafter inputs: counted per step, raw taps in the paged tap buffer at the rows' KV
-slots (what the target computed for those positions), copied with a fork's partial block."""
+"""A trace's unread drafter inputs: verified features with its state, then raw taps in the paged tap
+buffer at the rows' KV slots (what the target computed for those positions, written for every fed row,
+so their count follows from ``num_cached``), copied with a fork's partial block; the state is made at a
+trace's first draft and dropped with its KV."""
 
 from __future__ import annotations
 
@@ -33,15 +35,15 @@ def _slots(eng, t, positions) -> list[int]:
 
 
 def test_state_counts_and_clone():
-    st = DraftState("pr")
-    st.set_feats([torch.randn(5, 8)])  # a verified feature chunk (width H = 8)
-    assert (st.pending, st.raw) == (5, 0)
-    st.pending, st.raw = st.pending + 3, 3  # what ``store`` does for three plain rows
+    st = DraftState("pr", drafter_len=10)
+    st.set_feats([torch.randn(5, 8)])  # a verified feature chunk (width H = 8): positions 10..14
+    assert st.nfeat == 5 and st.raw(15) == 0
+    assert st.raw(18) == 3  # three rows fed the plain way since: raw taps
     child = st.clone()
-    assert (child.pending, child.raw, child.drafter_len) == (8, 3, 0) and child.feats == st.feats
+    assert (child.nfeat, child.raw(18), child.drafter_len) == (5, 3, 10) and child.feats == st.feats
     assert child.feats is not st.feats and (child.cycles, child.emitted) == (0, 0)
     st.set_feats([])
-    assert (st.pending, st.raw) == (0, 0)
+    assert st.nfeat == 0 and st.raw(18) == 8
 
 
 def test_capped_steps_write_the_targets_taps_at_the_rows_slots(target):
@@ -60,8 +62,7 @@ def test_capped_steps_write_the_targets_taps_at_the_rows_slots(target):
     assert list(spec.tap_buffers) == [layers]
     for tid in ids:
         t = eng.traces[tid]
-        st = t.draft
-        assert st.drafter_len == 0 and st.feats == [] and st.pending == st.raw == t.num_cached
+        assert t.draft is None  # no state until the trace drafts: all its cached positions are raw
         got = buf[_slots(eng, t, range(t.num_cached))]
         toks = torch.tensor(t.token_ids[:t.num_cached])[None]
         with torch.inference_mode():
@@ -85,7 +86,7 @@ def test_fork_copies_the_partial_blocks_raw_taps(target):
     assert parent.num_cached % bs, "the fork must have a partial block to copy"
     (c,) = eng.fork(a, 1)
     child = eng.traces[c]
-    assert child.draft.raw == parent.draft.raw == parent.num_cached
+    assert child.draft is None and parent.draft is None  # never drafted: every position raw
     buf = eng.speculator().tap_buffers[eng.speculator().drafters["pr"].config.target_taps]
     pos = range(parent.num_cached)
     assert _slots(eng, child, pos) != _slots(eng, parent, pos)  # its own last block
@@ -123,3 +124,48 @@ def test_token_events_drafted_only_in_steps_with_trees(target):
         assert ev_b == (ev_a if drafted else [])
     with pytest.raises(ValueError, match="token_events"):
         _capped_engine(target).step(token_events="sometimes")
+
+
+def test_a_trace_that_drafted_then_took_capped_steps_reads_its_whole_context(target):
+    """Drafted (verified features), then capped (raw taps, no state touched), then preempted (state
+    dropped with the KV) and re-prefilled: each time the drafter's unread inputs are the fused taps a
+    fresh full-sequence forward computes at exactly the positions it has not read."""
+    model, tok = target
+    eng = _capped_engine(target)
+    spec = eng.speculator()
+    d = spec.drafters["pr"]
+    a = eng.add(tok.encode("Compute 12+34*5.\nSolution:\n"), SamplingParams(temperature=0, decoding="pr",
+                                                                           max_tokens=200))
+    for _ in range(3):
+        eng.step()
+    t = eng.traces[a]
+    assert eng.stats.spec_drafts > 0 and t.draft is not None and t.draft.nfeat > 0  # drafted alone
+
+    def check_unread() -> None:
+        st, N = t.draft if t.draft is not None else spec._state(t), t.num_cached
+        got = spec._group_features(d, [t])
+        toks = torch.tensor(t.token_ids[:N])[None]
+        with torch.inference_mode():
+            _, taps = model(toks, torch.arange(N)[None], taps=d.config.target_taps)
+            want = d.fuse(torch.cat([taps[i][0] for i in d.config.target_taps], dim=-1))[st.drafter_len:]
+        assert got.shape == want.shape == (N - st.drafter_len, d.config.hidden_size)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+    b = eng.add(tok.encode("Compute 5+6.\nSolution:\n"), SamplingParams(temperature=0, decoding="pr",
+                                                                       max_tokens=200))
+    drafts, nfeat = eng.stats.spec_drafts, t.draft.nfeat
+    for _ in range(4):  # two traces over a cap of one: plain steps
+        eng.step()
+    assert eng.stats.spec_drafts == drafts and t.draft.nfeat == nfeat and t.draft.raw(t.num_cached) >= 4
+    check_unread()
+    eng.scheduler.remove(t)  # what a recompute preemption does (``Scheduler._release``)
+    eng.blocks.free(t)
+    eng.scheduler.add(t)
+    assert t.draft is None and t.num_cached == 0
+    eng.abort(b)
+    drafts = eng.stats.spec_drafts
+    eng.step()  # the re-prefill: its rows' taps written, no draft yet
+    assert eng.stats.spec_drafts == drafts and t.draft is None and t.num_cached == len(t.token_ids) - 1
+    check_unread()  # the fresh state reads every position
+    eng.step()
+    assert eng.stats.spec_drafts > drafts  # and drafts from it

@@ -104,6 +104,7 @@ class BlockManager:
             self._release(b)
         trace.block_table = []
         trace.num_cached = 0
+        trace.draft = None  # the drafter's KV and unread taps lived in those blocks
 
     def _release(self, b: int) -> None:
         rc = self.refcount[b]

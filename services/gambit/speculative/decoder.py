@@ -1,11 +1,13 @@
 """Speculative decoding inside the engine: drafter state per trace, drafting, verification.
 
-Per trace, ``DraftState`` counts the positions the drafter has not read yet (``drafter_len ..
+Per trace, ``DraftState`` marks the positions the drafter has not read yet (``drafter_len ..
 num_cached - 1``): the verified path's fused features (kept with the state), then the raw target taps
 of rows fed the plain way, which live in a paged tap buffer indexed like the KV cache (one write per
-step for the whole batch; fork copies a partial block of it like the KV's). Each cycle the drafter
-first reads them (its context pass, over a paged drafter KV cache that shares the trace's block
-table, so fork and preemption treat drafter and target KV alike), then grows a tree
+step for the whole batch; fork copies a partial block of it like the KV's). Every fed row of a
+speculative trace has its taps written, so the raw count follows from ``num_cached`` and a plain step
+touches no state; the state is made when the trace first drafts and dropped with its KV. Each cycle
+the drafter first reads them (its context pass, over a paged drafter KV cache that shares the trace's
+block table, so fork and preemption treat drafter and target KV alike), then grows a tree
 (``tree.draft_tree``). The engine feeds the tree in one target forward with its tree mask;
 ``verify.accept`` picks the path; the path's KV moves into place, the rest of the tree's slots are
 released, and the path's target features become the next cycle's context.
@@ -44,18 +46,22 @@ class DraftState:
     feats: list[torch.Tensor] = field(default_factory=list)  # [n, H] chunks, positions drafter_len..
     cycles: int = 0
     emitted: int = 0
-    pending: int = 0  # unread positions: the rows of ``feats``, then ``raw`` (read every step)
-    raw: int = 0  # the last ``raw`` pending positions: raw taps in the decoder's tap buffer
+    nfeat: int = 0  # rows of ``feats``: positions drafter_len .. drafter_len + nfeat - 1
 
     def set_feats(self, feats: list[torch.Tensor]) -> None:
-        self.feats, self.pending, self.raw = feats, sum(f.shape[0] for f in feats), 0
+        self.feats, self.nfeat = feats, sum(f.shape[0] for f in feats)
+
+    def raw(self, num_cached: int) -> int:
+        """Unread positions past the verified features (the trace's last ones): raw taps in the
+        decoder's tap buffer, written for every row the target was fed the plain way."""
+        return num_cached - self.drafter_len - self.nfeat
 
     @property
     def tau(self) -> float:
         return self.emitted / self.cycles if self.cycles else 0.0
 
     def clone(self) -> DraftState:
-        return DraftState(self.key, self.drafter_len, list(self.feats), 0, 0, self.pending, self.raw)
+        return DraftState(self.key, self.drafter_len, list(self.feats), 0, 0, self.nfeat)
 
 
 @dataclass
@@ -87,6 +93,7 @@ class SpecDecoder:
         self.tap_buffers: dict[tuple[int, ...], torch.Tensor] = {}  # tap layers -> [slots, 3H]
         self.layers_of: dict[str, tuple[int, ...]] = {}  # drafter key -> the target layers it taps
         self._taps: tuple[int, ...] = ()
+        self._tap_sets: list[tuple[int, ...]] = []  # the distinct tap layer sets (one: store's fast path)
 
     # -- drafters ---------------------------------------------------------------------------------
     def register(self, name: str, drafter: Drafter) -> None:
@@ -120,6 +127,7 @@ class SpecDecoder:
         # read every step (``store``, the engine's forward): kept, not rebuilt from the drafters
         self.layers_of = {k: d.config.target_taps for k, d in self.drafters.items()}
         self._taps = tuple(sorted({i for layers in self.layers_of.values() for i in layers}))
+        self._tap_sets = sorted(set(self.layers_of.values()))
 
     def prepare(self, decoding: str) -> str:
         """The drafter key for a trace's ``decoding``; loads a shipped or given drafter once."""
@@ -147,9 +155,10 @@ class SpecDecoder:
 
     # -- per-trace state --------------------------------------------------------------------------
     def _state(self, t: Trace) -> DraftState:
-        """The trace's state before its fed rows are counted; fresh when new or its KV was freed."""
+        """The trace's state, made at its first draft: the drafter has read nothing, and every cached
+        position's taps are in the buffer. Freeing the trace's KV drops it (``BlockManager.free``)."""
         st = t.draft
-        if st is None or st.drafter_len + st.pending != t.num_cached:
+        if st is None:
             st = t.draft = DraftState(self.prepare(t.params.decoding))
         return st
 
@@ -159,14 +168,15 @@ class SpecDecoder:
         that never drafted (every step capped so far) has none, and the other drafters' caches hold
         nothing of it (copying them all cost 6x at 7 loaded drafters)."""
         st = parent.draft
-        if pair is not None and st is not None and st.key in self.caches:
+        if pair is not None and parent.params.decoding != "plain":
+            key = st.key if st is not None else self.prepare(parent.params.decoding)
             bs = self.engine.config.block_size
             n = parent.num_cached % bs or bs  # cached slots of the partial block
             base = parent.num_cached - n  # its first position
-            if st.drafter_len > base:  # the drafter's rows in it
-                self.caches[st.key].copy_blocks([pair], min(n, st.drafter_len - base))
-            if st.raw:  # its raw taps in the partial block's cached slots
-                buf = self._tap_buffer(self.drafters[st.key].config.target_taps)
+            if st is not None and st.drafter_len > base:  # the drafter's rows in it
+                self.caches[key].copy_blocks([pair], min(n, st.drafter_len - base))
+            if st is None or st.raw(parent.num_cached):  # its raw taps in the partial block's slots
+                buf = self._tap_buffer(self.layers_of[key])
                 buf[pair[1] * bs:pair[1] * bs + n] = buf[pair[0] * bs:pair[0] * bs + n]
         if copied and st is not None:
             child.draft = st.clone()
@@ -176,24 +186,26 @@ class SpecDecoder:
         """Target taps of rows fed the plain way (prefill chunks, decode steps without a tree), written
         raw ([n, 3H]) into the tap buffer at the rows' KV slots (``slots``: every fed row's, from the
         forward), one ``write_rows`` call per tap set for the whole batch (``tap_store``); the drafter's
-        ``fuse`` reads them when the trace next drafts. In a capped batch (``spec.max_batch``) every trace
-        is here every step: per-trace chunks (views, joins) cost ~1.6 ms a step at 96 traces; this costs a
-        count."""
-        by_taps: dict[tuple[int, ...], list[int]] = {}  # tap layers -> flat rows
+        ``fuse`` reads them when the trace next drafts. No per-trace state changes (``DraftState.raw``
+        follows from ``num_cached``). A step of speculative traces only, none with a tree (a capped
+        step, ``spec.max_batch``: every trace is here every step) writes every row in one call with no
+        loop over the traces: per-trace row lists and counts cost ~1 µs a trace a step."""
         layers_of = self.layers_of
+        if len(self._tap_sets) == 1 and min(offsets, default=0) >= 0 \
+                and not any(t.params.decoding == "plain" for t in traces):
+            layers = self._tap_sets[0]
+            write_rows(self._tap_buffer(layers), slots, None, [taps[i] for i in layers])
+            return
+        by_taps: dict[tuple[int, ...], list[int]] = {}  # tap layers -> flat rows
         for t, n, off in zip(traces, num_new, offsets, strict=True):
             if off < 0 or t.params.decoding == "plain":
                 continue
-            st = t.draft
-            if st is None or st.drafter_len + st.pending != t.num_cached:  # ``_state``, inlined
-                st = self._state(t)
-            rows = by_taps.setdefault(layers_of[st.key], [])
+            key = t.draft.key if t.draft is not None else self.prepare(t.params.decoding)
+            rows = by_taps.setdefault(layers_of[key], [])
             if n == 1:
                 rows.append(off)
             else:
                 rows.extend(range(off, off + n))
-            st.pending += n
-            st.raw += n
         for layers, rows in by_taps.items():  # all of them: every row in order (offsets increase)
             every = len(rows) == taps[layers[0]].shape[0]
             write_rows(self._tap_buffer(layers), slots, None if every else rows, [taps[i] for i in layers])
@@ -215,18 +227,18 @@ class SpecDecoder:
         the whole group)."""
         bs = self.engine.config.block_size
         slots: list[int] = []
-        for t in ts:
-            st, N, bt = t.draft, t.num_cached, t.block_table
-            slots.extend([bt[q // bs] * bs + q % bs for q in range(N - st.raw, N)])
+        raws = [t.draft.raw(t.num_cached) for t in ts]
+        for t, raw in zip(ts, raws, strict=True):
+            N, bt = t.num_cached, t.block_table
+            slots.extend([bt[q // bs] * bs + q % bs for q in range(N - raw, N)])
         buf = self._tap_buffer(d.config.target_taps)
         fused = d.fuse(buf[torch.tensor(slots, device=self.engine.device)]) if slots else None
         parts, at = [], 0
-        for t in ts:
-            st = t.draft
-            parts.extend(st.feats)  # verified features are fused already (width H)
-            if st.raw:
-                parts.append(fused[at:at + st.raw])
-                at += st.raw
+        for t, raw in zip(ts, raws, strict=True):
+            parts.extend(t.draft.feats)  # verified features are fused already (width H)
+            if raw:
+                parts.append(fused[at:at + raw])
+                at += raw
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     # -- drafting ---------------------------------------------------------------------------------
@@ -247,10 +259,11 @@ class SpecDecoder:
         for t, n in zip(traces, num_new, strict=True):
             if t.params.decoding == "plain":
                 continue
-            st = t.draft
             N = t.num_cached
-            if n != 1 or N + 1 != len(t.token_ids) or st is None or st.pending == 0 \
-                    or st.drafter_len + st.pending != N:
+            if n != 1 or N + 1 != len(t.token_ids):
+                continue
+            st = t.draft if t.draft is not None else self._state(t)
+            if N <= st.drafter_len:  # nothing unread
                 continue
             if N + s.gamma + 2 > e.max_model_len or N + 1 + s.budget > cap:
                 continue  # too close to the end of the context: a plain step
