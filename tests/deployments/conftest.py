@@ -113,7 +113,7 @@ def serve_stack():
     os.environ["GAMBIT_TEST_SERVE_TOKEN"] = TOKEN
     cfg = local.ServeConfig(grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
                             tree=f"redis://127.0.0.1:{proxy.port}/0", prefix=prefix,
-                            token_env="GAMBIT_TEST_SERVE_TOKEN", scorer="random:mlp:192", num_blocks=600,
+                            token_env="GAMBIT_TEST_SERVE_TOKEN", scorer="", num_blocks=600,
                             coordinator_replicas=2, capacity=4, swap=1, round_interval=8, max_tokens=120,
                             spec_max_batch=0)  # runs of every decoding share batches: let them draft
     try:

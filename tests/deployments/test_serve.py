@@ -101,6 +101,12 @@ def test_solve_streams_progress_then_result_and_records_redis_and_metrics(serve_
     info = stub(serve_stack).GetRun(pb2.GetRunRequest(run_id=run_id), metadata=md())
     assert info.status == "done" and info.result.answer == res.answer and info.request.problem == PROBLEMS[0]
     assert info.num_traces == len(res.traces)
+    # the served default scorer (scorer-process) reads the target's confidence: the Target sent it with
+    # every Score call (none fell back), and the ScorerService says so through the proxy
+    spb2, sgrpc = load("scorer")
+    sinfo = sgrpc.ScorerServiceStub(grpc.insecure_channel(serve_stack["address"])).Info(
+        spb2.InfoRequest(), metadata=md()[:1] + (("application", "scorer"),))
+    assert (sinfo.hidden_size, sinfo.features) == (192, 2)
     # the Target found the Scorer replica's own endpoint and scores there, not through the proxy
     assert wait_for(lambda: target_load()["scorer_direct"].startswith("127.0.0.1:"), timeout=30)
     r, prefix = serve_stack["redis"], serve_stack["prefix"]

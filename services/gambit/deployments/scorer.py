@@ -70,7 +70,7 @@ class Scorer:
             self._fail(grpc_context, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
         try:
             job = self.core.validate(request.states, request.dtype, request.shape, request.trace_ids,
-                                     request.forks, request.drops)
+                                     request.forks, request.drops, request.features)
         except ValueError as e:
             self._fail(grpc_context, grpc.StatusCode.INVALID_ARGUMENT, str(e))
         scores = await asyncio.wrap_future(self.core.submit(job))
@@ -80,7 +80,8 @@ class Scorer:
         if not check_token(grpc_context.invocation_metadata(), self.token):
             self._fail(grpc_context, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
         s = self.core.scorer
-        return self.pb2.InfoResponse(kind=s.kind, hidden_size=s.hidden_size, max_rows=self.core.max_rows)
+        return self.pb2.InfoResponse(kind=s.kind, hidden_size=s.hidden_size, max_rows=self.core.max_rows,
+                                     features=self.core.features)
 
     def __del__(self) -> None:
         if getattr(self, "direct", None) is not None:

@@ -78,7 +78,7 @@ class ServeAppSpec:
     prefix: str = "gambit:"  # Redis key prefix
     token_env: str = "GAMBIT_TOKEN"  # env var with the bearer token (unset: no auth)
     model: str = ""  # target model folder ("" = the shipped target)
-    scorer: str = ""  # scorer folder ("" = the shipped MLP scorer)
+    scorer: str = ""  # scorer folder ("" = the shipped process scorer, scorer-process)
     hidden_size: int = 192  # the target's hidden size (the scorer's input width)
     batch_wait_ms: float = 0.0  # ms the Scorer waits to batch Score calls (0: at once; queued calls batch)
     num_blocks: int = 0  # KV blocks per Target (0 = from the memory budget)
@@ -134,8 +134,10 @@ def serve_config(spec: ServeAppSpec) -> dict:
         "tree": spec.tree, "prefix": spec.prefix, "token_env": spec.token_env,
         "target_replicas": target.num_replicas or 1, "target_gpus": spec.target_gpus,
         "coordinator_replicas": coordinator.num_replicas or 1,
-        "target": {"model": spec.model, "scorer_address": f"127.0.0.1:{spec.grpc_port}",
-                   "scorer_app": "scorer", "num_blocks": spec.num_blocks,
+        # ``scorer``: the Scorer app's spec, so each Target knows whether to send the confidence features
+        "target": {"model": spec.model, "scorer": spec.scorer,
+                   "scorer_address": f"127.0.0.1:{spec.grpc_port}", "scorer_app": "scorer",
+                   "num_blocks": spec.num_blocks,
                    "cpu_weights": spec.cpu_weights, "kv_dtype": spec.kv_dtype,
                    "batch_invariant": spec.batch_invariant},
         "defaults": dict(spec.solve_defaults),

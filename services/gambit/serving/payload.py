@@ -59,3 +59,27 @@ def decode_states(raw: bytes, dtype: str, shape: Sequence[int], trace_ids: Seque
     if not np.isfinite(a).all():
         raise ValueError("states: contains NaN or infinity")
     return torch.from_numpy(a)
+
+
+def states_with_features(states: torch.Tensor, feats: np.ndarray | None) -> torch.Tensor:
+    """A scorer's input rows ``[N, d + F]``: the decoded states, then their features (numpy: no ATen
+    op on a server's handler thread)."""
+    if feats is None:
+        return states
+    return torch.from_numpy(np.concatenate([states.numpy(), feats], axis=1))
+
+
+def decode_features(values: Sequence[float], n: int, per_row: int) -> np.ndarray | None:
+    """The [N, F] float32 confidence features a request carries (``ScoreRequest.features``), None when
+    the scorer reads none, or ValueError naming the field."""
+    if per_row == 0:
+        if len(values):
+            raise ValueError(f"features: {len(values)} values, but this scorer reads none (send none)")
+        return None
+    if len(values) != n * per_row:
+        raise ValueError(f"features: {len(values)} values for {n} rows; this scorer reads {per_row} a row "
+                         f"(the target's sampled-token confidence, gambit.scoring.confidence)")
+    a = np.asarray(values, dtype=np.float32).reshape(n, per_row)
+    if not np.isfinite(a).all():
+        raise ValueError("features: contains NaN or infinity")
+    return a

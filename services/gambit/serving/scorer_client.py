@@ -1,10 +1,12 @@
 """The Target's side of ScorerService: a ``BoundaryScorer``-shaped client with a stated fallback.
 
-``score(keys, states)`` sends one Score RPC (raw bytes + dtype + shape; forks and drops queued
-since the last call ride along). If the scorer is unreachable (any RPC error or timeout), the
-call is answered by the **fallback**: each row gets its trace's running mean of the scores the
-scorer gave before (0.5 for a trace it never scored), so the round ranks traces as the scorer
-last saw them and new boundaries neither help nor hurt. ``gambit_scorer_fallback_total`` counts
+``score(keys, states)`` sends one Score RPC (raw bytes + dtype + shape; forks and drops queued since the
+last call ride along). ``confidence``: the ScorerService's scorer reads the target's sampled-token
+confidence (the served default, ``scorer-process``, does): the driver appends it to each row, as for an
+in-process scorer, and it travels as ``ScoreRequest.features``. If the scorer is unreachable (any RPC
+error or timeout), the call is answered by the **fallback**: each row gets its trace's running mean of
+the scores the scorer gave before (0.5 for a trace it never scored), so the round ranks traces as the
+scorer last saw them and new boundaries neither help nor hurt. ``gambit_scorer_fallback_total`` counts
 such calls; after a failure the client skips the network for ``retry_after_s`` before trying again.
 """
 
@@ -20,6 +22,7 @@ import grpc
 import numpy as np
 import torch
 
+from gambit.scoring.confidence import FEATURES
 from gambit.serving.payload import encode_states
 from gambit.serving.protos import load
 from gambit.serving.security import auth_metadata, open_channel
@@ -31,7 +34,7 @@ class RemoteScorer:
     def __init__(self, address: str, hidden_size: int, kind: str = "remote", token: str = "",
                  application: str = "", timeout_s: float = 2.0, retry_after_s: float = 1.0,
                  tls_ca: str = "", metrics=None, resolve: Callable[[], str] | None = None,
-                 refresh_s: float = 60.0) -> None:
+                 refresh_s: float = 60.0, confidence: bool = False) -> None:
         """``resolve``: returns a replica's direct ScorerService address ("" for none); it is called
         off the scoring path, at start, every ``refresh_s`` and after the direct endpoint fails.
         Calls go there while it answers, else to ``address`` (the proxy)."""
@@ -47,6 +50,8 @@ class RemoteScorer:
         self.resolve_error = ""
         self.direct_calls = 0
         self.hidden_size, self.kind = hidden_size, kind
+        self.confidence = confidence  # the driver appends the confidence features (``ScoreRequest.features``)
+        self.width = hidden_size + (FEATURES if confidence else 0)  # of the rows ``score`` takes
         self.timeout_s, self.retry_after_s, self.metrics = timeout_s, retry_after_s, metrics
         self._forks: list[tuple[str, str]] = []
         self._drops: list[str] = []
@@ -57,8 +62,8 @@ class RemoteScorer:
         self.calls = 0
         self.fallbacks = 0
         self.last_error = ""
-        # (keys, encoded states, future) per score_async call not sent yet
-        self._queue: list[tuple[list[str], tuple[bytes, str, list[int]], Future]] = []
+        # (keys, encoded states, features, future) per score_async call not sent yet
+        self._queue: list[tuple[list[str], tuple[bytes, str, list[int]], list[float], Future]] = []
         self._wake = threading.Condition(self._lock)
         self._sender: threading.Thread | None = None
         self._closed = False
@@ -75,16 +80,22 @@ class RemoteScorer:
             self._drops.append(str(key))
             self._sum.pop(str(key), None)
 
-    def _check(self, keys: list[str], states: torch.Tensor) -> None:
-        if states.dim() != 2 or states.shape[0] != len(keys) or states.shape[1] != self.hidden_size:
-            raise ValueError(f"states must be [{len(keys)}, {self.hidden_size}], got {tuple(states.shape)}")
+    def _encode(self, keys: list[str], states: torch.Tensor) -> tuple[tuple, list[float]]:
+        """The hidden states as a payload (``encode_states``) and the features as floats, or ValueError."""
+        if states.dim() != 2 or states.shape[0] != len(keys) or states.shape[1] != self.width:
+            extra = f" (hidden {self.hidden_size} + {FEATURES} confidence)" if self.confidence else ""
+            raise ValueError(f"states must be [{len(keys)}, {self.width}]{extra}, got {tuple(states.shape)}")
+        if not self.confidence:
+            return encode_states(states), []
+        return encode_states(states[:, :self.hidden_size]), states[:, self.hidden_size:].reshape(-1).tolist()
 
     def score(self, keys: Sequence[Hashable], states: torch.Tensor) -> torch.Tensor:
         keys = [str(k) for k in keys]
-        self._check(keys, states)
-        return self._score_raw(keys, *encode_states(states))
+        enc, feats = self._encode(keys, states)
+        return self._score_raw(keys, *enc, feats)
 
-    def _score_raw(self, keys: list[str], raw: bytes, dtype: str, shape: list[int]) -> torch.Tensor:
+    def _score_raw(self, keys: list[str], raw: bytes, dtype: str, shape: list[int],
+                   features: list[float] | None = None) -> torch.Tensor:
         """``score`` of states already encoded (``encode_states``): no torch op on the tensors here,
         so the scorer-client thread never runs a parallel region (``gambit.engine.torch_threads``)."""
         with self._lock:
@@ -96,7 +107,7 @@ class RemoteScorer:
         if self.direct or time.monotonic() >= self._down_until:
             req = self.pb2.ScoreRequest(states=raw, dtype=dtype, shape=shape, trace_ids=keys,
                                         forks=[self.pb2.Fork(parent=p, child=c) for p, c in forks],
-                                        drops=drops)
+                                        drops=drops, features=features or [])
             direct = self.direct
             if direct:
                 scores = self._call(self._stub(direct)[1], req, len(keys))
@@ -179,13 +190,12 @@ class RemoteScorer:
         fut: Future = Future()
         keys = [str(k) for k in keys]
         try:  # encoded here, on the caller's (the engine's) thread: see ``_score_raw``
-            self._check(keys, states)
-            raw, dtype, shape = encode_states(states)
+            enc, feats = self._encode(keys, states)
         except ValueError as e:
             fut.set_exception(e)
             return fut
         with self._lock:
-            self._queue.append((keys, (raw, dtype, shape), fut))
+            self._queue.append((keys, enc, feats, fut))
             if self._sender is None:
                 self._sender = threading.Thread(target=self._send_loop, name="scorer-client", daemon=True)
                 self._sender.start()
@@ -200,20 +210,20 @@ class RemoteScorer:
                 if not self._queue:
                     return
                 jobs, self._queue = self._queue, []
-            keys = [k for ks, _, _ in jobs for k in ks]
+            keys = [k for ks, _, _, _ in jobs for k in ks]
             try:
-                encs = [enc for _, enc, _ in jobs]  # each [n, hidden_size] (``_check``)
+                encs = [enc for _, enc, _, _ in jobs]  # each [n, hidden_size] (``_encode``)
                 if len({d for _, d, _ in encs}) > 1:
                     raise ValueError("queued states differ in dtype")
                 # the rows one after the other: the bytes of their concatenation along dim 0
                 out = self._score_raw(keys, b"".join(r for r, _, _ in encs), encs[0][1],
-                                      [len(keys), self.hidden_size])
+                                      [len(keys), self.hidden_size], [x for _, _, f, _ in jobs for x in f])
             except Exception as e:  # noqa: BLE001 — hand the error to every waiting caller
-                for _, _, f in jobs:
+                for _, _, _, f in jobs:
                     f.set_exception(e)
                 continue
             i = 0
-            for ks, _, f in jobs:
+            for ks, _, _, f in jobs:
                 f.set_result(out[i:i + len(ks)])
                 i += len(ks)
 

@@ -10,16 +10,32 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from gambit.serving.metrics import Metrics
-from gambit.serving.payload import decode_states
+from gambit.serving.payload import decode_features, decode_states, states_with_features
+
+
+def feature_count(scorer) -> int:
+    """Confidence features a scorer reads per row beside the hidden state (0: none)."""
+    return scorer.input_size - scorer.hidden_size if getattr(scorer, "confidence", False) else 0
+
+
+def default_scorer_folder():
+    """The served default (spec ""): the search's scorer, ``scorer-process`` (hidden state + the
+    target's sampled-token confidence, per-thought labels), as ``gambit run`` and the benchmarks use;
+    ``scorer-mlp`` (hidden state only) scored within a problem at chance and cost Gambit tens of points
+    (README, "Scorers")."""
+    from gambit import paths
+
+    return paths.SCORER_PROCESS
 
 
 def load_any_scorer(spec: str, hidden_size: int = 0):
     """A ``BoundaryScorer`` from a folder, or ``random:<kind>:<hidden>[:seed]`` (tests, no trained
-    scorer yet), or "" (the shipped MLP scorer)."""
+    scorer yet), or "" (the shipped process scorer, ``default_scorer_folder``)."""
     import gambit.scoring as scoring
 
     if spec.startswith("random"):
@@ -29,12 +45,24 @@ def load_any_scorer(spec: str, hidden_size: int = 0):
         seed = int(parts[3]) if len(parts) > 3 else 0
         return scoring.random_scorer(kind, hidden, seed=seed)
     if not spec:
-        from gambit import paths
-
-        if not (paths.SCORER_MLP / "config.json").exists():  # no trained scorer shipped (yet)
+        if not (default_scorer_folder() / "config.json").exists():  # no trained scorer shipped (yet)
             return scoring.random_scorer("mlp", hidden_size or 192, seed=0)
-        spec = str(paths.SCORER_MLP)
+        spec = str(default_scorer_folder())
     return scoring.load_scorer(spec)
+
+
+def reads_confidence(spec: str) -> bool:
+    """Whether the scorer ``spec`` names (``load_any_scorer``'s grammar) reads the target's confidence
+    features: a Target that calls a ScorerService running it sends them (``ScoreRequest.features``).
+    Read from the folder's config.json; nothing is loaded."""
+    from gambit.scoring.config import ScorerConfig
+
+    if spec.startswith("random"):
+        return False
+    folder = default_scorer_folder() if not spec else Path(spec)
+    if not (folder / "config.json").exists():
+        return False  # "": none shipped, a random MLP; a folder: load_any_scorer names what is missing
+    return ScorerConfig.from_file(folder / "config.json").confidence
 
 
 @dataclass
@@ -68,9 +96,16 @@ class ScorerCore:
         self._thread = threading.Thread(target=self._loop, name="scorer-batcher", daemon=True)
         self._thread.start()
 
-    def validate(self, states: bytes, dtype: str, shape, trace_ids, forks=(), drops=()) -> ScoreJob:
+    @property
+    def features(self) -> int:
+        """Confidence features per row the scorer reads (``ScoreRequest.features``; 0: none)."""
+        return feature_count(self.scorer)
+
+    def validate(self, states: bytes, dtype: str, shape, trace_ids, forks=(), drops=(),
+                 features=()) -> ScoreJob:
         """A job ready to submit, or ValueError naming the bad field."""
         t = decode_states(states, dtype, shape, list(trace_ids), self.scorer.hidden_size, self.max_rows)
+        t = states_with_features(t, decode_features(features, t.shape[0], self.features))
         fk = []
         for f in forks:
             if not f.parent or not f.child or f.parent == f.child:

@@ -25,7 +25,7 @@ SCORER_METRICS = ("gambit_scorer_latency_seconds", "gambit_scorer_batch_size", "
 class ScorerServerConfig:
     """The standalone Scorer server."""
 
-    scorer: str = ""  # scorer folder; "" = shipped MLP scorer; "random:<kind>:<hidden>" = untrained (tests)
+    scorer: str = ""  # scorer folder; "" = the shipped process scorer; "random:<kind>:<hidden>": untrained
     host: str = "127.0.0.1"  # address to bind
     port: int = 50061  # gRPC port (0 = any free port)
     metrics_port: int = 9461  # Prometheus /metrics HTTP port (0 = any free port, -1 = off)
@@ -56,7 +56,7 @@ class ScorerServicer:
     def Score(self, request, context):
         try:
             job = self.core.validate(request.states, request.dtype, request.shape, request.trace_ids,
-                                     request.forks, request.drops)
+                                     request.forks, request.drops, request.features)
         except ValueError as e:
             self.metrics.inc("gambit_request_errors_total", code="INVALID_ARGUMENT")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
@@ -69,7 +69,8 @@ class ScorerServicer:
 
     def Info(self, request, context):
         s = self.core.scorer
-        return self.pb2.InfoResponse(kind=s.kind, hidden_size=s.hidden_size, max_rows=self.core.max_rows)
+        return self.pb2.InfoResponse(kind=s.kind, hidden_size=s.hidden_size, max_rows=self.core.max_rows,
+                                     features=self.core.features)
 
 
 @dataclass
