@@ -20,14 +20,16 @@ from gambit.serving.scorer_server import ScorerServerConfig, start_scorer_server
 from gambit.serving.solve_config import SolveConfig
 from gambit.tasks.arithmetic import TaskConfig, generate
 
-SPECS = {"mlp": str(paths.SCORER_MLP), "process": "", "sequence": str(paths.SCORER_SEQUENCE)}
+SPECS = {"mlp": str(paths.SCORER_MLP), "process": "", "sequence": str(paths.SCORER_SEQUENCE),
+         "confidence": "confidence"}
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("--problems", type=int, default=48, help="test-split problems, each solved once per scorer")
 ap.add_argument("--ops", default="6,8", help="operations per problem, lo,hi (6,8: the hard end)")
 ap.add_argument("--seed", type=int, default=11, help="seed of the problems (each Solve's seed is its index)")
 ap.add_argument("--scorers", default="mlp,process",
-                help="comma-separated: mlp (the old served default) | process (the new: '') | sequence")
+                help="comma-separated: mlp (the old served default) | process (the new: '') | sequence | "
+                     "confidence (the training-free fallback for a model no shipped scorer reads)")
 ap.add_argument("--json", default="", help="write the table here")
 args = ap.parse_args()
 lo, hi = (int(x) for x in args.ops.split(","))
@@ -64,7 +66,7 @@ for name in names:
                  "accuracy": g["correct"] / len(problems), "traces_per_solve": g["traces"] / len(problems),
                  "fallbacks": g["fallbacks"]})
     r = rows[-1]
-    reads = "hidden + confidence" if name == "process" else "hidden"
+    reads = {"process": "hidden + confidence", "confidence": "confidence"}.get(name, "hidden")
     print(f"| {name} | {reads} | {100 * r['accuracy']:.1f}% ({r['correct']}/{r['problems']}) | "
           f"{r['traces_per_solve']:.1f} | {r['fallbacks']} |")
 if args.json:

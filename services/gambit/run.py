@@ -25,7 +25,8 @@ class RunConfig:
     problems: int = 2  # held-out (test split) problems to solve
     samples: int = 16  # C: traces in the pool (SC@C launches this many)
     method: str = "gambit"  # gambit | sc | step | deepconf
-    scorer: str = "process"  # process (default: per-thought labels + confidence) | mlp | sequence | a folder
+    # process: per-thought labels + confidence (the default); confidence: training-free (any model)
+    scorer: str = "process"  # the boundary scorer: process | confidence | mlp | sequence | a scorer folder
     swap: int = 4  # K: traces pruned and branched per round
     interval: int = 8  # Δ: decode steps between rounds
     warmup: int = 24  # w: tokens before scoring; a child branches only w tokens after its birth

@@ -69,7 +69,7 @@ class BenchSearchConfig:
     frontier: bool = True  # SC and Gambit at C/4 and C/2 as well (Figure 5)
     pr: bool = True  # Gambit with PR decoding, when the engine has it
     pr_drafter: str = ""  # Gambit + PR drafter folder ("" = the shipped one; a real model needs its own)
-    scorer: str = "process"  # the scorer of Table 1 (Gambit and STEP alike): shipped name or a folder
+    scorer: str = "process"  # Table 1's scorer (Gambit and STEP alike): shipped name, confidence, a folder
     scorer_mlp: str = "mlp"  # the MLP scorer: "mlp" (shipped) or a scorer folder
     scorer_sequence: str = "sequence"  # the sequence scorer: "sequence" (shipped) or a scorer folder
     threads: int = 2  # torch threads

@@ -34,6 +34,28 @@ def _all_finite(x: torch.Tensor) -> bool:
     return bool(torch.isfinite(x).all())
 
 
+def check_rows(states, width: int, hidden_size: int, confidence: bool, device: torch.device) -> torch.Tensor:
+    """A scorer's input rows as float32 ``[N, width]`` on ``device``, or ValueError saying what was
+    expected (``width``: ``hidden_size``, plus the confidence features when the scorer reads them)."""
+    w = width
+    if not isinstance(states, torch.Tensor):
+        raise ValueError(f"states must be a torch.Tensor of shape [N, {w}], got {type(states).__name__}")
+    if states.dim() != 2:
+        raise ValueError(f"states must be 2-D [N, {w}] (one row per boundary), "
+                         f"got shape {tuple(states.shape)}")
+    if states.shape[1] != w:
+        extra = f" + {w - hidden_size} confidence features (gambit.scoring.confidence)" if confidence else ""
+        raise ValueError(f"states have width {states.shape[1]}, but this scorer reads hidden states "
+                         f"of width hidden_size={hidden_size} (the target's hidden size){extra}")
+    if not states.dtype.is_floating_point:
+        raise ValueError(f"states must be floating point (float32, bfloat16, float16 or float64), "
+                         f"got dtype {states.dtype}")
+    states = states.detach().to(device, torch.float32)
+    if not _all_finite(states):
+        raise ValueError("states contain NaN or infinite values")
+    return states
+
+
 class BoundaryScorer:
     """A scorer network plus per-key state. ``kind`` is "mlp" (stateless) or "sequence"."""
 
@@ -76,25 +98,7 @@ class BoundaryScorer:
     # -- validation -------------------------------------------------------------------------
     def check_states(self, states) -> torch.Tensor:
         """``states`` as float32 ``[N, input_size]`` on the scorer's device, or ValueError."""
-        w = self.input_size
-        if not isinstance(states, torch.Tensor):
-            raise ValueError(f"states must be a torch.Tensor of shape [N, {w}], "
-                             f"got {type(states).__name__}")
-        if states.dim() != 2:
-            raise ValueError(f"states must be 2-D [N, {w}] (one row per boundary), "
-                             f"got shape {tuple(states.shape)}")
-        if states.shape[1] != w:
-            extra = (f" + {w - self.hidden_size} confidence features (gambit.scoring.confidence)"
-                     if self.confidence else "")
-            raise ValueError(f"states have width {states.shape[1]}, but this scorer reads hidden states "
-                             f"of width hidden_size={self.hidden_size} (the target's hidden size){extra}")
-        if not states.dtype.is_floating_point:
-            raise ValueError(f"states must be floating point (float32, bfloat16, float16 or float64), "
-                             f"got dtype {states.dtype}")
-        states = states.detach().to(self.device, torch.float32)
-        if not _all_finite(states):
-            raise ValueError("states contain NaN or infinite values")
-        return states
+        return check_rows(states, self.input_size, self.hidden_size, self.confidence, self.device)
 
     @staticmethod
     def check_keys(keys, n: int) -> list[Hashable]:

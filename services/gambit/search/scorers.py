@@ -8,10 +8,16 @@ from pathlib import Path
 
 def load_default_scorer(kind_or_path: str = "mlp", hidden_size: int = 192, quiet: bool = False,
                         invariant: bool = True):
-    """``process`` / ``mlp`` / ``sequence`` → the shipped scorer folder; any other value is a folder.
-    ``invariant``: ``BoundaryScorer``'s (False: the batched network, for comparisons)."""
+    """``process`` / ``mlp`` / ``sequence`` → the shipped scorer folder; ``confidence`` → the training-free
+    ``ConfidenceScorer`` (the target's own sampled-token confidence); any other value is a folder.
+    Where the shipped scorer does not fit the model's width (a real checkpoint), ``process`` falls back
+    to the confidence scorer (the signal it leans on, untrained), ``mlp`` / ``sequence`` to a random one
+    of their kind. ``invariant``: ``BoundaryScorer``'s (False: the batched network, for comparisons)."""
     from gambit import paths
-    from gambit.scoring import load_scorer, random_scorer
+    from gambit.scoring import ConfidenceScorer, load_scorer, random_scorer
+
+    if kind_or_path == "confidence":
+        return ConfidenceScorer(hidden_size)
 
     names = {"mlp": getattr(paths, "SCORER_MLP", None), "sequence": getattr(paths, "SCORER_SEQUENCE", None),
              "process": getattr(paths, "SCORER_PROCESS", None)}
@@ -26,6 +32,11 @@ def load_default_scorer(kind_or_path: str = "mlp", hidden_size: int = 192, quiet
         raise ValueError(f"scorer {kind_or_path!r}: no scorer folder there (need config.json)")
     else:
         why = f"no shipped {kind_or_path} scorer at {folder}"
+    if kind_or_path == "process":
+        if not quiet:
+            print(f"note: {why}; scoring with the target's own confidence (ConfidenceScorer, untrained)",
+                  file=sys.stderr)
+        return ConfidenceScorer(hidden_size)
     if not quiet:
         print(f"note: {why}; using a random one (no signal)", file=sys.stderr)
     kind = "sequence" if kind_or_path == "sequence" else "mlp"

@@ -6,6 +6,7 @@ deployment, so both give the same answers and the same INVALID_ARGUMENT messages
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import Future
@@ -16,6 +17,8 @@ import torch
 
 from gambit.serving.metrics import Metrics
 from gambit.serving.payload import decode_features, decode_states, states_with_features
+
+log = logging.getLogger(__name__)
 
 
 def feature_count(scorer) -> int:
@@ -35,9 +38,14 @@ def default_scorer_folder():
 
 def load_any_scorer(spec: str, hidden_size: int = 0):
     """A ``BoundaryScorer`` from a folder, or ``random:<kind>:<hidden>[:seed]`` (tests, no trained
-    scorer yet), or "" (the shipped process scorer, ``default_scorer_folder``)."""
+    scorer yet), or ``confidence[:<hidden>]`` (the training-free ``ConfidenceScorer``), or "" (the
+    shipped process scorer, ``default_scorer_folder``; for a model of another ``hidden_size``, which it
+    cannot read, the confidence scorer: the signal it leans on, untrained)."""
     import gambit.scoring as scoring
 
+    if spec == "confidence" or spec.startswith("confidence:"):
+        parts = spec.split(":")
+        return scoring.ConfidenceScorer(int(parts[1]) if len(parts) > 1 else (hidden_size or 192))
     if spec.startswith("random"):
         parts = spec.split(":")
         kind = parts[1] if len(parts) > 1 and parts[1] else "mlp"
@@ -47,7 +55,12 @@ def load_any_scorer(spec: str, hidden_size: int = 0):
     if not spec:
         if not (default_scorer_folder() / "config.json").exists():  # no trained scorer shipped (yet)
             return scoring.random_scorer("mlp", hidden_size or 192, seed=0)
-        spec = str(default_scorer_folder())
+        scorer = scoring.load_scorer(default_scorer_folder())
+        if hidden_size and scorer.hidden_size != hidden_size:
+            log.warning("the shipped process scorer reads width %d, the model has %d: scoring with the "
+                        "target's own confidence (ConfidenceScorer)", scorer.hidden_size, hidden_size)
+            return scoring.ConfidenceScorer(hidden_size)
+        return scorer
     return scoring.load_scorer(spec)
 
 
@@ -59,6 +72,8 @@ def reads_confidence(spec: str) -> bool:
 
     if spec.startswith("random"):
         return False
+    if spec == "confidence" or spec.startswith("confidence:"):
+        return True
     folder = default_scorer_folder() if not spec else Path(spec)
     if not (folder / "config.json").exists():
         return False  # "": none shipped, a random MLP; a folder: load_any_scorer names what is missing
