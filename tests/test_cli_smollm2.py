@@ -19,10 +19,10 @@ def test_eval_by_name_on_smollm2(smollm2_folder, tmp_path, capsys):
 
 
 def test_run_by_name_on_smollm2(smollm2_folder, capsys):
-    # Gambit on the real checkpoint: the shipped scorers read width 192, so a random one stands in;
-    # 12 tokens per trace keep the test short on a 135M model
+    # Gambit on the real checkpoint: the shipped scorers read width 192, so the training-free confidence
+    # scorer stands in for the process scorer; 12 tokens per trace keep the test short on a 135M model
     assert main(["run", "--model", "smollm2", "--problems", "1", "--samples", "2", "--swap", "1",
                  "--max-tokens", "12", "--max-ops", "2", "--min-ops", "2", "--save", "", "--png", ""]) == 0
     captured = capsys.readouterr()
-    assert "using a random one" in captured.err
+    assert "scoring with the target's own confidence (ConfidenceScorer" in captured.err
     assert ">>> answer" in captured.out and "gambit solved" in captured.out
