@@ -44,7 +44,7 @@ class BenchServeConfig:
     waves: int = 3  # runs each concurrent client sends back to back (1: one burst of n runs)
     one_run_pairs: int = 4  # embedded/distributed pairs at one run per repetition; wall ratio: their median
     target_threads: int = 0  # torch threads of the Target's engine (0 = every core; embedded: the bench's)
-    model: str = ""  # target model folder or name ("" = shipped target; smollm2: --scorer random:mlp:576)
+    model: str = ""  # target model folder or name ("" = shipped target; another width: confidence scorer)
     scorer: str = ""  # scorer folder ("" = shipped process scorer, untrained random one if none)
     batch_invariant: bool | None = None  # both wirings' Targets (EngineConfig; unset: on where it holds)
     grpc_port: int = 9310  # Serve gRPC port for the benchmark
