@@ -36,6 +36,11 @@ def default_scorer_folder():
     return paths.SCORER_PROCESS
 
 
+def _names_confidence(spec: str) -> bool:
+    """``confidence`` or ``confidence:<hidden>``: the training-free ``ConfidenceScorer``."""
+    return spec == "confidence" or spec.startswith("confidence:")
+
+
 def load_any_scorer(spec: str, hidden_size: int = 0):
     """A ``BoundaryScorer`` from a folder, or ``random:<kind>:<hidden>[:seed]`` (tests, no trained
     scorer yet), or ``confidence[:<hidden>]`` (the training-free ``ConfidenceScorer``), or "" (the
@@ -43,7 +48,7 @@ def load_any_scorer(spec: str, hidden_size: int = 0):
     cannot read, the confidence scorer: the signal it leans on, untrained)."""
     import gambit.scoring as scoring
 
-    if spec == "confidence" or spec.startswith("confidence:"):
+    if _names_confidence(spec):
         parts = spec.split(":")
         return scoring.ConfidenceScorer(int(parts[1]) if len(parts) > 1 else (hidden_size or 192))
     if spec.startswith("random"):
@@ -72,7 +77,7 @@ def reads_confidence(spec: str) -> bool:
 
     if spec.startswith("random"):
         return False
-    if spec == "confidence" or spec.startswith("confidence:"):
+    if _names_confidence(spec):
         return True
     folder = default_scorer_folder() if not spec else Path(spec)
     if not (folder / "config.json").exists():
