@@ -65,10 +65,13 @@ if kind == "plain":
 else:
     from gambit.bench.search import DIFFICULTIES, BenchSearchConfig, chunk_engine
     from gambit.search.driver import SearchDriver
-    from gambit.search.scorers import load_default_scorer
+    try:
+        from gambit.scoring.spec import load_scorer_spec
+    except ImportError:  # a checkout from before the scorer spec had one loader
+        from gambit.search.scorers import load_default_scorer as load_scorer_spec
     from gambit.search.store import MemoryStore
     from gambit.tasks.arithmetic import TaskConfig, generate
-    scorer = load_default_scorer("process", model.config.hidden_size)
+    scorer = load_scorer_spec("process", model.config.hidden_size)
     problems = generate("test", 6, 1, TaskConfig(*DIFFICULTIES["hard"]))
     bcfg = BenchSearchConfig(capacity=16, concurrency=len(problems))
     for r in range(reps + 1):

@@ -23,10 +23,10 @@ import torch
 def main(argv: list[str]) -> int:
     trash_mb = int(argv[0]) if argv else 64
     reps = int(argv[1]) if len(argv) > 1 else 40
-    from gambit.search.scorers import load_default_scorer
+    from gambit.scoring.spec import load_scorer_spec
 
     torch.set_num_threads(2)
-    scorer = load_default_scorer("process", 192, quiet=True)
+    scorer = load_scorer_spec("process", 192, note=None)
     x = torch.randn(53, scorer.input_size)  # a round's boundary rows (6 runs x C = 16, one boundary each)
     keys = [f"k{i}" for i in range(len(x))]
     rows = [torch.randn(192) for _ in range(len(x))]

@@ -17,15 +17,15 @@ from gambit.engine import engine as E
 from gambit.engine import scheduler as SC
 from gambit.model.loader import load_model
 from gambit.paths import TARGET
+from gambit.scoring.spec import load_scorer_spec
 from gambit.search.driver import SearchDriver
-from gambit.search.scorers import load_default_scorer
 from gambit.search.store import MemoryStore
 from gambit.tasks.arithmetic import TaskConfig, generate
 
 reps = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 torch.set_num_threads(2)
 model, tok = load_model(str(TARGET), device="cpu", dtype="float32")
-scorer = load_default_scorer("process", model.config.hidden_size)
+scorer = load_scorer_spec("process", model.config.hidden_size)
 problems = generate("test", 6, 1, TaskConfig(*DIFFICULTIES["hard"]))
 bcfg = BenchSearchConfig(capacity=16, concurrency=len(problems))
 acc: dict[str, float] = {}

@@ -16,9 +16,9 @@ from gambit.engine import Engine, EngineConfig
 from gambit.model.registry import resolve_model
 from gambit.paths import TARGET
 from gambit.scoring import random_scorer
+from gambit.scoring.spec import load_scorer_spec
 from gambit.search.config import SearchConfig
 from gambit.search.driver import SearchDriver
-from gambit.search.scorers import load_default_scorer
 from gambit.tasks.arithmetic import TaskConfig, generate
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -41,7 +41,7 @@ for name, inv in (("default", False), ("invariant", True)):
                        kv_dtype=args.kv_dtype, batch_invariant=inv)
     eng = Engine.from_pretrained(model, cfg)
     hidden = eng.model.config.hidden_size
-    scorer = load_default_scorer("process", hidden, quiet=True)
+    scorer = load_scorer_spec("process", hidden, note=None)
     if scorer.hidden_size != hidden:  # a real checkpoint: a scorer of its width (no signal)
         scorer = random_scorer("mlp", hidden)
     drivers[name] = SearchDriver(eng, scorer)

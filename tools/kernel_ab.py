@@ -186,14 +186,14 @@ for b in [] if args.plain_only else [int(x) for x in args.batches.split(",")]:
             rows_out.append(row)
 if args.search_pairs:
     from gambit.bench.search import DIFFICULTIES, BenchSearchConfig, chunk_engine
+    from gambit.scoring.spec import load_scorer_spec
     from gambit.search.driver import SearchDriver
-    from gambit.search.scorers import load_default_scorer
     from gambit.search.store import MemoryStore
     from gambit.tasks.arithmetic import TaskConfig, generate
 
     problems = generate("test", 6, 1, TaskConfig(*DIFFICULTIES["hard"]))
     bcfg = BenchSearchConfig(capacity=16, concurrency=6)
-    scorer = load_default_scorer("process", eng.model.config.hidden_size)
+    scorer = load_scorer_spec("process", eng.model.config.hidden_size)
     walls, answers = collections.defaultdict(list), {}
     for r in range(args.search_pairs):
         for side in ("old", "new") if r % 2 == 0 else ("new", "old"):

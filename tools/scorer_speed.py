@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from gambit.search.scorers import load_default_scorer
+from gambit.scoring.spec import load_scorer_spec
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("--rows", default="1,8,48,200", help="rows (boundaries) per score call, comma-separated")
@@ -24,7 +24,7 @@ torch.set_num_threads(args.threads)
 out = []
 print(f"{'scorer':9} {'rows':>5} {'invariant µs':>18} {'batched µs':>18} {'ratio':>6}")
 for kind in ("process", "sequence"):
-    inv, bat = load_default_scorer(kind, 192), load_default_scorer(kind, 192, invariant=False)
+    inv, bat = load_scorer_spec(kind, 192), load_scorer_spec(kind, 192, invariant=False)
     assert inv.invariant, inv.invariant_reason
     for n in (int(r) for r in args.rows.split(",")):
         x = torch.randn(n, inv.input_size, generator=torch.Generator().manual_seed(n))

@@ -24,9 +24,9 @@ from tqdm import tqdm
 
 from gambit.bench.search import BenchSearchConfig, bench_run_id, chunk_engine, run_variants
 from gambit.model.loader import load_model
+from gambit.scoring.spec import load_scorer_spec
 from gambit.search import tree as T
 from gambit.search.driver import SearchDriver
-from gambit.search.scorers import load_default_scorer
 from gambit.search.vote import majority_vote, weighted_vote
 from gambit.tasks.arithmetic import TaskConfig, generate
 
@@ -74,7 +74,7 @@ def main() -> None:
     out_path = Path(sys.argv[4] if len(sys.argv) > 4 else "results/search_dev_sweep.json")
     torch.set_num_threads(CFG.threads)
     model, tok = load_model(CFG.model, device="cpu", dtype="float32")
-    scorer = load_default_scorer(CFG.scorer, model.config.hidden_size)
+    scorer = load_scorer_spec(CFG.scorer, model.config.hidden_size)
     vs = {k: parse(k) for k in specs}
     problems = generate(split, n, CFG.seed + 1, TaskConfig(6, 8))
     engine, per_run = chunk_engine(model, tok, problems, CFG)

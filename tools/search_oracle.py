@@ -37,9 +37,9 @@ from gambit.bench.search import BenchSearchConfig, bench_run_id, chunk_engine, r
 from gambit.model.loader import load_model
 from gambit.scoring.auc import auc
 from gambit.scoring.evaluate import grouped_auc
+from gambit.scoring.spec import load_scorer_spec
 from gambit.search import run_state
 from gambit.search.driver import SearchDriver
-from gambit.search.scorers import load_default_scorer
 from gambit.tasks.arithmetic import THOUGHT_SEP, TaskConfig, check_thought, format_step, generate
 
 CFG = BenchSearchConfig(quick=True, concurrency=6, capacity=16, sensitivity=False, frontier=False, pr=False)
@@ -200,7 +200,7 @@ def main() -> None:
     scorers = {}
     for o in oracles:
         if o == "model":
-            scorers[o] = MeasuredScorer(load_default_scorer(CFG.scorer, model.config.hidden_size))
+            scorers[o] = MeasuredScorer(load_scorer_spec(CFG.scorer, model.config.hidden_size))
         else:
             sticky = "~" in o
             label, _, sigma = o.replace("~", "=").partition("=")

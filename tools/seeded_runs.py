@@ -29,9 +29,9 @@ from gambit.engine.config import SpecConfig
 from gambit.model.registry import resolve_model
 from gambit.paths import TARGET
 from gambit.scoring import random_scorer
+from gambit.scoring.spec import load_scorer_spec
 from gambit.search.config import SearchConfig
 from gambit.search.driver import SearchDriver
-from gambit.search.scorers import load_default_scorer
 from gambit.tasks.arithmetic import TaskConfig, generate
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -73,7 +73,7 @@ def engine(invariant: bool) -> Engine:
 
 
 def scorer(hidden: int, invariant: bool):
-    s = load_default_scorer("process", hidden, quiet=True, invariant=invariant)
+    s = load_scorer_spec("process", hidden, note=None, invariant=invariant)
     return s if s.hidden_size == hidden else random_scorer("mlp", hidden, invariant=invariant)
 
 

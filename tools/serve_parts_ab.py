@@ -49,14 +49,14 @@ def configure(actor_self, name: str) -> str:
     """Switch the Target's parts for variant ``name`` (on the replica; the originals are kept)."""
     import torch as _torch
 
+    from gambit.scoring.spec import load_scorer_spec
     from gambit.serving.record_writer import InlineRecords
     from gambit.serving.scorer_client import LocalScorer
-    from gambit.serving.scorer_core import load_any_scorer
 
     svc = actor_self._replica_impl._user_callable_wrapper._callable.svc
     drv = svc.driver.driver
     if not hasattr(svc, "_ab"):
-        local_scorer = svc.call(lambda: LocalScorer(load_any_scorer("", svc.engine.model.config.hidden_size))
+        local_scorer = svc.call(lambda: LocalScorer(load_scorer_spec("", svc.engine.model.config.hidden_size))
                                 ).result()
         svc._ab = {"scorer": drv.scorer, "records": svc.records, "writes": drv.store.writes,
                    "metrics": (svc.metrics, svc.driver.metrics), "local": local_scorer,

@@ -14,8 +14,8 @@ import argparse
 import json
 
 from gambit import paths
+from gambit.scoring.spec import load_scorer_spec
 from gambit.serving.embedded import Embedded, EmbeddedConfig
-from gambit.serving.scorer_core import load_any_scorer
 from gambit.serving.scorer_server import ScorerServerConfig, start_scorer_server
 from gambit.serving.solve_config import SolveConfig
 from gambit.tasks.arithmetic import TaskConfig, generate
@@ -39,7 +39,7 @@ servers, targets = {}, {}
 for name in names:
     spec = SPECS[name]
     cfg = ScorerServerConfig(port=0, metrics_port=0)
-    servers[name] = start_scorer_server(cfg, scorer=load_any_scorer(spec))
+    servers[name] = start_scorer_server(cfg, scorer=load_scorer_spec(spec))
     targets[name] = Embedded(EmbeddedConfig(scorer=spec, scorer_address=f"127.0.0.1:{servers[name].port}"))
 got = {n: {"correct": 0, "fallbacks": 0, "traces": 0} for n in names}
 try:

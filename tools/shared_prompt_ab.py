@@ -16,10 +16,10 @@ from gambit.bench.search import DIFFICULTIES, BenchSearchConfig
 from gambit.engine import Engine, EngineConfig
 from gambit.model.loader import load_model
 from gambit.paths import TARGET
+from gambit.scoring.spec import load_scorer_spec
 from gambit.search import tree as T
 from gambit.search.driver import SearchDriver
 from gambit.search.run_state import SearchRun
-from gambit.search.scorers import load_default_scorer
 from gambit.search.store import MemoryStore
 from gambit.tasks.arithmetic import TaskConfig, generate
 
@@ -27,7 +27,7 @@ reps = int(sys.argv[1]) if len(sys.argv) > 1 else 4
 blocks = int(sys.argv[2]) if len(sys.argv) > 2 else 96
 torch.set_num_threads(2)
 model, tok = load_model(str(TARGET), device="cpu", dtype="float32")
-scorer = load_default_scorer("process", model.config.hidden_size)
+scorer = load_scorer_spec("process", model.config.hidden_size)
 problems = generate("test", 6, 1, TaskConfig(*DIFFICULTIES["hard"]))
 shared_roots = SearchRun._launch_roots
 

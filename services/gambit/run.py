@@ -10,11 +10,11 @@ from gambit.cpu_info import check_cpu_weights, check_kv_dtype
 from gambit.engine import Engine, EngineConfig
 from gambit.engine.config import SpecConfig
 from gambit.paths import TARGET
+from gambit.scoring.spec import load_scorer_spec
 from gambit.search.config import SearchConfig
 from gambit.search.driver import SearchDriver
 from gambit.search.lineage import lineage_png, lineage_text
 from gambit.search.live import LiveView
-from gambit.search.scorers import load_default_scorer
 from gambit.search.store import MemoryStore
 from gambit.tasks.arithmetic import TaskConfig, generate
 
@@ -26,7 +26,7 @@ class RunConfig:
     samples: int = 16  # C: traces in the pool (SC@C launches this many)
     method: str = "gambit"  # gambit | sc | step | deepconf
     # process: per-thought labels + confidence (the default); confidence: training-free (any model)
-    scorer: str = "process"  # the boundary scorer: process | confidence | mlp | sequence | a scorer folder
+    scorer: str = "process"  # scorer: process | mlp | sequence | confidence | a folder (gambit.scoring.spec)
     swap: int = 4  # K: traces pruned and branched per round
     interval: int = 8  # Δ: decode steps between rounds
     warmup: int = 24  # w: tokens before scoring; a child branches only w tokens after its birth
@@ -86,7 +86,7 @@ def run(cfg: RunConfig) -> dict:
                         batch_invariant=cfg.batch_invariant,
                         spec=SpecConfig(max_batch=cfg.spec_max_batch))
     engine = Engine.from_pretrained(cfg.model, ecfg)
-    scorer = load_default_scorer(cfg.scorer, engine.model.config.hidden_size) \
+    scorer = load_scorer_spec(cfg.scorer, engine.model.config.hidden_size) \
         if cfg.method in ("gambit", "step") else None
     store = MemoryStore()
     driver = SearchDriver(engine, scorer, store)

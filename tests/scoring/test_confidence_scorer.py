@@ -10,8 +10,8 @@ import torch
 
 from gambit.scoring import BoundaryScorer, ConfidenceScorer
 from gambit.scoring.confidence import with_confidence
-from gambit.search.scorers import load_default_scorer
-from gambit.serving.scorer_core import feature_count, load_any_scorer, reads_confidence
+from gambit.scoring.spec import load_scorer_spec, reads_confidence
+from gambit.serving.scorer_core import feature_count
 
 
 def rows(n: int, h: int = 16, seed: int = 0) -> torch.Tensor:
@@ -55,16 +55,16 @@ def test_bad_input_is_a_clear_error():
 
 
 def test_loaders_fall_back_to_it_where_the_process_scorer_cannot_read_the_model():
-    assert isinstance(load_default_scorer("confidence", 576), ConfidenceScorer)
-    fb = load_default_scorer("process", 576, quiet=True)
+    assert isinstance(load_scorer_spec("confidence", 576), ConfidenceScorer)
+    fb = load_scorer_spec("process", 576, note=None)
     assert isinstance(fb, ConfidenceScorer) and fb.input_size == 578
-    assert isinstance(load_default_scorer("process", 192), BoundaryScorer)  # the shipped one fits
-    mlp = load_default_scorer("mlp", 576, quiet=True)  # a hidden-state scorer: a random one of its kind
+    assert isinstance(load_scorer_spec("process", 192), BoundaryScorer)  # the shipped one fits
+    mlp = load_scorer_spec("mlp", 576, note=None)  # a hidden-state scorer: a random one of its kind
     assert isinstance(mlp, BoundaryScorer) and mlp.hidden_size == 576 and not mlp.confidence
-    served = load_any_scorer("", 576)
+    served = load_scorer_spec("", 576)
     assert isinstance(served, ConfidenceScorer) and feature_count(served) == 2
-    assert isinstance(load_any_scorer("", 192), BoundaryScorer)
-    assert load_any_scorer("confidence:64").hidden_size == 64
+    assert isinstance(load_scorer_spec("", 192), BoundaryScorer)
+    assert load_scorer_spec("confidence:64").hidden_size == 64
     assert reads_confidence("confidence") and reads_confidence("confidence:64")
 
 

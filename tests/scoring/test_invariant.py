@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gambit.scoring import random_scorer
-from gambit.search.scorers import load_default_scorer
+from gambit.scoring.spec import load_scorer_spec
 
 # 192: the shipped target's width; 576: SmolLM2-135M's; 100 rows: vector tails of every length
 CASES = [("mlp", 192), ("mlp", 576), ("sequence", 192), ("sequence", 576)]
@@ -51,7 +51,7 @@ def test_sequence_histories_forks_and_repeated_keys_stay_invariant():
 
 
 def test_the_shipped_process_scorer_scores_invariantly():
-    s = load_default_scorer("process", 192)
+    s = load_scorer_spec("process", 192)
     assert s.invariant and s.config.label == "process"
     x = torch.randn(37, s.input_size, generator=torch.Generator().manual_seed(3))
     full = s.score(list(range(37)), x)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from gambit.scoring.spec import load_scorer_spec
 from gambit.search.config import SearchConfig
 from gambit.search.driver import SearchDriver
-from gambit.search.scorers import load_default_scorer
 
 
 def _go(make_engine, scorer, problems, defer: bool):
@@ -26,7 +26,7 @@ def test_deferred_scoring_is_the_same_search_with_fewer_calls(which, make_engine
     to the bit because a row's score does not depend on its batch (``scoring/invariant.py``; before it,
     ties to 1e-8 between mean scores could swap two traces)."""
     if which != "stand-in":
-        scorer = load_default_scorer("process", 192)
+        scorer = load_scorer_spec("process", 192)
         assert scorer.invariant, scorer.invariant_reason
     now, calls_now, steps = _go(make_engine, scorer, hard_problems, defer=False)
     later, calls_later, steps_later = _go(make_engine, scorer, hard_problems, defer=True)

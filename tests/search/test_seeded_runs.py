@@ -10,9 +10,9 @@ import dataclasses
 import pytest
 import torch
 
+from gambit.scoring.spec import load_scorer_spec
 from gambit.search.config import SearchConfig
 from gambit.search.driver import SearchDriver
-from gambit.search.scorers import load_default_scorer
 from gambit.tasks.arithmetic import TaskConfig, generate
 
 
@@ -37,8 +37,8 @@ def two_threads():
 
 def test_a_seeded_run_is_the_same_alone_and_beside_other_runs(make_engine, two_threads):
     cfg = dict(capacity=8, swap=2, max_tokens=200)
-    alone = _solve(make_engine(batch_invariant=True), load_default_scorer("process", 192), 0, **cfg)
-    crowd = _solve(make_engine(batch_invariant=True), load_default_scorer("process", 192), 5, **cfg)
+    alone = _solve(make_engine(batch_invariant=True), load_scorer_spec("process", 192), 0, **cfg)
+    crowd = _solve(make_engine(batch_invariant=True), load_scorer_spec("process", 192), 5, **cfg)
     assert alone[0]["branched"] > 0 and alone[0]["pruned"] > 0  # the tournament acted on the scores
     assert crowd[0] == alone[0]  # answer, votes, every trace's parent, state, tokens and score
     assert crowd[1] == alone[1]  # the tree view: every node's tokens, scores and fate

@@ -9,14 +9,14 @@ import pytest
 
 from gambit.engine import BoundaryEvent, TokenEvent
 from gambit.scoring.confidence import ConfidenceTracker
+from gambit.scoring.spec import load_scorer_spec
 from gambit.search.config import SearchConfig
 from gambit.search.driver import SearchDriver
-from gambit.search.scorers import load_default_scorer
 
 
 @pytest.fixture(scope="module")
 def process_scorer(target):
-    return load_default_scorer("process", target[0].config.hidden_size)  # reads confidence features
+    return load_scorer_spec("process", target[0].config.hidden_size)  # reads confidence features
 
 
 def _record(driver):

@@ -12,11 +12,11 @@ import torch
 from gambit.paths import SCORER_MLP
 from gambit.scoring import load_scorer, random_scorer
 from gambit.scoring.confidence import with_confidence
+from gambit.scoring.spec import load_scorer_spec, reads_confidence, shipped_folder
 from gambit.serving.embedded import Embedded, EmbeddedConfig
 from gambit.serving.payload import encode_states
 from gambit.serving.protos import load
 from gambit.serving.scorer_client import RemoteScorer
-from gambit.serving.scorer_core import default_scorer_folder, load_any_scorer, reads_confidence
 from gambit.serving.scorer_server import ScorerServerConfig, start_scorer_server
 from gambit.serving.solve_config import SolveConfig
 from gambit.tasks.arithmetic import TaskConfig, generate
@@ -28,7 +28,7 @@ H = 192
 @pytest.fixture(scope="module")
 def server():
     cfg = ScorerServerConfig(port=0, metrics_port=0, batch_wait_ms=5)
-    srv = start_scorer_server(cfg, scorer=load_any_scorer(""))
+    srv = start_scorer_server(cfg, scorer=load_scorer_spec(""))
     yield srv
     srv.stop()
 
@@ -49,7 +49,7 @@ def request(x, feats, ids):
 
 
 def test_the_served_default_is_the_process_scorer_and_says_it_reads_two_features(server):
-    assert default_scorer_folder().name == "scorer-process"
+    assert shipped_folder("process").name == "scorer-process"
     info = stub(server).Info(pb2.InfoRequest())
     assert (info.kind, info.hidden_size, info.features) == ("mlp", H, 2)
     assert reads_confidence("") and not reads_confidence("random:mlp:192")
@@ -57,7 +57,7 @@ def test_the_served_default_is_the_process_scorer_and_says_it_reads_two_features
 
 
 def test_scores_with_features_equal_the_in_process_scorer(server):
-    ref = load_scorer(default_scorer_folder())
+    ref = load_scorer(shipped_folder("process"))
     x, f = rows(7)
     ids = [f"r:{i}" for i in range(7)]
     got = torch.tensor(list(stub(server).Score(request(x, f, ids)).scores))
@@ -68,7 +68,7 @@ def test_scores_with_features_equal_the_in_process_scorer(server):
 
 
 def test_remote_scorer_sends_the_features_the_driver_appends(server):
-    ref = load_scorer(default_scorer_folder())
+    ref = load_scorer(shipped_folder("process"))
     rs = RemoteScorer(f"127.0.0.1:{server.port}", H, confidence=True)
     try:
         x, f = rows(5, seed=1)

@@ -89,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=6, help="timed Solves per process")
     ap.add_argument("--model", default="", help="target model folder or registry name (\"\" = the shipped "
                     "target; smollm2 after `gambit models fetch smollm2`)")
-    ap.add_argument("--scorer", default="", help="scorer folder or random:<kind>:<hidden> (\"\" = the "
-                    "shipped process scorer, whose width fits only the shipped target)")
+    ap.add_argument("--scorer", default="", help="scorer spec: \"\" = the shipped process scorer (a model "
+                    "of another width: the confidence scorer) | mlp | confidence | a folder")
     ap.add_argument("--json", default="", help="write the result JSON here")
     a = ap.parse_args(argv)
     got: dict[str, list[dict]] = {m: [] for m in MODES}

@@ -31,10 +31,10 @@ from gambit.engine.block_manager import shared_prompt_blocks
 from gambit.engine.config import SpecConfig
 from gambit.model.loader import load_model
 from gambit.paths import TARGET
+from gambit.scoring.spec import load_scorer_spec
 from gambit.search.config import SearchConfig
 from gambit.search.driver import SearchDriver
 from gambit.search.run_state import TIMING_KEYS
-from gambit.search.scorers import load_default_scorer
 from gambit.tasks.arithmetic import TaskConfig, generate
 
 DIFFICULTIES = {"all": (2, 8), "hard": (6, 8)}
@@ -69,9 +69,9 @@ class BenchSearchConfig:
     frontier: bool = True  # SC and Gambit at C/4 and C/2 as well (Figure 5)
     pr: bool = True  # Gambit with PR decoding, when the engine has it
     pr_drafter: str = ""  # Gambit + PR drafter folder ("" = the shipped one; a real model needs its own)
-    scorer: str = "process"  # Table 1's scorer (Gambit and STEP alike): shipped name, confidence, a folder
-    scorer_mlp: str = "mlp"  # the MLP scorer: "mlp" (shipped) or a scorer folder
-    scorer_sequence: str = "sequence"  # the sequence scorer: "sequence" (shipped) or a scorer folder
+    scorer: str = "process"  # Table 1's scorer (Gambit and STEP alike): a spec, gambit.scoring.spec
+    scorer_mlp: str = "mlp"  # Table 2's MLP scorer: "mlp" (shipped) or any scorer spec
+    scorer_sequence: str = "sequence"  # Table 2's sequence scorer: "sequence" (shipped) or any scorer spec
     threads: int = 2  # torch threads
     device: str = "auto"  # torch device of the target: "auto" (CUDA when present, else CPU), "cpu", "cuda:N"
     dtype: str = "auto"  # target dtype: "auto" (float32 on the CPU, bfloat16 on CUDA), "float32", "bfloat16"
@@ -268,9 +268,9 @@ def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
     torch.set_num_threads(cfg.threads)
     where = EngineConfig(device=cfg.device, dtype=cfg.dtype)
     model, tok = load_model(cfg.model, device=where.torch_device(), dtype=where.torch_dtype())
-    main = load_default_scorer(cfg.scorer, model.config.hidden_size)
-    mlp = load_default_scorer(cfg.scorer_mlp, model.config.hidden_size)
-    seq = load_default_scorer(cfg.scorer_sequence, model.config.hidden_size)
+    main = load_scorer_spec(cfg.scorer, model.config.hidden_size)
+    mlp = load_scorer_spec(cfg.scorer_mlp, model.config.hidden_size)
+    seq = load_scorer_spec(cfg.scorer_sequence, model.config.hidden_size)
     main_vs, extra_vs = variants(cfg), hard_only(cfg)
     out: dict = {"config": asdict(cfg), "by_difficulty": {},
                  "scorers": {"main": cfg.scorer, "mlp": mlp.kind, "sequence": seq.kind}}

@@ -168,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="repeats (the median is reported)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
     ap.add_argument("--store", default="", help="redis://... for the tree view (default: in memory)")
-    ap.add_argument("--scorer", default="process", help="shipped scorer name or a scorer folder")
+    ap.add_argument("--scorer", default="process", help="scorer spec: process | mlp | sequence | confidence "
+                    "| a folder (gambit.scoring.spec)")
     ap.add_argument("--profile", type=int, default=0, help="print cProfile's top N functions of the rounds")
     ap.add_argument("--ops", action="store_true", help="also time a round's operations one by one")
     ap.add_argument("--ops-steps", type=int, default=48, help="--ops: steps of the search before timing")
@@ -183,13 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     from gambit.bench.search import DIFFICULTIES
     from gambit.model.loader import load_model
     from gambit.paths import TARGET
-    from gambit.search.scorers import load_default_scorer
+    from gambit.scoring.spec import load_scorer_spec
     from gambit.search.store import MemoryStore, open_store
     from gambit.tasks.arithmetic import TaskConfig, generate
 
     torch.set_num_threads(args.threads)
     model, tok = load_model(str(TARGET), device="cpu", dtype="float32")
-    scorer = load_default_scorer(args.scorer, model.config.hidden_size)
+    scorer = load_scorer_spec(args.scorer, model.config.hidden_size)
     problems = generate("test", args.problems, 1, TaskConfig(*DIFFICULTIES["hard"]))
     reps = []
     for i in range(args.repeat):

@@ -45,7 +45,7 @@ class BenchServeConfig:
     one_run_pairs: int = 4  # embedded/distributed pairs at one run per repetition; wall ratio: their median
     target_threads: int = 0  # torch threads of the Target's engine (0 = every core; embedded: the bench's)
     model: str = ""  # target model folder or name ("" = shipped target; another width: confidence scorer)
-    scorer: str = ""  # scorer folder ("" = shipped process scorer, untrained random one if none)
+    scorer: str = ""  # scorer spec (gambit.scoring.spec): "" / process | mlp | sequence | confidence | folder
     batch_invariant: bool | None = None  # both wirings' Targets (EngineConfig; unset: on where it holds)
     grpc_port: int = 9310  # Serve gRPC port for the benchmark
     metrics_port: int = 9311  # Ray metrics port for the benchmark

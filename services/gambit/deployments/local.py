@@ -36,7 +36,7 @@ class ServeConfig:
     prefix: str = "gambit:"  # Redis key prefix
     token_env: str = "GAMBIT_TOKEN"  # environment variable with the bearer token (unset = no auth)
     model: str = ""  # target model folder ("" = shipped target)
-    scorer: str = ""  # scorer folder ("" = shipped process scorer, "random:mlp:192" = untrained)
+    scorer: str = ""  # scorer spec (gambit.scoring.spec): "" / process | mlp | sequence | confidence | folder
     num_blocks: int = 0  # KV blocks per Target (0 = from the memory budget)
     target_replicas: int = 1  # Target replicas (each run pinned to one)
     target_gpus: float = -1  # GPUs per Target replica (-1 = 1 when the node has a GPU, else 0)

@@ -15,6 +15,7 @@ the proxy whenever the direct endpoint fails (see ``scorer_client.RemoteScorer``
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 
 import grpc
@@ -22,10 +23,13 @@ import ray
 from ray import serve
 
 from gambit.deployments.ray_metrics import ray_metrics
+from gambit.scoring.spec import load_scorer_spec
 from gambit.serving.protos import load
-from gambit.serving.scorer_core import ScorerCore, load_any_scorer
+from gambit.serving.scorer_core import ScorerCore
 from gambit.serving.scorer_server import scorer_grpc_server
 from gambit.serving.security import check_token
+
+log = logging.getLogger(__name__)
 
 
 @serve.deployment(max_ongoing_requests=32, ray_actor_options={"num_cpus": 0},
@@ -42,8 +46,8 @@ class Scorer:
         self.pb2, _ = load("scorer")
         self.metrics = ray_metrics(("gambit_scorer_latency_seconds", "gambit_scorer_batch_size",
                                     "gambit_request_errors_total"))
-        self.core = ScorerCore(load_any_scorer(scorer, hidden_size), max_rows, batch_wait_ms / 1000,
-                               metrics=self.metrics)
+        scorer_net = load_scorer_spec(scorer, hidden_size, note=log.warning)
+        self.core = ScorerCore(scorer_net, max_rows, batch_wait_ms / 1000, metrics=self.metrics)
         self.token = os.environ.get(token_env, "") if token_env else ""
         self.direct, self._address = None, ""
         if direct_host:

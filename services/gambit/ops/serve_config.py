@@ -78,7 +78,7 @@ class ServeAppSpec:
     prefix: str = "gambit:"  # Redis key prefix
     token_env: str = "GAMBIT_TOKEN"  # env var with the bearer token (unset: no auth)
     model: str = ""  # target model folder ("" = the shipped target)
-    scorer: str = ""  # scorer folder ("" = the shipped process scorer, scorer-process)
+    scorer: str = ""  # scorer spec (gambit.scoring.spec): "" / process | mlp | sequence | confidence | folder
     hidden_size: int = 192  # the target's hidden size (the scorer's input width)
     batch_wait_ms: float = 0.0  # ms the Scorer waits to batch Score calls (0: at once; queued calls batch)
     num_blocks: int = 0  # KV blocks per Target (0 = from the memory budget)

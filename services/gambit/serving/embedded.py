@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import queue
 import uuid
 from collections.abc import Iterator
@@ -10,12 +11,14 @@ from dataclasses import dataclass
 
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype
 from gambit.engine.config import SpecConfig
+from gambit.scoring.spec import load_scorer_spec, reads_confidence
 from gambit.serving.metrics import Metrics, PrometheusBackend
 from gambit.serving.scorer_client import LocalScorer, RemoteScorer
-from gambit.serving.scorer_core import load_any_scorer, reads_confidence
 from gambit.serving.solve_config import SolveConfig, check_problem, check_run_id
 from gambit.serving.target_service import TargetService
 from gambit.serving.tree_view import open_trace_store, open_tree_view
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -23,7 +26,7 @@ class EmbeddedConfig:
     """The in-process wiring."""
 
     model: str = ""  # target model folder ("" = the shipped target)
-    scorer: str = ""  # scorer folder, "random:<kind>:<hidden>", or "" (the shipped process scorer)
+    scorer: str = ""  # scorer spec (gambit.scoring.spec): "" / process | mlp | sequence | confidence | folder
     scorer_address: str = ""  # host:port of a ScorerService to call instead of an in-process scorer
     tree: str = "memory"  # "memory" or a redis:// URL for the tree view
     prefix: str = "gambit:"  # Redis key prefix
@@ -63,7 +66,7 @@ def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "l
             scorer = RemoteScorer(cfg.scorer_address, hidden, token=token, application=scorer_app,
                                   metrics=metrics, resolve=resolve, confidence=reads_confidence(cfg.scorer))
         else:
-            scorer = LocalScorer(load_any_scorer(cfg.scorer, hidden), metrics)
+            scorer = LocalScorer(load_scorer_spec(cfg.scorer, hidden, note=log.warning), metrics)
         return engine, scorer
 
     engine, scorer = on_fresh_thread(build)

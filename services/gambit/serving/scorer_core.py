@@ -11,7 +11,6 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -24,65 +23,6 @@ log = logging.getLogger(__name__)
 def feature_count(scorer) -> int:
     """Confidence features a scorer reads per row beside the hidden state (0: none)."""
     return scorer.input_size - scorer.hidden_size if getattr(scorer, "confidence", False) else 0
-
-
-def default_scorer_folder():
-    """The served default (spec ""): the search's scorer, ``scorer-process`` (hidden state + the
-    target's sampled-token confidence, per-thought labels), as ``gambit run`` and the benchmarks use;
-    ``scorer-mlp`` (hidden state only) scored within a problem at chance and cost Gambit tens of points
-    (README, "Scorers")."""
-    from gambit import paths
-
-    return paths.SCORER_PROCESS
-
-
-def _names_confidence(spec: str) -> bool:
-    """``confidence`` or ``confidence:<hidden>``: the training-free ``ConfidenceScorer``."""
-    return spec == "confidence" or spec.startswith("confidence:")
-
-
-def load_any_scorer(spec: str, hidden_size: int = 0):
-    """A ``BoundaryScorer`` from a folder, or ``random:<kind>:<hidden>[:seed]`` (tests, no trained
-    scorer yet), or ``confidence[:<hidden>]`` (the training-free ``ConfidenceScorer``), or "" (the
-    shipped process scorer, ``default_scorer_folder``; for a model of another ``hidden_size``, which it
-    cannot read, the confidence scorer: the signal it leans on, untrained)."""
-    import gambit.scoring as scoring
-
-    if _names_confidence(spec):
-        parts = spec.split(":")
-        return scoring.ConfidenceScorer(int(parts[1]) if len(parts) > 1 else (hidden_size or 192))
-    if spec.startswith("random"):
-        parts = spec.split(":")
-        kind = parts[1] if len(parts) > 1 and parts[1] else "mlp"
-        hidden = int(parts[2]) if len(parts) > 2 else (hidden_size or 192)
-        seed = int(parts[3]) if len(parts) > 3 else 0
-        return scoring.random_scorer(kind, hidden, seed=seed)
-    if not spec:
-        if not (default_scorer_folder() / "config.json").exists():  # no trained scorer shipped (yet)
-            return scoring.random_scorer("mlp", hidden_size or 192, seed=0)
-        scorer = scoring.load_scorer(default_scorer_folder())
-        if hidden_size and scorer.hidden_size != hidden_size:
-            log.warning("the shipped process scorer reads width %d, the model has %d: scoring with the "
-                        "target's own confidence (ConfidenceScorer)", scorer.hidden_size, hidden_size)
-            return scoring.ConfidenceScorer(hidden_size)
-        return scorer
-    return scoring.load_scorer(spec)
-
-
-def reads_confidence(spec: str) -> bool:
-    """Whether the scorer ``spec`` names (``load_any_scorer``'s grammar) reads the target's confidence
-    features: a Target that calls a ScorerService running it sends them (``ScoreRequest.features``).
-    Read from the folder's config.json; nothing is loaded."""
-    from gambit.scoring.config import ScorerConfig
-
-    if spec.startswith("random"):
-        return False
-    if _names_confidence(spec):
-        return True
-    folder = default_scorer_folder() if not spec else Path(spec)
-    if not (folder / "config.json").exists():
-        return False  # "": none shipped, a random MLP; a folder: load_any_scorer names what is missing
-    return ScorerConfig.from_file(folder / "config.json").confidence
 
 
 @dataclass

@@ -6,17 +6,21 @@ metrics on its own HTTP port. Payloads are raw bytes + dtype + shape; nothing is
 
 from __future__ import annotations
 
+import logging
 import os
 from concurrent import futures
 from dataclasses import dataclass, field
 
 import grpc
 
+from gambit.scoring.spec import load_scorer_spec
 from gambit.serving.grpc_common import add_health_and_reflection
 from gambit.serving.metrics import Metrics, PrometheusBackend
 from gambit.serving.protos import load
-from gambit.serving.scorer_core import ScorerCore, load_any_scorer
+from gambit.serving.scorer_core import ScorerCore
 from gambit.serving.security import BearerTokenInterceptor, TLSConfig, add_port
+
+log = logging.getLogger(__name__)
 
 SCORER_METRICS = ("gambit_scorer_latency_seconds", "gambit_scorer_batch_size", "gambit_request_errors_total")
 
@@ -25,7 +29,7 @@ SCORER_METRICS = ("gambit_scorer_latency_seconds", "gambit_scorer_batch_size", "
 class ScorerServerConfig:
     """The standalone Scorer server."""
 
-    scorer: str = ""  # scorer folder; "" = the shipped process scorer; "random:<kind>:<hidden>": untrained
+    scorer: str = ""  # scorer spec (gambit.scoring.spec): "" / process | mlp | sequence | confidence | folder
     host: str = "127.0.0.1"  # address to bind
     port: int = 50061  # gRPC port (0 = any free port)
     metrics_port: int = 9461  # Prometheus /metrics HTTP port (0 = any free port, -1 = off)
@@ -108,8 +112,9 @@ def start_scorer_server(cfg: ScorerServerConfig, scorer=None) -> RunningScorer:
     """Start serving (non-blocking); ``scorer`` overrides ``cfg.scorer`` (an already-built one)."""
     backend = PrometheusBackend()
     metrics = Metrics(backend, names=SCORER_METRICS)
-    core = ScorerCore(scorer if scorer is not None else load_any_scorer(cfg.scorer), cfg.max_rows,
-                      cfg.batch_wait_ms / 1000, cfg.max_batch_rows, metrics)
+    if scorer is None:
+        scorer = load_scorer_spec(cfg.scorer, note=log.warning)
+    core = ScorerCore(scorer, cfg.max_rows, cfg.batch_wait_ms / 1000, cfg.max_batch_rows, metrics)
     token = os.environ.get(cfg.token_env, "") if cfg.token_env else ""
     server, port = scorer_grpc_server(core, metrics, f"{cfg.host}:{cfg.port}", token, cfg.tls, cfg.workers)
     running = RunningScorer(server, port, -1, core, backend)

@@ -1,0 +1,116 @@
+"""One way to name a scorer, for `gambit run`, the benchmarks and the services alike.
+
+A spec is one of:
+
+* ``process`` (also ``""``): the shipped process scorer (hidden state + the target's sampled-token
+  confidence, per-thought labels): the default everywhere;
+* ``mlp`` / ``sequence``: the shipped STEP probe / history-aware GRU (hidden state alone);
+* ``confidence[:<hidden>]``: the training-free ``ConfidenceScorer``;
+* ``random[:<kind>[:<hidden>[:<seed>]]]``: a seeded untrained scorer (tests; no signal);
+* anything else: a scorer folder (config.json + model.safetensors), which must fit the model.
+
+A shipped scorer reads the shipped target's width. For a model of another width (a real checkpoint)
+``process`` falls back to the confidence scorer (the signal it leans on, untrained) and ``mlp`` /
+``sequence`` to a random scorer of their kind, with a note saying so.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+SHIPPED = ("process", "mlp", "sequence")
+DEFAULT_HIDDEN = 192  # the shipped target's width: what a spec without one means
+
+
+def _stderr(message: str) -> None:
+    print(f"note: {message}", file=sys.stderr)
+
+
+def shipped_folder(name: str) -> Path:
+    """The asset folder of a shipped scorer (``process`` | ``mlp`` | ``sequence``)."""
+    from gambit import paths
+
+    return {"process": paths.SCORER_PROCESS, "mlp": paths.SCORER_MLP,
+            "sequence": paths.SCORER_SEQUENCE}[name]
+
+
+def _fields(spec: str) -> tuple[str, list[str]]:
+    """(``process`` | ``mlp`` | ``sequence`` | ``confidence`` | ``random`` | ``folder``, its arguments)."""
+    if spec in ("", *SHIPPED):
+        return spec or "process", []
+    head, *args = spec.split(":")
+    if head in ("confidence", "random"):
+        return head, args
+    return "folder", [spec]
+
+
+def _int(spec: str, text: str, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"scorer {spec!r}: {what} {text!r} is not an integer") from None
+    if value < 0 or (what == "hidden size" and value == 0):
+        raise ValueError(f"scorer {spec!r}: {what} must be positive, got {value}")
+    return value
+
+
+def load_scorer_spec(spec: str = "process", hidden_size: int = 0, invariant: bool = True,
+                     note: Callable[[str], None] | None = _stderr):
+    """The scorer ``spec`` names (module docstring). ``hidden_size``: the model's width (0: unknown,
+    no fallback, the shipped target's for specs that need one); ``invariant``: a trained scorer's
+    batch-invariant scoring (False: the batched network, for comparisons); ``note``: told of a
+    fallback (None: silent)."""
+    import gambit.scoring as scoring
+
+    kind, args = _fields(spec)
+    width = hidden_size or DEFAULT_HIDDEN
+    if kind == "confidence":
+        if len(args) > 1:
+            raise ValueError(f"scorer {spec!r}: confidence takes at most a hidden size (confidence:<hidden>)")
+        return scoring.ConfidenceScorer(_int(spec, args[0], "hidden size") if args else width)
+    if kind == "random":
+        net = args[0] if args and args[0] else "mlp"
+        if net not in ("mlp", "sequence"):
+            raise ValueError(f"scorer {spec!r}: random kind must be mlp or sequence, got {net!r}")
+        hidden = _int(spec, args[1], "hidden size") if len(args) > 1 else width
+        seed = _int(spec, args[2], "seed") if len(args) > 2 else 0
+        return scoring.random_scorer(net, hidden, seed=seed, invariant=invariant)
+    if kind == "folder":
+        folder = Path(args[0])
+        if not (folder / "config.json").is_file():
+            raise ValueError(f"scorer {spec!r}: no scorer folder there (need config.json); a spec is "
+                             f"{' | '.join(SHIPPED)} | confidence[:H] | random[:kind[:H[:seed]]] | a folder")
+        return scoring.load_scorer(folder, invariant=invariant)  # must fit: scoring refuses the wrong width
+    folder = shipped_folder(kind)
+    if (folder / "config.json").is_file():
+        scorer = scoring.load_scorer(folder, invariant=invariant)
+        if not hidden_size or scorer.hidden_size == hidden_size:
+            return scorer
+        why = f"the shipped {kind} scorer reads width {scorer.hidden_size}, this model has {hidden_size}"
+    else:
+        why = f"no shipped {kind} scorer at {folder}"
+    if kind == "process":
+        if note:
+            note(f"{why}; scoring with the target's own confidence (ConfidenceScorer, untrained)")
+        return scoring.ConfidenceScorer(width)
+    if note:
+        note(f"{why}; using a random one (no signal)")
+    return scoring.random_scorer(kind, width, invariant=invariant)
+
+
+def reads_confidence(spec: str) -> bool:
+    """Whether the scorer ``spec`` names reads the target's confidence features (a Target that calls a
+    ScorerService running it sends them, ``ScoreRequest.features``). Read from the folder's
+    config.json; nothing is loaded. A shipped name whose folder is missing falls back as
+    ``load_scorer_spec`` does (``process``: the confidence scorer)."""
+    from gambit.scoring.config import ScorerConfig
+
+    kind, args = _fields(spec)
+    if kind in ("confidence", "random"):
+        return kind == "confidence"
+    folder = Path(args[0]) if kind == "folder" else shipped_folder(kind)
+    if not (folder / "config.json").is_file():
+        return kind == "process"  # a folder that is not there: load_scorer_spec names what is missing
+    return ScorerConfig.from_file(folder / "config.json").confidence
