@@ -41,7 +41,8 @@ def test_random_and_confidence_arguments():
     c = load_scorer_spec("random:mlp:32:4")
     x = torch.randn(3, 32, generator=torch.Generator().manual_seed(1))
     keys = ["a", "b", "c"]
-    assert torch.equal(a.score(keys, x), b.score(keys, x)) and not torch.equal(a.score(keys, x), c.score(keys, x))
+    sa = a.score(keys, x)
+    assert torch.equal(sa, b.score(keys, x)) and not torch.equal(sa, c.score(keys, x))
     assert load_scorer_spec("random", 576).hidden_size == 576  # the model's width where none is named
     assert load_scorer_spec("random").hidden_size == 192 and load_scorer_spec("confidence").hidden_size == 192
     assert isinstance(load_scorer_spec("confidence:64", 576), ConfidenceScorer)

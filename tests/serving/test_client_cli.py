@@ -1,5 +1,7 @@
 """``gambit client solve`` against a server that is not there: a clear error, exit code 1."""
 
+import pytest
+
 from gambit.cli import main
 
 
@@ -16,3 +18,17 @@ def test_client_solve_request_fields():
     req = solve_request(pb2, "p", ClientConfig(capacity=0, swap=-1, method="sc"))
     assert req.HasField("capacity") and req.capacity == 0 and not req.HasField("swap") and req.method == "sc"
     assert not solve_request(pb2, "p", ClientConfig()).HasField("capacity")
+
+
+def test_client_wraps_a_problem_in_the_prompt_format_but_not_a_blank_one():
+    """A blank problem went out as "\\nSolution:\\n", which the server solved (an answer to nothing);
+    now it reaches the server blank and is refused with INVALID_ARGUMENT."""
+    from gambit.serving.client import prompt_text
+    from gambit.serving.solve_config import check_problem
+
+    assert prompt_text("Compute 1+2. ") == "Compute 1+2.\nSolution:\n"
+    assert prompt_text("Compute 1+2.\nSolution:\n") == "Compute 1+2.\nSolution:\n"
+    for blank in ("", "   ", "\n\t"):
+        assert prompt_text(blank) == blank
+        with pytest.raises(ValueError, match="problem: empty"):
+            check_problem(prompt_text(blank))

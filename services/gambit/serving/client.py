@@ -36,6 +36,15 @@ def metadata(cfg: ClientConfig):
     return auth_metadata(token) + ((("application", cfg.application),) if cfg.application else ())
 
 
+def prompt_text(problem: str) -> str:
+    """The shipped target's prompt format (``…\nSolution:\n``) around a problem typed at the command
+    line. A blank problem stays blank, so the server refuses it (INVALID_ARGUMENT ``problem: empty``)
+    instead of solving the bare suffix."""
+    if not problem.strip() or problem.rstrip().endswith("Solution:"):
+        return problem
+    return problem.rstrip() + "\nSolution:\n"
+
+
 def solve_request(pb2, problem: str, cfg: ClientConfig):
     req = pb2.SolveRequest(problem=problem, method=cfg.method, decoding=cfg.decoding,
                            round_interval=cfg.round_interval, max_tokens=cfg.max_tokens, seed=cfg.seed,

@@ -30,12 +30,9 @@ def _cmd_serve(args) -> int:
 
 
 def _cmd_client_solve(args) -> int:
-    from gambit.serving.client import ClientConfig, solve
+    from gambit.serving.client import ClientConfig, prompt_text, solve
 
-    problem = args.problem
-    if not problem.rstrip().endswith("Solution:"):  # the shipped target's prompt format
-        problem = problem.rstrip() + "\nSolution:\n"
-    return solve(problem, from_args(ClientConfig, args))
+    return solve(prompt_text(args.problem), from_args(ClientConfig, args))
 
 
 def _cmd_scorer_serve(args) -> int:
