@@ -138,6 +138,36 @@ def test_solve_streams_progress_then_result_and_records_redis_and_metrics(serve_
     assert run_id not in text
 
 
+def test_client_get_and_cancel_print_the_run_record_and_stop_a_run(serve_stack, capsys):
+    """`gambit client get RUN` / `gambit client cancel RUN` over the proxy; GetRun's result carries the
+    time to the first event as the stream's result did (the Coordinator records it: it was 0)."""
+    from gambit.cli import main
+
+    events = solve(serve_stack, seed=11, capacity=4, swap=1, round_interval=8)
+    run_id, streamed = events[0].started.run_id, events[-1].result
+    assert streamed.timings.first_event_s > 0
+    info = wait_for(lambda: (i := stub(serve_stack).GetRun(pb2.GetRunRequest(run_id=run_id), metadata=md()))
+                    .result.timings.first_event_s > 0 and i)
+    assert info and info.result.timings.first_event_s == streamed.timings.first_event_s
+    conn = ["--address", serve_stack["address"], "--token-env", "GAMBIT_TEST_SERVE_TOKEN"]
+    capsys.readouterr()
+    assert main(["client", "get", run_id, *conn]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"run {run_id}: done  replica ") and "seed 11" in out[0]
+    assert f"traces {info.num_traces}  " in out[0]
+    assert out[-2].startswith(f"result: done  answer {streamed.answer or '-'}  ")
+    assert f"first event {streamed.timings.first_event_s:.3f}s" in out[-2]
+    assert main(["client", "get", "never-was", *conn]) == 1
+    assert "error: NOT_FOUND: run_id: no run 'never-was'" in capsys.readouterr().err
+    bg = Background(serve_stack, max_tokens=400, seed=12, capacity=8, problem=LONG)
+    rid = bg.wait_started()
+    assert main(["client", "cancel", rid, *conn]) == 0
+    assert capsys.readouterr().out.strip() == f"run {rid}: cancelled (status cancelling)"
+    assert bg.join().result.status == "cancelled"
+    assert main(["client", "cancel", rid, *conn]) == 0
+    assert capsys.readouterr().out.strip() == f"run {rid}: not in flight (status cancelled)"
+
+
 @pytest.mark.parametrize("kw,field,code", [
     (dict(problem=""), "problem", "INVALID_ARGUMENT"),
     (dict(problem="1+1=" * 3000), "problem", "INVALID_ARGUMENT"),

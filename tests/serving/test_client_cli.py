@@ -32,3 +32,12 @@ def test_client_wraps_a_problem_in_the_prompt_format_but_not_a_blank_one():
         assert prompt_text(blank) == blank
         with pytest.raises(ValueError, match="problem: empty"):
             check_problem(prompt_text(blank))
+
+
+@pytest.mark.parametrize("flag, value", [("--round-interval", "-3"), ("--seed", "-1"), ("--top-k", "-5"),
+                                         ("--capacity", "-2"), ("--max-tokens", str(2**32))])
+def test_client_refuses_what_the_request_cannot_carry_naming_the_field(flag, value, capsys):
+    """Negative values of unsigned fields failed with protobuf's "Value out of range" (or, for top_k,
+    silently meant the server default); now the client names the field before calling anyone."""
+    with pytest.raises(SystemExit, match=flag.removeprefix("--").replace("-", "_") + ": must be in"):
+        main(["client", "solve", "Compute 1+2.", "--address", "127.0.0.1:1", flag, value])

@@ -165,6 +165,8 @@ class Coordinator:
                         raise RPCError(getattr(grpc.StatusCode, d["code"]), d["message"])
                     if call.first is None:
                         call.first = self._first_event(call.t0, method)
+                        asyncio.get_running_loop().run_in_executor(None, self._record_first_event, run_id,
+                                                                   call.first)
                     if d["kind"] == "started" and d.get("resumed"):
                         lost.taken_over()
                         await asyncio.to_thread(self.tree.put_run, run_id, status="running",
@@ -220,6 +222,14 @@ class Coordinator:
         except StoreUnavailable:
             pass
 
+    def _record_first_event(self, run_id: str, first_s: float) -> None:
+        """The time to the first event is measured here, not on the Target that records the result:
+        kept beside it in the run record so that GetRun's result carries it too (off the stream's path)."""
+        try:
+            self.tree.put_run(run_id, first_event_s=first_s)
+        except StoreUnavailable:
+            pass
+
     async def _known_run(self, request, grpc_context) -> tuple[str, dict]:
         """Authorised request for a run that exists: (run id, its record), else an RPCError."""
         self._check(grpc_context)
@@ -240,7 +250,8 @@ class Coordinator:
             if rec.get("progress"):
                 info.last_progress.CopyFrom(progress_msg(self.pb2, rec["progress"]))
             if rec.get("result"):
-                info.result.CopyFrom(result_msg(self.pb2, rec["result"]))
+                info.result.CopyFrom(result_msg(self.pb2, rec["result"],
+                                                first_event_s=float(rec.get("first_event_s") or 0.0)))
             return info
         except Exception as e:  # noqa: BLE001
             self._fail(grpc_context, e)

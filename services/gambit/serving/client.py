@@ -1,4 +1,5 @@
-"""A small ReasoningService client: ``gambit client solve "…"`` prints the stream."""
+"""A small ReasoningService client: ``gambit client solve "…"`` prints the stream, ``gambit client get
+RUN`` a run's record, ``gambit client cancel RUN`` stops one."""
 
 from __future__ import annotations
 
@@ -11,13 +12,24 @@ from gambit.serving.security import auth_metadata, open_channel
 
 
 @dataclass
-class ClientConfig:
+class ConnectConfig:
     """Where and how to call the ReasoningService."""
 
     address: str = "127.0.0.1:9000"  # host:port of the gRPC endpoint
     application: str = "gambit"  # Ray Serve application (metadata "application"; "" for none)
     token_env: str = "GAMBIT_TOKEN"  # environment variable with the bearer token
     tls_ca: str = ""  # PEM CA to verify a TLS server ("" = plaintext)
+    rpc_timeout_s: float = 30.0  # deadline of a GetRun / CancelRun call, seconds
+
+    def __post_init__(self) -> None:
+        if not self.rpc_timeout_s > 0:
+            raise ValueError(f"rpc_timeout_s: must be > 0 seconds, got {self.rpc_timeout_s}")
+
+
+@dataclass
+class ClientConfig(ConnectConfig):
+    """A Solve call: where, and the run's settings (unset ones take the server's defaults)."""
+
     method: str = ""  # gambit | sc | step | deepconf ("" = server default)
     decoding: str = ""  # plain | eagle3.1 | pr ("" = server default)
     capacity: int = -1  # C (-1 = server default)
@@ -30,8 +42,20 @@ class ClientConfig:
     seed: int = 0  # run seed
     timeout_s: float = 0.0  # run time limit, seconds (0 = none)
 
+    def __post_init__(self) -> None:
+        """What the request's unsigned fields cannot carry is refused here, naming the field (protobuf
+        would raise "Value out of range"); every other value goes to the server, which judges it."""
+        super().__post_init__()
+        for name, low in (("capacity", -1), ("swap", -1), ("top_k", -1), ("round_interval", 0),
+                          ("max_tokens", 0), ("seed", 0)):
+            value = getattr(self, name)
+            top = 2**64 - 1 if name == "seed" else 2**32 - 1
+            if not low <= value <= top:
+                unset = " (-1 = server default)" if low == -1 else ""
+                raise ValueError(f"{name}: must be in [{low}, {top}]{unset}, got {value}")
 
-def metadata(cfg: ClientConfig):
+
+def metadata(cfg: ConnectConfig):
     token = os.environ.get(cfg.token_env, "") if cfg.token_env else ""
     return auth_metadata(token) + ((("application", cfg.application),) if cfg.application else ())
 
@@ -62,35 +86,79 @@ def solve_request(pb2, problem: str, cfg: ClientConfig):
     return req
 
 
-def solve(problem: str, cfg: ClientConfig, out=sys.stdout) -> int:
-    """Print each streamed event; returns 0 when the run ends with a result."""
+def _print_progress(p, out) -> None:
+    print(f"round {p.round:3d}  active {p.active:3d}  ghost {p.ghost:2d}  pruned {p.pruned:2d}  "
+          f"branched {p.branched:2d}  tokens {p.tokens:6d}  kv {p.kv_usage:.3f}  {p.elapsed_s:.2f}s",
+          file=out)
+
+
+def _print_result(r, out) -> None:
+    print(f"result: {r.status}  answer {r.answer or '-'}  "
+          f"(majority {r.majority_answer or '-'}, weighted {r.weighted_answer or '-'})  "
+          f"{r.generated_tokens} tokens, {r.rounds} rounds, "
+          f"{r.timings.total_s:.2f}s (first event {r.timings.first_event_s:.3f}s, scorer "
+          f"{r.timings.scorer_s:.3f}s, fallbacks {r.scorer_fallbacks})", file=out)
+    votes = ", ".join(f"{v.answer}:{v.weight:g}" for v in r.majority_votes)
+    print(f"votes: {votes}", file=out)
+
+
+def _call(cfg: ConnectConfig, body) -> int:
+    """Run ``body(pb2, stub)`` on a channel to ``cfg.address``; a gRPC error is printed (code and
+    details) and gives exit code 1."""
     import grpc
 
     pb2, g = load("reasoning")
     with open_channel(cfg.address, cfg.tls_ca) as ch:
-        stub = g.ReasoningServiceStub(ch)
         try:
-            for ev in stub.Solve(solve_request(pb2, problem, cfg), metadata=metadata(cfg)):
-                kind = ev.WhichOneof("event")
-                if kind == "started":
-                    again = " (resumed: its replica was lost)" if ev.started.resumed else ""
-                    print(f"run {ev.started.run_id} on replica {ev.started.replica}{again}", file=out)
-                elif kind == "progress":
-                    p = ev.progress
-                    print(f"round {p.round:3d}  active {p.active:3d}  ghost {p.ghost:2d}  "
-                          f"pruned {p.pruned:2d}  "
-                          f"branched {p.branched:2d}  tokens {p.tokens:6d}  kv {p.kv_usage:.3f}  "
-                          f"{p.elapsed_s:.2f}s", file=out)
-                else:
-                    r = ev.result
-                    print(f"result: {r.status}  answer {r.answer or '-'}  "
-                          f"(majority {r.majority_answer or '-'}, weighted {r.weighted_answer or '-'})  "
-                          f"{r.generated_tokens} tokens, {r.rounds} rounds, "
-                          f"{r.timings.total_s:.2f}s (first event {r.timings.first_event_s:.3f}s, scorer "
-                          f"{r.timings.scorer_s:.3f}s, fallbacks {r.scorer_fallbacks})", file=out)
-                    votes = ", ".join(f"{v.answer}:{v.weight:g}" for v in r.majority_votes)
-                    print(f"votes: {votes}", file=out)
+            body(pb2, g.ReasoningServiceStub(ch))
         except grpc.RpcError as e:
             print(f"error: {e.code().name}: {e.details()}", file=sys.stderr)
             return 1
     return 0
+
+
+def solve(problem: str, cfg: ClientConfig, out=sys.stdout) -> int:
+    """Print each streamed event; returns 0 when the run ends with a result."""
+
+    def body(pb2, stub) -> None:
+        for ev in stub.Solve(solve_request(pb2, problem, cfg), metadata=metadata(cfg)):
+            kind = ev.WhichOneof("event")
+            if kind == "started":
+                again = " (resumed: its replica was lost)" if ev.started.resumed else ""
+                print(f"run {ev.started.run_id} on replica {ev.started.replica}{again}", file=out)
+            elif kind == "progress":
+                _print_progress(ev.progress, out)
+            else:
+                _print_result(ev.result, out)
+
+    return _call(cfg, body)
+
+
+def get_run(run_id: str, cfg: ConnectConfig, out=sys.stdout) -> int:
+    """``GetRun``: a run's status, its request, last round and result, from its record in Redis."""
+
+    def body(pb2, stub) -> None:
+        info = stub.GetRun(pb2.GetRunRequest(run_id=run_id), metadata=metadata(cfg),
+                           timeout=cfg.rpc_timeout_s)
+        req = info.request
+        print(f"run {info.run_id}: {info.status}  replica {info.replica or '-'}  traces {info.num_traces}  "
+              f"method {req.method or 'gambit'}  decoding {req.decoding or 'plain'}  seed {req.seed}",
+              file=out)
+        if info.HasField("last_progress"):
+            _print_progress(info.last_progress, out)
+        if info.HasField("result"):
+            _print_result(info.result, out)
+
+    return _call(cfg, body)
+
+
+def cancel_run(run_id: str, cfg: ConnectConfig, out=sys.stdout) -> int:
+    """``CancelRun``: stop a run in flight and free its KV (its Solve stream ends "cancelled")."""
+
+    def body(pb2, stub) -> None:
+        r = stub.CancelRun(pb2.CancelRunRequest(run_id=run_id), metadata=metadata(cfg),
+                           timeout=cfg.rpc_timeout_s)
+        what = "cancelled" if r.cancelled else "not in flight"
+        print(f"run {r.run_id}: {what} (status {r.status or '-'})", file=out)
+
+    return _call(cfg, body)

@@ -35,6 +35,18 @@ def _cmd_client_solve(args) -> int:
     return solve(prompt_text(args.problem), from_args(ClientConfig, args))
 
 
+def _cmd_client_get(args) -> int:
+    from gambit.serving.client import ConnectConfig, get_run
+
+    return get_run(args.run_id, from_args(ConnectConfig, args))
+
+
+def _cmd_client_cancel(args) -> int:
+    from gambit.serving.client import ConnectConfig, cancel_run
+
+    return cancel_run(args.run_id, from_args(ConnectConfig, args))
+
+
 def _cmd_scorer_serve(args) -> int:
     from gambit.serving.scorer_server import ScorerServerConfig, start_scorer_server
 
@@ -53,7 +65,7 @@ def _cmd_scorer_serve(args) -> int:
 
 def add_commands(sub) -> None:
     from gambit.deployments.local import ServeConfig
-    from gambit.serving.client import ClientConfig
+    from gambit.serving.client import ClientConfig, ConnectConfig
     from gambit.serving.scorer_server import ScorerServerConfig
 
     s = sub.add_parser("serve", help="start Ray Serve locally: Coordinator, Target, Scorer over gRPC")
@@ -66,6 +78,14 @@ def add_commands(sub) -> None:
     cs.add_argument("problem", help="the problem text, e.g. \"Compute (4+5)*3.\"")
     add_dataclass_args(cs, ClientConfig)
     cs.set_defaults(func=_cmd_client_solve)
+    cg = csub.add_parser("get", help="a run's status, last round and result (GetRun, from Redis)")
+    cg.add_argument("run_id", help="the run id Solve's first event gave")
+    add_dataclass_args(cg, ConnectConfig)
+    cg.set_defaults(func=_cmd_client_get)
+    cc = csub.add_parser("cancel", help="stop a run in flight and free its KV (CancelRun)")
+    cc.add_argument("run_id", help="the run id Solve's first event gave")
+    add_dataclass_args(cc, ConnectConfig)
+    cc.set_defaults(func=_cmd_client_cancel)
 
     sc = sub.add_parser("scorer", help="the standalone ScorerService")
     scsub = sc.add_subparsers(dest="what", required=True)
