@@ -14,3 +14,23 @@ def smollm2_folder() -> Path:
     from gambit.model.registry import fetch
 
     return fetch("smollm2", progress=lambda m: print(f"[smollm2] {m}"))
+
+
+@pytest.fixture(scope="session")
+def smollm2_pr_drafter(smollm2_folder, tmp_path_factory) -> Path:
+    """A PR drafter folder for SmolLM2-135M, randomly initialised (its draft vocabulary every 48th token):
+    what `--drafters pr=FOLDER` maps in tests, where training one (`make smollm2-drafters`) takes hours."""
+    import torch
+
+    from gambit.model import load_model
+    from gambit.speculative import random_drafter
+    from gambit.speculative.drafter import save_drafter
+
+    model, _ = load_model(smollm2_folder)
+    vd = 1024
+    drafter = random_drafter(model, seed=3, method="pr", draft_vocab_size=vd, std=0.05)
+    ids = torch.arange(vd) * (model.config.vocab_size // vd)
+    drafter.d2t.copy_(ids - torch.arange(vd))
+    drafter.t2d.zero_()
+    drafter.t2d[ids] = True
+    return save_drafter(drafter, tmp_path_factory.mktemp("smollm2-pr"))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from gambit.cli import main
 
 
@@ -26,3 +28,18 @@ def test_run_by_name_on_smollm2(smollm2_folder, capsys):
     captured = capsys.readouterr()
     assert "scoring with the target's own confidence (ConfidenceScorer" in captured.err
     assert ">>> answer" in captured.out and "gambit solved" in captured.out
+
+
+def test_run_on_smollm2_drafts_with_the_drafters_mapped_to_it(smollm2_folder, smollm2_pr_drafter, capsys):
+    """`--decoding pr` names the shipped drafter, the shipped target's: on SmolLM2 it is refused with how to
+    map "pr" to one of its own; `--drafters pr=FOLDER` (here a random drafter for SmolLM2) drafts with it."""
+    args = ["run", "--model", "smollm2", "--problems", "1", "--samples", "2", "--swap", "1", "--max-tokens",
+            "12", "--max-ops", "2", "--min-ops", "2", "--save", "", "--png", "", "--scorer", "confidence"]
+    assert main([*args, "--decoding", "pr"]) == 2
+    err = capsys.readouterr().err
+    assert "--drafters pr=FOLDER" in err and "make smollm2-drafters" in err
+    assert main([*args, "--decoding", "pr", "--drafters", f"pr={smollm2_pr_drafter}"]) == 0
+    out = capsys.readouterr().out
+    assert "speculative (pr): tau " in out and "gambit solved" in out
+    with pytest.raises(SystemExit, match="drafters: 'pr' must be NAME=FOLDER"):
+        main([*args, "--decoding", "pr", "--drafters", "pr"])

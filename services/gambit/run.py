@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype
+from gambit.drafter_map import parse_drafters
 from gambit.engine import Engine, EngineConfig
 from gambit.engine.config import SpecConfig
 from gambit.paths import TARGET
@@ -43,6 +44,7 @@ class RunConfig:
     png: str = "results/run_lineage.png"  # lineage picture of the last problem ("" to skip)
     lineage_nodes: int = 60  # most lineage lines printed per problem
     decoding: str = "plain"  # plain | eagle3.1 | pr: speculative decoding of every trace (tau per trace)
+    drafters: str = ""  # drafters for a real checkpoint: pr=FOLDER,eagle3.1=FOLDER ("" = the shipped ones)
     # the main job's pool drafts at any size (the engine's serving default, SpecConfig.max_batch, is 8)
     spec_max_batch: int = 0  # speculative traces draft only in steps of <= this many traces (0: no cap)
     cpu_weights: str = "float32"  # the engine's CPU linear weights: float32 | bfloat16 (AMX/AVX512-BF16 CPUs)
@@ -56,6 +58,7 @@ class RunConfig:
             raise ValueError("kv_blocks must be >= 1")
         if self.spec_max_batch < 0:
             raise ValueError(f"spec_max_batch must be >= 0 (0: no cap), got {self.spec_max_batch}")
+        parse_drafters(self.drafters)
         check_cpu_weights(self.cpu_weights)
         check_kv_dtype(self.kv_dtype)
         self.search()  # the search settings' own checks (top_p, top_k, ...), before anything loads
@@ -84,7 +87,8 @@ def run(cfg: RunConfig) -> dict:
     ecfg = EngineConfig(model=cfg.model, preemption="evict", num_blocks=cfg.kv_blocks,
                         cpu_weights=cfg.cpu_weights, kv_dtype=cfg.kv_dtype,
                         batch_invariant=cfg.batch_invariant,
-                        spec=SpecConfig(max_batch=cfg.spec_max_batch))
+                        spec=SpecConfig(max_batch=cfg.spec_max_batch,
+                                                       drafters=parse_drafters(cfg.drafters)))
     engine = Engine.from_pretrained(cfg.model, ecfg)
     scorer = load_scorer_spec(cfg.scorer, engine.model.config.hidden_size) \
         if cfg.method in ("gambit", "step") else None

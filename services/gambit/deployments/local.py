@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import grpc
 
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype, default_spec_max_batch
+from gambit.drafter_map import parse_drafters
 from gambit.ops.serve_env import SERVE_ENV
 from gambit.serving.grpc_api import SERVICER_FUNCTIONS
 
@@ -44,6 +45,7 @@ class ServeConfig:
     target_threads: int = 0  # torch intra-op threads of each Target's engine (0 = every core of the node)
     # the default is the engine's SpecConfig.max_batch, read from the torch-free gambit.cpu_info
     spec_max_batch: int = default_spec_max_batch()  # pr/eagle3.1 draft in steps of <= N traces (0: no cap)
+    drafters: str = ""  # Targets' drafters for a real checkpoint: pr=FOLDER,eagle3.1=FOLDER ("" = shipped)
     cpu_weights: str = "float32"  # each Target's CPU linear weights: "float32" | "bfloat16" (AMX; fp32 math)
     kv_dtype: str = "auto"  # each Target's KV cache elements: "auto" (the model's) | "float32" | "bfloat16"
     batch_invariant: bool | None = None  # a trace's floats its own in any batch (unset: on where it holds)
@@ -62,6 +64,7 @@ class ServeConfig:
             raise ValueError(f"target_threads must be >= 0, got {self.target_threads}")
         if self.spec_max_batch < 0:
             raise ValueError(f"spec_max_batch must be >= 0 (0 = no cap), got {self.spec_max_batch}")
+        parse_drafters(self.drafters)
         check_cpu_weights(self.cpu_weights)
         check_kv_dtype(self.kv_dtype)
 
@@ -72,7 +75,8 @@ class ServeConfig:
                 "target": {"model": self.model, "scorer": self.scorer, "num_blocks": self.num_blocks,
                            "scorer_address": f"127.0.0.1:{self.grpc_port}", "threads": self.target_threads,
                            "spec_max_batch": self.spec_max_batch, "cpu_weights": self.cpu_weights,
-                           "kv_dtype": self.kv_dtype, "batch_invariant": self.batch_invariant},
+                           "kv_dtype": self.kv_dtype, "batch_invariant": self.batch_invariant,
+                           "drafters": self.drafters},
                 "defaults": {"capacity": self.capacity, "swap": min(self.swap, self.capacity),
                              "round_interval": self.round_interval, "max_tokens": self.max_tokens}}
 

@@ -16,6 +16,7 @@ from gambit.serving.embedded import EmbeddedConfig, build_target
 from gambit.serving.solve_config import SolveConfig
 from gambit.serving.target_service import Overcommitted
 from gambit.serving.tree_view import CANCELLED_BY_RPC, STREAM_CLOSED
+from gambit.speculative.decoder import DecodingUnavailable
 
 
 @serve.deployment(max_ongoing_requests=64, ray_actor_options={"num_cpus": 0},
@@ -27,7 +28,7 @@ class Target:
                  num_blocks: int = 0, max_num_seqs: int = 256, token_env: str = "GAMBIT_TOKEN",
                  threads: int = 0, scorer_direct: bool = True,
                  spec_max_batch: int = EmbeddedConfig.spec_max_batch, cpu_weights: str = "float32",
-                 kv_dtype: str = "auto", batch_invariant: bool | None = None) -> None:
+                 kv_dtype: str = "auto", batch_invariant: bool | None = None, drafters: str = "") -> None:
         """``scorer_direct``: call a Scorer replica's own gRPC endpoint, not the proxy (the proxy stays
         the fallback); see ``gambit.deployments.scorer``."""
         import torch
@@ -40,7 +41,7 @@ class Target:
         cfg = EmbeddedConfig(model=model, scorer=scorer, scorer_address=scorer_address, tree=tree,
                              prefix=prefix, num_blocks=num_blocks, max_num_seqs=max_num_seqs,
                              spec_max_batch=spec_max_batch, cpu_weights=cpu_weights, kv_dtype=kv_dtype,
-                             batch_invariant=batch_invariant)
+                             batch_invariant=batch_invariant, drafters=drafters)
         self.svc = build_target(cfg, ray_metrics(), self.replica, scorer_app,
                                 os.environ.get(token_env, "") if token_env else "",
                                 resolve=_direct_scorer(scorer_app, lambda: self.loop)
@@ -68,6 +69,9 @@ class Target:
             raise
         except Overcommitted as e:
             yield {"kind": "error", "code": "RESOURCE_EXHAUSTED", "message": str(e), "replica": self.replica}
+            return
+        except DecodingUnavailable as e:  # a valid decoding this Target has no drafter for
+            yield {"kind": "error", "code": "UNIMPLEMENTED", "message": str(e)}
             return
         except ValueError as e:
             yield {"kind": "error", "code": "INVALID_ARGUMENT", "message": str(e)}

@@ -66,8 +66,15 @@ class SpecConfig:
     # distribution, other samples; accepts more where the target is flat; at T = 0.8 on the shipped
     # target tau was within 3% of "match")
     verify: str = "match"
+    # a decoding name -> the drafter folder it drafts with, in place of the shipped drafter of that name
+    # (which reads only the shipped target): how a real checkpoint gets "pr" / "eagle3.1" (parse_drafters)
+    drafters: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for name, folder in self.drafters.items():
+            if not isinstance(name, str) or not name or not isinstance(folder, str) or not folder:
+                raise ValueError(f"spec.drafters maps decoding names to drafter folders, got "
+                                 f"{name!r}: {folder!r}")
         for name in ("gamma", "budget", "grow_width", "offer_width"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype
+from gambit.drafter_map import parse_drafters
 from gambit.engine.config import SpecConfig
 from gambit.scoring.spec import load_scorer_spec, reads_confidence
 from gambit.serving.metrics import Metrics, PrometheusBackend
@@ -33,6 +34,7 @@ class EmbeddedConfig:
     num_blocks: int = 0  # KV blocks (0 = from the memory budget)
     max_num_seqs: int = 256  # traces in one engine batch at most
     spec_max_batch: int = SpecConfig.max_batch  # spec traces draft in steps of <= this many (0: no cap)
+    drafters: str = ""  # drafters for a real checkpoint: pr=FOLDER,eagle3.1=FOLDER ("" = the shipped ones)
     cpu_weights: str = "float32"  # the engine's CPU linear weights: "float32" | "bfloat16" (EngineConfig)
     kv_dtype: str = "auto"  # the engine's KV cache elements: "auto" (the model's) | "float32" | "bfloat16"
     batch_invariant: bool | None = None  # a trace's floats its own in any batch (unset: on where it holds)
@@ -40,7 +42,7 @@ class EmbeddedConfig:
     def __post_init__(self) -> None:
         if self.num_blocks < 0 or self.max_num_seqs < 1:
             raise ValueError("num_blocks must be >= 0 and max_num_seqs >= 1")
-        SpecConfig(max_batch=self.spec_max_batch)  # its check, at configuration time
+        SpecConfig(max_batch=self.spec_max_batch, drafters=parse_drafters(self.drafters))  # checks, now
         check_cpu_weights(self.cpu_weights)
         check_kv_dtype(self.kv_dtype)
 
@@ -56,8 +58,9 @@ def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "l
 
     def build():
         model = cfg.model or str(TARGET)
+        spec = SpecConfig(max_batch=cfg.spec_max_batch, drafters=parse_drafters(cfg.drafters))
         ecfg = EngineConfig(model=model, num_blocks=cfg.num_blocks or None, max_num_seqs=cfg.max_num_seqs,
-                            preemption="evict", spec=SpecConfig(max_batch=cfg.spec_max_batch),
+                            preemption="evict", spec=spec,
                             cpu_weights=cfg.cpu_weights, kv_dtype=cfg.kv_dtype,
                             batch_invariant=cfg.batch_invariant)
         engine = Engine.from_pretrained(model, ecfg)

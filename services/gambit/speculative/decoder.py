@@ -31,12 +31,17 @@ from gambit.engine.sampler import top_logprobs
 from gambit.engine.sequence import Trace
 from gambit.speculative import cpu_drafter, cpu_tree
 from gambit.speculative.cycle_ends import classify
-from gambit.speculative.drafter import Drafter, load_drafter
+from gambit.speculative.drafter import Drafter, DrafterMismatch, load_drafter
 from gambit.speculative.tap_store import write_rows
 from gambit.speculative.tree import DraftTree, TreeAttention, TreeConfig, draft_tree
 from gambit.speculative.verify import accept, greedy_paths, spec_uniforms, target_probs
 
 SHIPPED = ("eagle3.1", "pr", "hass", "hass+pr")
+
+
+class DecodingUnavailable(ValueError):
+    """A decoding this engine cannot draft: no drafter where its name points, or one made for another
+    target (the services answer UNIMPLEMENTED: the request is valid, this Target lacks the drafter)."""
 
 
 @dataclass
@@ -133,12 +138,22 @@ class SpecDecoder:
         """The drafter key for a trace's ``decoding``; loads a shipped or given drafter once."""
         if decoding in self.drafters:
             return decoding
-        path = _resolve_path(decoding)
+        mapped = self.engine.config.spec.drafters.get(decoding)
+        path = Path(mapped).expanduser() if mapped else _resolve_path(decoding)
         if not (path / "config.json").exists():
-            hint = " (not shipped yet)" if decoding in SHIPPED else ""
-            raise ValueError(f"decoding {decoding!r}: no drafter at {path}{hint}; use 'plain', "
+            hint = " (not shipped yet)" if decoding in SHIPPED and not mapped else ""
+            raise DecodingUnavailable(f"decoding {decoding!r}: no drafter at {path}{hint}; use 'plain', "
                              f"{', '.join(map(repr, SHIPPED))} or a drafter folder")
-        self.register(decoding, load_drafter(path, self.engine.model))
+        try:
+            drafter = load_drafter(path, self.engine.model)
+        except DrafterMismatch as e:
+            if decoding not in SHIPPED or mapped:
+                raise DecodingUnavailable(str(e)) from None
+            raise DecodingUnavailable(f"{e}; the shipped drafters are the shipped target's: map {decoding!r} "
+                                  f"to a drafter trained for this model (--drafters {decoding}=FOLDER; `make "
+                                  "smollm2-drafters` trains SmolLM2-135M's into ~/.cache/gambit/drafters)"
+                                  ) from None
+        self.register(decoding, drafter)
         return decoding
 
     def taps(self) -> tuple[int, ...]:

@@ -304,6 +304,10 @@ def save_drafter(drafter: Drafter, folder: str | Path, extra_card: str = "") -> 
     return folder
 
 
+class DrafterMismatch(ValueError):
+    """A drafter trained for another target (its width or vocabulary differ)."""
+
+
 def load_drafter(folder: str | Path, target_model: CausalLM) -> Drafter:
     """A drafter for ``target_model`` from a folder in the public EAGLE-3 layout (ours or published).
 
@@ -327,8 +331,8 @@ def load_drafter(folder: str | Path, target_model: CausalLM) -> Drafter:
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
     if config.hidden_size != tc.hidden_size or config.vocab_size != tc.vocab_size:
-        raise ValueError(f"{path}: drafter (hidden {config.hidden_size}, vocab {config.vocab_size}) does not "
-                         f"fit the target (hidden {tc.hidden_size}, vocab {tc.vocab_size})")
+        raise DrafterMismatch(f"{path}: drafter (hidden {config.hidden_size}, vocab {config.vocab_size}) "
+                              f"does not fit the target (hidden {tc.hidden_size}, vocab {tc.vocab_size})")
     if max(config.target_taps) >= tc.num_hidden_layers:
         raise ValueError(f"{path}: target_taps {list(config.target_taps)} outside the target's "
                          f"{tc.num_hidden_layers} layers")
