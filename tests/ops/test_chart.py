@@ -84,19 +84,20 @@ def test_serve_config_matches_the_generated_one_and_scales_with_gpus(rendered):
     assert (gambit["args"]["target_replicas"], gambit["args"]["coordinator_replicas"]) == (8, 2)
 
 
-def test_target_precision_settings_reach_the_target(helm):
+def test_target_precision_and_drafter_settings_reach_the_target(helm):
     import inspect
 
     from gambit.deployments.target import Target
 
     r = run([helm, "template", "g", str(CHART), "--set", "serve.kvDtype=bfloat16",
-             "--set", "serve.cpuWeights=bfloat16", "--set", "serve.batchInvariant=true"])
+             "--set", "serve.cpuWeights=bfloat16", "--set", "serve.batchInvariant=true",
+             "--set", "serve.drafters=pr=/models/m-pr"])
     assert r.returncode == 0, r.stderr
     cfg = yaml.safe_load(_rayservice(list(yaml.safe_load_all(r.stdout)))["spec"]["serveConfigV2"])
     (gambit,) = [a for a in cfg["applications"] if a["name"] == "gambit"]
     target = gambit["args"]["target"]
-    got = (target["kv_dtype"], target["cpu_weights"], target["batch_invariant"])
-    assert got == ("bfloat16", "bfloat16", True)
+    got = (target["kv_dtype"], target["cpu_weights"], target["batch_invariant"], target["drafters"])
+    assert got == ("bfloat16", "bfloat16", True, "pr=/models/m-pr")
     params = inspect.signature(Target.func_or_class.__init__).parameters
     assert set(target) <= set(params), set(target) - set(params)  # build_gambit passes them as kwargs
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype
+from gambit.drafter_map import parse_drafters
 
 CPU_GROUP_RESOURCE = "gambit_cpu_worker"  # advertised by the chart's CPU worker group
 GRPC_SERVICER_FUNCTIONS = (
@@ -80,6 +81,7 @@ class ServeAppSpec:
     model: str = ""  # target model folder ("" = the shipped target)
     scorer: str = ""  # scorer spec (gambit.scoring.spec): "" / process | mlp | sequence | confidence | folder
     hidden_size: int = 192  # the target's hidden size (the scorer's input width)
+    drafters: str = ""  # Targets' drafters for a real checkpoint: pr=FOLDER,eagle3.1=FOLDER ("" = shipped)
     batch_wait_ms: float = 0.0  # ms the Scorer waits to batch Score calls (0: at once; queued calls batch)
     num_blocks: int = 0  # KV blocks per Target (0 = from the memory budget)
     cpu_weights: str = "float32"  # a CPU Target's linear weights: "float32" | "bfloat16" (AMX; fp32 math)
@@ -102,6 +104,7 @@ class ServeAppSpec:
         names = sorted(d.name for d in self.deployments)
         if names != ["Coordinator", "Scorer", "Target"]:
             raise ValueError(f"deployments must be Target, Coordinator, Scorer; got {names}")
+        parse_drafters(self.drafters)
         check_cpu_weights(self.cpu_weights)
         check_kv_dtype(self.kv_dtype)
 
@@ -139,7 +142,7 @@ def serve_config(spec: ServeAppSpec) -> dict:
                    "scorer_address": f"127.0.0.1:{spec.grpc_port}", "scorer_app": "scorer",
                    "num_blocks": spec.num_blocks,
                    "cpu_weights": spec.cpu_weights, "kv_dtype": spec.kv_dtype,
-                   "batch_invariant": spec.batch_invariant},
+                   "batch_invariant": spec.batch_invariant, "drafters": spec.drafters},
         "defaults": dict(spec.solve_defaults),
     }
     scorer_args = {"scorer": spec.scorer, "hidden_size": spec.hidden_size,
