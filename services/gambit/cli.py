@@ -31,7 +31,7 @@ def _cmd_eval(args) -> int:
 def _cmd_inspect(args) -> int:
     from gambit.search.lineage import inspect_run
 
-    print(inspect_run(args.run, args.store, args.png))
+    print(inspect_run(args.run, args.store, args.png, args.prefix))
     return 0
 
 
@@ -104,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--store", default="results/run_store.json",
                    help="JSON file written by `gambit run`, or a redis:// URL (the tree store)")
     i.add_argument("--png", help="also draw the tree into this PNG file")
+    i.add_argument("--prefix", default="", help="Redis key prefix of the tree store (\"\" = try `gambit "
+                   "run`'s \"gambit\", then the services' \"gambit:tree\")")
     i.set_defaults(func=_cmd_inspect)
 
     e = sub.add_parser("eval", help="pass@1 and majority-vote accuracy on a task split")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import uuid
+
+import pytest
 
 from gambit.cli import main
 from gambit.search.config import SearchConfig
@@ -42,6 +45,18 @@ def test_lineage_from_memory_file_and_redis(make_engine, scorer, hard_problems, 
     png = lineage_png(rid, data, tmp_path / "t.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert main(["inspect", "nope", "--store", str(path)]) == 2
+    # a served run: the services keep their trees under "gambit:tree"; `gambit inspect RUN --store URL`
+    # looks there too (it looked under "gambit" only, so no served run was ever found)
+    served = RedisStore(url, prefix="gambit:tree")
+    sid = f"lin-served-{uuid.uuid4().hex[:8]}"
+    served.update(sid, RunUpdate(data["meta"], list(data["nodes"].values()), data["rounds"], data["result"]))
+    try:
+        assert inspect_run(sid, url) == lineage_text(sid, data)
+        assert inspect_run(sid, url, prefix="gambit:tree") == lineage_text(sid, data)
+        with pytest.raises(ValueError, match=f"run '{sid}' is not in .* under 'gambit'"):
+            inspect_run(sid, url, prefix="gambit")
+    finally:
+        served.delete(sid)
 
 
 def test_live_view_tty_redraws_and_plain_lines():

@@ -139,17 +139,32 @@ def lineage_png(run_id: str, data: dict, path: str | Path) -> Path:
     return path
 
 
-def inspect_run(run_id: str, store_spec: str, png: str | None = None) -> str:
-    """Text of the run's lineage (and a PNG when ``png`` is given) from a store spec."""
-    from gambit.search.store import open_store
+# Redis key prefixes ``inspect_run`` looks under when given none: `gambit run` and the benchmarks'
+# (RedisStore's default), and the services' (their ``prefix`` "gambit:" + "tree": serving.tree_view)
+REDIS_PREFIXES = ("gambit", "gambit:tree")
 
-    store = open_store(store_spec)
-    runs = store.runs()
-    if run_id == "last" and runs:
-        run_id = runs[-1]
-    data = store.load(run_id)
+
+def inspect_run(run_id: str, store_spec: str, png: str | None = None, prefix: str = "") -> str:
+    """Text of the run's lineage (and a PNG when ``png`` is given) from a store spec; in Redis under
+    ``prefix``, or ("") under each of ``REDIS_PREFIXES`` until the run is found."""
+    from gambit.search.store import is_redis_url, open_store
+
+    prefixes = (prefix,) if prefix or not is_redis_url(store_spec) else REDIS_PREFIXES
+    data, seen = None, []
+    for p in prefixes:
+        store = open_store(store_spec, p)
+        runs = store.runs()
+        seen += runs
+        rid = runs[-1] if run_id == "last" and runs else run_id
+        data = store.load(rid)
+        if data is not None:
+            run_id = rid
+            break
     if data is None:
-        raise ValueError(f"run {run_id!r} is not in {store_spec} (runs there: {runs[:20]})")
+        where = store_spec
+        if is_redis_url(store_spec):
+            where += f" under {', '.join(map(repr, prefixes))}"
+        raise ValueError(f"run {run_id!r} is not in {where} (runs there: {seen[:20]})")
     text = lineage_text(run_id, data)
     if png:
         text += f"\nwrote {lineage_png(run_id, data, png)}"

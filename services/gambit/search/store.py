@@ -160,12 +160,17 @@ def _assemble(meta: dict, nodes: dict, rounds: list, result: str | None) -> dict
             "result": None if result is None else json.loads(result)}
 
 
-def open_store(spec: str | None) -> TreeStore:
-    """``redis://...`` → RedisStore; a path → MemoryStore read from that JSON file."""
-    if spec and spec.startswith(("redis://", "rediss://", "unix://")):
+def is_redis_url(spec: str | None) -> bool:
+    return bool(spec) and spec.startswith(("redis://", "rediss://", "unix://"))
+
+
+def open_store(spec: str | None, prefix: str = "") -> TreeStore:
+    """``redis://...`` → RedisStore (keys under ``prefix``, "" = its default); a path → MemoryStore read
+    from that JSON file."""
+    if is_redis_url(spec):
         from gambit.search.redis_store import RedisStore
 
-        return RedisStore(spec)
+        return RedisStore(spec, prefix=prefix) if prefix else RedisStore(spec)
     if not spec:
         raise ValueError("store: give a JSON file written by a run or a redis:// URL")
     return MemoryStore.open(spec)
