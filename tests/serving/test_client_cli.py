@@ -20,20 +20,6 @@ def test_client_solve_request_fields():
     assert not solve_request(pb2, "p", ClientConfig()).HasField("capacity")
 
 
-def test_client_wraps_a_problem_in_the_prompt_format_but_not_a_blank_one():
-    """A blank problem went out as "\\nSolution:\\n", which the server solved (an answer to nothing);
-    now it reaches the server blank and is refused with INVALID_ARGUMENT."""
-    from gambit.serving.client import prompt_text
-    from gambit.serving.solve_config import check_problem
-
-    assert prompt_text("Compute 1+2. ") == "Compute 1+2.\nSolution:\n"
-    assert prompt_text("Compute 1+2.\nSolution:\n") == "Compute 1+2.\nSolution:\n"
-    for blank in ("", "   ", "\n\t"):
-        assert prompt_text(blank) == blank
-        with pytest.raises(ValueError, match="problem: empty"):
-            check_problem(prompt_text(blank))
-
-
 @pytest.mark.parametrize("flag, value", [("--round-interval", "-3"), ("--seed", "-1"), ("--top-k", "-5"),
                                          ("--capacity", "-2"), ("--max-tokens", str(2**32))])
 def test_client_refuses_what_the_request_cannot_carry_naming_the_field(flag, value, capsys):

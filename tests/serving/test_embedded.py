@@ -57,6 +57,7 @@ def test_solve_streams_rounds_then_result_and_records_the_tree(emb):
     # the prompt is prefilled once; the other five roots take its KV (branches fork theirs)
     n = len(emb.target.engine.tokenizer.encode(PROBLEMS[0].prompt))
     assert metric(emb, "gambit_prompt_tokens_total") - fed0 == n
+    assert res["prompt_tokens"] == n  # the result says so too (it was always 0)
     assert metric(emb, "gambit_prompt_tokens_shared_total") - shared0 == 5 * n
     # tree view in Redis: every trace, parents consistent, and the result
     tree: RedisTreeView = emb.target.tree

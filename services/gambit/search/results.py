@@ -49,6 +49,7 @@ class RunResult:
     reason: str  # done | limit | cancelled
     correct: bool | None = None  # when the problem's answer was given
     deepconf_threshold: float | None = None
+    prompt_tokens: int = 0  # the prompt's tokens (every trace starts from them)
 
     def to_dict(self) -> dict:
         # shallow: asdict deep-copies every trace summary, and the store serialises this at once

@@ -398,7 +398,7 @@ class SearchRun:
             self.run_id, self.cfg.method, answer, maj, wv, rule, votes, wvotes, traces, self.tokens,
             sum(n.answer is not None for n in fin), self.round, self.pruned, self.branched, self.evicted,
             time.perf_counter() - self.t0, dict(self.timings), reason,
-            None if self.gold is None else answer == self.gold, self.threshold)
+            None if self.gold is None else answer == self.gold, self.threshold, len(self.prompt_ids))
         return self.result
 
     # -- persistence ----------------------------------------------------------------------------

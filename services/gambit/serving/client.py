@@ -41,6 +41,7 @@ class ClientConfig(ConnectConfig):
     top_k: int = -1  # top-k filter, 0 = none (-1 = server default)
     seed: int = 0  # run seed
     timeout_s: float = 0.0  # run time limit, seconds (0 = none)
+    raw_prompt: bool = False  # send the problem to the model as it is (default: the Target formats it)
 
     def __post_init__(self) -> None:
         """What the request's unsigned fields cannot carry is refused here, naming the field (protobuf
@@ -60,19 +61,10 @@ def metadata(cfg: ConnectConfig):
     return auth_metadata(token) + ((("application", cfg.application),) if cfg.application else ())
 
 
-def prompt_text(problem: str) -> str:
-    """The shipped target's prompt format (``…\nSolution:\n``) around a problem typed at the command
-    line. A blank problem stays blank, so the server refuses it (INVALID_ARGUMENT ``problem: empty``)
-    instead of solving the bare suffix."""
-    if not problem.strip() or problem.rstrip().endswith("Solution:"):
-        return problem
-    return problem.rstrip() + "\nSolution:\n"
-
-
 def solve_request(pb2, problem: str, cfg: ClientConfig):
     req = pb2.SolveRequest(problem=problem, method=cfg.method, decoding=cfg.decoding,
                            round_interval=cfg.round_interval, max_tokens=cfg.max_tokens, seed=cfg.seed,
-                           timeout_s=cfg.timeout_s)
+                           timeout_s=cfg.timeout_s, raw_prompt=cfg.raw_prompt)
     if cfg.capacity >= 0:
         req.capacity = cfg.capacity
     if cfg.swap >= 0:

@@ -30,9 +30,9 @@ def _cmd_serve(args) -> int:
 
 
 def _cmd_client_solve(args) -> int:
-    from gambit.serving.client import ClientConfig, prompt_text, solve
+    from gambit.serving.client import ClientConfig, solve
 
-    return solve(prompt_text(args.problem), from_args(ClientConfig, args))
+    return solve(args.problem, from_args(ClientConfig, args))
 
 
 def _cmd_client_get(args) -> int:

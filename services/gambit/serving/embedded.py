@@ -14,6 +14,7 @@ from gambit.drafter_map import parse_drafters
 from gambit.engine.config import SpecConfig
 from gambit.scoring.spec import load_scorer_spec, reads_confidence
 from gambit.serving.metrics import Metrics, PrometheusBackend
+from gambit.serving.prompt_format import problem_formatter
 from gambit.serving.scorer_client import LocalScorer, RemoteScorer
 from gambit.serving.solve_config import SolveConfig, check_problem, check_run_id
 from gambit.serving.target_service import TargetService
@@ -72,9 +73,12 @@ def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "l
             scorer = LocalScorer(load_scorer_spec(cfg.scorer, hidden, note=log.warning), metrics)
         return engine, scorer
 
+    from gambit.model.registry import resolve_model
+
     engine, scorer = on_fresh_thread(build)
     return TargetService(engine, scorer, open_tree_view(cfg.tree, cfg.prefix), metrics, replica,
-                         store=open_trace_store(cfg.tree, cfg.prefix), async_records=cfg.tree != "memory")
+                         store=open_trace_store(cfg.tree, cfg.prefix), async_records=cfg.tree != "memory",
+                         format_problem=problem_formatter(resolve_model(cfg.model or str(TARGET))))
 
 
 class Embedded:

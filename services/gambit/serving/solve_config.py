@@ -34,6 +34,7 @@ class SolveConfig:
     top_k: int = 0  # top-k filter of every trace's sampling (0 = none)
     seed: int = 0  # run seed
     timeout_s: float = 0.0  # wall-clock limit of the run, seconds (0 = none)
+    raw_prompt: bool = False  # the problem goes to the model as it is (False: the model's prompt format)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -98,5 +99,6 @@ def from_request(req, defaults: SolveConfig | None = None) -> tuple[str, SolveCo
         top_k=req.top_k if req.HasField("top_k") else d.top_k,
         seed=req.seed,
         timeout_s=req.timeout_s or d.timeout_s,
+        raw_prompt=req.raw_prompt,
     )
     return problem, cfg

@@ -49,9 +49,12 @@ class Overcommitted(RuntimeError):
 
 class TargetService:
     def __init__(self, engine, scorer=None, tree=None, metrics=None, replica: str = "local",
-                 cancel_poll_s: float = 0.1, store=None, async_records: bool = False) -> None:
+                 cancel_poll_s: float = 0.1, store=None, async_records: bool = False,
+                 format_problem: Callable[[str], str] | None = None) -> None:
         """``tree``: run records and cancel flags (``tree_view``); ``store``: the driver's TreeStore;
-        ``async_records``: write both from a writer thread (Redis), not inline (memory)."""
+        ``async_records``: write both from a writer thread (Redis), not inline (memory);
+        ``format_problem``: a problem -> the model's prompt (``prompt_format``; None: as it is)."""
+        self.format_problem = format_problem
         self.engine, self.tree, self.metrics, self.replica = engine, tree, metrics, replica
         self.scorer = scorer
         self.records = RecordWriter(store, tree) if async_records else InlineRecords(store, tree)
@@ -103,6 +106,8 @@ class TargetService:
         and it started afresh), or ValueError (bad input), Overcommitted, NotImplementedError. It never
         waits for a step to end, so an event loop can await it while the engine decodes."""
         fut: Future = Future()
+        if self.format_problem is not None and not cfg.raw_prompt:
+            problem = self.format_problem(problem)
         with self._inbox_lock:
             self._inbox.append((run_id, problem, cfg, sink, fut, resume))
         if self._idle:

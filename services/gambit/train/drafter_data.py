@@ -133,15 +133,10 @@ def most_used(outputs: list[list[int]], vocab_size: int, n: int) -> torch.Tensor
 def chat_prompts(folder: str, questions: list[str]) -> list[str]:
     """Each question as one user turn through the model's chat template (its tokenizer_config.json),
     ready for the assistant's answer; the questions as they are when the model has no template."""
-    conf = Path(folder) / "tokenizer_config.json"
-    template = json.loads(conf.read_text()).get("chat_template") if conf.is_file() else None
-    if not template:
-        return list(questions)
-    import jinja2
+    from gambit.model.chat_template import chat_template, render_user_turn
 
-    t = jinja2.Environment(keep_trailing_newline=True).from_string(template)
-    return [t.render(messages=[{"role": "user", "content": q}], add_generation_prompt=True)
-            for q in questions]
+    template = chat_template(folder)
+    return [render_user_turn(template, q) for q in questions] if template else list(questions)
 
 
 @torch.no_grad()

@@ -1,0 +1,35 @@
+"""The text a Target's model is given for a problem: the model's own prompt format, applied by the server.
+
+A backend sends the problem alone (``SolveRequest.problem``); the Target knows its model. A chat model
+(a ``chat_template`` in ``tokenizer_config.json``: SmolLM2-Instruct, any instruct checkpoint) gets the
+problem as one user turn followed by the usual math-reasoning instruction, so its answer comes in the
+``\\boxed{}`` the vote reads; a base model such as the shipped target gets the task's format,
+``<problem>\\nSolution:\\n`` (unchanged when the problem already ends with ``Solution:``, as clients
+that formatted it themselves send). ``SolveRequest.raw_prompt`` skips both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from gambit.model.chat_template import chat_template, render_user_turn
+
+TASK_SUFFIX = "\nSolution:\n"  # the tail of gambit.tasks.arithmetic.PROMPT_TEMPLATE
+# DeepSeek-R1's and Qwen2.5-Math's instruction for math problems (the answer where the checker reads it)
+BOXED = "Please reason step by step, and put your final answer within \\boxed{}."
+
+
+def task_prompt(problem: str) -> str:
+    """The shipped task's format around ``problem`` (a blank problem stays blank: refused upstream)."""
+    if not problem.strip() or problem.rstrip().endswith(TASK_SUFFIX.strip()):
+        return problem
+    return problem.rstrip() + TASK_SUFFIX
+
+
+def problem_formatter(model_folder: str | Path) -> Callable[[str], str]:
+    """``problem -> prompt`` for the model in ``model_folder`` (module docstring)."""
+    template = chat_template(model_folder)
+    if template is None:
+        return task_prompt
+    return lambda problem: render_user_turn(template, f"{problem.strip()}\n{BOXED}")
