@@ -142,7 +142,8 @@ class DriverAdapter:
                 "majority_answer": r.majority or "", "weighted_answer": r.weighted or "",
                 "majority_votes": {k: float(v) for k, v in r.votes.items()},
                 "weighted_votes": {k: float(v) for k, v in r.weighted_votes.items()}, "traces": traces,
-                "generated_tokens": r.tokens, "prompt_tokens": r.prompt_tokens, "rounds": r.rounds, "total_s": r.wall_s,
+                "generated_tokens": r.tokens, "prompt_tokens": r.prompt_tokens, "rounds": r.rounds,
+                "total_s": r.wall_s,
                 "message": message, "scorer_s": r.timings.get("guidance", 0.0),
                 "engine_s": r.timings.get("forward", 0.0), "vote_rule": r.vote_rule}
 
