@@ -102,3 +102,30 @@ def test_wait_times_out_naming_what_is_not_ready(rayservice, tmp_path, capsys):
 def test_bad_config_is_refused():
     with pytest.raises(ValueError, match="timeout_s and poll_s must be > 0"):
         ClusterConfig(timeout_s=0)
+
+
+def test_no_configuration_or_no_api_server_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    """A traceback before (kubernetes' ConfigException, urllib3's MaxRetryError); now one line and exit 2."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config either
+    assert main(["cluster", "status"]) == 2
+    assert "error: no Kubernetes configuration: no kubeconfig" in capsys.readouterr().err
+    assert main(["cluster", "status", "--kubeconfig", str(tmp_path / "none")]) == 2
+    assert f"error: kubeconfig {tmp_path / 'none'}" in capsys.readouterr().err
+    import json
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+    t = time.monotonic()
+    assert main(["cluster", "wait", "--kubeconfig", str(kc)]) == 2
+    assert f"error: the Kubernetes API at http://127.0.0.1:{port}: MaxRetryError" in capsys.readouterr().err
+    assert time.monotonic() - t < 60

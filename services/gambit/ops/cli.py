@@ -23,19 +23,28 @@ def _deploy(args) -> int:
 
 
 def _cluster(args) -> int:
-    from gambit.ops.cluster import api_client, fetch_status, wait_ready
+    from gambit.ops.cluster import ClusterUnreachable, api_client, api_errors, fetch_status, wait_ready
 
     cfg = from_args(ClusterConfig, args)
-    api = api_client(cfg)
-    if args.action == "status":
-        st = fetch_status(cfg, api)
-        print(st.format())
-        return 0 if st.ready else 1
+    api = None
     try:
+        api = api_client(cfg)
+        if args.action == "status":
+            st = fetch_status(cfg, api)
+            print(st.format())
+            return 0 if st.ready else 1
         st = wait_ready(cfg, api)
     except TimeoutError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except ClusterUnreachable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except api_errors() as e:
+        host = api.configuration.host if api is not None else "?"
+        why = f"HTTP {e.status} {e.reason}" if getattr(e, "status", None) else f"{type(e).__name__}: {e}"
+        print(f"error: the Kubernetes API at {host}: {why}", file=sys.stderr)
+        return 2
     print(st.format())
     return 0
 

@@ -104,17 +104,35 @@ class ClusterStatus:
         return "\n".join(lines)
 
 
+class ClusterUnreachable(RuntimeError):
+    """No Kubernetes API to ask: no configuration, or the API server did not answer."""
+
+
 def api_client(cfg: ClusterConfig):
-    """A kubernetes ApiClient from the kubeconfig (or the in-cluster service account)."""
+    """A kubernetes ApiClient from the kubeconfig (or the in-cluster service account); none of them:
+    ClusterUnreachable saying where it looked."""
     from kubernetes import client, config
 
     try:
         return config.new_client_from_config(config_file=cfg.kubeconfig, context=cfg.context)
-    except config.ConfigException:
+    except (config.ConfigException, OSError) as e:
         if cfg.kubeconfig:
-            raise
-        config.load_incluster_config()
+            raise ClusterUnreachable(f"kubeconfig {cfg.kubeconfig}: {e}") from None
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            why = ("no Kubernetes configuration: no kubeconfig ($KUBECONFIG, ~/.kube/config or --kubeconfig) "
+                   "and not running inside a cluster")
+            raise ClusterUnreachable(why) from None
         return client.ApiClient()
+
+
+def api_errors() -> tuple[type[BaseException], ...]:
+    """What a call to an API server that is down, refuses or forbids raises (the CLI names it)."""
+    from kubernetes.client.rest import ApiException
+    from urllib3.exceptions import HTTPError
+
+    return ApiException, HTTPError
 
 
 def _wants_gpu(container: dict) -> bool:
