@@ -96,6 +96,8 @@ def test_solve_streams_progress_then_result_and_records_redis_and_metrics(serve_
     votes = {v.answer: v.weight for v in res.majority_votes}
     assert res.majority_answer == max(votes, key=votes.get) and res.answer in votes
     assert res.generated_tokens == sum(t.tokens for t in res.traces) > 0
+    assert f"\\boxed{{{res.answer}}}" in res.solution  # the reasoning behind the answer
+    assert {t.trace_id: t.answer for t in res.traces}[res.solution_trace] == res.answer
     assert res.timings.total_s > 0 and 0 < res.timings.first_event_s <= res.timings.total_s + 1
     # GetRun and the raw tree view in Redis
     info = stub(serve_stack).GetRun(pb2.GetRunRequest(run_id=run_id), metadata=md())
@@ -155,8 +157,12 @@ def test_client_get_and_cancel_print_the_run_record_and_stop_a_run(serve_stack, 
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"run {run_id}: done  replica ") and "seed 11" in out[0]
     assert f"traces {info.num_traces}  " in out[0]
-    assert out[-2].startswith(f"result: done  answer {streamed.answer or '-'}  ")
-    assert f"first event {streamed.timings.first_event_s:.3f}s" in out[-2]
+    (result,) = [ln for ln in out if ln.startswith("result: ")]
+    assert result.startswith(f"result: done  answer {streamed.answer or '-'}  ")
+    assert f"first event {streamed.timings.first_event_s:.3f}s" in result
+    if streamed.answer:  # then the reasoning behind it, indented
+        assert f"solution (trace {streamed.solution_trace}):" in out
+        assert "\n".join(out).endswith("\n".join("  " + s for s in streamed.solution.rstrip().splitlines()))
     assert main(["client", "get", "never-was", *conn]) == 1
     assert "error: NOT_FOUND: run_id: no run 'never-was'" in capsys.readouterr().err
     bg = Background(serve_stack, max_tokens=400, seed=12, capacity=8, problem=LONG)

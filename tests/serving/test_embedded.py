@@ -53,6 +53,11 @@ def test_solve_streams_rounds_then_result_and_records_the_tree(emb):
     assert sum(res["majority_votes"].values()) == len(answered)
     assert res["majority_answer"] == max(res["majority_votes"], key=res["majority_votes"].get)
     assert res["answer"] in res["weighted_votes"]
+    # the solution: the text of the best-scored finished trace that gave the answer
+    (best,) = [t for t in res["traces"] if t["trace_id"] == res["solution_trace"]]
+    assert best["answer"] == res["answer"] and best["finish_reason"] == "finished"
+    assert best["score"] == max(t["score"] for t in answered if t["answer"] == res["answer"])
+    assert f"\\boxed{{{res['answer']}}}" in res["solution"]
     assert metric(emb, "gambit_generation_tokens_total") - tok0 == res["generated_tokens"]
     # the prompt is prefilled once; the other five roots take its KV (branches fork theirs)
     n = len(emb.target.engine.tokenizer.encode(PROBLEMS[0].prompt))

@@ -50,6 +50,8 @@ class RunResult:
     correct: bool | None = None  # when the problem's answer was given
     deepconf_threshold: float | None = None
     prompt_tokens: int = 0  # the prompt's tokens (every trace starts from them)
+    solution: str = ""  # the text of the best-ranked finished trace that gave ``answer`` ("" = no answer)
+    solution_trace: int | None = None  # that trace's id
 
     def to_dict(self) -> dict:
         # shallow: asdict deep-copies every trace summary, and the store serialises this at once

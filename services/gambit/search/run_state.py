@@ -394,11 +394,17 @@ class SearchRun:
         traces = [{"id": n.id, "parent": n.parent, "state": n.state, "answer": n.answer,
                    "tokens": n.depth, "own_tokens": n.own_tokens, "score": n.mean_score,
                    "birth_step": n.birth_step, "end_step": n.end_step} for n in self.nodes.values()]
+        # the run's solution: the best-ranked finished trace that gave the answer (its vote weight, then
+        # the earliest), decoded once here
+        best = max(((w, -n.id, n) for n, w in zip(fin, weights, strict=True)
+                    if answer is not None and n.answer == answer), default=None, key=lambda x: x[:2])
         self.result = RunResult(
             self.run_id, self.cfg.method, answer, maj, wv, rule, votes, wvotes, traces, self.tokens,
             sum(n.answer is not None for n in fin), self.round, self.pruned, self.branched, self.evicted,
             time.perf_counter() - self.t0, dict(self.timings), reason,
-            None if self.gold is None else answer == self.gold, self.threshold, len(self.prompt_ids))
+            None if self.gold is None else answer == self.gold, self.threshold, len(self.prompt_ids),
+            "" if best is None else self.engine.tokenizer.decode(best[2].tokens),
+            None if best is None else best[2].id)
         return self.result
 
     # -- persistence ----------------------------------------------------------------------------

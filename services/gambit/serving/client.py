@@ -92,6 +92,9 @@ def _print_result(r, out) -> None:
           f"{r.timings.scorer_s:.3f}s, fallbacks {r.scorer_fallbacks})", file=out)
     votes = ", ".join(f"{v.answer}:{v.weight:g}" for v in r.majority_votes)
     print(f"votes: {votes}", file=out)
+    if r.solution:
+        print(f"solution (trace {r.solution_trace}):", file=out)
+        print("\n".join("  " + line for line in r.solution.rstrip().splitlines()), file=out)
 
 
 def _call(cfg: ConnectConfig, body) -> int:

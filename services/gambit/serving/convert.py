@@ -20,7 +20,8 @@ def result_msg(pb2, d: dict, first_event_s: float = 0.0, scorer_s: float = 0.0, 
         generated_tokens=d["generated_tokens"], prompt_tokens=d["prompt_tokens"], rounds=d["rounds"],
         timings=pb2.Timings(total_s=d["total_s"], first_event_s=first_event_s,
                             scorer_s=d.get("scorer_s", scorer_s), engine_s=d.get("engine_s", engine_s)),
-        scorer_fallbacks=d.get("scorer_fallbacks", fallbacks), message=d.get("message", ""))
+        scorer_fallbacks=d.get("scorer_fallbacks", fallbacks), message=d.get("message", ""),
+        solution=d.get("solution", ""), solution_trace=d.get("solution_trace", -1))
 
 
 def event_msg(pb2, d: dict):

@@ -145,7 +145,8 @@ class DriverAdapter:
                 "generated_tokens": r.tokens, "prompt_tokens": r.prompt_tokens, "rounds": r.rounds,
                 "total_s": r.wall_s,
                 "message": message, "scorer_s": r.timings.get("guidance", 0.0),
-                "engine_s": r.timings.get("forward", 0.0), "vote_rule": r.vote_rule}
+                "engine_s": r.timings.get("forward", 0.0), "vote_rule": r.vote_rule, "solution": r.solution,
+                "solution_trace": -1 if r.solution_trace is None else r.solution_trace}
 
     def _inc(self, name: str, value: float, **labels) -> None:
         if self.metrics is not None and value > 0:
