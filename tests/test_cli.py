@@ -79,6 +79,10 @@ def test_run_shows_live_view_answer_and_lineage(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "pool " in out and "KV [" in out  # live view (plain lines when not a TTY)
     assert ">>> answer" in out and "#0 root" in out and "gambit solved" in out
+    answer = out.split(">>> answer ")[1].split()[0]
+    if answer != "None":  # the winning trace's reasoning follows, one line, with its box
+        sol = [ln for ln in out.splitlines() if ln.startswith("solution (trace #")]
+        assert len(sol) == 1 and sol[0].endswith(f"\\boxed{{{answer}}}")
     assert (tmp_path / "l.png").stat().st_size > 1000
     assert main(["inspect", "p1", "--store", str(store)]) == 0
     assert "run p1: method gambit" in capsys.readouterr().out

@@ -114,6 +114,9 @@ def run(cfg: RunConfig) -> dict:
               f"correct {p.answer}: {'CORRECT' if res.correct else 'WRONG'}  "
               f"[{res.tokens} tokens, {res.wall_s:.1f} s, {res.branched} branched, {res.pruned} pruned, "
               f"{res.evicted} evicted]")
+        if res.solution:
+            print(f"solution (trace #{res.solution_trace}): " + " | ".join(
+                line.strip() for line in res.solution.strip().splitlines() if line.strip()))
         record = store.load(run_id)
         print(lineage_text(run_id, record, max_nodes=cfg.lineage_nodes))
         if cfg.decoding != "plain":
