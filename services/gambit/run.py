@@ -87,8 +87,7 @@ def run(cfg: RunConfig) -> dict:
     ecfg = EngineConfig(model=cfg.model, preemption="evict", num_blocks=cfg.kv_blocks,
                         cpu_weights=cfg.cpu_weights, kv_dtype=cfg.kv_dtype,
                         batch_invariant=cfg.batch_invariant,
-                        spec=SpecConfig(max_batch=cfg.spec_max_batch,
-                                                       drafters=parse_drafters(cfg.drafters)))
+                        spec=SpecConfig(max_batch=cfg.spec_max_batch, drafters=parse_drafters(cfg.drafters)))
     engine = Engine.from_pretrained(cfg.model, ecfg)
     scorer = load_scorer_spec(cfg.scorer, engine.model.config.hidden_size) \
         if cfg.method in ("gambit", "step") else None

@@ -51,8 +51,8 @@ def test_random_and_confidence_arguments():
 @pytest.mark.parametrize("spec, match", [
     ("random:gru", "random kind must be mlp or sequence"),
     ("random:mlp:wide", "hidden size 'wide' is not an integer"),
-    ("random:mlp:0", "hidden size must be positive"),
-    ("random:mlp:32:-1", "seed must be positive"),
+    ("random:mlp:0", "hidden size must be >= 1"),
+    ("random:mlp:32:-1", "seed must be >= 0"),
     ("confidence:x", "hidden size 'x' is not an integer"),
     ("confidence:64:1", "at most a hidden size"),
     ("no/such/folder", "no scorer folder there .*process \\| mlp \\| sequence"),

@@ -51,8 +51,9 @@ def _int(spec: str, text: str, what: str) -> int:
         value = int(text)
     except ValueError:
         raise ValueError(f"scorer {spec!r}: {what} {text!r} is not an integer") from None
-    if value < 0 or (what == "hidden size" and value == 0):
-        raise ValueError(f"scorer {spec!r}: {what} must be positive, got {value}")
+    low = 1 if what == "hidden size" else 0
+    if value < low:
+        raise ValueError(f"scorer {spec!r}: {what} must be >= {low}, got {value}")
     return value
 
 

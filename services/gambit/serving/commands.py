@@ -76,7 +76,7 @@ def add_commands(sub) -> None:
     csub = c.add_subparsers(dest="what", required=True)
     cs = csub.add_parser("solve", help="solve one problem and print the stream")
     cs.add_argument("problem", help="the problem text, e.g. \"Compute (4+5)*3.\"")
-    add_dataclass_args(cs, ClientConfig)
+    add_dataclass_args(cs, ClientConfig, skip=("rpc_timeout_s",))  # a Solve stream runs until its result
     cs.set_defaults(func=_cmd_client_solve)
     cg = csub.add_parser("get", help="a run's status, last round and result (GetRun, from Redis)")
     cg.add_argument("run_id", help="the run id Solve's first event gave")
