@@ -14,8 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gambit.model.chat_template import chat_template, render_user_turn
+from gambit.tasks.arithmetic import PROMPT_TEMPLATE
 
-TASK_SUFFIX = "\nSolution:\n"  # the tail of gambit.tasks.arithmetic.PROMPT_TEMPLATE
+TASK_SUFFIX = PROMPT_TEMPLATE.split("{expr}.", 1)[1]  # "\nSolution:\n": what follows the problem
 # DeepSeek-R1's and Qwen2.5-Math's instruction for math problems (the answer where the checker reads it)
 BOXED = "Please reason step by step, and put your final answer within \\boxed{}."
 

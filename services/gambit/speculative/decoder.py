@@ -150,9 +150,9 @@ class SpecDecoder:
             if decoding not in SHIPPED or mapped:
                 raise DecodingUnavailable(str(e)) from None
             raise DecodingUnavailable(f"{e}; the shipped drafters are the shipped target's: map {decoding!r} "
-                                  f"to a drafter trained for this model (--drafters {decoding}=FOLDER; `make "
-                                  "smollm2-drafters` trains SmolLM2-135M's into ~/.cache/gambit/drafters)"
-                                  ) from None
+                                      f"to a drafter trained for this model (--drafters {decoding}=FOLDER; "
+                                      "`make smollm2-drafters` trains SmolLM2-135M's into "
+                                      "~/.cache/gambit/drafters)") from None
         self.register(decoding, drafter)
         return decoding
 
