@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import sys
 import threading
 
 import torch
@@ -810,6 +811,20 @@ _module = None
 _failed = False
 
 
+def _announce_build(name: str) -> None:
+    """Say so on stderr when the kernels are not built yet: the first compile takes ~40 s on 2 cores,
+    and a first ``gambit run`` or ``make run`` would otherwise sit silent that long."""
+    try:
+        from torch.utils.cpp_extension import _get_build_directory
+
+        folder = _get_build_directory(name, verbose=False)
+    except Exception:  # a private helper; without it, say nothing
+        return
+    if not os.path.exists(os.path.join(folder, f"{name}.so")):
+        print(f"gambit: compiling the CPU kernels once (about a minute on 2 cores; cached in {folder})",
+              file=sys.stderr, flush=True)
+
+
 def kernel():
     """The compiled module, or None when it cannot be built here (then callers use PyTorch)."""
     global _module, _failed
@@ -841,8 +856,10 @@ def kernel():
                            LOGPROBS_SOURCE, STEP_SOURCE, KV_SOURCE, TAP_SOURCE]
                 digest = hashlib.sha256("".join(sources).encode()).hexdigest()[:12]
                 # named by its source: checkouts of different versions never share (or race on) a build
+                name = f"gambit_cpu_kernels_{digest}"
+                _announce_build(name)
                 _module = load_inline(
-                    name=f"gambit_cpu_kernels_{digest}", cpp_sources=sources,
+                    name=name, cpp_sources=sources,
                     functions=["paged_decode", "paged_attention", "dense_attention", "rms_norm", "gemv_t",
                                "invariant_linear", "invariant_rowdot", "invariant_sigmoid",
                                "invariant_gru_cell",
