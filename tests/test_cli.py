@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import subprocess
 import sys
 
@@ -21,6 +23,24 @@ def test_help_on_each_subcommand(cmd):
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "usage" in out.stdout.lower()
+
+
+def _flags(parser, path):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _flags(sub, [*path, name])
+        elif action.dest != "help":
+            yield " ".join(path), "/".join(action.option_strings) or action.dest, action.help or ""
+
+
+def test_every_flag_says_what_it_is():
+    """Every flag of every subcommand has a help line beyond its default (what it is, its unit)."""
+    from gambit.cli import build_parser
+
+    bare = [f"{cmd} {flag}" for cmd, flag, text in _flags(build_parser(), ["gambit"])
+            if not re.sub(r"\(default: [^)]*\)", "", text).strip()]
+    assert not bare, f"flags without a help line: {bare}"
 
 
 def test_eval_end_to_end_writes_json(tmp_path, capsys):

@@ -25,13 +25,19 @@ def _base_type(tp):
 
 
 def field_comments(cls) -> dict[str, str]:
-    """The trailing ``# comment`` of each field line in the class source: the flag's help text."""
-    try:
-        src = inspect.getsource(cls)
-    except (OSError, TypeError):
-        return {}
-    found = (re.match(r"\s+(\w+)\s*:[^#]*#\s*(.+)$", line) for line in src.splitlines())
-    return {m[1]: m[2].strip().replace("%", "%%") for m in found if m}
+    """The trailing ``# comment`` of each field line in the class source (and its dataclass bases', so
+    an inherited field keeps its help): the flag's help text."""
+    notes: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            src = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        found = (re.match(r"\s+(\w+)\s*:[^#]*#\s*(.+)$", line) for line in src.splitlines())
+        notes.update({m[1]: m[2].strip().replace("%", "%%") for m in found if m})
+    return notes
 
 
 def add_dataclass_args(parser: argparse.ArgumentParser, cls, skip: tuple[str, ...] = ()) -> None:

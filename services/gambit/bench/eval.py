@@ -24,17 +24,17 @@ DEFAULT_PROBLEMS = 240
 
 @dataclass
 class EvalConfig:
-    model: str
-    split: str = "test"
-    samples: int = 16
-    n_problems: int = DEFAULT_PROBLEMS
-    temperature: float = 0.8
-    top_p: float = 1.0
-    max_tokens: int = 400
-    seed: int = 0
-    min_ops: int = 2
-    max_ops: int = 8
-    max_num_seqs: int = 256
+    model: str  # model folder (Hugging Face layout) or a registry name (smollm2); unset: the shipped target
+    split: str = "test"  # task split the problems come from: train | val | test
+    samples: int = 16  # sampled solutions per problem (pass@1 is their mean; the vote is over them)
+    n_problems: int = DEFAULT_PROBLEMS  # problems evaluated
+    temperature: float = 0.8  # sampling temperature, >= 0 (0 = greedy)
+    top_p: float = 1.0  # nucleus mass, (0, 1] (1 = no nucleus)
+    max_tokens: int = 400  # tokens per solution at most
+    seed: int = 0  # problem selection and sampling seeds
+    min_ops: int = 2  # fewest operations in a problem
+    max_ops: int = 8  # most operations in a problem
+    max_num_seqs: int = 256  # the engine's batch: sequences decoded at once
 
     def __post_init__(self) -> None:
         if self.samples < 1 or self.n_problems < 1:

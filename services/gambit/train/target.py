@@ -27,23 +27,23 @@ from gambit.train import repro
 
 @dataclass
 class TrainTargetConfig:
-    out: str = str(TARGET)
-    seed: int = 0
-    steps: int = 2500
-    batch_size: int = 20
-    lr: float = 1.5e-3
-    min_lr_ratio: float = 0.05
-    warmup: int = 100
-    weight_decay: float = 0.01
-    hidden_size: int = 192
-    num_layers: int = 6
-    num_heads: int = 4
-    num_kv_heads: int = 4
-    intermediate_size: int = 512
-    max_positions: int = 1024
-    min_ops: int = 2
-    max_ops: int = 8
-    spell_products: bool = False
+    out: str = str(TARGET)  # folder the trained model is saved to (Hugging Face layout)
+    seed: int = 0  # initialisation and data seed
+    steps: int = 2500  # optimiser steps
+    batch_size: int = 20  # sequences per step
+    lr: float = 1.5e-3  # peak learning rate (AdamW), after the warmup
+    min_lr_ratio: float = 0.05  # the cosine decay's floor, as a fraction of lr
+    warmup: int = 100  # linear warmup, steps
+    weight_decay: float = 0.01  # AdamW weight decay
+    hidden_size: int = 192  # model width
+    num_layers: int = 6  # decoder layers (>= 6: three distinct EAGLE-3 taps)
+    num_heads: int = 4  # attention heads
+    num_kv_heads: int = 4  # key/value heads (GQA when fewer than num_heads)
+    intermediate_size: int = 512  # MLP width
+    max_positions: int = 1024  # longest sequence, tokens (RoPE table)
+    min_ops: int = 2  # fewest operations in a training problem
+    max_ops: int = 8  # most operations in a training problem
+    spell_products: bool = False  # solutions spell each product out by place value
     threads: int = 2  # torch intra-op threads (recorded in the card; floats depend on it)
     checkpoint_every: int = 0  # also save <out>-step<N> every N steps (0: never)
     # float64's rounding (~1e-16) stays below the history's 5 digits through step 200 at any thread
