@@ -4,7 +4,7 @@ with a live view of the pool, and ends with each answer and its lineage."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype
 from gambit.drafter_map import parse_drafters
@@ -18,6 +18,7 @@ from gambit.search.lineage import lineage_png, lineage_text
 from gambit.search.live import LiveView
 from gambit.search.store import MemoryStore
 from gambit.tasks.arithmetic import TaskConfig, generate
+from gambit.tasks.graded import GradedProblem, answer_kind, check_benchmark, gold_key, load_graded, pick
 
 
 @dataclass
@@ -50,10 +51,15 @@ class RunConfig:
     cpu_weights: str = "float32"  # the engine's CPU linear weights: float32 | bfloat16 (AMX/AVX512-BF16 CPUs)
     kv_dtype: str = "auto"  # the engine's KV cache elements: auto (the model's dtype) | float32 | bfloat16
     batch_invariant: bool | None = None  # a trace's floats its own in any batch (unset: on where it holds)
+    benchmark: str = ""  # a graded public benchmark, not the task: gsm8k | aime25 | hmmt24 | hmmt25 | gpqa
+    data: str = ""  # the benchmark's JSONL file ("" = ../shared/datasets/, or $GAMBIT_DATASETS)
 
     def __post_init__(self) -> None:
         if self.problems < 1 or self.samples < 1:
             raise ValueError("problems and samples must be >= 1")
+        check_benchmark(self.benchmark)
+        if self.data and not self.benchmark:
+            raise ValueError("data: names a benchmark file; give --benchmark too")
         if self.kv_blocks < 1:
             raise ValueError("kv_blocks must be >= 1")
         if self.spec_max_batch < 0:
@@ -82,8 +88,25 @@ def tau_line(nodes: dict, trace_tau: dict) -> str:
     return f"tau per trace ({len(got)} drafted, mean {mean:.2f}): {each}"
 
 
+def problems_of(cfg: RunConfig) -> list:
+    """The task's held-out problems, or the benchmark's questions in the model's prompt format."""
+    if not cfg.benchmark:
+        return generate("test", cfg.problems, cfg.seed, TaskConfig(cfg.min_ops, cfg.max_ops))
+    from gambit.serving.prompt_format import problem_formatter
+
+    fmt = problem_formatter(cfg.model)
+    return [GradedProblem(it, fmt(it.prompt), gold_key(it))
+            for it in pick(load_graded(cfg.benchmark, cfg.data), cfg.problems, cfg.seed)]
+
+
+def _short(text: str, n: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[:n - 1] + "…"
+
+
 def run(cfg: RunConfig) -> dict:
     scfg = cfg.search()  # validates before loading anything
+    problems = problems_of(cfg)  # a missing benchmark file is said before the model loads
     ecfg = EngineConfig(model=cfg.model, preemption="evict", num_blocks=cfg.kv_blocks,
                         cpu_weights=cfg.cpu_weights, kv_dtype=cfg.kv_dtype,
                         batch_invariant=cfg.batch_invariant,
@@ -97,12 +120,15 @@ def run(cfg: RunConfig) -> dict:
     print(f"engine: {cfg.kv_blocks} KV blocks of {engine.config.block_size} tokens in {kv}, "
           f"CPU linear weights {cfg.cpu_weights}"
           + (", batch-invariant arithmetic" if engine.batch_invariant else ""))
-    problems = generate("test", cfg.problems, cfg.seed, TaskConfig(cfg.min_ops, cfg.max_ops))
     view = LiveView()
     right, tokens, last = 0, 0, None
     for i, p in enumerate(problems):
-        print(f"\n=== problem {i + 1}/{len(problems)} (test split, {p.n_ops} operations): "
-              f"{p.prompt.strip()!r}")
+        if isinstance(p, GradedProblem):
+            print(f"\n=== problem {i + 1}/{len(problems)} ({p.item.id}): {_short(p.item.prompt)!r}")
+            scfg = replace(scfg, answer_rule=answer_kind(p.item))
+        else:
+            print(f"\n=== problem {i + 1}/{len(problems)} (test split, {p.n_ops} operations): "
+                  f"{p.prompt.strip()!r}")
         run_id = f"p{i + 1}"
         view.capacity[run_id] = cfg.samples
         driver.submit(p, scfg, run_id=run_id)

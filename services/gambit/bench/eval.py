@@ -1,7 +1,12 @@
-"""Accuracy of a model on the arithmetic task: ``gambit eval --split test --samples 16``.
+"""Accuracy of a model on the arithmetic task (``gambit eval --split test --samples 16``) or on a graded
+public benchmark (``gambit eval --model smollm2 --benchmark gsm8k``).
 
 Every problem gets ``samples`` independent traces (distinct seeds) through the native engine;
 pass@1 is the mean single-sample accuracy, maj the majority-vote accuracy, pass@k any-correct.
+A benchmark question goes to the model in its own prompt format (``gambit.serving.prompt_format``: a
+chat model's template with the boxed-answer instruction), each completion is graded by the benchmark's
+checker (``gambit.tasks.benchmarks.check_answer``) and votes are counted on answer keys
+(``gambit.tasks.graded``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from gambit.engine.engine import derive_seed
 from gambit.search.vote import majority_vote
 from gambit.tasks.answers import extract_boxed, parse_int
 from gambit.tasks.arithmetic import TaskConfig, generate
+from gambit.tasks.benchmarks import check_answer
+from gambit.tasks.graded import answer_key, answer_kind, check_benchmark, gold_key, load_graded, pick
 
 DEFAULT_PROBLEMS = 240
 
@@ -35,10 +42,15 @@ class EvalConfig:
     min_ops: int = 2  # fewest operations in a problem
     max_ops: int = 8  # most operations in a problem
     max_num_seqs: int = 256  # the engine's batch: sequences decoded at once
+    benchmark: str = ""  # a graded public benchmark, not the task: gsm8k | aime25 | hmmt24 | hmmt25 | gpqa
+    data: str = ""  # the benchmark's JSONL file ("" = ../shared/datasets/, or $GAMBIT_DATASETS)
 
     def __post_init__(self) -> None:
         if self.samples < 1 or self.n_problems < 1:
             raise ValueError("samples and n_problems must be >= 1")
+        check_benchmark(self.benchmark)
+        if self.data and not self.benchmark:
+            raise ValueError("data: names a benchmark file; give --benchmark too")
 
 
 def normalise(text: str) -> str | None:
@@ -49,17 +61,10 @@ def normalise(text: str) -> str | None:
 def run_eval(cfg: EvalConfig, engine: Engine | None = None, quiet: bool = False) -> dict:
     engine = engine or Engine.from_pretrained(cfg.model, EngineConfig(model=cfg.model,
                                                                       max_num_seqs=cfg.max_num_seqs))
+    if cfg.benchmark:
+        return _run_benchmark(cfg, engine, quiet)
     problems = generate(cfg.split, cfg.n_problems, cfg.seed, TaskConfig(cfg.min_ops, cfg.max_ops))
-    prompts, params = [], []
-    for i, p in enumerate(problems):
-        for s in range(cfg.samples):
-            prompts.append(p.prompt)
-            params.append(SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p,
-                                         max_tokens=cfg.max_tokens, seed=derive_seed(cfg.seed, i, s)))
-    start = time.time()
-    with tqdm(total=len(prompts), desc=f"eval {cfg.split}", disable=quiet, mininterval=2) as bar:
-        outputs = engine.generate(prompts, params, progress=bar)
-    seconds = time.time() - start
+    outputs, seconds = _sample(cfg, engine, [p.prompt for p in problems], cfg.split, quiet)
     rows = []
     for i, p in enumerate(problems):
         outs = outputs[i * cfg.samples:(i + 1) * cfg.samples]
@@ -72,6 +77,43 @@ def run_eval(cfg: EvalConfig, engine: Engine | None = None, quiet: bool = False)
     return summarise(cfg, rows, seconds)
 
 
+def _sample(cfg: EvalConfig, engine: Engine, prompts: list[str], desc: str,
+            quiet: bool) -> tuple[list[list[int]], float]:
+    """``samples`` completions of each prompt, seeded by (seed, problem, sample); and the seconds taken."""
+    all_prompts, params = [], []
+    for i, prompt in enumerate(prompts):
+        for s in range(cfg.samples):
+            all_prompts.append(prompt)
+            params.append(SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p,
+                                         max_tokens=cfg.max_tokens, seed=derive_seed(cfg.seed, i, s)))
+    start = time.time()
+    with tqdm(total=len(all_prompts), desc=f"eval {desc}", disable=quiet, mininterval=2) as bar:
+        outputs = engine.generate(all_prompts, params, progress=bar)
+    return outputs, time.time() - start
+
+
+def _run_benchmark(cfg: EvalConfig, engine: Engine, quiet: bool) -> dict:
+    from gambit.serving.prompt_format import problem_formatter
+
+    items = pick(load_graded(cfg.benchmark, cfg.data), cfg.n_problems, cfg.seed)
+    fmt = problem_formatter(cfg.model)
+    outputs, seconds = _sample(cfg, engine, [fmt(it.prompt) for it in items], cfg.benchmark, quiet)
+    rows = []
+    for i, it in enumerate(items):
+        outs = outputs[i * cfg.samples:(i + 1) * cfg.samples]
+        texts = [engine.tokenizer.decode(o) for o in outs]
+        kind = answer_kind(it)
+        answers = [answer_key(kind, t) for t in texts]
+        correct = [check_answer(it, t) for t in texts]
+        vote = majority_vote(answers)
+        # the vote is right when a completion giving the voted answer is (the checker judges, not the key)
+        maj = vote is not None and any(c for a, c in zip(answers, correct, strict=True) if a == vote)
+        rows.append({"id": it.id, "answer": gold_key(it), "answers": answers,
+                     "pass1": sum(correct) / len(correct), "maj": maj, "passk": any(correct),
+                     "tokens": sum(len(o) for o in outs)})
+    return summarise(cfg, rows, seconds)
+
+
 def summarise(cfg: EvalConfig, rows: list[dict], seconds: float) -> dict:
     def agg(rs: list[dict]) -> dict:
         n = len(rs)
@@ -79,12 +121,15 @@ def summarise(cfg: EvalConfig, rows: list[dict], seconds: float) -> dict:
                 "maj": sum(r["maj"] for r in rs) / n, "passk": sum(r["passk"] for r in rs) / n}
 
     by_ops = {}
-    for k in sorted({r["n_ops"] for r in rows}):
+    for k in sorted({r["n_ops"] for r in rows if "n_ops" in r}):
         by_ops[k] = agg([r for r in rows if r["n_ops"] == k])
     tokens = sum(r["tokens"] for r in rows)
-    return {**agg(rows), "samples": cfg.samples, "by_ops": by_ops, "config": asdict(cfg),
-            "generated_tokens": tokens, "seconds": round(seconds, 1),
-            "tokens_per_s": round(tokens / max(seconds, 1e-9), 1)}
+    out = {**agg(rows), "samples": cfg.samples, "by_ops": by_ops, "config": asdict(cfg),
+           "generated_tokens": tokens, "seconds": round(seconds, 1),
+           "tokens_per_s": round(tokens / max(seconds, 1e-9), 1)}
+    if cfg.benchmark:  # each question's gold and answer keys, to see what the model said
+        out["items"] = [{k: r[k] for k in ("id", "answer", "answers", "pass1", "maj", "passk")} for r in rows]
+    return out
 
 
 def format_table(result: dict) -> str:
@@ -92,7 +137,9 @@ def format_table(result: dict) -> str:
     lines = [f"{'ops':>5} {'problems':>9} {'pass@1':>8} {f'maj@{k}':>8} {f'pass@{k}':>8}"]
     for ops, r in result["by_ops"].items():
         lines.append(f"{ops:>5} {r['n_problems']:>9} {r['pass1']:>8.1%} {r['maj']:>8.1%} {r['passk']:>8.1%}")
-    lines.append(f"{'all':>5} {result['n_problems']:>9} {result['pass1']:>8.1%} {result['maj']:>8.1%} "
+    name = result["config"].get("benchmark") or "all"
+    lines[0] = f"{'set' if name != 'all' else 'ops':>5}" + lines[0][5:]
+    lines.append(f"{name:>5} {result['n_problems']:>9} {result['pass1']:>8.1%} {result['maj']:>8.1%} "
                  f"{result['passk']:>8.1%}")
     lines.append(f"{result['generated_tokens']} tokens in {result['seconds']} s "
                  f"({result['tokens_per_s']} tok/s)")

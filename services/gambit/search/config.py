@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from gambit.tasks.graded import ANSWER_KINDS
+
 MAX_WALL_S = 1e9  # the largest wall-time limit a run takes, seconds
 
 METHODS = ("gambit", "sc", "step", "deepconf")
@@ -43,6 +45,8 @@ class SearchConfig:
     deepconf_window: int = 16  # DeepConf: sliding window of token confidences, tokens
     deepconf_keep: float = 90.0  # DeepConf: percent of warm-up traces whose lowest window stays above it
     seed: int = 0  # seeds every trace of the run (with the trace's node id)
+    # how a finished trace's answer is read and voted on (gambit.tasks.graded.answer_key)
+    answer_rule: str = "boxed"  # boxed | integer | gsm8k | choice | latex
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -57,6 +61,8 @@ class SearchConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+        if self.answer_rule not in ANSWER_KINDS:
+            raise ValueError(f"answer_rule must be one of {ANSWER_KINDS}, got {self.answer_rule!r}")
         if self.rank not in RANKS:
             raise ValueError(f"rank must be one of {RANKS}, got {self.rank!r}")
         r = self.roots

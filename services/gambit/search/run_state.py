@@ -24,15 +24,10 @@ from gambit.search.store import EncodedNode, RunUpdate
 from gambit.search.tournament import plan_round
 from gambit.search.tree import Node, RoundRecord
 from gambit.search.vote import majority_vote, weighted_vote
-from gambit.tasks.answers import extract_boxed, parse_int
+from gambit.tasks.graded import answer_key
 
 TIMING_KEYS = ("forward", "guidance", "tree", "scheduling")
 SCORE_WRITE_EVERY = 4  # rounds: a node whose only change is new scores is rewritten at most this often
-
-def extract_answer(text: str) -> str | None:
-    boxed = extract_boxed(text)
-    value = parse_int(boxed)
-    return boxed if value is None else str(value)
 
 
 class SearchRun:
@@ -173,7 +168,7 @@ class SearchRun:
         node.state, node.end_reason, node.end_step = state, reason, self.step
         self.active.discard(node.id)
         if state == T.FINISHED:
-            node.answer = extract_answer(self.engine.tokenizer.decode(node.tokens))
+            node.answer = answer_key(self.cfg.answer_rule, self.engine.tokenizer.decode(node.tokens))
             self._count(node)
         w = self.windows.get(node.id)
         if w is not None:

@@ -42,6 +42,7 @@ class ClientConfig(ConnectConfig):
     seed: int = 0  # run seed
     timeout_s: float = 0.0  # run time limit, seconds (0 = none)
     raw_prompt: bool = False  # send the problem to the model as it is (default: the Target formats it)
+    answer_rule: str = ""  # how answers are read: boxed | integer | gsm8k | choice | latex ("" = boxed)
 
     def __post_init__(self) -> None:
         """What the request's unsigned fields cannot carry is refused here, naming the field (protobuf
@@ -64,7 +65,7 @@ def metadata(cfg: ConnectConfig):
 def solve_request(pb2, problem: str, cfg: ClientConfig):
     req = pb2.SolveRequest(problem=problem, method=cfg.method, decoding=cfg.decoding,
                            round_interval=cfg.round_interval, max_tokens=cfg.max_tokens, seed=cfg.seed,
-                           timeout_s=cfg.timeout_s, raw_prompt=cfg.raw_prompt)
+                           timeout_s=cfg.timeout_s, raw_prompt=cfg.raw_prompt, answer_rule=cfg.answer_rule)
     if cfg.capacity >= 0:
         req.capacity = cfg.capacity
     if cfg.swap >= 0:

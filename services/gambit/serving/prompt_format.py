@@ -28,9 +28,12 @@ def task_prompt(problem: str) -> str:
     return problem.rstrip() + TASK_SUFFIX
 
 
-def problem_formatter(model_folder: str | Path) -> Callable[[str], str]:
-    """``problem -> prompt`` for the model in ``model_folder`` (module docstring)."""
-    template = chat_template(model_folder)
+def problem_formatter(model: str | Path) -> Callable[[str], str]:
+    """``problem -> prompt`` for ``model``, a folder or a registered name such as ``smollm2`` (module
+    docstring)."""
+    from gambit.model.registry import resolve_model
+
+    template = chat_template(resolve_model(model))
     if template is None:
         return task_prompt
     return lambda problem: render_user_turn(template, f"{problem.strip()}\n{BOXED}")

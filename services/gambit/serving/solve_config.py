@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from gambit.search.config import MAX_WALL_S
+from gambit.tasks.graded import ANSWER_KINDS
 
 METHODS = ("gambit", "sc", "step", "deepconf")
 DECODINGS = ("plain", "eagle3.1", "pr")
@@ -35,12 +36,16 @@ class SolveConfig:
     seed: int = 0  # run seed
     timeout_s: float = 0.0  # wall-clock limit of the run, seconds (0 = none)
     raw_prompt: bool = False  # the problem goes to the model as it is (False: the model's prompt format)
+    answer_rule: str = "boxed"  # how a trace's answer is read: boxed | integer | gsm8k | choice | latex
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"method: unknown method {self.method!r}; known: {', '.join(METHODS)}")
         if self.decoding not in DECODINGS:
             raise ValueError(f"decoding: unknown decoding {self.decoding!r}; known: {', '.join(DECODINGS)}")
+        if self.answer_rule not in ANSWER_KINDS:
+            raise ValueError(f"answer_rule: unknown rule {self.answer_rule!r}; "
+                             f"known: {', '.join(ANSWER_KINDS)}")
         if self.capacity < 1:
             raise ValueError(f"capacity: C must be >= 1, got {self.capacity}")
         if not 0 <= self.swap <= self.capacity:
@@ -100,5 +105,6 @@ def from_request(req, defaults: SolveConfig | None = None) -> tuple[str, SolveCo
         seed=req.seed,
         timeout_s=req.timeout_s or d.timeout_s,
         raw_prompt=req.raw_prompt,
+        answer_rule=req.answer_rule or d.answer_rule,
     )
     return problem, cfg

@@ -1,0 +1,121 @@
+"""The graded public benchmarks as problems for ``gambit eval`` and ``gambit run``.
+
+``gambit.tasks.benchmarks`` loads the files and grades one completion. Search and majority voting need
+one more thing: an *answer key* per completion, a normalised string two completions share exactly when
+they give the same answer, so votes can be counted. ``answer_key(kind, text)``:
+
+* ``boxed``: the last ``\\boxed{}`` as an integer, else its text (the shipped task's rule);
+* ``integer``: the boxed integer, also the lone number amid units (``\\$18``, ``18 eggs``) (AIME);
+* ``gsm8k``: the same, or, without a box, GSM8K's ``#### N`` or the last number;
+* ``choice``: the letter A-D (``extract_choice``);
+* ``latex``: the boxed LaTeX in a textual normal form (``normalize_latex``). Two forms of one value
+  (``\\frac12`` / ``0.5``) count as different answers here; ``check_answer`` (math-verify) still
+  grades each against the gold.
+
+The files sit in ``../shared/datasets/`` beside a checkout (``$GAMBIT_DATASETS`` elsewhere), or any
+path given with ``--data``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from gambit.paths import REPO
+from gambit.tasks.answers import extract_boxed, parse_int
+from gambit.tasks.benchmarks import (
+    BenchmarkItem,
+    _boxed_int,
+    _gsm8k_fallback,
+    check_answer,
+    extract_choice,
+    load_benchmark,
+    normalize_latex,
+)
+
+# name -> (loader, file in the datasets folder); only sets with an automatic checker
+GRADED = {
+    "gsm8k": ("gsm8k", "gsm8k_test.jsonl"),
+    "aime25": ("aime", "aime_2025.jsonl"),
+    "hmmt24": ("hmmt", "hmmt_2024.jsonl"),
+    "hmmt25": ("hmmt", "hmmt_2025.jsonl"),
+    "gpqa": ("gpqa", "gpqa_diamond.jsonl"),
+}
+ANSWER_KINDS = ("boxed", "integer", "gsm8k", "choice", "latex")
+
+
+def datasets_dir() -> Path:
+    return Path(os.environ.get("GAMBIT_DATASETS") or REPO.parent / "shared" / "datasets")
+
+
+def check_benchmark(name: str) -> None:
+    if name and name not in GRADED:
+        raise ValueError(f"benchmark: unknown {name!r}; graded ones: {', '.join(GRADED)} "
+                         "('' = the arithmetic task)")
+
+
+def load_graded(name: str, path: str = "") -> list[BenchmarkItem]:
+    """Benchmark ``name``'s items from ``path`` ("" = its file in ``datasets_dir()``)."""
+    check_benchmark(name)
+    loader, fname = GRADED[name]
+    file = Path(path) if path else datasets_dir() / fname
+    if not file.is_file():
+        raise FileNotFoundError(f"{name}: {file} does not exist (pass its JSONL with --data, or set "
+                                "GAMBIT_DATASETS to the folder holding it)")
+    return load_benchmark(loader, file)
+
+
+def pick(items: list[BenchmarkItem], n: int, seed: int) -> list[BenchmarkItem]:
+    """``n`` items (all of them when n exceeds the set), chosen by ``seed``, in file order."""
+    if n >= len(items):
+        return list(items)
+    keep = sorted(random.Random(f"graded:{seed}").sample(range(len(items)), n))
+    return [items[i] for i in keep]
+
+
+def answer_kind(item: BenchmarkItem) -> str:
+    if item.kind == "integer":
+        return "gsm8k" if item.meta.get("benchmark") == "gsm8k" else "integer"
+    if item.kind in ("choice", "latex"):
+        return item.kind
+    raise ValueError(f"{item.id}: {item.kind!r} items have no answer key (no automatic checker)")
+
+
+def answer_key(kind: str, text: str) -> str | None:
+    """The normalised answer of a completion (module docstring), None when it gives none."""
+    if kind == "choice":
+        return extract_choice(text)
+    boxed = extract_boxed(text)
+    if kind == "latex":
+        return None if boxed is None or not boxed.strip() else normalize_latex(boxed)
+    if kind in ("integer", "gsm8k"):
+        if boxed is not None:
+            value = _boxed_int(boxed)
+        else:
+            value = _gsm8k_fallback(text) if kind == "gsm8k" else None
+        return None if value is None else str(value)
+    if kind == "boxed":
+        value = parse_int(boxed)
+        return boxed if value is None else str(value)
+    raise ValueError(f"answer kind: unknown {kind!r}; one of {', '.join(ANSWER_KINDS)}")
+
+
+def gold_key(item: BenchmarkItem) -> str:
+    """The gold answer as ``answer_key`` writes a right answer."""
+    kind = answer_kind(item)
+    return normalize_latex(item.answer or "") if kind == "latex" else str(item.answer)
+
+
+@dataclass(frozen=True)
+class GradedProblem:
+    """A benchmark item as the search driver takes a problem: ``prompt`` (formatted for the model)
+    and ``answer`` (the gold key)."""
+
+    item: BenchmarkItem
+    prompt: str
+    answer: str
+
+    def correct(self, completion: str) -> bool:
+        return check_answer(self.item, completion)
