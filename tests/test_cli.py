@@ -163,3 +163,13 @@ def test_cli_builds_without_the_serving_and_ops_extras():
             "assert a.func.__name__ == '_cmd_bench_search', a.func\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_models_list_names_what_model_takes(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("GAMBIT_CACHE", str(tmp_path))
+    assert main(["models", "list"]) == 0
+    out = capsys.readouterr().out
+    assert str(TARGET) in out
+    line = next(ln for ln in out.splitlines() if ln.startswith("smollm2 "))
+    assert "not fetched" in line and str(tmp_path / "models" / "smollm2") in line
+    assert "gambit models fetch smollm2" in line

@@ -71,6 +71,20 @@ def _cmd_models_fetch(args) -> int:
     return 0
 
 
+def _cmd_models_list(args) -> int:
+    from gambit.model.registry import MODELS, model_dir
+    from gambit.paths import TARGET
+
+    print(f"{'name':<10} {'state':<12} folder / about")
+    print(f"{'(default)':<10} {'shipped':<12} {TARGET}  the shipped target (the arithmetic task)")
+    for name, spec in MODELS.items():
+        folder = model_dir(name)
+        state = "fetched" if (folder / "config.json").is_file() else "not fetched"
+        print(f"{name:<10} {state:<12} {folder}  {spec.about.split(':')[0]}, {spec.license}"
+              + ("" if state == "fetched" else f" (`gambit models fetch {name}`)"))
+    return 0
+
+
 def _cmd_train_drafter(args) -> int:
     from gambit.train.drafter import TrainDrafterConfig, train_drafter
 
@@ -132,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     mf.add_argument("name", help="model name (smollm2)")
     mf.add_argument("--force", action="store_true", help="convert again even if the folder exists")
     mf.set_defaults(func=_cmd_models_fetch)
+    ml = msub.add_parser("list", help="the names --model takes, whether each is fetched, and its folder")
+    ml.set_defaults(func=_cmd_models_list)
     from gambit.scoring.cli import add_train_scorer_parser
 
     add_train_scorer_parser(tsub, _cmd_train_scorer)
