@@ -72,3 +72,14 @@ def test_live_view_tty_redraws_and_plain_lines():
     v.update(p)
     v.update(p)  # rate-limited: one line
     assert buf.getvalue().count("\n") == 1 and "\x1b" not in buf.getvalue()
+
+
+def test_a_long_prompt_is_shown_by_its_start_and_end():
+    from gambit.search.lineage import _clip
+
+    short = "Compute (4+5)*3.\nSolution:\n"
+    assert _clip(short) == short
+    long = "<|im_start|>system\n" + "x" * 300 + "\nWhat is 12 + 30?<|im_end|>\n<|im_start|>assistant\n"
+    got = _clip(long)
+    assert len(got) == 60 + 3 + 140 and got.startswith("<|im_start|>system") and " … " in got
+    assert got.endswith("What is 12 + 30?<|im_end|>\n<|im_start|>assistant\n")

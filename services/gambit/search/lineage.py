@@ -43,6 +43,11 @@ def _label(n: dict, win: str | None, gold: str | None) -> str:
     return f"#{n['id']} {where}; {end}; {len(n['tokens'])} tokens; {score}{ans}"
 
 
+def _clip(prompt: str, head: int = 60, tail: int = 140) -> str:
+    """A long prompt (a chat template's system turn, a benchmark question) as its start and its end."""
+    return prompt if len(prompt) <= head + tail + 3 else f"{prompt[:head]} … {prompt[-tail:]}"
+
+
 def lineage_text(run_id: str, data: dict, max_nodes: int = 400) -> str:
     meta, nodes, res = data["meta"], data["nodes"], data.get("result") or {}
     c = meta["config"]
@@ -50,7 +55,7 @@ def lineage_text(run_id: str, data: dict, max_nodes: int = 400) -> str:
     win = _winner(data)
     lines = [f"run {run_id}: method {c['method']}, decoding {c['decoding']}, C={c['capacity']} "
              f"K={c['swap']} Δ={c['interval']} w={c['warmup']} δ={c['floor']} r={c['kv_ratio']}",
-             f"  {meta['prompt'].strip()!r}  gold {gold}",
+             f"  {_clip(meta['prompt'].strip())!r}  gold {gold}",
              f"  steps {meta['step']}, rounds {meta['round']}, tokens {meta['tokens']}, "
              f"branched {meta['branched']}, pruned {meta['pruned']}, evicted {meta['evicted']}"]
     if res:
