@@ -36,6 +36,7 @@ class ClientConfig(ConnectConfig):
     swap: int = -1  # K (-1 = server default)
     round_interval: int = 0  # Δ in decode steps (0 = server default)
     max_tokens: int = 0  # tokens per trace (0 = server default)
+    max_total_tokens: int = 0  # tokens over the whole run, all traces (0 = server default: none)
     temperature: float = -1.0  # sampling temperature, >= 0 (-1 = server default)
     top_p: float = 0.0  # nucleus mass in (0, 1], 1 = no nucleus (0 = server default)
     top_k: int = -1  # top-k filter, 0 = none (-1 = server default)
@@ -49,7 +50,7 @@ class ClientConfig(ConnectConfig):
         would raise "Value out of range"); every other value goes to the server, which judges it."""
         super().__post_init__()
         for name, low in (("capacity", -1), ("swap", -1), ("top_k", -1), ("round_interval", 0),
-                          ("max_tokens", 0), ("seed", 0)):
+                          ("max_tokens", 0), ("max_total_tokens", 0), ("seed", 0)):
             value = getattr(self, name)
             top = 2**64 - 1 if name == "seed" else 2**32 - 1
             if not low <= value <= top:
@@ -64,7 +65,8 @@ def metadata(cfg: ConnectConfig):
 
 def solve_request(pb2, problem: str, cfg: ClientConfig):
     req = pb2.SolveRequest(problem=problem, method=cfg.method, decoding=cfg.decoding,
-                           round_interval=cfg.round_interval, max_tokens=cfg.max_tokens, seed=cfg.seed,
+                           round_interval=cfg.round_interval, max_tokens=cfg.max_tokens,
+                           max_total_tokens=cfg.max_total_tokens, seed=cfg.seed,
                            timeout_s=cfg.timeout_s, raw_prompt=cfg.raw_prompt, answer_rule=cfg.answer_rule)
     if cfg.capacity >= 0:
         req.capacity = cfg.capacity

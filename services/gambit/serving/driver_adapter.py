@@ -24,7 +24,8 @@ def search_config(cfg: SolveConfig) -> SearchConfig:
                         swap=max(1, cfg.swap), interval=cfg.round_interval, warmup=cfg.warmup,
                         child_temperature=cfg.child_temperature, temperature=cfg.temperature,
                         top_p=cfg.top_p, top_k=cfg.top_k,
-                        max_tokens=cfg.max_tokens, max_wall_s=cfg.timeout_s, seed=cfg.seed,
+                        max_tokens=cfg.max_tokens, max_total_tokens=cfg.max_total_tokens,
+                        max_wall_s=cfg.timeout_s, seed=cfg.seed,
                         deepconf_warmup=max(1, min(4, cfg.capacity - 1)), answer_rule=cfg.answer_rule)
 
 

@@ -29,6 +29,7 @@ class SolveConfig:
     round_interval: int = 16  # Δ: decode steps between rounds
     warmup: int = 16  # w: tokens a trace needs since its creation before it can be pruned or branched
     max_tokens: int = 320  # generated tokens per trace at most
+    max_total_tokens: int = 0  # generated tokens over the whole run at most, all traces (0 = none)
     temperature: float = 0.8  # sampling temperature of root traces
     child_temperature: float = 1.0  # temperature multiplier for branched children
     top_p: float = 1.0  # nucleus mass of every trace's sampling, (0, 1] (1 = no nucleus)
@@ -56,6 +57,8 @@ class SolveConfig:
             raise ValueError(f"warmup: must be >= 0, got {self.warmup}")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens: must be >= 1, got {self.max_tokens}")
+        if self.max_total_tokens < 0:
+            raise ValueError(f"max_total_tokens: must be >= 0 (0 = none), got {self.max_total_tokens}")
         if not self.temperature >= 0 or self.temperature > 10:
             raise ValueError(f"temperature: must be in [0, 10], got {self.temperature}")
         if not 0 < self.child_temperature <= 10:
@@ -98,6 +101,7 @@ def from_request(req, defaults: SolveConfig | None = None) -> tuple[str, SolveCo
         round_interval=req.round_interval or d.round_interval,
         warmup=d.warmup,
         max_tokens=req.max_tokens or d.max_tokens,
+        max_total_tokens=req.max_total_tokens or d.max_total_tokens,
         temperature=req.temperature if req.HasField("temperature") else d.temperature,
         child_temperature=d.child_temperature,
         top_p=req.top_p if req.HasField("top_p") else d.top_p,

@@ -1,10 +1,12 @@
-"""``SolveRequest.answer_rule``: how a served run reads its traces' answers (a chat model on GSM8K
-writes the number without a box; the default rule would find no answer)."""
+"""Request fields added for backends: ``answer_rule`` (how a served run reads its traces' answers: a chat
+model on GSM8K writes the number without a box, where the default rule finds no answer) and
+``max_total_tokens`` (a token budget for the whole run)."""
 
 from __future__ import annotations
 
 import pytest
 
+from gambit.serving.client import ClientConfig
 from gambit.serving.embedded import Embedded, EmbeddedConfig
 from gambit.serving.protos import load
 from gambit.serving.solve_config import SolveConfig, from_request
@@ -36,3 +38,23 @@ def test_a_served_run_reads_answers_by_its_rule():
     finished = [t for t in gsm8k if t["finish_reason"] == "finished"]
     assert finished and all(t["answer"] and t["answer"].lstrip("-").isdigit() for t in finished)
     assert runs["gsm8k"]["answer"] not in ("", None)
+
+
+def test_a_run_stops_at_its_token_budget():
+    """``max_total_tokens``: the run ends with status "limit" at the budget (each resident trace may add
+    the token of the step that crossed it), where the same run without one goes on."""
+    pb2 = load("reasoning")[0]
+    assert from_request(pb2.SolveRequest(problem="x", max_total_tokens=90))[1].max_total_tokens == 90
+    with pytest.raises(ValueError, match="max_total_tokens: must be in"):
+        ClientConfig(max_total_tokens=-1)
+    p = generate("test", 1, 0, TaskConfig(6, 6))[0].prompt
+    cfg = dict(capacity=4, swap=1, round_interval=8, warmup=4, max_tokens=200, seed=3)
+    e = Embedded(EmbeddedConfig(num_blocks=300))
+    try:
+        free = list(e.solve(p, SolveConfig(**cfg)))[-1]
+        capped = list(e.solve(p, SolveConfig(**cfg, max_total_tokens=90)))[-1]
+    finally:
+        e.close()
+    assert free["status"] == "done" and free["generated_tokens"] > 200
+    assert capped["status"] == "limit"
+    assert 90 <= capped["generated_tokens"] <= 90 + cfg["capacity"]
