@@ -2,7 +2,8 @@
 
 Each user calls Solve and reads the stream; two entries per run: "Solve first event" (time to the
 first stream event, TTFT) and "Solve end to end" (to the Result). A mix of problem sizes (2-3, 4-6,
-7-8 operations) and methods (gambit, sc, step, deepconf); a fraction of runs is cancelled with
+7-8 operations; or with --benchmark gsm8k a graded benchmark's questions, read by its answer rule) and
+methods (gambit, sc, step, deepconf); a fraction of runs is cancelled with
 CancelRun after their first progress event ("CancelRun" entry, and "Solve cancelled" for those runs).
 
     locust -f loadtest/locustfile.py --headless --host 127.0.0.1:9000 -u 4 -r 2 -t 60s
@@ -49,16 +50,15 @@ def _args(parser):
     parser.add_argument("--max-tokens-scale", type=float, default=1.0, help="scale every mix's max_tokens")
     parser.add_argument("--problem-seed", type=int, default=0, help="seed of the problem pool")
     parser.add_argument("--summary-csv", default="results/loadtest_summary.csv", help="summary CSV path")
+    parser.add_argument("--benchmark", default="", help="graded benchmark whose questions are sent "
+                        "(gsm8k | aime25 | hmmt24 | hmmt25 | gpqa; '' = the arithmetic task)")
+    parser.add_argument("--data", default="", help="the benchmark's JSONL file ('' = ../shared/datasets/)")
 
 
-def _problems(seed: int) -> dict[tuple[int, int], list[str]]:
-    from gambit.tasks.arithmetic import TaskConfig, generate
+def _problems(opts) -> dict[tuple[int, int], list[tuple[str, str]]]:
+    from gambit.ops.loadtest import problem_pool
 
-    out = {}
-    for _, _, lo, hi, *_ in MIX:
-        if (lo, hi) not in out:
-            out[(lo, hi)] = [p.prompt for p in generate("test", 40, seed, TaskConfig(min_ops=lo, max_ops=hi))]
-    return out
+    return problem_pool([(lo, hi) for _, _, lo, hi, *_ in MIX], opts.problem_seed, opts.benchmark, opts.data)
 
 
 class SolveUser(User):
@@ -76,7 +76,7 @@ class SolveUser(User):
         token = os.environ.get(opts.token_env, "") if opts.token_env else ""
         self.md = ((("authorization", f"Bearer {token}"),) if token else ()) + (
             (("application", opts.application),) if opts.application else ())
-        self.problems = _problems(opts.problem_seed)
+        self.problems = _problems(opts)
         self.rng = random.Random(f"{opts.problem_seed}:{id(self)}")
         self.cancel_fraction = opts.cancel_fraction
         self.scale = opts.max_tokens_scale
@@ -92,11 +92,11 @@ class SolveUser(User):
     @task
     def solve(self):
         name, _, lo, hi, method, capacity, max_tokens = self.rng.choices(MIX, weights=[m[1] for m in MIX])[0]
-        problem = self.rng.choice(self.problems[(lo, hi)])
+        problem, answer_rule = self.rng.choice(self.problems[(lo, hi)])
         cancel = self.rng.random() < self.cancel_fraction
         req = self.pb2.SolveRequest(problem=problem, method=method, capacity=capacity,
                                     max_tokens=max(1, int(max_tokens * self.scale)),
-                                    seed=self.rng.randrange(2**31))
+                                    seed=self.rng.randrange(2**31), answer_rule=answer_rule)
         t0 = time.perf_counter()
         first = None
         run_id = ""

@@ -27,6 +27,10 @@ class LoadTestConfig:
     summary_csv: str = "results/loadtest_summary.csv"  # the summary table as CSV
     num_blocks: int = 0  # local deployment: KV blocks per Target (0 = from the memory budget)
     num_cpus: int = 2  # local deployment: CPUs Ray may schedule on
+    model: str = ""  # local deployment: target model, a folder or a name like smollm2 ("" = shipped target)
+    # questions of a graded benchmark instead of the task's problems: a deployment serving a real model
+    benchmark: str = ""  # gsm8k | aime25 | hmmt24 | hmmt25 | gpqa ("" = the arithmetic task)
+    data: str = ""  # the benchmark's JSONL file ("" = ../shared/datasets/, or $GAMBIT_DATASETS)
 
     def __post_init__(self):
         if self.users < 1 or self.spawn_rate <= 0 or self.run_time_s < 1 or self.stop_timeout_s < 0:
@@ -35,6 +39,29 @@ class LoadTestConfig:
             raise ValueError(f"cancel_fraction must be in [0, 1], got {self.cancel_fraction}")
         if self.max_tokens_scale <= 0:
             raise ValueError(f"max_tokens_scale must be > 0, got {self.max_tokens_scale}")
+        from gambit.tasks.graded import check_benchmark
+
+        check_benchmark(self.benchmark)
+        if self.data and not self.benchmark:
+            raise ValueError("data: names a benchmark file; give --benchmark too")
+        problem_pool(((2, 3),), 0, self.benchmark, self.data)  # a missing file is said before Ray starts
+
+
+def problem_pool(sizes, seed: int, benchmark: str = "", data: str = "",
+                 per_size: int = 40) -> dict[tuple[int, int], list[tuple[str, str]]]:
+    """(problem, answer_rule) pairs for each (min_ops, max_ops) of the mix: the task's test problems, or
+    with ``benchmark`` its questions for every size (sent bare: the Target applies its model's format;
+    the rule reads the benchmark's answers)."""
+    if benchmark:
+        from gambit.tasks.graded import answer_kind, load_graded
+
+        items = load_graded(benchmark, data)
+        pool = [(it.prompt, answer_kind(it)) for it in items]
+        return {size: pool for size in sizes}
+    from gambit.tasks.arithmetic import TaskConfig, generate
+
+    return {(lo, hi): [(p.prompt, "") for p in generate("test", per_size, seed, TaskConfig(lo, hi))]
+            for lo, hi in dict.fromkeys(sizes)}
 
 
 def locust_command(cfg: LoadTestConfig, address: str, application: str = "gambit") -> list[str]:
@@ -43,7 +70,7 @@ def locust_command(cfg: LoadTestConfig, address: str, application: str = "gambit
             "--stop-timeout", str(cfg.stop_timeout_s), "--csv", cfg.csv_prefix, "--only-summary",
             "--application", application, "--token-env", cfg.token_env,
             "--cancel-fraction", str(cfg.cancel_fraction), "--max-tokens-scale", str(cfg.max_tokens_scale),
-            "--summary-csv", cfg.summary_csv]
+            "--summary-csv", cfg.summary_csv, "--benchmark", cfg.benchmark, "--data", cfg.data]
 
 
 def run_locust(cfg: LoadTestConfig, address: str) -> subprocess.CompletedProcess:
@@ -81,7 +108,8 @@ def main(cfg: LoadTestConfig) -> int:
     started = False
     address = cfg.address
     if not address:
-        scfg = local.ServeConfig(num_cpus=cfg.num_cpus, num_blocks=cfg.num_blocks, token_env=cfg.token_env)
+        scfg = local.ServeConfig(num_cpus=cfg.num_cpus, num_blocks=cfg.num_blocks, token_env=cfg.token_env,
+                                 model=cfg.model)
         print(f"starting a local Ray Serve deployment (gRPC 127.0.0.1:{scfg.grpc_port}) ...", flush=True)
         local.start(scfg, wait_s=600)
         started, address = True, f"127.0.0.1:{scfg.grpc_port}"

@@ -1,0 +1,35 @@
+"""The load test's problems: the task's by size, or a graded benchmark's questions with its answer rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from gambit.ops.loadtest import LoadTestConfig, locust_command, problem_pool
+from gambit.tasks.graded import datasets_dir
+
+SIZES = [(2, 3), (2, 3), (4, 6), (7, 8)]
+
+
+def test_the_task_pool_is_seeded_by_size():
+    pool = problem_pool(SIZES, 0)
+    assert sorted(pool) == [(2, 3), (4, 6), (7, 8)]
+    assert all(len(v) == 40 and all(rule == "" for _, rule in v) for v in pool.values())
+    assert pool == problem_pool(SIZES, 0) and pool != problem_pool(SIZES, 1)
+    assert all(p.endswith("Solution:\n") for p, _ in pool[(4, 6)])
+
+
+@pytest.mark.skipif(not datasets_dir().is_dir(), reason="no shared datasets")
+def test_a_benchmark_pool_sends_its_questions_with_their_rule():
+    pool = problem_pool(SIZES, 0, "gsm8k")
+    assert len(pool[(2, 3)]) == 1319 and pool[(2, 3)] is pool[(7, 8)]
+    assert {rule for _, rule in pool[(2, 3)]} == {"gsm8k"}
+    assert {rule for _, rule in problem_pool(SIZES, 0, "gpqa")[(4, 6)]} == {"choice"}
+
+
+def test_the_benchmark_reaches_locust_and_bad_ones_are_refused_before_ray(tmp_path):
+    cmd = locust_command(LoadTestConfig(benchmark="aime25"), "127.0.0.1:9000")
+    assert cmd[cmd.index("--benchmark") + 1] == "aime25"
+    with pytest.raises(ValueError, match="benchmark: unknown 'gsm9k'"):
+        LoadTestConfig(benchmark="gsm9k")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        LoadTestConfig(benchmark="gsm8k", data=str(tmp_path / "none.jsonl"))
