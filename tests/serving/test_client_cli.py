@@ -27,3 +27,19 @@ def test_client_refuses_what_the_request_cannot_carry_naming_the_field(flag, val
     silently meant the server default); now the client names the field before calling anyone."""
     with pytest.raises(SystemExit, match=flag.removeprefix("--").replace("-", "_") + ": must be in"):
         main(["client", "solve", "Compute 1+2.", "--address", "127.0.0.1:1", flag, value])
+
+
+def test_client_solve_reads_a_problem_from_stdin(monkeypatch):
+    """``gambit client solve -``: a multi-line problem piped in, sent whole, with the new request fields."""
+    import io
+
+    import gambit.serving.client as client
+    from gambit.serving.protos import load
+
+    sent = {}
+    monkeypatch.setattr(client, "solve", lambda problem, cfg: sent.update(problem=problem, cfg=cfg) or 0)
+    monkeypatch.setattr("sys.stdin", io.StringIO("Natalia sold clips to 48 friends.\nHow many in all?\n"))
+    assert main(["client", "solve", "-", "--answer-rule", "gsm8k", "--max-total-tokens", "500"]) == 0
+    assert sent["problem"] == "Natalia sold clips to 48 friends.\nHow many in all?\n"
+    req = client.solve_request(load("reasoning")[0], sent["problem"], sent["cfg"])
+    assert req.answer_rule == "gsm8k" and req.max_total_tokens == 500

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 
 from gambit.config_cli import add_dataclass_args, from_args
@@ -32,7 +33,9 @@ def _cmd_serve(args) -> int:
 def _cmd_client_solve(args) -> int:
     from gambit.serving.client import ClientConfig, solve
 
-    return solve(args.problem, from_args(ClientConfig, args))
+    cfg = from_args(ClientConfig, args)
+    problem = sys.stdin.read() if args.problem == "-" else args.problem  # a multi-line problem, piped
+    return solve(problem, cfg)
 
 
 def _cmd_client_get(args) -> int:
@@ -75,7 +78,7 @@ def add_commands(sub) -> None:
     c = sub.add_parser("client", help="call the ReasoningService")
     csub = c.add_subparsers(dest="what", required=True)
     cs = csub.add_parser("solve", help="solve one problem and print the stream")
-    cs.add_argument("problem", help="the problem text, e.g. \"Compute (4+5)*3.\"")
+    cs.add_argument("problem", help="the problem text, e.g. \"Compute (4+5)*3.\" (- reads it from stdin)")
     add_dataclass_args(cs, ClientConfig, skip=("rpc_timeout_s",))  # a Solve stream runs until its result
     cs.set_defaults(func=_cmd_client_solve)
     cg = csub.add_parser("get", help="a run's status, last round and result (GetRun, from Redis)")
