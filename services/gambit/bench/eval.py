@@ -134,12 +134,14 @@ def summarise(cfg: EvalConfig, rows: list[dict], seconds: float) -> dict:
 
 def format_table(result: dict) -> str:
     k = result["samples"]
-    lines = [f"{'ops':>5} {'problems':>9} {'pass@1':>8} {f'maj@{k}':>8} {f'pass@{k}':>8}"]
+    name = result["config"].get("benchmark") or "all"  # the last row: the task's total, or the benchmark
+    w = max(5, len(name))
+    lines = [f"{'set' if result['config'].get('benchmark') else 'ops':>{w}} {'problems':>9} {'pass@1':>8} "
+             f"{f'maj@{k}':>8} {f'pass@{k}':>8}"]
     for ops, r in result["by_ops"].items():
-        lines.append(f"{ops:>5} {r['n_problems']:>9} {r['pass1']:>8.1%} {r['maj']:>8.1%} {r['passk']:>8.1%}")
-    name = result["config"].get("benchmark") or "all"
-    lines[0] = f"{'set' if name != 'all' else 'ops':>5}" + lines[0][5:]
-    lines.append(f"{name:>5} {result['n_problems']:>9} {result['pass1']:>8.1%} {result['maj']:>8.1%} "
+        lines.append(f"{ops:>{w}} {r['n_problems']:>9} {r['pass1']:>8.1%} {r['maj']:>8.1%} "
+                     f"{r['passk']:>8.1%}")
+    lines.append(f"{name:>{w}} {result['n_problems']:>9} {result['pass1']:>8.1%} {result['maj']:>8.1%} "
                  f"{result['passk']:>8.1%}")
     lines.append(f"{result['generated_tokens']} tokens in {result['seconds']} s "
                  f"({result['tokens_per_s']} tok/s)")
