@@ -21,3 +21,32 @@ def test_methods_keep_exactly_the_named_variants():
 def test_gambit_pr_without_pr_is_refused_not_dropped():
     with pytest.raises(ValueError, match="gambit_pr needs --pr"):
         variants(BenchSearchConfig(methods="gambit,gambit_pr", pr=False))
+
+
+def test_a_benchmark_file_searches_as_the_task(tmp_path, capsys):
+    """``--benchmark gsm8k --data FILE`` with the task's hard problems in GSM8K's layout: every method
+    gets the same accuracy and tokens as on the task (KV ample in both, so no sizing difference moves an
+    eviction), and the report names the benchmark where it named the hard end."""
+    import json
+
+    from gambit.bench.search import run_bench
+    from gambit.tasks.arithmetic import TaskConfig, generate
+
+    rows = [{"question": p.prompt.split("\nSolution:")[0], "answer": f"...\n#### {p.answer}"}
+            for p in generate("test", 4, 1, TaskConfig(6, 8))]  # the bench's pick: seed + 1
+    data = tmp_path / "g.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    common = dict(quick=True, problems=4, capacity=4, concurrency=4, kv_share=4.0, methods="gambit,sc,step",
+                  sensitivity=False, frontier=False, pr=False, plots=str(tmp_path / "plots"))
+    task = run_bench(BenchSearchConfig(**common, difficulties="hard"), None)
+    bench = run_bench(BenchSearchConfig(**common, benchmark="gsm8k", data=str(data)),
+                      str(tmp_path / "b.json"))
+    out = capsys.readouterr().out
+    assert set(bench["by_difficulty"]) == {"gsm8k"} and bench["by_difficulty"]["gsm8k"]["ops"] is None
+    for m in ("gambit", "sc", "step"):
+        a, b = task["methods"][m], bench["methods"][m]
+        assert (a["accuracy"], a["tokens"]) == (b["accuracy"], b["tokens"]), m
+    assert task["methods"]["sc"]["accuracy"] > 0  # the comparison has right answers in it
+    assert "Table 1 — gsm8k (benchmark questions, 4 problems" in out
+    assert "Table 3 — wall-time split (gsm8k)" in out
+    assert json.loads((tmp_path / "b.json").read_text())["config"]["benchmark"] == "gsm8k"

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from gambit.bench.search_report import headline
 from gambit.engine import Engine, EngineConfig
 from gambit.engine.block_manager import shared_prompt_blocks
 from gambit.engine.config import SpecConfig
@@ -36,6 +37,7 @@ from gambit.search.config import SearchConfig
 from gambit.search.driver import SearchDriver
 from gambit.search.run_state import TIMING_KEYS
 from gambit.tasks.arithmetic import TaskConfig, generate
+from gambit.tasks.graded import answer_kind, check_benchmark
 
 DIFFICULTIES = {"all": (2, 8), "hard": (6, 8)}
 
@@ -81,6 +83,10 @@ class BenchSearchConfig:
     difficulties: str = "all,hard"  # which difficulty sets to run (comma list of all, hard)
     methods: str = ""  # variants to run, comma list (empty: all): gambit,sc,step,deepconf,gambit_pr,...
     merge: str = ""  # instead of running: merge these result JSONs (comma list) into one report
+    # a graded benchmark's questions instead of the task's two difficulties (a real model, its format)
+    benchmark: str = ""  # gsm8k | aime25 | hmmt24 | hmmt25 | gpqa ("" = the arithmetic task)
+    data: str = ""  # the benchmark's JSONL file ("" = ../shared/datasets/, or $GAMBIT_DATASETS)
+    max_tokens: int = 0  # tokens per trace, every method (0: SearchConfig's default, 256)
 
     def __post_init__(self) -> None:
         if self.capacity < 4 or self.concurrency < 1 or not 0 < self.kv_share <= 4:
@@ -94,6 +100,11 @@ class BenchSearchConfig:
         bad = set(self.methods.split(",")) - set(METHODS) if self.methods else set()
         if bad:
             raise ValueError(f"methods: unknown {sorted(bad)}; known {list(METHODS)}")
+        check_benchmark(self.benchmark)
+        if self.data and not self.benchmark:
+            raise ValueError("data: names a benchmark file; give --benchmark too")
+        if self.max_tokens < 0:
+            raise ValueError(f"max_tokens: must be >= 0 (0: the default), got {self.max_tokens}")
 
     @property
     def n_problems(self) -> int:
@@ -105,6 +116,8 @@ class BenchSearchConfig:
                             kv_ratio=self.kv_ratio, temperature=self.temperature, seed=self.seed,
                             floor_refill=self.floor_refill, rank=self.rank, roots=self.roots,
                             stop_when_decided=self.stop_when_decided)
+        if self.max_tokens:
+            base = replace(base, max_tokens=self.max_tokens)
         return replace(base, **kw)
 
 
@@ -168,12 +181,14 @@ def hard_only(cfg: BenchSearchConfig) -> dict[str, tuple[str, SearchConfig]]:
     return v
 
 
-def blocks_needed(problems, tokenizer, capacity: int, block_size: int) -> int:
+def blocks_needed(problems, tokenizer, capacity: int, block_size: int, max_tokens: int = 0) -> int:
     """KV blocks C full-length traces of the longest problem need: the prompt's full blocks once (a
-    run's traces share one prefill, ``Engine.add_samples``), the rest per trace."""
+    run's traces share one prefill, ``Engine.add_samples``), the rest per trace. A task problem's
+    trace is as long as its solution; a benchmark question's (no solution here) ``max_tokens``."""
     def need(p) -> int:
         n = len(tokenizer.encode(p.prompt))
-        return shared_prompt_blocks(n, n + len(tokenizer.encode(p.solution)) + 8, capacity, block_size)
+        out = len(tokenizer.encode(p.solution)) + 8 if hasattr(p, "solution") else max_tokens
+        return shared_prompt_blocks(n, n + out, capacity, block_size)
 
     return max(need(p) for p in problems)
 
@@ -181,7 +196,8 @@ def blocks_needed(problems, tokenizer, capacity: int, block_size: int) -> int:
 def chunk_engine(model, tok, problems, cfg: BenchSearchConfig) -> tuple[Engine, int]:
     """The bench's engine for ``cfg.concurrency`` runs of these problems at once, and its KV blocks
     per run: ``kv_share`` of what C full traces need, evicting under pressure (as on a full GPU)."""
-    per_run = max(4, int(cfg.kv_share * blocks_needed(problems, tok, cfg.capacity, 16)))
+    per_run = max(4, int(cfg.kv_share * blocks_needed(problems, tok, cfg.capacity, 16,
+                                                        cfg.search().max_tokens)))
     w = model.model.embed_tokens.weight  # the engine runs where the caller loaded the model
     engine = Engine(model, tok, EngineConfig(preemption="evict", num_blocks=per_run * cfg.concurrency,
                                              seed=cfg.seed, device=str(w.device),
@@ -274,14 +290,17 @@ def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
     main_vs, extra_vs = variants(cfg), hard_only(cfg)
     out: dict = {"config": asdict(cfg), "by_difficulty": {},
                  "scorers": {"main": cfg.scorer, "mlp": mlp.kind, "sequence": seq.kind}}
-    n = cfg.n_problems
-    total = n * len(main_vs) * 2 + n * len(extra_vs)
     t_start = time.perf_counter()
+    sets = problem_sets(cfg)
+    total = sum(len(ps) * (len(main_vs) + (len(extra_vs) if headline(diff) else 0))
+                for diff, (_, ps) in sets.items())
     with tqdm(total=total, desc="bench search", mininterval=5) as bar:
-        for diff, (lo, hi) in DIFFICULTIES.items():
-            if diff not in cfg.difficulties.split(","):
-                continue
-            problems = generate("test", n, cfg.seed + 1, TaskConfig(lo, hi))
+        for diff, (ops, problems) in sets.items():
+            ops = list(ops) if ops else None  # None: a benchmark's questions
+            if cfg.benchmark:  # one answer rule for the whole set: the benchmark's
+                rule = answer_kind(problems[0].item)
+                main_vs = {k: (kind, replace(sc, answer_rule=rule)) for k, (kind, sc) in main_vs.items()}
+                extra_vs = {k: (kind, replace(sc, answer_rule=rule)) for k, (kind, sc) in extra_vs.items()}
             engine, per_run = chunk_engine(model, tok, problems, cfg)
             if cfg.pr_drafter:  # "pr" drafts with this drafter (the shipped one fits only its target)
                 from gambit.speculative import load_drafter
@@ -294,26 +313,41 @@ def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
                        "sequence": SearchDriver(engine, seq)}
             records: dict = {}
 
-            def checkpoint(diff=diff, lo=lo, hi=hi, per_run=per_run, records=records) -> None:
+            def checkpoint(diff=diff, ops=ops, per_run=per_run, records=records) -> None:
                 """Partial results after every chunk (a long run that is stopped keeps them)."""
-                out["by_difficulty"][diff] = {"ops": [lo, hi], "kv_blocks_per_run": per_run, "partial": True,
+                out["by_difficulty"][diff] = {"ops": ops, "kv_blocks_per_run": per_run, "partial": True,
                                               "methods": {k: summarise(v) for k, v in records.items()}}
                 if json_path:
                     Path(json_path).parent.mkdir(parents=True, exist_ok=True)
                     Path(json_path + ".partial").write_text(json.dumps(out, indent=1))
 
             run_variants(drivers, list(main_vs), main_vs, problems, cfg, bar, records, checkpoint)
-            if diff == "hard" and extra_vs:
+            if headline(diff) and extra_vs:
                 run_variants(drivers, list(extra_vs), extra_vs, problems, cfg, bar, records, checkpoint)
-            out["by_difficulty"][diff] = {"ops": [lo, hi], "kv_blocks_per_run": per_run,
+            out["by_difficulty"][diff] = {"ops": ops, "kv_blocks_per_run": per_run,
                                           "methods": {k: summarise(v) for k, v in records.items()}}
     out["seconds"] = time.perf_counter() - t_start
     return _report(out, cfg, json_path, check_targets, format_tables, plot_all)
 
 
+def problem_sets(cfg: BenchSearchConfig) -> dict[str, tuple[tuple[int, int] | None, list]]:
+    """name -> (operations range or None, problems): the task's difficulties, or one benchmark's questions
+    (a seeded pick of ``n_problems``) in the model's prompt format."""
+    if cfg.benchmark:
+        from gambit.serving.prompt_format import problem_formatter
+        from gambit.tasks.graded import GradedProblem, gold_key, load_graded, pick
+
+        fmt = problem_formatter(cfg.model)
+        items = pick(load_graded(cfg.benchmark, cfg.data), cfg.n_problems, cfg.seed + 1)
+        return {cfg.benchmark: (None, [GradedProblem(it, fmt(it.prompt), gold_key(it)) for it in items])}
+    return {diff: ((lo, hi), generate("test", cfg.n_problems, cfg.seed + 1, TaskConfig(lo, hi)))
+            for diff, (lo, hi) in DIFFICULTIES.items() if diff in cfg.difficulties.split(",")}
+
+
 def _report(out, cfg, json_path, check_targets, format_tables, plot_all) -> dict:
-    headline = out["by_difficulty"].get("hard") or next(iter(out["by_difficulty"].values()))
-    out["methods"] = {k: v for k, v in headline["methods"].items()
+    head = next((d for k, d in out["by_difficulty"].items() if headline(k)), None) \
+        or next(iter(out["by_difficulty"].values()))
+    out["methods"] = {k: v for k, v in head["methods"].items()
                       if k in ("sc", "step", "deepconf", "gambit", "gambit_pr")}
     out["targets"] = check_targets(out)
     print(format_tables(out))

@@ -38,22 +38,40 @@ HEAD = ("| method | accuracy | majority | weighted | tokens/problem | latency s 
         "evicted | overhead |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
 
+def headline(diff: str) -> bool:
+    """The set the main figures, the sweep and ``methods`` come from: the task's hard end ("hard"), or a
+    benchmark's questions (any name but the task's "all")."""
+    return diff != "all"
+
+
+def _headline(out: dict) -> dict:
+    """The set the hard-end tables and figures read: the task's hard end, or a benchmark's questions."""
+    return next((d for k, d in out["by_difficulty"].items() if headline(k)), {})
+
+
+def _headline_label(out: dict) -> str:
+    """How the titles name that set: "hard: 6-8 ops", or the benchmark's name."""
+    name = next((k for k in out["by_difficulty"] if headline(k)), "hard")
+    ops = (out["by_difficulty"].get(name) or {}).get("ops")
+    return f"{name}: {ops[0]}-{ops[1]} ops" if ops else name
+
+
 def format_tables(out: dict) -> str:
     lines = []
     for diff, d in out["by_difficulty"].items():
         ms = d["methods"]
-        lo, hi = d["ops"]
+        what = f"{d['ops'][0]}-{d['ops'][1]} operations" if d.get("ops") else "benchmark questions"
         if not all(k in ms for k in ("sc", "step", "gambit")):
             continue
-        lines += [f"\nTable 1 — {diff} ({lo}-{hi} operations, {ms['sc']['problems']} problems, "
+        lines += [f"\nTable 1 — {diff} ({what}, {ms['sc']['problems']} problems, "
                   f"C={out['config']['capacity']}, {d['kv_blocks_per_run']} KV blocks per run)", HEAD]
         lines += [_row(k, ms[k]) for k in MAIN if k in ms]
         lines += [f"\nTable 2 — scorers: process + confidence (default) vs MLP and sequence on final "
                   f"labels ({diff})", HEAD]
         lines += [_row(k, ms[k]) for k in TABLE2 if k in ms]
-    hard = (out["by_difficulty"].get("hard") or {}).get("methods", {})
+    hard = _headline(out).get("methods", {})
     cols = [m for m in ("gambit", "step", "sc") if m in hard]
-    lines += ["\nTable 3 — wall-time split (hard), share of wall time",
+    lines += [f"\nTable 3 — wall-time split ({_headline_label(out)}), share of wall time",
               "| part | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
     names = {"forward": "model forward + sampling", "guidance": "guidance sync (scorer)",
              "tree": "tree management (rounds, fork/abort, store)",
@@ -64,7 +82,7 @@ def format_tables(out: dict) -> str:
                                                   for m in cols) + " |")
     extra = [k for k in hard if k not in MAIN and k not in TABLE2]
     if extra:
-        lines += ["\nFigure 5 / Figure 10 points (hard)", HEAD]
+        lines += [f"\nFigure 5 / Figure 10 points ({_headline_label(out)})", HEAD]
         lines += [_row(k, hard[k]) for k in extra]
     lines += ["\nTargets"] + [f"* {t['target']}: {'MET' if t['met'] else 'not met'} — {t['detail']}"
                               for t in out["targets"]]
@@ -112,7 +130,7 @@ def check_targets(out: dict) -> list[dict]:
                     "detail": f"{100 * g['accuracy']:.1f}% vs {100 * sc['accuracy']:.1f}%, tokens "
                               f"{g['tokens'] / sc['tokens']:.2f}x of SC"})
         half = [k for k in m if k.startswith("gambit@")]
-        if half and diff == "hard":
+        if half and headline(diff):
             k = max(half, key=lambda x: int(x.split("@")[1]))
             res.append({"target": f"[{diff}] frontier: {k} accuracy >= SC@C",
                         "met": m[k]["accuracy"] >= sc["accuracy"],
@@ -163,7 +181,7 @@ def plot_all(out: dict, folder: str) -> list[str]:
 
     folder_p = Path(folder)
     folder_p.mkdir(parents=True, exist_ok=True)
-    hard = (out["by_difficulty"].get("hard") or {}).get("methods", {})
+    hard = _headline(out).get("methods", {})
     if not all(k in hard for k in ("sc", "gambit")):
         return []
     C = out["config"]["capacity"]
@@ -186,7 +204,7 @@ def plot_all(out: dict, folder: str) -> list[str]:
             ax.plot(hard[k]["tokens"], 100 * hard[k]["accuracy"], "s", color=colours[k], label=k)
     ax.set_xlabel("generated tokens per problem")
     ax.set_ylabel("accuracy (%)")
-    ax.set_title("Figure 5 — accuracy vs tokens (hard: 6-8 ops)", fontsize=10)
+    ax.set_title(f"Figure 5 — accuracy vs tokens ({_headline_label(out)})", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     files.append(str(folder_p / "fig5_frontier.png"))
@@ -230,7 +248,7 @@ def plot_all(out: dict, folder: str) -> list[str]:
         a.set_xlabel(label)
         a.set_ylabel("accuracy (%)")
         a.legend(fontsize=7)
-    fig.suptitle("Figure 10 — Gambit sensitivity (hard)", fontsize=10)
+    fig.suptitle(f"Figure 10 — Gambit sensitivity ({_headline_label(out)})", fontsize=10)
     fig.tight_layout()
     files.append(str(folder_p / "fig10_sensitivity.png"))
     fig.savefig(files[-1], dpi=110)
