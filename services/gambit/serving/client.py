@@ -115,8 +115,10 @@ def _call(cfg: ConnectConfig, body) -> int:
     return 0
 
 
-def solve(problem: str, cfg: ClientConfig, out=sys.stdout) -> int:
-    """Print each streamed event; returns 0 when the run ends with a result."""
+def solve(problem: str, cfg: ClientConfig, out=None) -> int:
+    """Print each streamed event; returns 0 when the run ends with a result. ``out``: where (None: the
+    ``sys.stdout`` of the call, not of the import, so a redirected stdout gets it)."""
+    out = out or sys.stdout
 
     def body(pb2, stub) -> None:
         for ev in stub.Solve(solve_request(pb2, problem, cfg), metadata=metadata(cfg)):
@@ -132,8 +134,9 @@ def solve(problem: str, cfg: ClientConfig, out=sys.stdout) -> int:
     return _call(cfg, body)
 
 
-def get_run(run_id: str, cfg: ConnectConfig, out=sys.stdout) -> int:
+def get_run(run_id: str, cfg: ConnectConfig, out=None) -> int:
     """``GetRun``: a run's status, its request, last round and result, from its record in Redis."""
+    out = out or sys.stdout
 
     def body(pb2, stub) -> None:
         info = stub.GetRun(pb2.GetRunRequest(run_id=run_id), metadata=metadata(cfg),
@@ -150,8 +153,9 @@ def get_run(run_id: str, cfg: ConnectConfig, out=sys.stdout) -> int:
     return _call(cfg, body)
 
 
-def cancel_run(run_id: str, cfg: ConnectConfig, out=sys.stdout) -> int:
+def cancel_run(run_id: str, cfg: ConnectConfig, out=None) -> int:
     """``CancelRun``: stop a run in flight and free its KV (its Solve stream ends "cancelled")."""
+    out = out or sys.stdout
 
     def body(pb2, stub) -> None:
         r = stub.CancelRun(pb2.CancelRunRequest(run_id=run_id), metadata=metadata(cfg),
