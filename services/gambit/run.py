@@ -112,6 +112,8 @@ def run(cfg: RunConfig) -> dict:
                         batch_invariant=cfg.batch_invariant,
                         spec=SpecConfig(max_batch=cfg.spec_max_batch, drafters=parse_drafters(cfg.drafters)))
     engine = Engine.from_pretrained(cfg.model, ecfg)
+    for p in problems:  # a question this model cannot read is said before any search starts
+        engine.tokenizer.encode_checked(p.prompt, getattr(getattr(p, "item", None), "id", "problem"))
     scorer = load_scorer_spec(cfg.scorer, engine.model.config.hidden_size) \
         if cfg.method in ("gambit", "step") else None
     store = MemoryStore()

@@ -138,3 +138,14 @@ def test_a_bad_benchmark_is_refused_before_the_model_loads(tmp_path):
         RunConfig(data="x.jsonl")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         run(RunConfig(model=str(tmp_path / "no-model"), benchmark="gsm8k", data=str(tmp_path / "no.jsonl")))
+
+
+def test_a_question_the_model_cannot_read_is_named_before_any_search(tmp_path, capsys):
+    from gambit.run import RunConfig, run
+
+    rows = [{"question": "Compute 2+3.", "answer": "#### 5"}, {"question": "It’s 2+3?", "answer": "#### 5"}]
+    data = tmp_path / "g.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ValueError, match="gsm8k/1: characters the model's vocabulary cannot represent"):
+        run(RunConfig(benchmark="gsm8k", data=str(data), problems=2, samples=2, save="", png=""))
+    assert "=== problem" not in capsys.readouterr().out
