@@ -292,6 +292,9 @@ def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
                  "scorers": {"main": cfg.scorer, "mlp": mlp.kind, "sequence": seq.kind}}
     t_start = time.perf_counter()
     sets = problem_sets(cfg)
+    for _, ps in sets.values():  # a question this model cannot read is said before any method runs
+        for p in ps:
+            tok.encode_checked(p.prompt, getattr(getattr(p, "item", None), "id", "problem"))
     total = sum(len(ps) * (len(main_vs) + (len(extra_vs) if headline(diff) else 0))
                 for diff, (_, ps) in sets.items())
     with tqdm(total=total, desc="bench search", mininterval=5) as bar:
