@@ -100,15 +100,16 @@ def _print_result(r, out) -> None:
         print("\n".join("  " + line for line in r.solution.rstrip().splitlines()), file=out)
 
 
-def _call(cfg: ConnectConfig, body) -> int:
-    """Run ``body(pb2, stub)`` on a channel to ``cfg.address``; a gRPC error is printed (code and
-    details) and gives exit code 1."""
+def _call(cfg: ConnectConfig, body, out) -> int:
+    """Run ``body(pb2, stub, out)`` on a channel to ``cfg.address``; a gRPC error is printed (code and
+    details) and gives exit code 1. ``out``: where body prints (None: the ``sys.stdout`` of the call, not
+    of the import, so a redirected stdout gets it)."""
     import grpc
 
     pb2, g = load("reasoning")
     with open_channel(cfg.address, cfg.tls_ca) as ch:
         try:
-            body(pb2, g.ReasoningServiceStub(ch))
+            body(pb2, g.ReasoningServiceStub(ch), out or sys.stdout)
         except grpc.RpcError as e:
             print(f"error: {e.code().name}: {e.details()}", file=sys.stderr)
             return 1
@@ -116,11 +117,9 @@ def _call(cfg: ConnectConfig, body) -> int:
 
 
 def solve(problem: str, cfg: ClientConfig, out=None) -> int:
-    """Print each streamed event; returns 0 when the run ends with a result. ``out``: where (None: the
-    ``sys.stdout`` of the call, not of the import, so a redirected stdout gets it)."""
-    out = out or sys.stdout
+    """Print each streamed event; returns 0 when the run ends with a result."""
 
-    def body(pb2, stub) -> None:
+    def body(pb2, stub, out) -> None:
         for ev in stub.Solve(solve_request(pb2, problem, cfg), metadata=metadata(cfg)):
             kind = ev.WhichOneof("event")
             if kind == "started":
@@ -131,14 +130,13 @@ def solve(problem: str, cfg: ClientConfig, out=None) -> int:
             else:
                 _print_result(ev.result, out)
 
-    return _call(cfg, body)
+    return _call(cfg, body, out)
 
 
 def get_run(run_id: str, cfg: ConnectConfig, out=None) -> int:
     """``GetRun``: a run's status, its request, last round and result, from its record in Redis."""
-    out = out or sys.stdout
 
-    def body(pb2, stub) -> None:
+    def body(pb2, stub, out) -> None:
         info = stub.GetRun(pb2.GetRunRequest(run_id=run_id), metadata=metadata(cfg),
                            timeout=cfg.rpc_timeout_s)
         req = info.request
@@ -150,17 +148,16 @@ def get_run(run_id: str, cfg: ConnectConfig, out=None) -> int:
         if info.HasField("result"):
             _print_result(info.result, out)
 
-    return _call(cfg, body)
+    return _call(cfg, body, out)
 
 
 def cancel_run(run_id: str, cfg: ConnectConfig, out=None) -> int:
     """``CancelRun``: stop a run in flight and free its KV (its Solve stream ends "cancelled")."""
-    out = out or sys.stdout
 
-    def body(pb2, stub) -> None:
+    def body(pb2, stub, out) -> None:
         r = stub.CancelRun(pb2.CancelRunRequest(run_id=run_id), metadata=metadata(cfg),
                            timeout=cfg.rpc_timeout_s)
         what = "cancelled" if r.cancelled else "not in flight"
         print(f"run {r.run_id}: {what} (status {r.status or '-'})", file=out)
 
-    return _call(cfg, body)
+    return _call(cfg, body, out)
