@@ -18,7 +18,7 @@ from gambit.search.lineage import lineage_png, lineage_text
 from gambit.search.live import LiveView
 from gambit.search.store import MemoryStore
 from gambit.tasks.arithmetic import TaskConfig, generate
-from gambit.tasks.graded import GradedProblem, answer_kind, check_benchmark, gold_key, load_graded, pick
+from gambit.tasks.graded import GradedProblem, answer_kind, check_benchmark, check_readable, graded_problems
 
 
 @dataclass
@@ -57,9 +57,7 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.problems < 1 or self.samples < 1:
             raise ValueError("problems and samples must be >= 1")
-        check_benchmark(self.benchmark)
-        if self.data and not self.benchmark:
-            raise ValueError("data: names a benchmark file; give --benchmark too")
+        check_benchmark(self.benchmark, self.data)
         if self.kv_blocks < 1:
             raise ValueError("kv_blocks must be >= 1")
         if self.spec_max_batch < 0:
@@ -92,11 +90,7 @@ def problems_of(cfg: RunConfig) -> list:
     """The task's held-out problems, or the benchmark's questions in the model's prompt format."""
     if not cfg.benchmark:
         return generate("test", cfg.problems, cfg.seed, TaskConfig(cfg.min_ops, cfg.max_ops))
-    from gambit.serving.prompt_format import problem_formatter
-
-    fmt = problem_formatter(cfg.model)
-    return [GradedProblem(it, fmt(it.prompt), gold_key(it))
-            for it in pick(load_graded(cfg.benchmark, cfg.data), cfg.problems, cfg.seed)]
+    return graded_problems(cfg.benchmark, cfg.data, cfg.model, cfg.problems, cfg.seed)
 
 
 def _short(text: str, n: int = 160) -> str:
@@ -112,8 +106,7 @@ def run(cfg: RunConfig) -> dict:
                         batch_invariant=cfg.batch_invariant,
                         spec=SpecConfig(max_batch=cfg.spec_max_batch, drafters=parse_drafters(cfg.drafters)))
     engine = Engine.from_pretrained(cfg.model, ecfg)
-    for p in problems:  # a question this model cannot read is said before any search starts
-        engine.tokenizer.encode_checked(p.prompt, getattr(getattr(p, "item", None), "id", "problem"))
+    check_readable(problems, engine.tokenizer)  # before any search starts
     scorer = load_scorer_spec(cfg.scorer, engine.model.config.hidden_size) \
         if cfg.method in ("gambit", "step") else None
     store = MemoryStore()

@@ -24,7 +24,7 @@ from gambit.search.vote import majority_vote
 from gambit.tasks.answers import extract_boxed, parse_int
 from gambit.tasks.arithmetic import TaskConfig, generate
 from gambit.tasks.benchmarks import check_answer
-from gambit.tasks.graded import answer_key, answer_kind, check_benchmark, gold_key, load_graded, pick
+from gambit.tasks.graded import answer_key, answer_kind, check_benchmark, gold_key, graded_problems
 
 DEFAULT_PROBLEMS = 240
 
@@ -48,9 +48,7 @@ class EvalConfig:
     def __post_init__(self) -> None:
         if self.samples < 1 or self.n_problems < 1:
             raise ValueError("samples and n_problems must be >= 1")
-        check_benchmark(self.benchmark)
-        if self.data and not self.benchmark:
-            raise ValueError("data: names a benchmark file; give --benchmark too")
+        check_benchmark(self.benchmark, self.data)
 
 
 def normalise(text: str) -> str | None:
@@ -93,13 +91,10 @@ def _sample(cfg: EvalConfig, engine: Engine, prompts: list[str], desc: str,
 
 
 def _run_benchmark(cfg: EvalConfig, engine: Engine, quiet: bool) -> dict:
-    from gambit.serving.prompt_format import problem_formatter
-
-    items = pick(load_graded(cfg.benchmark, cfg.data), cfg.n_problems, cfg.seed)
-    fmt = problem_formatter(cfg.model)
-    outputs, seconds = _sample(cfg, engine, [fmt(it.prompt) for it in items], cfg.benchmark, quiet)
+    problems = graded_problems(cfg.benchmark, cfg.data, cfg.model, cfg.n_problems, cfg.seed)
+    outputs, seconds = _sample(cfg, engine, [p.prompt for p in problems], cfg.benchmark, quiet)
     rows = []
-    for i, it in enumerate(items):
+    for i, it in enumerate(p.item for p in problems):
         outs = outputs[i * cfg.samples:(i + 1) * cfg.samples]
         texts = [engine.tokenizer.decode(o) for o in outs]
         kind = answer_kind(it)

@@ -37,7 +37,7 @@ from gambit.search.config import SearchConfig
 from gambit.search.driver import SearchDriver
 from gambit.search.run_state import TIMING_KEYS
 from gambit.tasks.arithmetic import TaskConfig, generate
-from gambit.tasks.graded import answer_kind, check_benchmark
+from gambit.tasks.graded import answer_kind, check_benchmark, check_readable, graded_problems
 
 DIFFICULTIES = {"all": (2, 8), "hard": (6, 8)}
 
@@ -100,9 +100,7 @@ class BenchSearchConfig:
         bad = set(self.methods.split(",")) - set(METHODS) if self.methods else set()
         if bad:
             raise ValueError(f"methods: unknown {sorted(bad)}; known {list(METHODS)}")
-        check_benchmark(self.benchmark)
-        if self.data and not self.benchmark:
-            raise ValueError("data: names a benchmark file; give --benchmark too")
+        check_benchmark(self.benchmark, self.data)
         if self.max_tokens < 0:
             raise ValueError(f"max_tokens: must be >= 0 (0: the default), got {self.max_tokens}")
 
@@ -292,9 +290,8 @@ def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
                  "scorers": {"main": cfg.scorer, "mlp": mlp.kind, "sequence": seq.kind}}
     t_start = time.perf_counter()
     sets = problem_sets(cfg)
-    for _, ps in sets.values():  # a question this model cannot read is said before any method runs
-        for p in ps:
-            tok.encode_checked(p.prompt, getattr(getattr(p, "item", None), "id", "problem"))
+    for _, ps in sets.values():  # before any method runs
+        check_readable(ps, tok)
     total = sum(len(ps) * (len(main_vs) + (len(extra_vs) if headline(diff) else 0))
                 for diff, (_, ps) in sets.items())
     with tqdm(total=total, desc="bench search", mininterval=5) as bar:
@@ -337,12 +334,8 @@ def problem_sets(cfg: BenchSearchConfig) -> dict[str, tuple[tuple[int, int] | No
     """name -> (operations range or None, problems): the task's difficulties, or one benchmark's questions
     (a seeded pick of ``n_problems``) in the model's prompt format."""
     if cfg.benchmark:
-        from gambit.serving.prompt_format import problem_formatter
-        from gambit.tasks.graded import GradedProblem, gold_key, load_graded, pick
-
-        fmt = problem_formatter(cfg.model)
-        items = pick(load_graded(cfg.benchmark, cfg.data), cfg.n_problems, cfg.seed + 1)
-        return {cfg.benchmark: (None, [GradedProblem(it, fmt(it.prompt), gold_key(it)) for it in items])}
+        return {cfg.benchmark: (None, graded_problems(cfg.benchmark, cfg.data, cfg.model, cfg.n_problems,
+                                                      cfg.seed + 1))}
     return {diff: ((lo, hi), generate("test", cfg.n_problems, cfg.seed + 1, TaskConfig(lo, hi)))
             for diff, (lo, hi) in DIFFICULTIES.items() if diff in cfg.difficulties.split(",")}
 

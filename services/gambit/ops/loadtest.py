@@ -41,9 +41,7 @@ class LoadTestConfig:
             raise ValueError(f"max_tokens_scale must be > 0, got {self.max_tokens_scale}")
         from gambit.tasks.graded import check_benchmark
 
-        check_benchmark(self.benchmark)
-        if self.data and not self.benchmark:
-            raise ValueError("data: names a benchmark file; give --benchmark too")
+        check_benchmark(self.benchmark, self.data)
         problem_pool(((2, 3),), 0, self.benchmark, self.data)  # a missing file is said before Ray starts
 
 

@@ -29,7 +29,6 @@ from gambit.tasks.benchmarks import (
     BenchmarkItem,
     _boxed_int,
     _gsm8k_fallback,
-    check_answer,
     extract_choice,
     load_benchmark,
     normalize_latex,
@@ -50,10 +49,13 @@ def datasets_dir() -> Path:
     return Path(os.environ.get("GAMBIT_DATASETS") or REPO.parent / "shared" / "datasets")
 
 
-def check_benchmark(name: str) -> None:
+def check_benchmark(name: str, data: str = "") -> None:
+    """A config's ``benchmark`` / ``data`` pair: a known name, and a file only with a name."""
     if name and name not in GRADED:
         raise ValueError(f"benchmark: unknown {name!r}; graded ones: {', '.join(GRADED)} "
                          "('' = the arithmetic task)")
+    if data and not name:
+        raise ValueError("data: names a benchmark file; give --benchmark too")
 
 
 def load_graded(name: str, path: str = "") -> list[BenchmarkItem]:
@@ -117,5 +119,18 @@ class GradedProblem:
     prompt: str
     answer: str
 
-    def correct(self, completion: str) -> bool:
-        return check_answer(self.item, completion)
+
+def graded_problems(name: str, data: str, model: str, n: int, seed: int) -> list[GradedProblem]:
+    """``n`` of benchmark ``name``'s questions (``pick``), each in ``model``'s prompt format (a chat
+    model's template asking for a boxed answer, as the served Target formats a problem)."""
+    from gambit.serving.prompt_format import problem_formatter
+
+    fmt = problem_formatter(model)
+    return [GradedProblem(it, fmt(it.prompt), gold_key(it)) for it in pick(load_graded(name, data), n, seed)]
+
+
+def check_readable(problems, tokenizer) -> None:
+    """Every prompt encodes in the model's vocabulary (a benchmark question may not, on a character
+    model): said before any work starts, naming the question."""
+    for p in problems:
+        tokenizer.encode_checked(p.prompt, p.item.id if isinstance(p, GradedProblem) else "problem")
