@@ -73,12 +73,10 @@ def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "l
             scorer = LocalScorer(load_scorer_spec(cfg.scorer, hidden, note=log.warning), metrics)
         return engine, scorer
 
-    from gambit.model.registry import resolve_model
-
     engine, scorer = on_fresh_thread(build)
     return TargetService(engine, scorer, open_tree_view(cfg.tree, cfg.prefix), metrics, replica,
                          store=open_trace_store(cfg.tree, cfg.prefix), async_records=cfg.tree != "memory",
-                         format_problem=problem_formatter(resolve_model(cfg.model or str(TARGET))))
+                         format_problem=problem_formatter(cfg.model or str(TARGET)))
 
 
 class Embedded:
