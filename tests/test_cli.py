@@ -173,3 +173,51 @@ def test_models_list_names_what_model_takes(tmp_path, monkeypatch, capsys):
     line = next(ln for ln in out.splitlines() if ln.startswith("smollm2 "))
     assert "not fetched" in line and str(tmp_path / "models" / "smollm2") in line
     assert "gambit models fetch smollm2" in line
+
+
+def _answer_line(out: str) -> str:
+    """The run's verdict without its wall time: answer, votes, grade and token count."""
+    line = out.split(">>> answer ")[1].split("\n")[0]
+    return re.sub(r", [0-9.]+ s,", ",", line)
+
+
+def test_run_solves_a_question_of_your_own(tmp_path, capsys, monkeypatch):
+    """``gambit run --question TEXT --gold G``: the text is put to the model as the served Target puts a
+    problem (here the task's format), so a held-out problem asked as a question gives the same traces,
+    vote and grade as the job that drew it; without --gold it is not graded; "-" reads stdin."""
+    from gambit.tasks.arithmetic import TaskConfig, generate
+
+    p = generate("test", 1, 0, TaskConfig(4, 4))[0]
+    base = ["run", "--samples", "4", "--swap", "1", "--png", "", "--save", str(tmp_path / "s.json")]
+    assert main(base + ["--problems", "1", "--min-ops", "4", "--max-ops", "4"]) == 0
+    held = capsys.readouterr().out
+    assert main(base + ["--question", f"Compute {p.expr}.", "--gold", str(p.answer)]) == 0
+    own = capsys.readouterr().out
+    assert "=== your question: 'Compute" in own
+    assert _answer_line(own) == _answer_line(held) and f"correct {p.answer}:" in _answer_line(own)
+    monkeypatch.setattr(sys, "stdin", __import__("io").StringIO(f"Compute {p.expr}.\n"))
+    assert main(base + ["--question", "-"]) == 0
+    ungraded = capsys.readouterr().out
+    assert "not graded (--gold)" in ungraded and "gambit: " in ungraded and "solved" not in ungraded
+    assert _answer_line(ungraded).split(";")[:2] == _answer_line(held).split(";")[:2]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--gold", "3"], "gold and answer_rule grade a --question"),
+    (["--question", "Compute 2+2.", "--benchmark", "gsm8k"], "replaces --benchmark"),
+    (["--question", "Compute 2+2.", "--answer-rule", "roman"], "answer_rule: unknown 'roman'"),
+    (["--question", "  "], "question is empty"),
+    (["--question", "Compute 2+2.", "--gold", "four", "--answer-rule", "integer"],
+     "gold: 'four' is no answer under the 'integer' rule"),
+])
+def test_run_question_flags_are_checked_before_anything_loads(args, message):
+    with pytest.raises(SystemExit, match=message):
+        main(["run", *args])
+
+
+def test_a_question_is_graded_by_its_answer_rule():
+    from gambit.run import RunConfig, problems_of
+
+    q = problems_of(RunConfig(question="Pick one.", gold="\\$18", answer_rule="gsm8k"))[0]
+    assert q.answer == "18" and q.prompt == "Pick one.\nSolution:\n"
+    assert problems_of(RunConfig(question="Pick one.", gold="(B)", answer_rule="choice"))[0].answer == "B"

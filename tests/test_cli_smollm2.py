@@ -43,3 +43,14 @@ def test_run_on_smollm2_drafts_with_the_drafters_mapped_to_it(smollm2_folder, sm
     assert "speculative (pr): tau " in out and "gambit solved" in out
     with pytest.raises(SystemExit, match="drafters: 'pr' must be NAME=FOLDER"):
         main([*args, "--decoding", "pr", "--drafters", "pr"])
+
+
+def test_a_question_to_a_chat_model_gets_its_template(smollm2_folder):
+    """``gambit run --model smollm2 --question …``: one user turn asking for a boxed answer, as the
+    served Target formats ``SolveRequest.problem`` for a chat model."""
+    from gambit.run import RunConfig, problems_of
+    from gambit.serving.prompt_format import BOXED, problem_formatter
+
+    q = problems_of(RunConfig(model="smollm2", question="What is 2+2?", gold="4"))[0]
+    assert q.prompt == problem_formatter("smollm2")("What is 2+2?")
+    assert q.prompt.startswith("<|im_start|>") and f"What is 2+2?\n{BOXED}" in q.prompt and q.answer == "4"

@@ -109,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 "search and Parallel Reconsideration.")
     sub = p.add_subparsers(dest="command", required=True)
 
-    r = sub.add_parser("run", help="the shipped target solves held-out problems: traces and the vote")
+    r = sub.add_parser("run", help="the shipped target (or --model) solves held-out problems, benchmark "
+                       "questions or a --question of yours: traces and the vote")
     add_dataclass_args(r, RunConfig)
     r.set_defaults(func=_cmd_run)
 

@@ -4,6 +4,7 @@ with a live view of the pool, and ends with each answer and its lineage."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, replace
 
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype
@@ -18,7 +19,24 @@ from gambit.search.lineage import lineage_png, lineage_text
 from gambit.search.live import LiveView
 from gambit.search.store import MemoryStore
 from gambit.tasks.arithmetic import TaskConfig, generate
-from gambit.tasks.graded import GradedProblem, answer_kind, check_benchmark, check_readable, graded_problems
+from gambit.tasks.graded import (
+    ANSWER_KINDS,
+    GradedProblem,
+    answer_key,
+    answer_kind,
+    check_benchmark,
+    check_readable,
+    graded_problems,
+)
+
+
+@dataclass
+class Question:
+    """A ``--question``: its text, the model's prompt for it, and its gold key (None: not graded)."""
+
+    text: str
+    prompt: str
+    answer: str | None
 
 
 @dataclass
@@ -53,11 +71,16 @@ class RunConfig:
     batch_invariant: bool | None = None  # a trace's floats its own in any batch (unset: on where it holds)
     benchmark: str = ""  # a graded public benchmark, not the task: gsm8k | aime25 | hmmt24 | hmmt25 | gpqa
     data: str = ""  # the benchmark's JSONL file ("" = ../shared/datasets/, or $GAMBIT_DATASETS)
+    # one problem of your own, put to the model as the served Target puts SolveRequest.problem
+    question: str = ""  # solve this problem text instead of held-out ones ("-" reads stdin)
+    gold: str = ""  # the --question's correct answer, to grade the vote ("" = not graded)
+    answer_rule: str = ""  # how a --question's answers are read: boxed | integer | gsm8k | choice | latex
 
     def __post_init__(self) -> None:
         if self.problems < 1 or self.samples < 1:
             raise ValueError("problems and samples must be >= 1")
         check_benchmark(self.benchmark, self.data)
+        check_question(self)
         if self.kv_blocks < 1:
             raise ValueError("kv_blocks must be >= 1")
         if self.spec_max_batch < 0:
@@ -86,8 +109,37 @@ def tau_line(nodes: dict, trace_tau: dict) -> str:
     return f"tau per trace ({len(got)} drafted, mean {mean:.2f}): {each}"
 
 
+def check_question(cfg: RunConfig) -> None:
+    """``question`` / ``gold`` / ``answer_rule``: a question replaces the problem set, the other two
+    belong to it, and a gold must read as an answer under the rule."""
+    if cfg.question and cfg.benchmark:
+        raise ValueError("question: a problem of your own replaces --benchmark's; give one of them")
+    if (cfg.gold or cfg.answer_rule) and not cfg.question:
+        raise ValueError("gold and answer_rule grade a --question; give the question too "
+                         "(the task and the benchmarks bring their own)")
+    if cfg.answer_rule and cfg.answer_rule not in ANSWER_KINDS:
+        raise ValueError(f"answer_rule: unknown {cfg.answer_rule!r}; one of {', '.join(ANSWER_KINDS)}")
+    if cfg.question == "-":
+        cfg.question = sys.stdin.read()
+    if cfg.question and not cfg.question.strip():
+        raise ValueError("question is empty")
+    if cfg.gold and question_gold(cfg) is None:
+        raise ValueError(f"gold: {cfg.gold!r} is no answer under the {cfg.answer_rule or 'boxed'!r} rule")
+
+
+def question_gold(cfg: RunConfig) -> str | None:
+    """The gold as the rule keys a trace that boxes it (so "18" and "\\$18" grade alike)."""
+    return answer_key(cfg.answer_rule or "boxed", "\\boxed{" + cfg.gold.strip() + "}")
+
+
 def problems_of(cfg: RunConfig) -> list:
-    """The task's held-out problems, or the benchmark's questions in the model's prompt format."""
+    """The task's held-out problems, the benchmark's questions in the model's prompt format, or the
+    user's question in it."""
+    if cfg.question:
+        from gambit.serving.prompt_format import problem_formatter
+
+        gold = question_gold(cfg) if cfg.gold else None
+        return [Question(cfg.question.strip(), problem_formatter(cfg.model)(cfg.question), gold)]
     if not cfg.benchmark:
         return generate("test", cfg.problems, cfg.seed, TaskConfig(cfg.min_ops, cfg.max_ops))
     return graded_problems(cfg.benchmark, cfg.data, cfg.model, cfg.problems, cfg.seed)
@@ -121,6 +173,9 @@ def run(cfg: RunConfig) -> dict:
         if isinstance(p, GradedProblem):
             print(f"\n=== problem {i + 1}/{len(problems)} ({p.item.id}): {_short(p.item.prompt)!r}")
             scfg = replace(scfg, answer_rule=answer_kind(p.item))
+        elif isinstance(p, Question):
+            print(f"\n=== your question: {_short(p.text)!r}")
+            scfg = replace(scfg, answer_rule=cfg.answer_rule or scfg.answer_rule)
         else:
             print(f"\n=== problem {i + 1}/{len(problems)} (test split, {p.n_ops} operations): "
                   f"{p.prompt.strip()!r}")
@@ -130,10 +185,15 @@ def run(cfg: RunConfig) -> dict:
         res = driver.run_until_done([run_id], on_event=view.update)[run_id]
         right += bool(res.correct)
         tokens += res.tokens
+        graded = (f"correct {p.answer}: {'CORRECT' if res.correct else 'WRONG'}" if p.answer is not None
+                  else "not graded (--gold)")
         print(f">>> answer {res.answer} ({res.vote_rule}; majority {res.majority}, weighted {res.weighted}); "
-              f"correct {p.answer}: {'CORRECT' if res.correct else 'WRONG'}  "
+              f"{graded}  "
               f"[{res.tokens} tokens, {res.wall_s:.1f} s, {res.branched} branched, {res.pruned} pruned, "
               f"{res.evicted} evicted]")
+        if res.answer is None:
+            print(f"no trace gave an answer under the {scfg.answer_rule!r} rule "
+                  f"(a trace stops at --max-tokens {cfg.max_tokens})")
         if res.solution:
             print(f"solution (trace #{res.solution_trace}): " + " | ".join(
                 line.strip() for line in res.solution.strip().splitlines() if line.strip()))
@@ -145,7 +205,10 @@ def run(cfg: RunConfig) -> dict:
     if getattr(engine.stats, "spec_drafts", 0):
         print(f"speculative ({cfg.decoding}): tau {engine.stats.tau:.2f} tokens per target forward over "
               f"{engine.stats.spec_drafts} verifications")
-    print(f"\n{cfg.method} solved {right}/{len(problems)} problems ({tokens} tokens generated)")
+    if all(p.answer is None for p in problems):
+        print(f"\n{cfg.method}: {tokens} tokens generated")
+    else:
+        print(f"\n{cfg.method} solved {right}/{len(problems)} problems ({tokens} tokens generated)")
     if cfg.save:
         print(f"tree store saved to {store.save(cfg.save)} — `gambit inspect {last} --store {cfg.save}`")
     if cfg.png and last:
