@@ -57,6 +57,11 @@ def test_gsm8k_reference_solutions_give_the_gold_key():
     ("choice", "\\boxed{B}", "B"),
     ("latex", "\\boxed{\\dfrac{1}{2}}", "\\frac{1}{2}"),
     ("latex", "\\boxed{ }", None),
+    # an echoed instruction's empty box is no vote (SmolLM2 writes "within \\boxed{}" after its answer)
+    ("boxed", "3 + 4 = 7. To put it within \\boxed{}, I add the equation \\boxed{ }.", None),
+    ("boxed", "\\boxed{7}. To put your final answer within \\boxed{}", "7"),
+    ("integer", "\\boxed{18} ... \\boxed{}", "18"),
+    ("choice", "\\boxed{C} then \\boxed{}", "C"),
 ])
 def test_answer_keys(kind, text, key):
     assert answer_key(kind, text) == key

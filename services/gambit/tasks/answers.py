@@ -8,7 +8,9 @@ BOXED = "\\boxed{"
 
 
 def extract_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` in ``text`` with brace matching, or None."""
+    """Content of the last ``\\boxed{...}`` in ``text`` that holds something, with brace matching, or
+    None. An empty box is no answer: a model that echoes the instruction ("put your final answer within
+    \\boxed{}") would otherwise vote for the empty string."""
     start = text.rfind(BOXED)
     while start != -1:
         i = start + len(BOXED)
@@ -21,9 +23,11 @@ def extract_boxed(text: str) -> str | None:
             elif ch == "}":
                 depth -= 1
                 if depth == 0:
-                    return text[i:j].strip()
+                    break
             j += 1
-        # unbalanced: try an earlier occurrence
+        if depth == 0 and text[i:j].strip():
+            return text[i:j].strip()
+        # unbalanced or empty: try an earlier occurrence
         start = text.rfind(BOXED, 0, start)
     return None
 
