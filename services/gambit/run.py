@@ -18,7 +18,7 @@ from gambit.search.driver import SearchDriver
 from gambit.search.lineage import lineage_png, lineage_text
 from gambit.search.live import LiveView
 from gambit.search.store import MemoryStore
-from gambit.tasks.arithmetic import TaskConfig, generate
+from gambit.tasks.arithmetic import TaskConfig
 from gambit.tasks.graded import (
     ANSWER_KINDS,
     GradedProblem,
@@ -27,6 +27,7 @@ from gambit.tasks.graded import (
     check_benchmark,
     check_readable,
     graded_problems,
+    task_problems,
 )
 
 
@@ -141,7 +142,7 @@ def problems_of(cfg: RunConfig) -> list:
         gold = question_gold(cfg) if cfg.gold else None
         return [Question(cfg.question.strip(), problem_formatter(cfg.model)(cfg.question), gold)]
     if not cfg.benchmark:
-        return generate("test", cfg.problems, cfg.seed, TaskConfig(cfg.min_ops, cfg.max_ops))
+        return task_problems(cfg.model, "test", cfg.problems, cfg.seed, TaskConfig(cfg.min_ops, cfg.max_ops))
     return graded_problems(cfg.benchmark, cfg.data, cfg.model, cfg.problems, cfg.seed)
 
 

@@ -154,3 +154,25 @@ def test_a_question_the_model_cannot_read_is_named_before_any_search(tmp_path, c
     with pytest.raises(ValueError, match="gsm8k/1: characters the model's vocabulary cannot represent"):
         run(RunConfig(benchmark="gsm8k", data=str(data), problems=2, samples=2, save="", png=""))
     assert "=== problem" not in capsys.readouterr().out
+
+
+def test_task_problems_are_put_to_a_model_as_the_served_target_puts_them(smollm2_folder):
+    """The shipped target reads the task as generated (the same objects); a chat model gets "Compute X."
+    in its template with the boxed-answer instruction, as ``SolveRequest.problem`` "Compute X." would;
+    answer, operations and solution stay the problem's, and the wrapper copies and pickles."""
+    import copy
+    import pickle
+
+    from gambit.paths import TARGET
+    from gambit.serving.prompt_format import problem_formatter
+    from gambit.tasks.arithmetic import TaskConfig, generate
+    from gambit.tasks.graded import TaskProblem, task_problems
+
+    plain = generate("test", 5, 3, TaskConfig(2, 4))
+    assert task_problems(str(TARGET), "test", 5, 3, TaskConfig(2, 4)) == plain
+    chat = task_problems("smollm2", "test", 5, 3, TaskConfig(2, 4))
+    for p, q in zip(plain, chat, strict=True):
+        assert isinstance(q, TaskProblem)
+        assert q.prompt == problem_formatter("smollm2")(f"Compute {p.expr}.") != p.prompt
+        assert (q.answer, q.n_ops, q.solution, q.expr) == (p.answer, p.n_ops, p.solution, p.expr)
+    assert pickle.loads(pickle.dumps(chat[0])) == chat[0] == copy.deepcopy(chat[0])

@@ -22,9 +22,16 @@ from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.engine.engine import derive_seed
 from gambit.search.vote import majority_vote
 from gambit.tasks.answers import extract_boxed, parse_int
-from gambit.tasks.arithmetic import TaskConfig, generate
+from gambit.tasks.arithmetic import TaskConfig
 from gambit.tasks.benchmarks import check_answer
-from gambit.tasks.graded import answer_key, answer_kind, check_benchmark, gold_key, graded_problems
+from gambit.tasks.graded import (
+    answer_key,
+    answer_kind,
+    check_benchmark,
+    gold_key,
+    graded_problems,
+    task_problems,
+)
 
 DEFAULT_PROBLEMS = 240
 
@@ -61,7 +68,8 @@ def run_eval(cfg: EvalConfig, engine: Engine | None = None, quiet: bool = False)
                                                                       max_num_seqs=cfg.max_num_seqs))
     if cfg.benchmark:
         return _run_benchmark(cfg, engine, quiet)
-    problems = generate(cfg.split, cfg.n_problems, cfg.seed, TaskConfig(cfg.min_ops, cfg.max_ops))
+    problems = task_problems(cfg.model, cfg.split, cfg.n_problems, cfg.seed,
+                             TaskConfig(cfg.min_ops, cfg.max_ops))
     outputs, seconds = _sample(cfg, engine, [p.prompt for p in problems], cfg.split, quiet)
     rows = []
     for i, p in enumerate(problems):

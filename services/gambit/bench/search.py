@@ -36,8 +36,8 @@ from gambit.scoring.spec import load_scorer_spec
 from gambit.search.config import SearchConfig
 from gambit.search.driver import SearchDriver
 from gambit.search.run_state import TIMING_KEYS
-from gambit.tasks.arithmetic import TaskConfig, generate
-from gambit.tasks.graded import answer_kind, check_benchmark, check_readable, graded_problems
+from gambit.tasks.arithmetic import Problem, TaskConfig
+from gambit.tasks.graded import answer_kind, check_benchmark, check_readable, graded_problems, task_problems
 
 DIFFICULTIES = {"all": (2, 8), "hard": (6, 8)}
 
@@ -182,10 +182,11 @@ def hard_only(cfg: BenchSearchConfig) -> dict[str, tuple[str, SearchConfig]]:
 def blocks_needed(problems, tokenizer, capacity: int, block_size: int, max_tokens: int = 0) -> int:
     """KV blocks C full-length traces of the longest problem need: the prompt's full blocks once (a
     run's traces share one prefill, ``Engine.add_samples``), the rest per trace. A task problem's
-    trace is as long as its solution; a benchmark question's (no solution here) ``max_tokens``."""
+    trace, in the format the target learnt, is as long as its solution; a benchmark question's or a
+    chat model's (no solution it learnt) ``max_tokens``."""
     def need(p) -> int:
         n = len(tokenizer.encode(p.prompt))
-        out = len(tokenizer.encode(p.solution)) + 8 if hasattr(p, "solution") else max_tokens
+        out = len(tokenizer.encode(p.solution)) + 8 if isinstance(p, Problem) else max_tokens
         return shared_prompt_blocks(n, n + out, capacity, block_size)
 
     return max(need(p) for p in problems)
@@ -336,7 +337,8 @@ def problem_sets(cfg: BenchSearchConfig) -> dict[str, tuple[tuple[int, int] | No
     if cfg.benchmark:
         return {cfg.benchmark: (None, graded_problems(cfg.benchmark, cfg.data, cfg.model, cfg.n_problems,
                                                       cfg.seed + 1))}
-    return {diff: ((lo, hi), generate("test", cfg.n_problems, cfg.seed + 1, TaskConfig(lo, hi)))
+    return {diff: ((lo, hi), task_problems(cfg.model, "test", cfg.n_problems, cfg.seed + 1,
+                                           TaskConfig(lo, hi)))
             for diff, (lo, hi) in DIFFICULTIES.items() if diff in cfg.difficulties.split(",")}
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from gambit.paths import REPO
 from gambit.tasks.answers import extract_boxed, parse_int
+from gambit.tasks.arithmetic import Problem, TaskConfig, generate
 from gambit.tasks.benchmarks import (
     BenchmarkItem,
     _boxed_int,
@@ -134,3 +135,30 @@ def check_readable(problems, tokenizer) -> None:
     model): said before any work starts, naming the question."""
     for p in problems:
         tokenizer.encode_checked(p.prompt, p.item.id if isinstance(p, GradedProblem) else "problem")
+
+
+@dataclass(frozen=True)
+class TaskProblem:
+    """A task problem in a chat model's prompt format (``task_problems``); the rest is the problem's
+    (``answer``, ``n_ops``, ``solution``, ``expr``)."""
+
+    problem: Problem
+    prompt: str
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name == "problem":  # copy/pickle probe before ``problem`` is set
+            raise AttributeError(name)
+        return getattr(self.problem, name)
+
+
+def task_problems(model: str, split: str, n: int, seed: int, task: TaskConfig) -> list:
+    """The task's problems as ``model`` reads them, as the served Target formats a client's "Compute X.":
+    the shipped target's own format (the problems as generated), or a chat model's template asking for a
+    boxed answer (a chat model given the bare task format writes on past it, with no box to vote on)."""
+    from gambit.serving.prompt_format import TASK_SUFFIX, problem_formatter, task_prompt
+
+    problems = generate(split, n, seed, task)
+    fmt = problem_formatter(model)
+    if fmt is task_prompt:
+        return problems
+    return [TaskProblem(p, fmt(p.prompt.removesuffix(TASK_SUFFIX))) for p in problems]
