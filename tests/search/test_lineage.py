@@ -83,3 +83,17 @@ def test_a_long_prompt_is_shown_by_its_start_and_end():
     got = _clip(long)
     assert len(got) == 60 + 3 + 140 and got.startswith("<|im_start|>system") and " … " in got
     assert got.endswith("What is 12 + 30?<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_a_trace_cut_at_the_token_limit_and_one_without_an_answer_say_so():
+    """A trace the token limit ended is not one that finished by itself, and a finished trace that gave no
+    answer casts no vote: the lineage says both."""
+    from gambit.search.lineage import _label
+
+    node = {"id": 3, "parent": None, "scores": [0.5], "birth_step": 0, "birth_depth": 0, "state": "finished",
+            "end_step": 159, "end_reason": "length", "answer": None, "tokens": [1] * 160}
+    assert _label(node, "7", "7") == ("#3 root; finished at the token limit @step 159; 160 tokens; "
+                                      "score 0.50 (1) no answer")
+    node |= {"end_reason": "eos", "answer": "7", "end_step": 40, "tokens": [1] * 41}
+    assert _label(node, "7", "7") == ("#3 root; finished @step 40; 41 tokens; score 0.50 (1) "
+                                      "answer 7 ✓ (winner)")

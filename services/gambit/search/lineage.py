@@ -33,7 +33,11 @@ def _label(n: dict, win: str | None, gold: str | None) -> str:
     end = n["state"] if n["end_step"] is None else f"{n['state']} @step {n['end_step']}"
     if n.get("end_reason") == "ghost":  # still a ghost when the run ended: not a tournament prune
         end = f"ghost at end @step {n['end_step']}"
+    elif n["state"] == T.FINISHED and n.get("end_reason") == "length":  # not an ending the model chose
+        end = f"finished at the token limit @step {n['end_step']}"
     ans = ""
+    if n["state"] == T.FINISHED and n["answer"] is None:
+        ans = " no answer"
     if n["answer"] is not None:
         ans = f" answer {n['answer']}"
         if gold is not None:
