@@ -21,16 +21,3 @@ def test_kernels_build_where_a_compiler_is():
                "sample_step"):
         assert hasattr(mod, fn), fn
 
-
-def test_first_build_is_announced(tmp_path, monkeypatch, capsys):
-    """A first compile takes ~40 s: it is announced on stderr, a cached build is not."""
-    import torch.utils.cpp_extension as ext
-
-    monkeypatch.setattr(ext, "_get_build_directory", lambda name, verbose: str(tmp_path / name))
-    cpu_attention._announce_build("k1")
-    err = capsys.readouterr().err
-    assert "compiling the CPU kernels once" in err and str(tmp_path / "k1") in err
-    (tmp_path / "k2").mkdir()
-    (tmp_path / "k2" / "k2.so").write_bytes(b"")
-    cpu_attention._announce_build("k2")
-    assert capsys.readouterr().err == ""

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import sys
 import threading
 
 import torch
@@ -811,20 +810,6 @@ _module = None
 _failed = False
 
 
-def _announce_build(name: str) -> None:
-    """Say so on stderr when the kernels are not built yet: the first compile takes ~40 s on 2 cores,
-    and a first ``gambit run`` or ``make run`` would otherwise sit silent that long."""
-    try:
-        from torch.utils.cpp_extension import _get_build_directory
-
-        folder = _get_build_directory(name, verbose=False)
-    except Exception:  # a private helper; without it, say nothing
-        return
-    if not os.path.exists(os.path.join(folder, f"{name}.so")):
-        print(f"gambit: compiling the CPU kernels once (about a minute on 2 cores; cached in {folder})",
-              file=sys.stderr, flush=True)
-
-
 def kernel():
     """The compiled module, or None when it cannot be built here (then callers use PyTorch)."""
     global _module, _failed
@@ -836,8 +821,6 @@ def kernel():
                 _failed = True
                 return None
             try:
-                from torch.utils.cpp_extension import load_inline
-
                 from gambit.engine.cpu_decoder import SOURCE as DECODER_SOURCE  # uses the kernels here
                 from gambit.engine.cpu_filter import SOURCE as FILTER_SOURCE  # uses cpu_rank's
                 from gambit.engine.cpu_gemv import SOURCE as GEMV_SOURCE
@@ -846,6 +829,7 @@ def kernel():
                 from gambit.engine.cpu_rank import SOURCE as RANK_SOURCE  # uses cpu_decoder's
                 from gambit.engine.cpu_sample_step import SOURCE as STEP_SOURCE  # uses the three above
                 from gambit.engine.cpu_sampler import SOURCE as SAMPLER_SOURCE
+                from gambit.engine.kernel_build import load_kernels
                 from gambit.engine.kv_cache import SOURCE as KV_SOURCE
                 from gambit.speculative.cpu_drafter import SOURCE as DRAFTER_SOURCE  # uses both
                 from gambit.speculative.cpu_tree import SOURCE as TREE_SOURCE  # uses the drafter's
@@ -857,20 +841,17 @@ def kernel():
                 digest = hashlib.sha256("".join(sources).encode()).hexdigest()[:12]
                 # named by its source: checkouts of different versions never share (or race on) a build
                 name = f"gambit_cpu_kernels_{digest}"
-                _announce_build(name)
-                _module = load_inline(
-                    name=name, cpp_sources=sources,
-                    functions=["paged_decode", "paged_attention", "dense_attention", "rms_norm", "gemv_t",
-                               "invariant_linear", "invariant_rowdot", "invariant_sigmoid",
-                               "invariant_gru_cell",
-                               "decoder_layers", "drafter_forward", "tree_draft",
-                               "sample_tokens", "argmax_rows", "sample_step", "fused_sampler_exact",
-                               "sample_exp_rows", "topk_rows",
-                               "log_softmax_rows", "sort_desc_rows", "filter_rows",
-                               "kv_copy_slots", "rows_to_slots", "fused_silu_exact", "aten_rms_norm",
-                               "aten_rms_norm_exact"],
-                    extra_cflags=["-O3", "-march=native", "-fopenmp"],
-                    extra_ldflags=["-fopenmp"], verbose=False)
+                _module = load_kernels(
+                    name, sources,
+                    ["paged_decode", "paged_attention", "dense_attention", "rms_norm", "gemv_t",
+                     "invariant_linear", "invariant_rowdot", "invariant_sigmoid", "invariant_gru_cell",
+                     "decoder_layers", "drafter_forward", "tree_draft",
+                     "sample_tokens", "argmax_rows", "sample_step", "fused_sampler_exact",
+                     "sample_exp_rows", "topk_rows",
+                     "log_softmax_rows", "sort_desc_rows", "filter_rows",
+                     "kv_copy_slots", "rows_to_slots", "fused_silu_exact", "aten_rms_norm",
+                     "aten_rms_norm_exact"],
+                    ["-O3", "-march=native", "-fopenmp"], ["-fopenmp"])
             except Exception as e:  # no compiler, no ninja, ...: keep the portable path
                 log.warning("CPU paged-attention kernel unavailable (%s); using the PyTorch path", e)
                 _failed = True
