@@ -249,3 +249,15 @@ def test_direct_endpoint_is_used_while_it_answers_then_the_proxy_takes_over():
     finally:
         client.close()
         proxy.stop()
+
+
+def test_closing_the_core_ends_its_batcher_thread():
+    """The batcher is joined on close: left running as a daemon it could drop the core's last reference
+    (and its scorer's tensors) while the interpreter exits, which aborted `gambit scorer serve` on about
+    half of its SIGINT / SIGTERM stops (tests/serving/test_commands.py)."""
+    core = ScorerCore(random_scorer("mlp", H, seed=1))
+    assert core._thread.is_alive()
+    core.close()
+    assert not core._thread.is_alive()
+    with pytest.raises(RuntimeError, match="shut down"):
+        core.submit(None)

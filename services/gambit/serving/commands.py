@@ -9,6 +9,23 @@ import threading
 from gambit.config_cli import add_dataclass_args, from_args
 
 
+def wait_for_stop() -> int:
+    """Block until SIGINT or SIGTERM; the signal's number. Both handlers are set here, not left to
+    Python's: a process started in the background by a script inherits SIGINT ignored (so Ctrl-C or
+    ``kill -INT`` did nothing), and SIGTERM (Kubernetes, systemd) killed it before its cleanup ran."""
+    stop, got = threading.Event(), []
+
+    def on_signal(signum, _frame) -> None:
+        got.append(signum)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    while not stop.wait(1.0):  # a timed wait: the main thread runs Python handlers between waits
+        pass
+    return got[0]
+
+
 def _cmd_serve(args) -> int:
     from gambit.deployments import local
 
@@ -19,12 +36,8 @@ def _cmd_serve(args) -> int:
     print(f"ready: ReasoningService at 127.0.0.1:{cfg.grpc_port} (metadata application=gambit); "
           f"try: gambit client solve --address 127.0.0.1:{cfg.grpc_port} \"Compute 3+4*2.\"; Ctrl-C stops",
           flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        stop.wait()
-    except KeyboardInterrupt:
-        pass
+        print(f"{signal.Signals(wait_for_stop()).name}: stopping", flush=True)
     finally:
         local.stop()
     return 0
@@ -58,9 +71,7 @@ def _cmd_scorer_serve(args) -> int:
     print(f"ScorerService on {cfg.host}:{srv.port}, metrics on {cfg.host}:{srv.metrics_port}; Ctrl-C stops",
           flush=True)
     try:
-        srv.server.wait_for_termination()
-    except KeyboardInterrupt:
-        pass
+        print(f"{signal.Signals(wait_for_stop()).name}: stopping", flush=True)
     finally:
         srv.stop()
     return 0

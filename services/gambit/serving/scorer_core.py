@@ -86,10 +86,15 @@ class ScorerCore:
     def score(self, job: ScoreJob, timeout: float | None = 30.0) -> torch.Tensor:
         return self.submit(job).result(timeout)
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop taking jobs and wait for the batcher to end. Joined, not left running as a daemon: the
+        last reference to this core (and its scorer's tensors) could otherwise be dropped in that thread
+        while the interpreter exits, and torch's dealloc there aborted the process."""
         with self._cv:
             self._closed = True
             self._cv.notify_all()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
 
     def _take(self) -> list[ScoreJob]:
         with self._cv:
