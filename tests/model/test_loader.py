@@ -281,3 +281,10 @@ def test_saved_tokenizer_file_round_trip(tok, tmp_path):
     assert again.boundary_ids == tok.boundary_ids
     text = generate("dev", 1, 3)[0].solution
     assert again.encode(text) == tok.encode(text)
+
+
+def test_a_model_of_another_family_is_named_not_its_missing_fields(tmp_path):
+    """A GPT-2 folder: its family is what is wrong, not the Llama fields it lacks."""
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2", "n_layer": 2, "n_embd": 64}')
+    with pytest.raises(ValueError, match="model_type 'gpt2' is not a family this engine runs; one of llama"):
+        load_model(tmp_path)

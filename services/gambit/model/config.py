@@ -107,6 +107,10 @@ class ModelConfig:
             raise ValueError(f"{path}: malformed JSON at line {e.lineno}: {e.msg}") from None
         if not isinstance(d, dict):
             raise ValueError(f"{path}: config must be a JSON object")
+        family = d.get("model_type", "llama")
+        if family not in FAMILIES:  # said before the fields it lacks (a GPT-2 config has none of them)
+            raise ValueError(f"{path}: model_type {family!r} is not a family this engine runs; "
+                             f"one of {', '.join(FAMILIES)}")
         try:
             return cls.from_dict(d)
         except (TypeError, ValueError) as e:
