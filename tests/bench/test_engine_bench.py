@@ -61,6 +61,16 @@ def test_engine_bench_smoke(tiny_folder: Path, tmp_path: Path, monkeypatch: pyte
     assert "bandwidth bound" in format_table(data)
 
 
+
+def test_a_missing_vllm_venv_is_said_once(tiny_folder: Path, tmp_path: Path) -> None:
+    """Without `.venv-vllm` each vLLM configuration printed the same note, and "vLLM skipped" after them."""
+    from gambit.bench.engine import run_engine_bench
+
+    result = run_engine_bench(tiny_folder, [1], quick=True, new_tokens=2, fork_tokens=20,
+                              vllm_python=tmp_path / "nope" / "python")
+    assert [n for n in result["notes"] if "vLLM" in n] == [
+        f"vLLM not measured: {tmp_path / 'nope' / 'python'} is missing; run `make vllm-venv`"]
+
 def test_rounds_reduce_to_medians_with_spread():
     from gambit.bench.engine import _median_rows, weight_bytes
 

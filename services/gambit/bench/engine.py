@@ -390,8 +390,9 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
                     rounds[key].append(out["rows"])
                 if err:
                     notes.append(err)
-                    vllm = False  # missing or broken: do not retry every round
-            if not vllm and r == 0 and not vinfo:
+                    vllm = False  # missing or broken: said once, not retried for other configs or rounds
+                    break
+            if not vllm and r == 0 and not vinfo and not any(n.startswith("vLLM") for n in notes):
                 notes.append("vLLM skipped")
         log(f"fork: re-prefill vs fork of a {fork_tokens}-token trace")
         res["fork"], err = _child(me + ["--role", "fork", "--prompts", str(ffile), "--reps",
