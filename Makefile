@@ -22,7 +22,7 @@ run: $(STAMP)
 	$(VENV)/bin/gambit run
 
 test: $(STAMP) ops-tools
-	$(VENV)/bin/ruff check services tests
+	$(VENV)/bin/ruff check services tests tools loadtest examples
 	$(VENV)/bin/pytest
 
 # Every shipped model retrained and compared to its card exactly: the target's and every drafter's first
@@ -32,7 +32,7 @@ repro: $(STAMP)
 		tests/train/test_drafter_repro.py tests/scoring/test_reproducible.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check services tests
+	$(VENV)/bin/ruff check services tests tools loadtest examples
 
 # Figures in the README come from these commands.
 eval: $(STAMP)

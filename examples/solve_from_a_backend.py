@@ -1,0 +1,81 @@
+"""A backend calling Gambit over gRPC with nothing of Gambit installed: grpcio, grpcio-tools and the
+``.proto`` files. A backend generates the stubs once, in its build:
+
+    python -m grpc_tools.protoc -Iprotos/gambit/v1 --python_out=gen --grpc_python_out=gen \\
+        protos/gambit/v1/reasoning.proto
+
+and then (against ``gambit serve``, or the cluster's gRPC endpoint):
+
+    python examples/solve_from_a_backend.py --stubs gen "Compute (4+5)*3."
+
+Without ``--stubs`` this script generates them into a temporary folder first. Two things a backend must
+send: the ``application`` metadata (Ray Serve's gRPC proxy routes by it), and, when the servers have a
+token (``GAMBIT_TOKEN``), ``authorization: Bearer <token>``. A bad request ends the stream with
+``INVALID_ARGUMENT`` and a message that starts with the field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import grpc
+
+PROTOS = Path(__file__).resolve().parents[1] / "protos" / "gambit" / "v1"
+
+
+def stubs(folder: str) -> tuple:
+    """``reasoning_pb2`` and ``reasoning_pb2_grpc`` from ``folder`` ("": generated into a temporary one)."""
+    if not folder:
+        from grpc_tools import protoc
+
+        folder = tempfile.mkdtemp(prefix="gambit-stubs-")
+        if protoc.main(["protoc", f"-I{PROTOS}", f"--python_out={folder}", f"--grpc_python_out={folder}",
+                        str(PROTOS / "reasoning.proto")]) != 0:
+            raise SystemExit(f"protoc failed on {PROTOS / 'reasoning.proto'}")
+    sys.path.insert(0, folder)
+    return importlib.import_module("reasoning_pb2"), importlib.import_module("reasoning_pb2_grpc")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("problem", help="the problem text, as a user wrote it (the server formats it)")
+    p.add_argument("--address", default="127.0.0.1:9000", help="host:port of Gambit's gRPC endpoint")
+    p.add_argument("--application", default="gambit", help="Ray Serve application (metadata)")
+    p.add_argument("--stubs", default="", help="folder with the generated stubs (\"\": generate them now)")
+    p.add_argument("--capacity", type=int, default=8, help="C: traces in the pool")
+    p.add_argument("--method", default="gambit", help="gambit | sc | step | deepconf")
+    args = p.parse_args(argv)
+    pb2, pb2_grpc = stubs(args.stubs)
+    metadata = [("application", args.application)]
+    if os.environ.get("GAMBIT_TOKEN"):
+        metadata.append(("authorization", f"Bearer {os.environ['GAMBIT_TOKEN']}"))
+    request = pb2.SolveRequest(problem=args.problem, method=args.method, capacity=args.capacity)
+    with grpc.insecure_channel(args.address) as channel:
+        stub = pb2_grpc.ReasoningServiceStub(channel)
+        try:
+            for event in stub.Solve(request, metadata=metadata, timeout=300):
+                kind = event.WhichOneof("event")
+                if kind == "started":
+                    print(f"run {event.started.run_id} on {event.started.replica}")
+                elif kind == "progress":
+                    g = event.progress
+                    print(f"round {g.round}: {g.active} active, {g.ghost} ghost, {g.tokens} tokens")
+                else:
+                    r = event.result
+                    votes = ", ".join(f"{v.answer}: {v.weight:g}" for v in r.majority_votes)
+                    print(f"{r.status}: answer {r.answer!r} (votes {votes}; {r.generated_tokens} tokens)")
+                    print(f"solution: {' | '.join(x for x in r.solution.splitlines() if x.strip())}")
+                    return 0 if r.status == "done" else 1
+        except grpc.RpcError as e:
+            print(f"{e.code().name}: {e.details()}", file=sys.stderr)
+            return 2
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
