@@ -5,14 +5,17 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from collections.abc import Callable
 
 from gambit.config_cli import add_dataclass_args, from_args
 
 
-def wait_for_stop() -> int:
-    """Block until SIGINT or SIGTERM; the signal's number. Both handlers are set here, not left to
-    Python's: a process started in the background by a script inherits SIGINT ignored (so Ctrl-C or
-    ``kill -INT`` did nothing), and SIGTERM (Kubernetes, systemd) killed it before its cleanup ran."""
+def stop_signals() -> Callable[[], int]:
+    """Handle SIGINT and SIGTERM from now on; returns the wait: it blocks until one came and gives its
+    number. Set before a server says it is ready (a signal right after that line is handled too), and
+    set here rather than left to Python: a process started in the background by a script inherits SIGINT
+    ignored (so Ctrl-C or ``kill -INT`` did nothing), and SIGTERM (Kubernetes, systemd) killed it before
+    its cleanup ran."""
     stop, got = threading.Event(), []
 
     def on_signal(signum, _frame) -> None:
@@ -21,9 +24,13 @@ def wait_for_stop() -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
-    while not stop.wait(1.0):  # a timed wait: the main thread runs Python handlers between waits
-        pass
-    return got[0]
+
+    def wait() -> int:
+        while not stop.wait(1.0):  # a timed wait: the main thread runs Python handlers between waits
+            pass
+        return got[0]
+
+    return wait
 
 
 def _cmd_serve(args) -> int:
@@ -33,11 +40,12 @@ def _cmd_serve(args) -> int:
     print(f"starting Ray Serve (gRPC on 127.0.0.1:{cfg.grpc_port}, metrics on :{cfg.metrics_port}) ...",
           flush=True)
     local.start(cfg)
+    wait = stop_signals()  # after ray.init, which sets its own SIGTERM handler; before the ready line
     print(f"ready: ReasoningService at 127.0.0.1:{cfg.grpc_port} (metadata application=gambit); "
           f"try: gambit client solve --address 127.0.0.1:{cfg.grpc_port} \"Compute 3+4*2.\"; Ctrl-C stops",
           flush=True)
     try:
-        print(f"{signal.Signals(wait_for_stop()).name}: stopping", flush=True)
+        print(f"{signal.Signals(wait()).name}: stopping", flush=True)
     finally:
         local.stop()
     return 0
@@ -67,11 +75,12 @@ def _cmd_scorer_serve(args) -> int:
     from gambit.serving.scorer_server import ScorerServerConfig, start_scorer_server
 
     cfg = from_args(ScorerServerConfig, args)
+    wait = stop_signals()
     srv = start_scorer_server(cfg)
     print(f"ScorerService on {cfg.host}:{srv.port}, metrics on {cfg.host}:{srv.metrics_port}; Ctrl-C stops",
           flush=True)
     try:
-        print(f"{signal.Signals(wait_for_stop()).name}: stopping", flush=True)
+        print(f"{signal.Signals(wait()).name}: stopping", flush=True)
     finally:
         srv.stop()
     return 0
