@@ -232,3 +232,12 @@ def test_bad_arguments():
         generate("validation", 1, 0)
     with pytest.raises(ValueError, match="n_ops"):
         make_problem(random.Random(0), 0)
+
+
+def test_the_question_is_the_prompt_without_the_cue():
+    """``Problem.question`` is what a backend sends; the served Target's task format turns it back into
+    the prompt the shipped target learnt, exactly."""
+    from gambit.serving.prompt_format import task_prompt
+
+    for p in generate("test", 20, 1):
+        assert task_prompt(p.question) == p.prompt and p.question.startswith("Compute ")

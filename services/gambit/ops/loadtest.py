@@ -48,8 +48,8 @@ class LoadTestConfig:
 def problem_pool(sizes, seed: int, benchmark: str = "", data: str = "",
                  per_size: int = 40) -> dict[tuple[int, int], list[tuple[str, str]]]:
     """(problem, answer_rule) pairs for each (min_ops, max_ops) of the mix: the task's test problems, or
-    with ``benchmark`` its questions for every size (sent bare: the Target applies its model's format;
-    the rule reads the benchmark's answers)."""
+    with ``benchmark`` its questions for every size (both sent bare, as a backend sends them: the Target
+    applies its model's format; the rule reads the benchmark's answers)."""
     if benchmark:
         from gambit.tasks.graded import answer_kind, load_graded
 
@@ -58,7 +58,7 @@ def problem_pool(sizes, seed: int, benchmark: str = "", data: str = "",
         return {size: pool for size in sizes}
     from gambit.tasks.arithmetic import TaskConfig, generate
 
-    return {(lo, hi): [(p.prompt, "") for p in generate("test", per_size, seed, TaskConfig(lo, hi))]
+    return {(lo, hi): [(p.question, "") for p in generate("test", per_size, seed, TaskConfig(lo, hi))]
             for lo, hi in dict.fromkeys(sizes)}
 
 

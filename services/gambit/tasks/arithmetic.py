@@ -35,6 +35,12 @@ class Problem:
         return PROMPT_TEMPLATE.format(expr=self.expr)
 
     @property
+    def question(self) -> str:
+        """The problem as a user asks it, without the task's ``Solution:`` cue: what a backend sends (the
+        served Target adds the cue for the shipped target, a chat template for a chat model)."""
+        return f"Compute {self.expr}."
+
+    @property
     def solution(self) -> str:
         steps = [format_step(*s, spell=self.spell_products) for s in self.steps]
         return THOUGHT_SEP.join(steps + [f"\\boxed{{{self.answer}}}"])

@@ -155,10 +155,10 @@ def task_problems(model: str, split: str, n: int, seed: int, task: TaskConfig) -
     """The task's problems as ``model`` reads them, as the served Target formats a client's "Compute X.":
     the shipped target's own format (the problems as generated), or a chat model's template asking for a
     boxed answer (a chat model given the bare task format writes on past it, with no box to vote on)."""
-    from gambit.serving.prompt_format import TASK_SUFFIX, problem_formatter, task_prompt
+    from gambit.serving.prompt_format import problem_formatter, task_prompt
 
     problems = generate(split, n, seed, task)
     fmt = problem_formatter(model)
     if fmt is task_prompt:
         return problems
-    return [TaskProblem(p, fmt(p.prompt.removesuffix(TASK_SUFFIX))) for p in problems]
+    return [TaskProblem(p, fmt(p.question)) for p in problems]
