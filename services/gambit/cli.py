@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     tt.set_defaults(func=_cmd_train_target)
     from gambit.train.drafter import TrainDrafterConfig
 
-    td = tsub.add_parser("drafter", help="a drafter for the shipped target (eagle3.1 | pr | hass | hass+pr)")
+    td = tsub.add_parser("drafter", help="a drafter (eagle3.1 | pr | hass | hass+pr) for the shipped target "
+                         "or --target")
     add_dataclass_args(td, TrainDrafterConfig)
     td.set_defaults(func=_cmd_train_drafter)
 

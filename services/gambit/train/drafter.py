@@ -52,7 +52,7 @@ SHIPPED = {"eagle3.1": "drafter-eagle3.1", "pr": "drafter-pr", "hass": "drafter-
 class TrainDrafterConfig:
     method: str = "eagle3.1"  # eagle3.1 | pr | hass | hass+pr
     out: str = ""  # output folder ("" = the shipped folder of the method)
-    target: str = str(TARGET)  # target model folder
+    target: str = str(TARGET)  # target model: a folder, or a name such as smollm2
     seed: int = 0  # init, batch order and balance-set seed
     steps: int = 800  # optimizer steps (the compute budget, equal for every method)
     batch_size: int = 8  # sequences per step
