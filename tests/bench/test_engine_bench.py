@@ -62,9 +62,13 @@ def test_engine_bench_smoke(tiny_folder: Path, tmp_path: Path, monkeypatch: pyte
 
 
 
-def test_a_missing_vllm_venv_is_said_once(tiny_folder: Path, tmp_path: Path) -> None:
+def test_a_missing_vllm_venv_is_said_once(tiny_folder: Path, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Without `.venv-vllm` each vLLM configuration printed the same note, and "vLLM skipped" after them."""
+    from gambit.bench import engine
     from gambit.bench.engine import run_engine_bench
+
+    monkeypatch.setattr(engine, "_child", lambda *a, **k: (None, "not run here"))  # the native children
 
     result = run_engine_bench(tiny_folder, [1], quick=True, new_tokens=2, fork_tokens=20,
                               vllm_python=tmp_path / "nope" / "python")
