@@ -203,7 +203,8 @@ def test_run_solves_a_question_of_your_own(tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--gold", "3"], "gold and answer_rule grade a --question"),
+    (["--gold", "3"], "gold grades a --question"),
+    (["--benchmark", "gsm8k", "--answer-rule", "integer"], "a benchmark reads answers by its own rule"),
     (["--question", "Compute 2+2.", "--benchmark", "gsm8k"], "replaces --benchmark"),
     (["--question", "Compute 2+2.", "--answer-rule", "roman"], "answer_rule: unknown 'roman'"),
     (["--question", "  "], "question is empty"),
@@ -221,3 +222,23 @@ def test_a_question_is_graded_by_its_answer_rule():
     q = problems_of(RunConfig(question="Pick one.", gold="\\$18", answer_rule="gsm8k"))[0]
     assert q.answer == "18" and q.prompt == "Pick one.\nSolution:\n"
     assert problems_of(RunConfig(question="Pick one.", gold="(B)", answer_rule="choice"))[0].answer == "B"
+
+
+def test_eval_and_run_read_the_task_by_another_rule(tmp_path, capsys):
+    """``--answer-rule gsm8k`` on the task: a completion with no box votes its last number. The shipped
+    target always boxes, so it scores the same either way; a benchmark's rule is its own."""
+    from gambit.bench.eval import EvalConfig, run_eval
+
+    kw = dict(model=str(TARGET), n_problems=3, samples=2, min_ops=2, max_ops=3, max_tokens=200)
+    boxed, gsm8k = run_eval(EvalConfig(**kw), quiet=True), run_eval(EvalConfig(**kw, answer_rule="gsm8k"),
+                                                                      quiet=True)
+    assert (boxed["pass1"], boxed["maj"], boxed["generated_tokens"]) == \
+        (gsm8k["pass1"], gsm8k["maj"], gsm8k["generated_tokens"])
+    with pytest.raises(ValueError, match="a benchmark brings its own rule"):
+        EvalConfig(model=str(TARGET), benchmark="gsm8k", answer_rule="integer")
+    with pytest.raises(ValueError, match="answer_rule: unknown 'roman'"):
+        EvalConfig(model=str(TARGET), answer_rule="roman")
+    from gambit.run import RunConfig
+
+    assert RunConfig(answer_rule="gsm8k").search().answer_rule == "gsm8k"
+    assert RunConfig().search().answer_rule == "boxed"

@@ -75,7 +75,7 @@ class RunConfig:
     # one problem of your own, put to the model as the served Target puts SolveRequest.problem
     question: str = ""  # solve this problem text instead of held-out ones ("-" reads stdin)
     gold: str = ""  # the --question's correct answer, to grade the vote ("" = not graded)
-    answer_rule: str = ""  # how a --question's answers are read: boxed | integer | gsm8k | choice | latex
+    answer_rule: str = ""  # task / --question answers read as: boxed | integer | gsm8k | choice | latex
 
     def __post_init__(self) -> None:
         if self.problems < 1 or self.samples < 1:
@@ -95,7 +95,8 @@ class RunConfig:
         return SearchConfig(method=self.method, capacity=self.samples, swap=min(self.swap, self.samples),
                             interval=self.interval, warmup=self.warmup, temperature=self.temperature,
                             seed=self.seed, max_wall_s=self.max_wall_s, decoding=self.decoding,
-                            max_tokens=self.max_tokens, top_p=self.top_p, top_k=self.top_k)
+                            max_tokens=self.max_tokens, top_p=self.top_p, top_k=self.top_k,
+                            answer_rule=self.answer_rule or "boxed")
 
 
 def tau_line(nodes: dict, trace_tau: dict) -> str:
@@ -111,13 +112,15 @@ def tau_line(nodes: dict, trace_tau: dict) -> str:
 
 
 def check_question(cfg: RunConfig) -> None:
-    """``question`` / ``gold`` / ``answer_rule``: a question replaces the problem set, the other two
-    belong to it, and a gold must read as an answer under the rule."""
+    """``question`` / ``gold`` / ``answer_rule``: a question replaces the problem set, a gold belongs to
+    it and must read as an answer under the rule, and a benchmark brings its own rule."""
     if cfg.question and cfg.benchmark:
         raise ValueError("question: a problem of your own replaces --benchmark's; give one of them")
-    if (cfg.gold or cfg.answer_rule) and not cfg.question:
-        raise ValueError("gold and answer_rule grade a --question; give the question too "
-                         "(the task and the benchmarks bring their own)")
+    if cfg.gold and not cfg.question:
+        raise ValueError("gold grades a --question; give the question too (the task and the benchmarks "
+                         "bring their own)")
+    if cfg.answer_rule and cfg.benchmark:
+        raise ValueError("answer_rule: a benchmark reads answers by its own rule")
     if cfg.answer_rule and cfg.answer_rule not in ANSWER_KINDS:
         raise ValueError(f"answer_rule: unknown {cfg.answer_rule!r}; one of {', '.join(ANSWER_KINDS)}")
     if cfg.question == "-":
@@ -176,7 +179,6 @@ def run(cfg: RunConfig) -> dict:
             scfg = replace(scfg, answer_rule=answer_kind(p.item))
         elif isinstance(p, Question):
             print(f"\n=== your question: {_short(p.text)!r}")
-            scfg = replace(scfg, answer_rule=cfg.answer_rule or scfg.answer_rule)
         else:
             print(f"\n=== problem {i + 1}/{len(problems)} (test split, {p.n_ops} operations): "
                   f"{p.prompt.strip()!r}")

@@ -25,6 +25,7 @@ from gambit.tasks.answers import extract_boxed, parse_int
 from gambit.tasks.arithmetic import TaskConfig
 from gambit.tasks.benchmarks import check_answer
 from gambit.tasks.graded import (
+    ANSWER_KINDS,
     answer_key,
     answer_kind,
     check_benchmark,
@@ -51,11 +52,17 @@ class EvalConfig:
     max_num_seqs: int = 256  # the engine's batch: sequences decoded at once
     benchmark: str = ""  # a graded public benchmark, not the task: gsm8k | aime25 | hmmt24 | hmmt25 | gpqa
     data: str = ""  # the benchmark's JSONL file ("" = ../shared/datasets/, or $GAMBIT_DATASETS)
+    # the task's answers: the boxed integer by default; gsm8k also reads a model that does not box
+    answer_rule: str = ""  # how the task's answers are read: boxed | integer | gsm8k | choice | latex
 
     def __post_init__(self) -> None:
         if self.samples < 1 or self.n_problems < 1:
             raise ValueError("samples and n_problems must be >= 1")
         check_benchmark(self.benchmark, self.data)
+        if self.answer_rule and self.benchmark:
+            raise ValueError("answer_rule reads the task's answers; a benchmark brings its own rule")
+        if self.answer_rule and self.answer_rule not in ANSWER_KINDS:
+            raise ValueError(f"answer_rule: unknown {self.answer_rule!r}; one of {', '.join(ANSWER_KINDS)}")
 
 
 def normalise(text: str) -> str | None:
@@ -74,7 +81,8 @@ def run_eval(cfg: EvalConfig, engine: Engine | None = None, quiet: bool = False)
     rows = []
     for i, p in enumerate(problems):
         outs = outputs[i * cfg.samples:(i + 1) * cfg.samples]
-        answers = [normalise(engine.tokenizer.decode(o)) for o in outs]
+        texts = [engine.tokenizer.decode(o) for o in outs]
+        answers = [answer_key(cfg.answer_rule, t) if cfg.answer_rule else normalise(t) for t in texts]
         correct = [a == str(p.answer) for a in answers]
         vote = majority_vote(answers)
         rows.append({"n_ops": p.n_ops, "answer": p.answer, "answers": answers,
