@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
 from gambit.config_cli import add_dataclass_args, from_args
 
@@ -11,7 +12,10 @@ from gambit.config_cli import add_dataclass_args, from_args
 def _cmd_run(args) -> int:
     from gambit.run import RunConfig, run
 
-    run(from_args(RunConfig, args))
+    cfg = from_args(RunConfig, args)
+    if cfg.question == "-":  # a multi-line question, piped (as `gambit client solve -`)
+        cfg = replace(cfg, question=sys.stdin.read())
+    run(cfg)
     return 0
 
 

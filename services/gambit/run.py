@@ -4,7 +4,6 @@ with a live view of the pool, and ends with each answer and its lineage."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, replace
 
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype
@@ -20,10 +19,10 @@ from gambit.search.live import LiveView
 from gambit.search.store import MemoryStore
 from gambit.tasks.arithmetic import TaskConfig
 from gambit.tasks.graded import (
-    ANSWER_KINDS,
     GradedProblem,
     answer_key,
     answer_kind,
+    check_answer_rule,
     check_benchmark,
     check_readable,
     graded_problems,
@@ -73,7 +72,7 @@ class RunConfig:
     benchmark: str = ""  # a graded public benchmark, not the task: gsm8k | aime25 | hmmt24 | hmmt25 | gpqa
     data: str = ""  # the benchmark's JSONL file ("" = ../shared/datasets/, or $GAMBIT_DATASETS)
     # one problem of your own, put to the model as the served Target puts SolveRequest.problem
-    question: str = ""  # solve this problem text instead of held-out ones ("-" reads stdin)
+    question: str = ""  # solve this problem text instead of held-out ones ("-": `gambit run` reads stdin)
     gold: str = ""  # the --question's correct answer, to grade the vote ("" = not graded)
     answer_rule: str = ""  # task / --question answers read as: boxed | integer | gsm8k | choice | latex
 
@@ -121,10 +120,7 @@ def check_question(cfg: RunConfig) -> None:
                          "bring their own)")
     if cfg.answer_rule and cfg.benchmark:
         raise ValueError("answer_rule: a benchmark reads answers by its own rule")
-    if cfg.answer_rule and cfg.answer_rule not in ANSWER_KINDS:
-        raise ValueError(f"answer_rule: unknown {cfg.answer_rule!r}; one of {', '.join(ANSWER_KINDS)}")
-    if cfg.question == "-":
-        cfg.question = sys.stdin.read()
+    check_answer_rule(cfg.answer_rule)
     if cfg.question and not cfg.question.strip():
         raise ValueError("question is empty")
     if cfg.gold and question_gold(cfg) is None:

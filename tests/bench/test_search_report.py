@@ -78,12 +78,12 @@ def test_chunks_of_different_merged_runs_are_not_paired(tmp_path):
 
 
 def test_the_headline_set_is_the_hard_end_or_a_benchmark_never_the_whole_range():
-    from gambit.bench.search_report import _headline, _headline_label, headline
+    from gambit.bench.search_report import _headline_label, headline, headline_set
 
     assert headline("hard") and headline("gpqa") and not headline("all")
     m = {"methods": {"sc": {}}}
     task = {"by_difficulty": {"all": dict(m, ops=[2, 8]), "hard": dict(m, ops=[6, 8])}}
-    assert _headline(task) is task["by_difficulty"]["hard"] and _headline_label(task) == "hard: 6-8 ops"
+    assert headline_set(task) is task["by_difficulty"]["hard"] and _headline_label(task) == "hard: 6-8 ops"
     bench = {"by_difficulty": {"gsm8k": dict(m, ops=None)}}
-    assert _headline(bench) is bench["by_difficulty"]["gsm8k"] and _headline_label(bench) == "gsm8k"
-    assert _headline({"by_difficulty": {"all": dict(m, ops=[2, 8])}}) == {}  # the hard-end tables skip it
+    assert headline_set(bench) is bench["by_difficulty"]["gsm8k"] and _headline_label(bench) == "gsm8k"
+    assert headline_set({"by_difficulty": {"all": dict(m, ops=[2, 8])}}) == {}  # the hard-end tables skip it

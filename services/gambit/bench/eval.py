@@ -25,9 +25,9 @@ from gambit.tasks.answers import extract_boxed, parse_int
 from gambit.tasks.arithmetic import TaskConfig
 from gambit.tasks.benchmarks import check_answer
 from gambit.tasks.graded import (
-    ANSWER_KINDS,
     answer_key,
     answer_kind,
+    check_answer_rule,
     check_benchmark,
     gold_key,
     graded_problems,
@@ -61,8 +61,7 @@ class EvalConfig:
         check_benchmark(self.benchmark, self.data)
         if self.answer_rule and self.benchmark:
             raise ValueError("answer_rule reads the task's answers; a benchmark brings its own rule")
-        if self.answer_rule and self.answer_rule not in ANSWER_KINDS:
-            raise ValueError(f"answer_rule: unknown {self.answer_rule!r}; one of {', '.join(ANSWER_KINDS)}")
+        check_answer_rule(self.answer_rule)
 
 
 def normalise(text: str) -> str | None:

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from gambit.bench.search_report import headline
+from gambit.bench.search_report import headline, headline_set
 from gambit.engine import Engine, EngineConfig
 from gambit.engine.block_manager import shared_prompt_blocks
 from gambit.engine.config import SpecConfig
@@ -343,8 +343,7 @@ def problem_sets(cfg: BenchSearchConfig) -> dict[str, tuple[tuple[int, int] | No
 
 
 def _report(out, cfg, json_path, check_targets, format_tables, plot_all) -> dict:
-    head = next((d for k, d in out["by_difficulty"].items() if headline(k)), None) \
-        or next(iter(out["by_difficulty"].values()))
+    head = headline_set(out) or next(iter(out["by_difficulty"].values()))
     out["methods"] = {k: v for k, v in head["methods"].items()
                       if k in ("sc", "step", "deepconf", "gambit", "gambit_pr")}
     out["targets"] = check_targets(out)

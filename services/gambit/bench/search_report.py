@@ -44,7 +44,7 @@ def headline(diff: str) -> bool:
     return diff != "all"
 
 
-def _headline(out: dict) -> dict:
+def headline_set(out: dict) -> dict:
     """The set the hard-end tables and figures read: the task's hard end, or a benchmark's questions."""
     return next((d for k, d in out["by_difficulty"].items() if headline(k)), {})
 
@@ -69,7 +69,7 @@ def format_tables(out: dict) -> str:
         lines += [f"\nTable 2 — scorers: process + confidence (default) vs MLP and sequence on final "
                   f"labels ({diff})", HEAD]
         lines += [_row(k, ms[k]) for k in TABLE2 if k in ms]
-    hard = _headline(out).get("methods", {})
+    hard = headline_set(out).get("methods", {})
     cols = [m for m in ("gambit", "step", "sc") if m in hard]
     lines += [f"\nTable 3 — wall-time split ({_headline_label(out)}), share of wall time",
               "| part | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
@@ -181,7 +181,7 @@ def plot_all(out: dict, folder: str) -> list[str]:
 
     folder_p = Path(folder)
     folder_p.mkdir(parents=True, exist_ok=True)
-    hard = _headline(out).get("methods", {})
+    hard = headline_set(out).get("methods", {})
     if not all(k in hard for k in ("sc", "gambit")):
         return []
     C = out["config"]["capacity"]

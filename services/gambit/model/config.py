@@ -9,6 +9,12 @@ from pathlib import Path
 FAMILIES = ("llama", "qwen2", "qwen3")
 
 
+def check_family(model_type: str) -> None:
+    if model_type not in FAMILIES:
+        raise ValueError(f"model_type {model_type!r} is not a family this engine runs; "
+                         f"one of {', '.join(FAMILIES)}")
+
+
 @dataclass
 class ModelConfig:
     """Llama-family decoder: Llama 3 (llama3 RoPE scaling), Qwen2 (q/k/v bias), Qwen3 (q/k norm)."""
@@ -34,8 +40,7 @@ class ModelConfig:
     extra: dict = field(default_factory=dict)  # keys we keep but do not use
 
     def __post_init__(self) -> None:
-        if self.model_type not in FAMILIES:
-            raise ValueError(f"model_type {self.model_type!r} is not supported; use one of {FAMILIES}")
+        check_family(self.model_type)
         # sizes are checked before deriving head_dim, so num_attention_heads=0 is a ValueError
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                      "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings"):
@@ -83,6 +88,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> ModelConfig:
+        check_family(d.get("model_type", "llama"))  # before the fields it lacks (a GPT-2 config has none)
         d = dict(d)
         rope = d.pop("rope_parameters", None)  # transformers >= 5 layout
         if rope is not None:
@@ -107,10 +113,6 @@ class ModelConfig:
             raise ValueError(f"{path}: malformed JSON at line {e.lineno}: {e.msg}") from None
         if not isinstance(d, dict):
             raise ValueError(f"{path}: config must be a JSON object")
-        family = d.get("model_type", "llama")
-        if family not in FAMILIES:  # said before the fields it lacks (a GPT-2 config has none of them)
-            raise ValueError(f"{path}: model_type {family!r} is not a family this engine runs; "
-                             f"one of {', '.join(FAMILIES)}")
         try:
             return cls.from_dict(d)
         except (TypeError, ValueError) as e:

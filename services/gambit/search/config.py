@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from gambit.tasks.graded import ANSWER_KINDS
+from gambit.tasks.graded import ANSWER_KINDS, check_answer_rule
 
 MAX_WALL_S = 1e9  # the largest wall-time limit a run takes, seconds
 
@@ -61,8 +61,9 @@ class SearchConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
-        if self.answer_rule not in ANSWER_KINDS:
-            raise ValueError(f"answer_rule must be one of {ANSWER_KINDS}, got {self.answer_rule!r}")
+        if not self.answer_rule:
+            raise ValueError(f"answer_rule must be one of {', '.join(ANSWER_KINDS)}, got ''")
+        check_answer_rule(self.answer_rule)
         if self.rank not in RANKS:
             raise ValueError(f"rank must be one of {RANKS}, got {self.rank!r}")
         r = self.roots

@@ -46,6 +46,12 @@ GRADED = {
 ANSWER_KINDS = ("boxed", "integer", "gsm8k", "choice", "latex")
 
 
+def check_answer_rule(rule: str) -> None:
+    """A config's ``answer_rule``: one of ``ANSWER_KINDS`` ("" is left to the caller's default)."""
+    if rule and rule not in ANSWER_KINDS:
+        raise ValueError(f"answer_rule: unknown {rule!r}; one of {', '.join(ANSWER_KINDS)}")
+
+
 def datasets_dir() -> Path:
     return Path(os.environ.get("GAMBIT_DATASETS") or REPO.parent / "shared" / "datasets")
 
