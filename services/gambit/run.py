@@ -41,13 +41,13 @@ class Question:
 
 @dataclass
 class RunConfig:
-    model: str = str(TARGET)  # target model folder (Hugging Face layout)
+    model: str = str(TARGET)  # target model: a Hugging Face folder, or a name such as smollm2
     problems: int = 2  # held-out (test split) problems to solve
     samples: int = 16  # C: traces in the pool (SC@C launches this many)
     method: str = "gambit"  # gambit | sc | step | deepconf
     # process: per-thought labels + confidence (the default); confidence: training-free (any model)
     scorer: str = "process"  # scorer: process | mlp | sequence | confidence | a folder (gambit.scoring.spec)
-    swap: int = 4  # K: traces pruned and branched per round
+    swap: int = 4  # K: traces pruned and branched per round (above --samples: taken as --samples)
     interval: int = 8  # Δ: decode steps between rounds
     warmup: int = 24  # w: tokens before scoring; a child branches only w tokens after its birth
     temperature: float = 0.8  # sampling temperature of root traces

@@ -43,3 +43,24 @@ def test_client_solve_reads_a_problem_from_stdin(monkeypatch):
     assert sent["problem"] == "Natalia sold clips to 48 friends.\nHow many in all?\n"
     req = client.solve_request(load("reasoning")[0], sent["problem"], sent["cfg"])
     assert req.answer_rule == "gsm8k" and req.max_total_tokens == 500
+
+
+def test_client_result_without_an_answer_says_which_rule_read_it():
+    """SmolLM2 asked a GSM8K question seldom boxes: the result said ``answer -`` and ``votes:`` with
+    nothing after, leaving the user to guess why; now it names the rule and the one that reads it."""
+    import io
+
+    from gambit.serving.client import _print_result
+    from gambit.serving.protos import load
+
+    pb2, _ = load("reasoning")
+    out = io.StringIO()
+    _print_result(pb2.Result(status="done", generated_tokens=800, rounds=12), out)
+    assert "no trace gave an answer under the 'boxed' rule (--answer-rule gsm8k" in out.getvalue()
+    out = io.StringIO()
+    _print_result(pb2.Result(status="done"), out, "gsm8k")
+    assert "under the 'gsm8k' rule;" in out.getvalue()
+    out = io.StringIO()
+    _print_result(pb2.Result(status="done", answer="48", majority_votes=[pb2.Vote(answer="48", weight=2)]),
+                  out)
+    assert "no trace gave" not in out.getvalue() and "votes: 48:2" in out.getvalue()

@@ -77,6 +77,25 @@ def test_solve_streams_rounds_then_result_and_records_the_tree(emb):
     assert emb.target.engine.kv_usage() == 0.0  # every block back
 
 
+def labelled(e, name, **labels):
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    for line in e.prom.exposition().decode().splitlines():
+        if line.startswith(name + "{") and want in line:
+            return float(line.split()[1])
+    return 0.0
+
+
+def test_traces_stopped_at_the_token_limit_count_as_length_not_eos(emb):
+    """Every trace of a run whose traces all stop at max_tokens was counted as ``reason="eos"``."""
+    length0, eos0 = (labelled(emb, "gambit_traces_finished_total", reason=r) for r in ("length", "eos"))
+    events = list(emb.solve(PROBLEMS[1].prompt, SolveConfig(capacity=3, swap=1, round_interval=8, warmup=4,
+                                                            max_tokens=3, seed=2)))
+    res = events[-1]
+    assert res["status"] == "done" and res["generated_tokens"] == 3 * len(res["traces"])
+    assert labelled(emb, "gambit_traces_finished_total", reason="length") - length0 == len(res["traces"])
+    assert labelled(emb, "gambit_traces_finished_total", reason="eos") == eos0
+
+
 def test_cancel_and_disconnect_free_the_kv_and_other_runs_finish(emb):
     cfg = SolveConfig(capacity=4, max_tokens=200, seed=2)
     keep = emb.solve(PROBLEMS[1].prompt, cfg)

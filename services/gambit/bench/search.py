@@ -50,7 +50,7 @@ METHODS = ("gambit", "sc", "step", "deepconf", "gambit_pr", "gambit_mlp", "step_
 @dataclass
 class BenchSearchConfig:
     quick: bool = False  # fewer problems and a smaller sensitivity sweep (a few minutes)
-    model: str = str(TARGET)  # target model folder
+    model: str = str(TARGET)  # target model: a folder or a name such as smollm2
     problems: int = 0  # problems per difficulty (0: 8 with --quick, else 40)
     capacity: int = 16  # C for every method
     concurrency: int = 4  # runs searched at once on the engine (the same for every method)

@@ -36,7 +36,7 @@ class ServeConfig:
     tree: str = "redis://127.0.0.1:6379/0"  # tree view: redis:// URL (password from GAMBIT_REDIS_PASSWORD)
     prefix: str = "gambit:"  # Redis key prefix
     token_env: str = "GAMBIT_TOKEN"  # environment variable with the bearer token (unset = no auth)
-    model: str = ""  # target model folder ("" = shipped target)
+    model: str = ""  # target model: a folder or a name such as smollm2 ("" = shipped target)
     scorer: str = ""  # scorer spec (gambit.scoring.spec): "" / process | mlp | sequence | confidence | folder
     num_blocks: int = 0  # KV blocks per Target (0 = from the memory budget)
     target_replicas: int = 1  # Target replicas (each run pinned to one)

@@ -78,7 +78,7 @@ class ServeAppSpec:
     tree: str = "redis://127.0.0.1:6379/0"  # run store URL (password from GAMBIT_REDIS_PASSWORD)
     prefix: str = "gambit:"  # Redis key prefix
     token_env: str = "GAMBIT_TOKEN"  # env var with the bearer token (unset: no auth)
-    model: str = ""  # target model folder ("" = the shipped target)
+    model: str = ""  # target model: a folder or a name such as smollm2 ("" = the shipped target)
     scorer: str = ""  # scorer spec (gambit.scoring.spec): "" / process | mlp | sequence | confidence | folder
     hidden_size: int = 192  # the target's hidden size (the scorer's input width)
     drafters: str = ""  # Targets' drafters for a real checkpoint: pr=FOLDER,eagle3.1=FOLDER ("" = shipped)

@@ -41,7 +41,7 @@ from gambit.train.repro import check_isa, isa_pinned
 class RolloutConfig:
     """Which traces to sample: ``n_problems`` of ``split`` x ``samples`` each at ``temperature``."""
 
-    model: str = str(TARGET)  # target model folder whose boundary states are collected
+    model: str = str(TARGET)  # target whose boundary states are read: a folder or a name (smollm2)
     split: str = "train"  # task split the problems come from
     n_problems: int = 384  # problems (distinct, reproducible from seed)
     samples: int = 12  # traces per problem

@@ -388,7 +388,8 @@ class SearchRun:
         answer = maj if rule == "majority" else wv
         traces = [{"id": n.id, "parent": n.parent, "state": n.state, "answer": n.answer,
                    "tokens": n.depth, "own_tokens": n.own_tokens, "score": n.mean_score,
-                   "birth_step": n.birth_step, "end_step": n.end_step} for n in self.nodes.values()]
+                   "birth_step": n.birth_step, "end_step": n.end_step, "end_reason": n.end_reason}
+                  for n in self.nodes.values()]
         # the run's solution: the best-ranked finished trace that gave the answer (its vote weight, then
         # the earliest), decoded once here
         best = max(((w, -n.id, n) for n, w in zip(fin, weights, strict=True)

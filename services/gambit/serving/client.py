@@ -87,7 +87,7 @@ def _print_progress(p, out) -> None:
           file=out)
 
 
-def _print_result(r, out) -> None:
+def _print_result(r, out, answer_rule: str = "") -> None:
     print(f"result: {r.status}  answer {r.answer or '-'}  "
           f"(majority {r.majority_answer or '-'}, weighted {r.weighted_answer or '-'})  "
           f"{r.generated_tokens} tokens, {r.rounds} rounds, "
@@ -95,6 +95,11 @@ def _print_result(r, out) -> None:
           f"{r.timings.scorer_s:.3f}s, fallbacks {r.scorer_fallbacks})", file=out)
     votes = ", ".join(f"{v.answer}:{v.weight:g}" for v in r.majority_votes)
     print(f"votes: {votes}", file=out)
+    if not r.answer and not r.majority_votes and r.status in ("done", "limit"):
+        rule = answer_rule or "boxed"
+        other = " (--answer-rule gsm8k reads the last number)" if rule == "boxed" else ""
+        print(f"no trace gave an answer under the {rule!r} rule{other}; a trace also stops at its "
+              "--max-tokens", file=out)
     if r.solution:
         print(f"solution (trace {r.solution_trace}):", file=out)
         print("\n".join("  " + line for line in r.solution.rstrip().splitlines()), file=out)
@@ -128,7 +133,7 @@ def solve(problem: str, cfg: ClientConfig, out=None) -> int:
             elif kind == "progress":
                 _print_progress(ev.progress, out)
             else:
-                _print_result(ev.result, out)
+                _print_result(ev.result, out, cfg.answer_rule)
 
     return _call(cfg, body, out)
 
@@ -146,7 +151,7 @@ def get_run(run_id: str, cfg: ConnectConfig, out=None) -> int:
         if info.HasField("last_progress"):
             _print_progress(info.last_progress, out)
         if info.HasField("result"):
-            _print_result(info.result, out)
+            _print_result(info.result, out, req.answer_rule)
 
     return _call(cfg, body, out)
 

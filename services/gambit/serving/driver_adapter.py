@@ -130,7 +130,8 @@ class DriverAdapter:
         self.last.pop(r.run_id, None)
         traces = []
         for t in r.traces:
-            reason = REASON.get(t.get("state", ""), "abort")
+            reason = ("length" if t.get("end_reason") == "length"  # finished at its token limit
+                      else REASON.get(t.get("state", ""), "abort"))
             self._inc("gambit_traces_finished_total", 1, reason=reason)
             traces.append({"trace_id": t["id"], "parent_id": -1 if t.get("parent") is None else t["parent"],
                            "answer": t.get("answer") or "", "score": float(t.get("score") or 0.0),

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 class EmbeddedConfig:
     """The in-process wiring."""
 
-    model: str = ""  # target model folder ("" = the shipped target)
+    model: str = ""  # target model: a folder or a name such as smollm2 ("" = the shipped target)
     scorer: str = ""  # scorer spec (gambit.scoring.spec): "" / process | mlp | sequence | confidence | folder
     scorer_address: str = ""  # host:port of a ScorerService to call instead of an in-process scorer
     tree: str = "memory"  # "memory" or a redis:// URL for the tree view

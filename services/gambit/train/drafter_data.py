@@ -31,7 +31,7 @@ from gambit.train.repro import check_isa, isa_pinned
 
 @dataclass
 class DrafterDataConfig:
-    target: str = str(TARGET)  # target model folder whose traces and states are recorded
+    target: str = str(TARGET)  # target: a folder or a name such as smollm2
     n_train: int = 384  # train-split problems, one target trace each
     n_heldout: int = 64  # dev-split problems, one greedy trace each (held-out acceptance)
     temperature: float = 0.8  # sampling temperature of the training traces
