@@ -51,6 +51,16 @@ def _edit_config(folder: Path, **changes) -> Path:
 
 # ---- errors -----------------------------------------------------------------------------------
 
+def test_model_hidden_size_reads_the_folder_or_the_shipped_target(saved):
+    from gambit.model.loader import model_hidden_size
+
+    folder, model = saved
+    assert model_hidden_size(folder) == model.config.hidden_size
+    assert model_hidden_size("") == 192  # the shipped target
+    with pytest.raises(FileNotFoundError):
+        model_hidden_size(folder / "absent")
+
+
 def test_missing_folder(tmp_path):
     folder = tmp_path / "nope"
     with pytest.raises(FileNotFoundError, match=_named(folder)):

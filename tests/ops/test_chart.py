@@ -102,6 +102,22 @@ def test_target_precision_and_drafter_settings_reach_the_target(helm):
     assert set(target) <= set(params), set(target) - set(params)  # build_gambit passes them as kwargs
 
 
+def test_chart_gives_the_scorer_the_targets_model_so_its_width_follows(helm):
+    import inspect
+
+    """serve.model set alone: the Scorer reads the model's width (hiddenSize 0), where a forgotten
+    hiddenSize: 192 made every Score call of a wider model fail over to the fallback."""
+    from gambit.deployments.scorer import Scorer
+
+    r = run([helm, "template", "g", str(CHART), "--set", "serve.model=/models/smollm2"])
+    assert r.returncode == 0, r.stderr
+    cfg = yaml.safe_load(_rayservice(list(yaml.safe_load_all(r.stdout)))["spec"]["serveConfigV2"])
+    (scorer,) = [a for a in cfg["applications"] if a["name"] == "scorer"]
+    assert scorer["args"]["model"] == "/models/smollm2" and scorer["args"]["hidden_size"] == 0
+    params = inspect.signature(Scorer.func_or_class.__init__).parameters
+    assert set(scorer["args"]) <= set(params), set(scorer["args"]) - set(params)
+
+
 @pytest.mark.parametrize("variant", ["default", "one-gpu-values", "multi-gpu-values", "external-redis-values",
                                      "no-monitoring-values"])
 def test_serve_config_passes_serve_deploy_schema(rendered, variant):

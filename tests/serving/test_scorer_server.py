@@ -169,6 +169,18 @@ def test_unreachable_scorer_falls_back_to_running_means():
     assert client.score(["a"], torch.randn(1, H)).tolist() == [0.75]
 
 
+def test_a_refused_call_falls_back_and_says_why(server, caplog):
+    """A Target whose model is wider than the Scorer reads (a chart with the wrong hiddenSize) was
+    told "scorer unreachable (StatusCode.INVALID_ARGUMENT)": now the server's reason is in the log."""
+    client = RemoteScorer(f"127.0.0.1:{server.port}", 2 * H, token="s3cret", retry_after_s=0.0)
+    with caplog.at_level("WARNING", logger="gambit.serving.scorer_client"):
+        assert client.score(["w:1"], torch.randn(1, 2 * H)).tolist() == [0.5]
+    assert client.fallbacks == 1 and client.last_error.startswith("INVALID_ARGUMENT: ")
+    assert str(2 * H) in client.last_error and str(H) in client.last_error
+    assert "scorer call failed (INVALID_ARGUMENT: " in caplog.text
+    client.close()
+
+
 def test_async_calls_keep_order_and_coalesce(server):
     client = RemoteScorer(f"127.0.0.1:{server.port}", H, token="s3cret")
     ref = random_scorer("sequence", H, seed=3)

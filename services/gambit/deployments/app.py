@@ -35,5 +35,5 @@ def build_gambit(args: dict):
 
 
 def build_scorer(args: dict):
-    """``args``: Scorer kwargs (scorer, hidden_size, max_rows, batch_wait_ms, token_env)."""
+    """``args``: Scorer kwargs (scorer, model, hidden_size, max_rows, batch_wait_ms, token_env)."""
     return Scorer.bind(**args)

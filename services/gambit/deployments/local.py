@@ -81,17 +81,6 @@ class ServeConfig:
                              "round_interval": self.round_interval, "max_tokens": self.max_tokens}}
 
 
-def model_hidden_size(model: str) -> int:
-    """The target's hidden size (its config.json): the width the Scorer app reads (the shipped scorers
-    read the shipped target's; another model's Scorer scores with the target's confidence instead)."""
-    from gambit.model.config import ModelConfig
-    from gambit.model.registry import resolve_model
-    from gambit.paths import TARGET
-
-    folder = resolve_model(model) if model else TARGET
-    return ModelConfig.from_file(folder / "config.json").hidden_size
-
-
 def start(cfg: ServeConfig, wait_s: float = 120.0) -> None:
     """Start everything and return when both apps answer over gRPC."""
     import ray
@@ -123,7 +112,7 @@ def start(cfg: ServeConfig, wait_s: float = 120.0) -> None:
                 raise
             serve.shutdown()
     serve.run(build_scorer({"scorer": cfg.scorer, "token_env": cfg.token_env,
-                            "hidden_size": model_hidden_size(cfg.model)}), name="scorer",
+                            "model": cfg.model}), name="scorer",
               route_prefix="/scorer", blocking=False)
     serve.run(build_gambit(cfg.app_args()), name="gambit", route_prefix="/gambit", blocking=False)
     wait_ready(f"127.0.0.1:{cfg.grpc_port}", wait_s, os.environ.get(cfg.token_env,

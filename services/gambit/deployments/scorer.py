@@ -23,6 +23,7 @@ import ray
 from ray import serve
 
 from gambit.deployments.ray_metrics import ray_metrics
+from gambit.model.loader import model_hidden_size
 from gambit.scoring.spec import load_scorer_spec
 from gambit.serving.protos import load
 from gambit.serving.scorer_core import ScorerCore
@@ -35,10 +36,11 @@ log = logging.getLogger(__name__)
 @serve.deployment(max_ongoing_requests=32, ray_actor_options={"num_cpus": 0},
                   autoscaling_config={"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 8})
 class Scorer:
-    def __init__(self, scorer: str = "", hidden_size: int = 192, max_rows: int = 4096,
+    def __init__(self, scorer: str = "", hidden_size: int = 0, max_rows: int = 4096,
                  batch_wait_ms: float = 0.0, token_env: str = "GAMBIT_TOKEN", direct_host: str = "127.0.0.1",
-                 direct_port: int = 0) -> None:
-        """``batch_wait_ms`` 0: score at once; calls that arrive while a batch is scored go together
+                 direct_port: int = 0, model: str = "") -> None:
+        """``hidden_size`` 0: the width of ``model``, the Targets' model ("" = the shipped target).
+        ``batch_wait_ms`` 0: score at once; calls that arrive while a batch is scored go together
         in the next one. Each Target already sends one call at a time with everything that queued up
         meanwhile, so a fixed wait only delays guidance (2 ms of ~7 ms per call through the proxy).
         ``direct_host``: where this replica serves ScorerService itself ("" = proxy only);
@@ -46,6 +48,12 @@ class Scorer:
         self.pb2, _ = load("scorer")
         self.metrics = ray_metrics(("gambit_scorer_latency_seconds", "gambit_scorer_batch_size",
                                     "gambit_request_errors_total"))
+        if not hidden_size:
+            try:
+                hidden_size = model_hidden_size(model)
+            except (OSError, ValueError) as e:
+                raise ValueError(f"Scorer: the hidden size of model {model!r} is unknown here ({e}); give "
+                                 "hidden_size (the chart's serve.hiddenSize)") from None
         scorer_net = load_scorer_spec(scorer, hidden_size, note=log.warning)
         self.core = ScorerCore(scorer_net, max_rows, batch_wait_ms / 1000, metrics=self.metrics)
         self.token = os.environ.get(token_env, "") if token_env else ""

@@ -42,6 +42,15 @@ def load_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+def model_hidden_size(model: str | Path = "") -> int:
+    """A target's hidden size from its config.json ("" = the shipped target): the width the Scorer
+    reads, so a deployment names its model once."""
+    from gambit.paths import TARGET
+
+    folder = resolve_model(model) if model else TARGET
+    return ModelConfig.from_file(folder / "config.json").hidden_size
+
+
 def load_model(folder: str | Path, device: str | torch.device = "cpu",
                dtype: str | torch.dtype = "float32") -> tuple[CausalLM, Tokenizer]:
     """Model (eval mode) and tokenizer from a Hugging Face folder (or a fetched model's name, see

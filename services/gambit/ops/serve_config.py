@@ -80,7 +80,7 @@ class ServeAppSpec:
     token_env: str = "GAMBIT_TOKEN"  # env var with the bearer token (unset: no auth)
     model: str = ""  # target model: a folder or a name such as smollm2 ("" = the shipped target)
     scorer: str = ""  # scorer spec (gambit.scoring.spec): "" / process | mlp | sequence | confidence | folder
-    hidden_size: int = 192  # the target's hidden size (the scorer's input width)
+    hidden_size: int = 0  # the Scorer's input width (0 = the model's hidden size, read from its config)
     drafters: str = ""  # Targets' drafters for a real checkpoint: pr=FOLDER,eagle3.1=FOLDER ("" = shipped)
     batch_wait_ms: float = 0.0  # ms the Scorer waits to batch Score calls (0: at once; queued calls batch)
     num_blocks: int = 0  # KV blocks per Target (0 = from the memory budget)
@@ -145,7 +145,7 @@ def serve_config(spec: ServeAppSpec) -> dict:
                    "batch_invariant": spec.batch_invariant, "drafters": spec.drafters},
         "defaults": dict(spec.solve_defaults),
     }
-    scorer_args = {"scorer": spec.scorer, "hidden_size": spec.hidden_size,
+    scorer_args = {"scorer": spec.scorer, "model": spec.model, "hidden_size": spec.hidden_size,
                    "batch_wait_ms": spec.batch_wait_ms, "token_env": spec.token_env}
     apps = [
         {"name": "gambit", "route_prefix": "/gambit", "import_path": "gambit.deployments.app:build_gambit",

@@ -118,7 +118,8 @@ class RemoteScorer:
             if scores is None and time.monotonic() >= self._down_until:
                 scores = self._call(self.stub, req, len(keys))
                 if scores is None:
-                    log.warning("scorer unreachable (%s): falling back", self.last_error)
+                    log.warning("scorer call failed (%s): falling back for %.0f s", self.last_error,
+                                self.retry_after_s)
                     self._down_until = time.monotonic() + self.retry_after_s
         dt = time.perf_counter() - t0
         self.sync_seconds += dt
@@ -146,7 +147,9 @@ class RemoteScorer:
                 raise ValueError(f"scorer returned {scores.shape[0]} scores for {n} rows")
             return scores
         except (grpc.RpcError, ValueError) as e:
-            self.last_error = str(e.code()) if isinstance(e, grpc.RpcError) else str(e)
+            # the code and the server's reason: a refused call (a wrong width) is not an unreachable one
+            self.last_error = (f"{e.code().name}: {e.details()}" if isinstance(e, grpc.RpcError)
+                               else str(e))
             return None
 
     def _stub(self, address: str):
