@@ -79,12 +79,33 @@ def test_yaml_config_and_flag_precedence(tmp_path):
 
 @pytest.mark.parametrize("text, message", [("samples: [\n", "malformed YAML"),
                                            ("bogus: 1\n", "unknown options"),
-                                           ("samples: 0\n", "samples and n_problems must be >= 1")])
+                                           ("samples: 0\n", "samples and n_problems must be >= 1"),
+                                           # a wrong type was "'<' not supported between 'str' and 'int'"
+                                           ("samples: four\n", "samples: expected an integer, got 'four'"),
+                                           ("samples: 2.5\n", "samples: expected an integer, got 2.5"),
+                                           ("temperature: [1]\n", "temperature: expected a number"),
+                                           ("samples:\n", "samples: expected an integer, got nothing$")])
 def test_bad_config_is_a_clear_error(tmp_path, text, message):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(text)
     with pytest.raises(SystemExit, match=message):
         main(["eval", "--model", str(TARGET), "--config", str(cfg)])
+
+
+def test_yaml_values_convert_as_their_flags_do(tmp_path):
+    """``1e-1`` (a string to YAML 1.1) is a number, ``gold: 18`` the string "18", as on the command line."""
+    from gambit.config_cli import from_args
+    from gambit.run import RunConfig
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("temperature: 1e-1\nquestion: Compute 9*2.\ngold: 18\nsamples: 2\nbatch_invariant: null\n")
+    import argparse
+
+    got = from_args(RunConfig, argparse.Namespace(config=str(cfg)))
+    assert (got.temperature, got.gold, got.samples, got.batch_invariant) == (0.1, "18", 2, None)
+    cfg.write_text("batch_invariant: maybe\n")
+    with pytest.raises(SystemExit, match="batch_invariant: expected true or false, got 'maybe'"):
+        from_args(RunConfig, argparse.Namespace(config=str(cfg)))
 
 
 def test_missing_model_folder_is_a_clear_error(tmp_path, capsys):

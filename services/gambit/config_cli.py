@@ -59,13 +59,37 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls, skip: tuple[str, ..
             parser.add_argument(flag, type=tp, default=None, help=f"{note}(default: {default})")
 
 
+_KIND = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+
+
+def yaml_value(path: Path, name: str, hint, value):
+    """A YAML value converted as its flag's text would be (``1e-4``, which YAML 1.1 reads as a string,
+    is a number; ``gold: 18`` is the string "18"), or a clear error naming the option and the file."""
+    tp = _base_type(hint)
+    if tp not in _KIND or value is None and type(None) in typing.get_args(hint):
+        return value
+    if tp is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return str(value)
+    if tp is bool and isinstance(value, bool):
+        return value
+    numeric = (int, str) if tp is int else (int, float, str)  # 2.5 is no integer; true is neither
+    if tp in (int, float) and isinstance(value, numeric) and not isinstance(value, bool):
+        try:
+            return tp(value)
+        except ValueError:
+            pass
+    got = repr(value) if value is not None else "nothing" + (" (write '' for none)" if tp is str else "")
+    raise SystemExit(f"error: {path}: {name}: expected {_KIND[tp]}, got {got}")
+
+
 def from_args(cls, args: argparse.Namespace, **fixed):
     """Build ``cls`` from YAML (if ``--config``) overlaid by the flags that were given."""
     values: dict = {}
     if getattr(args, "config", None):
         path = Path(args.config)
         try:
-            loaded = yaml.safe_load(path.read_text()) or {}
+            with path.open() as f:  # a stream: YAML's errors name the file
+                loaded = yaml.safe_load(f) or {}
         except FileNotFoundError:
             raise SystemExit(f"error: config file {path} does not exist") from None
         except yaml.YAMLError as e:
@@ -76,7 +100,8 @@ def from_args(cls, args: argparse.Namespace, **fixed):
         unknown = sorted(set(loaded) - names)
         if unknown:
             raise SystemExit(f"error: {path}: unknown options {unknown}; known: {sorted(names)}")
-        values.update(loaded)
+        hints = typing.get_type_hints(cls)
+        values.update({k: yaml_value(path, k, hints[k], v) for k, v in loaded.items()})
     for f in dataclasses.fields(cls):
         v = getattr(args, f.name, None)
         if v is not None:
