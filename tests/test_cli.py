@@ -43,6 +43,33 @@ def test_every_flag_says_what_it_is():
     assert not bare, f"flags without a help line: {bare}"
 
 
+@pytest.mark.parametrize("bench, flag, default", [("spec", "--max-tokens", "128"), ("rounds", "--capacity", "16"),
+                                                   ("engine", "--repeats", "1"), ("linears", "--repeats", None)])
+def test_bench_help_gives_each_flags_default(bench, flag, default, capsys):
+    """The bench commands' own parsers printed no defaults (``--max-tokens``: "new tokens per trace at
+    most", of how many?)."""
+    with pytest.raises(SystemExit):
+        main(["bench", bench, "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    (line,) = re.findall(re.escape(flag) + r" [A-Z_]+ (.*?)(?= --|$)", help_text)[:1]
+    assert "default" in line.lower(), line
+    if default is not None:
+        assert f"(default: {default})" in line, line
+
+
+def test_defaults_formatter_adds_a_default_only_where_none_is_said():
+    from gambit.config_cli import DefaultsFormatter
+
+    p = argparse.ArgumentParser(formatter_class=DefaultsFormatter)
+    p.add_argument("--n", type=int, default=3, help="count")
+    p.add_argument("--reps", type=int, default=None, help="repetitions (default 2 quick, 3 full)")
+    p.add_argument("--quick", action="store_true", help="fewer")
+    p.add_argument("--m", type=int, default=5, help="m (default: five)")
+    text = " ".join(p.format_help().split())
+    assert "count (default: 3)" in text and "(default: None)" not in text and "fewer (default" not in text
+    assert "m (default: five) --" not in text and text.count("(default: five)") == 1
+
+
 def test_eval_end_to_end_writes_json(tmp_path, capsys):
     path = tmp_path / "eval.json"
     rc = main(["eval", "--model", str(TARGET), "--n-problems", "6", "--samples", "3", "--max-ops", "3",

@@ -40,6 +40,18 @@ def field_comments(cls) -> dict[str, str]:
     return notes
 
 
+class DefaultsFormatter(argparse.HelpFormatter):
+    """Help that ends with the flag's default where its text does not already give one (a switch
+    that is off, or a None that the text explains, says nothing more)."""
+
+    def _get_help_string(self, action) -> str:
+        text = action.help or ""
+        if (action.option_strings and action.default not in (None, False, argparse.SUPPRESS)
+                and "default" not in text.lower()):
+            text += " (default: %(default)s)"
+        return text
+
+
 def add_dataclass_args(parser: argparse.ArgumentParser, cls, skip: tuple[str, ...] = ()) -> None:
     """Add ``--field-name`` for each field (default None, so we can tell what was given)."""
     hints = typing.get_type_hints(cls)

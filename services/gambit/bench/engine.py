@@ -484,7 +484,10 @@ def batch_list(text: str) -> list[int]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="gambit bench engine", description=__doc__.splitlines()[0])
+    from gambit.config_cli import DefaultsFormatter
+
+    p = argparse.ArgumentParser(prog="gambit bench engine", formatter_class=DefaultsFormatter,
+                                description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None, help=f"model folder or fetched name, e.g. smollm2 "
                    f"(default {DEFAULT_MODEL})")
     p.add_argument("--quick", action="store_true", help=f"batches {QUICK_BATCHES}, {QUICK_TOKENS} tokens")

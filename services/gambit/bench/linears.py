@@ -86,9 +86,11 @@ def measure(folder: str, rows: list[int], repeats: int, threads: int, calls: int
 
 def main(argv: list[str] | None = None) -> int:
     from gambit.bench.eval import write_json
+    from gambit.config_cli import DefaultsFormatter
     from gambit.model.registry import resolve_model
 
-    p = argparse.ArgumentParser(prog="gambit bench linears", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="gambit bench linears", formatter_class=DefaultsFormatter,
+                                description=__doc__.splitlines()[0])
     p.add_argument("--model", default="smollm2", help="model folder or registered name whose shapes to time")
     p.add_argument("--rows", default="1,16,64", help="comma-separated row counts (tokens per product)")
     p.add_argument("--repeats", type=int, default=5, help="interleaved rounds; the median is reported")

@@ -80,7 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         # libgomp (the second pool's workers) once aborted the process ("terminate called without an
         # active exception") after a complete measurement
         os._exit(0)
-    ap = argparse.ArgumentParser(prog="gambit bench pools", description="one OpenMP pool vs two, "
+    from gambit.config_cli import DefaultsFormatter
+
+    ap = argparse.ArgumentParser(prog="gambit bench pools", formatter_class=DefaultsFormatter,
+                                 description="one OpenMP pool vs two, "
                                  "interleaved fresh processes of embedded Gambit runs")
     ap.add_argument("--reps", type=int, default=4, help="interleaved repetitions (processes per mode)")
     ap.add_argument("--capacity", type=int, default=16, help="C of each run (traces; the shipped target "

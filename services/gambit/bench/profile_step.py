@@ -116,9 +116,11 @@ def profile(folder: str, batch: int, steps: int, threads: int, cpu_linear: str,
 
 def main(argv: list[str] | None = None) -> int:
     from gambit.bench.eval import write_json
+    from gambit.config_cli import DefaultsFormatter
     from gambit.model.registry import resolve_model
 
-    p = argparse.ArgumentParser(prog="gambit bench profile", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="gambit bench profile", formatter_class=DefaultsFormatter,
+                                description=__doc__.splitlines()[0])
     p.add_argument("--model", default="smollm2", help="model folder or registered name (default smollm2)")
     p.add_argument("--batch", type=int, default=16, help="decode batch size (traces per step)")
     p.add_argument("--steps", type=int, default=5, help="decode steps timed, then profiled")

@@ -162,7 +162,10 @@ def ops(model, tok, scorer, problems, args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="gambit bench rounds", description=__doc__.split("\n")[0])
+    from gambit.config_cli import DefaultsFormatter
+
+    ap = argparse.ArgumentParser(prog="gambit bench rounds", formatter_class=DefaultsFormatter,
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("--problems", type=int, default=6, help="hard test problems searched at once")
     ap.add_argument("--capacity", type=int, default=16, help="C")
     ap.add_argument("--repeat", type=int, default=3, help="repeats (the median is reported)")

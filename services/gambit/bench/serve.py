@@ -291,9 +291,10 @@ def table(res: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gambit.config_cli import add_dataclass_args, from_args
+    from gambit.config_cli import DefaultsFormatter, add_dataclass_args, from_args
 
-    p = argparse.ArgumentParser(prog="gambit bench serve", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="gambit bench serve", formatter_class=DefaultsFormatter,
+                                description=__doc__.split("\n")[0])
     add_dataclass_args(p, BenchServeConfig)
     p.add_argument("--quick", action="store_true", help="C=4, 96 tokens, 2 repetitions")
     p.add_argument("--json", help="write the result JSON here")

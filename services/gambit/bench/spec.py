@@ -401,7 +401,10 @@ def format_tables(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="gambit bench spec", description=__doc__.split("\n")[0])
+    from gambit.config_cli import DefaultsFormatter
+
+    ap = argparse.ArgumentParser(prog="gambit bench spec", formatter_class=DefaultsFormatter,
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer prompts, batches and settings (minutes)")
     ap.add_argument("--reps", type=int, default=None,
                     help="interleaved repetitions (default 2 quick, 3 full)")
