@@ -43,8 +43,9 @@ def test_every_flag_says_what_it_is():
     assert not bare, f"flags without a help line: {bare}"
 
 
-@pytest.mark.parametrize("bench, flag, default", [("spec", "--max-tokens", "128"), ("rounds", "--capacity", "16"),
-                                                   ("engine", "--repeats", "1"), ("linears", "--repeats", None)])
+@pytest.mark.parametrize("bench, flag, default", [
+    ("spec", "--max-tokens", "128"), ("rounds", "--capacity", "16"), ("engine", "--repeats", "1"),
+    ("linears", "--repeats", None)])
 def test_bench_help_gives_each_flags_default(bench, flag, default, capsys):
     """The bench commands' own parsers printed no defaults (``--max-tokens``: "new tokens per trace at
     most", of how many?)."""
