@@ -7,7 +7,8 @@ from gambit.cli import main
 
 def test_client_solve_reports_unreachable_server(capsys):
     assert main(["client", "solve", "Compute 1+2.", "--address", "127.0.0.1:1", "--capacity", "2"]) == 1
-    assert "error: UNAVAILABLE" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "error: UNAVAILABLE" in err and "no server answers at 127.0.0.1:1: `gambit serve`" in err
 
 
 def test_client_solve_request_fields():

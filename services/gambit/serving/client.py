@@ -116,7 +116,10 @@ def _call(cfg: ConnectConfig, body, out) -> int:
         try:
             body(pb2, g.ReasoningServiceStub(ch), out or sys.stdout)
         except grpc.RpcError as e:
-            print(f"error: {e.code().name}: {e.details()}", file=sys.stderr)
+            hint = ""
+            if e.code() == grpc.StatusCode.UNAVAILABLE and "connect" in (e.details() or "").lower():
+                hint = f"\n(no server answers at {cfg.address}: `gambit serve` starts one there)"
+            print(f"error: {e.code().name}: {e.details()}{hint}", file=sys.stderr)
             return 1
     return 0
 
