@@ -262,7 +262,7 @@ def train_drafter(cfg: TrainDrafterConfig, stop: int | None = None, data: dict |
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), cfg.grad_clip)
         opt.step()
         history.append({"step": step, "loss": round(loss.item(), 6)})
-        bar.set_postfix(loss=f"{loss.item():.4f}")
+        bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)  # drawn with the count, every 5 s
         if stop is None and ((step + 1) % cfg.eval_every == 0 or step == n_steps - 1):
             ev = heldout_acceptance(drafter, data["heldout"], tok.pad_id, cfg.ttt_steps, cfg.reconsider_frac,
                                     cfg.self_query if cfg.uses_pr else None)

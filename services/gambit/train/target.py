@@ -154,7 +154,7 @@ def train_target(cfg: TrainTargetConfig, stop: int | None = None) -> dict:
         tokens += ids.numel()
         ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
         elapsed = time.time() - start
-        bar.set_postfix(loss=f"{ema:.4f}", tok_s=f"{tokens / elapsed:.0f}")
+        bar.set_postfix(loss=f"{ema:.4f}", tok_s=f"{tokens / elapsed:.0f}", refresh=False)
         if step % 100 == 0 or step == cfg.steps - 1:
             history.append({"step": step, "loss": round(ema, 5), "elapsed_s": round(elapsed, 1)})
         if cfg.checkpoint_every and step and step % cfg.checkpoint_every == 0:
