@@ -38,7 +38,7 @@ MIX = (
     ("large-gambit", 1, 7, 8, "gambit", 8, 224),
 )
 ENTRIES = ("Solve first event", "Solve end to end", "Solve cancelled", "CancelRun")
-_tokens = {"generated": 0, "runs": 0}
+_tokens = {"generated": 0, "runs": 0, "done": 0, "correct": 0}  # done/correct: finished runs, right answers
 _lock = threading.Lock()
 
 
@@ -55,7 +55,7 @@ def _args(parser):
     parser.add_argument("--data", default="", help="the benchmark's JSONL file ('' = ../shared/datasets/)")
 
 
-def _problems(opts) -> dict[tuple[int, int], list[tuple[str, str]]]:
+def _problems(opts) -> dict[tuple[int, int], list[tuple[str, str, str]]]:
     from gambit.ops.loadtest import problem_pool
 
     return problem_pool([(lo, hi) for _, _, lo, hi, *_ in MIX], opts.problem_seed, opts.benchmark, opts.data)
@@ -92,7 +92,7 @@ class SolveUser(User):
     @task
     def solve(self):
         name, _, lo, hi, method, capacity, max_tokens = self.rng.choices(MIX, weights=[m[1] for m in MIX])[0]
-        problem, answer_rule = self.rng.choice(self.problems[(lo, hi)])
+        problem, answer_rule, gold = self.rng.choice(self.problems[(lo, hi)])
         cancel = self.rng.random() < self.cancel_fraction
         req = self.pb2.SolveRequest(problem=problem, method=method, capacity=capacity,
                                     max_tokens=max(1, int(max_tokens * self.scale)),
@@ -136,6 +136,9 @@ class SolveUser(User):
             with _lock:
                 _tokens["generated"] += result.generated_tokens
                 _tokens["runs"] += 1
+                if result.status == "done":
+                    _tokens["done"] += 1
+                    _tokens["correct"] += result.answer == gold
 
 
 def summary_rows(stats, elapsed_s: float) -> list[dict]:
@@ -168,8 +171,10 @@ def _on_quit(environment, **_):
     elapsed = time.perf_counter() - _t_start["t"]
     rows = summary_rows(environment.stats, elapsed)
     tot = environment.stats.total
+    done, right = _tokens["done"], _tokens["correct"]
     print(f"\nGambit load test: {elapsed:.1f} s, {_tokens['runs']} runs with a result, "
-          f"{_tokens['generated'] / elapsed:.1f} generated tokens/s, {tot.num_failures} failures")
+          f"{_tokens['generated'] / elapsed:.1f} generated tokens/s, {tot.num_failures} failures; "
+          f"answers right {right} of {done} finished runs ({100 * right / max(done, 1):.1f}%)")
     print(f"{'entry':<20} {'requests':>8} {'failures':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
           f"{'mean ms':>8} {'per s':>7}")
     for r in rows:
@@ -185,5 +190,6 @@ def _on_quit(environment, **_):
         w.writeheader()
         w.writerows(rows)
         f.write(f"# elapsed_s={elapsed:.1f} runs={_tokens['runs']} generated_tokens={_tokens['generated']} "
-                f"tokens_per_s={_tokens['generated'] / elapsed:.1f} failures={tot.num_failures}\n")
+                f"tokens_per_s={_tokens['generated'] / elapsed:.1f} failures={tot.num_failures} "
+                f"finished={done} correct={right}\n")
     print(f"wrote {path}")

@@ -106,5 +106,8 @@ def test_short_locust_run_has_no_failures_and_leaks_no_kv(serve_stack, tmp_path)
     assert int(by["Solve first event"]["requests"]) >= 3 and int(by["Solve end to end"]["requests"]) >= 1
     assert all(int(row["failures"]) == 0 for row in rows), rows
     assert "failures=0" in note
+    # the answers it got right under load, counted against each problem's gold (none counted before)
+    finished, correct = (int(note.split(f"{k}=")[1].split()[0]) for k in ("finished", "correct"))
+    assert 1 <= finished <= int(by["Solve end to end"]["requests"]) and 0 < correct <= finished, note
     load = target_load_when_idle(timeout_s=60)
     assert (load["runs"], load["reserved_blocks"], load["kv_usage"]) == (0, 0, 0.0), load

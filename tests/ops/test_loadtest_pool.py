@@ -13,18 +13,25 @@ SIZES = [(2, 3), (2, 3), (4, 6), (7, 8)]
 def test_the_task_pool_is_seeded_by_size():
     pool = problem_pool(SIZES, 0)
     assert sorted(pool) == [(2, 3), (4, 6), (7, 8)]
-    assert all(len(v) == 40 and all(rule == "" for _, rule in v) for v in pool.values())
+    assert all(len(v) == 40 and all(rule == "" for _, rule, _ in v) for v in pool.values())
     assert pool == problem_pool(SIZES, 0) and pool != problem_pool(SIZES, 1)
     # sent bare, as a backend sends a problem (the Target adds the task's cue, or a chat model's template)
-    assert all(p.startswith("Compute ") and p.endswith(".") for p, _ in pool[(4, 6)])
+    assert all(p.startswith("Compute ") and p.endswith(".") for p, _, _ in pool[(4, 6)])
+    # the gold a right run answers: the problem's value
+    from gambit.tasks.arithmetic import TaskConfig, generate
+
+    first = generate("test", 40, 0, TaskConfig(4, 6))[0]
+    assert pool[(4, 6)][0] == (first.question, "", str(first.answer))
 
 
 @pytest.mark.skipif(not datasets_dir().is_dir(), reason="no shared datasets")
 def test_a_benchmark_pool_sends_its_questions_with_their_rule():
     pool = problem_pool(SIZES, 0, "gsm8k")
     assert len(pool[(2, 3)]) == 1319 and pool[(2, 3)] is pool[(7, 8)]
-    assert {rule for _, rule in pool[(2, 3)]} == {"gsm8k"}
-    assert {rule for _, rule in problem_pool(SIZES, 0, "gpqa")[(4, 6)]} == {"choice"}
+    assert {rule for _, rule, _ in pool[(2, 3)]} == {"gsm8k"}
+    assert pool[(2, 3)][0][2] == "18"  # GSM8K's first test answer (Janet's ducks), as its rule keys it
+    gpqa = problem_pool(SIZES, 0, "gpqa")[(4, 6)]
+    assert {rule for _, rule, _ in gpqa} == {"choice"} and {g for _, _, g in gpqa} <= set("ABCD")
 
 
 def test_the_benchmark_reaches_locust_and_bad_ones_are_refused_before_ray(tmp_path):

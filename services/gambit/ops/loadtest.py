@@ -46,19 +46,21 @@ class LoadTestConfig:
 
 
 def problem_pool(sizes, seed: int, benchmark: str = "", data: str = "",
-                 per_size: int = 40) -> dict[tuple[int, int], list[tuple[str, str]]]:
-    """(problem, answer_rule) pairs for each (min_ops, max_ops) of the mix: the task's test problems, or
+                 per_size: int = 40) -> dict[tuple[int, int], list[tuple[str, str, str]]]:
+    """(problem, answer_rule, gold) for each (min_ops, max_ops) of the mix: the task's test problems, or
     with ``benchmark`` its questions for every size (both sent bare, as a backend sends them: the Target
-    applies its model's format; the rule reads the benchmark's answers)."""
+    applies its model's format; the rule reads the benchmark's answers). ``gold``: a right run's
+    ``Result.answer``, so the load test counts the answers it got right under load."""
     if benchmark:
-        from gambit.tasks.graded import answer_kind, load_graded
+        from gambit.tasks.graded import answer_kind, gold_key, load_graded
 
         items = load_graded(benchmark, data)
-        pool = [(it.prompt, answer_kind(it)) for it in items]
+        pool = [(it.prompt, answer_kind(it), gold_key(it)) for it in items]
         return {size: pool for size in sizes}
     from gambit.tasks.arithmetic import TaskConfig, generate
 
-    return {(lo, hi): [(p.question, "") for p in generate("test", per_size, seed, TaskConfig(lo, hi))]
+    return {(lo, hi): [(p.question, "", str(p.answer)) for p in generate("test", per_size, seed,
+                                                                         TaskConfig(lo, hi))]
             for lo, hi in dict.fromkeys(sizes)}
 
 
