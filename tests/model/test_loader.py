@@ -61,6 +61,12 @@ def test_model_hidden_size_reads_the_folder_or_the_shipped_target(saved):
         model_hidden_size(folder / "absent")
 
 
+def test_an_unknown_bare_name_lists_the_known_ones():
+    with pytest.raises(FileNotFoundError, match=r"llama3: model folder does not exist, nor a model name "
+                                                r"\(known: smollm2\)"):
+        load_model("llama3")
+
+
 def test_missing_folder(tmp_path):
     folder = tmp_path / "nope"
     with pytest.raises(FileNotFoundError, match=_named(folder)):

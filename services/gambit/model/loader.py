@@ -57,7 +57,10 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
     ``gambit.model.registry``), with errors naming the file."""
     folder = resolve_model(folder)
     if not folder.is_dir():
-        raise FileNotFoundError(f"{folder}: model folder does not exist")
+        from gambit.model.registry import MODELS
+
+        named = "" if os.sep in str(folder) else f", nor a model name (known: {', '.join(sorted(MODELS))})"
+        raise FileNotFoundError(f"{folder}: model folder does not exist{named}")
     config = ModelConfig.from_file(folder / "config.json")
     tokenizer = Tokenizer.from_file(folder / "tokenizer.json", config.bos_token_id, config.eos_ids)
     state = load_state_dict(folder)
