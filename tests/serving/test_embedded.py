@@ -96,6 +96,22 @@ def test_traces_stopped_at_the_token_limit_count_as_length_not_eos(emb):
     assert labelled(emb, "gambit_traces_finished_total", reason="eos") == eos0
 
 
+def test_traces_deepconf_stops_count_as_stopped_not_abort(emb):
+    """DeepConf's low-confidence stops were counted as ``reason="abort"``, as if cancelled."""
+    stopped0, abort0 = (labelled(emb, "gambit_traces_finished_total", reason=r) for r in ("stopped", "abort"))
+    for seed in range(1, 6):  # most seeds stop some traces of this hard problem (8 of 16 at seed 1 on Zen 4)
+        hard = generate("test", 4, 0, TaskConfig(6, 8))[3]
+        res = list(emb.solve(hard.prompt, SolveConfig(method="deepconf", capacity=16, swap=1,
+                                                      round_interval=8, warmup=4, seed=seed)))[-1]
+        assert res["status"] == "done"
+        n = sum(t["finish_reason"] == "stopped" for t in res["traces"])
+        if n:
+            break
+    assert n > 0, [t["finish_reason"] for t in res["traces"]]
+    assert labelled(emb, "gambit_traces_finished_total", reason="stopped") - stopped0 == n
+    assert labelled(emb, "gambit_traces_finished_total", reason="abort") == abort0
+
+
 def test_cancel_and_disconnect_free_the_kv_and_other_runs_finish(emb):
     cfg = SolveConfig(capacity=4, max_tokens=200, seed=2)
     keep = emb.solve(PROBLEMS[1].prompt, cfg)

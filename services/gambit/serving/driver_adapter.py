@@ -17,6 +17,9 @@ from gambit.serving.solve_config import SolveConfig
 
 REASON = {"finished": "eos", "pruned": "pruned", "evicted": "evicted", "stopped": "abort",
           "ghost": "evicted", "running": "abort", "waiting": "abort"}  # node state -> metric reason label
+# where the node's end_reason says more: its token limit, or a method's rule (DeepConf's confidence
+# threshold, a vote already decided) rather than a cancel or a run limit
+END_REASON = {"length": "length", "deepconf": "stopped", "decided": "stopped"}
 
 
 def search_config(cfg: SolveConfig) -> SearchConfig:
@@ -130,8 +133,7 @@ class DriverAdapter:
         self.last.pop(r.run_id, None)
         traces = []
         for t in r.traces:
-            reason = ("length" if t.get("end_reason") == "length"  # finished at its token limit
-                      else REASON.get(t.get("state", ""), "abort"))
+            reason = END_REASON.get(t.get("end_reason") or "") or REASON.get(t.get("state", ""), "abort")
             self._inc("gambit_traces_finished_total", 1, reason=reason)
             traces.append({"trace_id": t["id"], "parent_id": -1 if t.get("parent") is None else t["parent"],
                            "answer": t.get("answer") or "", "score": float(t.get("score") or 0.0),
