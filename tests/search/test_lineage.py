@@ -97,3 +97,15 @@ def test_a_trace_cut_at_the_token_limit_and_one_without_an_answer_say_so():
     node |= {"end_reason": "eos", "answer": "7", "end_step": 40, "tokens": [1] * 41}
     assert _label(node, "7", "7") == ("#3 root; finished @step 40; 41 tokens; score 0.50 (1) "
                                       "answer 7 ✓ (winner)")
+
+
+def test_the_picture_labels_a_finished_trace_without_an_answer():
+    """In the PNG a finished trace with no answer had a wrong answer's colour and no text at all."""
+    from gambit.search.lineage import bar_label
+
+    node = {"state": "finished", "end_reason": "eos", "answer": None}
+    assert bar_label(node, "12") == "no answer"
+    assert bar_label(node | {"end_reason": "length"}, "12") == "no answer (token limit)"
+    assert bar_label(node | {"answer": "12"}, "12") == "12 ✓"
+    assert bar_label(node | {"answer": "80"}, "12") == bar_label(node | {"answer": "80"}, None) == "80"
+    assert bar_label({"state": "pruned", "answer": None}, "12") == ""

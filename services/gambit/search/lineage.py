@@ -122,9 +122,10 @@ def lineage_png(run_id: str, data: dict, path: str | Path) -> Path:
         ax.plot([n["birth_step"], end], [row[i], row[i]], color=colour, lw=2.2, solid_capstyle="butt")
         if n["parent"] is not None:
             ax.plot([n["birth_step"]] * 2, [row[n["parent"]], row[i]], color="#999999", lw=0.6)
-        if n["answer"] is not None:
-            mark = "" if gold is None else (" ✓" if n["answer"] == gold else "")
-            ax.text(end + 0.5, row[i], f"{n['answer']}{mark}", fontsize=6, va="center")
+        label = bar_label(n, gold)
+        if label:
+            ax.text(end + 0.5, row[i], label, fontsize=6, va="center",
+                    color="#777777" if n["answer"] is None else "black")
     ax.invert_yaxis()
     ax.set_yticks([])
     ax.set_xlabel("decode step of the run")
@@ -134,7 +135,7 @@ def lineage_png(run_id: str, data: dict, path: str | Path) -> Path:
     ax.set_title(f"run {run_id}: {c['method']} C={c['capacity']} K={c['swap']} Δ={c['interval']} "
                  f"w={c['warmup']} — answer {res.get('answer')} (gold {gold})", fontsize=9)
     ax.legend(handles=[Patch(color=COLOURS["win"], label="finished, winning answer"),
-                       Patch(color=COLOURS["lose"], label="finished, other answer"),
+                       Patch(color=COLOURS["lose"], label="finished, other answer or none"),
                        Patch(color=COLOURS[T.PRUNED], label="pruned"),
                        Patch(color=COLOURS[T.EVICTED], label="evicted / ghost"),
                        Patch(color=COLOURS[T.STOPPED], label="stopped"),
@@ -146,6 +147,16 @@ def lineage_png(run_id: str, data: dict, path: str | Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def bar_label(n: dict, gold: str | None) -> str:
+    """The text after a trace's bar: its answer (✓ when it is the gold), or for a trace that ended by
+    itself with none, "no answer" (its bar is the colour of a wrong answer)."""
+    if n["answer"] is not None:
+        return f"{n['answer']}{' ✓' if gold is not None and n['answer'] == gold else ''}"
+    if n["state"] == T.FINISHED:
+        return "no answer (token limit)" if n.get("end_reason") == "length" else "no answer"
+    return ""
 
 
 # Redis key prefixes ``inspect_run`` looks under when given none: `gambit run` and the benchmarks'
