@@ -109,3 +109,12 @@ def test_the_picture_labels_a_finished_trace_without_an_answer():
     assert bar_label(node | {"answer": "12"}, "12") == "12 ✓"
     assert bar_label(node | {"answer": "80"}, "12") == bar_label(node | {"answer": "80"}, None) == "80"
     assert bar_label({"state": "pruned", "answer": None}, "12") == ""
+
+
+def test_the_lineage_lists_votes_most_first():
+    """The summary printed the votes as a Python dict in insertion order (``{'80': 8, '101': 1, '81': 1,
+    '1200': 2, ...}``); now most votes first, as the live view shows them."""
+    from gambit.search.lineage import vote_counts
+
+    assert vote_counts({"80": 8, "101": 1, "1200": 2, "15": 2}) == "80 ×8, 1200 ×2, 15 ×2, 101 ×1"
+    assert vote_counts({}) == "none"

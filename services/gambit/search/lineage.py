@@ -52,6 +52,12 @@ def _clip(prompt: str, head: int = 60, tail: int = 140) -> str:
     return prompt if len(prompt) <= head + tail + 3 else f"{prompt[:head]} … {prompt[-tail:]}"
 
 
+def vote_counts(votes: dict) -> str:
+    """``{"15": 3, "80": 8}`` as ``80 ×8, 15 ×3``: most votes first (ties in the order the answers came),
+    as the live view."""
+    return ", ".join(f"{a} ×{n}" for a, n in sorted(votes.items(), key=lambda kv: -kv[1])) or "none"
+
+
 def lineage_text(run_id: str, data: dict, max_nodes: int = 400) -> str:
     meta, nodes, res = data["meta"], data["nodes"], data.get("result") or {}
     c = meta["config"]
@@ -64,7 +70,7 @@ def lineage_text(run_id: str, data: dict, max_nodes: int = 400) -> str:
              f"branched {meta['branched']}, pruned {meta['pruned']}, evicted {meta['evicted']}"]
     if res:
         lines.append(f"  answer {res['answer']} ({res['vote_rule']}); majority {res['majority']}, "
-                     f"weighted {res['weighted']}; votes {res['votes']}; {res['reason']}"
+                     f"weighted {res['weighted']}; votes {vote_counts(res['votes'])}; {res['reason']}"
                      + ("" if res.get("correct") is None else (" CORRECT" if res["correct"] else " WRONG")))
     else:
         lines.append("  (unfinished)")
