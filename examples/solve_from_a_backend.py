@@ -6,7 +6,7 @@
 
 and then (against ``gambit serve``, or the cluster's gRPC endpoint):
 
-    python examples/solve_from_a_backend.py --stubs gen "Compute (4+5)*3."
+    python examples/solve_from_a_backend.py --stubs gen "Compute (14+25)*3."
 
 Without ``--stubs`` this script generates them into a temporary folder first. Two things a backend must
 send: the ``application`` metadata (Ray Serve's gRPC proxy routes by it), and, when the servers have a

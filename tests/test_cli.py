@@ -251,6 +251,15 @@ def test_run_solves_a_question_of_your_own(tmp_path, capsys, monkeypatch):
     assert _answer_line(ungraded).split(";")[:2] == _answer_line(held).split(";")[:2]
 
 
+def test_the_readmes_own_question_is_solved(tmp_path, capsys):
+    """The README, `gambit serve`'s ready line, the chart's NOTES and the backend example showed "Compute
+    (4+5)*3." and "Compute 3+4*2.", which the shipped target gets wrong (57 and 34: single-digit operands
+    and an unbracketed product are rare in its training data); the example they show now is solved."""
+    assert main(["run", "--question", "Compute (14+25)*3.", "--gold", "117", "--png", "",
+                 "--save", str(tmp_path / "s.json")]) == 0
+    assert "correct 117: CORRECT" in _answer_line(capsys.readouterr().out)
+
+
 @pytest.mark.parametrize("args,message", [
     (["--gold", "3"], "gold grades a --question"),
     (["--benchmark", "gsm8k", "--answer-rule", "integer"], "a benchmark reads answers by its own rule"),

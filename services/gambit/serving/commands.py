@@ -42,8 +42,8 @@ def _cmd_serve(args) -> int:
     local.start(cfg)
     wait = stop_signals()  # after ray.init, which sets its own SIGTERM handler; before the ready line
     print(f"ready: ReasoningService at 127.0.0.1:{cfg.grpc_port} (metadata application=gambit); "
-          f"try: gambit client solve --address 127.0.0.1:{cfg.grpc_port} \"Compute 3+4*2.\"; Ctrl-C stops",
-          flush=True)
+          f"try: gambit client solve --address 127.0.0.1:{cfg.grpc_port} \"Compute (14+25)*3.\"; "
+          "Ctrl-C stops", flush=True)
     try:
         print(f"{signal.Signals(wait()).name}: stopping", flush=True)
     finally:
@@ -98,7 +98,7 @@ def add_commands(sub) -> None:
     c = sub.add_parser("client", help="call the ReasoningService")
     csub = c.add_subparsers(dest="what", required=True)
     cs = csub.add_parser("solve", help="solve one problem and print the stream")
-    cs.add_argument("problem", help="the problem text, e.g. \"Compute (4+5)*3.\" (- reads it from stdin)")
+    cs.add_argument("problem", help="the problem text, e.g. \"Compute (14+25)*3.\" (- reads it from stdin)")
     add_dataclass_args(cs, ClientConfig, skip=("rpc_timeout_s",))  # a Solve stream runs until its result
     cs.set_defaults(func=_cmd_client_solve)
     cg = csub.add_parser("get", help="a run's status, last round and result (GetRun, from Redis)")
