@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (FileNotFoundError, ValueError, ConnectionError) as e:
+    except (OSError, ValueError) as e:  # a missing file, a refused connection, a taken port; bad values
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -37,3 +37,38 @@ def test_the_scorer_server_stops_on_a_signal_even_when_sigint_came_ignored(sig):
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def test_gambit_serve_refuses_a_taken_port_before_ray_starts():
+    """Serve's gRPC proxy binds with SO_REUSEPORT: `gambit serve` beside a running `serve run` said
+    "ready" while the other server answered its clients (seen by hand in stop 59)."""
+    import socket
+
+    with socket.socket() as held, socket.socket() as s2, socket.socket() as s3:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        s2.bind(("127.0.0.1", 0))  # two free ports for HTTP and metrics, released before the call
+        s3.bind(("127.0.0.1", 0))
+        grpc_port, http, metrics = held.getsockname()[1], s2.getsockname()[1], s3.getsockname()[1]
+        s2.close()
+        s3.close()
+        t0 = time.monotonic()
+        out = subprocess.run([sys.executable, "-m", "gambit.cli", "serve", "--grpc-port", str(grpc_port),
+                              "--http-port", str(http), "--metrics-port", str(metrics)],
+                             capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"in use on this machine: grpc-port {grpc_port}" in out.stderr
+    assert "Started a local Ray instance" not in out.stdout + out.stderr and time.monotonic() - t0 < 60
+
+
+def test_busy_ports_sees_a_listener_and_not_a_free_port():
+    import socket
+
+    from gambit.deployments.local import busy_ports
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert busy_ports([port]) == [port]
+    assert busy_ports([port], wait_s=1.0) == []  # released once closed

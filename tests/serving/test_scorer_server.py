@@ -273,3 +273,15 @@ def test_closing_the_core_ends_its_batcher_thread():
     assert not core._thread.is_alive()
     with pytest.raises(RuntimeError, match="shut down"):
         core.submit(None)
+
+
+def test_a_second_server_on_a_taken_port_is_refused(server):
+    """gRPC binds with SO_REUSEPORT by default: a second `gambit scorer serve` on the same port started
+    silently and the kernel split the connections between the two servers."""
+    import threading
+
+    before = {t.name for t in threading.enumerate()}
+    cfg = ScorerServerConfig(host="127.0.0.1", port=server.port, metrics_port=-1, token_env="")
+    with pytest.raises(OSError, match=f"127.0.0.1:{server.port}: cannot listen there"):
+        start_scorer_server(cfg, scorer=random_scorer("mlp", H, seed=1))
+    assert {t.name for t in threading.enumerate()} <= before  # the refused server's batcher is gone

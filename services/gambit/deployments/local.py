@@ -10,6 +10,7 @@ token (``GAMBIT_TOKEN``) on any machine reachable from others.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from dataclasses import dataclass
 
@@ -81,6 +82,26 @@ class ServeConfig:
                              "round_interval": self.round_interval, "max_tokens": self.max_tokens}}
 
 
+def busy_ports(ports, wait_s: float = 0.0) -> list[int]:
+    """The ``ports`` something listens on, on any interface of this machine (a bind without
+    SO_REUSEPORT fails there), after waiting up to ``wait_s`` for them to be released. gRPC servers bind
+    with SO_REUSEPORT, so a second Serve proxy on a taken port starts silently and the kernel splits
+    the connections between the two: ``gambit serve`` would say ready while another server answers."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        busy = []
+        for port in ports:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no owner
+                try:
+                    s.bind(("", port))
+                except OSError:
+                    busy.append(port)
+        if not busy or time.monotonic() >= deadline:
+            return busy
+        time.sleep(0.25)
+
+
 def start(cfg: ServeConfig, wait_s: float = 120.0) -> None:
     """Start everything and return when both apps answer over gRPC."""
     import ray
@@ -90,6 +111,12 @@ def start(cfg: ServeConfig, wait_s: float = 120.0) -> None:
     from gambit.deployments.app import build_gambit, build_scorer
 
     if not ray.is_initialized():
+        ports = {"grpc_port": cfg.grpc_port, "http_port": cfg.http_port, "metrics_port": cfg.metrics_port}
+        busy = busy_ports(ports.values(), wait_s=5.0)  # a Serve stopping just now releases them in ~1 s
+        if busy:
+            names = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in ports.items() if v in busy)
+            raise OSError(f"in use on this machine: {names} (another `gambit serve` or `serve run`?); "
+                          "stop it, or give other ports (--grpc-port, --http-port, --metrics-port)")
         for k, v in SERVE_ENV.items():
             os.environ.setdefault(k, v)
     for attempt in range(2):  # a busy machine can time the node's start out once

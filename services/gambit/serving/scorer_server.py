@@ -99,11 +99,18 @@ def scorer_grpc_server(core: ScorerCore, metrics: Metrics, address: str, token: 
     The standalone server and each Ray Serve Scorer replica (its direct endpoint) use it."""
     pb2, pb2_grpc = load("scorer")
     interceptors = [BearerTokenInterceptor(token)] if token else []
+    # so_reuseport 0: a taken port fails here; with gRPC's default a second server shares it silently and
+    # the kernel splits the connections between the two
     server = grpc.server(futures.ThreadPoolExecutor(workers), interceptors=interceptors,
-                         options=[("grpc.max_receive_message_length", 256 << 20)])
+                         options=[("grpc.max_receive_message_length", 256 << 20), ("grpc.so_reuseport", 0)])
     pb2_grpc.add_ScorerServiceServicer_to_server(ScorerServicer(core, pb2, metrics), server)
     add_health_and_reflection(server, [pb2.DESCRIPTOR.services_by_name["ScorerService"].full_name])
-    port = add_port(server, address, tls)
+    try:
+        port = add_port(server, address, tls)
+    except RuntimeError as e:  # grpcio raises where older versions returned 0
+        raise OSError(f"{address}: cannot listen there (port in use?): {e}") from None
+    if not port:
+        raise OSError(f"{address}: cannot listen there (port in use?)")
     server.start()
     return server, port
 
@@ -116,7 +123,12 @@ def start_scorer_server(cfg: ScorerServerConfig, scorer=None) -> RunningScorer:
         scorer = load_scorer_spec(cfg.scorer, note=log.warning)
     core = ScorerCore(scorer, cfg.max_rows, cfg.batch_wait_ms / 1000, cfg.max_batch_rows, metrics)
     token = os.environ.get(cfg.token_env, "") if cfg.token_env else ""
-    server, port = scorer_grpc_server(core, metrics, f"{cfg.host}:{cfg.port}", token, cfg.tls, cfg.workers)
+    try:
+        server, port = scorer_grpc_server(core, metrics, f"{cfg.host}:{cfg.port}", token, cfg.tls,
+                                          cfg.workers)
+    except OSError:
+        core.close()  # its batcher thread joined, not left to the interpreter's exit
+        raise
     running = RunningScorer(server, port, -1, core, backend)
     if cfg.metrics_port >= 0:
         http, _ = backend.serve_http(cfg.metrics_port, cfg.host)
