@@ -61,6 +61,9 @@ def test_client_result_without_an_answer_says_which_rule_read_it():
     out = io.StringIO()
     _print_result(pb2.Result(status="done"), out, "gsm8k")
     assert "under the 'gsm8k' rule;" in out.getvalue()
+    out = io.StringIO()  # a run stopped by its time limit says so (Result.message was never printed)
+    _print_result(pb2.Result(status="limit", message="time limit 0.01 s reached"), out)
+    assert "limit: time limit 0.01 s reached" in out.getvalue() and "no trace gave" not in out.getvalue()
     out = io.StringIO()
     _print_result(pb2.Result(status="done", answer="48", majority_votes=[pb2.Vote(answer="48", weight=2)]),
                   out)

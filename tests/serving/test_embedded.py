@@ -96,6 +96,14 @@ def test_traces_stopped_at_the_token_limit_count_as_length_not_eos(emb):
     assert labelled(emb, "gambit_traces_finished_total", reason="eos") == eos0
 
 
+def test_a_limited_run_says_which_limit_ended_it(emb):
+    """Both limits said "a run limit (timeout_s) was reached", also a max_total_tokens one."""
+    res = list(emb.solve(PROBLEMS[0].prompt, SolveConfig(capacity=4, swap=1, max_total_tokens=10)))[-1]
+    assert res["status"] == "limit" and res["message"].startswith("max_total_tokens 10 reached (")
+    res = list(emb.solve(PROBLEMS[0].prompt, SolveConfig(capacity=4, swap=1, timeout_s=1e-6)))[-1]
+    assert res["status"] == "limit" and res["message"].startswith("timeout_s 1e-06 reached (")
+
+
 def test_traces_deepconf_stops_count_as_stopped_not_abort(emb):
     """DeepConf's low-confidence stops were counted as ``reason="abort"``, as if cancelled."""
     stopped0, abort0 = (labelled(emb, "gambit_traces_finished_total", reason=r) for r in ("stopped", "abort"))
@@ -136,8 +144,13 @@ def test_cancel_and_disconnect_free_the_kv_and_other_runs_finish(emb):
 
 
 def test_overcommit_and_bad_input_change_nothing(emb):
-    with pytest.raises(Overcommitted):
+    with pytest.raises(Overcommitted, match=r"capacity 200 x 300 tokens\)"):
         next(emb.solve(PROBLEMS[0].prompt, SolveConfig(capacity=200, swap=2, max_tokens=300)))
+    # a max_tokens past the model's length: the message gives the length the blocks were counted for (it
+    # said "capacity 400 x 100000 tokens" beside a block count for the model's length)
+    cap = emb.target.engine.max_model_len
+    with pytest.raises(Overcommitted, match=f"max_tokens 100000, at most {cap} with the prompt"):
+        next(emb.solve(PROBLEMS[0].prompt, SolveConfig(capacity=400, swap=2, max_tokens=100000)))
     with pytest.raises(ValueError, match="^problem:"):
         next(emb.solve("", SolveConfig()))
     assert emb.target.load()["reserved_blocks"] == 0

@@ -52,6 +52,7 @@ class RunResult:
     prompt_tokens: int = 0  # the prompt's tokens (every trace starts from them)
     solution: str = ""  # the text of the best-ranked finished trace that gave ``answer`` ("" = no answer)
     solution_trace: int | None = None  # that trace's id
+    limit: str = ""  # for reason "limit": which one, e.g. "max_total_tokens 4000" or "max_wall_s 30"
 
     def to_dict(self) -> dict:
         # shallow: asdict deep-copies every trace summary, and the store serialises this at once

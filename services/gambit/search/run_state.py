@@ -57,6 +57,7 @@ class SearchRun:
         self.traces: dict[int, Trace] = {}
         self.synced_at = -1  # the engine's step count at the last ``sync_all``
         self.threshold: float | None = None
+        self.limit_hit = ""  # which run limit ended it (over_limit)
         self.phase = 1
         self.target = cfg.capacity  # the pool's size: C, less the slots floor prunes gave up
         self.dirty: set[int] = set()  # nodes whose tree-view record changed since the last write
@@ -348,11 +349,17 @@ class SearchRun:
         return top[0] > top[1] + len(self.active)
 
     def over_limit(self) -> bool:
+        """Whether a run limit is reached; ``limit_hit`` says which (the result and the client say it)."""
         c = self.cfg
         if c.max_total_tokens:
             self.sync_all()
-        return bool((c.max_total_tokens and self.tokens >= c.max_total_tokens)
-                    or (c.max_wall_s and time.perf_counter() - self.t0 >= c.max_wall_s))
+            if self.tokens >= c.max_total_tokens:
+                self.limit_hit = f"max_total_tokens {c.max_total_tokens}"
+                return True
+        if c.max_wall_s and time.perf_counter() - self.t0 >= c.max_wall_s:
+            self.limit_hit = f"max_wall_s {c.max_wall_s:g}"
+            return True
+        return False
 
     def is_done(self) -> bool:
         """No trace generates any more: none is resident (a node is RUNNING exactly while its engine
@@ -400,7 +407,7 @@ class SearchRun:
             time.perf_counter() - self.t0, dict(self.timings), reason,
             None if self.gold is None else answer == self.gold, self.threshold, len(self.prompt_ids),
             "" if best is None else self.engine.tokenizer.decode(best[2].tokens),
-            None if best is None else best[2].id)
+            None if best is None else best[2].id, self.limit_hit)
         return self.result
 
     # -- persistence ----------------------------------------------------------------------------

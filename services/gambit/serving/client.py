@@ -95,7 +95,9 @@ def _print_result(r, out, answer_rule: str = "") -> None:
           f"{r.timings.scorer_s:.3f}s, fallbacks {r.scorer_fallbacks})", file=out)
     votes = ", ".join(f"{v.answer}:{v.weight:g}" for v in r.majority_votes)
     print(f"votes: {votes}", file=out)
-    if not r.answer and not r.majority_votes and r.status in ("done", "limit"):
+    if r.message:  # why a run ended early (limit, cancelled, failed)
+        print(f"{r.status}: {r.message}", file=out)
+    if not r.answer and not r.majority_votes and r.status == "done":
         rule = answer_rule or "boxed"
         other = " (--answer-rule gsm8k reads the last number)" if rule == "boxed" else ""
         print(f"no trace gave an answer under the {rule!r} rule{other}; a trace also stops at its "

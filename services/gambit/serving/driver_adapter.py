@@ -140,8 +140,9 @@ class DriverAdapter:
                            "tokens": t.get("own_tokens", 0), "finish_reason": t.get("state", "")})
         status = status or {"done": "done", "limit": "limit", "cancelled": "cancelled"}.get(r.reason,
                                                                                             r.reason)
-        if r.reason == "limit" and not message:
-            message = "a run limit (timeout_s) was reached"
+        if r.reason == "limit" and not message:  # the request's name for it (it said timeout_s for both)
+            limit = r.limit.replace("max_wall_s", "timeout_s") or "a run limit"
+            message = f"{limit} reached ({r.tokens} tokens generated)"
         return {"kind": "result", "run_id": r.run_id, "status": status, "answer": r.answer or "",
                 "majority_answer": r.majority or "", "weighted_answer": r.weighted or "",
                 "majority_votes": {k: float(v) for k, v in r.votes.items()},

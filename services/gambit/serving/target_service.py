@@ -196,8 +196,11 @@ class TargetService:
                 need = self.blocks_needed(problem, cfg)
                 free = self.engine.num_blocks - sum(self._reserved.values())
                 if need > free:
+                    cap = self.engine.max_model_len  # a trace ends there whatever max_tokens says
+                    tokens = (f"{cfg.max_tokens} tokens" if cfg.max_tokens < cap else f"max_tokens "
+                              f"{cfg.max_tokens}, at most {cap} with the prompt: the model's length")
                     raise Overcommitted(f"run needs up to {need} KV blocks (capacity {cfg.capacity} x "
-                                        f"{cfg.max_tokens} tokens); {free} of {self.engine.num_blocks} "
+                                        f"{tokens}); {free} of {self.engine.num_blocks} "
                                         f"are free on replica {self.replica}")
                 if run_id in self._sinks:
                     raise ValueError(f"run_id: {run_id!r} is already running on replica {self.replica}")
