@@ -39,6 +39,7 @@ MIX = (
 )
 ENTRIES = ("Solve first event", "Solve end to end", "Solve cancelled", "CancelRun")
 _tokens = {"generated": 0, "runs": 0, "done": 0, "correct": 0}  # done/correct: finished runs, right answers
+_by_mix: dict[str, list[int]] = {}  # mix entry -> [finished runs, right answers]
 _lock = threading.Lock()
 
 
@@ -139,6 +140,9 @@ class SolveUser(User):
                 if result.status == "done":
                     _tokens["done"] += 1
                     _tokens["correct"] += result.answer == gold
+                    mix = _by_mix.setdefault(name, [0, 0])
+                    mix[0] += 1
+                    mix[1] += result.answer == gold
 
 
 def summary_rows(stats, elapsed_s: float) -> list[dict]:
@@ -180,6 +184,9 @@ def _on_quit(environment, **_):
     for r in rows:
         print(f"{r['entry']:<20} {r['requests']:>8} {r['failures']:>8} {r['p50_ms']:>8} {r['p95_ms']:>8} "
               f"{r['p99_ms']:>8} {r['mean_ms']:>8} {r['per_s']:>7}")
+    if _by_mix:
+        print("right answers by mix entry: " + ", ".join(
+            f"{k} {r}/{n}" for k, (n, r) in sorted(_by_mix.items())))
     for err in environment.stats.errors.values():
         print(f"failure: {err.name}: {err.error} x{err.occurrences}")
     path = Path(environment.parsed_options.summary_csv)
