@@ -93,6 +93,8 @@ def test_traces_stopped_at_the_token_limit_count_as_length_not_eos(emb):
     res = events[-1]
     assert res["status"] == "done" and res["generated_tokens"] == 3 * len(res["traces"])
     assert labelled(emb, "gambit_traces_finished_total", reason="length") - length0 == len(res["traces"])
+    # and each trace says so in the result (TraceSummary.end_reason): cut, not finished by itself
+    assert {t["end_reason"] for t in res["traces"]} == {"length"}
     assert labelled(emb, "gambit_traces_finished_total", reason="eos") == eos0
 
 

@@ -137,7 +137,8 @@ class DriverAdapter:
             self._inc("gambit_traces_finished_total", 1, reason=reason)
             traces.append({"trace_id": t["id"], "parent_id": -1 if t.get("parent") is None else t["parent"],
                            "answer": t.get("answer") or "", "score": float(t.get("score") or 0.0),
-                           "tokens": t.get("own_tokens", 0), "finish_reason": t.get("state", "")})
+                           "tokens": t.get("own_tokens", 0), "finish_reason": t.get("state", ""),
+                           "end_reason": t.get("end_reason") or ""})
         status = status or {"done": "done", "limit": "limit", "cancelled": "cancelled"}.get(r.reason,
                                                                                             r.reason)
         if r.reason == "limit" and not message:  # the request's name for it (it said timeout_s for both)
