@@ -11,6 +11,16 @@ def test_client_solve_reports_unreachable_server(capsys):
     assert "error: UNAVAILABLE" in err and "no server answers at 127.0.0.1:1: `gambit serve`" in err
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--address", "127.0.0.1:99999"], "address: port 99999 is not a TCP port"),
+    (["--tls-ca", "/nonexistent.pem"], "tls_ca: file /nonexistent.pem does not exist"),
+])
+def test_client_refuses_an_address_or_ca_it_cannot_use(flags, message):
+    """gRPC dialled 127.0.0.1:99999 as port 34463; a missing CA file was "[Errno 2] No such file"."""
+    with pytest.raises(SystemExit, match=message):
+        main(["client", "solve", "Compute 1+2.", *flags])
+
+
 def test_client_solve_request_fields():
     from gambit.serving.client import ClientConfig, solve_request
     from gambit.serving.protos import load
