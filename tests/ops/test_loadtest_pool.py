@@ -41,3 +41,23 @@ def test_the_benchmark_reaches_locust_and_bad_ones_are_refused_before_ray(tmp_pa
         LoadTestConfig(benchmark="gsm9k")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         LoadTestConfig(benchmark="gsm8k", data=str(tmp_path / "none.jsonl"))
+
+
+def test_a_dead_or_impossible_address_is_said_at_once(monkeypatch, capsys):
+    """Against an address nothing answers at, the load test ran its whole time of failed calls."""
+    from gambit.deployments import local
+    from gambit.ops import loadtest
+
+    with pytest.raises(ValueError, match="address: port 99999 is not a TCP port"):
+        LoadTestConfig(address="127.0.0.1:99999")
+    asked = []
+
+    def not_ready(address, wait_s, token):
+        asked.append((address, wait_s))
+        raise TimeoutError("services not ready after 10.0 s: StatusCode.UNAVAILABLE")
+
+    monkeypatch.setattr(local, "wait_ready", not_ready)
+    monkeypatch.setattr(loadtest, "run_locust", lambda *a: pytest.fail("locust ran against a dead address"))
+    assert loadtest.main(LoadTestConfig(address="127.0.0.1:1", run_time_s=60)) == 2
+    assert asked == [("127.0.0.1:1", 10.0)]
+    assert "no ReasoningService answers at 127.0.0.1:1" in capsys.readouterr().err

@@ -3,6 +3,7 @@ local Ray Serve deployment it starts (or a running one), then checks no KV block
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -42,6 +43,10 @@ class LoadTestConfig:
         from gambit.tasks.graded import check_benchmark
 
         check_benchmark(self.benchmark, self.data)
+        if self.address:
+            from gambit.serving.security import check_address
+
+            check_address(self.address)
         problem_pool(((2, 3),), 0, self.benchmark, self.data)  # a missing file is said before Ray starts
 
 
@@ -107,7 +112,15 @@ def main(cfg: LoadTestConfig) -> int:
 
     started = False
     address = cfg.address
-    if not address:
+    if address:  # say at once that nothing answers there, not after run_time_s of failed calls
+        try:
+            token = os.environ.get(cfg.token_env, "") if cfg.token_env else ""
+            local.wait_ready(address, wait_s=10.0, token=token)
+        except TimeoutError as e:
+            print(f"error: no ReasoningService answers at {address} ({e}); start one (`gambit serve`), or "
+                  "leave --address empty and the load test starts a local one", file=sys.stderr)
+            return 2
+    else:
         scfg = local.ServeConfig(num_cpus=cfg.num_cpus, num_blocks=cfg.num_blocks, token_env=cfg.token_env,
                                  model=cfg.model)
         print(f"starting a local Ray Serve deployment (gRPC 127.0.0.1:{scfg.grpc_port}) ...", flush=True)

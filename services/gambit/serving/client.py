@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gambit.serving.protos import load
-from gambit.serving.security import auth_metadata, open_channel
+from gambit.serving.security import auth_metadata, check_address, open_channel
 
 
 @dataclass
@@ -25,10 +25,7 @@ class ConnectConfig:
     def __post_init__(self) -> None:
         if not self.rpc_timeout_s > 0:
             raise ValueError(f"rpc_timeout_s: must be > 0 seconds, got {self.rpc_timeout_s}")
-        _, sep, port = self.address.rpartition(":")
-        # gRPC takes a port past 65535 modulo 2^16: 127.0.0.1:99999 dialled :34463, someone else's
-        if sep and port.isdigit() and not 0 < int(port) < 65536:
-            raise ValueError(f"address: port {port} is not a TCP port (1-65535), in {self.address!r}")
+        check_address(self.address)
         if self.tls_ca and not Path(self.tls_ca).is_file():
             raise ValueError(f"tls_ca: file {self.tls_ca} does not exist")
 

@@ -78,6 +78,14 @@ def check_token(metadata, token: str) -> bool:
     return hmac.compare_digest(got.encode(), f"Bearer {token}".encode())
 
 
+def check_address(address: str, name: str = "address") -> None:
+    """A ``host:port`` whose port gRPC would dial as given: it takes one past 65535 modulo 2^16
+    (127.0.0.1:99999 dialled :34463, someone else's)."""
+    _, sep, port = address.rpartition(":")
+    if sep and port.isdigit() and not 0 < int(port) < 65536:
+        raise ValueError(f"{name}: port {port} is not a TCP port (1-65535), in {address!r}")
+
+
 def open_channel(address: str, tls_ca: str = "", tls_cert: str = "", tls_key: str = "",
                  options=None) -> grpc.Channel:
     """Plaintext channel, or TLS with a CA (and a client certificate for mTLS)."""
