@@ -72,3 +72,21 @@ def test_busy_ports_sees_a_listener_and_not_a_free_port():
         port = held.getsockname()[1]
         assert busy_ports([port]) == [port]
     assert busy_ports([port], wait_s=1.0) == []  # released once closed
+
+
+def test_gambit_serve_says_an_unreachable_redis_before_ray_starts():
+    """It failed after starting Ray with a traceback ending "Failed to update the deployments ['Target']",
+    the reason (the run store does not answer) only in a replica's log."""
+    import socket
+
+    free = []
+    for _ in range(3):  # ports of its own, so a server elsewhere on the machine does not decide the test
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            free.append(str(s.getsockname()[1]))
+    out = subprocess.run([sys.executable, "-m", "gambit.cli", "serve", "--tree", "redis://127.0.0.1:1/0",
+                          "--grpc-port", free[0], "--http-port", free[1], "--metrics-port", free[2]],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "error: tree store (Redis at redis://127.0.0.1:1/0) unreachable" in out.stderr
+    assert "Traceback" not in out.stderr and "Started a local Ray instance" not in out.stdout + out.stderr

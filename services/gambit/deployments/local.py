@@ -117,6 +117,11 @@ def start(cfg: ServeConfig, wait_s: float = 120.0) -> None:
             names = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in ports.items() if v in busy)
             raise OSError(f"in use on this machine: {names} (another `gambit serve` or `serve run`?); "
                           "stop it, or give other ports (--grpc-port, --http-port, --metrics-port)")
+        # the Targets and Coordinators open it as they start: one that does not answer failed the
+        # deployment with "Failed to update the deployments ['Target']", its reason in a replica's log
+        from gambit.serving.tree_view import RedisTreeView
+
+        RedisTreeView(cfg.tree, cfg.prefix).ping()  # StoreUnavailable naming the URL (--tree)
         for k, v in SERVE_ENV.items():
             os.environ.setdefault(k, v)
     for attempt in range(2):  # a busy machine can time the node's start out once

@@ -23,11 +23,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from gambit.search.store import StoreUnavailable as TreeStoreUnavailable
-from gambit.serving.tree_view import StoreUnavailable
+from gambit.search.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
-DOWN = (StoreUnavailable, TreeStoreUnavailable)
+DOWN = StoreUnavailable  # the run records' Redis or the trace tree's
 
 
 class InlineRecords:

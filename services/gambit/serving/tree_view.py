@@ -15,15 +15,13 @@ import threading
 import time
 from urllib.parse import quote
 
+from gambit.search.store import StoreUnavailable  # one error for both stores (a ConnectionError)
+
 REDIS_URL = "redis://127.0.0.1:6379/0"
 PASSWORD_ENV = "GAMBIT_REDIS_PASSWORD"
 ENDED = ("done", "limit", "cancelled", "failed")
 CANCELLED_BY_RPC = "cancelled by CancelRun"  # the message of a run stopped by a cancel flag
 STREAM_CLOSED = "stream closed: client disconnected or coordinator lost"
-
-
-class StoreUnavailable(RuntimeError):
-    """The tree store cannot be reached; the message says why."""
 
 
 class MemoryTreeView:
@@ -147,9 +145,7 @@ def open_trace_store(url: str, prefix: str = "gambit:", password_env: str = PASS
     try:
         return RedisStore(with_password(url, password_env), prefix=f"{prefix}tree")
     except Exception as e:  # noqa: BLE001 — Redis down at start: run without a tree until it is back
-        from gambit.search.store import StoreUnavailable
-
-        if isinstance(e, StoreUnavailable):
+        if isinstance(e, StoreUnavailable):  # said without the password the URL got
             raise StoreUnavailable(str(e).replace(with_password(url, password_env), url)) from None
         raise
 
