@@ -74,9 +74,13 @@ def test_busy_ports_sees_a_listener_and_not_a_free_port():
     assert busy_ports([port], wait_s=1.0) == []  # released once closed
 
 
-def test_gambit_serve_says_an_unreachable_redis_before_ray_starts():
-    """It failed after starting Ray with a traceback ending "Failed to update the deployments ['Target']",
-    the reason (the run store does not answer) only in a replica's log."""
+@pytest.mark.parametrize("flags, message", [
+    (["--tree", "redis://127.0.0.1:1/0"], "error: tree store (Redis at redis://127.0.0.1:1/0) unreachable"),
+    (["--model", "llama3"], "error: llama3: model folder does not exist, nor a model name (known: smollm2)"),
+])
+def test_gambit_serve_says_what_it_cannot_start_with_before_ray_starts(flags, message):
+    """It failed after starting Ray with a traceback ending "Failed to update the deployments ['Target']"
+    (or ['Scorer']), the reason (the run store does not answer, no such model) only in a replica's log."""
     import socket
 
     free = []
@@ -84,9 +88,9 @@ def test_gambit_serve_says_an_unreachable_redis_before_ray_starts():
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             free.append(str(s.getsockname()[1]))
-    out = subprocess.run([sys.executable, "-m", "gambit.cli", "serve", "--tree", "redis://127.0.0.1:1/0",
+    out = subprocess.run([sys.executable, "-m", "gambit.cli", "serve", *flags,
                           "--grpc-port", free[0], "--http-port", free[1], "--metrics-port", free[2]],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stdout + out.stderr
-    assert "error: tree store (Redis at redis://127.0.0.1:1/0) unreachable" in out.stderr
+    assert message in out.stderr
     assert "Traceback" not in out.stderr and "Started a local Ray instance" not in out.stdout + out.stderr

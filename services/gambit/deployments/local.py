@@ -122,6 +122,10 @@ def start(cfg: ServeConfig, wait_s: float = 120.0) -> None:
         from gambit.serving.tree_view import RedisTreeView
 
         RedisTreeView(cfg.tree, cfg.prefix).ping()  # StoreUnavailable naming the URL (--tree)
+        # likewise a model that is not there: the Scorer and the Targets read it as they start
+        from gambit.model.loader import model_hidden_size
+
+        model_hidden_size(cfg.model)  # FileNotFoundError / ValueError naming the folder or the name
         for k, v in SERVE_ENV.items():
             os.environ.setdefault(k, v)
     for attempt in range(2):  # a busy machine can time the node's start out once

@@ -48,7 +48,16 @@ def model_hidden_size(model: str | Path = "") -> int:
     from gambit.paths import TARGET
 
     folder = resolve_model(model) if model else TARGET
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: model folder does not exist{_known_names(folder)}")
     return ModelConfig.from_file(folder / "config.json").hidden_size
+
+
+def _known_names(folder: Path) -> str:
+    """For a bare name that is no folder: the names that are known (gambit models list)."""
+    from gambit.model.registry import MODELS
+
+    return "" if os.sep in str(folder) else f", nor a model name (known: {', '.join(sorted(MODELS))})"
 
 
 def load_model(folder: str | Path, device: str | torch.device = "cpu",
@@ -57,10 +66,7 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
     ``gambit.model.registry``), with errors naming the file."""
     folder = resolve_model(folder)
     if not folder.is_dir():
-        from gambit.model.registry import MODELS
-
-        named = "" if os.sep in str(folder) else f", nor a model name (known: {', '.join(sorted(MODELS))})"
-        raise FileNotFoundError(f"{folder}: model folder does not exist{named}")
+        raise FileNotFoundError(f"{folder}: model folder does not exist{_known_names(folder)}")
     config = ModelConfig.from_file(folder / "config.json")
     tokenizer = Tokenizer.from_file(folder / "tokenizer.json", config.bos_token_id, config.eos_ids)
     state = load_state_dict(folder)
