@@ -114,7 +114,7 @@ def test_the_picture_labels_a_finished_trace_without_an_answer():
 def test_the_lineage_lists_votes_most_first():
     """The summary printed the votes as a Python dict in insertion order (``{'80': 8, '101': 1, '81': 1,
     '1200': 2, ...}``); now most votes first, as the live view shows them."""
-    from gambit.search.lineage import vote_counts
+    from gambit.search.vote import vote_counts
 
     assert vote_counts({"80": 8, "101": 1, "1200": 2, "15": 2}) == "80 ×8, 1200 ×2, 15 ×2, 101 ×1"
     assert vote_counts({}) == "none"

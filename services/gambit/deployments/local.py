@@ -102,6 +102,24 @@ def busy_ports(ports, wait_s: float = 0.0) -> list[int]:
         time.sleep(0.25)
 
 
+def check_startable(cfg: ServeConfig) -> None:
+    """What would otherwise fail after Ray starts, said before it: ports something listens on, a run
+    store that does not answer, a model that is not there (the Targets, Coordinators and Scorer open
+    these as they start, and a failure there surfaced as "Failed to update the deployments ['Target']",
+    its reason in a replica's log)."""
+    from gambit.model.loader import model_hidden_size
+    from gambit.serving.tree_view import open_tree_view
+
+    ports = {"grpc_port": cfg.grpc_port, "http_port": cfg.http_port, "metrics_port": cfg.metrics_port}
+    busy = busy_ports(ports.values(), wait_s=5.0)  # a Serve stopping just now releases them in ~1 s
+    if busy:
+        names = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in ports.items() if v in busy)
+        raise OSError(f"in use on this machine: {names} (another `gambit serve` or `serve run`?); "
+                      "stop it, or give other ports (--grpc-port, --http-port, --metrics-port)")
+    open_tree_view(cfg.tree, cfg.prefix).ping()  # StoreUnavailable naming the URL (--tree)
+    model_hidden_size(cfg.model)  # FileNotFoundError / ValueError naming the folder or the name
+
+
 def start(cfg: ServeConfig, wait_s: float = 120.0) -> None:
     """Start everything and return when both apps answer over gRPC."""
     import ray
@@ -111,21 +129,7 @@ def start(cfg: ServeConfig, wait_s: float = 120.0) -> None:
     from gambit.deployments.app import build_gambit, build_scorer
 
     if not ray.is_initialized():
-        ports = {"grpc_port": cfg.grpc_port, "http_port": cfg.http_port, "metrics_port": cfg.metrics_port}
-        busy = busy_ports(ports.values(), wait_s=5.0)  # a Serve stopping just now releases them in ~1 s
-        if busy:
-            names = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in ports.items() if v in busy)
-            raise OSError(f"in use on this machine: {names} (another `gambit serve` or `serve run`?); "
-                          "stop it, or give other ports (--grpc-port, --http-port, --metrics-port)")
-        # the Targets and Coordinators open it as they start: one that does not answer failed the
-        # deployment with "Failed to update the deployments ['Target']", its reason in a replica's log
-        from gambit.serving.tree_view import RedisTreeView
-
-        RedisTreeView(cfg.tree, cfg.prefix).ping()  # StoreUnavailable naming the URL (--tree)
-        # likewise a model that is not there: the Scorer and the Targets read it as they start
-        from gambit.model.loader import model_hidden_size
-
-        model_hidden_size(cfg.model)  # FileNotFoundError / ValueError naming the folder or the name
+        check_startable(cfg)
         for k, v in SERVE_ENV.items():
             os.environ.setdefault(k, v)
     for attempt in range(2):  # a busy machine can time the node's start out once

@@ -42,31 +42,31 @@ def load_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+def model_folder(name_or_path: str | Path) -> Path:
+    """The folder of a model path or fetched name, or FileNotFoundError naming it (and, for a bare
+    name that is no folder, the names that are known: gambit models list)."""
+    from gambit.model.registry import MODELS
+
+    folder = resolve_model(name_or_path)
+    if not folder.is_dir():
+        known = "" if os.sep in str(folder) else f", nor a model name (known: {', '.join(sorted(MODELS))})"
+        raise FileNotFoundError(f"{folder}: model folder does not exist{known}")
+    return folder
+
+
 def model_hidden_size(model: str | Path = "") -> int:
     """A target's hidden size from its config.json ("" = the shipped target): the width the Scorer
     reads, so a deployment names its model once."""
     from gambit.paths import TARGET
 
-    folder = resolve_model(model) if model else TARGET
-    if not folder.is_dir():
-        raise FileNotFoundError(f"{folder}: model folder does not exist{_known_names(folder)}")
-    return ModelConfig.from_file(folder / "config.json").hidden_size
-
-
-def _known_names(folder: Path) -> str:
-    """For a bare name that is no folder: the names that are known (gambit models list)."""
-    from gambit.model.registry import MODELS
-
-    return "" if os.sep in str(folder) else f", nor a model name (known: {', '.join(sorted(MODELS))})"
+    return ModelConfig.from_file(model_folder(model or TARGET) / "config.json").hidden_size
 
 
 def load_model(folder: str | Path, device: str | torch.device = "cpu",
                dtype: str | torch.dtype = "float32") -> tuple[CausalLM, Tokenizer]:
     """Model (eval mode) and tokenizer from a Hugging Face folder (or a fetched model's name, see
     ``gambit.model.registry``), with errors naming the file."""
-    folder = resolve_model(folder)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"{folder}: model folder does not exist{_known_names(folder)}")
+    folder = model_folder(folder)
     config = ModelConfig.from_file(folder / "config.json")
     tokenizer = Tokenizer.from_file(folder / "tokenizer.json", config.bos_token_id, config.eos_ids)
     state = load_state_dict(folder)

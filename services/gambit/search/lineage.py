@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gambit.search import tree as T
+from gambit.search.vote import vote_counts
 
 COLOURS = {"win": "#2a9d3f", "lose": "#e08a1e", T.PRUNED: "#d1495b", T.EVICTED: "#8d99ae",
            T.STOPPED: "#7b4fa0", T.GHOST: "#8d99ae", T.RUNNING: "#4361ee", T.WAITING: "#cccccc"}
@@ -50,12 +51,6 @@ def _label(n: dict, win: str | None, gold: str | None) -> str:
 def _clip(prompt: str, head: int = 60, tail: int = 140) -> str:
     """A long prompt (a chat template's system turn, a benchmark question) as its start and its end."""
     return prompt if len(prompt) <= head + tail + 3 else f"{prompt[:head]} … {prompt[-tail:]}"
-
-
-def vote_counts(votes: dict) -> str:
-    """``{"15": 3, "80": 8}`` as ``80 ×8, 15 ×3``: most votes first (ties in the order the answers came),
-    as the live view."""
-    return ", ".join(f"{a} ×{n}" for a, n in sorted(votes.items(), key=lambda kv: -kv[1])) or "none"
 
 
 def lineage_text(run_id: str, data: dict, max_nodes: int = 400) -> str:

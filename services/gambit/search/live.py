@@ -11,6 +11,7 @@ import sys
 import time
 
 from gambit.search.results import Progress, RunResult
+from gambit.search.vote import vote_counts
 
 
 def bar(frac: float, width: int = 20) -> str:
@@ -22,7 +23,7 @@ def format_progress(p: Progress, capacity: int | None = None) -> list[str]:
     pool = "●" * p.resident + "○" * p.ghosts
     if capacity:
         pool += "·" * max(0, capacity - p.active)
-    votes = ", ".join(f"{a} ×{n}" for a, n in sorted(p.votes.items(), key=lambda kv: -kv[1])[:6]) or "—"
+    votes = vote_counts(p.votes, top=6, empty="—")
     return [f"{p.run_id} [{p.method}] step {p.step:4d} round {p.round:3d}  {p.wall_s:5.1f}s  "
             f"tokens {p.tokens:6d}  KV {bar(p.kv_usage)} {100 * p.kv_usage:3.0f}%",
             f"  pool {pool}  active {p.active} (resident {p.resident}, ghost {p.ghosts})  "

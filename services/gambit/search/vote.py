@@ -25,3 +25,10 @@ def weighted_vote(answers: Sequence[str | None], weights: Sequence[float]) -> st
         return None
     best = max(totals.values())
     return next(a for a in answers if a is not None and totals[a] == best)
+
+
+def vote_counts(votes: dict, top: int | None = None, empty: str = "none") -> str:
+    """``{"15": 3, "80": 8}`` as ``80 ×8, 15 ×3``: most votes first (ties in the order the answers came),
+    the first ``top`` of them; how the live view and the lineage summary show a vote."""
+    ranked = sorted(votes.items(), key=lambda kv: -kv[1])[:top]
+    return ", ".join(f"{a} ×{n}" for a, n in ranked) or empty

@@ -26,7 +26,6 @@ from collections.abc import Callable
 from gambit.search.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
-DOWN = StoreUnavailable  # the run records' Redis or the trace tree's
 
 
 class InlineRecords:
@@ -44,7 +43,7 @@ class InlineRecords:
             while self.backlog:
                 self.store.update(*self.backlog[0])
                 self.backlog.pop(0)
-        except DOWN as e:
+        except StoreUnavailable as e:  # the run records' Redis or the trace tree's
             log.warning("tree store write deferred (%d pending): %s", len(self.backlog), e)
 
     def put_run(self, run_id: str, **fields) -> None:
@@ -52,7 +51,7 @@ class InlineRecords:
             return
         try:
             self.tree.put_run(run_id, **fields)
-        except DOWN as e:
+        except StoreUnavailable as e:  # the run records' Redis or the trace tree's
             log.warning("run record write skipped: %s", e)
 
     def after(self, fn: Callable[[], None]) -> None:
@@ -169,7 +168,7 @@ class RecordWriter:
                     _apply_many(self.tree, "put_runs", None, [(r, f) for _, r, f in group])
                 del self.backlog[:n]
                 self.batches += 1
-        except DOWN as e:
+        except StoreUnavailable as e:  # the run records' Redis or the trace tree's
             self._down_until = time.monotonic() + self.retry_s
             log.warning("Redis write deferred (%d pending): %s", len(self.backlog), e)
             return False
