@@ -36,8 +36,9 @@ def test_run_on_smollm2_drafts_with_the_drafters_mapped_to_it(smollm2_folder, sm
     args = ["run", "--model", "smollm2", "--problems", "1", "--samples", "2", "--swap", "1", "--max-tokens",
             "12", "--max-ops", "2", "--min-ops", "2", "--save", "", "--png", "", "--scorer", "confidence"]
     assert main([*args, "--decoding", "pr"]) == 2
-    err = capsys.readouterr().err
-    assert "--drafters pr=FOLDER" in err and "make smollm2-drafters" in err
+    captured = capsys.readouterr()
+    assert "--drafters pr=FOLDER" in captured.err and "make smollm2-drafters" in captured.err
+    assert "=== problem" not in captured.out  # said before any problem starts
     assert main([*args, "--decoding", "pr", "--drafters", f"pr={smollm2_pr_drafter}"]) == 0
     out = capsys.readouterr().out
     assert "speculative (pr): tau " in out and "gambit solved" in out

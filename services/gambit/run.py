@@ -159,6 +159,8 @@ def run(cfg: RunConfig) -> dict:
                         spec=SpecConfig(max_batch=cfg.spec_max_batch, drafters=parse_drafters(cfg.drafters)))
     engine = Engine.from_pretrained(cfg.model, ecfg)
     check_readable(problems, engine.tokenizer)  # before any search starts
+    if cfg.decoding != "plain":  # a drafter that does not fit the model is said now, not at problem 1
+        engine.speculator().prepare(cfg.decoding)
     scorer = load_scorer_spec(cfg.scorer, engine.model.config.hidden_size) \
         if cfg.method in ("gambit", "step") else None
     store = MemoryStore()
