@@ -43,6 +43,15 @@ def test_every_flag_says_what_it_is():
     assert not bare, f"flags without a help line: {bare}"
 
 
+def test_no_flag_gives_two_defaults():
+    """``--kubeconfig``'s help said "(default: $KUBECONFIG or ~/.kube/config …) (default: None)"."""
+    from gambit.cli import build_parser
+
+    twice = [f"{cmd} {flag}: {text}" for cmd, flag, text in _flags(build_parser(), ["gambit"])
+             if text.lower().count("(default") > 1]
+    assert not twice, twice
+
+
 @pytest.mark.parametrize("bench, flag, default", [
     ("spec", "--max-tokens", "128"), ("rounds", "--capacity", "16"), ("engine", "--repeats", "1"),
     ("linears", "--repeats", None)])

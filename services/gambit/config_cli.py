@@ -63,12 +63,12 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls, skip: tuple[str, ..
         tp = _base_type(hints[f.name])
         flag = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not dataclasses.MISSING else None
-        note = f"{notes[f.name]} " if f.name in notes else ""
+        note = notes.get(f.name, "")
+        text = note if "default" in note.lower() else f"{note} (default: {default})".lstrip()
         if tp is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
-                                help=f"{note}(default: {default})")
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
         elif tp in (int, float, str):
-            parser.add_argument(flag, type=tp, default=None, help=f"{note}(default: {default})")
+            parser.add_argument(flag, type=tp, default=None, help=text)
 
 
 _KIND = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}

@@ -39,7 +39,7 @@ DEFAULT_PROBLEMS = 240
 
 @dataclass
 class EvalConfig:
-    model: str  # model folder (Hugging Face layout) or a registry name (smollm2); unset: the shipped target
+    model: str  # model folder (Hugging Face layout) or a registry name (default: shipped target)
     split: str = "test"  # task split the problems come from: train | val | test
     samples: int = 16  # sampled solutions per problem (pass@1 is their mean; the vote is over them)
     n_problems: int = DEFAULT_PROBLEMS  # problems evaluated
