@@ -161,6 +161,7 @@ def test_client_get_and_cancel_print_the_run_record_and_stop_a_run(serve_stack, 
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"run {run_id}: done  replica ") and "seed 11" in out[0]
     assert f"traces {info.num_traces}  " in out[0]
+    assert out[1] == f"problem: {' '.join(PROBLEMS[0].split())}"  # which run it is, at a glance
     (result,) = [ln for ln in out if ln.startswith("result: ")]
     assert result.startswith(f"result: done  answer {streamed.answer or '-'}  ")
     assert f"first event {streamed.timings.first_event_s:.3f}s" in result

@@ -70,7 +70,11 @@ def test_client_result_without_an_answer_says_which_rule_read_it():
     assert "no trace gave an answer under the 'boxed' rule (--answer-rule gsm8k" in out.getvalue()
     out = io.StringIO()
     _print_result(pb2.Result(status="done"), out, "gsm8k")
-    assert "under the 'gsm8k' rule;" in out.getvalue()
+    assert "under the 'gsm8k' rule;" in out.getvalue() and "votes: none" in out.getvalue()
+    out = io.StringIO()  # every trace cut at its token limit (TraceSummary.end_reason): said, with how many
+    _print_result(pb2.Result(status="done", traces=[pb2.TraceSummary(end_reason="length"),
+                                                    pb2.TraceSummary(end_reason="eos")]), out)
+    assert "1 of 2 traces were cut at their --max-tokens" in out.getvalue()
     out = io.StringIO()  # a run stopped by its time limit says so (Result.message was never printed)
     _print_result(pb2.Result(status="limit", message="time limit 0.01 s reached"), out)
     assert "limit: time limit 0.01 s reached" in out.getvalue() and "no trace gave" not in out.getvalue()

@@ -98,14 +98,16 @@ def _print_result(r, out, answer_rule: str = "") -> None:
           f"{r.timings.total_s:.2f}s (first event {r.timings.first_event_s:.3f}s, scorer "
           f"{r.timings.scorer_s:.3f}s, fallbacks {r.scorer_fallbacks})", file=out)
     votes = ", ".join(f"{v.answer}:{v.weight:g}" for v in r.majority_votes)
-    print(f"votes: {votes}", file=out)
+    print(f"votes: {votes or 'none'}", file=out)
     if r.message:  # why a run ended early (limit, cancelled, failed)
         print(f"{r.status}: {r.message}", file=out)
     if not r.answer and not r.majority_votes and r.status == "done":
         rule = answer_rule or "boxed"
         other = " (--answer-rule gsm8k reads the last number)" if rule == "boxed" else ""
-        print(f"no trace gave an answer under the {rule!r} rule{other}; a trace also stops at its "
-              "--max-tokens", file=out)
+        cut = sum(t.end_reason == "length" for t in r.traces)  # TraceSummary.end_reason: its token limit
+        why = (f"; {cut} of {len(r.traces)} traces were cut at their --max-tokens" if cut
+               else "; a trace also stops at its --max-tokens")
+        print(f"no trace gave an answer under the {rule!r} rule{other}{why}", file=out)
     if r.solution:
         print(f"solution (trace {r.solution_trace}):", file=out)
         print("\n".join("  " + line for line in r.solution.rstrip().splitlines()), file=out)
@@ -157,6 +159,9 @@ def get_run(run_id: str, cfg: ConnectConfig, out=None) -> int:
         print(f"run {info.run_id}: {info.status}  replica {info.replica or '-'}  traces {info.num_traces}  "
               f"method {req.method or 'gambit'}  decoding {req.decoding or 'plain'}  seed {req.seed}",
               file=out)
+        if req.problem:  # which run this is, at a glance (a long problem shortened)
+            text = " ".join(req.problem.split())
+            print(f"problem: {text if len(text) <= 160 else text[:159] + '…'}", file=out)
         if info.HasField("last_progress"):
             _print_progress(info.last_progress, out)
         if info.HasField("result"):
