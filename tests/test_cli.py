@@ -116,7 +116,7 @@ def test_yaml_config_and_flag_precedence(tmp_path):
 
 @pytest.mark.parametrize("text, message", [("samples: [\n", "malformed YAML"),
                                            ("bogus: 1\n", "unknown options"),
-                                           ("samples: 0\n", "samples and n_problems must be >= 1"),
+                                           ("samples: 0\n", "samples must be >= 1, got 0"),
                                            # a wrong type was "'<' not supported between 'str' and 'int'"
                                            ("samples: four\n", "samples: expected an integer, got 'four'"),
                                            ("samples: 2.5\n", "samples: expected an integer, got 2.5"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from gambit.checks import at_least
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype
 from gambit.drafter_map import parse_drafters
 from gambit.engine import Engine, EngineConfig
@@ -77,12 +78,10 @@ class RunConfig:
     answer_rule: str = ""  # task / --question answers read as: boxed | integer | gsm8k | choice | latex
 
     def __post_init__(self) -> None:
-        if self.problems < 1 or self.samples < 1:
-            raise ValueError("problems and samples must be >= 1")
+        at_least(1, problems=self.problems, samples=self.samples)
         check_benchmark(self.benchmark, self.data)
         check_question(self)
-        if self.kv_blocks < 1:
-            raise ValueError("kv_blocks must be >= 1")
+        at_least(1, kv_blocks=self.kv_blocks)
         if self.spec_max_batch < 0:
             raise ValueError(f"spec_max_batch must be >= 0 (0: no cap), got {self.spec_max_batch}")
         parse_drafters(self.drafters)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from gambit.checks import at_least
 from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.engine.engine import derive_seed
 from gambit.search.vote import majority_vote
@@ -56,8 +57,7 @@ class EvalConfig:
     answer_rule: str = ""  # how the task's answers are read: boxed | integer | gsm8k | choice | latex
 
     def __post_init__(self) -> None:
-        if self.samples < 1 or self.n_problems < 1:
-            raise ValueError("samples and n_problems must be >= 1")
+        at_least(1, samples=self.samples, n_problems=self.n_problems)
         check_benchmark(self.benchmark, self.data)
         if self.answer_rule and self.benchmark:
             raise ValueError("answer_rule reads the task's answers; a benchmark brings its own rule")

@@ -29,6 +29,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gambit.checks import at_least
+
 QUICK = {"capacity": 4, "max_tokens": 96}  # `--quick` (with 2 repetitions); tools reuse it
 
 
@@ -51,9 +53,8 @@ class BenchServeConfig:
     metrics_port: int = 9311  # Ray metrics port for the benchmark
 
     def __post_init__(self) -> None:
-        if self.capacity < 1 or self.max_tokens < 1 or self.reps < 1 or self.waves < 1 \
-                or self.one_run_pairs < 1:
-            raise ValueError("capacity, max_tokens, reps, waves and one_run_pairs must be >= 1")
+        at_least(1, capacity=self.capacity, max_tokens=self.max_tokens, reps=self.reps, waves=self.waves,
+                 one_run_pairs=self.one_run_pairs)
         need = f"concurrency: comma-separated integers >= 1, got {self.concurrency!r}"
         try:
             self.levels = [int(x) for x in self.concurrency.split(",")]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from gambit.checks import at_least
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype, default_spec_max_batch
 from gambit.drafter_map import parse_drafters
 from gambit.ops.serve_env import SERVE_ENV
@@ -59,8 +60,8 @@ class ServeConfig:
         for name in ("grpc_port", "http_port", "metrics_port"):
             if not 0 < getattr(self, name) < 65536:
                 raise ValueError(f"{name} must be a TCP port, got {getattr(self, name)}")
-        if self.num_cpus < 1 or self.target_replicas < 1 or self.coordinator_replicas < 1:
-            raise ValueError("num_cpus, target_replicas and coordinator_replicas must be >= 1")
+        at_least(1, num_cpus=self.num_cpus, target_replicas=self.target_replicas,
+                 coordinator_replicas=self.coordinator_replicas)
         if self.target_threads < 0:
             raise ValueError(f"target_threads must be >= 0, got {self.target_threads}")
         if self.spec_max_batch < 0:

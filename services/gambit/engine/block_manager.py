@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from gambit.checks import at_least
 from gambit.engine.sequence import Trace
 
 
@@ -25,8 +26,7 @@ def shared_prompt_blocks(prompt_len: int, num_tokens: int, n: int, block_size: i
 
 class BlockManager:
     def __init__(self, num_blocks: int, block_size: int) -> None:
-        if num_blocks <= 0 or block_size <= 0:
-            raise ValueError("num_blocks and block_size must be positive")
+        at_least(1, num_blocks=num_blocks, block_size=block_size)
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.refcount = [0] * num_blocks

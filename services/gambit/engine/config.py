@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from gambit.checks import at_least
 from gambit.cpu_info import (
     check_cpu_weights,
     check_kv_dtype,
@@ -152,8 +153,7 @@ class EngineConfig:
             raise ValueError(f"kv_fraction must be in (0, 1], got {self.kv_fraction}")
         if self.num_blocks is not None and self.num_blocks <= 0:
             raise ValueError(f"num_blocks must be positive, got {self.num_blocks}")
-        if self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:
-            raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
+        at_least(1, max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens)
         if isinstance(self.spec, dict):
             self.spec = SpecConfig(**self.spec)
         if not isinstance(self.spec, SpecConfig):

@@ -9,6 +9,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from gambit.checks import above, at_least
 from gambit.paths import REPO
 
 LOCUSTFILE = REPO / "loadtest" / "locustfile.py"
@@ -34,8 +35,9 @@ class LoadTestConfig:
     data: str = ""  # the benchmark's JSONL file ("" = ../shared/datasets/, or $GAMBIT_DATASETS)
 
     def __post_init__(self):
-        if self.users < 1 or self.spawn_rate <= 0 or self.run_time_s < 1 or self.stop_timeout_s < 0:
-            raise ValueError("users and run_time_s must be >= 1, spawn_rate > 0, stop_timeout_s >= 0")
+        at_least(1, users=self.users, run_time_s=self.run_time_s)
+        above(0, spawn_rate=self.spawn_rate)
+        at_least(0, stop_timeout_s=self.stop_timeout_s)
         if not 0 <= self.cancel_fraction <= 1:
             raise ValueError(f"cancel_fraction must be in [0, 1], got {self.cancel_fraction}")
         if self.max_tokens_scale <= 0:

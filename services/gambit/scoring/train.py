@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from gambit.checks import above, at_least
 from gambit.paths import SCORER_MLP, SCORER_SEQUENCE, TARGET
 from gambit.scoring.auc import auc
 from gambit.scoring.confidence import with_confidence
@@ -79,8 +80,8 @@ class TrainScorerConfig:
                      "train_threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.lr <= 0 or self.weight_decay < 0:
-            raise ValueError("lr must be > 0 and weight_decay >= 0")
+        above(0, lr=self.lr)
+        at_least(0, weight_decay=self.weight_decay)
         check_isa(self.isa)
         if not self.out:
             self.out = str(SCORER_MLP if self.kind == "mlp" else SCORER_SEQUENCE)

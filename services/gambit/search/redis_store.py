@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from gambit.checks import above, at_least
 from gambit.search.node_json import scalar
 from gambit.search.store import RunUpdate, StoreUnavailable, _assemble, check_run_id, encode_nodes
 
@@ -21,8 +22,8 @@ class RedisStore:
                  timeout_s: float = 2.0) -> None:
         import redis
 
-        if not ttl_s >= 0.001 or not timeout_s > 0:
-            raise ValueError("ttl_s must be >= 0.001 and timeout_s > 0")
+        at_least(0.001, ttl_s=ttl_s)
+        above(0, timeout_s=timeout_s)
         if not prefix or any(c in prefix for c in "{} \n"):
             raise ValueError(f"prefix must be a non-empty key prefix, got {prefix!r}")
         self.url, self.prefix, self.ttl_s = url, prefix, ttl_s

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from gambit.checks import at_least
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype
 from gambit.drafter_map import parse_drafters
 from gambit.engine.config import SpecConfig
@@ -41,8 +42,8 @@ class EmbeddedConfig:
     batch_invariant: bool | None = None  # a trace's floats its own in any batch (unset: on where it holds)
 
     def __post_init__(self) -> None:
-        if self.num_blocks < 0 or self.max_num_seqs < 1:
-            raise ValueError("num_blocks must be >= 0 and max_num_seqs >= 1")
+        at_least(0, num_blocks=self.num_blocks)
+        at_least(1, max_num_seqs=self.max_num_seqs)
         SpecConfig(max_batch=self.spec_max_batch, drafters=parse_drafters(self.drafters))  # checks, now
         check_cpu_weights(self.cpu_weights)
         check_kv_dtype(self.kv_dtype)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from gambit.checks import at_least
 from gambit.scoring.spec import load_scorer_spec
 from gambit.serving.grpc_common import add_health_and_reflection
 from gambit.serving.metrics import Metrics, PrometheusBackend
@@ -46,8 +47,7 @@ class ScorerServerConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536 or not -1 <= self.metrics_port < 65536:
             raise ValueError("port / metrics_port out of range")
-        if self.max_rows < 1 or self.max_batch_rows < 1 or self.workers < 1:
-            raise ValueError("max_rows, max_batch_rows and workers must be >= 1")
+        at_least(1, max_rows=self.max_rows, max_batch_rows=self.max_batch_rows, workers=self.workers)
         if self.batch_wait_ms < 0:
             raise ValueError("batch_wait_ms must be >= 0")
         self.tls = TLSConfig(self.tls_cert, self.tls_key, self.tls_client_ca)

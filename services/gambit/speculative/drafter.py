@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from gambit.checks import above
 from gambit.model.config import ModelConfig
 from gambit.model.layers import MLP, FastLinear, RMSNorm, RotaryEmbedding, apply_rope, project
 from gambit.model.llama import AttentionFn, CausalLM, causal_attention, eagle_taps
@@ -59,8 +60,7 @@ class DrafterConfig:
         if len(taps) != 3 or len(set(taps)) != 3 or any(not isinstance(i, int) or i < 0 for i in taps):
             raise ValueError(f"target_taps must be three distinct non-negative layer indices, got {taps!r}")
         self.target_taps = taps
-        if not self.rms_norm_eps > 0 or not self.rope_theta > 0:
-            raise ValueError("drafter rms_norm_eps and rope_theta must be positive")
+        above(0, rms_norm_eps=self.rms_norm_eps, rope_theta=self.rope_theta)
 
     @classmethod
     def for_target(cls, config: ModelConfig, **kw) -> DrafterConfig:

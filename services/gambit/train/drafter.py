@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from gambit.checks import above, at_least
 from gambit.paths import ASSETS, TARGET
 from gambit.speculative.drafter import Drafter, DrafterConfig, save_drafter
 from gambit.train import repro
@@ -89,12 +90,12 @@ class TrainDrafterConfig:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
-        if self.steps < 1 or self.batch_size < 1 or self.ttt_steps < 1 or not self.lr > 0:
-            raise ValueError("steps, batch_size, ttt_steps and lr must be positive")
+        at_least(1, steps=self.steps, batch_size=self.batch_size, ttt_steps=self.ttt_steps)
+        above(0, lr=self.lr)
         if not 0 < self.reconsider_frac <= 0.5:
             raise ValueError(f"reconsider_frac must be in (0, 0.5], got {self.reconsider_frac}")
-        if self.beta < 0 or self.hass_weight < 0 or self.hass_topk < 1:
-            raise ValueError("beta and hass_weight must be >= 0 and hass_topk >= 1")
+        at_least(0, beta=self.beta, hass_weight=self.hass_weight)
+        at_least(1, hass_topk=self.hass_topk)
         if not 0 < self.reconsider_weight <= 10:
             raise ValueError(f"reconsider_weight must be in (0, 10], got {self.reconsider_weight}")
         if self.reconsider_loss not in ("full", "fresh"):

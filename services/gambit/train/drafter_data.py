@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from gambit.checks import at_least
 from gambit.paths import TARGET
 from gambit.paths import cache_dir as cache_root
 from gambit.train.repro import check_isa, isa_pinned
@@ -45,8 +46,7 @@ class DrafterDataConfig:
     isa: str = "machine"  # the kernels it is written with (gambit.train.repro.ISA_ENV): floats differ
 
     def __post_init__(self) -> None:
-        if self.n_train < 1 or self.n_heldout < 1:
-            raise ValueError("n_train and n_heldout must be >= 1")
+        at_least(1, n_train=self.n_train, n_heldout=self.n_heldout)
         if self.draft_vocab < 0:
             raise ValueError(f"draft_vocab must be >= 0 (0 = the whole vocabulary), got {self.draft_vocab}")
         if self.prompts and not Path(self.prompts).is_file():

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from gambit.checks import above, at_least
 from gambit.model import CausalLM, ModelConfig, Tokenizer, build_char_tokenizer, save_model
 from gambit.paths import TARGET
 from gambit.tasks.arithmetic import TaskConfig, make_problem
@@ -55,8 +56,8 @@ class TrainTargetConfig:
     isa: str = "machine"  # kernels' instruction set: machine (floats differ by CPU kind) | compatible
 
     def __post_init__(self) -> None:
-        if self.steps <= 0 or self.batch_size <= 0 or self.lr <= 0:
-            raise ValueError("steps, batch_size and lr must be positive")
+        at_least(1, steps=self.steps, batch_size=self.batch_size)
+        above(0, lr=self.lr)
         if self.threads < 1:
             raise ValueError(f"threads must be >= 1 (the card records it), got {self.threads}")
         if self.num_layers < 6:
