@@ -78,6 +78,19 @@ def test_defaults_formatter_adds_a_default_only_where_none_is_said():
     text = " ".join(p.format_help().split())
     assert "count (default: 3)" in text and "(default: None)" not in text and "fewer (default" not in text
     assert "m (default: five) --" not in text and text.count("(default: five)") == 1
+    p.add_argument("--out", default="", help="output file")  # an empty default shows, not "(default: )"
+    p.add_argument("--init", default="", help='start here ("" = fresh)')  # said: nothing added
+    text = " ".join(p.format_help().split())
+    assert 'output file (default: "")' in text and '("" = fresh) --' not in text and "(default: )" not in text
+
+
+def test_a_dataclass_flag_with_an_empty_default_says_what_empty_means():
+    """`gambit run --help` ended `--benchmark`, `--question` and `--answer-rule` with "(default: )"."""
+    from gambit.cli import build_parser
+
+    empty = [f"{cmd} {flag}" for cmd, flag, text in _flags(build_parser(), ["gambit"])
+             if "(default: )" in text]
+    assert not empty, empty
 
 
 def test_eval_end_to_end_writes_json(tmp_path, capsys):

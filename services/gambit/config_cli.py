@@ -46,10 +46,18 @@ class DefaultsFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action) -> str:
         text = action.help or ""
-        if (action.option_strings and action.default not in (None, False, argparse.SUPPRESS)
-                and "default" not in text.lower()):
-            text += " (default: %(default)s)"
+        if action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
+            text = _with_default(text, "" if action.default == "" else "%(default)s")
         return text
+
+
+def _with_default(note: str, default) -> str:
+    """A flag's help line ending with its default, unless the note already says it (an empty string's
+    meaning too: '("" = the shipped ones)'); an empty default otherwise shows as "", not as nothing."""
+    if "default" in note.lower() or (default == "" and ('""' in note or "empty" in note)):
+        return note
+    shown = '""' if default == "" else default
+    return f"{note} (default: {shown})".lstrip()
 
 
 def add_dataclass_args(parser: argparse.ArgumentParser, cls, skip: tuple[str, ...] = ()) -> None:
@@ -64,7 +72,7 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls, skip: tuple[str, ..
         flag = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not dataclasses.MISSING else None
         note = notes.get(f.name, "")
-        text = note if "default" in note.lower() else f"{note} (default: {default})".lstrip()
+        text = _with_default(note, default)
         if tp is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
         elif tp in (int, float, str):

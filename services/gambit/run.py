@@ -70,12 +70,12 @@ class RunConfig:
     cpu_weights: str = "float32"  # the engine's CPU linear weights: float32 | bfloat16 (AMX/AVX512-BF16 CPUs)
     kv_dtype: str = "auto"  # the engine's KV cache elements: auto (the model's dtype) | float32 | bfloat16
     batch_invariant: bool | None = None  # a trace's floats its own in any batch (unset: on where it holds)
-    benchmark: str = ""  # a graded public benchmark, not the task: gsm8k | aime25 | hmmt24 | hmmt25 | gpqa
+    benchmark: str = ""  # a graded public benchmark: gsm8k | aime25 | hmmt24 | hmmt25 | gpqa ("" = the task)
     data: str = ""  # the benchmark's JSONL file ("" = ../shared/datasets/, or $GAMBIT_DATASETS)
     # one problem of your own, put to the model as the served Target puts SolveRequest.problem
-    question: str = ""  # solve this problem text instead of held-out ones ("-": `gambit run` reads stdin)
+    question: str = ""  # solve this text, not held-out problems ("-": read stdin; "" = held-out ones)
     gold: str = ""  # the --question's correct answer, to grade the vote ("" = not graded)
-    answer_rule: str = ""  # task / --question answers read as: boxed | integer | gsm8k | choice | latex
+    answer_rule: str = ""  # task / --question answers read as: "" = boxed | integer | gsm8k | choice | latex
 
     def __post_init__(self) -> None:
         at_least(1, problems=self.problems, samples=self.samples)

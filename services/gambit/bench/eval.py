@@ -51,10 +51,10 @@ class EvalConfig:
     min_ops: int = 2  # fewest operations in a problem
     max_ops: int = 8  # most operations in a problem
     max_num_seqs: int = 256  # the engine's batch: sequences decoded at once
-    benchmark: str = ""  # a graded public benchmark, not the task: gsm8k | aime25 | hmmt24 | hmmt25 | gpqa
+    benchmark: str = ""  # a graded public benchmark: gsm8k | aime25 | hmmt24 | hmmt25 | gpqa ("" = the task)
     data: str = ""  # the benchmark's JSONL file ("" = ../shared/datasets/, or $GAMBIT_DATASETS)
     # the task's answers: the boxed integer by default; gsm8k also reads a model that does not box
-    answer_rule: str = ""  # how the task's answers are read: boxed | integer | gsm8k | choice | latex
+    answer_rule: str = ""  # how the task's answers are read: "" = boxed | integer | gsm8k | choice | latex
 
     def __post_init__(self) -> None:
         at_least(1, samples=self.samples, n_problems=self.n_problems)

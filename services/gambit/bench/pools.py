@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                     "target; smollm2 after `gambit models fetch smollm2`)")
     ap.add_argument("--scorer", default="", help="scorer spec: \"\" = the shipped process scorer (a model "
                     "of another width: the confidence scorer) | mlp | confidence | a folder")
-    ap.add_argument("--json", default="", help="write the result JSON here")
+    ap.add_argument("--json", default="", help="write the result JSON here (\"\" = not written)")
     a = ap.parse_args(argv)
     got: dict[str, list[dict]] = {m: [] for m in MODES}
     for rep in range(a.reps):

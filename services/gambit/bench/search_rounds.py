@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", type=int, default=0, help="print cProfile's top N functions of the rounds")
     ap.add_argument("--ops", action="store_true", help="also time a round's operations one by one")
     ap.add_argument("--ops-steps", type=int, default=48, help="--ops: steps of the search before timing")
-    ap.add_argument("--json", default="", help="write the result JSON here")
+    ap.add_argument("--json", default="", help="write the result JSON here (\"\" = not written)")
     args = ap.parse_args(argv)
     if args.problems < 1 or args.repeat < 0 or args.capacity < 4 or args.ops_steps < 1:
         print("error: need --problems >= 1, --repeat >= 0, --capacity >= 4, --ops-steps >= 1",

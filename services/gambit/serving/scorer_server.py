@@ -36,8 +36,8 @@ class ScorerServerConfig:
     metrics_port: int = 9461  # Prometheus /metrics HTTP port (0 = any free port, -1 = off)
     token_env: str = "GAMBIT_TOKEN"  # environment variable holding the bearer token ("" unset = no auth)
     tls_cert: str = ""  # PEM server certificate chain ("" = plaintext)
-    tls_key: str = ""  # PEM private key
-    tls_client_ca: str = ""  # PEM CA for client certificates (mTLS)
+    tls_key: str = ""  # PEM private key of --tls-cert ("" = plaintext)
+    tls_client_ca: str = ""  # PEM CA for client certificates (mTLS; "" = none asked)
     max_rows: int = 4096  # most state rows in one request
     batch_wait_ms: float = 2.0  # how long the batcher waits for more requests, milliseconds
     max_batch_rows: int = 1024  # rows scored by one forward at most
