@@ -142,6 +142,8 @@ def test_solve_streams_progress_then_result_and_records_redis_and_metrics(serve_
     text = wait_for(scrape, timeout=90, every=2)
     assert text, "gambit metrics never exported (or the token counter never caught up)"
     assert run_id not in text
+    # no test has made an error yet: the start's readiness probe counted none (it counted a NOT_FOUND)
+    assert not [ln for ln in text.splitlines() if ln.startswith("ray_gambit_request_errors_total{")]
 
 
 def test_client_get_and_cancel_print_the_run_record_and_stop_a_run(serve_stack, capsys):

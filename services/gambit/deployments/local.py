@@ -161,32 +161,32 @@ def start(cfg: ServeConfig, wait_s: float = 120.0) -> None:
 
 
 def wait_ready(address: str, wait_s: float = 120.0, token: str = "", application: str = "gambit") -> None:
-    """Until the proxy routes both apps (GetRun of an unknown id answers NOT_FOUND); ``application``:
-    the name the ReasoningService app was deployed under."""
+    """Until the proxy routes both apps (Serve's own ``ListApplications`` names them) and the Scorer
+    answers an authenticated ``Info``; ``application``: the name the ReasoningService app was deployed
+    under. No call to the app itself: a probe ``GetRun`` of an unknown id counted a NOT_FOUND in
+    ``gambit_request_errors_total`` at every start."""
+    from ray.serve.generated import serve_pb2, serve_pb2_grpc
+
     from gambit.serving.protos import load
     from gambit.serving.security import auth_metadata
 
-    pb2, g = load("reasoning")
     spb2, sg = load("scorer")
     deadline = time.monotonic() + wait_s
     with grpc.insecure_channel(address) as ch:
-        stub, sstub = g.ReasoningServiceStub(ch), sg.ScorerServiceStub(ch)
+        api, sstub = serve_pb2_grpc.RayServeAPIServiceStub(ch), sg.ScorerServiceStub(ch)
         md = auth_metadata(token)
         while True:
             try:
-                try:
-                    stub.GetRun(pb2.GetRunRequest(run_id="ready-probe"), timeout=5,
-                                metadata=md + (("application", application),))
-                except grpc.RpcError as e:
-                    if e.code() != grpc.StatusCode.NOT_FOUND or "Application" in (e.details() or ""):
-                        raise
-                sstub.Info(spb2.InfoRequest(), timeout=5, metadata=md + (("application", "scorer"),))
-                return
+                names = api.ListApplications(serve_pb2.ListApplicationsRequest(), timeout=5).application_names
+                if application in names and "scorer" in names:
+                    sstub.Info(spb2.InfoRequest(), timeout=5, metadata=md + (("application", "scorer"),))
+                    return
+                why = f"the proxy routes {sorted(names)}, not yet {application!r} and 'scorer'"
             except grpc.RpcError as e:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"services not ready after {wait_s} s: {e.code()} "
-                                       f"{e.details()}") from None
-                time.sleep(0.3)
+                why = f"{e.code()} {e.details()}"
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"services not ready after {wait_s} s: {why}") from None
+            time.sleep(0.3)
 
 
 def stop() -> None:
