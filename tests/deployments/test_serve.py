@@ -157,6 +157,13 @@ def test_client_get_and_cancel_print_the_run_record_and_stop_a_run(serve_stack, 
     info = wait_for(lambda: (i := stub(serve_stack).GetRun(pb2.GetRunRequest(run_id=run_id), metadata=md()))
                     .result.timings.first_event_s > 0 and i)
     assert info and info.result.timings.first_event_s == streamed.timings.first_event_s
+    # its id is taken: a second Solve with it is refused, and the record and tree stay this run's (one
+    # started, its nodes joining this run's tree, its record replacing this one)
+    with pytest.raises(grpc.RpcError) as e:
+        solve(serve_stack, run_id=run_id, problem=PROBLEMS[1], capacity=2, swap=0)
+    assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS and "ended (done)" in e.value.details()
+    again = stub(serve_stack).GetRun(pb2.GetRunRequest(run_id=run_id), metadata=md())
+    assert again.num_traces == info.num_traces and again.request.problem == PROBLEMS[0]
     conn = ["--address", serve_stack["address"], "--token-env", "GAMBIT_TEST_SERVE_TOKEN"]
     capsys.readouterr()
     assert main(["client", "get", run_id, *conn]) == 0
@@ -174,6 +181,9 @@ def test_client_get_and_cancel_print_the_run_record_and_stop_a_run(serve_stack, 
     assert "error: NOT_FOUND: run_id: no run 'never-was'" in capsys.readouterr().err
     bg = Background(serve_stack, max_tokens=400, seed=12, capacity=8, problem=LONG)
     rid = bg.wait_started()
+    with pytest.raises(grpc.RpcError) as e:  # an id in flight is taken too
+        solve(serve_stack, run_id=rid)
+    assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS and "in flight" in e.value.details()
     assert main(["client", "cancel", rid, *conn]) == 0
     assert capsys.readouterr().out.strip() == f"run {rid}: cancelled (status cancelling)"
     assert bg.join().result.status == "cancelled"

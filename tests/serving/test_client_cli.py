@@ -50,10 +50,11 @@ def test_client_solve_reads_a_problem_from_stdin(monkeypatch):
     sent = {}
     monkeypatch.setattr(client, "solve", lambda problem, cfg: sent.update(problem=problem, cfg=cfg) or 0)
     monkeypatch.setattr("sys.stdin", io.StringIO("Natalia sold clips to 48 friends.\nHow many in all?\n"))
-    assert main(["client", "solve", "-", "--answer-rule", "gsm8k", "--max-total-tokens", "500"]) == 0
+    assert main(["client", "solve", "-", "--answer-rule", "gsm8k", "--max-total-tokens", "500",
+                 "--run-id", "order-17"]) == 0
     assert sent["problem"] == "Natalia sold clips to 48 friends.\nHow many in all?\n"
     req = client.solve_request(load("reasoning")[0], sent["problem"], sent["cfg"])
-    assert req.answer_rule == "gsm8k" and req.max_total_tokens == 500
+    assert req.answer_rule == "gsm8k" and req.max_total_tokens == 500 and req.run_id == "order-17"
 
 
 def test_client_result_without_an_answer_says_which_rule_read_it():

@@ -262,3 +262,39 @@ def test_a_batch_invariant_target_solves_and_frees_its_kv():
     _pr_run_solves_and_frees_its_kv(EmbeddedConfig(scorer="random:mlp:192", num_blocks=200,
                                                    cpu_weights="bfloat16", kv_dtype="bfloat16",
                                                    batch_invariant=True), check)
+
+
+def test_a_run_id_of_ones_own_is_refused_while_a_run_holds_it(emb):
+    """A second Solve with a finished run's id started: its nodes joined the first run's tree in Redis
+    (GetRun said 12 traces for a run of 2) and its record replaced the first's. Refused now; the record
+    and the tree stay the first run's."""
+    cfg = SolveConfig(capacity=2, swap=0, round_interval=8, max_tokens=24, seed=3)
+    rid = f"own-{uuid.uuid4().hex[:6]}"
+    first = list(emb.solve(PROBLEMS[1].prompt, cfg, run_id=rid))[-1]
+    assert first["kind"] == "result" and first["run_id"] == rid
+    tree: RedisTreeView = emb.target.tree
+    before = tree.get_run(rid)
+    with pytest.raises(ValueError, match=rf"run_id: '{rid}' belongs to a run that ended \(done\); GetRun"):
+        list(emb.solve(PROBLEMS[2].prompt, cfg, run_id=rid))
+    assert tree.get_run(rid) == before and tree.num_traces(rid) == len(first["traces"])
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_claim_run_writes_a_record_only_where_none_is(kind):
+    """Of two claims of one id the first writes; the second gets the record that holds it."""
+    from gambit.serving.tree_view import MemoryTreeView, taken_message
+
+    prefix = f"test-claim-{uuid.uuid4().hex[:8]}:"
+    tree = MemoryTreeView() if kind == "memory" else RedisTreeView(prefix=prefix)
+    try:
+        assert tree.claim_run("r1", status="queued", request={"problem": "x"}) is None
+        got = tree.claim_run("r1", status="queued", request={"problem": "y"})
+        assert got["status"] == "queued" and got["request"] == {"problem": "x"}
+        assert taken_message("r1", got) == "run_id: 'r1' is in flight (queued)"
+        tree.put_run("r1", status="cancelled")
+        assert "ended (cancelled)" in taken_message("r1", tree.claim_run("r1", status="queued"))
+    finally:
+        if kind == "redis":
+            keys = list(tree.r.scan_iter(f"{tree.prefix}*"))
+            if keys:
+                tree.r.delete(*keys)

@@ -28,7 +28,7 @@ from gambit.serving.convert import event_msg, progress_msg, result_msg
 from gambit.serving.protos import load
 from gambit.serving.security import check_token
 from gambit.serving.solve_config import SolveConfig, check_run_id, from_request
-from gambit.serving.tree_view import ENDED, STREAM_CLOSED, StoreUnavailable, open_tree_view
+from gambit.serving.tree_view import ENDED, STREAM_CLOSED, StoreUnavailable, open_tree_view, taken_message
 
 
 @dataclass
@@ -121,13 +121,12 @@ class Coordinator:
             self._check(grpc_context)
             problem, cfg = from_request(request, self.defaults)
             run_id = check_run_id(request.run_id) if request.run_id else uuid.uuid4().hex[:16]
-            if request.run_id:  # a generated id is new: only a client's own id needs the look-up
-                old = await asyncio.to_thread(self.tree.get_run, run_id)
-                if old and old.get("status") not in ENDED:
-                    raise RPCError(grpc.StatusCode.ALREADY_EXISTS, f"run_id: {run_id!r} is in flight")
-            # written before the run starts: a late "queued" must never overwrite the Target's status
-            await asyncio.to_thread(self.tree.put_run, run_id, status="queued",
-                                    request=MessageToDict(request, preserving_proto_field_name=True))
+            # written before the run starts (a late "queued" must never overwrite the Target's status),
+            # and only where no run holds the id: a finished run's record and tree stay what GetRun reads
+            old = await asyncio.to_thread(self.tree.claim_run, run_id, status="queued",
+                                          request=MessageToDict(request, preserving_proto_field_name=True))
+            if old is not None:
+                raise RPCError(grpc.StatusCode.ALREADY_EXISTS, taken_message(run_id, old))
             self.waiting += 1
             self.metrics.set("gambit_num_requests_waiting", self.waiting)
             async for ev in self._relay(call, (run_id, problem, asdict(cfg)), cfg.method):

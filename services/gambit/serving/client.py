@@ -48,6 +48,7 @@ class ClientConfig(ConnectConfig):
     timeout_s: float = 0.0  # run time limit, seconds (0 = none)
     raw_prompt: bool = False  # send the problem to the model as it is (default: the Target formats it)
     answer_rule: str = ""  # how answers are read: boxed | integer | gsm8k | choice | latex ("" = boxed)
+    run_id: str = ""  # the run's id, yours to choose ([A-Za-z0-9_-], <= 64 chars; "" = the server makes one)
 
     def __post_init__(self) -> None:
         """What the request's unsigned fields cannot carry is refused here, naming the field (protobuf
@@ -71,7 +72,8 @@ def solve_request(pb2, problem: str, cfg: ClientConfig):
     req = pb2.SolveRequest(problem=problem, method=cfg.method, decoding=cfg.decoding,
                            round_interval=cfg.round_interval, max_tokens=cfg.max_tokens,
                            max_total_tokens=cfg.max_total_tokens, seed=cfg.seed,
-                           timeout_s=cfg.timeout_s, raw_prompt=cfg.raw_prompt, answer_rule=cfg.answer_rule)
+                           timeout_s=cfg.timeout_s, raw_prompt=cfg.raw_prompt, answer_rule=cfg.answer_rule,
+                           run_id=cfg.run_id)
     if cfg.capacity >= 0:
         req.capacity = cfg.capacity
     if cfg.swap >= 0:

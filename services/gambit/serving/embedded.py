@@ -19,7 +19,7 @@ from gambit.serving.prompt_format import problem_formatter
 from gambit.serving.scorer_client import LocalScorer, RemoteScorer
 from gambit.serving.solve_config import SolveConfig, check_problem, check_run_id
 from gambit.serving.target_service import TargetService
-from gambit.serving.tree_view import open_trace_store, open_tree_view
+from gambit.serving.tree_view import open_trace_store, open_tree_view, taken_message
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,11 @@ class Embedded:
         """Events as dicts: started, progress per round, result (the same records the API streams)."""
         check_problem(problem)
         cfg = cfg or SolveConfig()
-        run_id = check_run_id(run_id) if run_id else uuid.uuid4().hex[:16]
+        if run_id:  # a client's own id: refused where a run holds it (its record stays GetRun's)
+            old = self.target.tree.claim_run(check_run_id(run_id), status="queued")
+            if old is not None:
+                raise ValueError(taken_message(run_id, old))
+        run_id = run_id or uuid.uuid4().hex[:16]
         q: queue.Queue = queue.Queue()
         self.target.start_run(run_id, problem, cfg, q.put)
         try:

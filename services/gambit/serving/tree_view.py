@@ -24,6 +24,24 @@ CANCELLED_BY_RPC = "cancelled by CancelRun"  # the message of a run stopped by a
 STREAM_CLOSED = "stream closed: client disconnected or coordinator lost"
 
 
+def taken_message(run_id: str, record: dict) -> str:
+    """Why a Solve with a client's own ``run_id`` is refused (ALREADY_EXISTS): a run holds that id."""
+    status = record.get("status") or "queued"
+    if status in ENDED:
+        return (f"run_id: {run_id!r} belongs to a run that ended ({status}); GetRun reads it, and a new run "
+                "needs a new id")
+    return f"run_id: {run_id!r} is in flight ({status})"
+
+
+# KEYS[1] the run's record; ARGV: its TTL, then field, value, ...: written only where no record is
+_CLAIM = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return 1
+"""
+
+
 class MemoryTreeView:
     def __init__(self) -> None:
         self._runs: dict[str, dict] = {}
@@ -36,6 +54,14 @@ class MemoryTreeView:
     def put_run(self, run_id: str, **fields) -> None:
         with self._lock:
             self._runs.setdefault(run_id, {}).update({k: _enc(v) for k, v in fields.items()})
+
+    def claim_run(self, run_id: str, **fields) -> dict | None:
+        """A new run's record, written unless one holds ``run_id``: None when written, else that record."""
+        with self._lock:
+            if run_id in self._runs:
+                return {k: _dec(v) for k, v in self._runs[run_id].items()}
+            self._runs[run_id] = {k: _enc(v) for k, v in fields.items()}
+            return None
 
     def get_run(self, run_id: str) -> dict | None:
         with self._lock:
@@ -101,6 +127,14 @@ class RedisTreeView:
         key = self._k("run", run_id)
         p.hset(key, mapping={k: _enc(v) for k, v in fields.items()} | {"updated": _enc(time.time())})
         p.expire(key, self.ttl)
+
+    def claim_run(self, run_id: str, **fields) -> dict | None:
+        """A new run's record, written unless one holds ``run_id`` (in one Lua call: of two Solves with
+        one id, one writes): None when written, else that record."""
+        flat = [x for k, v in (fields | {"updated": time.time()}).items() for x in (k, _enc(v))]
+        if self._call(self.r.eval, _CLAIM, 1, self._k("run", run_id), self.ttl, *flat):
+            return None
+        return self.get_run(run_id) or {}
 
     def get_run(self, run_id: str) -> dict | None:
         got = self._call(self.r.hgetall, self._k("run", run_id))
