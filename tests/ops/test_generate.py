@@ -110,6 +110,28 @@ def test_contract_names_are_the_services_metrics():
     assert {(s.name, s.kind) for s in SPECS} == {(n, k) for k, names in kinds.items() for n in names}
 
 
+def test_readme_metrics_table_lists_every_metric():
+    """Every metric the services export has a row in the README's table ("gambit_traces_active / _ghost"
+    names two; a metric added without its row fails here)."""
+    import re
+
+    from gambit.ops.generate import REPO
+    from gambit.serving.metrics import SPECS
+
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("### Metrics"):readme.index("### Benchmark: embedded vs Ray Serve")]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| gambit_")]
+
+    def listed(name: str, row: str) -> bool:
+        names = re.findall(r"gambit_[a-z0-9_]+", row.split(" | ")[0])
+        suffixes = re.findall(r"(?<![a-z0-9])_[a-z0-9_]+", row.split(" | ")[0])
+        return name in names or any(name.endswith(x) and any(n.startswith(name[:-len(x)]) for n in names)
+                                    for x in suffixes)
+
+    missing = [s.name for s in SPECS if not any(listed(s.name, row) for row in rows)]
+    assert not missing, missing
+
+
 @pytest.mark.parametrize("field, value", [("kv_dtype", "float16"), ("cpu_weights", "int8")])
 def test_serve_app_spec_refuses_an_unknown_precision(field, value):
     from gambit.ops.serve_config import ServeAppSpec
