@@ -84,6 +84,15 @@ def test_defaults_formatter_adds_a_default_only_where_none_is_said():
     assert 'output file (default: "")' in text and '("" = fresh) --' not in text and "(default: )" not in text
 
 
+def test_a_flag_whose_help_says_default_in_other_words_still_gives_its_value(capsys):
+    """`gambit serve --capacity` said "default C of a run" and never which: the word "default" in the
+    note was taken for the value."""
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default C of a run (default: 8)" in text and "(unset: on where it holds) (default" not in text
+
+
 def test_a_dataclass_flag_with_an_empty_default_says_what_empty_means():
     """`gambit run --help` ended `--benchmark`, `--question` and `--answer-rule` with "(default: )"."""
     from gambit.cli import build_parser

@@ -54,7 +54,8 @@ class DefaultsFormatter(argparse.HelpFormatter):
 def _with_default(note: str, default) -> str:
     """A flag's help line ending with its default, unless the note already says it (an empty string's
     meaning too: '("" = the shipped ones)'); an empty default otherwise shows as "", not as nothing."""
-    if "default" in note.lower() or (default == "" and ('""' in note or "empty" in note)):
+    said = re.search(r"\(default\b|default[:)]", note, re.I)  # "(default: …)", "(-1 = server default)"
+    if said or (default == "" and ('""' in note or "empty" in note)) or (default is None and "unset" in note):
         return note
     shown = '""' if default == "" else default
     return f"{note} (default: {shown})".lstrip()
