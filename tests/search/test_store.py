@@ -67,6 +67,34 @@ def test_finished_runs_leave_unfinished_and_expire(store):
     assert store.runs() == [] and store.unfinished() == []
 
 
+def test_the_run_written_last_is_last(store):
+    """`gambit inspect last` took the id that sorts last: p9 after p10, and on a serving Redis an
+    arbitrary hex id. Now the run written last."""
+    for rid in ("p2", "p10", "p9"):
+        store.update(rid, RunUpdate(meta={"step": 1}))
+    assert store.runs()[-1] == "p9"
+    store.update("p10", RunUpdate(meta={"step": 2}, result={"answer": "1"}))
+    assert store.runs() == ["p2", "p9", "p10"]
+
+
+def test_the_redis_index_of_runs_is_trimmed_as_runs_expire():
+    """The services' Redis kept every run id ever written in one set (``runs``), trimmed only when
+    someone listed them: one id per run, forever."""
+    import uuid
+
+    from gambit.search.redis_store import RedisStore
+
+    s = RedisStore(prefix=f"test-{uuid.uuid4().hex[:8]}", ttl_s=0.3)
+    try:
+        for i in range(5):
+            s.update(f"old{i}", RunUpdate(meta={"step": 1}, result={"answer": "1"}))
+        time.sleep(0.5)
+        s.update("new", RunUpdate(meta={"step": 1}, result={"answer": "2"}))  # a finish trims the index
+        assert s.r.zrange(f"{s.prefix}:written", 0, -1) == ["new"] and not s.r.exists(f"{s.prefix}:runs")
+    finally:
+        s.clear()
+
+
 def test_bad_update_changes_nothing(store):
     store.update("x", RunUpdate(meta={"step": 1}, nodes=[{"id": 0, "v": 1}]))
     with pytest.raises(TypeError):

@@ -2,13 +2,16 @@
 updates), finished runs expire.
 
 Layout under ``{prefix}``: ``run:{id}:meta`` and ``run:{id}:nodes`` (hashes of JSON values),
-``run:{id}:rounds`` (list), ``run:{id}:result`` (string), ``unfinished`` and ``runs`` (sets).
+``run:{id}:rounds`` (list), ``run:{id}:result`` (string), ``unfinished`` (set) and ``written`` (sorted
+set: run id -> time of its last write, so "last" is the run written last; trimmed as runs expire, where
+the ``runs`` set it replaces grew by one id per run, forever, on a serving Redis).
 Socket timeouts are set, so a Redis that does not answer raises ``StoreUnavailable`` naming the URL.
 """
 
 from __future__ import annotations
 
 import json
+import time
 
 from gambit.checks import above, at_least
 from gambit.search.node_json import scalar
@@ -62,7 +65,8 @@ class RedisStore:
         meta = {k: scalar(v) for k, v in up.meta.items()}
         nodes = encode_nodes(up.nodes)
         rounds = [json.dumps(r) for r in up.rounds]
-        p.sadd(f"{self.prefix}:runs", run_id)
+        now = time.time()
+        p.zadd(f"{self.prefix}:written", {run_id: now})
         if meta:
             p.hset(self._k(run_id, "meta"), mapping=meta)
         else:
@@ -78,6 +82,7 @@ class RedisStore:
             p.srem(f"{self.prefix}:unfinished", run_id)
             for part in ("meta", "nodes", "rounds", "result"):
                 p.pexpire(self._k(run_id, part), int(self.ttl_s * 1000))
+            p.zremrangebyscore(f"{self.prefix}:written", "-inf", now - self.ttl_s)  # runs expired by now
 
     def load(self, run_id: str) -> dict | None:
         check_run_id(run_id)
@@ -96,11 +101,15 @@ class RedisStore:
         return sorted(self._call(self.r.smembers, f"{self.prefix}:unfinished"))
 
     def runs(self) -> list[str]:
-        ids = sorted(self._call(self.r.smembers, f"{self.prefix}:runs"))
-        alive = [r for r in ids if self._call(self.r.exists, self._k(r, "meta"))]
+        """Run ids, the one written last at the end."""
+        ids = self._call(self.r.zrange, f"{self.prefix}:written", 0, -1)
+        p = self.r.pipeline(transaction=False)
+        for r in ids:
+            p.exists(self._k(r, "meta"))
+        alive = [r for r, there in zip(ids, self._call(p.execute), strict=True) if there]
         gone = set(ids) - set(alive)
         if gone:  # expired runs leave the index too
-            self._call(self.r.srem, f"{self.prefix}:runs", *gone)
+            self._call(self.r.zrem, f"{self.prefix}:written", *gone)
         return alive
 
     def delete(self, run_id: str) -> None:
@@ -108,11 +117,11 @@ class RedisStore:
         p = self.r.pipeline(transaction=True)
         p.delete(*(self._k(run_id, part) for part in ("meta", "nodes", "rounds", "result")))
         p.srem(f"{self.prefix}:unfinished", run_id)
-        p.srem(f"{self.prefix}:runs", run_id)
+        p.zrem(f"{self.prefix}:written", run_id)
         self._call(p.execute)
 
     def clear(self) -> None:
         """Delete every run under this prefix (tests use a random prefix)."""
-        for run_id in self._call(self.r.smembers, f"{self.prefix}:runs"):
+        for run_id in self._call(self.r.zrange, f"{self.prefix}:written", 0, -1):
             self.delete(run_id)
-        self._call(self.r.delete, f"{self.prefix}:runs", f"{self.prefix}:unfinished")
+        self._call(self.r.delete, *(f"{self.prefix}:{k}" for k in ("written", "runs", "unfinished")))

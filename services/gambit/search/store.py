@@ -43,7 +43,9 @@ class TreeStore(Protocol):
 
     def unfinished(self) -> list[str]: ...
 
-    def runs(self) -> list[str]: ...
+    def runs(self) -> list[str]:
+        """Run ids, the one written last at the end (`gambit inspect last`)."""
+        ...
 
     def delete(self, run_id: str) -> None: ...
 
@@ -92,7 +94,8 @@ class MemoryStore:
         nodes.update((str(n.id), n) for n in up.nodes if isinstance(n, NodeSnapshot))
         rounds, result = list(up.rounds), up.result  # encoded when read (``load``)
         # all serialised first (snapshots: pinned): a bad node or meta value changes nothing
-        self._meta.setdefault(run_id, {}).update(meta)
+        self._meta[run_id] = self._meta.pop(run_id, {})  # written last: at the end of the order (``runs``)
+        self._meta[run_id].update(meta)
         self._nodes.setdefault(run_id, {}).update(nodes)
         self._rounds.setdefault(run_id, []).extend(rounds)
         if result is not None:
@@ -123,8 +126,9 @@ class MemoryStore:
         return sorted(r for r in self._meta if r not in self._result)
 
     def runs(self) -> list[str]:
+        """Run ids, the one written last at the end (`gambit inspect last`; sorted ids put p10 before p2)."""
         self._expire()
-        return sorted(self._meta)
+        return list(self._meta)
 
     def delete(self, run_id: str) -> None:
         for d in (self._meta, self._nodes, self._rounds, self._result, self._expires):
