@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=_cmd_run)
 
     i = sub.add_parser("inspect", help="a search run's tournament tree (lineage) as text and PNG")
-    i.add_argument("run", help="run id (or 'last')")
+    i.add_argument("run", help="run id (or 'last': the run written last)")
     i.add_argument("--store", default="results/run_store.json",
                    help="JSON file written by `gambit run`, or a redis:// URL (the tree store)")
     i.add_argument("--png", help="also draw the tree into this PNG file")
