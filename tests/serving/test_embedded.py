@@ -298,3 +298,26 @@ def test_claim_run_writes_a_record_only_where_none_is(kind):
             keys = list(tree.r.scan_iter(f"{tree.prefix}*"))
             if keys:
                 tree.r.delete(*keys)
+
+
+def test_a_finished_runs_record_and_tree_stay_for_one_retention():
+    """Records were kept 7 days and trees 1: a day on, GetRun said 0 traces. One setting now."""
+    prefix = f"test-ret-{uuid.uuid4().hex[:8]}:"
+    e = Embedded(EmbeddedConfig(scorer="random:mlp:192", tree="redis://127.0.0.1:6379/0", prefix=prefix,
+                                num_blocks=100, retention_s=120))
+    try:
+        res = list(e.solve(PROBLEMS[0].prompt, SolveConfig(capacity=2, swap=0, max_tokens=16)))[-1]
+        r = e.target.tree.r
+        deadline = time.monotonic() + 10  # the record writer thread writes the result
+        while time.monotonic() < deadline and not r.exists(f"{prefix}tree:run:{res['run_id']}:result"):
+            time.sleep(0.05)
+        keys = [f"{prefix}run:{res['run_id']}"] + [f"{prefix}tree:run:{res['run_id']}:{p}"
+                                                   for p in ("meta", "nodes", "result")]
+        assert all(100 < r.ttl(k) <= 120 for k in keys), {k: r.ttl(k) for k in keys}
+    finally:
+        e.close()
+        keys = list(e.target.tree.r.scan_iter(f"{prefix}*"))
+        if keys:
+            e.target.tree.r.delete(*keys)
+    with pytest.raises(ValueError, match="retention_s must be >= 1, got 0"):
+        EmbeddedConfig(retention_s=0)

@@ -92,7 +92,7 @@ redis-password
 {{- $coord := include "gambit.deployment" (dict "root" . "name" "Coordinator") | fromJson -}}
 {{- $scorer := include "gambit.deployment" (dict "root" . "name" "Scorer") | fromJson -}}
 {{- $targetArgs := dict "model" $s.model "scorer" $s.scorer "scorer_address" (printf "127.0.0.1:%v" $s.grpcPort) "scorer_app" "scorer" "num_blocks" $s.numBlocks "cpu_weights" $s.cpuWeights "kv_dtype" $s.kvDtype "batch_invariant" $s.batchInvariant "drafters" $s.drafters -}}
-{{- $gambitArgs := dict "tree" (include "gambit.redisUrl" .) "prefix" $s.redisPrefix "token_env" $s.tokenEnv "target_replicas" $target.num_replicas "target_gpus" $s.deployments.Target.numGpus "coordinator_replicas" (default 1 $coord.num_replicas) "target" $targetArgs "defaults" $s.solveDefaults -}}
+{{- $gambitArgs := dict "tree" (include "gambit.redisUrl" .) "prefix" $s.redisPrefix "retention_s" $s.retentionS "token_env" $s.tokenEnv "target_replicas" $target.num_replicas "target_gpus" $s.deployments.Target.numGpus "coordinator_replicas" (default 1 $coord.num_replicas) "target" $targetArgs "defaults" $s.solveDefaults -}}
 {{- $scorerArgs := dict "scorer" $s.scorer "model" $s.model "hidden_size" $s.hiddenSize "batch_wait_ms" $s.batchWaitMs "token_env" $s.tokenEnv -}}
 {{- $gambitApp := dict "name" "gambit" "route_prefix" "/gambit" "import_path" "gambit.deployments.app:build_gambit" "args" $gambitArgs "deployments" (list $coord $target) -}}
 {{- $scorerApp := dict "name" "scorer" "route_prefix" "/scorer" "import_path" "gambit.deployments.app:build_scorer" "args" $scorerArgs "deployments" (list $scorer) -}}

@@ -10,13 +10,15 @@ from __future__ import annotations
 from gambit.deployments.coordinator import Coordinator
 from gambit.deployments.scorer import Scorer
 from gambit.deployments.target import Target
+from gambit.serving.tree_view import RETENTION_S
 
 
 def build_gambit(args: dict):
-    """``args``: tree, prefix, token_env, defaults (SolveConfig fields), target (Target kwargs),
-    target_replicas, target_gpus, coordinator_replicas."""
+    """``args``: tree, prefix, retention_s, token_env, defaults (SolveConfig fields), target (Target
+    kwargs), target_replicas, target_gpus, coordinator_replicas."""
     tree = args.get("tree", "redis://127.0.0.1:6379/0")
     prefix = args.get("prefix", "gambit:")
+    retention = float(args.get("retention_s", RETENTION_S))
     token_env = args.get("token_env", "GAMBIT_TOKEN")
     tkw = dict(args.get("target", {}))
     actor = {"num_cpus": 0}
@@ -28,9 +30,10 @@ def build_gambit(args: dict):
     if gpus:
         actor["num_gpus"] = gpus
     target = Target.options(num_replicas=int(args.get("target_replicas", 1)), ray_actor_options=actor).bind(
-        tree=tree, prefix=prefix, token_env=token_env, **tkw)
+        tree=tree, prefix=prefix, token_env=token_env, retention_s=retention, **tkw)
     return Coordinator.options(num_replicas=int(args.get("coordinator_replicas", 1))).bind(
-        target, tree=tree, prefix=prefix, defaults=args.get("defaults"), token_env=token_env,
+        target, tree=tree, prefix=prefix, retention_s=retention, defaults=args.get("defaults"),
+        token_env=token_env,
         target_replicas=int(args.get("target_replicas", 1)))
 
 

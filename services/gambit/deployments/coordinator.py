@@ -28,7 +28,14 @@ from gambit.serving.convert import event_msg, progress_msg, result_msg
 from gambit.serving.protos import load
 from gambit.serving.security import check_token
 from gambit.serving.solve_config import SolveConfig, check_run_id, from_request
-from gambit.serving.tree_view import ENDED, STREAM_CLOSED, StoreUnavailable, open_tree_view, taken_message
+from gambit.serving.tree_view import (
+    ENDED,
+    RETENTION_S,
+    STREAM_CLOSED,
+    StoreUnavailable,
+    open_tree_view,
+    taken_message,
+)
 
 
 @dataclass
@@ -64,7 +71,8 @@ class RPCError(Exception):
 class Coordinator:
     def __init__(self, target, tree: str = "redis://127.0.0.1:6379/0", prefix: str = "gambit:",
                  defaults: dict | None = None, token_env: str = "GAMBIT_TOKEN", max_resumes: int = 2,
-                 resume_wait_s: float = 120.0, target_replicas: int = 1) -> None:
+                 resume_wait_s: float = 120.0, target_replicas: int = 1,
+                 retention_s: float = RETENTION_S) -> None:
         """``max_resumes``: times a run is taken over after its Target replica was lost;
         ``resume_wait_s``: how long each takeover may wait for a live replica; ``target_replicas``:
         how many replicas a run refused for its KV may be tried on."""
@@ -76,7 +84,7 @@ class Coordinator:
         grpc_transport = os.environ.get("RAY_SERVE_USE_GRPC_BY_DEFAULT", "0") == "1"
         self.target = target.options(_by_reference=not grpc_transport)
         self.stream = self.target.options(stream=True)  # one handle for every run, not one per Solve
-        self.tree = open_tree_view(tree, prefix)
+        self.tree = open_tree_view(tree, prefix, retention_s=retention_s)
         self.defaults = SolveConfig(**(defaults or {}))
         if max_resumes < 0 or resume_wait_s <= 0:
             raise ValueError(f"max_resumes must be >= 0 and resume_wait_s > 0, got {max_resumes}, "

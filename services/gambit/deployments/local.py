@@ -21,6 +21,7 @@ from gambit.cpu_info import check_cpu_weights, check_kv_dtype, default_spec_max_
 from gambit.drafter_map import parse_drafters
 from gambit.ops.serve_env import SERVE_ENV
 from gambit.serving.grpc_api import SERVICER_FUNCTIONS
+from gambit.serving.tree_view import RETENTION_S
 
 # SERVE_ENV: set before Ray starts (its processes inherit it); a value already in the environment
 # wins. The chart and deploy/serve.env carry the same (gambit.ops.serve_env).
@@ -37,6 +38,7 @@ class ServeConfig:
     num_cpus: int = 2  # CPUs Ray may schedule on
     tree: str = "redis://127.0.0.1:6379/0"  # tree view: redis:// URL (password from GAMBIT_REDIS_PASSWORD)
     prefix: str = "gambit:"  # Redis key prefix
+    retention_s: float = RETENTION_S  # seconds a finished run's record and tree stay in Redis (GetRun)
     token_env: str = "GAMBIT_TOKEN"  # environment variable with the bearer token (unset = no auth)
     model: str = ""  # target model: a folder or a name such as smollm2 ("" = shipped target)
     scorer: str = ""  # scorer spec (gambit.scoring.spec): "" / process | mlp | sequence | confidence | folder
@@ -62,6 +64,7 @@ class ServeConfig:
                 raise ValueError(f"{name} must be a TCP port, got {getattr(self, name)}")
         at_least(1, num_cpus=self.num_cpus, target_replicas=self.target_replicas,
                  coordinator_replicas=self.coordinator_replicas)
+        at_least(1, retention_s=self.retention_s)
         if self.target_threads < 0:
             raise ValueError(f"target_threads must be >= 0, got {self.target_threads}")
         if self.spec_max_batch < 0:
@@ -71,7 +74,8 @@ class ServeConfig:
         check_kv_dtype(self.kv_dtype)
 
     def app_args(self) -> dict:
-        return {"tree": self.tree, "prefix": self.prefix, "token_env": self.token_env,
+        return {"tree": self.tree, "prefix": self.prefix, "retention_s": self.retention_s,
+                "token_env": self.token_env,
                 "target_replicas": self.target_replicas, "coordinator_replicas": self.coordinator_replicas,
                 "target_gpus": self.target_gpus,
                 "target": {"model": self.model, "scorer": self.scorer, "num_blocks": self.num_blocks,

@@ -28,7 +28,8 @@ class Target:
                  num_blocks: int = 0, max_num_seqs: int = 256, token_env: str = "GAMBIT_TOKEN",
                  threads: int = 0, scorer_direct: bool = True,
                  spec_max_batch: int = EmbeddedConfig.spec_max_batch, cpu_weights: str = "float32",
-                 kv_dtype: str = "auto", batch_invariant: bool | None = None, drafters: str = "") -> None:
+                 kv_dtype: str = "auto", batch_invariant: bool | None = None, drafters: str = "",
+                 retention_s: float = EmbeddedConfig.retention_s) -> None:
         """``scorer_direct``: call a Scorer replica's own gRPC endpoint, not the proxy (the proxy stays
         the fallback); see ``gambit.deployments.scorer``."""
         import torch
@@ -41,7 +42,7 @@ class Target:
         cfg = EmbeddedConfig(model=model, scorer=scorer, scorer_address=scorer_address, tree=tree,
                              prefix=prefix, num_blocks=num_blocks, max_num_seqs=max_num_seqs,
                              spec_max_batch=spec_max_batch, cpu_weights=cpu_weights, kv_dtype=kv_dtype,
-                             batch_invariant=batch_invariant, drafters=drafters)
+                             batch_invariant=batch_invariant, drafters=drafters, retention_s=retention_s)
         self.svc = build_target(cfg, ray_metrics(), self.replica, scorer_app,
                                 os.environ.get(token_env, "") if token_env else "",
                                 resolve=_direct_scorer(scorer_app, lambda: self.loop)

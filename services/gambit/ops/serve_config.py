@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype
 from gambit.drafter_map import parse_drafters
+from gambit.serving.tree_view import RETENTION_S
 
 CPU_GROUP_RESOURCE = "gambit_cpu_worker"  # advertised by the chart's CPU worker group
 GRPC_SERVICER_FUNCTIONS = (
@@ -77,6 +78,7 @@ class ServeAppSpec:
     http_port: int = 8000  # Serve's HTTP proxy (Serve starts it; gambit does not use it)
     tree: str = "redis://127.0.0.1:6379/0"  # run store URL (password from GAMBIT_REDIS_PASSWORD)
     prefix: str = "gambit:"  # Redis key prefix
+    retention_s: float = RETENTION_S  # seconds a finished run's record and tree stay in Redis (GetRun)
     token_env: str = "GAMBIT_TOKEN"  # env var with the bearer token (unset: no auth)
     model: str = ""  # target model: a folder or a name such as smollm2 ("" = the shipped target)
     scorer: str = ""  # scorer spec (gambit.scoring.spec): "" / process | mlp | sequence | confidence | folder
@@ -96,6 +98,8 @@ class ServeAppSpec:
     ))
 
     def __post_init__(self):
+        if not self.retention_s >= 1:
+            raise ValueError(f"retention_s must be >= 1, got {self.retention_s!r}")
         for port in (self.grpc_port, self.http_port):
             if not 1 <= port <= 65535:
                 raise ValueError(f"port must be in 1..65535, got {port}")
@@ -134,7 +138,8 @@ def serve_config(spec: ServeAppSpec) -> dict:
     """A Serve deploy config (the `serve deploy` / KubeRay serveConfigV2 format)."""
     target, coordinator = spec.deployment("Target"), spec.deployment("Coordinator")
     gambit_args = {
-        "tree": spec.tree, "prefix": spec.prefix, "token_env": spec.token_env,
+        "tree": spec.tree, "prefix": spec.prefix, "retention_s": spec.retention_s,
+        "token_env": spec.token_env,
         "target_replicas": target.num_replicas or 1, "target_gpus": spec.target_gpus,
         "coordinator_replicas": coordinator.num_replicas or 1,
         # ``scorer``: the Scorer app's spec, so each Target knows whether to send the confidence features

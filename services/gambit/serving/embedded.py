@@ -19,7 +19,7 @@ from gambit.serving.prompt_format import problem_formatter
 from gambit.serving.scorer_client import LocalScorer, RemoteScorer
 from gambit.serving.solve_config import SolveConfig, check_problem, check_run_id
 from gambit.serving.target_service import TargetService
-from gambit.serving.tree_view import open_trace_store, open_tree_view, taken_message
+from gambit.serving.tree_view import RETENTION_S, open_trace_store, open_tree_view, taken_message
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,7 @@ class EmbeddedConfig:
     scorer_address: str = ""  # host:port of a ScorerService to call instead of an in-process scorer
     tree: str = "memory"  # "memory" or a redis:// URL for the tree view
     prefix: str = "gambit:"  # Redis key prefix
+    retention_s: float = RETENTION_S  # seconds a finished run's record and tree stay in Redis
     num_blocks: int = 0  # KV blocks (0 = from the memory budget)
     max_num_seqs: int = 256  # traces in one engine batch at most
     spec_max_batch: int = SpecConfig.max_batch  # spec traces draft in steps of <= this many (0: no cap)
@@ -43,6 +44,7 @@ class EmbeddedConfig:
 
     def __post_init__(self) -> None:
         at_least(0, num_blocks=self.num_blocks)
+        at_least(1, retention_s=self.retention_s)
         at_least(1, max_num_seqs=self.max_num_seqs)
         SpecConfig(max_batch=self.spec_max_batch, drafters=parse_drafters(self.drafters))  # checks, now
         check_cpu_weights(self.cpu_weights)
@@ -75,8 +77,9 @@ def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "l
         return engine, scorer
 
     engine, scorer = on_fresh_thread(build)
-    return TargetService(engine, scorer, open_tree_view(cfg.tree, cfg.prefix), metrics, replica,
-                         store=open_trace_store(cfg.tree, cfg.prefix), async_records=cfg.tree != "memory",
+    return TargetService(engine, scorer, open_tree_view(cfg.tree, cfg.prefix, retention_s=cfg.retention_s),
+                         metrics, replica, async_records=cfg.tree != "memory",
+                         store=open_trace_store(cfg.tree, cfg.prefix, retention_s=cfg.retention_s),
                          format_problem=problem_formatter(cfg.model or str(TARGET)))
 
 

@@ -15,11 +15,16 @@ import threading
 import time
 from urllib.parse import quote
 
+from gambit.checks import at_least
 from gambit.search.store import StoreUnavailable  # one error for both stores (a ConnectionError)
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 PASSWORD_ENV = "GAMBIT_REDIS_PASSWORD"
 ENDED = ("done", "limit", "cancelled", "failed")
+# How long a finished run's record and trace tree stay in Redis (GetRun, `gambit inspect`; its run_id stays
+# taken): one setting for both (records were kept 7 days and trees 1, so GetRun said 0 traces after a day).
+# Redis holds every finished run's tree, its traces' tokens included, for this long: size it by the load.
+RETENTION_S = 24 * 3600
 CANCELLED_BY_RPC = "cancelled by CancelRun"  # the message of a run stopped by a cancel flag
 STREAM_CLOSED = "stream closed: client disconnected or coordinator lost"
 
@@ -88,10 +93,11 @@ class MemoryTreeView:
 
 class RedisTreeView:
     def __init__(self, url: str = REDIS_URL, prefix: str = "gambit:", password_env: str = PASSWORD_ENV,
-                 timeout_s: float = 2.0, ttl_s: int = 7 * 24 * 3600) -> None:
+                 timeout_s: float = 2.0, ttl_s: float = RETENTION_S) -> None:
         import redis
 
-        self.prefix, self.ttl = prefix, ttl_s
+        at_least(1, ttl_s=ttl_s)
+        self.prefix, self.ttl = prefix, int(ttl_s)
         password = os.environ.get(password_env) if password_env else None
         self.r = redis.Redis.from_url(url, password=password or None, socket_timeout=timeout_s,
                                       socket_connect_timeout=timeout_s, decode_responses=True)
@@ -168,7 +174,8 @@ def with_password(url: str, password_env: str = PASSWORD_ENV) -> str:
     return f"{scheme}://:{quote(password, safe='')}@{rest}"
 
 
-def open_trace_store(url: str, prefix: str = "gambit:", password_env: str = PASSWORD_ENV):
+def open_trace_store(url: str, prefix: str = "gambit:", password_env: str = PASSWORD_ENV,
+                     retention_s: float = RETENTION_S):
     """The search driver's TreeStore (trace tree) next to the run records: memory or Redis."""
     from gambit.search.store import MemoryStore
 
@@ -177,18 +184,19 @@ def open_trace_store(url: str, prefix: str = "gambit:", password_env: str = PASS
     from gambit.search.redis_store import RedisStore
 
     try:
-        return RedisStore(with_password(url, password_env), prefix=f"{prefix}tree")
+        return RedisStore(with_password(url, password_env), prefix=f"{prefix}tree", ttl_s=retention_s)
     except Exception as e:  # noqa: BLE001 — Redis down at start: run without a tree until it is back
         if isinstance(e, StoreUnavailable):  # said without the password the URL got
             raise StoreUnavailable(str(e).replace(with_password(url, password_env), url)) from None
         raise
 
 
-def open_tree_view(url: str, prefix: str = "gambit:", password_env: str = PASSWORD_ENV):
+def open_tree_view(url: str, prefix: str = "gambit:", password_env: str = PASSWORD_ENV,
+                   retention_s: float = RETENTION_S):
     """``"memory"`` or a ``redis://`` URL."""
     if url == "memory":
         return MemoryTreeView()
-    return RedisTreeView(url, prefix, password_env)
+    return RedisTreeView(url, prefix, password_env, ttl_s=retention_s)
 
 
 def _enc(v) -> str:
