@@ -277,6 +277,12 @@ def test_a_run_id_of_ones_own_is_refused_while_a_run_holds_it(emb):
     with pytest.raises(ValueError, match=rf"run_id: '{rid}' belongs to a run that ended \(done\); GetRun"):
         list(emb.solve(PROBLEMS[2].prompt, cfg, run_id=rid))
     assert tree.get_run(rid) == before and tree.num_traces(rid) == len(first["traces"])
+    # a run refused before it started (its KV) leaves its id free: a client retries with the same id
+    retry = f"retry-{uuid.uuid4().hex[:6]}"
+    with pytest.raises(Overcommitted):
+        next(emb.solve(PROBLEMS[1].prompt, SolveConfig(capacity=200, swap=2, max_tokens=300), run_id=retry))
+    assert tree.get_run(retry) is None
+    assert list(emb.solve(PROBLEMS[1].prompt, cfg, run_id=retry))[-1]["status"] == "done"
 
 
 @pytest.mark.parametrize("kind", ["memory", "redis"])

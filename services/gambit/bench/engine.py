@@ -360,6 +360,14 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
           "--temperature", str(temperature), "--top-p", str(top_p), "--batches", ",".join(map(str, batches))]
     res: dict = {}
     notes: list[str] = []
+    from gambit.engine.linear import bf16_gemm_available
+
+    if not bf16_gemm_available():  # bf16 weights outside the invariant kernels need oneDNN's bf16 GEMM
+        off = [d for d in native_dtypes if NATIVE_DTYPES[d][1] == "bfloat16" and not NATIVE_DTYPES[d][3]]
+        if off:
+            notes.append(f"native {', '.join(off)} skipped: no oneDNN bfloat16 GEMM on this CPU "
+                         "(it needs AVX512-BF16 or AMX)")
+            native_dtypes = tuple(d for d in native_dtypes if d not in off)
     with tempfile.TemporaryDirectory(prefix="gambit-bench-") as tmp:
         pfile, ffile = Path(tmp) / "prompts.json", Path(tmp) / "fork.json"
         pfile.write_text(json.dumps(make_prompts(folder, max(batches))))

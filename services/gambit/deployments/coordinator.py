@@ -47,6 +47,7 @@ class Call:
     stream: object = None
     first: float | None = None
     got_result: bool = False
+    refused: bool = False  # every replica refused the run before it started: nothing to cancel
     avoid: tuple[str, ...] = ()
 
     def try_elsewhere(self, error: dict, replicas: int) -> bool:
@@ -148,7 +149,7 @@ class Coordinator:
             if call.first is None and call.stream is not None:
                 self.waiting -= 1
                 self.metrics.set("gambit_num_requests_waiting", self.waiting)
-            if call.stream is not None and not call.got_result:  # client went away or error: free the KV
+            if call.stream is not None and not (call.got_result or call.refused):  # went away: free the KV
                 call.stream.cancel()
                 asyncio.get_running_loop().run_in_executor(None, self._flag_cancel, run_id)
 
@@ -167,8 +168,12 @@ class Coordinator:
                         if call.try_elsewhere(d, self.target_replicas):
                             retry = True
                             break
-                        await asyncio.to_thread(self.tree.put_run, run_id, status="failed",
-                                                message=d["message"])
+                        if call.first is None:  # refused before it started: its id is free for a retry
+                            call.refused = True  # (no cancel flag either: it would stop the retry)
+                            await asyncio.to_thread(self.tree.delete_run, run_id)
+                        else:
+                            await asyncio.to_thread(self.tree.put_run, run_id, status="failed",
+                                                    message=d["message"])
                         raise RPCError(getattr(grpc.StatusCode, d["code"]), d["message"])
                     if call.first is None:
                         call.first = self._first_event(call.t0, method)

@@ -94,13 +94,19 @@ class Embedded:
         """Events as dicts: started, progress per round, result (the same records the API streams)."""
         check_problem(problem)
         cfg = cfg or SolveConfig()
-        if run_id:  # a client's own id: refused where a run holds it (its record stays GetRun's)
+        own = bool(run_id)
+        if own:  # a client's own id: refused where a run holds it (its record stays GetRun's)
             old = self.target.tree.claim_run(check_run_id(run_id), status="queued")
             if old is not None:
                 raise ValueError(taken_message(run_id, old))
         run_id = run_id or uuid.uuid4().hex[:16]
         q: queue.Queue = queue.Queue()
-        self.target.start_run(run_id, problem, cfg, q.put)
+        try:
+            self.target.start_run(run_id, problem, cfg, q.put)
+        except Exception:
+            if own:  # refused before it started (its KV, its text): the id is free for a retry
+                self.target.tree.delete_run(run_id)
+            raise
         try:
             yield {"kind": "started", "run_id": run_id, "replica": self.target.replica}
             while True:
