@@ -285,27 +285,6 @@ def test_a_run_id_of_ones_own_is_refused_while_a_run_holds_it(emb):
     assert list(emb.solve(PROBLEMS[1].prompt, cfg, run_id=retry))[-1]["status"] == "done"
 
 
-@pytest.mark.parametrize("kind", ["memory", "redis"])
-def test_claim_run_writes_a_record_only_where_none_is(kind):
-    """Of two claims of one id the first writes; the second gets the record that holds it."""
-    from gambit.serving.tree_view import MemoryTreeView, taken_message
-
-    prefix = f"test-claim-{uuid.uuid4().hex[:8]}:"
-    tree = MemoryTreeView() if kind == "memory" else RedisTreeView(prefix=prefix)
-    try:
-        assert tree.claim_run("r1", status="queued", request={"problem": "x"}) is None
-        got = tree.claim_run("r1", status="queued", request={"problem": "y"})
-        assert got["status"] == "queued" and got["request"] == {"problem": "x"}
-        assert taken_message("r1", got) == "run_id: 'r1' is in flight (queued)"
-        tree.put_run("r1", status="cancelled")
-        assert "ended (cancelled)" in taken_message("r1", tree.claim_run("r1", status="queued"))
-    finally:
-        if kind == "redis":
-            keys = list(tree.r.scan_iter(f"{tree.prefix}*"))
-            if keys:
-                tree.r.delete(*keys)
-
-
 def test_a_finished_runs_record_and_tree_stay_for_one_retention():
     """Records were kept 7 days and trees 1: a day on, GetRun said 0 traces. One setting now."""
     prefix = f"test-ret-{uuid.uuid4().hex[:8]}:"

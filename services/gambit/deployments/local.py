@@ -65,8 +65,7 @@ class ServeConfig:
         at_least(1, num_cpus=self.num_cpus, target_replicas=self.target_replicas,
                  coordinator_replicas=self.coordinator_replicas)
         at_least(1, retention_s=self.retention_s)
-        if self.target_threads < 0:
-            raise ValueError(f"target_threads must be >= 0, got {self.target_threads}")
+        at_least(0, target_threads=self.target_threads)
         if self.spec_max_batch < 0:
             raise ValueError(f"spec_max_batch must be >= 0 (0 = no cap), got {self.spec_max_batch}")
         parse_drafters(self.drafters)

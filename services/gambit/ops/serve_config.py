@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from gambit.checks import at_least
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype
 from gambit.drafter_map import parse_drafters
 from gambit.serving.tree_view import RETENTION_S
@@ -98,8 +99,7 @@ class ServeAppSpec:
     ))
 
     def __post_init__(self):
-        if not self.retention_s >= 1:
-            raise ValueError(f"retention_s must be >= 1, got {self.retention_s!r}")
+        at_least(1, retention_s=self.retention_s)
         for port in (self.grpc_port, self.http_port):
             if not 1 <= port <= 65535:
                 raise ValueError(f"port must be in 1..65535, got {port}")

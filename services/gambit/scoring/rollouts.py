@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from gambit.checks import at_least
 from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.engine.engine import derive_seed
 from gambit.engine.events import BoundaryEvent, FinishedEvent, TokenEvent
@@ -57,9 +58,8 @@ class RolloutConfig:
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}")
-        for name in ("n_problems", "samples", "max_tokens", "chunk_problems", "threads"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        at_least(1, **{n: getattr(self, n) for n in ("n_problems", "samples", "max_tokens", "chunk_problems",
+                                                      "threads")})
         if not self.temperature > 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
         TaskConfig(self.min_ops, self.max_ops)

@@ -76,10 +76,8 @@ class TrainScorerConfig:
             raise ValueError(f"label must be one of {LABELS}, got {self.label!r}")
         if not 0 < self.val_percent < 100:
             raise ValueError(f"val_percent must be in (0, 100), got {self.val_percent}")
-        for name in ("n_problems", "samples", "batch_size", "max_epochs", "patience", "threads",
-                     "train_threads"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        at_least(1, **{n: getattr(self, n) for n in ("n_problems", "samples", "batch_size", "max_epochs",
+                                                      "patience", "threads", "train_threads")})
         above(0, lr=self.lr)
         at_least(0, weight_decay=self.weight_decay)
         check_isa(self.isa)

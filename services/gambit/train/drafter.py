@@ -100,8 +100,7 @@ class TrainDrafterConfig:
             raise ValueError(f"reconsider_weight must be in (0, 10], got {self.reconsider_weight}")
         if self.reconsider_loss not in ("full", "fresh"):
             raise ValueError(f"reconsider_loss must be 'full' or 'fresh', got {self.reconsider_loss!r}")
-        if self.fresh_k < 1:
-            raise ValueError(f"fresh_k must be >= 1, got {self.fresh_k}")
+        at_least(1, fresh_k=self.fresh_k)
         if self.threads < 1:
             raise ValueError(f"threads must be >= 1 (it is recorded in the card), got {self.threads}")
         repro.check_isa(self.isa)

@@ -51,10 +51,8 @@ class DrafterDataConfig:
             raise ValueError(f"draft_vocab must be >= 0 (0 = the whole vocabulary), got {self.draft_vocab}")
         if self.prompts and not Path(self.prompts).is_file():
             raise ValueError(f"prompts file not found: {self.prompts}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        at_least(0, temperature=self.temperature)
+        at_least(1, max_tokens=self.max_tokens)
         check_isa(self.isa)
 
     def key(self) -> str:
