@@ -2,7 +2,8 @@
 
 Usage: PYTHONPATH=services .venv/bin/python tools/search_oracle.py [PROBLEMS] [SPLIT] [ORACLES] [METHODS]
 [JSON] (defaults: 192 hard dev problems; ORACLES ``process=0,path=0,path=2,path=4,model``; METHODS
-``step,gambit``; results/search_oracle.json). ``--plot OUT.png JSON [JSON ...]`` draws result files
+``step,gambit``, and ``gambit_ties``: the tournament before stop 61, tied swaps made;
+results/search_oracle.json). ``--plot OUT.png JSON [JSON ...]`` draws result files
 instead of running. An oracle is ``LABEL=SIGMA``:
 
 * ``process``: every thought so far is a correct ``a op b = c`` line (``tasks.arithmetic.check_thought``);
@@ -211,7 +212,9 @@ def main() -> None:
     vs = {"sc": ("", CFG.search(method="sc"))}
     for o in oracles:
         for m in methods:
-            vs[f"{m}/{o}"] = (o, CFG.search(method=m))
+            # gambit_ties: the tournament's rule before stop 61 (a swap need not gain)
+            vs[f"{m}/{o}"] = (o, CFG.search(method="gambit", swap_ties=True) if m == "gambit_ties"
+                              else CFG.search(method=m))
     records: dict = {}
     with tqdm(total=n * len(vs), desc=f"oracle {split}", mininterval=10) as bar:
         run_variants(drivers, list(vs), vs, problems, CFG, bar, records)

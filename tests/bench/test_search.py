@@ -15,7 +15,10 @@ def test_unknown_methods_are_named():
 def test_methods_keep_exactly_the_named_variants():
     v = variants(BenchSearchConfig(methods="step,sc", pr=False))
     assert set(v) == {"step", "sc"} and v["step"][1].method == "step" and v["sc"][1].method == "sc"
-    assert set(variants(BenchSearchConfig(pr=False))) == set(METHODS) - {"gambit_pr"}
+    assert set(variants(BenchSearchConfig(pr=False))) == set(METHODS) - {"gambit_pr", "gambit_ties"}
+    (ties,) = variants(BenchSearchConfig(methods="gambit_ties", pr=False)).values()  # an A/B: when named
+    assert ties[1].swap_ties
+    assert not variants(BenchSearchConfig(methods="gambit", pr=False))["gambit"][1].swap_ties
 
 
 def test_gambit_pr_without_pr_is_refused_not_dropped():

@@ -22,7 +22,7 @@ def test_reloaded_run_finishes_with_the_pool_it_had(make_engine, scorer, hard_pr
     a = SearchDriver(engine, scorer, redis_store)
     rid = a.submit(hard_problems[5], CFG, run_id="crash1")
     other = a.submit(hard_problems[0], CFG, run_id="crash2")
-    crash_after_rounds(a, rid, 16)  # 8 rounds each
+    crash_after_rounds(a, rid, 24)  # 12 rounds each: the first swap that gains is in round 11
     saved = redis_store.load(rid)
     pool = {i for i, n in saved["nodes"].items() if n["state"] in (T.RUNNING, T.GHOST)}
     assert len(pool) == 6 and saved["meta"]["branched"] > 0

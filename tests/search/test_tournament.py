@@ -77,6 +77,10 @@ def test_zero_sum_on_random_pools(capacity, swap):
         assert len(plan.prune) == len(plan.branch) <= swap
         assert not set(plan.prune) & set(plan.branch)
         assert all(nodes[p].state == RUNNING and nodes[p].own_tokens >= 10 for p in plan.branch)
+        # every pair gains: the parent scores above the trace it replaces, or that one was a ghost
+        score = {n.id: n.rank_score() for n in nodes}
+        pairs = zip(plan.prune, plan.branch, strict=True)
+        assert all(score[b] > score[p] or nodes[p].state == GHOST for p, b in pairs)
 
 
 def test_floor_without_refill_prunes_below_and_shrinks_the_pool():
@@ -94,3 +98,20 @@ def test_rank_by_last_score():
     assert plan_round([a, b], capacity=2, swap=1, warmup=10).prune == [1]
     assert plan_round([a, b], capacity=2, swap=1, warmup=10, rank="last").prune == [0]
     assert a.rank_score("min") == 0.1 and b.rank_score("last") == 0.6
+
+
+def test_a_swap_must_gain_a_tie_is_no_swap():
+    # traces that wrote the same thoughts score the same: pruning one for a copy of another gains nothing
+    tied = [node(i, 0.86) for i in range(4)]
+    assert plan_round(tied, capacity=4, swap=2, warmup=10).case == 0
+    assert plan_round(tied, capacity=4, swap=2, warmup=10, swap_ties=True).prune == [3, 2]  # stop 60's rule
+    # a child inherits its parent's scores: it is not pruned (youngest first among equals) for a child of
+    # a trace that only ties it
+    nodes = [node(0, 0.9), node(1, 0.9), node(2, 0.3), node(3, 0.9, own=4, birth_depth=100)]
+    nodes[3].parent = 0
+    assert plan_round(nodes, capacity=4, swap=2, warmup=10, swap_ties=True).prune == [2, 3]
+    plan = plan_round(nodes, capacity=4, swap=2, warmup=10)
+    assert plan.prune == [2] and plan.branch == [0]  # only the pair that gains: K is an upper bound
+    # a ghost holds no KV: it goes for a resident child even at a tie
+    plan = plan_round([node(0, 0.5), node(1, 0.5, state=GHOST)], capacity=2, swap=1, warmup=10)
+    assert plan.prune == [1] and plan.branch == [0]

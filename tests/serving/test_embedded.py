@@ -40,8 +40,9 @@ def test_solve_streams_rounds_then_result_and_records_the_tree(emb):
     tok0 = metric(emb, "gambit_generation_tokens_total")
     fed0 = metric(emb, "gambit_prompt_tokens_total")
     shared0 = metric(emb, "gambit_prompt_tokens_shared_total")
+    # seed 3: a seed whose run makes swaps that gain (seed 1's traces tie, so it makes none)
     events = list(emb.solve(PROBLEMS[0].prompt, SolveConfig(capacity=6, swap=2, round_interval=8, warmup=4,
-                                                            seed=1)))
+                                                            seed=3)))
     assert events[0]["kind"] == "started" and events[-1]["kind"] == "result"
     progress = [e for e in events if e["kind"] == "progress"]
     assert [p["round"] for p in progress] == list(range(1, len(progress) + 1)) and progress

@@ -44,7 +44,7 @@ DIFFICULTIES = {"all": (2, 8), "hard": (6, 8)}
 
 # the variants ``--methods`` can name (``variants``)
 METHODS = ("gambit", "sc", "step", "deepconf", "gambit_pr", "gambit_mlp", "step_mlp", "gambit_seq",
-           "step_seq")
+           "step_seq", "gambit_ties")
 
 
 @dataclass
@@ -81,7 +81,7 @@ class BenchSearchConfig:
     spec_max_batch: int = SpecConfig.max_batch  # Gambit + PR drafts in steps of <= this many traces (0: all)
     plots: str = "results/bench_search"  # folder for the PNG figures
     difficulties: str = "all,hard"  # which difficulty sets to run (comma list of all, hard)
-    methods: str = ""  # variants to run, comma list (empty: all): gambit,sc,step,deepconf,gambit_pr,...
+    methods: str = ""  # variants to run, comma list (empty: all but gambit_ties): gambit,sc,step,...
     merge: str = ""  # instead of running: merge these result JSONs (comma list) into one report
     # a graded benchmark's questions instead of the task's two difficulties (a real model, its format)
     benchmark: str = ""  # gsm8k | aime25 | hmmt24 | hmmt25 | gpqa ("" = the arithmetic task)
@@ -127,15 +127,14 @@ def variants(cfg: BenchSearchConfig) -> dict[str, tuple[str, SearchConfig]]:
          "gambit_mlp": ("mlp", cfg.search(rank="mean", floor=0.0, roots=0)),
          "step_mlp": ("mlp", cfg.search(method="step", rank="mean")),
          "gambit_seq": ("sequence", cfg.search(rank="mean", floor=0.0, roots=0)),
-         "step_seq": ("sequence", cfg.search(method="step", rank="mean"))}
+         "step_seq": ("sequence", cfg.search(method="step", rank="mean")),
+         "gambit_ties": ("main", cfg.search(swap_ties=True))}  # stop 60's rule: a swap need not gain
     if cfg.pr and (pr_available() or cfg.pr_drafter):
         v["gambit_pr"] = ("main", cfg.search(decoding="pr"))
-    if cfg.methods:
-        keep = set(cfg.methods.split(","))
-        if "gambit_pr" in keep and "gambit_pr" not in v:
-            raise ValueError("methods: gambit_pr needs --pr and a PR drafter (--pr-drafter or a shipped one)")
-        v = {k: x for k, x in v.items() if k in keep}
-    return v
+    keep = set(cfg.methods.split(",")) if cfg.methods else set(v) - {"gambit_ties"}  # an A/B, when named
+    if "gambit_pr" in keep and "gambit_pr" not in v:
+        raise ValueError("methods: gambit_pr needs --pr and a PR drafter (--pr-drafter or a shipped one)")
+    return {k: x for k, x in v.items() if k in keep}
 
 
 def warm_up(engine: Engine, prompt: list[int], batch: int, decodings: set[str]) -> None:

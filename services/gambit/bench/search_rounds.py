@@ -117,7 +117,7 @@ def ops(model, tok, scorer, problems, args) -> dict:
     out = {"pool": len(pool), "resident": sum(n.resident for n in pool),
            "mean_depth": sum(n.depth for n in pool) / len(pool)}
     out["plan_round"] = _best(lambda: plan_round(pool, run.target, c.swap, c.warmup, c.floor, c.rank,
-                                                 c.floor_refill), 200)
+                                                 c.floor_refill, c.swap_ties), 200)
 
     def fork_abort():
         (e,) = engine.fork(parent.engine_id, 1, seeds=[1], temperatures=[parent.temperature], priority=0.5)

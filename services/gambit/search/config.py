@@ -31,6 +31,7 @@ class SearchConfig:
     floor: float = 0.0  # δ: hard floor; a ranked trace scoring (see rank) below it is pruned at a round
     floor_refill: bool = True  # a floor-pruned trace's slot is refilled (zero-sum); False: the pool shrinks
     rank: str = "mean"  # ranking score: mean of the boundary scores (paper) | last | min
+    swap_ties: bool = False  # Case 2 may swap a trace for a child of one that only ties it (False: must gain)
     roots: int = 0  # traces launched at the start (0: C); Case 1 branches the rest once they are eligible
     stop_when_decided: bool = False  # end the run once the traces still active cannot change the majority
     child_temperature: float = 1.0  # multiplier on the parent's temperature for a branched child
@@ -69,7 +70,7 @@ class SearchConfig:
         r = self.roots
         if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r <= self.capacity:
             raise ValueError(f"roots must be an integer in [0, capacity], got {self.roots!r}")
-        for name in ("floor_refill", "stop_when_decided"):
+        for name in ("floor_refill", "stop_when_decided", "swap_ties"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.method == "gambit" and self.swap > self.capacity:

@@ -300,7 +300,7 @@ class SearchRun:
         if c.max_total_tokens and self.tokens >= c.max_total_tokens:
             return 0, [], []
         plan = plan_round([self.nodes[i] for i in sorted(self.active)], self.target, c.swap, c.warmup,
-                          c.floor, c.rank, c.floor_refill)
+                          c.floor, c.rank, c.floor_refill, c.swap_ties)
         self.target -= plan.shrink
         for nid in plan.prune:
             self.prune(self.nodes[nid])
