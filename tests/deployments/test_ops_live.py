@@ -47,8 +47,10 @@ def _workload(stack) -> list[str]:
     decodings = ["plain", "pr", "plain", "eagle3.1"] if SPECULATIVE else ["plain"] * 4
 
     def run(i, method):
+        # Gambit's seed 109: a run that makes swaps that gain (4; seed 100's traces tie and make none, and
+        # the prunes and branches panel needs some)
         ev = _solve(stub, problem=PROBLEMS[i], method=method, decoding=decodings[i], capacity=4, swap=1,
-                    round_interval=8, max_tokens=96, seed=100 + i)
+                    round_interval=8, max_tokens=96, seed=109 if method == "gambit" else 100 + i)
         statuses.append(ev[-1].result.status)
 
     threads = [threading.Thread(target=run, args=(i, m)) for i, m in enumerate(("gambit", "sc", "step",
