@@ -4,11 +4,11 @@ Case 1 (N < C): branch the top ``min(C - N, |B|)`` eligible traces. Case 2 (N = 
 K and branch the top K (zero-sum). N counts ghosts, so an eviction never causes a Case-1 fill.
 
 A Case-2 pair (the i-th worst pruned, a child of the i-th best) is made only where it gains: the
-parent scores above the pruned trace, or the pruned one is a ghost (its KV is gone) or below the floor.
-A child inherits its parent's scores, so a tied swap prunes a trace for a copy of one no better: on
-the shipped task, where many traces write the same first thoughts, 57% of the swaps at the bench's
-settings were such ties and 63% of the pruned traces were children pruned before their warmup
-(``swap_ties=True`` keeps the old rule).
+parent scores above the pruned trace, or the pruned one is a ghost (it never resumes) or below the
+floor. A child inherits its parent's scores, so a tied swap prunes a trace for a copy of one no better;
+on the shipped task, where many traces write the same first thoughts, most swaps tied and most pruned
+traces were children younger than their warmup (``tools/swap_ties.py``). ``swap_ties=True`` keeps the
+old rule.
 """
 
 from __future__ import annotations
