@@ -63,7 +63,7 @@ def plan_round(nodes: Sequence[Node], capacity: int, swap: int, warmup: int, flo
         take = cands[:capacity - len(active)]
         return RoundPlan(1 if take else 0, [], [n.id for n in take])
     ranked = _order([n for n in active if rankable(n)], False, score)
-    below = [n for n in ranked if n.scores and score[n.id] < floor]
+    below = {n.id for n in ranked if n.scores and score[n.id] < floor}
     want = max(swap, len(below))
     # the pruned and the branched must not overlap: shrink until enough parents remain
     n = min(want, len(ranked))
@@ -72,8 +72,7 @@ def plan_round(nodes: Sequence[Node], capacity: int, swap: int, warmup: int, flo
         parents = [c for c in cands if c.id not in gone]
         if len(parents) >= n:
             pairs = [(x, p) for x, p in zip(ranked[:n], parents[:n], strict=True)
-                     if swap_ties or score[p.id] > score[x.id] or not x.resident
-                     or (x.scores and score[x.id] < floor)]
+                     if swap_ties or score[p.id] > score[x.id] or not x.resident or x.id in below]
             if not pairs:
                 return RoundPlan(0)
             return RoundPlan(2, [x.id for x, _ in pairs], [p.id for _, p in pairs])
