@@ -47,8 +47,8 @@ def _workload(stack) -> list[str]:
     decodings = ["plain", "pr", "plain", "eagle3.1"] if SPECULATIVE else ["plain"] * 4
 
     def run(i, method):
-        # Gambit's seed 109: a run that makes swaps that gain (4; seed 100's traces tie and make none, and
-        # the prunes and branches panel needs some)
+        # Gambit's seed 109: a run that makes swaps that gain (4; seed 100's traces tie and make none);
+        # the panel shows 0 without any, so the test reads the counters themselves as well
         ev = _solve(stub, problem=PROBLEMS[i], method=method, decoding=decodings[i], capacity=4, swap=1,
                     round_interval=8, max_tokens=96, seed=109 if method == "gambit" else 100 + i)
         statuses.append(ev[-1].result.status)
@@ -85,11 +85,15 @@ def test_every_dashboard_query_and_alert_returns_series(serve_stack):
         assert sorted(statuses) == ["cancelled"] + ["done"] * 5
         prom.wait_scraped(samples=2, timeout_s=60)
         expected = {} if SPECULATIVE else {TAU_PANEL: panel_queries("ray_", "5m")[TAU_PANEL]}
+        # the panels show 0 for a counter never exported; this workload makes each of these (the Scorer
+        # outage the fallbacks), so each must be exported with a positive value as well
+        counters = [f"sum(ray_gambit_{n}_total) > 0" for n in ("prunes", "branches", "scorer_fallback")]
         deadline = time.monotonic() + 90  # Ray exports every ~10 s; Prometheus scrapes every second
-        while (missing := empty_queries(prom, "ray_", rate_interval="5m")) != expected \
-                and time.monotonic() < deadline:
+        while ((missing := empty_queries(prom, "ray_", rate_interval="5m")) != expected
+               or (unset := [c for c in counters if not prom.query(c)])) and time.monotonic() < deadline:
             time.sleep(2)
         assert missing == expected, f"queries without data: {missing}"
+        assert not unset, f"counters not exported: {unset}"
         # and the metrics carry no run ids
         labels = {k for s in prom.query('{__name__=~"ray_gambit_.*"}') for k in s["metric"]}
         assert not {k for k in labels if "run" in k.lower()}, labels

@@ -109,10 +109,29 @@ def test_many_runs_share_one_engine_each_with_its_capacity(make_engine, scorer, 
     ({"floor": 1.5}, "floor"), ({"child_temperature": 0}, "child_temperature"), ({"kv_ratio": 0}, "kv_ratio"),
     ({"max_tokens": 0}, "max_tokens"), ({"top_p": 0}, "top_p"), ({"max_wall_s": -1}, "max_wall_s"),
     ({"method": "deepconf", "deepconf_warmup": 16, "capacity": 16}, "deepconf_warmup"),
+    ({"method": "deepconf", "capacity": 1}, "capacity must be >= 2 for method deepconf"),
 ])
 def test_config_errors_name_the_field(kw, field):
     with pytest.raises(ValueError, match=field):
         SearchConfig(**kw)
+
+
+@pytest.mark.parametrize("capacity,warm", [(2, 1), (3, 2), (4, 3), (5, 4), (16, 4), (64, 4)])
+def test_deepconf_default_warmup_fits_every_pool(capacity, warm):
+    """No warm-up count set: a fixed few that leave a trace to hold to the threshold, at any C >= 2
+    (a pool of 4 or fewer was refused for a knob no surface sets); a count set is kept."""
+    assert SearchConfig(method="deepconf", capacity=capacity).deepconf_warm == warm
+    assert SearchConfig(method="deepconf", capacity=16, deepconf_warmup=8).deepconf_warm == 8
+
+
+def test_deepconf_small_pool_runs_its_warmup_then_the_rest(make_engine, hard_problems):
+    driver = SearchDriver(make_engine())
+    rid = driver.submit(hard_problems[0], SearchConfig(method="deepconf", capacity=3, max_tokens=48))
+    run = driver.runs[rid]
+    res = driver.run_until_done()[rid]
+    nodes = list(run.nodes.values())
+    assert len(nodes) == 3 and res.deepconf_threshold is not None
+    assert min(n.birth_step for n in nodes[2:]) >= max(n.end_step for n in nodes[:2])  # 2 warm, then 1
 
 
 def test_driver_bad_input(make_engine):

@@ -13,7 +13,7 @@ from gambit.serving.solve_config import SolveConfig, from_request
     (dict(temperature=math.nan), "temperature"), (dict(timeout_s=-1.0), "timeout_s"),
     (dict(timeout_s=math.inf), "timeout_s"), (dict(timeout_s=math.nan), "timeout_s"),
     (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"), (dict(top_p=math.nan), "top_p"),
-    (dict(top_k=-1), "top_k"),
+    (dict(top_k=-1), "top_k"), (dict(method="deepconf", capacity=1, swap=1), "capacity"),
 ])
 def test_bad_values_name_their_field(fields, name):
     with pytest.raises(ValueError, match=rf"^{name}:"):

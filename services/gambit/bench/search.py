@@ -123,7 +123,7 @@ def variants(cfg: BenchSearchConfig) -> dict[str, tuple[str, SearchConfig]]:
     """name -> (scorer kind, config) for the main comparison (both difficulties)."""
     v = {"gambit": ("main", cfg.search()), "sc": ("", cfg.search(method="sc")),
          "step": ("main", cfg.search(method="step")),
-         "deepconf": ("", cfg.search(method="deepconf", deepconf_warmup=max(1, cfg.capacity // 4))),
+         "deepconf": ("", cfg.search(method="deepconf")),
          "gambit_mlp": ("mlp", cfg.search(rank="mean", floor=0.0, roots=0)),
          "step_mlp": ("mlp", cfg.search(method="step", rank="mean")),
          "gambit_seq": ("sequence", cfg.search(rank="mean", floor=0.0, roots=0)),

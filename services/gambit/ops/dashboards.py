@@ -78,10 +78,11 @@ PANELS: tuple[Panel, ...] = (
               (_q("sum({m:gambit_traces_active})"), "active"),
               (_q("sum({m:gambit_traces_ghost})"), "ghost"),
               (_q("sum({m:gambit_traces_resident})"), "resident"))),
-    Panel("Prunes, branches, evictions", "ops", "Tournament events per second; evictions show 0 until the "
-          "first one (Ray exports a counter only after its first increment).", (
-        (_q(f"sum(rate({{m:gambit_prunes_total}}[{RATE}]))"), "prunes"),
-        (_q(f"sum(rate({{m:gambit_branches_total}}[{RATE}]))"), "branches"),
+    Panel("Prunes, branches, evictions", "ops", "Tournament events per second; each shows 0 until its "
+          "first one (Ray exports a counter only after its first increment, and a run whose traces tie "
+          "makes no swap).", (
+        (_q(_or_zero(f"sum(rate({{m:gambit_prunes_total}}[{RATE}]))")), "prunes"),
+        (_q(_or_zero(f"sum(rate({{m:gambit_branches_total}}[{RATE}]))")), "branches"),
         (_q(_or_zero(f"sum(rate({{m:gambit_evictions_total}}[{RATE}]))")), "evictions"),
         (_q(f"sum(rate({{m:gambit_rounds_total}}[{RATE}]))"), "rounds"))),
     Panel("Runs running / waiting", "short", "Runs in flight and queued (queue depth).", (
@@ -97,7 +98,7 @@ PANELS: tuple[Panel, ...] = (
           "scorer per second (non-zero: the Scorer is unreachable).", (
               (_q(f"sum(rate({{m:gambit_scorer_batch_size_sum}}[{RATE}])) / "
                   f"sum(rate({{m:gambit_scorer_batch_size_count}}[{RATE}]))"), "mean batch"),
-              (_q(f"sum(rate({{m:gambit_scorer_fallback_total}}[{RATE}]))"), "fallbacks/s"))),
+              (_q(_or_zero(f"sum(rate({{m:gambit_scorer_fallback_total}}[{RATE}]))")), "fallbacks/s"))),
     Panel("Errors by code", "reqps", "RPCs ended with a non-OK gRPC status, by code.", (
         (_q(f"sum by (code) (rate({{m:gambit_request_errors_total}}[{RATE}]))"), "{{code}}"),)),
     Panel("Traces started / finished", "ops", "Traces started (incl. branches) and ended, by reason.", (

@@ -42,7 +42,7 @@ class SearchConfig:
     max_tokens: int = 256  # tokens per trace (limit)
     max_total_tokens: int = 0  # tokens over the whole run; at it every trace stops (0: no limit)
     max_wall_s: float = 0.0  # seconds of wall time per run; at it every trace stops (0: no limit)
-    deepconf_warmup: int = 4  # DeepConf: warm-up traces that set the confidence threshold
+    deepconf_warmup: int = 0  # DeepConf: warm-up traces that set the confidence threshold (0: min(4, C-1))
     deepconf_window: int = 16  # DeepConf: sliding window of token confidences, tokens
     deepconf_keep: float = 90.0  # DeepConf: percent of warm-up traces whose lowest window stays above it
     seed: int = 0  # seeds every trace of the run (with the trace's node id)
@@ -75,8 +75,12 @@ class SearchConfig:
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.method == "gambit" and self.swap > self.capacity:
             raise ValueError(f"swap (K={self.swap}) must not exceed capacity (C={self.capacity})")
-        if self.method == "deepconf" and not 1 <= self.deepconf_warmup < self.capacity:
-            raise ValueError(f"deepconf_warmup must be in [1, capacity), got {self.deepconf_warmup}")
+        if self.method == "deepconf" and self.capacity < 2:
+            raise ValueError(f"capacity must be >= 2 for method deepconf (warm-up traces set the threshold "
+                             f"the later ones are held to), got {self.capacity}")
+        if self.method == "deepconf" and self.deepconf_warmup >= self.capacity:
+            raise ValueError(f"deepconf_warmup must be in [1, capacity) (0: min(4, capacity - 1)), "
+                             f"got {self.deepconf_warmup}")
 
         def finite(name: str, lo: float, hi: float, lo_open: bool = False) -> None:
             v = getattr(self, name)
@@ -91,6 +95,12 @@ class SearchConfig:
         finite("top_p", 0.0, 1.0, lo_open=True)
         finite("max_wall_s", 0.0, MAX_WALL_S)
         finite("deepconf_keep", 0.0, 100.0, lo_open=True)
+
+    @property
+    def deepconf_warm(self) -> int:
+        """DeepConf's warm-up traces: the set count, or by default a fixed few (the paper fixes 16 of
+        512) that leave at least one trace to hold to the threshold."""
+        return self.deepconf_warmup or max(1, min(4, self.capacity - 1))
 
     def to_dict(self) -> dict:
         return asdict(self)

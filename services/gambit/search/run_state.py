@@ -125,7 +125,7 @@ class SearchRun:
 
     def start(self) -> None:
         c = self.cfg
-        n = c.deepconf_warmup if c.method == "deepconf" else (c.roots or c.capacity) if c.method == "gambit" \
+        n = c.deepconf_warm if c.method == "deepconf" else (c.roots or c.capacity) if c.method == "gambit" \
             else c.capacity
         self._launch_roots(n)
 
@@ -335,7 +335,7 @@ class SearchRun:
         lows = [self.windows[n.id].lowest_or_mean() for n in self.nodes.values()]
         self.threshold = threshold(lows, self.cfg.deepconf_keep)
         self.phase = 2
-        self._launch_roots(self.cfg.capacity - self.cfg.deepconf_warmup)
+        self._launch_roots(self.cfg.capacity - self.cfg.deepconf_warm)
 
     def decided(self) -> bool:
         """``stop_when_decided``: the leading answer has more votes than the runner-up could reach

@@ -28,8 +28,7 @@ def search_config(cfg: SolveConfig) -> SearchConfig:
                         child_temperature=cfg.child_temperature, temperature=cfg.temperature,
                         top_p=cfg.top_p, top_k=cfg.top_k,
                         max_tokens=cfg.max_tokens, max_total_tokens=cfg.max_total_tokens,
-                        max_wall_s=cfg.timeout_s, seed=cfg.seed,
-                        deepconf_warmup=max(1, min(4, cfg.capacity - 1)), answer_rule=cfg.answer_rule)
+                        max_wall_s=cfg.timeout_s, seed=cfg.seed, answer_rule=cfg.answer_rule)
 
 
 class WrittenStore:

@@ -49,6 +49,9 @@ class SolveConfig:
                              f"known: {', '.join(ANSWER_KINDS)}")
         if self.capacity < 1:
             raise ValueError(f"capacity: C must be >= 1, got {self.capacity}")
+        if self.method == "deepconf" and self.capacity < 2:
+            raise ValueError(f"capacity: method deepconf needs C >= 2 (warm-up traces set the threshold the "
+                             f"later ones are held to), got {self.capacity}")
         if not 0 <= self.swap <= self.capacity:
             raise ValueError(f"swap: K must be in [0, C={self.capacity}], got {self.swap}")
         if self.round_interval < 1:
