@@ -48,7 +48,7 @@ class RunConfig:
     method: str = "gambit"  # gambit | sc | step | deepconf
     # process: per-thought labels + confidence (the default); confidence: training-free (any model)
     scorer: str = "process"  # scorer: process | mlp | sequence | confidence | a folder (gambit.scoring.spec)
-    swap: int = 4  # K: traces pruned and branched per round (above --samples: taken as --samples)
+    swap: int = 4  # K: traces pruned and branched per round (0: none; above --samples: taken as --samples)
     interval: int = 8  # Δ: decode steps between rounds
     warmup: int = 24  # w: tokens before scoring; a child branches only w tokens after its birth
     temperature: float = 0.8  # sampling temperature of root traces

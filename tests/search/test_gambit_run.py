@@ -35,6 +35,17 @@ def test_zero_sum_pool_stays_at_capacity_every_round(make_engine, scorer, hard_p
     assert sum(len(r["branched"]) for r in rounds) == res.branched
 
 
+def test_swap_zero_makes_no_case2_round_and_case1_still_fills(make_engine, scorer, hard_problems):
+    """K = 0 (the API takes it; it was served as K = 1): no trace is pruned for another; a finished
+    trace's slot is still refilled (Case 1). The same run at K = 2 swaps (above)."""
+    driver = SearchDriver(make_engine(), scorer)
+    res, data = run_to_end(driver, driver.submit(hard_problems[0], SearchConfig(**{**CFG, "swap": 0})))
+    assert res.pruned == 0 and not [r for r in data["rounds"] if r["case"] == 2]
+    fills = [r for r in data["rounds"] if r["case"] == 1]
+    assert all(r["step"] >= first_finish_step(data) for r in fills)  # only after a trace left the pool
+    assert res.branched == sum(len(r["branched"]) for r in fills)
+
+
 def test_ghosts_keep_the_pool_and_never_trigger_case1(make_engine, scorer, hard_problems):
     # ~4 of 8 traces fit at full length (the prompt's full blocks held once)
     driver = SearchDriver(make_engine(num_blocks=36), scorer)

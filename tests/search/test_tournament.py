@@ -24,6 +24,14 @@ def test_case2_prunes_bottom_k_and_branches_top_k():
     assert len(plan.prune) == len(plan.branch)  # zero-sum
 
 
+def test_swap_zero_swaps_nothing_but_the_floor_still_prunes():
+    nodes = [node(i, s) for i, s in enumerate([0.9, 0.1, 0.5, 0.7, 0.3, 0.05])]
+    assert plan_round(nodes, capacity=6, swap=0, warmup=10).case == 0
+    plan = plan_round(nodes, capacity=6, swap=0, warmup=10, floor=0.08)
+    assert plan.case == 2 and plan.prune == [5] and plan.branch == [0]  # below δ, replaced (zero-sum)
+    assert plan_round(nodes[:4], capacity=6, swap=0, warmup=10).branch == [0, 3]  # Case 1 fills
+
+
 def test_case1_fills_from_top_eligible_only():
     nodes = [node(0, 0.9, own=5), node(1, 0.6), node(2, 0.8), node(3, None), node(4, 0.4, state=FINISHED)]
     plan = plan_round(nodes, capacity=8, swap=2, warmup=10)

@@ -25,7 +25,7 @@ class SearchConfig:
     method: str = "gambit"  # gambit | sc | step | deepconf
     decoding: str = "plain"  # plain | eagle3.1 | pr (speculative decoding of every trace)
     capacity: int = 16  # C: traces in the pool (SC@C, STEP and DeepConf launch C traces)
-    swap: int = 4  # K: traces pruned and branched per Case-2 round
+    swap: int = 4  # K: traces pruned and branched per Case-2 round (0: none; Case 1 still fills)
     interval: int = 8  # Δ: decode steps between tournament rounds (a speculative step counts its mean τ)
     warmup: int = 24  # w, tokens: no scoring before this depth; branching only w tokens after birth
     floor: float = 0.0  # δ: hard floor; a ranked trace scoring (see rank) below it is pruned at a round
@@ -54,11 +54,11 @@ class SearchConfig:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.decoding not in DECODINGS:
             raise ValueError(f"decoding must be one of {DECODINGS}, got {self.decoding!r}")
-        for name in ("capacity", "swap", "interval", "max_tokens", "deepconf_window"):
+        for name in ("capacity", "interval", "max_tokens", "deepconf_window"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-        for name in ("warmup", "top_k", "max_total_tokens", "seed", "deepconf_warmup"):
+        for name in ("swap", "warmup", "top_k", "max_total_tokens", "seed", "deepconf_warmup"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {v!r}")

@@ -24,7 +24,7 @@ END_REASON = {"length": "length", "deepconf": "stopped", "decided": "stopped"}
 
 def search_config(cfg: SolveConfig) -> SearchConfig:
     return SearchConfig(method=cfg.method, decoding=cfg.decoding, capacity=cfg.capacity,
-                        swap=max(1, cfg.swap), interval=cfg.round_interval, warmup=cfg.warmup,
+                        swap=cfg.swap, interval=cfg.round_interval, warmup=cfg.warmup,
                         child_temperature=cfg.child_temperature, temperature=cfg.temperature,
                         top_p=cfg.top_p, top_k=cfg.top_k,
                         max_tokens=cfg.max_tokens, max_total_tokens=cfg.max_total_tokens,
