@@ -327,6 +327,8 @@ def test_eval_and_run_read_the_task_by_another_rule(tmp_path, capsys):
         EvalConfig(model=str(TARGET), benchmark="gsm8k", answer_rule="integer")
     with pytest.raises(ValueError, match="answer_rule: unknown 'roman'"):
         EvalConfig(model=str(TARGET), answer_rule="roman")
+    with pytest.raises(ValueError, match="split must be one of train, dev, test, got 'val'"):
+        EvalConfig(model=str(TARGET), split="val")  # the flag's help said val
     from gambit.run import RunConfig
 
     assert RunConfig(answer_rule="gsm8k").search().answer_rule == "gsm8k"

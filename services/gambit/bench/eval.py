@@ -23,7 +23,7 @@ from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.engine.engine import derive_seed
 from gambit.search.vote import majority_vote
 from gambit.tasks.answers import extract_boxed, parse_int
-from gambit.tasks.arithmetic import TaskConfig
+from gambit.tasks.arithmetic import SPLITS, TaskConfig
 from gambit.tasks.benchmarks import check_answer
 from gambit.tasks.graded import (
     answer_key,
@@ -41,7 +41,7 @@ DEFAULT_PROBLEMS = 240
 @dataclass
 class EvalConfig:
     model: str  # model folder (Hugging Face layout) or a registry name (default: shipped target)
-    split: str = "test"  # task split the problems come from: train | val | test
+    split: str = "test"  # task split the problems come from: train | dev | test
     samples: int = 16  # sampled solutions per problem (pass@1 is their mean; the vote is over them)
     n_problems: int = DEFAULT_PROBLEMS  # problems evaluated
     temperature: float = 0.8  # sampling temperature, >= 0 (0 = greedy)
@@ -58,6 +58,8 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         at_least(1, samples=self.samples, n_problems=self.n_problems)
+        if self.split not in SPLITS:  # before the model loads
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
         check_benchmark(self.benchmark, self.data)
         if self.answer_rule and self.benchmark:
             raise ValueError("answer_rule reads the task's answers; a benchmark brings its own rule")
