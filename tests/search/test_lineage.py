@@ -53,7 +53,9 @@ def test_lineage_from_memory_file_and_redis(make_engine, scorer, hard_problems, 
     try:
         assert inspect_run(sid, url) == lineage_text(sid, data)
         assert inspect_run(sid, url, prefix="gambit:tree") == lineage_text(sid, data)
-        with pytest.raises(ValueError, match=f"run '{sid}' is not in .* under 'gambit'"):
+        # under the wrong prefix: the error names the one that holds it
+        with pytest.raises(ValueError, match=f"run '{sid}' is not in .* under 'gambit'.*it is under "
+                                             f"'gambit:tree': pass --prefix gambit:tree"):
             inspect_run(sid, url, prefix="gambit")
     finally:
         served.delete(sid)

@@ -182,10 +182,12 @@ def inspect_run(run_id: str, store_spec: str, png: str | None = None, prefix: st
             run_id = rid
             break
     if data is None:
-        where = store_spec
+        where, hint = store_spec, ""
         if is_redis_url(store_spec):
             where += f" under {', '.join(map(repr, prefixes))}"
-        raise ValueError(f"run {run_id!r} is not in {where} (runs there: {seen[:20]})")
+            if run_id != "last" and (other := store.prefixes_of(run_id)):
+                hint = f"; it is under {', '.join(map(repr, other))}: pass --prefix {other[0]}"
+        raise ValueError(f"run {run_id!r} is not in {where} (runs there: {seen[:20]}){hint}")
     text = lineage_text(run_id, data)
     if png:
         text += f"\nwrote {lineage_png(run_id, data, png)}"

@@ -112,6 +112,18 @@ class RedisStore:
             self._call(self.r.zrem, f"{self.prefix}:written", *gone)
         return alive
 
+    def prefixes_of(self, run_id: str, limit: int = 10_000) -> list[str]:
+        """Other prefixes under which this database holds the run (a bounded SCAN: ``limit`` keys at
+        most), so a reader looking under the wrong one can be told the right one."""
+        check_run_id(run_id)
+        found, pattern = [], f"*:run:{run_id}:meta"
+        for i, key in enumerate(self.r.scan_iter(match=pattern, count=1000)):
+            if i >= limit:
+                break
+            key = key.decode() if isinstance(key, bytes) else key
+            found.append(key[:-len(f":run:{run_id}:meta")])
+        return sorted(set(found) - {self.prefix})
+
     def delete(self, run_id: str) -> None:
         check_run_id(run_id)
         p = self.r.pipeline(transaction=True)
