@@ -297,6 +297,7 @@ def test_the_readmes_own_question_is_solved(tmp_path, capsys):
     (["--question", "Compute 2+2.", "--benchmark", "gsm8k"], "replaces --benchmark"),
     (["--question", "Compute 2+2.", "--answer-rule", "roman"], "answer_rule: unknown 'roman'"),
     (["--question", "  "], "question is empty"),
+    (["--method", "deepconf", "--samples", "1"], "samples must be >= 2 for method deepconf"),
     (["--question", "Compute 2+2.", "--gold", "four", "--answer-rule", "integer"],
      "gold: 'four' is no answer under the 'integer' rule"),
 ])

@@ -79,6 +79,9 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         at_least(1, problems=self.problems, samples=self.samples)
+        if self.method == "deepconf" and self.samples < 2:
+            raise ValueError(f"samples must be >= 2 for method deepconf (warm-up traces set the threshold "
+                             f"the later ones are held to), got {self.samples}")
         check_benchmark(self.benchmark, self.data)
         check_question(self)
         at_least(1, kv_blocks=self.kv_blocks)
