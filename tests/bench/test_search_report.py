@@ -87,3 +87,14 @@ def test_the_headline_set_is_the_hard_end_or_a_benchmark_never_the_whole_range()
     bench = {"by_difficulty": {"gsm8k": dict(m, ops=None)}}
     assert headline_set(bench) is bench["by_difficulty"]["gsm8k"] and _headline_label(bench) == "gsm8k"
     assert headline_set({"by_difficulty": {"all": dict(m, ops=[2, 8])}}) == {}  # the hard-end tables skip it
+
+
+def test_sc_targets_need_no_step_run():
+    """`--methods gambit,sc` with the frontier: the SC targets are judged (they needed STEP in the run)."""
+    base = {"accuracy": 0.6, "tokens": 1288.0, "wall_s": 1.0, "trace_throughput": 10.0,
+            "overhead_fraction": 0.04}
+    m = {"gambit": base, "sc": dict(base, accuracy=0.599, tokens=1289.0),
+         "gambit@8": dict(base, accuracy=0.646, tokens=646.0), "gambit@4": dict(base, accuracy=0.7)}
+    got = {t["target"]: t["met"] for t in check_targets({"by_difficulty": {"hard": {"methods": m}}})}
+    assert got == {"[hard] Gambit accuracy >= SC@C with <= 50% of SC's tokens": False,
+                   "[hard] frontier: gambit@8 accuracy >= SC@C": True}
