@@ -120,3 +120,15 @@ def test_the_lineage_lists_votes_most_first():
 
     assert vote_counts({"80": 8, "101": 1, "1200": 2, "15": 2}) == "80 ×8, 1200 ×2, 15 ×2, 101 ×1"
     assert vote_counts({}) == "none"
+
+
+def test_the_header_shows_the_knobs_that_steer_its_method():
+    """An SC run's lineage said "K=4 Δ=8 w=24 δ=0.0 r=0.9", knobs it never read."""
+    from gambit.search.lineage import knobs
+
+    c = SearchConfig(capacity=8).to_dict()
+    assert knobs(c) == "C=8 K=4 Δ=8 w=24 δ=0.0 r=0.9"
+    assert knobs({**c, "method": "sc"}) == "C=8"
+    assert knobs({**c, "method": "step"}) == "C=8 w=24 r=0.9"
+    assert knobs({**c, "method": "deepconf"}) == "C=8 warm-up 4 keep 90%"
+    assert knobs({**c, "method": "deepconf", "capacity": 3, "deepconf_warmup": 0}) == "C=3 warm-up 2 keep 90%"

@@ -10,6 +10,12 @@ from gambit.tasks.graded import ANSWER_KINDS, check_answer_rule
 MAX_WALL_S = 1e9  # the largest wall-time limit a run takes, seconds
 
 METHODS = ("gambit", "sc", "step", "deepconf")
+
+
+def deepconf_warm(capacity: int, warmup: int = 0) -> int:
+    """DeepConf's warm-up traces: ``warmup`` when set, or by default a fixed few (the paper fixes 16 of
+    512) that leave at least one trace to hold to the threshold."""
+    return warmup or max(1, min(4, capacity - 1))
 RANKS = ("mean", "last", "min")
 DECODINGS = ("plain", "eagle3.1", "pr")
 
@@ -98,9 +104,7 @@ class SearchConfig:
 
     @property
     def deepconf_warm(self) -> int:
-        """DeepConf's warm-up traces: the set count, or by default a fixed few (the paper fixes 16 of
-        512) that leave at least one trace to hold to the threshold."""
-        return self.deepconf_warmup or max(1, min(4, self.capacity - 1))
+        return deepconf_warm(self.capacity, self.deepconf_warmup)
 
     def to_dict(self) -> dict:
         return asdict(self)

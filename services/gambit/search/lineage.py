@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gambit.search import tree as T
+from gambit.search.config import deepconf_warm
 from gambit.search.vote import vote_counts
 
 COLOURS = {"win": "#2a9d3f", "lose": "#e08a1e", T.PRUNED: "#d1495b", T.EVICTED: "#8d99ae",
@@ -53,13 +54,26 @@ def _clip(prompt: str, head: int = 60, tail: int = 140) -> str:
     return prompt if len(prompt) <= head + tail + 3 else f"{prompt[:head]} … {prompt[-tail:]}"
 
 
+def knobs(c: dict) -> str:
+    """The settings that steer a run of its method (a run's stored config): K, Δ, δ steer only
+    Gambit's tournament, w and r Gambit's and STEP's scoring and eviction, DeepConf its own."""
+    m, parts = c["method"], [f"C={c['capacity']}"]
+    if m == "gambit":
+        parts += [f"K={c['swap']}", f"Δ={c['interval']}", f"w={c['warmup']}", f"δ={c['floor']}"]
+    if m in ("gambit", "step"):
+        parts += ([f"w={c['warmup']}"] if m == "step" else []) + [f"r={c['kv_ratio']}"]
+    if m == "deepconf":
+        warm = deepconf_warm(c["capacity"], c.get("deepconf_warmup", 0))
+        parts += [f"warm-up {warm}", f"keep {c.get('deepconf_keep', 90.0):g}%"]
+    return " ".join(parts)
+
+
 def lineage_text(run_id: str, data: dict, max_nodes: int = 400) -> str:
     meta, nodes, res = data["meta"], data["nodes"], data.get("result") or {}
     c = meta["config"]
     gold = meta.get("gold")
     win = _winner(data)
-    lines = [f"run {run_id}: method {c['method']}, decoding {c['decoding']}, C={c['capacity']} "
-             f"K={c['swap']} Δ={c['interval']} w={c['warmup']} δ={c['floor']} r={c['kv_ratio']}",
+    lines = [f"run {run_id}: method {c['method']}, decoding {c['decoding']}, {knobs(c)}",
              f"  {_clip(meta['prompt'].strip())!r}  gold {gold}",
              f"  steps {meta['step']}, rounds {meta['round']}, tokens {meta['tokens']}, "
              f"branched {meta['branched']}, pruned {meta['pruned']}, evicted {meta['evicted']}"]
@@ -133,8 +147,8 @@ def lineage_png(run_id: str, data: dict, path: str | Path) -> Path:
     ax.set_ylabel(f"{len(order)} traces (depth-first)")
     c = meta["config"]
     res = data.get("result") or {}
-    ax.set_title(f"run {run_id}: {c['method']} C={c['capacity']} K={c['swap']} Δ={c['interval']} "
-                 f"w={c['warmup']} — answer {res.get('answer')} (gold {gold})", fontsize=9)
+    ax.set_title(f"run {run_id}: {c['method']} {knobs(c)} — answer {res.get('answer')} (gold {gold})",
+                 fontsize=9)
     ax.legend(handles=[Patch(color=COLOURS["win"], label="finished, winning answer"),
                        Patch(color=COLOURS["lose"], label="finished, other answer or none"),
                        Patch(color=COLOURS[T.PRUNED], label="pruned"),
