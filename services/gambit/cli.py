@@ -46,12 +46,21 @@ def _cmd_bench_search(args) -> int:
     return 0
 
 
+def _note_overwrite(out: str) -> None:
+    from gambit.paths import overwrite_note
+
+    if note := overwrite_note(out):
+        print(note, file=sys.stderr)
+
+
 def _cmd_train_target(args) -> int:
     from gambit.bench.eval import EvalConfig, format_table, run_eval, write_json
     from gambit.train.card import write_card
     from gambit.train.target import TrainTargetConfig, train_target
 
-    info = train_target(from_args(TrainTargetConfig, args))
+    cfg = from_args(TrainTargetConfig, args)
+    _note_overwrite(cfg.out)
+    info = train_target(cfg)
     out = info["config"]["out"]
     print(f"trained {info['params']} parameters on {info['train_tokens']} tokens in "
           f"{info['train_seconds']} s; final loss {info['final_loss']}; saved to {out}")
@@ -92,7 +101,9 @@ def _cmd_models_list(args) -> int:
 def _cmd_train_drafter(args) -> int:
     from gambit.train.drafter import TrainDrafterConfig, train_drafter
 
-    info = train_drafter(from_args(TrainDrafterConfig, args))
+    cfg = from_args(TrainDrafterConfig, args)
+    _note_overwrite(cfg.out)
+    info = train_drafter(cfg)
     print(f"trained {info['config']['method']} drafter in {info['train_seconds']} s; held-out "
           f"{info['heldout'][-1] if info['heldout'] else '-'}; saved to {info['config']['out']}")
     return 0

@@ -21,3 +21,13 @@ SCORER_PROCESS = ASSETS / "scorer-process"
 def cache_dir() -> Path:
     """Downloads, generated training data and rollouts: ``$GAMBIT_CACHE`` or ``~/.cache/gambit``."""
     return Path(os.environ.get("GAMBIT_CACHE") or Path.home() / ".cache" / "gambit")
+
+
+def overwrite_note(out: str) -> str:
+    """A line for a training command whose output folder is a shipped model's ("" otherwise): that is
+    the reproduction path, but a run with other settings replaces what the project ships."""
+    p = Path(out).resolve()
+    if p == ASSETS or not p.is_relative_to(ASSETS):
+        return ""
+    return (f"note: this writes over the shipped model in {p} (`git checkout -- {p}` restores it; "
+            f"--out DIR trains into another folder)")
