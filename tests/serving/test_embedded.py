@@ -107,6 +107,23 @@ def test_a_limited_run_says_which_limit_ended_it(emb):
     assert res["status"] == "limit" and res["message"].startswith("timeout_s 1e-06 reached (")
 
 
+def test_progress_carries_the_vote_as_it_stands(emb):
+    """A backend can show the answers so far before the Result: DeepConf's warm-up traces finish
+    rounds before the rest, and each round after says how they voted, in the API message too."""
+    from gambit.serving.convert import event_msg
+    from gambit.serving.protos import load
+
+    events = list(emb.solve(PROBLEMS[0].prompt, SolveConfig(method="deepconf", capacity=6, round_interval=4,
+                                                            warmup=4, seed=3)))
+    after = [e for e in events if e["kind"] == "progress" and e["finished"]]
+    assert after and all(0 < sum(e["votes"].values()) <= e["finished"] for e in after)
+    assert all(not e["votes"] for e in events if e["kind"] == "progress" and not e["finished"])
+    final = events[-1]["majority_votes"]
+    assert all(final.get(a, 0) >= n for a, n in after[-1]["votes"].items())
+    msg = event_msg(load("reasoning")[0], after[-1]).progress
+    assert {v.answer: v.weight for v in msg.votes} == after[-1]["votes"]
+
+
 def test_traces_deepconf_stops_count_as_stopped_not_abort(emb):
     """DeepConf's low-confidence stops were counted as ``reason="abort"``, as if cancelled."""
     stopped0, abort0 = (labelled(emb, "gambit_traces_finished_total", reason=r) for r in ("stopped", "abort"))

@@ -88,8 +88,10 @@ def solve_request(pb2, problem: str, cfg: ClientConfig):
 
 
 def _print_progress(p, out) -> None:
+    votes = sorted(p.votes, key=lambda v: -v.weight)
     print(f"round {p.round:3d}  active {p.active:3d}  ghost {p.ghost:2d}  pruned {p.pruned:2d}  "
-          f"branched {p.branched:2d}  tokens {p.tokens:6d}  kv {p.kv_usage:.3f}  {p.elapsed_s:.2f}s",
+          f"branched {p.branched:2d}  tokens {p.tokens:6d}  kv {p.kv_usage:.3f}  {p.elapsed_s:.2f}s"
+          + (f"  votes {', '.join(f'{v.answer} ×{v.weight:g}' for v in votes[:4])}" if votes else ""),
           file=out)
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 def progress_msg(pb2, d: dict):
     return pb2.Progress(run_id=d["run_id"], round=d["round"], active=d["active"], ghost=d["ghost"],
                         pruned=d["pruned"], branched=d["branched"], finished=d["finished"],
-                        tokens=d["tokens"], kv_usage=d["kv_usage"], elapsed_s=d["elapsed_s"])
+                        tokens=d["tokens"], kv_usage=d["kv_usage"], elapsed_s=d["elapsed_s"],
+                        votes=[pb2.Vote(answer=a, weight=w) for a, w in d.get("votes", {}).items()])
 
 
 def result_msg(pb2, d: dict, first_event_s: float = 0.0, scorer_s: float = 0.0, engine_s: float = 0.0,

@@ -126,7 +126,8 @@ class DriverAdapter:
         self.last[p.run_id] = asdict(p)
         return {"kind": "progress", "run_id": p.run_id, "round": p.round, "active": p.active - p.ghosts,
                 "ghost": p.ghosts, "pruned": p.pruned, "branched": p.branched, "finished": p.finished,
-                "tokens": p.tokens, "kv_usage": p.kv_usage, "elapsed_s": p.wall_s}
+                "tokens": p.tokens, "kv_usage": p.kv_usage, "elapsed_s": p.wall_s,
+                "votes": {k: float(v) for k, v in p.votes.items()}}
 
     def _result(self, r: RunResult, status: str | None = None, message: str = "") -> dict:
         self.last.pop(r.run_id, None)
