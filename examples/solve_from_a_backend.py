@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"run {event.started.run_id} on {event.started.replica}")
                 elif kind == "progress":
                     g = event.progress
-                    print(f"round {g.round}: {g.active} active, {g.ghost} ghost, {g.tokens} tokens")
+                    lead = max(g.votes, key=lambda v: v.weight, default=None)  # the answer so far
+                    print(f"round {g.round}: {g.active} active, {g.ghost} ghost, {g.tokens} tokens"
+                          + (f"; leading {lead.answer!r} ({lead.weight:g} of {g.finished})" if lead else ""))
                 else:
                     r = event.result
                     votes = ", ".join(f"{v.answer}: {v.weight:g}" for v in r.majority_votes)

@@ -391,6 +391,9 @@ def test_the_backend_example_solves_over_the_proxy_with_its_own_stubs(serve_stac
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("run ") and "round 1:" in r.stdout and "done: answer '" in r.stdout
     assert "\\boxed{" in r.stdout.split("solution: ")[1]
+    # DeepConf's warm-up traces finish first: the rounds after show the answer leading so far
+    r = call("Compute (4+5)*3-8.", "--capacity", "6", "--method", "deepconf")
+    assert r.returncode == 0 and "; leading '" in r.stdout, r.stdout + r.stderr
     r = call("Compute 1+1.", "--capacity", "0")
     assert r.returncode == 2 and r.stderr.startswith("INVALID_ARGUMENT: capacity")
     r = call("Compute 1+1.", token=False)
