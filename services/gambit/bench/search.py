@@ -55,7 +55,7 @@ class BenchSearchConfig:
     capacity: int = 16  # C for every method
     concurrency: int = 4  # runs searched at once on the engine (the same for every method)
     kv_share: float = 0.6  # KV blocks per run as a share of what C full-length traces need
-    swap: int = 4  # Gambit K
+    swap: int = 4  # Gambit K: traces pruned and branched per round (0: none; the frontier points C/4 each)
     interval: int = 8  # Gambit Δ (decode steps)
     warmup: int = 24  # Gambit w (tokens)
     floor: float = 0.0  # Gambit δ
@@ -165,7 +165,7 @@ def hard_only(cfg: BenchSearchConfig) -> dict[str, tuple[str, SearchConfig]]:
     if cfg.frontier:
         for cap in sorted({max(2, c // 4), c // 2}):
             v[f"sc@{cap}"] = ("", cfg.search(method="sc", capacity=cap))
-            v[f"gambit@{cap}"] = ("main", cfg.search(capacity=cap, swap=max(1, min(cfg.swap, cap // 4)),
+            v[f"gambit@{cap}"] = ("main", cfg.search(capacity=cap, swap=min(cfg.swap, max(1, cap // 4)),
                                                      roots=cfg.roots * cap // c))
     if cfg.sensitivity:
         q = cfg.quick
