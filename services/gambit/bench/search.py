@@ -55,7 +55,7 @@ class BenchSearchConfig:
     capacity: int = 16  # C for every method
     concurrency: int = 4  # runs searched at once on the engine (the same for every method)
     kv_share: float = 0.6  # KV blocks per run as a share of what C full-length traces need
-    swap: int = 4  # Gambit K: traces pruned and branched per round (0: none; the frontier points C/4 each)
+    swap: int = 4  # Gambit K: traces pruned and branched per round (0: none; a frontier pool: <= C/4)
     interval: int = 8  # Gambit Δ (decode steps)
     warmup: int = 24  # Gambit w (tokens)
     floor: float = 0.0  # Gambit δ
