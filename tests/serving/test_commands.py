@@ -74,11 +74,15 @@ def test_busy_ports_sees_a_listener_and_not_a_free_port():
     assert busy_ports([port], wait_s=1.0) == []  # released once closed
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--tree", "redis://127.0.0.1:1/0"], "error: tree store (Redis at redis://127.0.0.1:1/0) unreachable"),
-    (["--model", "llama3"], "error: llama3: model folder does not exist, nor a model name (known: smollm2)"),
+@pytest.mark.parametrize("flags, message, code", [
+    (["--tree", "redis://127.0.0.1:1/0"],
+     "error: tree store (Redis at redis://127.0.0.1:1/0) unreachable", 2),
+    (["--model", "llama3"],
+     "error: llama3: model folder does not exist, nor a model name (known: smollm2)", 2),
+    # a bad run default stopped every Coordinator replica once Ray had started (a flag's value: exit 1)
+    (["--capacity", "0"], "error: capacity: C must be >= 1, got 0", 1),
 ])
-def test_gambit_serve_says_what_it_cannot_start_with_before_ray_starts(flags, message):
+def test_gambit_serve_says_what_it_cannot_start_with_before_ray_starts(flags, message, code):
     """It failed after starting Ray with a traceback ending "Failed to update the deployments ['Target']"
     (or ['Scorer']), the reason (the run store does not answer, no such model) only in a replica's log."""
     import socket
@@ -91,6 +95,6 @@ def test_gambit_serve_says_what_it_cannot_start_with_before_ray_starts(flags, me
     out = subprocess.run([sys.executable, "-m", "gambit.cli", "serve", *flags,
                           "--grpc-port", free[0], "--http-port", free[1], "--metrics-port", free[2]],
                          capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.returncode == code, out.stdout + out.stderr
     assert message in out.stderr
     assert "Traceback" not in out.stderr and "Started a local Ray instance" not in out.stdout + out.stderr

@@ -21,6 +21,7 @@ from gambit.cpu_info import check_cpu_weights, check_kv_dtype, default_spec_max_
 from gambit.drafter_map import parse_drafters
 from gambit.ops.serve_env import SERVE_ENV
 from gambit.serving.grpc_api import SERVICER_FUNCTIONS
+from gambit.serving.solve_config import SolveConfig
 from gambit.serving.tree_view import RETENTION_S
 
 # SERVE_ENV: set before Ray starts (its processes inherit it); a value already in the environment
@@ -54,7 +55,7 @@ class ServeConfig:
     kv_dtype: str = "auto"  # each Target's KV cache elements: "auto" (the model's) | "float32" | "bfloat16"
     batch_invariant: bool | None = None  # a trace's floats its own in any batch (unset: on where it holds)
     capacity: int = 8  # default C of a run
-    swap: int = 2  # default K
+    swap: int = 2  # default K (0: no swaps; above the capacity: taken as the capacity)
     round_interval: int = 16  # default Δ, decode steps
     max_tokens: int = 320  # default tokens per trace
 
@@ -71,8 +72,14 @@ class ServeConfig:
         parse_drafters(self.drafters)
         check_cpu_weights(self.cpu_weights)
         check_kv_dtype(self.kv_dtype)
+        self.solve_defaults()  # a bad default stopped every Coordinator replica, after Ray started
+
+    def solve_defaults(self) -> SolveConfig:
+        return SolveConfig(capacity=self.capacity, swap=min(self.swap, self.capacity),
+                           round_interval=self.round_interval, max_tokens=self.max_tokens)
 
     def app_args(self) -> dict:
+        d = self.solve_defaults()
         return {"tree": self.tree, "prefix": self.prefix, "retention_s": self.retention_s,
                 "token_env": self.token_env,
                 "target_replicas": self.target_replicas, "coordinator_replicas": self.coordinator_replicas,
@@ -82,8 +89,7 @@ class ServeConfig:
                            "spec_max_batch": self.spec_max_batch, "cpu_weights": self.cpu_weights,
                            "kv_dtype": self.kv_dtype, "batch_invariant": self.batch_invariant,
                            "drafters": self.drafters},
-                "defaults": {"capacity": self.capacity, "swap": min(self.swap, self.capacity),
-                             "round_interval": self.round_interval, "max_tokens": self.max_tokens}}
+                "defaults": {k: getattr(d, k) for k in ("capacity", "swap", "round_interval", "max_tokens")}}
 
 
 def busy_ports(ports, wait_s: float = 0.0) -> list[int]:
