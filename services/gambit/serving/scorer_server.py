@@ -34,7 +34,7 @@ class ScorerServerConfig:
     host: str = "127.0.0.1"  # address to bind
     port: int = 50061  # gRPC port (0 = any free port)
     metrics_port: int = 9461  # Prometheus /metrics HTTP port (0 = any free port, -1 = off)
-    token_env: str = "GAMBIT_TOKEN"  # environment variable holding the bearer token ("" unset = no auth)
+    token_env: str = "GAMBIT_TOKEN"  # environment variable holding the bearer token (unset or empty: no auth)
     tls_cert: str = ""  # PEM server certificate chain ("" = plaintext)
     tls_key: str = ""  # PEM private key of --tls-cert ("" = plaintext)
     tls_client_ca: str = ""  # PEM CA for client certificates (mTLS; "" = none asked)
