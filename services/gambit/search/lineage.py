@@ -59,10 +59,11 @@ def knobs(c: dict) -> str:
     Gambit's tournament, w and r Gambit's and STEP's scoring and eviction, DeepConf its own."""
     m, parts = c["method"], [f"C={c['capacity']}"]
     if m == "gambit":
-        parts += [f"K={c['swap']}", f"Δ={c['interval']}", f"w={c['warmup']}", f"δ={c['floor']}"]
-    if m in ("gambit", "step"):
-        parts += ([f"w={c['warmup']}"] if m == "step" else []) + [f"r={c['kv_ratio']}"]
-    if m == "deepconf":
+        parts += [f"K={c['swap']}", f"Δ={c['interval']}", f"w={c['warmup']}", f"δ={c['floor']}",
+                  f"r={c['kv_ratio']}"]
+    elif m == "step":
+        parts += [f"w={c['warmup']}", f"r={c['kv_ratio']}"]
+    elif m == "deepconf":
         warm = deepconf_warm(c["capacity"], c.get("deepconf_warmup", 0))
         parts += [f"warm-up {warm}", f"keep {c.get('deepconf_keep', 90.0):g}%"]
     return " ".join(parts)
