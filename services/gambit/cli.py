@@ -7,6 +7,7 @@ import sys
 from dataclasses import replace
 
 from gambit.config_cli import add_dataclass_args, from_args
+from gambit.paths import say_if_overwriting
 
 
 def _cmd_run(args) -> int:
@@ -46,20 +47,13 @@ def _cmd_bench_search(args) -> int:
     return 0
 
 
-def _note_overwrite(out: str) -> None:
-    from gambit.paths import overwrite_note
-
-    if note := overwrite_note(out):
-        print(note, file=sys.stderr)
-
-
 def _cmd_train_target(args) -> int:
     from gambit.bench.eval import EvalConfig, format_table, run_eval, write_json
     from gambit.train.card import write_card
     from gambit.train.target import TrainTargetConfig, train_target
 
     cfg = from_args(TrainTargetConfig, args)
-    _note_overwrite(cfg.out)
+    say_if_overwriting(cfg.out)
     info = train_target(cfg)
     out = info["config"]["out"]
     print(f"trained {info['params']} parameters on {info['train_tokens']} tokens in "
@@ -102,7 +96,7 @@ def _cmd_train_drafter(args) -> int:
     from gambit.train.drafter import TrainDrafterConfig, train_drafter
 
     cfg = from_args(TrainDrafterConfig, args)
-    _note_overwrite(cfg.out)
+    say_if_overwriting(cfg.out)
     info = train_drafter(cfg)
     print(f"trained {info['config']['method']} drafter in {info['train_seconds']} s; held-out "
           f"{info['heldout'][-1] if info['heldout'] else '-'}; saved to {info['config']['out']}")

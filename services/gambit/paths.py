@@ -1,6 +1,7 @@
 """Where the shipped assets and the local cache live."""
 
 import os
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout: services/gambit/paths.py -> repo root
@@ -31,3 +32,9 @@ def overwrite_note(out: str) -> str:
         return ""
     return (f"note: this writes over the shipped model in {p} (`git checkout -- {p}` restores it; "
             f"--out DIR trains into another folder)")
+
+
+def say_if_overwriting(out: str) -> None:
+    """Print ``overwrite_note`` to stderr, before a training command starts."""
+    if note := overwrite_note(out):
+        print(note, file=sys.stderr)

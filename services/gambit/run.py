@@ -13,7 +13,7 @@ from gambit.engine import Engine, EngineConfig
 from gambit.engine.config import SpecConfig
 from gambit.paths import TARGET
 from gambit.scoring.spec import load_scorer_spec
-from gambit.search.config import SearchConfig
+from gambit.search.config import SearchConfig, check_deepconf_pool
 from gambit.search.driver import SearchDriver
 from gambit.search.lineage import lineage_png, lineage_text
 from gambit.search.live import LiveView
@@ -79,9 +79,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         at_least(1, problems=self.problems, samples=self.samples)
-        if self.method == "deepconf" and self.samples < 2:
-            raise ValueError(f"samples must be >= 2 for method deepconf (warm-up traces set the threshold "
-                             f"the later ones are held to), got {self.samples}")
+        check_deepconf_pool(self.method, self.samples, "samples")
         check_benchmark(self.benchmark, self.data)
         check_question(self)
         at_least(1, kv_blocks=self.kv_blocks)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from gambit.config_cli import add_dataclass_args, from_args
-from gambit.paths import overwrite_note
+from gambit.paths import say_if_overwriting
 from gambit.scoring.train import TrainScorerConfig
 
 
@@ -24,8 +23,7 @@ def train_scorer_command(args) -> int:
     from gambit.scoring.train import train_scorer
 
     cfg = from_args(TrainScorerConfig, args)
-    if note := overwrite_note(cfg.out):
-        print(note, file=sys.stderr)
+    say_if_overwriting(cfg.out)
     info = train_scorer(cfg)
     d = info["data"]
     print(f"{cfg.kind} scorer ({info['params']} parameters): {d['fit_boundaries']} fit boundaries of "

@@ -10,14 +10,22 @@ from gambit.tasks.graded import ANSWER_KINDS, check_answer_rule
 MAX_WALL_S = 1e9  # the largest wall-time limit a run takes, seconds
 
 METHODS = ("gambit", "sc", "step", "deepconf")
+RANKS = ("mean", "last", "min")
+DECODINGS = ("plain", "eagle3.1", "pr")
 
 
 def deepconf_warm(capacity: int, warmup: int = 0) -> int:
     """DeepConf's warm-up traces: ``warmup`` when set, or by default a fixed few (the paper fixes 16 of
     512) that leave at least one trace to hold to the threshold."""
     return warmup or max(1, min(4, capacity - 1))
-RANKS = ("mean", "last", "min")
-DECODINGS = ("plain", "eagle3.1", "pr")
+
+
+def check_deepconf_pool(method: str, capacity: int, name: str = "capacity", field: str = "") -> None:
+    """DeepConf needs a trace beyond its warm-up. ``name``: the caller's own name for C; ``field``: a
+    prefix naming the request field (the API's errors start with it)."""
+    if method == "deepconf" and capacity < 2:
+        raise ValueError(f"{field}{name} must be >= 2 for method deepconf (warm-up traces set the threshold "
+                         f"the later ones are held to), got {capacity}")
 
 
 @dataclass
@@ -81,9 +89,7 @@ class SearchConfig:
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.method == "gambit" and self.swap > self.capacity:
             raise ValueError(f"swap (K={self.swap}) must not exceed capacity (C={self.capacity})")
-        if self.method == "deepconf" and self.capacity < 2:
-            raise ValueError(f"capacity must be >= 2 for method deepconf (warm-up traces set the threshold "
-                             f"the later ones are held to), got {self.capacity}")
+        check_deepconf_pool(self.method, self.capacity)
         if self.method == "deepconf" and self.deepconf_warmup >= self.capacity:
             raise ValueError(f"deepconf_warmup must be in [1, capacity) (0: min(4, capacity - 1)), "
                              f"got {self.deepconf_warmup}")

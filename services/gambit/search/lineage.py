@@ -64,8 +64,8 @@ def knobs(c: dict) -> str:
     elif m == "step":
         parts += [f"w={c['warmup']}", f"r={c['kv_ratio']}"]
     elif m == "deepconf":
-        warm = deepconf_warm(c["capacity"], c.get("deepconf_warmup", 0))
-        parts += [f"warm-up {warm}", f"keep {c.get('deepconf_keep', 90.0):g}%"]
+        parts += [f"warm-up {deepconf_warm(c['capacity'], c['deepconf_warmup'])}",
+                  f"keep {c['deepconf_keep']:g}%"]
     return " ".join(parts)
 
 

@@ -116,13 +116,12 @@ class RedisStore:
         """Other prefixes under which this database holds the run (a bounded SCAN: ``limit`` keys at
         most), so a reader looking under the wrong one can be told the right one."""
         check_run_id(run_id)
-        found, pattern = [], f"*:run:{run_id}:meta"
-        for i, key in enumerate(self.r.scan_iter(match=pattern, count=1000)):
+        suffix, found = f":run:{run_id}:meta", set()
+        for i, key in enumerate(self.r.scan_iter(match=f"*{suffix}", count=1000)):
             if i >= limit:
                 break
-            key = key.decode() if isinstance(key, bytes) else key
-            found.append(key[:-len(f":run:{run_id}:meta")])
-        return sorted(set(found) - {self.prefix})
+            found.add((key.decode() if isinstance(key, bytes) else key).removesuffix(suffix))
+        return sorted(found - {self.prefix})
 
     def delete(self, run_id: str) -> None:
         check_run_id(run_id)

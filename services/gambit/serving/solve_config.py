@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gambit.search.config import MAX_WALL_S
+from gambit.search.config import MAX_WALL_S, check_deepconf_pool
 from gambit.tasks.graded import ANSWER_KINDS
 
 METHODS = ("gambit", "sc", "step", "deepconf")
@@ -49,9 +49,7 @@ class SolveConfig:
                              f"known: {', '.join(ANSWER_KINDS)}")
         if self.capacity < 1:
             raise ValueError(f"capacity: C must be >= 1, got {self.capacity}")
-        if self.method == "deepconf" and self.capacity < 2:
-            raise ValueError(f"capacity: method deepconf needs C >= 2 (warm-up traces set the threshold the "
-                             f"later ones are held to), got {self.capacity}")
+        check_deepconf_pool(self.method, self.capacity, "C", field="capacity: ")
         if not 0 <= self.swap <= self.capacity:
             raise ValueError(f"swap: K must be in [0, C={self.capacity}], got {self.swap}")
         if self.round_interval < 1:
