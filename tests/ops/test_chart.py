@@ -257,6 +257,23 @@ def test_values_breaking_the_schema_are_refused_naming_the_field(helm, setting, 
     assert f"- {field}:" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("settings, message", [
+    (("gpuWorkers.replicas=0",), "gpuWorkers.replicas: 0 is outside [minReplicas 1, maxReplicas 1]"),
+    (("gpuWorkers.minReplicas=3", "gpuWorkers.maxReplicas=2", "gpuWorkers.replicas=2"),
+     "gpuWorkers: minReplicas 3 is above maxReplicas 2"),
+    (("cpuWorkers.replicas=5",), "cpuWorkers.replicas: 5 is outside [minReplicas 1, maxReplicas 2]"),
+    (("gpuWorkers.replicas=0", "gpuWorkers.minReplicas=0"),
+     "gpuWorkers.replicas: 0 GPU workers with autoscaling"),
+])
+def test_worker_counts_the_schema_cannot_compare_are_refused(helm, settings, message):
+    r = run([helm, "template", "g", str(CHART), *[a for s in settings for a in ("--set", s)]])
+    assert r.returncode != 0 and message in r.stderr, r.stderr
+    # with Ray's autoscaler on, no GPU worker at start is a choice: it adds one for the Targets
+    r = run([helm, "template", "g", str(CHART), "--set", "gpuWorkers.replicas=0",
+             "--set", "gpuWorkers.minReplicas=0", "--set", "autoscaling.enabled=true"])
+    assert r.returncode == 0, r.stderr
+
+
 def test_notes_render(helm, tmp_path):
     # `helm install --dry-run` needs a cluster; render NOTES.txt through tpl in a copy of the chart instead.
     chart = tmp_path / "gambit"
@@ -274,3 +291,16 @@ def test_notes_render(helm, tmp_path):
     # what to run once the port is forwarded
     want = 'gambit client solve --address 127.0.0.1:9000 --token-env GAMBIT_TOKEN "Compute (14+25)*3."'
     assert want in notes
+
+
+def test_a_sequence_scorer_runs_one_replica(helm):
+    """Its per-trace history lives in its replica: the chart's default autoscaling (up to four) would
+    score a trace on two."""
+    for scorer, autoscaled in (("sequence", False), ("random:sequence:192", False), ("mlp", True)):
+        r = run([helm, "template", "g", str(CHART), "--set", f"serve.scorer={scorer}"])
+        assert r.returncode == 0, r.stderr
+        doc = next(d for d in yaml.safe_load_all(r.stdout) if d and d["kind"] == "RayService")
+        apps = yaml.safe_load(doc["spec"]["serveConfigV2"])["applications"]
+        dep = next(a for a in apps if a["name"] == "scorer")["deployments"][0]
+        assert ("autoscaling_config" in dep) is autoscaled, scorer
+        assert autoscaled or dep["num_replicas"] == 1

@@ -138,3 +138,11 @@ def test_serve_app_spec_refuses_an_unknown_precision(field, value):
 
     with pytest.raises(ValueError, match=field):
         ServeAppSpec(**{field: value})
+
+
+def test_serve_app_spec_refuses_run_defaults_a_coordinator_would_refuse():
+    from gambit.ops.serve_config import ServeAppSpec
+
+    with pytest.raises(ValueError, match=r"^max_tokens:"):
+        ServeAppSpec(solve_defaults=(("capacity", 8), ("max_tokens", 0)))
+    ServeAppSpec(solve_defaults=(("capacity", 1), ("swap", 2)))  # a swap above C is taken as C

@@ -6,8 +6,9 @@ import grpc
 import pytest
 import torch
 
+from gambit import paths
 from gambit.scoring import BoundaryScorer, ConfidenceScorer, load_scorer
-from gambit.scoring.spec import SHIPPED, load_scorer_spec, reads_confidence, shipped_folder
+from gambit.scoring.spec import SHIPPED, keeps_history, load_scorer_spec, reads_confidence, shipped_folder
 from gambit.serving.scorer_core import feature_count
 
 SPECS = ["", "process", "mlp", "sequence", "confidence", "confidence:64", "random", "random:sequence",
@@ -85,3 +86,44 @@ def test_the_standalone_scorer_server_takes_a_shipped_name():
         assert (info.kind, info.hidden_size, info.features) == ("mlp", 192, 0)
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("spec, keeps", [
+    ("", False), ("process", False), ("mlp", False), ("confidence", False), ("random", False),
+    ("sequence", True), ("random:sequence", True), ("random:sequence:576:3", True),
+    (str(paths.SCORER_SEQUENCE), True), (str(paths.SCORER_MLP), False),
+])
+def test_keeps_history_names_the_sequence_scorers(spec, keeps):
+    assert keeps_history(spec) is keeps
+    if spec:  # the loaded scorer agrees (the Scorer replica checks the loaded one)
+        assert (getattr(load_scorer_spec(spec, note=None), "kind", "") == "sequence") is keeps
+
+
+def test_a_sequence_scorer_deploys_as_one_replica(monkeypatch):
+    """Two replicas of a sequence scorer each scored a trace from half of its boundaries: `gambit serve
+    --scorer sequence` autoscaled to two, the chart's default to four."""
+    from types import SimpleNamespace
+
+    from ray import serve
+
+    from gambit.deployments import scorer as scorer_deployment
+    from gambit.deployments.app import build_scorer
+    from gambit.ops.serve_config import ServeAppSpec, profile, serve_config
+
+    config = build_scorer({"scorer": "sequence"})._bound_deployment._deployment_config
+    assert (config.num_replicas, config.autoscaling_config) == (1, None)
+    assert build_scorer({"scorer": "mlp"})._bound_deployment._deployment_config.autoscaling_config is not None
+    for name in ("sequence", "random:sequence", str(paths.SCORER_SEQUENCE)):
+        apps = serve_config(profile("kubernetes", ServeAppSpec(scorer=name)))["applications"]
+        deps = apps[1]["deployments"]
+        assert deps[0]["num_replicas"] == 1 and "autoscaling_config" not in deps[0], name
+    deps = serve_config(profile("kubernetes", ServeAppSpec()))["applications"][1]["deployments"]
+    assert deps[0]["autoscaling_config"]["max_replicas"] == 4
+    # a config file that still autoscales a sequence scorer folder is refused by the replica itself
+    auto = SimpleNamespace(max_replicas=4)
+    monkeypatch.setattr(serve, "get_replica_context", lambda: SimpleNamespace(
+        _deployment_config=SimpleNamespace(autoscaling_config=auto, num_replicas=None)))
+    with pytest.raises(ValueError, match="may run 4 replicas; set the Scorer's num_replicas to 1"):
+        scorer_deployment._check_one_replica("folder")
+    auto.max_replicas = 1
+    scorer_deployment._check_one_replica("folder")

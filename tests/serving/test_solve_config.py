@@ -3,7 +3,7 @@ import math
 import pytest
 
 from gambit.serving.protos import load
-from gambit.serving.solve_config import SolveConfig, from_request
+from gambit.serving.solve_config import SolveConfig, from_request, server_defaults
 
 
 @pytest.mark.parametrize("fields,name", [
@@ -66,3 +66,14 @@ def test_client_sends_only_what_it_was_given():
     req = solve_request(pb2, "x", ClientConfig(temperature=0.0, top_p=0.95, top_k=0))
     assert (req.temperature, req.top_k) == (0.0, 0) and req.top_p == pytest.approx(0.95)
     assert req.HasField("temperature") and req.HasField("top_k")
+
+
+def test_server_defaults_take_a_swap_above_the_capacity_as_the_capacity():
+    # the chart's serve.solveDefaults {capacity: 1} (swap 2 left as is) used to fail every Coordinator replica
+    small = server_defaults({"capacity": 1, "swap": 2})
+    assert (small.capacity, small.swap) == (1, 1)
+    assert server_defaults({"swap": 9}).swap == SolveConfig().capacity
+    assert server_defaults({"capacity": 4, "swap": 0}).swap == 0
+    assert server_defaults(None) == SolveConfig()
+    with pytest.raises(ValueError, match=r"^capacity:"):
+        server_defaults({"capacity": 0, "swap": 2})

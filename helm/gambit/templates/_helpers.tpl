@@ -75,8 +75,12 @@ redis-password
 {{- $opts := dict "num_cpus" $d.numCpus "num_gpus" $d.numGpus -}}
 {{- if $d.resources -}}{{- $_ := set $opts "resources" $d.resources -}}{{- end -}}
 {{- $out := dict "name" .name "max_ongoing_requests" $d.maxOngoingRequests "ray_actor_options" $opts -}}
+{{- $scorer := .root.Values.serve.scorer -}}
 {{- if eq .name "Target" -}}
 {{- $_ := set $out "num_replicas" (include "gambit.targetReplicas" .root | int) -}}
+{{- else if and (eq .name "Scorer") (or (eq $scorer "sequence") (hasPrefix "random:sequence" $scorer)) -}}
+{{- /* a sequence scorer keeps each trace's history in its replica: one replica, never autoscaled */ -}}
+{{- $_ := set $out "num_replicas" 1 -}}
 {{- else if $d.autoscaling -}}
 {{- $_ := set $out "autoscaling_config" $d.autoscaling -}}
 {{- else -}}
@@ -130,4 +134,22 @@ gambit.ops.serve_env, what `gambit serve` sets; serve.extraEnv adds or overrides
   name: serve
 - containerPort: {{ .Values.monitoring.metricsPort }}
   name: metrics
+{{- end -}}
+
+{{/* Values the schema cannot compare: each worker group's replicas within [minReplicas, maxReplicas]
+(KubeRay would clamp them quietly), and GPU workers for the Targets when Ray's autoscaler cannot add one
+(a Target replica that no node can hold leaves the app deploying forever). */}}
+{{- define "gambit.validate" -}}
+{{- range $key := list "gpuWorkers" "cpuWorkers" -}}
+{{- $g := index $.Values $key -}}
+{{- if gt (int $g.minReplicas) (int $g.maxReplicas) -}}
+{{- fail (printf "%s: minReplicas %v is above maxReplicas %v" $key $g.minReplicas $g.maxReplicas) -}}
+{{- end -}}
+{{- if or (lt (int $g.replicas) (int $g.minReplicas)) (gt (int $g.replicas) (int $g.maxReplicas)) -}}
+{{- fail (printf "%s.replicas: %v is outside [minReplicas %v, maxReplicas %v]" $key $g.replicas $g.minReplicas $g.maxReplicas) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (eq (int .Values.gpuWorkers.replicas) 0) (not .Values.autoscaling.enabled) -}}
+{{- fail "gpuWorkers.replicas: 0 GPU workers with autoscaling.enabled false: no node could hold a Target replica" -}}
+{{- end -}}
 {{- end -}}

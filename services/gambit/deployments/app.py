@@ -10,6 +10,7 @@ from __future__ import annotations
 from gambit.deployments.coordinator import Coordinator
 from gambit.deployments.scorer import Scorer
 from gambit.deployments.target import Target
+from gambit.scoring.spec import keeps_history
 from gambit.serving.tree_view import RETENTION_S
 
 
@@ -38,5 +39,10 @@ def build_gambit(args: dict):
 
 
 def build_scorer(args: dict):
-    """``args``: Scorer kwargs (scorer, model, hidden_size, max_rows, batch_wait_ms, token_env)."""
+    """``args``: Scorer kwargs (scorer, model, hidden_size, max_rows, batch_wait_ms, token_env). A
+    sequence scorer keeps each trace's history in its replica, so it runs as one replica, not
+    autoscaled (a config file's Scorer settings still override this: ``serve_config`` and the chart
+    pin it there too)."""
+    if keeps_history(args.get("scorer", "")):
+        return Scorer.options(num_replicas=1, autoscaling_config=None).bind(**args)
     return Scorer.bind(**args)

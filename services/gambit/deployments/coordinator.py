@@ -27,7 +27,7 @@ from gambit.deployments.takeover import Lost, TargetLost, target_died
 from gambit.serving.convert import event_msg, progress_msg, result_msg
 from gambit.serving.protos import load
 from gambit.serving.security import check_token
-from gambit.serving.solve_config import SolveConfig, check_run_id, from_request
+from gambit.serving.solve_config import check_run_id, from_request, server_defaults
 from gambit.serving.tree_view import (
     ENDED,
     RETENTION_S,
@@ -86,7 +86,7 @@ class Coordinator:
         self.target = target.options(_by_reference=not grpc_transport)
         self.stream = self.target.options(stream=True)  # one handle for every run, not one per Solve
         self.tree = open_tree_view(tree, prefix, retention_s=retention_s)
-        self.defaults = SolveConfig(**(defaults or {}))
+        self.defaults = server_defaults(defaults)
         if max_resumes < 0 or resume_wait_s <= 0:
             raise ValueError(f"max_resumes must be >= 0 and resume_wait_s > 0, got {max_resumes}, "
                              f"{resume_wait_s}")

@@ -21,7 +21,7 @@ from gambit.cpu_info import check_cpu_weights, check_kv_dtype, default_spec_max_
 from gambit.drafter_map import parse_drafters
 from gambit.ops.serve_env import SERVE_ENV
 from gambit.serving.grpc_api import SERVICER_FUNCTIONS
-from gambit.serving.solve_config import SolveConfig
+from gambit.serving.solve_config import SolveConfig, server_defaults
 from gambit.serving.tree_view import RETENTION_S
 
 # SERVE_ENV: set before Ray starts (its processes inherit it); a value already in the environment
@@ -75,8 +75,8 @@ class ServeConfig:
         self.solve_defaults()  # a bad default stopped every Coordinator replica, after Ray started
 
     def solve_defaults(self) -> SolveConfig:
-        return SolveConfig(capacity=self.capacity, swap=min(self.swap, self.capacity),
-                           round_interval=self.round_interval, max_tokens=self.max_tokens)
+        return server_defaults({"capacity": self.capacity, "swap": self.swap,
+                                "round_interval": self.round_interval, "max_tokens": self.max_tokens})
 
     def app_args(self) -> dict:
         d = self.solve_defaults()

@@ -33,6 +33,22 @@ from gambit.serving.security import check_token
 log = logging.getLogger(__name__)
 
 
+def _check_one_replica(scorer: str) -> None:
+    """A sequence scorer keeps each trace's history in its replica: refuse a deployment that may run
+    two (a config naming a sequence scorer folder with the default autoscaling), where each replica
+    would score a trace from half of its boundaries."""
+    try:
+        config = serve.get_replica_context()._deployment_config  # noqa: SLF001 — not public in Serve 2.60
+    except Exception:  # noqa: BLE001 — outside Serve (tests build the class directly): nothing to check
+        return
+    auto = config.autoscaling_config
+    most = auto.max_replicas if auto is not None else config.num_replicas
+    if most and most > 1:
+        raise ValueError(f"Scorer: {scorer!r} is a sequence scorer (per-trace history in its replica) but "
+                         f"the deployment may run {most} replicas; set the Scorer's num_replicas to 1 (the "
+                         "chart: serve.deployments.Scorer.autoscaling.max_replicas 1)")
+
+
 @serve.deployment(max_ongoing_requests=32, ray_actor_options={"num_cpus": 0},
                   autoscaling_config={"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 8})
 class Scorer:
@@ -55,6 +71,8 @@ class Scorer:
                 raise ValueError(f"Scorer: the hidden size of model {model!r} is unknown here ({e}); give "
                                  "hidden_size (the chart's serve.hiddenSize)") from None
         scorer_net = load_scorer_spec(scorer, hidden_size, note=log.warning)
+        if getattr(scorer_net, "kind", "") == "sequence":
+            _check_one_replica(scorer)
         self.core = ScorerCore(scorer_net, max_rows, batch_wait_ms / 1000, metrics=self.metrics)
         self.token = os.environ.get(token_env, "") if token_env else ""
         self.direct, self._address = None, ""

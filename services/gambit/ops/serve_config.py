@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from gambit.checks import at_least
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype
 from gambit.drafter_map import parse_drafters
+from gambit.serving.solve_config import server_defaults
 from gambit.serving.tree_view import RETENTION_S
 
 CPU_GROUP_RESOURCE = "gambit_cpu_worker"  # advertised by the chart's CPU worker group
@@ -111,6 +112,7 @@ class ServeAppSpec:
         parse_drafters(self.drafters)
         check_cpu_weights(self.cpu_weights)
         check_kv_dtype(self.kv_dtype)
+        server_defaults(dict(self.solve_defaults))  # what each Coordinator replica would refuse at start
 
     def deployment(self, name: str) -> DeploymentSpec:
         return next(d for d in self.deployments if d.name == name)
@@ -132,6 +134,17 @@ def profile(name: str, spec: ServeAppSpec | None = None) -> ServeAppSpec:
     )
     return replace(spec, deployments=deps, http_host="0.0.0.0", tree="redis://gambit-redis:6379/0",
                    target_gpus=1.0)
+
+
+def scorer_deployment(spec: ServeAppSpec) -> DeploymentSpec:
+    """The Scorer's deployment: a sequence scorer keeps each trace's history in its replica, so it runs
+    as one replica, not autoscaled (two would each see half of a trace's boundaries)."""
+    scorer = spec.deployment("Scorer")
+    if spec.scorer in ("", "process", "mlp"):  # the stateless shipped ones, without importing torch
+        return scorer
+    from gambit.scoring.spec import keeps_history
+
+    return replace(scorer, num_replicas=1, autoscaling=()) if keeps_history(spec.scorer) else scorer
 
 
 def serve_config(spec: ServeAppSpec) -> dict:
@@ -156,7 +169,7 @@ def serve_config(spec: ServeAppSpec) -> dict:
         {"name": "gambit", "route_prefix": "/gambit", "import_path": "gambit.deployments.app:build_gambit",
          "args": gambit_args, "deployments": [coordinator.to_dict(), target.to_dict()]},
         {"name": "scorer", "route_prefix": "/scorer", "import_path": "gambit.deployments.app:build_scorer",
-         "args": scorer_args, "deployments": [spec.deployment("Scorer").to_dict()]},
+         "args": scorer_args, "deployments": [scorer_deployment(spec).to_dict()]},
     ]
     return {
         "proxy_location": "EveryNode",

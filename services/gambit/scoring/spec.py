@@ -16,6 +16,7 @@ A shipped scorer reads the shipped target's width. For a model of another width 
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -115,3 +116,17 @@ def reads_confidence(spec: str) -> bool:
     if not (folder / "config.json").is_file():
         return kind == "process"  # a folder that is not there: load_scorer_spec names what is missing
     return ScorerConfig.from_file(folder / "config.json").confidence
+
+
+def keeps_history(spec: str) -> bool:
+    """Whether the scorer ``spec`` names keeps per-trace history (a sequence scorer): a ScorerService
+    running it must be one replica, since a trace's boundaries scored on two replicas would each see
+    half of its history. Read from the folder's config.json (no torch import: the config builders
+    call it); nothing is loaded."""
+    kind, args = _fields(spec)
+    if kind in ("confidence", "random"):
+        return kind == "random" and bool(args) and args[0] == "sequence"
+    folder = Path(args[0]) if kind == "folder" else shipped_folder(kind)
+    if not (folder / "config.json").is_file():
+        return kind == "sequence"  # a shipped name without its folder falls back to a random one of its kind
+    return json.loads((folder / "config.json").read_text()).get("kind") == "sequence"

@@ -75,6 +75,16 @@ class SolveConfig:
                              f"got {self.timeout_s}")
 
 
+def server_defaults(defaults: dict | None = None) -> SolveConfig:
+    """A server's run defaults (``SolveConfig`` fields). A default K above the default C is taken as C,
+    so a small default capacity needs no swap of its own: the rule of ``gambit serve --swap`` and of the
+    chart's ``serve.solveDefaults``, where it used to fail every Coordinator replica at start."""
+    d = dict(defaults or {})
+    if "swap" in d:
+        d["swap"] = min(d["swap"], d.get("capacity", SolveConfig.capacity))
+    return SolveConfig(**d)
+
+
 def check_problem(problem: str, max_chars: int = MAX_PROBLEM_CHARS) -> str:
     if not isinstance(problem, str) or not problem.strip():
         raise ValueError("problem: empty")
