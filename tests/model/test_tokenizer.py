@@ -73,3 +73,20 @@ def test_a_byte_level_vocabulary_represents_everything(smollm2_folder):
     tok = load_model(smollm2_folder)[1]
     text = "Say café ☕ 中文\t\nx\u00a0y"
     assert tok.encode_checked(text) == tok.encode(text)
+
+
+@pytest.mark.parametrize("text, read_as", [
+    ("Compute 12\u00a0345+1.", "Compute 12 345+1."),  # a no-break space: dropped, it read 12345
+    ("Compute\t(4+5)*3.", "Compute (4+5)*3."),
+    ("Compute 4+5.\r\nThen\u2009*3.\rDone\u2028x", "Compute 4+5.\nThen *3.\nDone\nx"),
+])
+def test_whitespace_the_vocabulary_lacks_is_read_as_a_space_or_a_newline(shipped, text, read_as):
+    assert shipped.encode_checked(text, "problem") == shipped.encode(read_as)
+    assert shipped.kept_whitespace(read_as) == read_as
+
+
+def test_a_vocabulary_that_keeps_whitespace_gets_it_as_it_is():
+    tok = _sentencepiece_style()  # byte fallback carries a tab and a no-break space
+    text = "a\tb\u00a0c"
+    assert tok.kept_whitespace(text) == text
+    assert tok.decode(tok.encode_checked(text, add_bos=False)) == text

@@ -75,6 +75,10 @@ def test_solve_streams_rounds_then_result_and_records_the_tree(emb):
     assert sum(v["parent"] is None for v in traces.values()) == 6
     rec = tree.get_run(res["run_id"])
     assert rec["status"] == "done" and rec["result"]["answer"] == res["answer"]
+    # GetRun's last_progress: the run's last round (progress writes are throttled to two a second, and
+    # a run shorter than that kept its first round's record for good)
+    last = rec["progress"]
+    assert (last["round"], last["tokens"]) == (progress[-1]["round"], progress[-1]["tokens"])
     assert emb.target.engine.kv_usage() == 0.0  # every block back
 
 

@@ -19,6 +19,7 @@ from tokenizers import decoders, models
 
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 BOUNDARY = "\n\n"
+LINE_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # whitespace str.splitlines breaks at, but \n
 
 
 class Tokenizer:
@@ -56,14 +57,36 @@ class Tokenizer:
     def encode_checked(self, text: str, field: str = "prompt", add_bos: bool = True) -> list[int]:
         """``encode``, refusing text the vocabulary cannot represent. A vocabulary without an unknown
         token drops such characters silently (the shipped target's knows printable ASCII only), and a
-        problem read without them is another problem: ValueError naming ``field`` and the characters."""
+        problem read without them is another problem: ValueError naming ``field`` and the characters.
+        Whitespace it lacks is read as a space or a newline (``kept_whitespace``), not refused."""
         ids = self.tok.encode(text, add_special_tokens=False).ids
+        if self.tok.decode(ids, skip_special_tokens=False) != text:
+            kept = self.kept_whitespace(text)
+            if kept != text:
+                text, ids = kept, self.tok.encode(kept, add_special_tokens=False).ids
         bad = self.lost_chars(text, ids)
         if bad:
             shown = ", ".join(f"{c!r} (U+{ord(c):04X})" for c in bad[:8])
             more = f" and {len(bad) - 8} more" if len(bad) > 8 else ""
             raise ValueError(f"{field}: characters the model's vocabulary cannot represent: {shown}{more}")
         return ([self.bos_id] if add_bos and self.bos_id is not None else []) + ids
+
+    def kept_whitespace(self, text: str) -> str:
+        """``text`` with each whitespace character the vocabulary drops read as a space, a line break as a
+        newline (CR LF as one): dropped, a tab or a no-break space joined what it separated ("12\u00a0345"
+        was read as 12345). A vocabulary that keeps them (byte-level, byte fallback) gets the text as is."""
+        lost = {c for c in set(text) if c.isspace() and self._drops(c)}
+        if not lost:
+            return text
+        if "\r" in lost:
+            text = text.replace("\r\n", "\n")
+        return text.translate({ord(c): "\n" if c in LINE_BREAKS else " " for c in lost})
+
+    def _drops(self, space: str) -> bool:
+        """Whether a whitespace character vanishes between two letters (alone, a BPE model may give no
+        token for one it keeps in context)."""
+        ids = self.tok.encode(f"a{space}a", add_special_tokens=False).ids
+        return self.tok.decode(ids, skip_special_tokens=False) == "aa"
 
     def lost_chars(self, text: str, ids: list[int]) -> list[str]:
         """The characters of ``text`` that ``ids`` do not hold, whitespace aside. Where the ids decode back

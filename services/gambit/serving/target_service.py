@@ -77,6 +77,7 @@ class TargetService:
         self._last: dict[str, int] = {}
         self._marks: dict[str, int] = {}  # run id -> scorer fallbacks when it started
         self._written: dict[str, float] = {}  # run id -> last progress write to the run record
+        self._unwritten: dict[str, dict] = {}  # run id -> its latest progress not written (throttled)
         self._metrics_due = 0.0  # monotonic time of the next gauge/counter export while decoding
         self._gauges()  # exported from the start (Ray exports a gauge once it was set)
         self._thread = threading.Thread(target=self._loop, name="target-loop", daemon=True)
@@ -289,13 +290,18 @@ class TargetService:
                 self._reserved.pop(rid, None)
                 d["scorer_fallbacks"] = getattr(self.scorer, "fallbacks", 0) - self._marks.pop(rid, 0)
                 self._written.pop(rid, None)
-                self.records.put_run(rid, status=d["status"], result=d, replica=self.replica)
+                last = self._unwritten.pop(rid, None)  # GetRun's last_progress: the run's last round
+                self.records.put_run(rid, status=d["status"], result=d, replica=self.replica,
+                                     **({"progress": last} if last is not None else {}))
                 if sink is not None:  # once its records are written: GetRun then sees the result
                     self.records.after(functools.partial(_send, sink, d))
                 continue
             if time.monotonic() - self._written.get(rid, 0.0) > 0.5:
                 self._written[rid] = time.monotonic()  # at most two progress writes a second per run
+                self._unwritten.pop(rid, None)
                 self.records.put_run(rid, status="running", progress=d, replica=self.replica)
+            else:
+                self._unwritten[rid] = d
             if sink is not None:  # once its round's tree write was tried: a takeover resumes at or past it
                 self.records.after(functools.partial(_send, sink, d))
         if gauges:
