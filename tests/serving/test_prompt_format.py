@@ -16,6 +16,10 @@ from gambit.tasks.arithmetic import TaskConfig, generate
 def test_task_format_is_added_once_and_never_to_a_blank_problem():
     assert task_prompt("Compute (4+5)*3. ") == "Compute (4+5)*3.\nSolution:\n"
     assert task_prompt("Compute (4+5)*3.\nSolution:\n") == "Compute (4+5)*3.\nSolution:\n"
+    # the suffix half given: the format exactly (sent as it was, the model began mid-expression)
+    for partial in ("Compute (4+5)*3.\nSolution:", "Compute (4+5)*3. Solution:",
+                    "Compute (4+5)*3.\nSolution:\n\n"):
+        assert task_prompt(partial) == "Compute (4+5)*3.\nSolution:\n", partial
     p = generate("test", 1, 0, TaskConfig(2, 4))[0].prompt  # the task's own prompts pass unchanged
     assert task_prompt(p) == p and task_prompt(p.removesuffix("\nSolution:\n")) == p
     for blank in ("", "  ", "\n\t"):

@@ -41,8 +41,9 @@ def test_a_served_run_reads_answers_by_its_rule():
 
 
 def test_a_run_stops_at_its_token_budget():
-    """``max_total_tokens``: the run ends with status "limit" at the budget (each resident trace may add
-    the token of the step that crossed it), where the same run without one goes on."""
+    """``max_total_tokens``: the run ends with status "limit" at the budget exactly, where the same run
+    without one goes on. Checked after each step alone, every resident trace added the token of the step
+    that crossed it (a budget of 1 at C = 64 generated 64), and a speculative step up to γ + 1 each."""
     pb2 = load("reasoning")[0]
     assert from_request(pb2.SolveRequest(problem="x", max_total_tokens=90))[1].max_total_tokens == 90
     with pytest.raises(ValueError, match="max_total_tokens: must be in"):
@@ -53,8 +54,15 @@ def test_a_run_stops_at_its_token_budget():
     try:
         free = list(e.solve(p, SolveConfig(**cfg)))[-1]
         capped = list(e.solve(p, SolveConfig(**cfg, max_total_tokens=90)))[-1]
+        tiny = list(e.solve(p, SolveConfig(**cfg, max_total_tokens=3)))[-1]  # below C: 3 traces get one
+        spec = list(e.solve(p, SolveConfig(**cfg, decoding="pr", max_total_tokens=61)))[-1]
     finally:
         e.close()
     assert free["status"] == "done" and free["generated_tokens"] > 200
-    assert capped["status"] == "limit"
-    assert 90 <= capped["generated_tokens"] <= 90 + cfg["capacity"]
+    for res, budget in ((capped, 90), (tiny, 3), (spec, 61)):
+        assert res["status"] == "limit" and res["generated_tokens"] == budget, (budget, res["message"])
+        assert res["message"].startswith(f"max_total_tokens {budget} reached ({budget} tokens")
+        assert sum(t["tokens"] for t in res["traces"]) == budget
+        stopped = [t for t in res["traces"] if t["end_reason"] == "limit"]
+        assert stopped and all(t["finish_reason"] == "stopped" for t in stopped)
+    assert sorted(t["tokens"] for t in tiny["traces"]) == [0, 1, 1, 1]

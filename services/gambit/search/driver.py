@@ -109,6 +109,9 @@ class SearchDriver(Guidance):
         cpu, clock = self.cpu, self._clock
         c0 = clock()
         t0 = time.perf_counter()
+        for run in runs:
+            if run.cfg.max_total_tokens:
+                run.fit_budget()  # the last steps before its budget: token caps, so it ends there exactly
         drafts = self.engine.stats.spec_drafts
         # token events only for runs that read them (DeepConf's windows; speculative runs' Δ clocks, in
         # the steps that drafted): the others read their tokens from the engine traces (``SearchRun.sync``)

@@ -10,6 +10,7 @@ The driver routes engine events here and calls ``round`` every Δ decode steps. 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from gambit.engine import SamplingParams
 from gambit.engine.engine import derive_seed
@@ -58,6 +59,7 @@ class SearchRun:
         self.synced_at = -1  # the engine's step count at the last ``sync_all``
         self.threshold: float | None = None
         self.limit_hit = ""  # which run limit ended it (over_limit)
+        self.budget_caps: dict[int, int] = {}  # node id -> its trace's max_tokens before ``fit_budget``
         self.phase = 1
         self.target = cfg.capacity  # the pool's size: C, less the slots floor prunes gave up
         self.dirty: set[int] = set()  # nodes whose tree-view record changed since the last write
@@ -253,7 +255,36 @@ class SearchRun:
     def on_finished(self, node: Node, reason: str) -> None:
         if node.resident:
             self.owner.pop(node.engine_id, None)
+            own_cap = self.budget_caps.pop(node.id, None)
+            if reason == "length" and own_cap is not None and self.traces[node.id].num_generated < own_cap:
+                self._end(node, T.STOPPED, "limit")  # at the cap ``fit_budget`` set: the run's budget
+                return
             self._end(node, T.FINISHED, reason)
+
+    def fit_budget(self) -> None:
+        """Before a step: a run nearer its ``max_total_tokens`` than one step's tokens (one a trace plain,
+        up to γ + 1 speculative) shares what is left among its running traces as token caps, the best
+        ranked first, and stops those that get none ("limit"): it ends at the budget exactly. Checked
+        after the step alone, a budget of 1 at C = 64 generated 64 tokens."""
+        c = self.cfg
+        if not c.max_total_tokens or not self.traces:
+            return
+        self.sync_all()
+        per_step = 1 if c.decoding == "plain" else self.engine.config.spec.gamma + 1
+        left, n = c.max_total_tokens - self.tokens, len(self.traces)
+        if left >= n * per_step:
+            return
+        ranked = sorted((self.nodes[i] for i in self.traces), key=lambda x: -x.rank_score(c.rank))
+        share, extra = divmod(max(left, 0), n)
+        for k, node in enumerate(ranked):
+            give = share + (k < extra)
+            if not give:
+                self._end(node, T.STOPPED, "limit")
+                self.limit_hit = f"max_total_tokens {c.max_total_tokens}"  # "limit", once this step ran
+                continue
+            t = self.traces[node.id]
+            own = self.budget_caps.setdefault(node.id, t.params.max_tokens)
+            t.params = replace(t.params, max_tokens=min(own, t.num_generated + give))
 
     def boundary_features(self, node: Node, position: int) -> list[float] | None:
         """Every boundary advances the node's confidence tracker (scored or not, the trace-level
@@ -351,6 +382,8 @@ class SearchRun:
     def over_limit(self) -> bool:
         """Whether a run limit is reached; ``limit_hit`` says which (the result and the client say it)."""
         c = self.cfg
+        if self.limit_hit:  # ``fit_budget`` stopped traces for the budget
+            return True
         if c.max_total_tokens:
             self.sync_all()
             if self.tokens >= c.max_total_tokens:

@@ -22,10 +22,13 @@ BOXED = "Please reason step by step, and put your final answer within \\boxed{}.
 
 
 def task_prompt(problem: str) -> str:
-    """The shipped task's format around ``problem`` (a blank problem stays blank: refused upstream)."""
-    if not problem.strip() or problem.rstrip().endswith(TASK_SUFFIX.strip()):
+    """The shipped task's format around ``problem`` (a blank problem stays blank: refused upstream). A
+    problem that already ends with "Solution:" gets the format exactly: sent as it was, without the
+    newline after it (or the one before), the model began mid-expression (135 for (4+5)*3)."""
+    if not problem.strip():
         return problem
-    return problem.rstrip() + TASK_SUFFIX
+    body = problem.rstrip().removesuffix(TASK_SUFFIX.strip())
+    return body.rstrip() + TASK_SUFFIX
 
 
 def problem_formatter(model: str | Path) -> Callable[[str], str]:
