@@ -37,6 +37,16 @@ def solve(stack, timeout=120, token=True, **kw):
     return list(stub(stack).Solve(pb2.SolveRequest(**kw), metadata=md(token), timeout=timeout))
 
 
+def kv_blocks(problem: str, capacity: int, max_tokens: int) -> int:
+    """A run's worst-case KV blocks on the stack's Target (``TargetService.blocks_needed``)."""
+    from gambit.engine.block_manager import shared_prompt_blocks
+    from gambit.model import load_model
+    from gambit.paths import TARGET
+
+    n = len(load_model(str(TARGET))[1].encode(problem))
+    return shared_prompt_blocks(n, n + max_tokens, capacity, 16)
+
+
 class Background:
     """A run in flight while a test does something else; ``join()`` returns its last event."""
 
@@ -168,10 +178,10 @@ def test_client_get_and_cancel_print_the_run_record_and_stop_a_run(serve_stack, 
     assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS and "ended (done)" in e.value.details()
     again = stub(serve_stack).GetRun(pb2.GetRunRequest(run_id=run_id), metadata=md())
     assert again.num_traces == info.num_traces and again.request.problem == PROBLEMS[0]
-    # one refused before it started (RESOURCE_EXHAUSTED) holds nothing: the client's retry with its id runs
+    # one refused before it started (more KV than the Target holds) holds nothing: a retry with its id runs
     with pytest.raises(grpc.RpcError) as e:
         solve(serve_stack, run_id="retry-1", capacity=5000)
-    assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert solve(serve_stack, run_id="retry-1", capacity=2, swap=0)[-1].result.status == "done"
     conn = ["--address", serve_stack["address"], "--token-env", "GAMBIT_TEST_SERVE_TOKEN"]
     capsys.readouterr()
@@ -210,11 +220,17 @@ def test_client_get_and_cancel_print_the_run_record_and_stop_a_run(serve_stack, 
     (dict(decoding="medusa"), "decoding", "INVALID_ARGUMENT"),
     (dict(run_id="bad id!"), "run_id", "INVALID_ARGUMENT"),
     (dict(top_p=1.5), "top_p", "INVALID_ARGUMENT"),
-    (dict(capacity=5000), "", "RESOURCE_EXHAUSTED"),
+    # more KV than a Target holds (600 blocks) is a request error: RESOURCE_EXHAUSTED sent clients to retry
+    (dict(capacity=5000), "capacity", "INVALID_ARGUMENT"),
+    (dict(capacity="fills the KV alone"), "", "RESOURCE_EXHAUSTED"),  # fits, but not beside the run in flight
 ])
 def test_bad_input_and_overcommit_are_refused_while_another_run_goes_on(serve_stack, kw, field, code):
     bg = Background(serve_stack, max_tokens=60, top_p=0.9, top_k=20)  # a nucleus through the whole stack
     bg.wait_started()
+    if kw.get("capacity") == "fills the KV alone":
+        most = max(c for c in range(1, 600) if kv_blocks(PROBLEMS[0], c, 60) <= 600)
+        kw = dict(max_tokens=60, capacity=most)
+        assert kv_blocks(PROBLEMS[0], kw["capacity"], 60) > 600 - kv_blocks(PROBLEMS[1], 4, 60)
     with pytest.raises(grpc.RpcError) as e:
         solve(serve_stack, **kw)
     assert e.value.code().name == code

@@ -168,3 +168,18 @@ def test_the_kv_ratio_check_follows_the_runs_of_the_driver(make_engine, scorer, 
     other = SearchDriver(make_engine(), scorer, driver.store)
     other.adopt("again", data)
     assert other._evict_ratio() == 0.9
+
+
+def test_a_prompt_one_token_short_of_the_context_is_accepted(make_engine):
+    """The proto allows the context minus one token (room for one generated): the driver refused it
+    (its check counted one more than the engine's), with "1023 tokens; the context holds 1024"."""
+    driver = SearchDriver(make_engine())
+    n = driver.engine.max_model_len
+    tok = driver.engine.tokenizer
+    fits = "1" * (n - len(tok.encode("")) - 1)  # one token a character, the BOS beside them
+    assert len(tok.encode(fits)) == n - 1
+    rid = driver.submit(fits, SearchConfig(method="sc", capacity=2, max_tokens=8))
+    res = driver.run_until_done()[rid]
+    assert [t["tokens"] for t in res.traces] == [1, 1]  # the context's last position, then its length
+    with pytest.raises(ValueError, match=f"prompt has {n} tokens; the context holds {n} including at least"):
+        driver.submit(fits + "1", SearchConfig(method="sc", capacity=2, max_tokens=8))

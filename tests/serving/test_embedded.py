@@ -168,13 +168,25 @@ def test_cancel_and_disconnect_free_the_kv_and_other_runs_finish(emb):
 
 
 def test_overcommit_and_bad_input_change_nothing(emb):
-    with pytest.raises(Overcommitted, match=r"capacity 200 x 300 tokens\)"):
+    # more KV than the Target holds (400 blocks): a request error (RESOURCE_EXHAUSTED sent clients to retry
+    # a run that could never be admitted)
+    with pytest.raises(ValueError, match=r"^capacity: .*\(capacity 200 x 300 tokens\), more than a Target "
+                                         r"replica holds \(400\); lower capacity or max_tokens"):
         next(emb.solve(PROBLEMS[0].prompt, SolveConfig(capacity=200, swap=2, max_tokens=300)))
     # a max_tokens past the model's length: the message gives the length the blocks were counted for (it
     # said "capacity 400 x 100000 tokens" beside a block count for the model's length)
     cap = emb.target.engine.max_model_len
-    with pytest.raises(Overcommitted, match=f"max_tokens 100000, at most {cap} with the prompt"):
+    with pytest.raises(ValueError, match=f"max_tokens 100000, at most {cap} with the prompt"):
         next(emb.solve(PROBLEMS[0].prompt, SolveConfig(capacity=400, swap=2, max_tokens=100000)))
+    # one that fits alone but not beside a run in flight: RESOURCE_EXHAUSTED (Overcommitted), a retry later
+    busy = emb.solve(PROBLEMS[1].prompt, SolveConfig(capacity=8, swap=2, max_tokens=300))
+    next(busy)  # admitted: its worst case is reserved
+    held = emb.target.load()["reserved_blocks"]
+    want = next(c for c in range(1, 400) if emb.target.blocks_needed(PROBLEMS[0].prompt, SolveConfig(
+        capacity=c, swap=0, max_tokens=300)) > 400 - held)
+    with pytest.raises(Overcommitted, match=r"are free on replica"):
+        next(emb.solve(PROBLEMS[0].prompt, SolveConfig(capacity=want, swap=0, max_tokens=300)))
+    busy.close()
     with pytest.raises(ValueError, match="^problem:"):
         next(emb.solve("", SolveConfig()))
     assert emb.target.load()["reserved_blocks"] == 0
@@ -301,7 +313,7 @@ def test_a_run_id_of_ones_own_is_refused_while_a_run_holds_it(emb):
     assert tree.get_run(rid) == before and tree.num_traces(rid) == len(first["traces"])
     # a run refused before it started (its KV) leaves its id free: a client retries with the same id
     retry = f"retry-{uuid.uuid4().hex[:6]}"
-    with pytest.raises(Overcommitted):
+    with pytest.raises(ValueError, match="^capacity:"):
         next(emb.solve(PROBLEMS[1].prompt, SolveConfig(capacity=200, swap=2, max_tokens=300), run_id=retry))
     assert tree.get_run(retry) is None
     assert list(emb.solve(PROBLEMS[1].prompt, cfg, run_id=retry))[-1]["status"] == "done"

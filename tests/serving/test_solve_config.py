@@ -3,7 +3,7 @@ import math
 import pytest
 
 from gambit.serving.protos import load
-from gambit.serving.solve_config import SolveConfig, from_request, server_defaults
+from gambit.serving.solve_config import SolveConfig, check_run_id, from_request, server_defaults
 
 
 @pytest.mark.parametrize("fields,name", [
@@ -77,3 +77,10 @@ def test_server_defaults_take_a_swap_above_the_capacity_as_the_capacity():
     assert server_defaults(None) == SolveConfig()
     with pytest.raises(ValueError, match=r"^capacity:"):
         server_defaults({"capacity": 0, "swap": 2})
+
+
+@pytest.mark.parametrize("run_id", ["abc\n", "a" * 65, "bad id", "", "x/y"])
+def test_a_bad_run_id_is_refused_naming_the_field(run_id):
+    # 'abc\n' passed (re.match's $ matches before a final newline) and failed later without the field
+    with pytest.raises(ValueError, match="^run_id:"):
+        check_run_id(run_id)

@@ -71,8 +71,9 @@ class SearchDriver(Guidance):
         if run_id in self.runs:
             raise ValueError(f"run {run_id} already exists")
         ids = self.engine.tokenizer.encode_checked(prompt, "problem")
-        if len(ids) + 1 >= self.engine.max_model_len:
-            raise ValueError(f"prompt has {len(ids)} tokens; the context holds {self.engine.max_model_len}")
+        if len(ids) >= self.engine.max_model_len:  # the engine's rule: room for one generated token
+            raise ValueError(f"prompt has {len(ids)} tokens; the context holds {self.engine.max_model_len} "
+                             "including at least one generated token")
         run = SearchRun(run_id, cfg, prompt, ids, gold, self.engine, self.scorer, self.owner)
         run.start()
         self._register(run)

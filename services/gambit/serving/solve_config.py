@@ -14,7 +14,7 @@ from gambit.tasks.graded import ANSWER_KINDS
 
 METHODS = ("gambit", "sc", "step", "deepconf")
 DECODINGS = ("plain", "eagle3.1", "pr")
-RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_PROBLEM_CHARS = 8192
 
 
@@ -94,7 +94,7 @@ def check_problem(problem: str, max_chars: int = MAX_PROBLEM_CHARS) -> str:
 
 
 def check_run_id(run_id: str) -> str:
-    if not RUN_ID.match(run_id):
+    if not RUN_ID.fullmatch(run_id):  # match's $ also matched before a final newline: 'abc\n' passed
         raise ValueError(f"run_id: {run_id[:80]!r} must be 1-64 characters of [A-Za-z0-9_-]")
     return run_id
 

@@ -200,6 +200,10 @@ class TargetService:
                     cap = self.engine.max_model_len  # a trace ends there whatever max_tokens says
                     tokens = (f"{cfg.max_tokens} tokens" if cfg.max_tokens < cap else f"max_tokens "
                               f"{cfg.max_tokens}, at most {cap} with the prompt: the model's length")
+                    if need > self.engine.num_blocks:  # never admitted: a request error, not a retry later
+                        raise ValueError(f"capacity: the run needs up to {need} KV blocks (capacity "
+                                         f"{cfg.capacity} x {tokens}), more than a Target replica holds "
+                                         f"({self.engine.num_blocks}); lower capacity or max_tokens")
                     raise Overcommitted(f"run needs up to {need} KV blocks (capacity {cfg.capacity} x "
                                         f"{tokens}); {free} of {self.engine.num_blocks} "
                                         f"are free on replica {self.replica}")
