@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from gambit.serving.payload import decode_states, encode_states
+from gambit.serving.payload import decode_features, decode_states, encode_states
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -50,3 +50,23 @@ def test_non_finite_states_are_refused_in_every_dtype(dtype, bad):
     raw, name, shape = encode_states(x.to(dtype))
     with pytest.raises(ValueError, match="^states: contains NaN or infinity"):
         decode_states(raw, name, shape, ["a", "b", "c"], 12, 64)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_states_too_large_for_a_scorer_are_refused(dtype):
+    """Finite but huge rows (3e38) overflowed the scorer's layers: NaN scores, where the proto promises
+    [0, 1]. float16's range is the bound; a row at it still scores."""
+    x = torch.randn(3, 12)
+    x[1, 4] = 3e38
+    raw, name, shape = encode_states(x.to(dtype))
+    with pytest.raises(ValueError, match=r"^states: \|value\| up to 3[.0-9]*e\+38, at most 65504"):
+        decode_states(raw, name, shape, ["a", "b", "c"], 12, 64)
+    x[1, 4] = -6e4
+    raw, name, shape = encode_states(x.to(dtype))
+    assert decode_states(raw, name, shape, ["a", "b", "c"], 12, 64).shape == (3, 12)
+
+
+def test_features_must_be_log_probabilities():
+    assert decode_features([-0.5, 0.0, -3.0, -1e-7], 2, 2).shape == (2, 2)
+    with pytest.raises(ValueError, match=r"^features: log-probabilities must be <= 0, got 1e\+30"):
+        decode_features([-0.5, 1e30, -3.0, -1.0], 2, 2)

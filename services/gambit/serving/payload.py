@@ -13,6 +13,8 @@ import torch
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+MAX_STATE = 65504.0  # the largest |value| a hidden-state row may hold: float16's largest
+LOGPROB_SLACK = 1e-4  # a log-probability feature above 0 by more than rounding is not one
 
 
 def encode_states(states: torch.Tensor) -> tuple[bytes, str, list[int]]:
@@ -58,6 +60,10 @@ def decode_states(raw: bytes, dtype: str, shape: Sequence[int], trace_ids: Seque
     a = a.reshape(n, d)
     if not np.isfinite(a).all():
         raise ValueError("states: contains NaN or infinity")
+    big = float(np.abs(a).max())
+    if big > MAX_STATE:  # finite, but a scorer's layers overflow on it: NaN scores, not in [0, 1]
+        raise ValueError(f"states: |value| up to {big:.3g}, at most {MAX_STATE:g} (float16's range; a "
+                         "post-norm hidden state is far smaller)")
     return torch.from_numpy(a)
 
 
@@ -82,4 +88,6 @@ def decode_features(values: Sequence[float], n: int, per_row: int) -> np.ndarray
     a = np.asarray(values, dtype=np.float32).reshape(n, per_row)
     if not np.isfinite(a).all():
         raise ValueError("features: contains NaN or infinity")
+    if (a > LOGPROB_SLACK).any():
+        raise ValueError(f"features: log-probabilities must be <= 0, got {float(a.max()):.3g}")
     return a
