@@ -3,6 +3,7 @@ faults and bad input. One Ray start per session (conftest)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -40,11 +41,17 @@ def solve(stack, timeout=120, token=True, **kw):
 def kv_blocks(problem: str, capacity: int, max_tokens: int) -> int:
     """A run's worst-case KV blocks on the stack's Target (``TargetService.blocks_needed``)."""
     from gambit.engine.block_manager import shared_prompt_blocks
+
+    n = len(_tokenizer().encode(problem))
+    return shared_prompt_blocks(n, n + max_tokens, capacity, 16)
+
+
+@functools.cache
+def _tokenizer():
     from gambit.model import load_model
     from gambit.paths import TARGET
 
-    n = len(load_model(str(TARGET))[1].encode(problem))
-    return shared_prompt_blocks(n, n + max_tokens, capacity, 16)
+    return load_model(str(TARGET))[1]
 
 
 class Background:
@@ -227,12 +234,17 @@ def test_client_get_and_cancel_print_the_run_record_and_stop_a_run(serve_stack, 
 def test_bad_input_and_overcommit_are_refused_while_another_run_goes_on(serve_stack, kw, field, code):
     bg = Background(serve_stack, max_tokens=60, top_p=0.9, top_k=20)  # a nucleus through the whole stack
     bg.wait_started()
-    if kw.get("capacity") == "fills the KV alone":
+    held = None
+    if kw.get("capacity") == "fills the KV alone":  # beside a long run, admitted just before it
         most = max(c for c in range(1, 600) if kv_blocks(PROBLEMS[0], c, 60) <= 600)
         kw = dict(max_tokens=60, capacity=most)
-        assert kv_blocks(PROBLEMS[0], kw["capacity"], 60) > 600 - kv_blocks(PROBLEMS[1], 4, 60)
+        assert kv_blocks(PROBLEMS[0], most, 60) > 600 - kv_blocks(LONG, 8, 400)
+        held = Background(serve_stack, max_tokens=400, seed=13, capacity=8, problem=LONG)
+        held.wait_started()
     with pytest.raises(grpc.RpcError) as e:
         solve(serve_stack, **kw)
+    if held is not None:
+        assert held.join().result.status == "done"
     assert e.value.code().name == code
     assert e.value.details().startswith(f"{field}:") if field else "KV" in e.value.details()
     assert bg.join().result.status == "done"
