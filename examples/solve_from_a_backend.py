@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
             for event in stub.Solve(request, metadata=metadata, timeout=300):
                 kind = event.WhichOneof("event")
                 if kind == "started":
-                    print(f"run {event.started.run_id} on {event.started.replica}")
+                    s = event.started.settings  # what the run uses: the server's defaults filled in
+                    print(f"run {event.started.run_id} on {event.started.replica}: {s.method}, "
+                          f"C={s.capacity} K={s.swap}, {s.max_tokens} tokens a trace at most")
                 elif kind == "progress":
                     g = event.progress
                     lead = max(g.votes, key=lambda v: v.weight, default=None)  # the answer so far

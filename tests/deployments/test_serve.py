@@ -178,6 +178,13 @@ def test_client_get_and_cancel_print_the_run_record_and_stop_a_run(serve_stack, 
     info = wait_for(lambda: (i := stub(serve_stack).GetRun(pb2.GetRunRequest(run_id=run_id), metadata=md()))
                     .result.timings.first_event_s > 0 and i)
     assert info and info.result.timings.first_event_s == streamed.timings.first_event_s
+    # the settings it ran with, the server's defaults filled in (a request that left max_tokens 0 could not
+    # learn the 120 it got): in RunStarted and in GetRun
+    for got in (events[0].started.settings, info.settings):
+        assert (got.method, got.decoding, got.capacity, got.swap, got.round_interval, got.max_tokens,
+                got.seed, got.answer_rule) == ("gambit", "plain", 4, 1, 8, 120, 11, "boxed")
+        assert got.temperature == pytest.approx(0.8) and not got.problem
+    assert info.request.max_tokens == 0  # the request as sent stays as it was
     # its id is taken: a second Solve with it is refused, and the record and tree stay this run's (one
     # started, its nodes joining this run's tree, its record replacing this one)
     with pytest.raises(grpc.RpcError) as e:
@@ -197,6 +204,8 @@ def test_client_get_and_cancel_print_the_run_record_and_stop_a_run(serve_stack, 
     assert out[0].startswith(f"run {run_id}: done  replica ") and "seed 11" in out[0]
     assert f"traces {info.num_traces}  " in out[0]
     assert out[1] == f"problem: {' '.join(PROBLEMS[0].split())}"  # which run it is, at a glance
+    assert out[2] == ("settings: gambit plain  C=4 K=1 Δ=8  max_tokens 120  temperature 0.8  seed 11  "
+                      "answer_rule boxed")
     (result,) = [ln for ln in out if ln.startswith("result: ")]
     assert result.startswith(f"result: done  answer {streamed.answer or '-'}  ")
     assert f"first event {streamed.timings.first_event_s:.3f}s" in result
@@ -418,6 +427,7 @@ def test_the_backend_example_solves_over_the_proxy_with_its_own_stubs(serve_stac
     r = call("Compute (4+5)*3.", "--capacity", "4")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("run ") and "round 1:" in r.stdout and "done: answer '" in r.stdout
+    assert ": gambit, C=4 K=1, 120 tokens a trace at most\n" in r.stdout  # the stack's defaults
     assert "\\boxed{" in r.stdout.split("solution: ")[1]
     # DeepConf's warm-up traces finish first: the rounds after show the answer leading so far
     r = call("Compute (4+5)*3-8.", "--capacity", "6", "--method", "deepconf")

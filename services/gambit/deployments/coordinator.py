@@ -24,7 +24,7 @@ from ray import serve
 
 from gambit.deployments.ray_metrics import ray_metrics
 from gambit.deployments.takeover import Lost, TargetLost, target_died
-from gambit.serving.convert import event_msg, progress_msg, result_msg
+from gambit.serving.convert import SETTINGS, event_msg, progress_msg, result_msg, settings_msg
 from gambit.serving.protos import load
 from gambit.serving.security import check_token
 from gambit.serving.solve_config import check_run_id, from_request, server_defaults
@@ -133,7 +133,8 @@ class Coordinator:
             # written before the run starts (a late "queued" must never overwrite the Target's status),
             # and only where no run holds the id: a finished run's record and tree stay what GetRun reads
             old = await asyncio.to_thread(self.tree.claim_run, run_id, status="queued",
-                                          request=MessageToDict(request, preserving_proto_field_name=True))
+                                          request=MessageToDict(request, preserving_proto_field_name=True),
+                                          settings={k: getattr(cfg, k) for k in SETTINGS})
             if old is not None:
                 raise RPCError(grpc.StatusCode.ALREADY_EXISTS, taken_message(run_id, old))
             self.waiting += 1
@@ -186,6 +187,10 @@ class Coordinator:
                     if d["kind"] == "result":
                         call.got_result = True
                         yield self._result(d, call, method)
+                    elif d["kind"] == "started":
+                        ev = event_msg(self.pb2, d)
+                        ev.started.settings.CopyFrom(settings_msg(self.pb2, args[2]))
+                        yield ev
                     else:
                         yield event_msg(self.pb2, d)
                 if retry:
@@ -259,6 +264,8 @@ class Coordinator:
                                     replica=str(rec.get("replica") or ""))
             if rec.get("request"):
                 ParseDict(rec["request"], info.request)
+            if rec.get("settings"):
+                info.settings.CopyFrom(settings_msg(self.pb2, rec["settings"]))
             if rec.get("progress"):
                 info.last_progress.CopyFrom(progress_msg(self.pb2, rec["progress"]))
             if rec.get("result"):

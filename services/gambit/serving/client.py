@@ -87,6 +87,16 @@ def solve_request(pb2, problem: str, cfg: ClientConfig):
     return req
 
 
+def _print_settings(s, out) -> None:
+    """The settings a run uses (``RunStarted.settings``), the server's defaults filled in."""
+    shown = (("top_p", s.top_p, 1.0), ("top_k", s.top_k, 0), ("timeout_s", s.timeout_s, 0.0),
+             ("max_total_tokens", s.max_total_tokens, 0))  # each where it is not its "none"
+    extra = [f"{name} {v:g}" for name, v, none in shown if v != none]
+    print(f"settings: {s.method} {s.decoding}  C={s.capacity} K={s.swap} Δ={s.round_interval}  max_tokens "
+          f"{s.max_tokens}  temperature {s.temperature:g}  seed {s.seed}  answer_rule {s.answer_rule}"
+          + "".join(f"  {x}" for x in extra) + ("  raw_prompt" if s.raw_prompt else ""), file=out)
+
+
 def _print_progress(p, out) -> None:
     votes = sorted(p.votes, key=lambda v: -v.weight)
     print(f"round {p.round:3d}  active {p.active:3d}  ghost {p.ghost:2d}  pruned {p.pruned:2d}  "
@@ -145,6 +155,8 @@ def solve(problem: str, cfg: ClientConfig, out=None) -> int:
             if kind == "started":
                 again = " (resumed: its replica was lost)" if ev.started.resumed else ""
                 print(f"run {ev.started.run_id} on replica {ev.started.replica}{again}", file=out)
+                if ev.started.HasField("settings"):
+                    _print_settings(ev.started.settings, out)
             elif kind == "progress":
                 _print_progress(ev.progress, out)
             else:
@@ -166,6 +178,8 @@ def get_run(run_id: str, cfg: ConnectConfig, out=None) -> int:
         if req.problem:  # which run this is, at a glance (a long problem shortened)
             text = " ".join(req.problem.split())
             print(f"problem: {text if len(text) <= 160 else text[:159] + '…'}", file=out)
+        if info.HasField("settings"):
+            _print_settings(info.settings, out)
         if info.HasField("last_progress"):
             _print_progress(info.last_progress, out)
         if info.HasField("result"):

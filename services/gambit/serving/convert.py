@@ -25,6 +25,16 @@ def result_msg(pb2, d: dict, first_event_s: float = 0.0, scorer_s: float = 0.0, 
         solution=d.get("solution", ""), solution_trace=d.get("solution_trace", -1))
 
 
+SETTINGS = ("method", "decoding", "capacity", "swap", "round_interval", "max_tokens", "temperature", "seed",
+            "timeout_s", "top_p", "top_k", "raw_prompt", "answer_rule", "max_total_tokens")
+
+
+def settings_msg(pb2, cfg: dict):
+    """The settings a run uses (a ``SolveConfig`` as a dict) as the ``SolveRequest`` that asks for them
+    explicitly: what RunStarted and RunInfo report, the server's defaults filled in."""
+    return pb2.SolveRequest(**{k: cfg[k] for k in SETTINGS if k in cfg})
+
+
 def event_msg(pb2, d: dict):
     if d["kind"] == "started":
         return pb2.SolveEvent(started=pb2.RunStarted(run_id=d["run_id"], replica=d["replica"],
