@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -334,3 +335,76 @@ def test_eval_and_run_read_the_task_by_another_rule(tmp_path, capsys):
 
     assert RunConfig(answer_rule="gsm8k").search().answer_rule == "gsm8k"
     assert RunConfig().search().answer_rule == "boxed"
+
+
+def test_eval_takes_its_model_from_the_config_file(tmp_path, capsys):
+    """`model:` in --config was replaced by the shipped target (a fixed value beat the YAML): an eval of
+    a checkpoint driven by a config file reported the toy model's accuracy."""
+    cfg = tmp_path / "eval.yaml"
+    cfg.write_text(f"model: {tmp_path / 'nope'}\nn_problems: 1\nsamples: 1\n")
+    assert main(["eval", "--config", str(cfg), "--max-tokens", "40"]) == 2
+    assert "model folder does not exist" in capsys.readouterr().err
+
+
+def test_a_config_file_with_a_number_for_a_key_is_a_clear_error(tmp_path):
+    cfg = tmp_path / "k.yaml"
+    cfg.write_text("1: 2\nfoo: 3\n")  # a TypeError traceback: sorting int and str keys
+    with pytest.raises(SystemExit, match=r"unknown options \[1, 'foo'\]"):
+        main(["eval", "--config", str(cfg)])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--save", "{tmp}", "--png", ""], "save: {tmp} is a directory"),  # both after the whole run
+    (["run", "--png", "{tmp}/x.txt"], "png: {tmp}/x.txt: a picture is written as .png"),
+    (["eval", "--json", "{tmp}", "--n-problems", "1"], "json: {tmp} is a directory"),
+    (["run", "--lineage-nodes", "-1"], "lineage_nodes must be >= 0"),
+    (["run", "--method", "sc", "--scorer", "foo"], "scorer 'foo': no scorer folder there"),  # never checked
+    (["run", "--problems", "2000", "--min-ops", "1", "--max-ops", "1", "--save", "", "--png", ""],
+     "only 1586 distinct test problems with 1-1 operations"),  # looped forever
+    (["eval", "--seed", "-1"], "seed must be >= 0"),
+    (["eval", "--temperature", "nan"], "temperature must be a finite number >= 0"),
+    (["eval", "--min-ops", "5", "--max-ops", "3"], "min_ops <= max_ops"),
+    (["train", "target", "--out", "{tmp}/t", "--eval-samples", "-1"], "eval_samples must be >= 0"),
+])
+def test_bad_values_are_refused_before_the_work(tmp_path, capsys, args, message):
+    """Each was refused after the run, evaluation or training (or never, or hung): one line, exit 2."""
+    t0 = time.monotonic()
+    try:  # a dataclass's own check exits with its message, the others return 2 after printing it
+        assert main([a.format(tmp=tmp_path) for a in args]) == 2
+        said = capsys.readouterr().err
+    except SystemExit as e:
+        said = str(e.code)
+    assert said.startswith("error: ") and message.format(tmp=tmp_path) in said
+    assert time.monotonic() - t0 < 20  # before any problem is solved or step trained
+
+
+def test_an_empty_stdin_question_is_refused(monkeypatch, capsys):
+    # "" means the held-out problems: an empty pipe solved those instead of the question
+    monkeypatch.setattr(sys, "stdin", __import__("io").StringIO(""))
+    assert main(["run", "--question", "-", "--png", "", "--save", ""]) == 2
+    assert "question: '-' read nothing from stdin" in capsys.readouterr().err
+
+
+def test_a_picture_path_without_a_suffix_is_named_as_written(tmp_path, capsys):
+    """matplotlib adds ".png" to a bare path: the command named a file that was not there."""
+    store = tmp_path / "s.json"
+    assert main(["run", "--question", "Compute (14+25)*3.", "--samples", "2", "--max-tokens", "40",
+                 "--save", str(store), "--png", str(tmp_path / "pic")]) == 0
+    assert f"lineage picture: {tmp_path / 'pic.png'}" in capsys.readouterr().out
+    assert (tmp_path / "pic.png").is_file() and not (tmp_path / "pic").exists()
+
+
+def test_inspect_a_json_that_is_not_a_tree_store(tmp_path, capsys):
+    other = tmp_path / "eval.json"
+    other.write_text('{"pass1": 0.5, "n_problems": 3}')  # a TypeError traceback
+    assert main(["inspect", "last", "--store", str(other)]) == 2
+    assert f"store file {other} is not a tree store" in capsys.readouterr().err
+    assert main(["inspect", "last", "--store", str(tmp_path)]) == 2
+    assert f"store file {tmp_path} is a directory" in capsys.readouterr().err
+
+
+def test_a_bench_command_with_its_own_parser_answers_a_bad_value_in_one_line(capsys):
+    """`gambit bench NAME` with its own parser skipped main's error handling: tracebacks."""
+    assert main(["bench", "engine", "--model", "/nonexistent/model"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err

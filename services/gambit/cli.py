@@ -7,7 +7,7 @@ import sys
 from dataclasses import replace
 
 from gambit.config_cli import add_dataclass_args, from_args
-from gambit.paths import say_if_overwriting
+from gambit.paths import check_output, say_if_overwriting
 
 
 def _cmd_run(args) -> int:
@@ -15,16 +15,19 @@ def _cmd_run(args) -> int:
 
     cfg = from_args(RunConfig, args)
     if cfg.question == "-":  # a multi-line question, piped (as `gambit client solve -`)
-        cfg = replace(cfg, question=sys.stdin.read())
+        text = sys.stdin.read()
+        if not text:  # "" means the held-out problems: an empty pipe solved those instead
+            raise ValueError("question: '-' read nothing from stdin")
+        cfg = replace(cfg, question=text)
     run(cfg)
     return 0
 
 
 def _cmd_eval(args) -> int:
     from gambit.bench.eval import EvalConfig, format_table, run_eval, write_json
-    from gambit.paths import TARGET
 
-    cfg = from_args(EvalConfig, args, **({} if args.model else {"model": str(TARGET)}))
+    cfg = from_args(EvalConfig, args)
+    check_output(args.json or "", "json")  # before the evaluation, not after it
     result = run_eval(cfg)
     print(format_table(result))
     if args.json:
@@ -53,6 +56,8 @@ def _cmd_train_target(args) -> int:
     from gambit.train.target import TrainTargetConfig, train_target
 
     cfg = from_args(TrainTargetConfig, args)
+    if args.eval_samples < 0:  # checked after the training before: 30 minutes lost
+        raise ValueError(f"eval_samples must be >= 0 (0: no evaluation), got {args.eval_samples}")
     say_if_overwriting(cfg.out)
     info = train_target(cfg)
     out = info["config"]["out"]
@@ -202,11 +207,17 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["bench"] and len(argv) > 1 and argv[1] in OWN_PARSERS:  # each has its own parser
         import importlib
 
-        return importlib.import_module(OWN_PARSERS[argv[1]]).main(argv[2:])
+        run = importlib.import_module(OWN_PARSERS[argv[1]]).main
+        return _clean_errors(lambda: run(argv[2:]))  # a bad value was a traceback there
     args = build_parser().parse_args(argv)
+    return _clean_errors(lambda: args.func(args))
+
+
+def _clean_errors(command) -> int:
+    """A missing file, a refused connection, a taken port or a bad value: one line, exit 2."""
     try:
-        return args.func(args)
-    except (OSError, ValueError) as e:  # a missing file, a refused connection, a taken port; bad values
+        return command()
+    except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -118,7 +118,7 @@ def from_args(cls, args: argparse.Namespace, **fixed):
         if not isinstance(loaded, dict):
             raise SystemExit(f"error: {path}: expected a mapping of option names to values")
         names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(loaded) - names)
+        unknown = sorted(set(loaded) - names, key=str)  # a YAML key may be a number: `1: 2`
         if unknown:
             raise SystemExit(f"error: {path}: unknown options {unknown}; known: {sorted(names)}")
         hints = typing.get_type_hints(cls)

@@ -38,3 +38,27 @@ def say_if_overwriting(out: str) -> None:
     """Print ``overwrite_note`` to stderr, before a training command starts."""
     if note := overwrite_note(out):
         print(note, file=sys.stderr)
+
+
+# what matplotlib writes (Agg backends); a picture path without a suffix gets ".png"
+IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".tif", ".tiff", ".webp", ".eps", ".ps")
+
+
+def check_output(path: str, field: str, image: bool = False) -> None:
+    """An output file refused before the work that fills it, not after: a directory, or a picture
+    suffix nothing writes ("" = no output)."""
+    if not path:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{field}: {path} is a directory; give a file path")
+    if image and p.suffix and p.suffix.lower() not in IMAGE_SUFFIXES:
+        raise ValueError(f"{field}: {path}: a picture is written as {' | '.join(IMAGE_SUFFIXES)}, "
+                         f"not {p.suffix}")
+
+
+def image_path(path: str | Path) -> Path:
+    """The file a picture at ``path`` is written to: matplotlib adds ".png" to a bare path, and the
+    command then named a file that was not there."""
+    p = Path(path)
+    return p if p.suffix else p.with_name(p.name + ".png")

@@ -11,8 +11,8 @@ from gambit.cpu_info import check_cpu_weights, check_kv_dtype
 from gambit.drafter_map import parse_drafters
 from gambit.engine import Engine, EngineConfig
 from gambit.engine.config import SpecConfig
-from gambit.paths import TARGET
-from gambit.scoring.spec import load_scorer_spec
+from gambit.paths import TARGET, check_output
+from gambit.scoring.spec import check_scorer_spec, load_scorer_spec
 from gambit.search.config import SearchConfig, check_deepconf_pool
 from gambit.search.driver import SearchDriver
 from gambit.search.lineage import lineage_png, lineage_text
@@ -57,8 +57,8 @@ class RunConfig:
     seed: int = 0  # problem selection and trace seeds
     min_ops: int = 6  # fewest operations in a problem
     max_ops: int = 8  # most operations in a problem
-    kv_blocks: int = 120  # KV blocks of the engine (small enough that memory pressure shows)
-    max_wall_s: float = 25.0  # seconds per problem at most (the whole job stays about a minute)
+    kv_blocks: int = 120  # KV blocks of the engine, 16 tokens each (small enough that memory pressure shows)
+    max_wall_s: float = 25.0  # seconds per problem at most (0 = no limit; the default job stays ~a minute)
     max_tokens: int = 400  # tokens per trace at most
     save: str = "results/run_store.json"  # the tree store as JSON, for `gambit inspect RUN --store FILE`
     png: str = "results/run_lineage.png"  # lineage picture of the last problem ("" to skip)
@@ -83,6 +83,10 @@ class RunConfig:
         check_benchmark(self.benchmark, self.data)
         check_question(self)
         at_least(1, kv_blocks=self.kv_blocks)
+        at_least(0, lineage_nodes=self.lineage_nodes)
+        check_scorer_spec(self.scorer)  # a typo, whichever method: `bench search` refuses it too
+        check_output(self.save, "save")  # before the runs, not after them
+        check_output(self.png, "png", image=True)
         if self.spec_max_batch < 0:
             raise ValueError(f"spec_max_batch must be >= 0 (0: no cap), got {self.spec_max_batch}")
         parse_drafters(self.drafters)

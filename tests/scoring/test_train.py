@@ -101,3 +101,13 @@ def test_isa_is_validated_and_keys_the_rollout_cache(tmp_path):
     with pytest.raises(RuntimeError, match="pinned to it"):  # pytest runs the machine's kernels
         collect_rollouts(pinned, cache_dir=str(tmp_path), quiet=True)
 
+
+@pytest.mark.parametrize("values, field", [
+    ({"heldout_problems": 0}, "heldout_problems"), ({"repro_problems": 0}, "repro_problems"),
+    ({"repro_epochs": -1}, "repro_epochs"), ({"temperature": 0.0}, "temperature")])
+def test_bad_values_are_refused_before_the_rollouts(values, field):
+    """Refused when the config is built, naming the field: not after rollouts or training."""
+    with pytest.raises(ValueError, match=rf"{field} must be .*, got {list(values.values())[0]!r}"):
+        TrainScorerConfig(**values)
+    TrainScorerConfig()  # the defaults (the shipped cards') still construct
+    assert TrainScorerConfig(repro_problems=0, repro_epochs=0).repro_problems == 0  # no probe: unused

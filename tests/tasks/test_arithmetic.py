@@ -241,3 +241,10 @@ def test_the_question_is_the_prompt_without_the_cue():
 
     for p in generate("test", 20, 1):
         assert task_prompt(p.question) == p.prompt and p.question.startswith("Compute ")
+
+
+def test_asking_for_more_problems_than_a_range_holds_is_refused_not_a_hang():
+    """One operation gives ~1.6k distinct test problems: 2000 looped forever at full CPU, printing nothing."""
+    with pytest.raises(ValueError, match=r"^only 1586 distinct test problems with 1-1 operations found .*"
+                                         r"asked for 2000$"):
+        generate("test", 2000, 0, TaskConfig(1, 1))

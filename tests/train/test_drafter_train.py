@@ -23,6 +23,31 @@ def test_config_validation_names_the_field():
     assert TrainDrafterConfig(method="hass+pr").out.endswith("drafter-hass-pr")
 
 
+
+@pytest.mark.parametrize("field, value", [
+    ("grad_clip", float("nan")), ("grad_clip", -1.0), ("grad_clip", 0.0), ("min_lr_ratio", 5.0),
+    ("min_lr_ratio", float("nan")), ("warmup", -3), ("weight_decay", -1.0), ("weight_decay", float("nan")),
+    ("weight_decay", float("inf")), ("lr", float("inf")), ("eval_every", 0), ("num_layers", 0),
+    ("n_train", 0), ("n_heldout", 0), ("data_max_tokens", 0), ("data_temperature", -1.0),
+    ("draft_vocab", -1), ("init", "/nonexistent")])
+def test_bad_training_values_are_refused_before_the_data_phase(field, value):
+    """Refused when the config is built, not after minutes of data generation (or as a nan loss)."""
+    with pytest.raises(ValueError, match=rf"{field}.*{value!r}"):
+        TrainDrafterConfig(**{field: value})
+    TrainDrafterConfig()  # the defaults (the shipped cards') still construct
+    TrainDrafterConfig(warmup=0, weight_decay=0.0, min_lr_ratio=1.0, eval_every=1)  # the edges
+
+
+def test_init_must_be_a_drafter_folder(tmp_path):
+    from gambit.paths import ASSETS
+
+    with pytest.raises(ValueError, match="init.*no config.json"):
+        TrainDrafterConfig(method="pr", init=str(tmp_path))
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="init.*safetensors"):
+        TrainDrafterConfig(method="pr", init=str(tmp_path))
+    assert TrainDrafterConfig(method="pr", init=str(ASSETS / "drafter-eagle3.1")).init
+
 @pytest.mark.parametrize("beta", [0.0, 0.5])
 def test_pr_selects_least_confident_rows_and_a_balance_set(beta):
     cfg = TrainDrafterConfig(method="pr", beta=beta, reconsider_frac=0.25)

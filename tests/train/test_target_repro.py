@@ -35,6 +35,19 @@ def test_history_comparison_catches_a_difference():
         TrainTargetConfig(threads=0)
 
 
+
+@pytest.mark.parametrize("field, value", [
+    ("weight_decay", float("nan")), ("weight_decay", -0.1), ("weight_decay", float("inf")),
+    ("lr", float("inf")), ("min_lr_ratio", 2.0), ("min_lr_ratio", -0.1), ("min_lr_ratio", float("nan")),
+    ("warmup", -1), ("checkpoint_every", -1), ("hidden_size", 0), ("num_heads", 0), ("num_kv_heads", 0),
+    ("intermediate_size", 0), ("max_positions", 0), ("min_ops", 0), ("max_ops", 1)])
+def test_bad_training_values_are_refused_up_front(field, value):
+    """Refused when the config is built (before any model or data), naming the field and the value."""
+    with pytest.raises(ValueError, match=rf"{field}.*{value!r}" if field != "max_ops" else "max_ops"):
+        TrainTargetConfig(**{field: value})
+    TrainTargetConfig()  # the defaults (the shipped card's) still construct
+    TrainTargetConfig(warmup=0, checkpoint_every=0, weight_decay=0.0, min_lr_ratio=1.0)  # the edges
+
 def test_float64_training_saves_float32_weights_and_records_its_arithmetic(tmp_path):
     from safetensors import safe_open
 

@@ -40,7 +40,7 @@ DEFAULT_PROBLEMS = 240
 
 @dataclass
 class EvalConfig:
-    model: str  # model folder (Hugging Face layout) or a registry name (default: shipped target)
+    model: str = ""  # model folder (Hugging Face layout) or a registry name ("" = the shipped target)
     split: str = "test"  # task split the problems come from: train | dev | test
     samples: int = 16  # sampled solutions per problem (pass@1 is their mean; the vote is over them)
     n_problems: int = DEFAULT_PROBLEMS  # problems evaluated
@@ -57,7 +57,18 @@ class EvalConfig:
     answer_rule: str = ""  # how the task's answers are read: "" = boxed | integer | gsm8k | choice | latex
 
     def __post_init__(self) -> None:
-        at_least(1, samples=self.samples, n_problems=self.n_problems)
+        if not self.model:  # a default here, not a fixed value from the CLI: that one beat a YAML's model
+            from gambit.paths import TARGET
+
+            self.model = str(TARGET)
+        at_least(1, samples=self.samples, n_problems=self.n_problems, max_tokens=self.max_tokens,
+                 max_num_seqs=self.max_num_seqs)
+        at_least(0, seed=self.seed)
+        if not 0 <= self.temperature < float("inf"):  # NaN fails too
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (1 = no nucleus), got {self.top_p}")
+        TaskConfig(self.min_ops, self.max_ops)  # its range check, before the model loads
         if self.split not in SPLITS:  # before the model loads
             raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
         check_benchmark(self.benchmark, self.data)

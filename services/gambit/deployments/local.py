@@ -66,7 +66,14 @@ class ServeConfig:
         at_least(1, num_cpus=self.num_cpus, target_replicas=self.target_replicas,
                  coordinator_replicas=self.coordinator_replicas)
         at_least(1, retention_s=self.retention_s)
-        at_least(0, target_threads=self.target_threads)
+        at_least(0, target_threads=self.target_threads, num_blocks=self.num_blocks)
+        if not (self.target_gpus == -1 or self.target_gpus >= 0):
+            raise ValueError(f"target_gpus must be >= 0, or -1 (one when the node has a GPU), got "
+                             f"{self.target_gpus}")
+        if self.scorer not in ("", "process", "mlp", "sequence"):  # a folder or a parametrised spec
+            from gambit.scoring.spec import check_scorer_spec  # (imports torch: not for the shipped names)
+
+            check_scorer_spec(self.scorer)
         if self.spec_max_batch < 0:
             raise ValueError(f"spec_max_batch must be >= 0 (0 = no cap), got {self.spec_max_batch}")
         parse_drafters(self.drafters)

@@ -26,8 +26,9 @@ class ClusterConfig:
     def __post_init__(self):
         if not self.name or not self.namespace:
             raise ValueError("name and namespace must be non-empty")
-        if self.timeout_s <= 0 or self.poll_s <= 0:
-            raise ValueError(f"timeout_s and poll_s must be > 0, got {self.timeout_s}, {self.poll_s}")
+        for name in ("timeout_s", "poll_s"):  # NaN is refused too: a deadline it set never passed
+            if not 0 < getattr(self, name) < float("inf"):
+                raise ValueError(f"{name} must be a number of seconds > 0, got {getattr(self, name)}")
 
 
 @dataclass

@@ -40,8 +40,10 @@ class LoadTestConfig:
         at_least(0, stop_timeout_s=self.stop_timeout_s)
         if not 0 <= self.cancel_fraction <= 1:
             raise ValueError(f"cancel_fraction must be in [0, 1], got {self.cancel_fraction}")
-        if self.max_tokens_scale <= 0:
-            raise ValueError(f"max_tokens_scale must be > 0, got {self.max_tokens_scale}")
+        if not 0 < self.max_tokens_scale < float("inf"):  # NaN too
+            raise ValueError(f"max_tokens_scale must be a finite number > 0, got {self.max_tokens_scale}")
+        at_least(1, num_cpus=self.num_cpus)
+        at_least(0, num_blocks=self.num_blocks)
         from gambit.tasks.graded import check_benchmark
 
         check_benchmark(self.benchmark, self.data)

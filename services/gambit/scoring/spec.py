@@ -58,6 +58,32 @@ def _int(spec: str, text: str, what: str) -> int:
     return value
 
 
+def check_scorer_spec(spec: str) -> None:
+    """ValueError for a spec ``load_scorer_spec`` refuses, loading nothing: a command checks it before
+    its model loads, whether or not its method scores (a typo went unnoticed under ``--method sc``)."""
+    _checked(spec, DEFAULT_HIDDEN)
+
+
+def _checked(spec: str, width: int) -> tuple[str, list]:
+    """``(kind, arguments)`` of a valid spec: confidence [hidden], random [net, hidden, seed], folder
+    [path], a shipped name []; else ValueError saying what was wrong."""
+    kind, args = _fields(spec)
+    if kind == "confidence":
+        if len(args) > 1:
+            raise ValueError(f"scorer {spec!r}: confidence takes at most a hidden size (confidence:<hidden>)")
+        return kind, [_int(spec, args[0], "hidden size") if args else width]
+    if kind == "random":
+        net = args[0] if args and args[0] else "mlp"
+        if net not in ("mlp", "sequence"):
+            raise ValueError(f"scorer {spec!r}: random kind must be mlp or sequence, got {net!r}")
+        hidden = _int(spec, args[1], "hidden size") if len(args) > 1 else width
+        return kind, [net, hidden, _int(spec, args[2], "seed") if len(args) > 2 else 0]
+    if kind == "folder" and not (Path(args[0]) / "config.json").is_file():
+        raise ValueError(f"scorer {spec!r}: no scorer folder there (need config.json); a spec is "
+                         f"{' | '.join(SHIPPED)} | confidence[:H] | random[:kind[:H[:seed]]] | a folder")
+    return kind, args
+
+
 def load_scorer_spec(spec: str = "process", hidden_size: int = 0, invariant: bool = True,
                      note: Callable[[str], None] | None = _stderr):
     """The scorer ``spec`` names (module docstring). ``hidden_size``: the model's width (0: unknown,
@@ -66,25 +92,14 @@ def load_scorer_spec(spec: str = "process", hidden_size: int = 0, invariant: boo
     fallback (None: silent)."""
     import gambit.scoring as scoring
 
-    kind, args = _fields(spec)
     width = hidden_size or DEFAULT_HIDDEN
+    kind, args = _checked(spec, width)
     if kind == "confidence":
-        if len(args) > 1:
-            raise ValueError(f"scorer {spec!r}: confidence takes at most a hidden size (confidence:<hidden>)")
-        return scoring.ConfidenceScorer(_int(spec, args[0], "hidden size") if args else width)
+        return scoring.ConfidenceScorer(args[0])
     if kind == "random":
-        net = args[0] if args and args[0] else "mlp"
-        if net not in ("mlp", "sequence"):
-            raise ValueError(f"scorer {spec!r}: random kind must be mlp or sequence, got {net!r}")
-        hidden = _int(spec, args[1], "hidden size") if len(args) > 1 else width
-        seed = _int(spec, args[2], "seed") if len(args) > 2 else 0
-        return scoring.random_scorer(net, hidden, seed=seed, invariant=invariant)
-    if kind == "folder":
-        folder = Path(args[0])
-        if not (folder / "config.json").is_file():
-            raise ValueError(f"scorer {spec!r}: no scorer folder there (need config.json); a spec is "
-                             f"{' | '.join(SHIPPED)} | confidence[:H] | random[:kind[:H[:seed]]] | a folder")
-        return scoring.load_scorer(folder, invariant=invariant)  # must fit: scoring refuses the wrong width
+        return scoring.random_scorer(args[0], args[1], seed=args[2], invariant=invariant)
+    if kind == "folder":  # must fit: scoring refuses the wrong width
+        return scoring.load_scorer(Path(args[0]), invariant=invariant)
     folder = shipped_folder(kind)
     if (folder / "config.json").is_file():
         scorer = scoring.load_scorer(folder, invariant=invariant)

@@ -80,7 +80,14 @@ class TrainScorerConfig:
                                                       "patience", "threads", "train_threads")})
         above(0, lr=self.lr)
         at_least(0, weight_decay=self.weight_decay)
+        # refused here, not after the train-split rollouts (heldout) or after training (the probe)
+        at_least(1, heldout_problems=self.heldout_problems)
+        at_least(0, repro_epochs=self.repro_epochs)
+        if self.repro_epochs:
+            at_least(1, repro_problems=self.repro_problems)
         check_isa(self.isa)
+        for split in ("train", "dev"):  # the rollouts' own checks (temperature, ...), up front too
+            self.rollouts(split)
         if not self.out:
             self.out = str(SCORER_MLP if self.kind == "mlp" else SCORER_SEQUENCE)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gambit.paths import image_path
 from gambit.search import tree as T
 from gambit.search.config import deepconf_warm
 from gambit.search.vote import vote_counts
@@ -158,7 +159,7 @@ def lineage_png(run_id: str, data: dict, path: str | Path) -> Path:
                        Patch(color=COLOURS[T.RUNNING], label="running")],
               fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # off the traces
     fig.tight_layout()
-    path = Path(path)
+    path = image_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

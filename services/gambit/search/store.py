@@ -145,15 +145,20 @@ class MemoryStore:
     def open(cls, path: str | Path) -> MemoryStore:
         path = Path(path)
         if not path.is_file():
-            raise ValueError(f"store file {path} does not exist")
+            why = "is a directory" if path.is_dir() else "does not exist"
+            raise ValueError(f"store file {path} {why}")
         try:
             data = json.loads(path.read_text())
         except json.JSONDecodeError as e:
             raise ValueError(f"store file {path} is not JSON: {e}") from None
         store = cls()
-        for run_id, run in data.items():
-            store.update(run_id, RunUpdate(meta=run["meta"], nodes=list(run["nodes"].values()),
-                                           rounds=run["rounds"], result=run["result"]))
+        try:
+            for run_id, run in data.items():
+                store.update(run_id, RunUpdate(meta=run["meta"], nodes=list(run["nodes"].values()),
+                                               rounds=run["rounds"], result=run["result"]))
+        except (AttributeError, KeyError, TypeError):  # JSON of another shape (an eval's, a bench's)
+            raise ValueError(f"store file {path} is not a tree store (`gambit run --save` writes one)") \
+                from None
         return store
 
 

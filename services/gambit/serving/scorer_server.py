@@ -45,11 +45,15 @@ class ScorerServerConfig:
     tls: TLSConfig = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if not 0 <= self.port < 65536 or not -1 <= self.metrics_port < 65536:
-            raise ValueError("port / metrics_port out of range")
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"port must be in 0..65535 (0: any free one), got {self.port}")
+        if not -1 <= self.metrics_port < 65536:
+            raise ValueError(f"metrics_port must be in -1..65535 (-1: none, 0: any free one), got "
+                             f"{self.metrics_port}")
+        if not self.host:
+            raise ValueError("host must be an address to bind, e.g. 127.0.0.1")
         at_least(1, max_rows=self.max_rows, max_batch_rows=self.max_batch_rows, workers=self.workers)
-        if self.batch_wait_ms < 0:
-            raise ValueError("batch_wait_ms must be >= 0")
+        at_least(0, batch_wait_ms=self.batch_wait_ms)  # NaN too
         self.tls = TLSConfig(self.tls_cert, self.tls_key, self.tls_client_ca)
 
 

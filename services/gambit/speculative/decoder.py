@@ -141,7 +141,10 @@ class SpecDecoder:
         mapped = self.engine.config.spec.drafters.get(decoding)
         path = Path(mapped).expanduser() if mapped else _resolve_path(decoding)
         if not (path / "config.json").exists():
-            hint = " (not shipped yet)" if decoding in SHIPPED and not mapped else ""
+            if mapped:  # the user's --drafters: the engine-API alternatives below would not help there
+                raise DecodingUnavailable(f"decoding {decoding!r}: drafters maps it to {path}, where there "
+                                          f"is no drafter (config.json)")
+            hint = " (not shipped yet)" if decoding in SHIPPED else ""
             raise DecodingUnavailable(f"decoding {decoding!r}: no drafter at {path}{hint}; use 'plain', "
                              f"{', '.join(map(repr, SHIPPED))} or a drafter folder")
         try:

@@ -126,6 +126,9 @@ def make_problem(rng: random.Random, n_ops: int, spell_products: bool = False) -
     return Problem(expr=expr, steps=tuple(steps), answer=value, spell_products=spell_products)
 
 
+MAX_MISSES = 200_000  # draws in a row without a new problem before ``generate`` says the range is spent
+
+
 def generate(split: str, n: int, seed: int, config: TaskConfig | None = None) -> list[Problem]:
     """``n`` distinct problems of ``split``, reproducible from ``seed``."""
     if split not in SPLITS:
@@ -134,11 +137,19 @@ def generate(split: str, n: int, seed: int, config: TaskConfig | None = None) ->
     rng = random.Random(f"{split}:{seed}")
     out: list[Problem] = []
     seen: set[str] = set()
+    misses = 0
     while len(out) < n:
         p = make_problem(rng, rng.randint(config.min_ops, config.max_ops), config.spell_products)
         if p.split == split and p.expr not in seen:
             seen.add(p.expr)
             out.append(p)
+            misses = 0
+        else:  # a small range holds few distinct problems: asked for more, this looped forever
+            misses += 1
+            if misses > MAX_MISSES:
+                raise ValueError(f"only {len(out)} distinct {split} problems with {config.min_ops}-"
+                                 f"{config.max_ops} operations found ({MAX_MISSES:,} draws without a new "
+                                 f"one); asked for {n}")
     return out
 
 

@@ -71,7 +71,8 @@ def load_graded(name: str, path: str = "") -> list[BenchmarkItem]:
     loader, fname = GRADED[name]
     file = Path(path) if path else datasets_dir() / fname
     if not file.is_file():
-        raise FileNotFoundError(f"{name}: {file} does not exist (pass its JSONL with --data, or set "
+        why = "is a directory, not its JSONL file" if file.is_dir() else "does not exist"
+        raise FileNotFoundError(f"{name}: {file} {why} (pass its JSONL with --data, or set "
                                 "GAMBIT_DATASETS to the folder holding it)")
     return load_benchmark(loader, file)
 

@@ -103,6 +103,24 @@ class TrainDrafterConfig:
         at_least(1, fresh_k=self.fresh_k)
         if self.threads < 1:
             raise ValueError(f"threads must be >= 1 (it is recorded in the card), got {self.threads}")
+        # refused here, not as a nan loss, a wrong schedule or a crash after minutes of data generation
+        above(0, grad_clip=self.grad_clip)  # 0 would zero every gradient
+        at_least(0, weight_decay=self.weight_decay, warmup=self.warmup)
+        for name in ("lr", "weight_decay"):  # inf passes the range checks and turns the weights nan
+            if math.isinf(getattr(self, name)):
+                raise ValueError(f"{name} must be finite, got {getattr(self, name)!r}")
+        if not 0 <= self.min_lr_ratio <= 1:  # the cosine floor, a fraction of the peak lr
+            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
+        at_least(1, eval_every=self.eval_every, num_layers=self.num_layers, n_train=self.n_train,
+                 n_heldout=self.n_heldout, data_max_tokens=self.data_max_tokens)
+        at_least(0, data_temperature=self.data_temperature, draft_vocab=self.draft_vocab)
+        if self.init:  # what init_from's load_drafter reads, checked before the data is generated
+            init = Path(self.init)
+            if not init.is_dir():
+                raise ValueError(f"init must be a drafter folder, got {self.init!r} (no such folder)")
+            if not (init / "config.json").is_file() or not any(init.glob("*.safetensors")):
+                raise ValueError(f"init must be a drafter folder, got {self.init!r} "
+                                 "(no config.json or no *.safetensors in it)")
         repro.check_isa(self.isa)
         from gambit.model.registry import resolve_model
 
@@ -111,6 +129,7 @@ class TrainDrafterConfig:
             if Path(self.target).resolve() != TARGET.resolve():
                 raise ValueError("give --out for a drafter of a target other than the shipped one")
             self.out = str(ASSETS / SHIPPED[self.method])
+        self.data()  # the data config's own checks (the prompts file), before any model loads
 
     @property
     def uses_pr(self) -> bool:

@@ -58,6 +58,17 @@ class TrainTargetConfig:
     def __post_init__(self) -> None:
         at_least(1, steps=self.steps, batch_size=self.batch_size)
         above(0, lr=self.lr)
+        # refused here, not as a nan loss or a wrong schedule after training has run
+        at_least(0, weight_decay=self.weight_decay, warmup=self.warmup,
+                 checkpoint_every=self.checkpoint_every)
+        for name in ("lr", "weight_decay"):  # inf passes the range checks and turns the weights nan
+            if math.isinf(getattr(self, name)):
+                raise ValueError(f"{name} must be finite, got {getattr(self, name)!r}")
+        if not 0 <= self.min_lr_ratio <= 1:  # the cosine floor, a fraction of the peak lr
+            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
+        at_least(1, hidden_size=self.hidden_size, num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
+                 intermediate_size=self.intermediate_size, max_positions=self.max_positions)
+        TaskConfig(self.min_ops, self.max_ops, self.spell_products)  # 1 <= min_ops <= max_ops
         if self.threads < 1:
             raise ValueError(f"threads must be >= 1 (the card records it), got {self.threads}")
         if self.num_layers < 6:
