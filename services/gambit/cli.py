@@ -180,7 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bs = bsub.add_parser("search", help="Gambit vs SC@C, STEP, DeepConf (tables, plots, JSON)")
     add_dataclass_args(bs, BenchSearchConfig)
-    bs.add_argument("--json", default="results/bench_search.json", help="write the result JSON here")
+    bs.add_argument("--json", default="results/bench_search.json",
+                    help="write the result JSON here (default: results/bench_search.json)")
     bs.set_defaults(func=_cmd_bench_search)
     bsub.add_parser("spec", help="EAGLE-3.1 vs Parallel Reconsideration (see `gambit bench spec --help`)")
     bsub.add_parser("serve", help="embedded vs Ray Serve + gRPC (see `gambit bench serve --help`)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,64 @@ def test_batches_must_be_positive_integers(capsys):
     args = parse_args(["--vllm-configs", "defaults", "--native-dtypes", "float32,bfloat16"])
     assert args.vllm_configs == ("defaults",) and args.native_dtypes == ("float32", "bfloat16")
     assert parse_args([]).vllm_configs == ("defaults", "float32")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--temperature", "nan"], "--temperature must be a finite number, got nan"),
+    (["--temperature", "-0.5"], "--temperature must be >= 0, got -0.5"),
+    (["--top-p", "0"], "--top-p must be in (0, 1], got 0.0"),
+    (["--top-p", "1.5"], "--top-p must be in (0, 1], got 1.5"),
+    (["--top-p", "nan"], "--top-p must be in (0, 1], got nan"),
+    (["--tokens", "0"], "--tokens must be >= 2, got 0"),
+    (["--tokens", "1"], "--tokens must be >= 2, got 1"),
+    (["--repeats", "0"], "--repeats must be >= 1, got 0"),
+    (["--model", "/nonexistent"], "--model /nonexistent: no model folder there"),
+    (["--plot-beside", "/nonexistent.json"], "--plot-beside /nonexistent.json: no such file"),
+])
+def test_engine_bench_flags_are_checked_before_any_backend(monkeypatch, args, message):
+    """A bad value once ran some backends at it (T=nan: the native child failed, transformers ran) or
+    failed after the whole run (--plot-beside); now ValueError naming the flag, before any work."""
+    import gambit.bench.engine
+
+    def run(*a, **k):
+        raise AssertionError("the bench started before the check")
+
+    monkeypatch.setattr(gambit.bench.engine, "run_engine_bench", run)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+        gambit.bench.engine.main(args)
+
+
+def test_engine_bench_library_refuses_a_nan_temperature(tiny_folder: Path):
+    from gambit.bench.engine import run_engine_bench
+
+    with pytest.raises(ValueError, match="temperature must be a finite number >= 0, got nan"):
+        run_engine_bench(tiny_folder, [1], temperature=float("nan"), vllm=False)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--rows", "foo"], "--rows must be comma-separated integers >= 1, got 'foo'"),
+    (["--rows", "1,0"], "--rows must be comma-separated integers >= 1, got '1,0'"),
+    (["--repeats", "0"], "--repeats must be >= 1, got 0"),
+    (["--threads", "0"], "--threads must be >= 1, got 0"),
+    (["--distinct-mb", "-5"], "--distinct-mb must be >= 0, got -5.0"),
+    (["--distinct-mb", "nan"], "--distinct-mb must be a finite number, got nan"),
+    (["--model", "/nonexistent"], "--model /nonexistent: no model folder there"),
+])
+def test_linears_flags_are_checked_before_any_model_loads(monkeypatch, args, message):
+    import gambit.bench.linears
+
+    def measure(*a, **k):
+        raise AssertionError("the bench started before the check")
+
+    monkeypatch.setattr(gambit.bench.linears, "measure", measure)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+        gambit.bench.linears.main(args)
+
+
+def test_linears_help_describes_the_whole_sentence(capsys):
+    from gambit.bench.linears import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = "".join(capsys.readouterr().out.split())  # argparse wraps lines, at hyphens too
+    assert "behind``engine/linear.py``'schoices(transposedlayout,MKL-packed,oneDNN-packed)." in out

@@ -53,3 +53,25 @@ def test_a_benchmark_file_searches_as_the_task(tmp_path, capsys):
     assert "Table 1 — gsm8k (benchmark questions, 4 problems" in out
     assert "Table 3 — wall-time split (gsm8k)" in out
     assert json.loads((tmp_path / "b.json").read_text())["config"]["benchmark"] == "gsm8k"
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("threads", 0, "threads must be >= 1, got 0"),
+    ("device", "foo", "device must be auto, cpu, cuda or cuda:N, got 'foo'"),
+    ("capacity", 2, "capacity must be >= 4, got 2"),
+    ("concurrency", 0, "concurrency must be >= 1, got 0"),
+    ("kv_share", 0.0, r"kv_share must be in \(0, 4\], got 0.0"),
+    ("kv_share", 5.0, r"kv_share must be in \(0, 4\], got 5.0"),
+    ("kv_share", float("nan"), r"kv_share must be in \(0, 4\], got nan"),
+    ("problems", -1, "problems must be >= 0, got -1"),
+])
+def test_a_bad_value_is_named_alone(field, value, message):
+    """One message per bad field, naming it and its value (once: "need capacity >= 4, concurrency >= 1,
+    kv_share in (0, 4]" for any of them; a bad --threads or --device a traceback after the checks)."""
+    with pytest.raises(ValueError, match=f"^{message}"):
+        BenchSearchConfig(**{field: value})
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:1"])
+def test_devices_the_engine_takes_pass(device):
+    assert BenchSearchConfig(device=device).device == device

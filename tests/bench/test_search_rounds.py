@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
+
+import pytest
 
 from gambit.bench import search_rounds
 from gambit.search import run_state
@@ -26,3 +29,31 @@ def test_rounds_bench_counts_rounds_and_profiles_them(tmp_path, capsys):
     assert data["ops"]["sync_pool_8_tokens"] > 0 and data["ops"]["fork_abort"] > 0  # --ops ran them all
     printed = capsys.readouterr().out
     assert "(do_round)" in printed and "(flush)" in printed  # the profile covers the rounds and writes
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--threads", "0"], "--threads must be >= 1, got 0"),
+    (["--problems", "0"], "--problems must be >= 1, got 0"),
+    (["--capacity", "3"], "--capacity must be >= 4, got 3"),
+    (["--ops-steps", "0"], "--ops-steps must be >= 1, got 0"),
+    (["--repeat", "-1"], "--repeat must be >= 0, got -1"),
+    (["--profile", "-1"], "--profile must be >= 0, got -1"),
+    (["--repeat", "0"], "--repeat 0 measures nothing without --ops or --profile"),
+    (["--scorer", "foo"], "--scorer: scorer 'foo': "),
+])
+def test_bad_flags_are_refused_before_the_model_loads(monkeypatch, args, message):
+    """Each bad flag named alone, before ``load_model`` (patched to fail: no load before the check)."""
+    import gambit.model.loader
+
+    def no_load(*a, **k):
+        raise AssertionError("the model loaded before the check")
+
+    monkeypatch.setattr(gambit.model.loader, "load_model", no_load)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+        search_rounds.main(args)
+
+
+def test_profile_help_says_its_default(capsys):
+    with pytest.raises(SystemExit):
+        search_rounds.main(["--help"])
+    assert "(default: 0 = no profile)" in " ".join(capsys.readouterr().out.split())

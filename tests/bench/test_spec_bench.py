@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -88,26 +89,72 @@ def test_cycle_ratio_pairs_chunks():
     assert _cycle_ratio(rows, "p", "e")["median"] == 1.5
 
 
+@pytest.fixture
+def no_run(monkeypatch):
+    """``run_bench`` (the engine, the drafters, the work) fails if reached: the checks come before it."""
+    import gambit.bench.spec
+
+    def run_bench(*a, **k):
+        raise AssertionError("the bench started before the check")
+
+    monkeypatch.setattr(gambit.bench.spec, "run_bench", run_bench)
+
+
 @pytest.mark.parametrize("reps", ["0", "1"])
-def test_fewer_than_two_repetitions_is_refused(reps):
+def test_fewer_than_two_repetitions_is_refused(reps, no_run):
     """``--reps 0`` once meant the default (0 is falsy); it is an error like 1."""
     from gambit.bench.spec import main
 
-    with pytest.raises(SystemExit, match="--reps must be >= 2"):
+    with pytest.raises(ValueError, match=f"--reps must be >= 2 .*got {reps}"):
         main(["--reps", reps])
 
 
-@pytest.mark.parametrize("args", [["--max-tokens", "0"], ["--threads", "-1"]])
-def test_bad_sizes_are_refused_before_any_model_loads(args):
+@pytest.mark.parametrize(("args", "message"), [
+    (["--max-tokens", "0"], "--max-tokens must be >= 1, got 0"),
+    (["--threads", "-1"], "--threads must be >= 0, got -1"),
+    (["--device", "foo"], "--device must be auto, cpu, cuda or cuda:N, got 'foo'"),
+    (["--device", "cuda:x"], "--device must be auto, cpu, cuda or cuda:N, got 'cuda:x'"),
+    (["--drafters", "/nonexistent"], "--drafters /nonexistent: no such folder"),
+])
+def test_bad_values_are_refused_before_any_model_loads(args, message, no_run):
+    """One flag a message; a missing --drafters folder once benchmarked random stand-in drafters."""
     from gambit.bench.spec import main
 
-    with pytest.raises(SystemExit, match="--max-tokens must be >= 1 and --threads >= 0"):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
         main(args)
 
 
-def test_a_target_folder_without_a_model_is_refused(tmp_path):
+def test_a_target_folder_without_a_model_is_refused(tmp_path, no_run):
     """``--target`` (drafters trained for another target, e.g. a re-ship candidate) must be a model."""
     from gambit.bench.spec import main
 
-    with pytest.raises(SystemExit, match="--target .*no config.json"):
+    with pytest.raises(ValueError, match="--target .*no config.json"):
         main(["--target", str(tmp_path)])
+
+
+def test_a_missing_drafter_in_a_real_folder_stays_a_random_stand_in(tmp_path, monkeypatch):
+    """The stand-in is deliberate where the folder is there but lacks a drafter (the command runs; the
+    ablation drafters are left out); only a folder that is not there is refused."""
+    import gambit.bench.spec
+    from gambit.bench.spec import OPTIONAL, load_drafters
+
+    class Eng:
+        model = None
+
+        def register_drafter(self, key, drafter):
+            pass
+
+    made = []
+    monkeypatch.setattr(gambit.bench.spec, "random_drafter",
+                        lambda model, seed, method: made.append(method) or object())
+    found = load_drafters(Eng(), tmp_path)
+    assert set(found.values()) == {"random"} and not set(found) & set(OPTIONAL)
+    assert len(made) == len(found) == 4
+
+
+def test_threads_help_says_its_default(capsys):
+    from gambit.bench.spec import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "(default: 0 = every core" in " ".join(capsys.readouterr().out.split())

@@ -353,9 +353,11 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
     batches = batches or (QUICK_BATCHES if quick else FULL_BATCHES)
     tokens = new_tokens or (QUICK_TOKENS if quick else FULL_TOKENS)
     if tokens < 2:
-        raise ValueError("new_tokens must be >= 2 to separate decode from prefill")
+        raise ValueError(f"new_tokens must be >= 2 to separate decode from prefill, got {tokens}")
     if not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if not 0 <= temperature < float("inf"):  # NaN once failed the native child and ran transformers at it
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
     me = [sys.executable, "-m", "gambit.bench.engine", "--model", str(folder), "--tokens", str(tokens),
           "--temperature", str(temperature), "--top-p", str(top_p), "--batches", ",".join(map(str, batches))]
     res: dict = {}
@@ -502,7 +504,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", dest="json_path", default=None, help="write results here")
     p.add_argument("--batches", type=batch_list, default=None,
                    help=f"comma-separated batch sizes, traces decoded together (default {FULL_BATCHES})")
-    p.add_argument("--tokens", type=int, default=None, help=f"new tokens per trace (default {FULL_TOKENS})")
+    p.add_argument("--tokens", type=int, default=None,
+                   help=f"new tokens per trace, >= 2 (default {FULL_TOKENS}, {QUICK_TOKENS} with --quick)")
     p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature of every backend")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (0, 1] of every backend's sampling "
                    "(1: no nucleus; reasoning models are often served at 0.95)")
@@ -527,7 +530,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--weights", default="float32", help=argparse.SUPPRESS)
     p.add_argument("--kv-dtype", default="auto", help=argparse.SUPPRESS)
     p.add_argument("--batch-invariant", action="store_true", help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not args.role:  # a child gets its values from the parent, checked here
+        check_args(args)
+    return args
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """The flags' values, before any backend starts (a bad one once failed in one child only, or ran
+    the rest at it): ValueError naming the flag."""
+    from gambit.bench import args as bench_args
+    from gambit.checks import at_least
+
+    if args.tokens is not None:  # None: the default; the decode rate needs a token after the first
+        at_least(2, **{"--tokens": args.tokens})
+    if not bench_args.finite("--temperature", args.temperature) >= 0:
+        raise ValueError(f"--temperature must be >= 0, got {args.temperature!r}")
+    if not 0 < args.top_p <= 1:  # NaN is not
+        raise ValueError(f"--top-p must be in (0, 1], got {args.top_p!r}")
+    at_least(1, **{"--repeats": args.repeats})
+    if args.model is not None:
+        bench_args.model("--model", args.model)
+    for f in (f for f in args.plot_beside.split(",") if f):  # read after the whole run: check it first
+        if not Path(f).is_file():
+            raise ValueError(f"--plot-beside {f}: no such file (a result JSON of an earlier run)")
 
 
 def main(argv: list[str] | None = None) -> int:

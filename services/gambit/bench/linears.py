@@ -84,23 +84,41 @@ def measure(folder: str, rows: list[int], repeats: int, threads: int, calls: int
     return out
 
 
+def row_counts(text: str) -> list[int]:
+    """``--rows``: comma-separated row counts >= 1 (0 rows timed an empty product)."""
+    try:
+        rows = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--rows must be comma-separated integers >= 1, got {text!r}") from None
+    if min(rows) < 1:
+        raise ValueError(f"--rows must be comma-separated integers >= 1, got {text!r}")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
+    from gambit.bench import args as bench_args
     from gambit.bench.eval import write_json
+    from gambit.checks import at_least
     from gambit.config_cli import DefaultsFormatter
-    from gambit.model.registry import resolve_model
 
     p = argparse.ArgumentParser(prog="gambit bench linears", formatter_class=DefaultsFormatter,
-                                description=__doc__.splitlines()[0])
+                                description=" ".join(__doc__.split("\n\n")[0].split()))  # the whole sentence
     p.add_argument("--model", default="smollm2", help="model folder or registered name whose shapes to time")
     p.add_argument("--rows", default="1,16,64", help="comma-separated row counts (tokens per product)")
     p.add_argument("--repeats", type=int, default=5, help="interleaved rounds; the median is reported")
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     p.add_argument("--distinct-mb", type=float, default=0.0,
-                   help="MB of distinct weight copies each call cycles through (0: one weight, cache-warm)")
+                   help="MB of distinct weight copies each call cycles through (default: 0 = one weight, "
+                        "cache-warm)")
     p.add_argument("--json", default=None, help="write the result JSON here")
     args = p.parse_args(argv)
-    r = measure(str(resolve_model(args.model)), [int(x) for x in args.rows.split(",")], args.repeats,
-                args.threads, calls=1 if args.distinct_mb else 10, distinct_mb=args.distinct_mb)
+    rows = row_counts(args.rows)
+    at_least(1, **{"--repeats": args.repeats, "--threads": args.threads})  # 0 repeats: no median
+    if not 0 <= bench_args.finite("--distinct-mb", args.distinct_mb):
+        raise ValueError(f"--distinct-mb must be >= 0, got {args.distinct_mb!r}")
+    folder = bench_args.model("--model", args.model)
+    r = measure(str(folder), rows, args.repeats, args.threads, calls=1 if args.distinct_mb else 10,
+                distinct_mb=args.distinct_mb)
     names = list(dict.fromkeys(n for v in r["us"].values() for n in v))
     print(f"CPU {r['vendor'] or '?'}, {r['threads']} threads, µs per call (median of {args.repeats} rounds)")
     print("| shape x rows | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names))

@@ -71,6 +71,19 @@ def run_child(mode: str, capacity: int = 16, max_tokens: int = 96, runs: int = 6
     return got
 
 
+def check_args(a: argparse.Namespace) -> None:
+    """The flags, in this process: a bad one once failed in each child with a traceback of its own (and 0
+    reps or runs left no median)."""
+    from gambit.bench import args as bench_args
+    from gambit.checks import at_least
+
+    at_least(1, **{"--reps": a.reps, "--runs": a.runs, "--capacity": a.capacity,
+                   "--max-tokens": a.max_tokens})
+    if a.model:  # "": the shipped target
+        bench_args.model("--model", a.model)
+    bench_args.scorer("--scorer", a.scorer)  # "": the shipped process scorer
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["--child"]:
@@ -96,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                     "of another width: the confidence scorer) | mlp | confidence | a folder")
     ap.add_argument("--json", default="", help="write the result JSON here (\"\" = not written)")
     a = ap.parse_args(argv)
+    check_args(a)
     got: dict[str, list[dict]] = {m: [] for m in MODES}
     for rep in range(a.reps):
         for mode in MODES:

@@ -115,9 +115,10 @@ def profile(folder: str, batch: int, steps: int, threads: int, cpu_linear: str,
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gambit.bench import args as bench_args
     from gambit.bench.eval import write_json
+    from gambit.checks import at_least
     from gambit.config_cli import DefaultsFormatter
-    from gambit.model.registry import resolve_model
 
     p = argparse.ArgumentParser(prog="gambit bench profile", formatter_class=DefaultsFormatter,
                                 description=__doc__.splitlines()[0])
@@ -134,7 +135,10 @@ def main(argv: list[str] | None = None) -> int:
                         "alternating (ms medians; batch 1 is where it applies)")
     p.add_argument("--json", default=None, help="write the result JSON here")
     args = p.parse_args(argv)
-    r = profile(str(resolve_model(args.model)), args.batch, args.steps, args.threads, args.cpu_linear,
+    # before the model loads: 0 steps left no step to take the median of, 0 threads torch refuses
+    at_least(1, **{"--batch": args.batch, "--steps": args.steps, "--threads": args.threads})
+    folder = bench_args.model("--model", args.model)
+    r = profile(str(folder), args.batch, args.steps, args.threads, args.cpu_linear,
                 args.compare_layers, args.compare_stream)
     print(f"batch {r['batch']}, {r['threads']} threads, cpu_linear={r['cpu_linear']}: "
           f"{r['wall_ms_per_step']:.1f} ms per step unprofiled, {r['profiled_ms_per_step']:.1f} ms profiled")

@@ -26,7 +26,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from gambit.bench import args as bench_args
 from gambit.bench.search_report import headline, headline_set
+from gambit.checks import at_least
 from gambit.engine import Engine, EngineConfig
 from gambit.engine.block_manager import shared_prompt_blocks
 from gambit.engine.config import SpecConfig
@@ -89,10 +91,12 @@ class BenchSearchConfig:
     max_tokens: int = 0  # tokens per trace, every method (0: SearchConfig's default, 256)
 
     def __post_init__(self) -> None:
-        if self.capacity < 4 or self.concurrency < 1 or not 0 < self.kv_share <= 4:
-            raise ValueError("need capacity >= 4, concurrency >= 1, kv_share in (0, 4]")
-        if self.problems < 0:
-            raise ValueError("problems must be >= 0")
+        at_least(4, capacity=self.capacity)
+        at_least(1, concurrency=self.concurrency, threads=self.threads)  # torch takes no 0 threads
+        if not 0 < self.kv_share <= 4:  # NaN is not
+            raise ValueError(f"kv_share must be in (0, 4], got {self.kv_share!r}")
+        at_least(0, problems=self.problems)
+        bench_args.device("device", self.device)
         bad = set(self.difficulties.split(",")) - set(DIFFICULTIES)
         if bad:
             raise ValueError(f"difficulties: unknown {sorted(bad)}; known {sorted(DIFFICULTIES)}")

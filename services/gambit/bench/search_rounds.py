@@ -26,7 +26,6 @@ import io
 import json
 import pstats
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -161,6 +160,19 @@ def ops(model, tok, scorer, problems, args) -> dict:
     return out
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """The flags, before the model loads: ValueError naming the one that is wrong."""
+    from gambit.bench import args as bench_args
+    from gambit.checks import at_least
+
+    at_least(1, **{"--problems": args.problems, "--threads": args.threads, "--ops-steps": args.ops_steps})
+    at_least(4, **{"--capacity": args.capacity})
+    at_least(0, **{"--repeat": args.repeat, "--profile": args.profile})
+    if not (args.repeat or args.ops or args.profile):  # it once ran, printed nothing and exited 0
+        raise ValueError("--repeat 0 measures nothing without --ops or --profile")
+    bench_args.scorer("--scorer", args.scorer)
+
+
 def main(argv: list[str] | None = None) -> int:
     from gambit.config_cli import DefaultsFormatter
 
@@ -173,15 +185,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", default="", help="redis://... for the tree view (default: in memory)")
     ap.add_argument("--scorer", default="process", help="scorer spec: process | mlp | sequence | confidence "
                     "| a folder (gambit.scoring.spec)")
-    ap.add_argument("--profile", type=int, default=0, help="print cProfile's top N functions of the rounds")
+    ap.add_argument("--profile", type=int, default=0, help="print cProfile's top N functions of the rounds, "
+                    "from one more repeat (default: 0 = no profile)")
     ap.add_argument("--ops", action="store_true", help="also time a round's operations one by one")
     ap.add_argument("--ops-steps", type=int, default=48, help="--ops: steps of the search before timing")
     ap.add_argument("--json", default="", help="write the result JSON here (\"\" = not written)")
     args = ap.parse_args(argv)
-    if args.problems < 1 or args.repeat < 0 or args.capacity < 4 or args.ops_steps < 1:
-        print("error: need --problems >= 1, --repeat >= 0, --capacity >= 4, --ops-steps >= 1",
-              file=sys.stderr)
-        return 2
+    check_args(args)
     import torch
 
     from gambit.bench.search import DIFFICULTIES

@@ -6,7 +6,8 @@ measured cell is a group of systems run interleaved (A B C A B C ...) for ``reps
 engine; a speedup is plain time / system time within each repetition, reported as the median with
 the min-max spread. Every greedy output is compared with plain decoding (``lossless``).
 Drafters come from ``assets/drafter-*``; a missing one is replaced by a random-initialised drafter
-(τ ≈ 1, labelled ``random``) so the command always runs.
+(τ ≈ 1, labelled ``random``, with a note) so the command always runs; a ``--drafters`` folder that is
+not there is refused.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +24,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from gambit.bench import args as bench_args
+from gambit.checks import at_least
 from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.engine.config import SpecConfig
 from gambit.paths import ASSETS, TARGET
@@ -267,6 +271,9 @@ def run_bench(quick: bool, reps: int, max_tokens: int, threads: int, folder: Pat
     eng = Engine.from_pretrained(str(target), EngineConfig(model=str(target), device=device, spec=spec))
     tok = eng.tokenizer
     found = load_drafters(eng, folder)
+    for key in (k for k, v in found.items() if v == "random"):  # said where it is run, not only in the JSON
+        print(f"note: no {DRAFTERS[key][0]} in {folder}: a random stand-in drafter (tau ~ 1) for {key}",
+              file=sys.stderr)
     per_split = 2 if quick else 4
     splits = {name: prompts_for(rng, per_split, 100 + i, tok)
               for i, (name, rng) in enumerate(SPLITS.items())}
@@ -410,9 +417,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="interleaved repetitions (default 2 quick, 3 full)")
     ap.add_argument("--max-tokens", type=int, default=128, help="new tokens per trace at most")
     ap.add_argument("--threads", type=int, default=0,
-                    help="torch intra-op threads for plain and speculative decoding alike (0 = every core, "
-                         "as the serving Target runs; the previous commits measured 1)")
-    ap.add_argument("--device", default="auto", help="auto | cpu | cuda")
+                    help="torch intra-op threads for plain and speculative decoding alike (default: 0 = "
+                         "every core, as the serving Target runs; the previous commits measured 1)")
+    ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     ap.add_argument("--drafters", default=str(ASSETS), help="folder holding drafter-* folders")
     ap.add_argument("--target", default=str(TARGET),
                     help="target model folder the drafters were trained for (default: the shipped one)")
@@ -421,12 +428,15 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     reps = a.reps if a.reps is not None else (2 if a.quick else 3)  # 0 is an error, not the default
     if reps < 2:
-        raise SystemExit("error: --reps must be >= 2 (interleaved A B A B)")
-    if a.max_tokens < 1 or a.threads < 0:
-        raise SystemExit(f"error: --max-tokens must be >= 1 and --threads >= 0, "
-                         f"got {a.max_tokens}, {a.threads}")
+        raise ValueError(f"--reps must be >= 2 (interleaved A B A B), got {reps}")
+    at_least(1, **{"--max-tokens": a.max_tokens})
+    at_least(0, **{"--threads": a.threads})  # 0: every core
+    bench_args.device("--device", a.device)
     if not (Path(a.target) / "config.json").exists():
-        raise SystemExit(f"error: --target {a.target}: no config.json there (a model folder)")
+        raise ValueError(f"--target {a.target}: no config.json there (a model folder)")
+    # a missing folder would have every drafter replaced by a random stand-in (tau ~ 1), said only in the JSON
+    if not Path(a.drafters).is_dir():
+        raise ValueError(f"--drafters {a.drafters}: no such folder (it holds the drafter-* folders)")
     r = run_bench(a.quick, reps, a.max_tokens, a.threads, Path(a.drafters), a.device, Path(a.target))
     print(r["tables_md"])
     if a.json or a.plots:

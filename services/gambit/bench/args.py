@@ -1,0 +1,50 @@
+"""Checks of the bench commands' own flags, run before any model loads or any work starts: each error
+is a ValueError naming one flag and its value (``gambit.checks`` says why one flag a message), which
+``gambit`` prints as "error: ..."."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+def device(flag: str, value: str) -> str:
+    """``value`` if it names a device the engine takes (auto | cpu | cuda | cuda:N)."""
+    if not DEVICE.fullmatch(value):
+        raise ValueError(f"{flag} must be auto, cpu, cuda or cuda:N, got {value!r}")
+    return value
+
+
+def finite(flag: str, value: float) -> float:
+    """``value`` if it is a number (not NaN or infinite)."""
+    if not math.isfinite(value):
+        raise ValueError(f"{flag} must be a finite number, got {value!r}")
+    return value
+
+
+def model(flag: str, value: str) -> Path:
+    """The model folder ``value`` names: a folder with config.json, or a registered name once fetched."""
+    from gambit.model.registry import resolve_model
+
+    try:
+        folder = resolve_model(value)
+    except FileNotFoundError as e:  # a registered name not fetched yet: its message says how to fetch
+        raise ValueError(f"{flag} {value}: {e}") from None
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"{flag} {value}: no model folder there (need config.json) nor a registered "
+                         "model name (gambit models list)")
+    return folder
+
+
+def scorer(flag: str, spec: str) -> str:
+    """``spec`` if it names a scorer that loads (``gambit.scoring.spec``; a small network, no model)."""
+    from gambit.scoring.spec import load_scorer_spec
+
+    try:
+        load_scorer_spec(spec, note=None)
+    except (OSError, ValueError) as e:  # a folder without weights, weights that do not fit
+        raise ValueError(f"{flag}: {e}") from None  # e names the spec
+    return spec
