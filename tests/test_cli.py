@@ -408,3 +408,12 @@ def test_a_bench_command_with_its_own_parser_answers_a_bad_value_in_one_line(cap
     assert main(["bench", "engine", "--model", "/nonexistent/model"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "Traceback" not in err
+
+
+def test_a_flag_whose_default_is_zero_says_it(capsys):
+    """`default in (None, False)` held for 0 (0 == False): no int or float flag said its 0."""
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "top-k filter of every trace's sampling (0 = none) (default: 0)" in text
+    assert "problem selection and trace seeds (default: 0)" in text

@@ -46,7 +46,8 @@ class DefaultsFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action) -> str:
         text = action.help or ""
-        if action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
+        d = action.default  # `in (None, False)` also held for 0 (0 == False): no int flag said its 0
+        if action.option_strings and d is not None and d is not False and d != argparse.SUPPRESS:
             text = _with_default(text, "" if action.default == "" else "%(default)s")
         return text
 
