@@ -183,3 +183,42 @@ def test_a_prompt_one_token_short_of_the_context_is_accepted(make_engine):
     assert [t["tokens"] for t in res.traces] == [1, 1]  # the context's last position, then its length
     with pytest.raises(ValueError, match=f"prompt has {n} tokens; the context holds {n} including at least"):
         driver.submit(fits + "1", SearchConfig(method="sc", capacity=2, max_tokens=8))
+
+
+def test_runs_sharing_a_small_engine_each_keep_a_trace(make_engine, scorer, hard_problems):
+    """Under memory pressure the engine evicted a run's last resident trace (the KV-ratio check spares a
+    run's last two, the engine's own eviction did not): with ghosts only, the run ended 'done' with no
+    answer. Its last trace is requeued now, as vLLM requeues a preempted request."""
+    driver = SearchDriver(make_engine(num_blocks=40), scorer)
+    driver.submit(hard_problems[1], SearchConfig(seed=3, capacity=8, swap=2, interval=4, warmup=12,
+                                                  kv_ratio=0.85), run_id="A")
+    driver.submit(hard_problems[2], SearchConfig(seed=4, capacity=4, swap=1, interval=4, warmup=12,
+                                                  kv_ratio=0.85), run_id="B")
+    done = driver.run_until_done()
+    assert done["B"].evicted > 0  # the pressure is real
+    for res in done.values():
+        assert res.answer is not None and res.finished_traces > 0, (res.run_id, res.votes)
+    assert driver.engine.kv_usage() == 0.0
+
+
+def test_a_childs_temperature_compounds_but_stays_capped(make_engine, scorer, hard_problems):
+    """x3 a generation reached T = 5249 in eight (one answer in 66 traces); the roots' cap bounds it."""
+    driver = SearchDriver(make_engine(), scorer)
+    rid = driver.submit(hard_problems[0], SearchConfig(capacity=8, swap=4, interval=4, warmup=4,
+                                                        child_temperature=3.0))
+    driver.run_until_done()
+    temps = sorted({n["temperature"] for n in driver.store.load(rid)["nodes"].values()})
+    assert temps == pytest.approx([0.8, 2.4, 7.2, 10.0]), temps  # then the cap, generation after generation
+
+
+def test_a_budget_the_run_spends_exactly_by_itself_is_not_a_limit(make_engine, hard_problems):
+    """Every trace finished on its own at exactly max_total_tokens: the result said 'limit'."""
+    def run(budget: int):
+        driver = SearchDriver(make_engine())
+        rid = driver.submit(hard_problems[0], SearchConfig(method="sc", capacity=4, max_total_tokens=budget))
+        return driver.run_until_done()[rid]
+
+    natural = run(0).tokens
+    exact, short = run(natural), run(natural - 1)
+    assert (exact.reason, exact.limit, exact.tokens) == ("done", "", natural)
+    assert (short.reason, short.tokens) == ("limit", natural - 1)

@@ -129,6 +129,21 @@ def test_the_header_shows_the_knobs_that_steer_its_method():
     c = SearchConfig(capacity=8).to_dict()
     assert knobs(c) == "C=8 K=4 Δ=8 w=24 δ=0.0 r=0.9"
     assert knobs({**c, "method": "sc"}) == "C=8"
-    assert knobs({**c, "method": "step"}) == "C=8 w=24 r=0.9"
+    assert knobs({**c, "method": "step"}) == "C=8 r=0.9"  # STEP scores every boundary: w steers nothing
     assert knobs({**c, "method": "deepconf"}) == "C=8 warm-up 4 keep 90%"
     assert knobs({**c, "method": "deepconf", "capacity": 3, "deepconf_warmup": 0}) == "C=3 warm-up 2 keep 90%"
+
+
+def test_the_lineage_says_which_traces_were_evicted(make_engine, scorer, hard_problems):
+    """A ghost pruned by a later swap printed as a plain "pruned": 11 evictions, 4 of them shown."""
+    driver = SearchDriver(make_engine(num_blocks=24), scorer)
+    rid = driver.submit(hard_problems[0], SearchConfig(capacity=8, swap=2, interval=4, warmup=12,
+                                                        kv_ratio=0.9))
+    res = driver.run_until_done()[rid]
+    data = driver.store.load(rid)
+    evicted = [n for n in data["nodes"].values() if n["evicted_step"] is not None]
+    assert res.evicted >= len(evicted) > 0
+    text = lineage_text(rid, data)
+    assert text.count("(evicted @step ") == len(evicted)
+    # a ghost swapped out by a later round
+    assert any(n["state"] == "pruned" and n["end_reason"] == "pruned" for n in evicted)

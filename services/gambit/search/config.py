@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from gambit.tasks.graded import ANSWER_KINDS, check_answer_rule
 
 MAX_WALL_S = 1e9  # the largest wall-time limit a run takes, seconds
+MAX_TEMPERATURE = 10.0  # the largest sampling temperature: a root's, and a child's however it compounds
 
 METHODS = ("gambit", "sc", "step", "deepconf")
 RANKS = ("mean", "last", "min")
@@ -48,6 +49,7 @@ class SearchConfig:
     swap_ties: bool = False  # Case 2 may swap a trace for a child of one that only ties it (False: must gain)
     roots: int = 0  # traces launched at the start (0: C); Case 1 branches the rest once they are eligible
     stop_when_decided: bool = False  # end the run once the traces still active cannot change the majority
+    # compounds down a lineage (a grandchild gets the multiplier twice), capped at MAX_TEMPERATURE
     child_temperature: float = 1.0  # multiplier on the parent's temperature for a branched child
     kv_ratio: float = 0.9  # r: above this KV use the lowest-ranked resident trace is evicted (gambit, step)
     temperature: float = 0.8  # sampling temperature of root traces
@@ -101,9 +103,9 @@ class SearchConfig:
                 raise ValueError(f"{name} must be in {'(' if lo_open else '['}{lo}, {hi}], got {v!r}")
 
         finite("floor", 0.0, 1.0)
-        finite("child_temperature", 0.0, 10.0, lo_open=True)
+        finite("child_temperature", 0.0, 10.0, lo_open=True)  # a multiplier: its own bound
         finite("kv_ratio", 0.0, 1.0, lo_open=True)
-        finite("temperature", 0.0, 10.0)
+        finite("temperature", 0.0, MAX_TEMPERATURE)
         finite("top_p", 0.0, 1.0, lo_open=True)
         finite("max_wall_s", 0.0, MAX_WALL_S)
         finite("deepconf_keep", 0.0, 100.0, lo_open=True)

@@ -38,6 +38,8 @@ def _label(n: dict, win: str | None, gold: str | None) -> str:
         end = f"ghost at end @step {n['end_step']}"
     elif n["state"] == T.FINISHED and n.get("end_reason") == "length":  # not an ending the model chose
         end = f"finished at the token limit @step {n['end_step']}"
+    if n.get("evicted_step") is not None:  # a ghost pruned later, or a run's last trace requeued
+        end += f" (evicted @step {n['evicted_step']})"
     ans = ""
     if n["state"] == T.FINISHED and n["answer"] is None:
         ans = " no answer"
@@ -56,14 +58,15 @@ def _clip(prompt: str, head: int = 60, tail: int = 140) -> str:
 
 
 def knobs(c: dict) -> str:
-    """The settings that steer a run of its method (a run's stored config): K, Δ, δ steer only
-    Gambit's tournament, w and r Gambit's and STEP's scoring and eviction, DeepConf its own."""
+    """The settings that steer a run of its method (a run's stored config): K, Δ, w, δ steer only
+    Gambit's tournament and scoring (STEP scores every boundary), r Gambit's and STEP's eviction,
+    DeepConf its own."""
     m, parts = c["method"], [f"C={c['capacity']}"]
     if m == "gambit":
         parts += [f"K={c['swap']}", f"Δ={c['interval']}", f"w={c['warmup']}", f"δ={c['floor']}",
                   f"r={c['kv_ratio']}"]
     elif m == "step":
-        parts += [f"w={c['warmup']}", f"r={c['kv_ratio']}"]
+        parts += [f"r={c['kv_ratio']}"]
     elif m == "deepconf":
         parts += [f"warm-up {deepconf_warm(c['capacity'], c['deepconf_warmup'])}",
                   f"keep {c['deepconf_keep']:g}%"]

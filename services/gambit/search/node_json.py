@@ -22,7 +22,7 @@ from json.encoder import encode_basestring_ascii
 from gambit.search.tree import Node
 
 STATIC = ("id", "parent", "birth_step", "birth_depth", "temperature")  # fixed once the node exists
-DYNAMIC = ("state", "answer", "end_step", "end_reason", "engine_id", "conf_min", "conf_mean")
+DYNAMIC = ("state", "answer", "end_step", "end_reason", "engine_id", "conf_min", "conf_mean", "evicted_step")
 LISTS = ("tokens", "scores")
 if set(STATIC + DYNAMIC + LISTS) != {f.name for f in fields(Node)}:  # a new field must be encoded too
     raise ImportError("node_json: Node's fields changed; update STATIC / DYNAMIC / LISTS")
@@ -56,7 +56,7 @@ def items(xs: list) -> str:
 def dynamic_values(node: Node) -> tuple:
     """The node's DYNAMIC fields, in order."""
     return (node.state, node.answer, node.end_step, node.end_reason, node.engine_id, node.conf_min,
-            node.conf_mean)
+            node.conf_mean, node.evicted_step)
 
 
 class ListJSON:

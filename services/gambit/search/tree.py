@@ -35,6 +35,7 @@ class Node:
     engine_id: int | None = None
     conf_min: float | None = None  # DeepConf: lowest windowed confidence seen
     conf_mean: float | None = None  # DeepConf: mean token confidence
+    evicted_step: int | None = None  # the run step of its last eviction (None: never evicted)
 
     @property
     def active(self) -> bool:
