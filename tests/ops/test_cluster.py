@@ -99,9 +99,12 @@ def test_wait_times_out_naming_what_is_not_ready(rayservice, tmp_path, capsys):
     assert "Serve application gambit is DEPLOYING" in err and "GPU worker pods ready 0/1" in err
 
 
-def test_bad_config_is_refused():
-    with pytest.raises(ValueError, match="timeout_s and poll_s must be > 0"):
-        ClusterConfig(timeout_s=0)
+@pytest.mark.parametrize("field, value", [("timeout_s", 0), ("timeout_s", float("nan")),
+                                          ("poll_s", -1.0), ("poll_s", float("inf"))])
+def test_bad_config_is_refused(field, value):
+    # NaN passed `<= 0`: a deadline that never came, `gambit cluster wait` waiting for ever
+    with pytest.raises(ValueError, match=f"^{field} must be a number of seconds > 0, got"):
+        ClusterConfig(**{field: value})
 
 
 def test_no_configuration_or_no_api_server_is_a_clear_error(tmp_path, monkeypatch, capsys):

@@ -65,11 +65,17 @@ def test_dashboard_has_the_required_panels():
     titles = {p.title for p in PANELS}
     for need in ("Trace throughput", "KV cache utilisation", "Acceptance length (tokens per target forward)",
                  "Active vs ghost traces", "Prunes, branches, evictions", "Time to first event",
-                 "End-to-end latency", "Scorer latency", "Errors by code"):
+                 "End-to-end latency", "Scorer latency and guidance sync", "Errors by code"):
         assert need in titles
     q = panel_queries()
-    for title in ("Time to first event", "End-to-end latency", "Scorer latency"):
+    for title in ("Time to first event", "End-to-end latency"):
         assert [s.split(",")[0] for s in q[title]] == [f"histogram_quantile({x}" for x in (0.5, 0.95, 0.99)]
+    # the Scorer's own time and the Targets' wait, apart: the Targets recorded theirs under the Scorer's name
+    want = [(f"histogram_quantile({x},", f"(rate(ray_gambit_{m}_bucket[1m])))")
+            for m in ("scorer_latency_seconds", "guidance_sync_seconds") for x in (0.5, 0.95)]
+    got = q["Scorer latency and guidance sync"]
+    assert len(got) == 4
+    assert all(g.startswith(a) and g.endswith(b) for g, (a, b) in zip(got, want, strict=True))
     assert q["Errors by code"] == ["sum by (code) (rate(ray_gambit_request_errors_total[1m]))"]
 
 

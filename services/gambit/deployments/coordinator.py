@@ -217,7 +217,10 @@ class Coordinator:
 
     def _result(self, d: dict, call: Call, method: str):
         e2e = time.perf_counter() - call.t0
-        self.metrics.observe("gambit_e2e_request_latency_seconds", e2e, method=method)
+        if d.get("status") == "failed":  # the RPC ends OK with a failed run: the error alert must see it
+            self.metrics.inc("gambit_request_errors_total", code="INTERNAL")
+        else:
+            self.metrics.observe("gambit_e2e_request_latency_seconds", e2e, method=method)
         return self.pb2.SolveEvent(result=result_msg(self.pb2, {**d, "first_event_s": call.first},
                                                      first_event_s=call.first or 0.0))
 

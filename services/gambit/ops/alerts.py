@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from gambit.ops.metrics import DEFAULT_PREFIX
 
-# gRPC codes that are the caller's doing, not the service failing.
-CLIENT_CODES = "CANCELLED|INVALID_ARGUMENT|NOT_FOUND"
+# gRPC codes that are the caller's doing, not the service failing (a reused run id, a missing token).
+CLIENT_CODES = "CANCELLED|INVALID_ARGUMENT|NOT_FOUND|ALREADY_EXISTS|UNAUTHENTICATED"
 
 
 @dataclass(frozen=True)

@@ -92,8 +92,12 @@ PANELS: tuple[Panel, ...] = (
           tuple(_pct(q, "gambit_time_to_first_token_seconds") for q in (0.5, 0.95, 0.99))),
     Panel("End-to-end latency", "s", "Solve request to its result.",
           tuple(_pct(q, "gambit_e2e_request_latency_seconds") for q in (0.5, 0.95, 0.99))),
-    Panel("Scorer latency", "s", "One Score call (states of a round's boundaries).",
-          tuple(_pct(q, "gambit_scorer_latency_seconds") for q in (0.5, 0.95, 0.99))),
+    Panel("Scorer latency and guidance sync", "s", "One Score call: scored by the Scorer, and as a Target "
+          "waits for it (states to the Scorer and back).",
+          tuple((e, f"scorer {legend}") for e, legend in (_pct(q, "gambit_scorer_latency_seconds")
+                                                        for q in (0.5, 0.95)))
+          + tuple((e, f"sync {legend}") for e, legend in (_pct(q, "gambit_guidance_sync_seconds")
+                                                      for q in (0.5, 0.95)))),
     Panel("Scorer batch size and fallbacks", "short", "Mean states per Score call; rounds ranked without the "
           "scorer per second (non-zero: the Scorer is unreachable).", (
               (_q(f"sum(rate({{m:gambit_scorer_batch_size_sum}}[{RATE}])) / "

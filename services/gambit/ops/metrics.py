@@ -37,6 +37,7 @@ GAUGES = (
 HISTOGRAMS = (
     "gambit_scorer_latency_seconds",
     "gambit_scorer_batch_size",
+    "gambit_guidance_sync_seconds",
     "gambit_time_to_first_token_seconds",
     "gambit_e2e_request_latency_seconds",
 )

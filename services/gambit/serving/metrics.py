@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+# up to 20 minutes: the 120 s alert's threshold must lie below the top bucket (histogram_quantile never
+# reads above it, so at 120 the alert could not fire), and runs of 10-60 s get buckets of their own
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0,
+                   90.0, 120.0, 180.0, 300.0, 600.0, 1200.0)
 SCORER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -46,15 +49,19 @@ SPECS = [
     Spec("gambit_spec_decode_num_accepted_tokens_total", "counter", "Accepted draft tokens"),
     Spec("gambit_spec_decode_capped_steps_total", "counter",
          "Steps whose speculative traces decoded plainly (batch above spec.max_batch)"),
-    Spec("gambit_scorer_latency_seconds", "histogram", "One Score call", (), SCORER_BUCKETS),
+    Spec("gambit_scorer_latency_seconds", "histogram", "One Score call, scored by the Scorer", (),
+         SCORER_BUCKETS),
     Spec("gambit_scorer_batch_size", "histogram", "States per Score call", (), BATCH_BUCKETS),
+    Spec("gambit_guidance_sync_seconds", "histogram",
+         "One Score call as the Target waits for it: states to the scorer and back", (), SCORER_BUCKETS),
     Spec("gambit_scorer_fallback_total", "counter",
          "Score calls answered by the fallback (scorer unreachable)"),
     Spec("gambit_time_to_first_token_seconds", "histogram", "Request to first stream event", ("method",),
          LATENCY_BUCKETS),
     Spec("gambit_e2e_request_latency_seconds", "histogram", "Request to result", ("method",),
          LATENCY_BUCKETS),
-    Spec("gambit_request_errors_total", "counter", "RPCs ended with a non-OK status", ("code",)),
+    Spec("gambit_request_errors_total", "counter",
+         "RPCs ended with a non-OK status (INTERNAL: also a failed run)", ("code",)),
 ]
 BY_NAME = {s.name: s for s in SPECS}
 

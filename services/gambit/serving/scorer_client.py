@@ -130,9 +130,8 @@ class RemoteScorer:
                 self.metrics.inc("gambit_scorer_fallback_total")
             with self._lock:
                 return torch.tensor([self._mean(k) for k in keys], dtype=torch.float32)
-        if self.metrics is not None:
-            self.metrics.observe("gambit_scorer_latency_seconds", dt)
-            self.metrics.observe("gambit_scorer_batch_size", len(keys))
+        if self.metrics is not None:  # the Scorer records its own latency and batch: counted once there
+            self.metrics.observe("gambit_guidance_sync_seconds", dt)
         with self._lock:
             for k, s in zip(keys, scores.tolist(), strict=True):
                 tot, n = self._sum.get(k, (0.0, 0))
@@ -262,9 +261,10 @@ class LocalScorer:
         dt = time.perf_counter() - t0
         self.sync_seconds += dt
         self.calls += 1
-        if self.metrics is not None:
+        if self.metrics is not None:  # in process: the scorer's call is the Target's wait
             self.metrics.observe("gambit_scorer_latency_seconds", dt)
             self.metrics.observe("gambit_scorer_batch_size", len(keys))
+            self.metrics.observe("gambit_guidance_sync_seconds", dt)
         return out
 
     def fork(self, parent_key, child_key) -> None:
