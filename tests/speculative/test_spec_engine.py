@@ -352,3 +352,33 @@ def test_kv_budget_covers_drafter_caches_and_the_tap_buffer(target):
     used = sum(c.k.nbytes + c.v.nbytes for c in caches) + sum(b.nbytes for b in spec.tap_buffers.values())
     assert spec.tap_buffers, "the PR run wrote no taps"
     assert budget * fraction * 0.99 <= used <= budget * fraction  # all of the budget, and no more
+
+
+def test_shipped_names_and_every_spelling_of_a_folder_load_one_drafter(target):
+    """"hass+pr" looked for drafter-hass+pr (it ships as drafter-hass-pr); and each spelling of one folder
+    loaded another drafter with its own KV cache (seven spellings held more KV than the target)."""
+    from gambit.paths import DRAFTER_PR
+
+    model, tok = target
+    eng = Engine(model, tok, EngineConfig(device="cpu", dtype="float32", spec=SMALL, num_blocks=256))
+    spellings = ["pr", str(DRAFTER_PR), str(DRAFTER_PR) + "/", str(DRAFTER_PR / ".." / DRAFTER_PR.name)]
+    keys = {eng.speculator().prepare(s) for s in spellings}
+    assert keys == {"pr"} and len(eng.speculator().drafters) == 1
+    assert eng.speculator().prepare("hass+pr") == "hass+pr"
+    prompt = tok.encode(generate("test", 1, 5, TaskConfig(3, 3))[0].prompt)
+    outs = {}
+    for dec in ("plain", str(DRAFTER_PR) + "/", "hass+pr"):
+        tid = eng.add(prompt, _params(dec, max_tokens=24))
+        outs[dec] = next(list(e.output_ids) for e in _drain(eng) if isinstance(e, FinishedEvent)
+                         and e.trace_id == tid)
+    assert outs[str(DRAFTER_PR) + "/"] == outs["plain"] == outs["hass+pr"]  # lossless, whichever drafter
+    assert len(eng.speculator().drafters) == 2
+
+
+@pytest.mark.parametrize("field, value", [("seed", 2**63), ("seed", 2**64), ("seed", True), ("top_k", 2**63)])
+def test_a_seed_or_top_k_the_sampler_cannot_take_is_refused_at_add(field, value):
+    """2**63 passed the check and failed inside the next step, after other traces had advanced: every
+    later step failed too."""
+    with pytest.raises(ValueError, match=f"^{field} must be an integer in \\[0, 2\\*\\*63\\)"):
+        SamplingParams(**{field: value})
+    SamplingParams(**{field: 2**63 - 1})

@@ -26,8 +26,8 @@ class SamplingParams:
         check_temperature(self.temperature)
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
-            raise ValueError(f"top_k must be an integer >= 0, got {self.top_k!r}")
+        if not isinstance(self.top_k, int) or not 0 <= self.top_k <= MAX_SEED:  # a C++ int64 as well
+            raise ValueError(f"top_k must be an integer in [0, 2**63), got {self.top_k!r}")
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
         if not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= 20:
@@ -56,9 +56,12 @@ def check_temperature(t) -> None:
         raise ValueError(f"temperature must be a finite number >= 0, got {t!r}")
 
 
+MAX_SEED = 2**63 - 1  # the samplers take a signed 64-bit seed: 2**63 failed in the step, after the add
+
+
 def check_seed(seed) -> None:
-    if seed is not None and (not isinstance(seed, int) or seed < 0):
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if seed is not None and (type(seed) is not int or not 0 <= seed <= MAX_SEED):  # bool is no seed
+        raise ValueError(f"seed must be an integer in [0, 2**63), got {seed!r}")
 
 
 class TraceStatus(enum.Enum):

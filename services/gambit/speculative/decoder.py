@@ -83,8 +83,8 @@ class Plan:
 def _resolve_path(decoding: str) -> Path:
     from gambit.paths import ASSETS
 
-    if decoding in SHIPPED:
-        return ASSETS / f"drafter-{decoding}"
+    if decoding in SHIPPED:  # "hass+pr" ships as drafter-hass-pr ("+" is no character for a folder name)
+        return ASSETS / f"drafter-{decoding.replace('+', '-')}"
     return Path(decoding)
 
 
@@ -93,6 +93,8 @@ class SpecDecoder:
         self.engine = engine
         self.drafters: dict[str, Drafter] = {}
         self.caches: dict[str, KVCache] = {}
+        self.folders: dict[str, str] = {}  # a loaded drafter's resolved folder -> its key
+        self.aliases: dict[str, str] = {}  # another spelling of a loaded drafter's folder -> its key
         self.records: list[dict] | None = None  # analyses (bench): per verified position, when set
         self.cycle_ends: list[dict] = []  # with ``records``: why each cycle stopped (``cycle_ends``)
         self.tap_buffers: dict[tuple[int, ...], torch.Tensor] = {}  # tap layers -> [slots, 3H]
@@ -135,9 +137,13 @@ class SpecDecoder:
         self._tap_sets = sorted(set(self.layers_of.values()))
 
     def prepare(self, decoding: str) -> str:
-        """The drafter key for a trace's ``decoding``; loads a shipped or given drafter once."""
+        """The drafter key for a trace's ``decoding``; loads a shipped or given drafter once, however its
+        folder is spelled (a name, an absolute or relative path, a trailing slash: each spelling loaded
+        another copy and KV cache, seven of one drafter held more KV than the target)."""
         if decoding in self.drafters:
             return decoding
+        if decoding in self.aliases:
+            return self.aliases[decoding]
         mapped = self.engine.config.spec.drafters.get(decoding)
         path = Path(mapped).expanduser() if mapped else _resolve_path(decoding)
         if not (path / "config.json").exists():
@@ -147,6 +153,10 @@ class SpecDecoder:
             hint = " (not shipped yet)" if decoding in SHIPPED else ""
             raise DecodingUnavailable(f"decoding {decoding!r}: no drafter at {path}{hint}; use 'plain', "
                              f"{', '.join(map(repr, SHIPPED))} or a drafter folder")
+        same = self.folders.get(str(path.resolve()))
+        if same is not None:  # loaded already under another spelling
+            self.aliases[decoding] = same
+            return same
         try:
             drafter = load_drafter(path, self.engine.model)
         except DrafterMismatch as e:
@@ -157,6 +167,7 @@ class SpecDecoder:
                                       "`make smollm2-drafters` trains SmolLM2-135M's into "
                                       "~/.cache/gambit/drafters)") from None
         self.register(decoding, drafter)
+        self.folders[str(path.resolve())] = decoding
         return decoding
 
     def taps(self) -> tuple[int, ...]:
