@@ -419,7 +419,9 @@ class SearchRun:
                 n.state, n.end_reason, n.end_step = T.PRUNED, "ghost", self.step
                 self.active.discard(i)
                 self.dirty.add(n.id)
-        fin = [n for n in self.nodes.values() if n.state == T.FINISHED]
+        # in the order they finished: a tie goes to the answer reached first (node ids gave the lowest id)
+        fin = sorted((n for n in self.nodes.values() if n.state == T.FINISHED),
+                     key=lambda n: (n.end_step, n.id))
         answers = [n.answer for n in fin]
         if self.cfg.method == "deepconf":
             weights, rule = [n.conf_mean or 0.0 for n in fin], "confidence-weighted"
@@ -431,7 +433,7 @@ class SearchRun:
             if a is not None:
                 votes[a] = votes.get(a, 0) + 1
                 wvotes[a] = wvotes.get(a, 0.0) + w
-        maj = majority_vote(answers)
+        maj = majority_vote(answers, weights)
         wv = weighted_vote(answers, weights) if sum(weights) > 0 else maj
         answer = maj if rule == "majority" else wv
         traces = [{"id": n.id, "parent": n.parent, "state": n.state, "answer": n.answer,

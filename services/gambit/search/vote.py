@@ -6,13 +6,23 @@ from collections import Counter
 from collections.abc import Sequence
 
 
-def majority_vote(answers: Sequence[str | None]) -> str | None:
-    """Most common non-empty answer; ties go to the answer reached first (deterministic)."""
+def majority_vote(answers: Sequence[str | None], tiebreak: Sequence[float] | None = None) -> str | None:
+    """Most common non-empty answer. A tie goes to the larger total of ``tiebreak`` (the traces'
+    scores, where a scorer ranked them), then to the answer reached first (``answers`` in the order
+    the traces finished): deterministic. A 4-4 tie went to the lowest trace id, scores unread."""
     counts = Counter(a for a in answers if a is not None)
     if not counts:
         return None
     best = max(counts.values())
-    return next(a for a in answers if a is not None and counts[a] == best)
+    tied = [a for a in counts if counts[a] == best]  # Counter keeps first-reached order
+    if len(tied) > 1 and tiebreak is not None:
+        totals = dict.fromkeys(tied, 0.0)
+        for a, w in zip(answers, tiebreak, strict=True):
+            if a in totals:
+                totals[a] += float(w)
+        top = max(totals.values())
+        tied = [a for a in tied if totals[a] == top]
+    return tied[0]
 
 
 def weighted_vote(answers: Sequence[str | None], weights: Sequence[float]) -> str | None:
