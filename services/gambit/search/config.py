@@ -90,7 +90,8 @@ class SearchConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.method == "gambit" and self.swap > self.capacity:
-            raise ValueError(f"swap (K={self.swap}) must not exceed capacity (C={self.capacity})")
+            hint = "; K defaults to 4: give a pool this small its own swap" if self.swap == 4 else ""
+            raise ValueError(f"swap (K={self.swap}) must not exceed capacity (C={self.capacity}){hint}")
         check_deepconf_pool(self.method, self.capacity)
         if self.method == "deepconf" and self.deepconf_warmup >= self.capacity:
             raise ValueError(f"deepconf_warmup must be in [1, capacity) (0: min(4, capacity - 1)), "
