@@ -419,9 +419,9 @@ class SearchRun:
                 n.state, n.end_reason, n.end_step = T.PRUNED, "ghost", self.step
                 self.active.discard(i)
                 self.dirty.add(n.id)
-        # in the order they finished: a tie goes to the answer reached first (node ids gave the lowest id)
-        fin = sorted((n for n in self.nodes.values() if n.state == T.FINISHED),
-                     key=lambda n: (n.end_step, n.id))
+        # in creation order: a tie the scores leave goes to the oldest trace's answer (a root before its
+        # children; on 192 problems the finishing order lost SC@4 and SC@8 two problems each)
+        fin = [n for n in self.nodes.values() if n.state == T.FINISHED]
         answers = [n.answer for n in fin]
         if self.cfg.method == "deepconf":
             weights, rule = [n.conf_mean or 0.0 for n in fin], "confidence-weighted"

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 def majority_vote(answers: Sequence[str | None], tiebreak: Sequence[float] | None = None) -> str | None:
     """Most common non-empty answer. A tie goes to the larger total of ``tiebreak`` (the traces'
-    scores, where a scorer ranked them), then to the answer reached first (``answers`` in the order
-    the traces finished): deterministic. A 4-4 tie went to the lowest trace id, scores unread."""
+    scores, where a scorer ranked them: a 4-4 tie went by order alone, scores unread), then to the
+    answer that comes first in ``answers`` (a run's traces in creation order): deterministic."""
     counts = Counter(a for a in answers if a is not None)
     if not counts:
         return None
