@@ -6,23 +6,13 @@ from collections import Counter
 from collections.abc import Sequence
 
 
-def majority_vote(answers: Sequence[str | None], tiebreak: Sequence[float] | None = None) -> str | None:
-    """Most common non-empty answer. A tie goes to the larger total of ``tiebreak`` (the traces'
-    scores, where a scorer ranked them: a 4-4 tie went by order alone, scores unread), then to the
-    answer that comes first in ``answers`` (a run's traces in creation order): deterministic."""
+def majority_vote(answers: Sequence[str | None]) -> str | None:
+    """Most common non-empty answer; ties go to the answer reached first (deterministic)."""
     counts = Counter(a for a in answers if a is not None)
     if not counts:
         return None
     best = max(counts.values())
-    tied = [a for a in counts if counts[a] == best]  # Counter keeps first-reached order
-    if len(tied) > 1 and tiebreak is not None:
-        totals = dict.fromkeys(tied, 0.0)
-        for a, w in zip(answers, tiebreak, strict=True):
-            if a in totals:
-                totals[a] += float(w)
-        top = max(totals.values())
-        tied = [a for a in tied if totals[a] == top]
-    return tied[0]
+    return next(a for a in answers if a is not None and counts[a] == best)
 
 
 def weighted_vote(answers: Sequence[str | None], weights: Sequence[float]) -> str | None:
