@@ -417,3 +417,16 @@ def test_a_flag_whose_default_is_zero_says_it(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "top-k filter of every trace's sampling (0 = none) (default: 0)" in text
     assert "problem selection and trace seeds (default: 0)" in text
+
+
+def test_a_reader_that_goes_away_is_no_error(capsys, monkeypatch):
+    """`gambit inspect RUN | head` printed "error: [Errno 32] Broken pipe" and exited 2."""
+    from gambit import cli
+
+    def command():
+        raise BrokenPipeError(32, "Broken pipe")  # what print() raises once the reader has closed the pipe
+
+    monkeypatch.setattr(sys, "stdout", sys.stdout)  # restored after the test: _clean_errors replaces it
+    assert cli._clean_errors(command) == 0
+    assert capsys.readouterr().err == ""
+    assert cli._clean_errors(lambda: (_ for _ in ()).throw(OSError("no such file"))) == 2  # still an error

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 
@@ -215,9 +216,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _clean_errors(command) -> int:
-    """A missing file, a refused connection, a taken port or a bad value: one line, exit 2."""
+    """A missing file, a refused connection, a taken port or a bad value: one line, exit 2. A reader
+    that went away (`gambit inspect RUN | head`) is no error: the rest is dropped quietly."""
     try:
         return command()
+    except BrokenPipeError:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 — the interpreter's final flush must not fail too
+        return 0
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
