@@ -28,3 +28,16 @@ def test_the_cli_names_the_flag_out_of_range(argv, said):
 
     with pytest.raises(SystemExit, match=said):  # said before anything loads
         main(argv)
+
+
+def test_finite_and_within_name_the_first_bad_value():
+    from gambit.checks import finite, within
+
+    finite(a=0.0, b=-1e300)
+    within(0, 1, a=0.0, b=1.0)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(ValueError, match=r"^b must be a finite number, got"):
+            finite(a=1.0, b=bad)
+    for bad in (float("nan"), 1.5, -0.1):
+        with pytest.raises(ValueError, match=r"^b must be in \[0, 1\], got"):
+            within(0, 1, a=0.5, b=bad)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 import torch
+from bench_util import refused_before
 
 from gambit.model import CausalLM, ModelConfig, build_char_tokenizer, save_model
 
@@ -153,12 +153,8 @@ def test_engine_bench_flags_are_checked_before_any_backend(monkeypatch, args, me
     failed after the whole run (--plot-beside); now ValueError naming the flag, before any work."""
     import gambit.bench.engine
 
-    def run(*a, **k):
-        raise AssertionError("the bench started before the check")
-
-    monkeypatch.setattr(gambit.bench.engine, "run_engine_bench", run)
-    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
-        gambit.bench.engine.main(args)
+    engine = gambit.bench.engine
+    refused_before(monkeypatch, engine, "run_engine_bench", engine.main, args, message)
 
 
 def test_engine_bench_library_refuses_a_nan_temperature(tiny_folder: Path):
@@ -180,12 +176,7 @@ def test_engine_bench_library_refuses_a_nan_temperature(tiny_folder: Path):
 def test_linears_flags_are_checked_before_any_model_loads(monkeypatch, args, message):
     import gambit.bench.linears
 
-    def measure(*a, **k):
-        raise AssertionError("the bench started before the check")
-
-    monkeypatch.setattr(gambit.bench.linears, "measure", measure)
-    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
-        gambit.bench.linears.main(args)
+    refused_before(monkeypatch, gambit.bench.linears, "measure", gambit.bench.linears.main, args, message)
 
 
 def test_linears_help_describes_the_whole_sentence(capsys):

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
+from bench_util import refused_before
 
 import gambit.bench.pools as pools
 
@@ -20,12 +19,7 @@ import gambit.bench.pools as pools
 ])
 def test_bad_flags_are_refused_before_any_child(monkeypatch, args, message):
     """Each once a traceback from every child process (or a StatisticsError over no runs)."""
-    def run_child(*a, **k):
-        raise AssertionError("a child started before the check")
-
-    monkeypatch.setattr(pools, "run_child", run_child)
-    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
-        pools.main(args)
+    refused_before(monkeypatch, pools, "run_child", pools.main, args, message)
 
 
 def test_good_flags_pass(monkeypatch):

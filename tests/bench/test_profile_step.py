@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
+from bench_util import refused_before
 
 import gambit.bench.profile_step as profile_step
 
@@ -17,9 +16,4 @@ import gambit.bench.profile_step as profile_step
 ])
 def test_bad_flags_are_refused_before_the_model_loads(monkeypatch, args, message):
     """Each a traceback once (0 steps: an IndexError after the whole profile)."""
-    def profile(*a, **k):
-        raise AssertionError("the profile started before the check")
-
-    monkeypatch.setattr(profile_step, "profile", profile)
-    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
-        profile_step.main(args)
+    refused_before(monkeypatch, profile_step, "profile", profile_step.main, args, message)

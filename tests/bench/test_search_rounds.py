@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
+from bench_util import refused_before
 
 from gambit.bench import search_rounds
 from gambit.search import run_state
@@ -45,12 +45,7 @@ def test_bad_flags_are_refused_before_the_model_loads(monkeypatch, args, message
     """Each bad flag named alone, before ``load_model`` (patched to fail: no load before the check)."""
     import gambit.model.loader
 
-    def no_load(*a, **k):
-        raise AssertionError("the model loaded before the check")
-
-    monkeypatch.setattr(gambit.model.loader, "load_model", no_load)
-    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
-        search_rounds.main(args)
+    refused_before(monkeypatch, gambit.model.loader, "load_model", search_rounds.main, args, message)
 
 
 def test_profile_help_says_its_default(capsys):

@@ -4,7 +4,6 @@ is a ValueError naming one flag and its value (``gambit.checks`` says why one fl
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 
@@ -15,13 +14,6 @@ def device(flag: str, value: str) -> str:
     """``value`` if it names a device the engine takes (auto | cpu | cuda | cuda:N)."""
     if not DEVICE.fullmatch(value):
         raise ValueError(f"{flag} must be auto, cpu, cuda or cuda:N, got {value!r}")
-    return value
-
-
-def finite(flag: str, value: float) -> float:
-    """``value`` if it is a number (not NaN or infinite)."""
-    if not math.isfinite(value):
-        raise ValueError(f"{flag} must be a finite number, got {value!r}")
     return value
 
 

@@ -540,11 +540,12 @@ def check_args(args: argparse.Namespace) -> None:
     """The flags' values, before any backend starts (a bad one once failed in one child only, or ran
     the rest at it): ValueError naming the flag."""
     from gambit.bench import args as bench_args
-    from gambit.checks import at_least
+    from gambit.checks import at_least, finite
 
     if args.tokens is not None:  # None: the default; the decode rate needs a token after the first
         at_least(2, **{"--tokens": args.tokens})
-    if not bench_args.finite("--temperature", args.temperature) >= 0:
+    finite(**{"--temperature": args.temperature})
+    if not args.temperature >= 0:
         raise ValueError(f"--temperature must be >= 0, got {args.temperature!r}")
     if not 0 < args.top_p <= 1:  # NaN is not
         raise ValueError(f"--top-p must be in (0, 1], got {args.top_p!r}")

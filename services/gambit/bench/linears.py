@@ -98,7 +98,7 @@ def row_counts(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     from gambit.bench import args as bench_args
     from gambit.bench.eval import write_json
-    from gambit.checks import at_least
+    from gambit.checks import at_least, finite
     from gambit.config_cli import DefaultsFormatter
 
     p = argparse.ArgumentParser(prog="gambit bench linears", formatter_class=DefaultsFormatter,
@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     rows = row_counts(args.rows)
     at_least(1, **{"--repeats": args.repeats, "--threads": args.threads})  # 0 repeats: no median
-    if not 0 <= bench_args.finite("--distinct-mb", args.distinct_mb):
+    finite(**{"--distinct-mb": args.distinct_mb})
+    if not 0 <= args.distinct_mb:
         raise ValueError(f"--distinct-mb must be >= 0, got {args.distinct_mb!r}")
     folder = bench_args.model("--model", args.model)
     r = measure(str(folder), rows, args.repeats, args.threads, calls=1 if args.distinct_mb else 10,

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from gambit.checks import above, at_least
+from gambit.checks import above, at_least, finite, within
 from gambit.paths import ASSETS, TARGET
 from gambit.speculative.drafter import Drafter, DrafterConfig, save_drafter
 from gambit.train import repro
@@ -106,11 +106,8 @@ class TrainDrafterConfig:
         # refused here, not as a nan loss, a wrong schedule or a crash after minutes of data generation
         above(0, grad_clip=self.grad_clip)  # 0 would zero every gradient
         at_least(0, weight_decay=self.weight_decay, warmup=self.warmup)
-        for name in ("lr", "weight_decay"):  # inf passes the range checks and turns the weights nan
-            if math.isinf(getattr(self, name)):
-                raise ValueError(f"{name} must be finite, got {getattr(self, name)!r}")
-        if not 0 <= self.min_lr_ratio <= 1:  # the cosine floor, a fraction of the peak lr
-            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
+        finite(lr=self.lr, weight_decay=self.weight_decay)  # an inf turns the weights nan
+        within(0, 1, min_lr_ratio=self.min_lr_ratio)  # the cosine floor, a fraction of the peak lr
         at_least(1, eval_every=self.eval_every, num_layers=self.num_layers, n_train=self.n_train,
                  n_heldout=self.n_heldout, data_max_tokens=self.data_max_tokens)
         at_least(0, data_temperature=self.data_temperature, draft_vocab=self.draft_vocab)

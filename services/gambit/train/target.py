@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from gambit.checks import above, at_least
+from gambit.checks import above, at_least, finite, within
 from gambit.model import CausalLM, ModelConfig, Tokenizer, build_char_tokenizer, save_model
 from gambit.paths import TARGET
 from gambit.tasks.arithmetic import TaskConfig, make_problem
@@ -61,11 +61,8 @@ class TrainTargetConfig:
         # refused here, not as a nan loss or a wrong schedule after training has run
         at_least(0, weight_decay=self.weight_decay, warmup=self.warmup,
                  checkpoint_every=self.checkpoint_every)
-        for name in ("lr", "weight_decay"):  # inf passes the range checks and turns the weights nan
-            if math.isinf(getattr(self, name)):
-                raise ValueError(f"{name} must be finite, got {getattr(self, name)!r}")
-        if not 0 <= self.min_lr_ratio <= 1:  # the cosine floor, a fraction of the peak lr
-            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
+        finite(lr=self.lr, weight_decay=self.weight_decay)  # an inf turns the weights nan
+        within(0, 1, min_lr_ratio=self.min_lr_ratio)  # the cosine floor, a fraction of the peak lr
         at_least(1, hidden_size=self.hidden_size, num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
                  intermediate_size=self.intermediate_size, max_positions=self.max_positions)
         TaskConfig(self.min_ops, self.max_ops, self.spell_products)  # 1 <= min_ops <= max_ops
