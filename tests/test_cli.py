@@ -365,6 +365,9 @@ def test_a_config_file_with_a_number_for_a_key_is_a_clear_error(tmp_path):
     (["eval", "--temperature", "nan"], "temperature must be a finite number >= 0"),
     (["eval", "--min-ops", "5", "--max-ops", "3"], "min_ops <= max_ops"),
     (["train", "target", "--out", "{tmp}/t", "--eval-samples", "-1"], "eval_samples must be >= 0"),
+    # accepted, and every trace decoded plainly: the drafter the user mapped was never read
+    (["run", "--drafters", "pr={tmp}"], "drafters: maps pr, but decoding is 'plain'"),
+    (["run", "--decoding", "eagle3.1", "--drafters", "pr={tmp}"], "give --decoding pr"),
 ])
 def test_bad_values_are_refused_before_the_work(tmp_path, capsys, args, message):
     """Each was refused after the run, evaluation or training (or never, or hung): one line, exit 2."""

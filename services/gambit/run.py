@@ -89,7 +89,10 @@ class RunConfig:
         check_output(self.png, "png", image=True)
         if self.spec_max_batch < 0:
             raise ValueError(f"spec_max_batch must be >= 0 (0: no cap), got {self.spec_max_batch}")
-        parse_drafters(self.drafters)
+        mapped = parse_drafters(self.drafters)
+        if mapped and self.decoding not in mapped:  # it was accepted, and every trace decoded without it
+            raise ValueError(f"drafters: maps {', '.join(mapped)}, but decoding is {self.decoding!r}: no "
+                             f"trace would draft with them (give --decoding {next(iter(mapped))})")
         check_cpu_weights(self.cpu_weights)
         check_kv_dtype(self.kv_dtype)
         self.search()  # the search settings' own checks (top_p, top_k, ...), before anything loads

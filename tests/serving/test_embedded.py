@@ -340,3 +340,24 @@ def test_a_finished_runs_record_and_tree_stay_for_one_retention():
             e.target.tree.r.delete(*keys)
     with pytest.raises(ValueError, match="retention_s must be >= 1, got 0"):
         EmbeddedConfig(retention_s=0)
+
+
+def test_speculative_counters_carry_the_decoding_so_pr_and_eagle_taus_read_apart(emb):
+    """The spec counters were one series for every method: a Target serving PR and EAGLE-3.1 runs showed
+    one blended tau. Each decoding is its own series now, and each sums to what the engine counted."""
+    names = ("gambit_spec_decode_num_drafts_total", "gambit_spec_decode_num_draft_tokens_total",
+             "gambit_spec_decode_num_accepted_tokens_total")
+    before = {d: [labelled(emb, n, decoding=d) for n in names] for d in ("pr", "eagle3.1")}
+    engine0 = {d: list(v) for d, v in emb.target.engine.stats.spec_by_decoding.items()}
+    for d in ("pr", "eagle3.1"):
+        res = list(emb.solve(PROBLEMS[2].prompt, SolveConfig(capacity=2, swap=1, decoding=d, seed=4,
+                                                             max_tokens=40)))[-1]
+        assert res["status"] == "done"
+    emb.target._counters()  # the loop exports every METRICS_EVERY_S; read what it counted so far
+    by = emb.target.engine.stats.spec_by_decoding
+    for d in ("pr", "eagle3.1"):
+        got = [labelled(emb, n, decoding=d) - b for n, b in zip(names, before[d], strict=True)]
+        want = [v - w for v, w in zip(by[d], engine0.get(d, [0, 0, 0]), strict=True)]
+        assert got == want and got[0] > 0, (d, got, want)
+        assert got[2] <= got[1]  # accepted within drafted
+    assert "other" not in by  # shipped names only; a drafter by path would be "other"

@@ -26,6 +26,9 @@ class EngineStats:
     spec_accepted: int = 0  # draft tokens accepted
     draft_seconds: float = 0.0  # time spent drafting
     spec_capped_steps: int = 0  # steps with speculative traces that decoded plainly (spec.max_batch)
+    # decoding ("pr", "eagle3.1", ...; "other": a drafter by path) -> [drafts, draft tokens, accepted]:
+    # the spec counters split by method, so a dashboard shows PR's tau beside EAGLE-3.1's on live traffic
+    spec_by_decoding: dict = field(default_factory=dict)
     trace_tau: dict = field(default_factory=dict)  # trace id -> tokens per target forward (recent 4096)
 
     @property

@@ -63,14 +63,16 @@ PANELS: tuple[Panel, ...] = (
               (_q("max({m:gambit_kv_cache_usage_perc})"), "max"),
               (_q("avg({m:gambit_kv_cache_usage_perc})"), "mean"))),
     Panel("Acceptance length (tokens per target forward)", "short", "tau = (accepted + drafts) / drafts over "
-          "speculative verification forwards (1: no draft token accepted); accepted / drafted tokens; and "
+          "speculative verification forwards (1: no draft token accepted), per decoding method (pr, "
+          "eagle3.1, ...; other: a drafter by path); accepted / drafted tokens; and "
           "steps per second whose speculative traces decoded plainly (batch above spec.max_batch).", (
-              (_q(f"(sum(rate({{m:gambit_spec_decode_num_accepted_tokens_total}}[{RATE}])) + "
-                  f"sum(rate({{m:gambit_spec_decode_num_drafts_total}}[{RATE}]))) / "
-                  f"sum(rate({{m:gambit_spec_decode_num_drafts_total}}[{RATE}]))"), "tau"),
-              (_q(f"sum(rate({{m:gambit_spec_decode_num_accepted_tokens_total}}[{RATE}])) / "
-                  f"sum(rate({{m:gambit_spec_decode_num_draft_tokens_total}}[{RATE}]))"),
-               "draft acceptance rate"),
+              (_q(f"(sum by (decoding) (rate({{m:gambit_spec_decode_num_accepted_tokens_total}}[{RATE}])) + "
+                  f"sum by (decoding) (rate({{m:gambit_spec_decode_num_drafts_total}}[{RATE}]))) / "
+                  f"sum by (decoding) (rate({{m:gambit_spec_decode_num_drafts_total}}[{RATE}]))"),
+               "tau {{decoding}}"),
+              (_q(f"sum by (decoding) (rate({{m:gambit_spec_decode_num_accepted_tokens_total}}[{RATE}])) / "
+                  f"sum by (decoding) (rate({{m:gambit_spec_decode_num_draft_tokens_total}}[{RATE}]))"),
+               "draft acceptance rate {{decoding}}"),
               (_q(_or_zero(f"sum(rate({{m:gambit_spec_decode_capped_steps_total}}[{RATE}]))")),
                "capped steps/s"))),
     Panel("Active vs ghost traces", "short", "Tree view: active and ghost (evicted, still in the pool) "

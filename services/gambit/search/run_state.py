@@ -203,14 +203,12 @@ class SearchRun:
         if m == "gambit":
             node.state = T.GHOST  # keeps its place in the tree view until it falls into the bottom K
             node.engine_id = None
-            self.dirty.add(node.id)
         elif m == "step":
             node.engine_id = None
             node.state, node.end_reason, node.end_step = T.EVICTED, "evicted", self.step
             self.active.discard(node.id)
             if self.scorer is not None:
                 self.scorer.drop(self.key(node.id))
-            self.dirty.add(node.id)
         else:  # sc / deepconf: recompute later, like a preempted vLLM request
             self._launch(node)
 

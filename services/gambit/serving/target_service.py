@@ -41,6 +41,9 @@ METRICS_EVERY_S = 0.25
 SWITCH_CHECK = (16, 80)
 SWITCH_PERIOD = 2048
 SWITCH_WARN_PER_STEP = 8.0
+# EngineStats.spec_by_decoding's [drafts, draft tokens, accepted], exported with a decoding label
+SPEC_BY_DECODING = ("gambit_spec_decode_num_drafts_total", "gambit_spec_decode_num_draft_tokens_total",
+                    "gambit_spec_decode_num_accepted_tokens_total")
 
 
 class Overcommitted(RuntimeError):
@@ -318,12 +321,14 @@ class TargetService:
         now = {"gambit_generation_tokens_total": s.generated_tokens,
                "gambit_prompt_tokens_total": s.prompt_tokens,
                "gambit_prompt_tokens_shared_total": s.shared_prompt_tokens}
-        now["gambit_spec_decode_num_drafts_total"] = s.spec_drafts
-        now["gambit_spec_decode_num_draft_tokens_total"] = s.spec_draft_tokens
-        now["gambit_spec_decode_num_accepted_tokens_total"] = s.spec_accepted
         now["gambit_spec_decode_capped_steps_total"] = s.spec_capped_steps
         for k, v in now.items():
             self.metrics.inc(k, v - last.get(k, 0))
+        for label, counts in list(s.spec_by_decoding.items()):  # tau per decoding method
+            for name, v in zip(SPEC_BY_DECODING, tuple(counts), strict=True):
+                key = f"{name}|{label}"
+                now[key] = v
+                self.metrics.inc(name, v - last.get(key, 0), decoding=label)
         self._last = now
 
     def _gauges(self) -> None:

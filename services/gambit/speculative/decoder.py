@@ -39,6 +39,11 @@ from gambit.speculative.verify import accept, greedy_paths, spec_uniforms, targe
 SHIPPED = ("eagle3.1", "pr", "hass", "hass+pr")
 
 
+def decoding_label(decoding: str) -> str:
+    """A trace's decoding as a metric label: a shipped name, or "other" (a path would be unbounded)."""
+    return decoding if decoding in SHIPPED else "other"
+
+
 class DecodingUnavailable(ValueError):
     """A decoding this engine cannot draft: no drafter where its name points, or one made for another
     target (the services answer UNIMPLEMENTED: the request is valid, this Target lacks the drafter)."""
@@ -457,6 +462,8 @@ class SpecDecoder:
             stats.spec_drafts += 1
             stats.spec_draft_tokens += sum(val_l[i])
             stats.spec_accepted += a
+            by = stats.spec_by_decoding.setdefault(decoding_label(t.params.decoding), [0, 0, 0])
+            by[0], by[1], by[2] = by[0] + 1, by[1] + sum(val_l[i]), by[2] + a
             done = False
             for j, tok in enumerate(seq):
                 posn = len(t.token_ids)
