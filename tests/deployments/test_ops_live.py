@@ -88,6 +88,11 @@ def test_every_dashboard_query_and_alert_returns_series(serve_stack):
         # the panels show 0 for a counter never exported; this workload makes each of these (the Scorer
         # outage the fallbacks), so each must be exported with a positive value as well
         counters = [f"sum(ray_gambit_{n}_total) > 0" for n in ("prunes", "branches", "scorer_fallback")]
+        # the bad Solve counted as a Solve error (the error alert reads rpc="Solve" only), and each
+        # decoding's drafts as their own series (the tau panel shows one line per decoding)
+        counters.append('sum(ray_gambit_request_errors_total{rpc="Solve",code="INVALID_ARGUMENT"}) > 0')
+        counters += [f'sum(ray_gambit_spec_decode_num_drafts_total{{decoding="{d}"}}) > 0'
+                     for d in (("pr", "eagle3.1") if SPECULATIVE else ())]
         deadline = time.monotonic() + 90  # Ray exports every ~10 s; Prometheus scrapes every second
         while ((missing := empty_queries(prom, "ray_", rate_interval="5m")) != expected
                or (unset := [c for c in counters if not prom.query(c)])) and time.monotonic() < deadline:

@@ -10,7 +10,7 @@ import pytest
 from gambit.ops import metrics
 from gambit.ops.alerts import ALERTS, rule_groups
 from gambit.ops.dashboards import PANELS, build_dashboard, panel_queries
-from gambit.ops.generate import check, generated_files
+from gambit.ops.generate import REPO, VALUES, check, generated_files
 
 
 def test_generated_files_match_the_code():
@@ -19,7 +19,7 @@ def test_generated_files_match_the_code():
 
 
 def test_check_reports_a_hand_edit(tmp_path):
-    for rel, text in generated_files().items():
+    for rel, text in {**generated_files(), VALUES: (REPO / VALUES).read_text()}.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     assert check(tmp_path) == []
@@ -76,7 +76,7 @@ def test_dashboard_has_the_required_panels():
     got = q["Scorer latency and guidance sync"]
     assert len(got) == 4
     assert all(g.startswith(a) and g.endswith(b) for g, (a, b) in zip(got, want, strict=True))
-    assert q["Errors by code"] == ["sum by (code) (rate(ray_gambit_request_errors_total[1m]))"]
+    assert q["Errors by code"] == ["sum by (rpc, code) (rate(ray_gambit_request_errors_total[1m]))"]
 
 
 def test_every_query_names_only_contract_metrics():

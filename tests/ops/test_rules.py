@@ -46,14 +46,20 @@ SCENARIOS: dict[str, tuple[list[dict], str, list[dict]]] = {
         [{"series": f"{P}generation_tokens_total{{{RAY}}}", "values": "0+6000x90"},
          {"series": f"{P}num_requests_running{{{RAY}}}", "values": "3x90"}]),
     "GambitHighErrorRate": (
-        [{"series": f'{P}request_errors_total{{code="INTERNAL",{RAY}}}', "values": "0+10x20"},
+        [{"series": f'{P}request_errors_total{{code="INTERNAL",rpc="Solve",{RAY}}}', "values": "0+10x20"},
          {"series": f'{P}e2e_request_latency_seconds_count{{method="gambit",{RAY}}}', "values": "0+100x20"}],
         "10m",
-        [{"series": f'{P}request_errors_total{{code="INVALID_ARGUMENT",{RAY}}}', "values": "0+50x20"},
+        [{"series": f'{P}request_errors_total{{code="INVALID_ARGUMENT",rpc="Solve",{RAY}}}',
+          "values": "0+50x20"},
          # a client reusing run ids or without its token: the caller's doing, not a page
-         {"series": f'{P}request_errors_total{{code="ALREADY_EXISTS",{RAY}}}', "values": "0+20x20"},
-         {"series": f'{P}request_errors_total{{code="UNAUTHENTICATED",{RAY}}}', "values": "0+20x20"},
-         {"series": f'{P}request_errors_total{{code="INTERNAL",{RAY}}}', "values": "0+1x20"},
+         {"series": f'{P}request_errors_total{{code="ALREADY_EXISTS",rpc="Solve",{RAY}}}',
+          "values": "0+20x20"},
+         {"series": f'{P}request_errors_total{{code="UNAUTHENTICATED",rpc="Solve",{RAY}}}',
+          "values": "0+20x20"},
+         {"series": f'{P}request_errors_total{{code="INTERNAL",rpc="Solve",{RAY}}}', "values": "0+1x20"},
+         # other RPCs: a Score call fails per round, not per Solve (each counted against Solve calls before)
+         {"series": f'{P}request_errors_total{{code="INTERNAL",rpc="Score",{RAY}}}', "values": "0+30x20"},
+         {"series": f'{P}request_errors_total{{code="UNAVAILABLE",rpc="GetRun",{RAY}}}', "values": "0+10x20"},
          {"series": f'{P}e2e_request_latency_seconds_count{{method="gambit",{RAY}}}', "values": "0+100x20"}]),
     "GambitHighEndToEndLatency": (
         exported_hist("e2e_request_latency_seconds", 120.0), "20m",

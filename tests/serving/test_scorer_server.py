@@ -136,7 +136,7 @@ def test_health_reflection_and_metrics(server):
     lines = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
     assert float(lines["gambit_scorer_latency_seconds_count"]) >= 1
     assert float(lines["gambit_scorer_batch_size_sum"]) >= 4
-    assert float(lines['gambit_request_errors_total{code="INVALID_ARGUMENT"}']) >= 1
+    assert float(lines['gambit_request_errors_total{code="INVALID_ARGUMENT",rpc="Score"}']) >= 1
 
 
 def test_tls_server_and_remote_scorer_client(tmp_path):

@@ -110,14 +110,14 @@ class Coordinator:
         if not check_token(grpc_context.invocation_metadata(), self.token):
             raise RPCError(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
 
-    def _fail(self, grpc_context, e: Exception):
+    def _fail(self, grpc_context, e: Exception, rpc: str):
         if isinstance(e, StoreUnavailable):
             e = RPCError(grpc.StatusCode.UNAVAILABLE, str(e))
         elif isinstance(e, ValueError):
             e = RPCError(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         elif not isinstance(e, RPCError):
             e = RPCError(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
-        self.metrics.inc("gambit_request_errors_total", code=e.code.name)
+        self.metrics.inc("gambit_request_errors_total", code=e.code.name, rpc=rpc)
         grpc_context.set_code(e.code)
         grpc_context.set_details(e.message)
         raise RuntimeError(e.message) from None  # plain and picklable: the proxy reads the code set above
@@ -145,7 +145,7 @@ class Coordinator:
             if isinstance(e, TargetLost) or (call.stream is not None and not call.got_result
                                              and not isinstance(e, RPCError)):
                 e = await self._target_lost(run_id, e)
-            self._fail(grpc_context, e)
+            self._fail(grpc_context, e, "Solve")
         finally:
             if call.first is None and call.stream is not None:
                 self.waiting -= 1
@@ -218,7 +218,7 @@ class Coordinator:
     def _result(self, d: dict, call: Call, method: str):
         e2e = time.perf_counter() - call.t0
         if d.get("status") == "failed":  # the RPC ends OK with a failed run: the error alert must see it
-            self.metrics.inc("gambit_request_errors_total", code="INTERNAL")
+            self.metrics.inc("gambit_request_errors_total", code="INTERNAL", rpc="Solve")
         else:
             self.metrics.observe("gambit_e2e_request_latency_seconds", e2e, method=method)
         return self.pb2.SolveEvent(result=result_msg(self.pb2, {**d, "first_event_s": call.first},
@@ -276,7 +276,7 @@ class Coordinator:
                                                 first_event_s=float(rec.get("first_event_s") or 0.0)))
             return info
         except Exception as e:  # noqa: BLE001
-            self._fail(grpc_context, e)
+            self._fail(grpc_context, e, "GetRun")
 
     async def CancelRun(self, request, grpc_context):  # noqa: N802
         try:
@@ -291,4 +291,4 @@ class Coordinator:
                 pass
             return self.pb2.CancelRunResponse(run_id=run_id, cancelled=True, status="cancelling")
         except Exception as e:  # noqa: BLE001
-            self._fail(grpc_context, e)
+            self._fail(grpc_context, e, "CancelRun")

@@ -89,8 +89,8 @@ class Scorer:
         loopback address only serves Targets on the same node). Ray handle call."""
         return {"address": self._address, "node": ray.get_runtime_context().get_node_id()}
 
-    def _fail(self, grpc_context, code: grpc.StatusCode, message: str):
-        self.metrics.inc("gambit_request_errors_total", code=code.name)
+    def _fail(self, grpc_context, code: grpc.StatusCode, message: str, rpc: str = "Score"):
+        self.metrics.inc("gambit_request_errors_total", code=code.name, rpc=rpc)
         grpc_context.set_code(code)
         grpc_context.set_details(message)
         raise RuntimeError(message)
@@ -108,7 +108,7 @@ class Scorer:
 
     async def Info(self, request, grpc_context):  # noqa: N802
         if not check_token(grpc_context.invocation_metadata(), self.token):
-            self._fail(grpc_context, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+            self._fail(grpc_context, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token", "Info")
         s = self.core.scorer
         return self.pb2.InfoResponse(kind=s.kind, hidden_size=s.hidden_size, max_rows=self.core.max_rows,
                                      features=self.core.features)

@@ -80,9 +80,10 @@ ALERTS: tuple[Alert, ...] = (
     ),
     Alert(
         name="GambitHighErrorRate",
-        expr=f'sum(rate({{p}}gambit_request_errors_total{{{{code!~"{CLIENT_CODES}"}}}}[5m])) '
+        # Solve calls only: the Scorer's per-round Score errors and GetRun / CancelRun are other RPCs
+        expr=f'sum(rate({{p}}gambit_request_errors_total{{{{rpc="Solve",code!~"{CLIENT_CODES}"}}}}[5m])) '
              "/ (sum(rate({p}gambit_e2e_request_latency_seconds_count[5m])) "
-             "+ sum(rate({p}gambit_request_errors_total[5m]))) > 0.05",
+             '+ sum(rate({p}gambit_request_errors_total{{rpc="Solve"}}[5m]))) > 0.05',
         for_="5m", severity="critical",
         summary="More than 5% of Solve calls end with a server-side gRPC error",
         action="Break the errors down by code on the dashboard (Errors by code). UNAVAILABLE or "

@@ -3,22 +3,31 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from gambit.config_cli import add_dataclass_args, from_args
 from gambit.ops.cluster import ClusterConfig
+from gambit.paths import REPO
 
 
 def _deploy(args) -> int:
-    from gambit.ops.generate import check, generate
+    from gambit.ops.generate import VALUES, NotACheckout, check, checkout, generate
 
+    here = Path.cwd()  # a checkout run from, else the one this gambit is installed from (editable)
+    try:
+        root = checkout(Path(args.root) if args.root else here if (here / VALUES).is_file() else REPO)
+    except NotACheckout as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.action == "generate":
-        written = generate()
-        print("\n".join(f"wrote {p}" for p in written) or "deploy/ is up to date")
+        written = generate(root)
+        print("\n".join(f"wrote {p}" for p in written) or f"{root}: deploy/ is up to date")
         return 0
-    diffs = check()
+    diffs = check(root)
     for d in diffs:
         print(d, end="")
-    print(f"{len(diffs)} generated file(s) out of date" if diffs else "deploy/ matches the code")
+    print(f"{root}: {len(diffs)} generated file(s) out of date" if diffs
+          else f"{root}: deploy/ matches the code")
     return 1 if diffs else 0
 
 
@@ -59,6 +68,9 @@ def add_ops_commands(sub) -> None:
     d = sub.add_parser("deploy", help="deploy/ files (Serve config, alerts, dashboards) generated from code")
     d.add_argument("action", choices=["generate", "check"],
                    help="write the files, or diff them (exit 1 on drift)")
+    d.add_argument("--root", default="", help="the Gambit checkout to write or check (a folder holding "
+                   "helm/gambit/values.yaml; default: the current folder if it is one, else the checkout "
+                   "this gambit is installed from)")
     d.set_defaults(func=_deploy)
     c = sub.add_parser("cluster", help="the RayService on Kubernetes: status, or wait until it serves")
     c.add_argument("action", choices=["status", "wait"], help="print status (exit 1 if not ready), or block")

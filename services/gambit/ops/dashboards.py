@@ -105,8 +105,9 @@ PANELS: tuple[Panel, ...] = (
               (_q(f"sum(rate({{m:gambit_scorer_batch_size_sum}}[{RATE}])) / "
                   f"sum(rate({{m:gambit_scorer_batch_size_count}}[{RATE}]))"), "mean batch"),
               (_q(_or_zero(f"sum(rate({{m:gambit_scorer_fallback_total}}[{RATE}]))")), "fallbacks/s"))),
-    Panel("Errors by code", "reqps", "RPCs ended with a non-OK gRPC status, by code.", (
-        (_q(f"sum by (code) (rate({{m:gambit_request_errors_total}}[{RATE}]))"), "{{code}}"),)),
+    Panel("Errors by code", "reqps", "RPCs ended with a non-OK gRPC status, by RPC (Solve, GetRun, "
+          "CancelRun; Score, Info: the Scorer's) and code.", (
+        (_q(f"sum by (rpc, code) (rate({{m:gambit_request_errors_total}}[{RATE}]))"), "{{rpc}} {{code}}"),)),
     Panel("Traces started / finished", "ops", "Traces started (incl. branches) and ended, by reason.", (
         (_q(f"sum(rate({{m:gambit_traces_started_total}}[{RATE}]))"), "started"),
         (_q(f"sum by (reason) (rate({{m:gambit_traces_finished_total}}[{RATE}]))"), "{{reason}}"))),

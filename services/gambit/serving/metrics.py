@@ -3,7 +3,7 @@
 ``prometheus``: prometheus-client in its own registry (embedded wiring, the Scorer's own server).
 Under Ray Serve, ``gambit.deployments.ray_metrics.RayBackend`` builds the same names with
 ``ray.serve.metrics`` (exported as ``ray_<name>``). Labels are bounded: method, decoding, code,
-reason — never run ids.
+reason, rpc — never run ids.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ SPECS = [
     Spec("gambit_e2e_request_latency_seconds", "histogram", "Request to result", ("method",),
          LATENCY_BUCKETS),
     Spec("gambit_request_errors_total", "counter",
-         "RPCs ended with a non-OK status (INTERNAL: also a failed run)", ("code",)),
+         "RPCs ended with a non-OK status (INTERNAL: also a failed run), by code and RPC", ("code", "rpc")),
 ]
 BY_NAME = {s.name: s for s in SPECS}
 

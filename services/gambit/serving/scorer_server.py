@@ -66,12 +66,12 @@ class ScorerServicer:
             job = self.core.validate(request.states, request.dtype, request.shape, request.trace_ids,
                                      request.forks, request.drops, request.features)
         except ValueError as e:
-            self.metrics.inc("gambit_request_errors_total", code="INVALID_ARGUMENT")
+            self.metrics.inc("gambit_request_errors_total", code="INVALID_ARGUMENT", rpc="Score")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         try:
             scores = self.core.score(job)
         except Exception as e:  # noqa: BLE001
-            self.metrics.inc("gambit_request_errors_total", code="INTERNAL")
+            self.metrics.inc("gambit_request_errors_total", code="INTERNAL", rpc="Score")
             context.abort(grpc.StatusCode.INTERNAL, f"scoring failed: {e}")
         return self.pb2.ScoreResponse(scores=scores.tolist())
 
