@@ -76,12 +76,15 @@ def test_serve_config_matches_the_generated_one_and_scales_with_gpus(rendered):
     multi = yaml.safe_load(_rayservice(rendered["multi-gpu-values"])["spec"]["serveConfigV2"])
     deps = _deployments(multi)
     reps = {name: d.get("num_replicas") for name, d in deps.items()}
-    assert reps == {"Target": 8, "Scorer": None, "Coordinator": 2}  # 4 workers x 2 GPUs, one GPU per Target
+    assert reps == {"Target": None, "Scorer": None, "Coordinator": 2}  # Targets and Scorers autoscale
     assert deps["Scorer"]["autoscaling_config"] == {
         "min_replicas": 2, "max_replicas": 6, "target_ongoing_requests": 8, "upscale_delay_s": 5,
         "downscale_delay_s": 60}
+    # 4 workers x 2 GPUs at start; Serve moves the Targets between 2 and 6 workers' worth, Ray follows
+    target = deps["Target"]["autoscaling_config"]
+    assert (target["min_replicas"], target["initial_replicas"], target["max_replicas"]) == (4, 8, 12)
     (gambit,) = [a for a in multi["applications"] if a["name"] == "gambit"]
-    assert (gambit["args"]["target_replicas"], gambit["args"]["coordinator_replicas"]) == (8, 2)
+    assert (gambit["args"]["target_replicas"], gambit["args"]["coordinator_replicas"]) == (12, 2)
 
 
 def test_target_precision_and_drafter_settings_reach_the_target(helm):
@@ -131,11 +134,11 @@ def test_serve_config_passes_serve_deploy_schema(rendered, variant):
 
 def test_grpc_service_port_named_as_kuberay_requires(rendered):
     docs = rendered["default"]
-    (svc,) = [s for s in by_kind(docs, "Service") if s["metadata"]["name"].endswith("-grpc")]
+    rs = _rayservice(docs)
+    svc = rs["spec"]["serveService"]  # KubeRay builds the Service from it (see test_chart_checks)
+    assert svc["metadata"]["name"] == "gambit-grpc"
     (port,) = svc["spec"]["ports"]
     assert port["name"].startswith("serve-") and port["targetPort"] == port["name"] and port["port"] == 9000
-    assert svc["spec"]["selector"]["ray.io/serve"] == "true"
-    rs = _rayservice(docs)
     containers = [rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]]
     containers += [g["template"]["spec"]["containers"][0] for g in _groups(rs).values()]
     for c in containers:
@@ -285,7 +288,8 @@ def test_notes_render(helm, tmp_path):
              str(CHART / "ci" / "multi-gpu-values.yaml"), "--show-only", "templates/notes-as-manifest.yaml"])
     assert r.returncode == 0, r.stderr
     notes = yaml.safe_load(r.stdout)["notes"]
-    assert "4 GPU worker(s) x 2 GPU, 8 Target replica(s)" in notes
+    assert "4 GPU worker(s) x 2 GPU, 4 to 12 Target replicas, autoscaled by Serve" in notes
+    assert "on Service g-gambit-grpc" in notes
     assert "gambit cluster wait --name g-gambit --namespace serving" in notes
     assert "ConfigMap g-gambit-dashboard-gambit-overview" in notes
     # what to run once the port is forwarded

@@ -13,9 +13,16 @@ K8S_VERSION = "1.30.0"
 VARIANTS = ["default", "one-gpu-values", "multi-gpu-values", "external-redis-values", "no-monitoring-values"]
 
 
+def _serve_service(docs) -> dict:
+    """The RayService's serveService as the Service object KubeRay creates from it."""
+    (rs,) = [d for d in docs if d["kind"] == "RayService"]
+    return {"apiVersion": "v1", "kind": "Service", **copy.deepcopy(rs["spec"]["serveService"])}
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_core_kinds_validate(rendered, variant):
     core = [d for d in rendered[variant] if (d["apiVersion"], d["kind"]) not in CRD_FILES]
+    core.append(_serve_service(rendered[variant]))  # the gRPC Service, which KubeRay creates from it
     assert {d["kind"] for d in core} >= {"Service", "Secret", "PodDisruptionBudget"}
     for d in core:
         kubernetes_validate.validate(d, K8S_VERSION, strict=True)
@@ -47,8 +54,8 @@ def test_strict_schemas_catch_typos(rendered):
 
 
 def test_kubernetes_validate_catches_typos(rendered):
-    docs = rendered["default"]
-    (svc,) = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "gambit-grpc"]
+    svc = _serve_service(rendered["default"])
+    assert svc["metadata"]["name"] == "gambit-grpc"
     bad = copy.deepcopy(svc)
     bad["spec"]["ports"][0]["prot"] = 9000
     with pytest.raises(kubernetes_validate.ValidationError):

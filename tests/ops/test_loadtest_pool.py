@@ -57,7 +57,7 @@ def test_a_dead_or_impossible_address_is_said_at_once(monkeypatch, capsys):
         raise TimeoutError("services not ready after 10.0 s: StatusCode.UNAVAILABLE")
 
     monkeypatch.setattr(local, "wait_ready", not_ready)
-    monkeypatch.setattr(loadtest, "run_locust", lambda *a: pytest.fail("locust ran against a dead address"))
+    monkeypatch.setattr(loadtest, "stream", lambda *a: pytest.fail("locust ran against a dead address"))
     assert loadtest.main(LoadTestConfig(address="127.0.0.1:1", run_time_s=60)) == 2
     assert asked == [("127.0.0.1:1", 10.0)]
     assert "no ReasoningService answers at 127.0.0.1:1" in capsys.readouterr().err

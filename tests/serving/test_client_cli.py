@@ -83,3 +83,25 @@ def test_client_result_without_an_answer_says_which_rule_read_it():
     _print_result(pb2.Result(status="done", answer="48", majority_votes=[pb2.Vote(answer="48", weight=2)]),
                   out)
     assert "no trace gave" not in out.getvalue() and "votes: 48:2" in out.getvalue()
+
+
+def test_ctrl_c_during_a_solve_is_one_line_naming_the_run(monkeypatch, capsys):
+    """Ctrl-C printed a 20-line KeyboardInterrupt traceback; one line now, with the run it cancelled."""
+    import sys
+
+    from gambit.serving import client
+    from gambit.serving.protos import load
+
+    pb2, _ = load("reasoning")
+
+    class Stub:
+        def Solve(self, request, metadata=()):  # noqa: N802 — the RPC's name
+            yield pb2.SolveEvent(started=pb2.RunStarted(run_id="r9", replica="rep"))
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(client, "_call", lambda cfg, body, out: body(pb2, Stub(), out or sys.stdout))
+    assert main(["client", "solve", "Compute 1+2."]) == 130
+    captured = capsys.readouterr()
+    assert "run r9 on replica rep" in captured.out
+    assert captured.err.strip() == ("interrupted: run r9 cancelled (the stream closed); "
+                                    "`gambit client get r9` reads it")

@@ -361,3 +361,17 @@ def test_speculative_counters_carry_the_decoding_so_pr_and_eagle_taus_read_apart
         assert got == want and got[0] > 0, (d, got, want)
         assert got[2] <= got[1]  # accepted within drafted
     assert "other" not in by  # shipped names only; a drafter by path would be "other"
+
+
+def test_getrun_says_running_on_its_replica_from_admission(emb):
+    """GetRun said "queued" with no replica until the run's first round's progress write: a run with a
+    long round interval read as queued from start to end."""
+    events = emb.solve(PROBLEMS[0].prompt, SolveConfig(capacity=2, swap=1, round_interval=500, max_tokens=30,
+                                                       seed=5))
+    started = next(events)
+    assert started["kind"] == "started"
+    if hasattr(emb.target.records, "flush"):  # the Ray Target's writer is asynchronous
+        emb.target.records.flush()
+    rec = emb.target.tree.get_run(started["run_id"])
+    assert rec["status"] == "running" and rec["replica"] == emb.target.replica
+    assert list(events)[-1]["status"] == "done"

@@ -3,6 +3,7 @@ reflection and the metrics port."""
 
 import subprocess
 import threading
+import time
 import urllib.request
 
 import grpc
@@ -285,3 +286,32 @@ def test_a_second_server_on_a_taken_port_is_refused(server):
     with pytest.raises(OSError, match=f"127.0.0.1:{server.port}: cannot listen there"):
         start_scorer_server(cfg, scorer=random_scorer("mlp", H, seed=1))
     assert {t.name for t in threading.enumerate()} <= before  # the refused server's batcher is gone
+
+
+def test_a_hung_scorer_is_backed_off_from_not_waited_on_every_round():
+    """A Scorer that hangs (accepts, never answers) cost each try the timeout on the direct endpoint and
+    again on the proxy, every ``retry_after_s``: runs went 3.3x slower. The direct endpoint is skipped
+    while down too now, and the back-off doubles per failure in a row (reset by an answer)."""
+    import socket
+
+    from gambit.serving import scorer_client
+
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(64)  # the kernel accepts connections; nobody ever speaks gRPC on them
+    addr = f"127.0.0.1:{hung.getsockname()[1]}"
+    client = RemoteScorer(addr, H, timeout_s=0.1, retry_after_s=0.1, resolve=lambda: addr)
+    try:
+        t0, x = time.monotonic(), torch.randn(1, H)
+        while time.monotonic() - t0 < 2.5:  # rounds back to back, as a Target's guidance loop makes them
+            assert client.score(["a"], x).tolist() == [0.5]
+            time.sleep(0.01)
+        wall = time.monotonic() - t0
+        # tries at ~0, 0.3, 0.7, 1.3, 2.3 s (down 0.1, 0.2, 0.4, 0.8 s after each): at a fixed 0.1 s each
+        # try waited out both timeouts, about two thirds of the wall
+        assert client.sync_seconds < 0.45 * wall, (client.sync_seconds, wall)
+        assert client._failures >= 3 and client.fallbacks == client.calls
+        assert scorer_client.MAX_RETRY_AFTER_S == 30.0
+    finally:
+        client.close()
+        hung.close()

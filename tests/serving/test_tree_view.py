@@ -25,3 +25,32 @@ def test_claim_run_writes_a_record_only_where_none_is(kind):
             if keys:
                 tree.r.delete(*keys)
 
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_a_queued_run_given_up_on_ends_cancelled_unless_a_target_admitted_it(kind):
+    """A Solve whose client left while Serve still queued it kept "queued" for the whole retention (no
+    Target ever held it to write its end); CancelRun could not end it and its id stayed taken. The
+    Coordinator ends it now, only while it is still queued: a Target's own status stays."""
+    from gambit.deployments.coordinator import Coordinator
+
+    prefix = f"test-queued-{uuid.uuid4().hex[:8]}:"
+    tree = MemoryTreeView() if kind == "memory" else RedisTreeView(prefix=prefix)
+    coordinator = type("C", (), {"tree": tree})()
+    flag_cancel = Coordinator.func_or_class._flag_cancel
+    try:
+        tree.claim_run("q", status="queued")
+        flag_cancel(coordinator, "q", True)
+        rec = tree.get_run("q")
+        assert rec["status"] == "cancelled" and "before a Target admitted it" in rec["message"]
+        assert tree.cancel_requested(["q"]) == {"q": rec["message"].split(" (")[0]}
+        tree.claim_run("a", status="queued")
+        tree.put_run("a", status="running", replica="r0")  # admitted before the flag was written
+        flag_cancel(coordinator, "a", True)
+        assert tree.get_run("a")["status"] == "running"  # its Target ends it (the flag stops it)
+        assert not tree.put_run_if("nope", "queued", status="cancelled") and tree.get_run("nope") is None
+    finally:
+        if kind == "redis":
+            keys = list(tree.r.scan_iter(f"{tree.prefix}*"))
+            if keys:
+                tree.r.delete(*keys)

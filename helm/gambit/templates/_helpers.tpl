@@ -27,8 +27,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end -}}
 
+{{/* image.tag may be a number (--set image.tag=2, or tag: 20240101 in a values file, which Helm reads as a
+float): render it as the digits, never as 2.0240101e+07. */}}
 {{- define "gambit.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $tag := .Values.image.tag -}}
+{{- if and (kindIs "float64" $tag) (eq (float64 $tag) (floor $tag)) -}}{{- $tag = int64 $tag -}}{{- end -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion (toString $tag)) -}}
 {{- end -}}
 
 {{/* The Secret holding the Redis password, and its key. */}}
@@ -59,34 +63,65 @@ redis-password
 {{- end -}}
 {{- end -}}
 
-{{/* Target replicas: explicit, or one per GPU of the GPU worker group. */}}
-{{- define "gambit.targetReplicas" -}}
+{{/* A sequence scorer keeps each trace's history in its replica: it runs as one replica, never autoscaled. */}}
+{{- define "gambit.sequenceScorer" -}}
+{{- $scorer := .Values.serve.scorer -}}
+{{- if or (eq $scorer "sequence") (hasPrefix "random:sequence" $scorer) -}}true{{- end -}}
+{{- end -}}
+
+{{/* Target replicas one GPU worker holds: floor(gpusPerWorker / numGpus) (numGpus 0: one per GPU). The
+small epsilon keeps float division from flooring e.g. 7 / 0.14 (49.99999999999999) to 49. */}}
+{{- define "gambit.targetsPerWorker" -}}
 {{- $t := .Values.serve.deployments.Target -}}
-{{- if kindIs "invalid" $t.numReplicas -}}
-{{- $per := max 1 (int (ceil $t.numGpus)) -}}
-{{- max 1 (div (mul (int .Values.gpuWorkers.replicas) (int .Values.gpuWorkers.gpusPerWorker)) $per) -}}
+{{- $gpw := .Values.gpuWorkers.gpusPerWorker -}}
+{{- if gt (float64 $t.numGpus) 0.0 -}}
+{{- floor (addf (divf $gpw $t.numGpus) 0.000001) | int -}}
 {{- else -}}
-{{- $t.numReplicas -}}
+{{- $gpw | int -}}
 {{- end -}}
 {{- end -}}
 
+{{/* Target replicas when neither numReplicas nor autoscaling is set: what the GPU workers hold. */}}
+{{- define "gambit.targetReplicas" -}}
+{{- max 1 (mul (int .Values.gpuWorkers.replicas) (include "gambit.targetsPerWorker" . | int)) -}}
+{{- end -}}
+
+{{/* One Serve deployment's options. Replicas, in this order: a sequence Scorer runs 1; an explicit
+numReplicas wins; else an autoscaling block becomes autoscaling_config; else the Target runs one replica
+per GPU slot and the others run 1. */}}
 {{- define "gambit.deployment" -}}
 {{- $d := index .root.Values.serve.deployments .name -}}
 {{- $opts := dict "num_cpus" $d.numCpus "num_gpus" $d.numGpus -}}
 {{- if $d.resources -}}{{- $_ := set $opts "resources" $d.resources -}}{{- end -}}
 {{- $out := dict "name" .name "max_ongoing_requests" $d.maxOngoingRequests "ray_actor_options" $opts -}}
-{{- $scorer := .root.Values.serve.scorer -}}
-{{- if eq .name "Target" -}}
-{{- $_ := set $out "num_replicas" (include "gambit.targetReplicas" .root | int) -}}
-{{- else if and (eq .name "Scorer") (or (eq $scorer "sequence") (hasPrefix "random:sequence" $scorer)) -}}
-{{- /* a sequence scorer keeps each trace's history in its replica: one replica, never autoscaled */ -}}
+{{- if and (eq .name "Scorer") (include "gambit.sequenceScorer" .root) -}}
 {{- $_ := set $out "num_replicas" 1 -}}
+{{- else if not (kindIs "invalid" $d.numReplicas) -}}
+{{- $_ := set $out "num_replicas" $d.numReplicas -}}
 {{- else if $d.autoscaling -}}
 {{- $_ := set $out "autoscaling_config" $d.autoscaling -}}
+{{- else if eq .name "Target" -}}
+{{- $_ := set $out "num_replicas" (include "gambit.targetReplicas" .root | int) -}}
 {{- else -}}
-{{- $_ := set $out "num_replicas" (required (printf "serve.deployments.%s: set numReplicas or autoscaling" .name) $d.numReplicas) -}}
+{{- $_ := set $out "num_replicas" 1 -}}
 {{- end -}}
 {{- toJson $out -}}
+{{- end -}}
+
+{{/* The most replicas a rendered deployment (gambit.deployment, parsed) can run. */}}
+{{- define "gambit.maxReplicas" -}}
+{{- if hasKey . "num_replicas" -}}{{- .num_replicas | int -}}{{- else -}}{{- .autoscaling_config.max_replicas | int -}}{{- end -}}
+{{- end -}}
+
+{{/* "N Target replica(s)" or the autoscaling range, for NOTES. */}}
+{{- define "gambit.targetSummary" -}}
+{{- $t := include "gambit.deployment" (dict "root" . "name" "Target") | fromJson -}}
+{{- if hasKey $t "num_replicas" -}}
+{{- printf "%d Target replica(s)" ($t.num_replicas | int) -}}
+{{- else -}}
+{{- $a := $t.autoscaling_config -}}
+{{- printf "%d to %d Target replicas, autoscaled by Serve" ($a.min_replicas | int) ($a.max_replicas | int) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* serveConfigV2: the Serve deploy config (same shape as deploy/serve-kubernetes.yaml). */}}
@@ -96,7 +131,7 @@ redis-password
 {{- $coord := include "gambit.deployment" (dict "root" . "name" "Coordinator") | fromJson -}}
 {{- $scorer := include "gambit.deployment" (dict "root" . "name" "Scorer") | fromJson -}}
 {{- $targetArgs := dict "model" $s.model "scorer" $s.scorer "scorer_address" (printf "127.0.0.1:%v" $s.grpcPort) "scorer_app" "scorer" "num_blocks" $s.numBlocks "cpu_weights" $s.cpuWeights "kv_dtype" $s.kvDtype "batch_invariant" $s.batchInvariant "drafters" $s.drafters -}}
-{{- $gambitArgs := dict "tree" (include "gambit.redisUrl" .) "prefix" $s.redisPrefix "retention_s" $s.retentionS "token_env" $s.tokenEnv "target_replicas" $target.num_replicas "target_gpus" $s.deployments.Target.numGpus "coordinator_replicas" (default 1 $coord.num_replicas) "target" $targetArgs "defaults" $s.solveDefaults -}}
+{{- $gambitArgs := dict "tree" (include "gambit.redisUrl" .) "prefix" $s.redisPrefix "retention_s" $s.retentionS "token_env" $s.tokenEnv "target_replicas" (include "gambit.maxReplicas" $target | int) "target_gpus" $s.deployments.Target.numGpus "coordinator_replicas" (include "gambit.maxReplicas" $coord | int) "target" $targetArgs "defaults" $s.solveDefaults -}}
 {{- $scorerArgs := dict "scorer" $s.scorer "model" $s.model "hidden_size" $s.hiddenSize "batch_wait_ms" $s.batchWaitMs "token_env" $s.tokenEnv -}}
 {{- $gambitApp := dict "name" "gambit" "route_prefix" "/gambit" "import_path" "gambit.deployments.app:build_gambit" "args" $gambitArgs "deployments" (list $coord $target) -}}
 {{- $scorerApp := dict "name" "scorer" "route_prefix" "/scorer" "import_path" "gambit.deployments.app:build_scorer" "args" $scorerArgs "deployments" (list $scorer) -}}
@@ -136,12 +171,35 @@ gambit.ops.serve_env, what `gambit serve` sets; serve.extraEnv adds or overrides
   name: metrics
 {{- end -}}
 
-{{/* Values the schema cannot compare: each worker group's replicas within [minReplicas, maxReplicas]
-(KubeRay would clamp them quietly), and GPU workers for the Targets when Ray's autoscaler cannot add one
-(a Target replica that no node can hold leaves the app deploying forever). */}}
+{{/* CPUs Ray gives one worker of a group (.: the group's values), as KubeRay derives them: rayStartParams
+num-cpus, else the CPU limit, else the CPU request, rounded up. -1 when unknown (nothing to check). */}}
+{{- define "gambit.groupCpus" -}}
+{{- $res := .resources | default dict -}}
+{{- $q := "" -}}
+{{- if hasKey (.rayStartParams | default dict) "num-cpus" -}}{{- $q = index .rayStartParams "num-cpus" -}}
+{{- else if hasKey ($res.limits | default dict) "cpu" -}}{{- $q = $res.limits.cpu -}}
+{{- else if hasKey ($res.requests | default dict) "cpu" -}}{{- $q = $res.requests.cpu -}}
+{{- end -}}
+{{- $q = toString $q -}}
+{{- if regexMatch "^[0-9]+(\\.[0-9]*)?m$" $q -}}{{- ceil (divf (trimSuffix "m" $q) 1000) | int -}}
+{{- else if regexMatch "^[0-9]+(\\.[0-9]*)?$" $q -}}{{- ceil $q | int -}}
+{{- else -}}-1
+{{- end -}}
+{{- end -}}
+
+{{/* rayStartParams of a group: the chart's own keys and the user's, one map. A user key the chart sets
+is refused (gambit.validate) rather than silently replaced. */}}
+{{- define "gambit.rayStartParams" -}}
+{{- toYaml (merge (dict) .chart (.user | default dict)) -}}
+{{- end -}}
+
+{{/* Values the schema cannot compare, each refused with one line naming the value to change: settings
+that would leave a Serve replica that no node can hold (the app then stays DEPLOYING forever and a
+NewCluster upgrade never switches), port clashes, keys the chart sets, duplicate names. */}}
 {{- define "gambit.validate" -}}
+{{- $v := .Values -}}
 {{- range $key := list "gpuWorkers" "cpuWorkers" -}}
-{{- $g := index $.Values $key -}}
+{{- $g := index $v $key -}}
 {{- if gt (int $g.minReplicas) (int $g.maxReplicas) -}}
 {{- fail (printf "%s: minReplicas %v is above maxReplicas %v" $key $g.minReplicas $g.maxReplicas) -}}
 {{- end -}}
@@ -149,7 +207,101 @@ gambit.ops.serve_env, what `gambit serve` sets; serve.extraEnv adds or overrides
 {{- fail (printf "%s.replicas: %v is outside [minReplicas %v, maxReplicas %v]" $key $g.replicas $g.minReplicas $g.maxReplicas) -}}
 {{- end -}}
 {{- end -}}
-{{- if and (eq (int .Values.gpuWorkers.replicas) 0) (not .Values.autoscaling.enabled) -}}
+{{- $auto := $v.autoscaling.enabled | default false -}}
+{{- if and (eq (int $v.gpuWorkers.replicas) 0) (not $auto) -}}
 {{- fail "gpuWorkers.replicas: 0 GPU workers with autoscaling.enabled false: no node could hold a Target replica" -}}
+{{- end -}}
+{{- if and (eq (int $v.cpuWorkers.replicas) 0) (not $auto) -}}
+{{- fail "cpuWorkers.replicas: 0 CPU workers with autoscaling.enabled false: no node could hold the Coordinator or the Scorer (only that group advertises gambit_cpu_worker)" -}}
+{{- end -}}
+{{- if eq $v.gpuWorkers.groupName $v.cpuWorkers.groupName -}}
+{{- fail (printf "cpuWorkers.groupName: %q is also gpuWorkers.groupName; KubeRay needs distinct group names" $v.cpuWorkers.groupName) -}}
+{{- end -}}
+{{- $name := include "gambit.fullname" . -}}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $name) -}}
+{{- fail (printf "fullnameOverride (or the release name): %q is not a valid name for the RayService and its Services (lowercase letters, digits and '-', starting with a letter)" $name) -}}
+{{- end -}}
+{{- /* ports: one each for the Serve proxies (gRPC, HTTP) and Ray's metrics, none of Ray's own */ -}}
+{{- $ports := list (list "serve.grpcPort" $v.serve.grpcPort) (list "serve.httpPort" $v.serve.httpPort) (list "monitoring.metricsPort" $v.monitoring.metricsPort) -}}
+{{- range $i, $a := $ports -}}
+{{- if has (int (index $a 1)) (list 6379 8265 10001 52365) -}}
+{{- fail (printf "%s: %v is a port Ray itself uses on its pods (6379 GCS, 8265 dashboard, 10001 client, 52365 dashboard agent)" (index $a 0) (index $a 1)) -}}
+{{- end -}}
+{{- range $j, $b := $ports -}}
+{{- if and (lt $i $j) (eq (int (index $a 1)) (int (index $b 1))) -}}
+{{- fail (printf "%s: %v is also %s; every Ray pod needs one port for each" (index $b 0) (index $b 1) (index $a 0)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- /* keys the chart sets itself */ -}}
+{{- $reserved := dict "head" (dict "num-cpus" "the head runs no replicas" "dashboard-host" "KubeRay reaches the dashboard on 0.0.0.0" "metrics-export-port" "set monitoring.metricsPort") "gpuWorkers" (dict "num-gpus" "set gpuWorkers.gpusPerWorker" "metrics-export-port" "set monitoring.metricsPort") "cpuWorkers" (dict "resources" "the chart advertises gambit_cpu_worker there, which the Coordinator and Scorer need" "metrics-export-port" "set monitoring.metricsPort") -}}
+{{- range $group, $keys := $reserved -}}
+{{- range $k, $why := $keys -}}
+{{- if hasKey ((index $v $group).rayStartParams | default dict) $k -}}
+{{- fail (printf "%s.rayStartParams.%s: set by the chart (%s)" $group $k $why) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range $part := list "requests" "limits" -}}
+{{- if hasKey (index ($v.gpuWorkers.resources | default dict) $part | default dict) "nvidia.com/gpu" -}}
+{{- fail (printf "gpuWorkers.resources.%s.nvidia.com/gpu: set by the chart; set gpuWorkers.gpusPerWorker instead" $part) -}}
+{{- end -}}
+{{- end -}}
+{{- /* env names: each once per container */ -}}
+{{- $extra := $v.serve.extraEnv | default dict -}}
+{{- if eq $v.serve.tokenEnv "GAMBIT_REDIS_PASSWORD" -}}
+{{- fail "serve.tokenEnv: GAMBIT_REDIS_PASSWORD holds the Redis password; pick another name" -}}
+{{- end -}}
+{{- if hasKey $extra "GAMBIT_REDIS_PASSWORD" -}}
+{{- fail "serve.extraEnv.GAMBIT_REDIS_PASSWORD: set by the chart from the Redis Secret (redis.auth / redis.external)" -}}
+{{- end -}}
+{{- if and $v.serve.tokenSecret (hasKey $extra $v.serve.tokenEnv) -}}
+{{- fail (printf "serve.extraEnv.%s: set by the chart from serve.tokenSecret" $v.serve.tokenEnv) -}}
+{{- end -}}
+{{- /* Serve replicas */ -}}
+{{- range $dname, $d := $v.serve.deployments -}}
+{{- with $d.autoscaling -}}
+{{- if gt (int .min_replicas) (int .max_replicas) -}}
+{{- fail (printf "serve.deployments.%s.autoscaling: min_replicas %v is above max_replicas %v" $dname .min_replicas .max_replicas) -}}
+{{- end -}}
+{{- if and (hasKey . "initial_replicas") (or (lt (int .initial_replicas) (int .min_replicas)) (gt (int .initial_replicas) (int .max_replicas))) -}}
+{{- fail (printf "serve.deployments.%s.autoscaling: initial_replicas %v is outside [min_replicas, max_replicas]" $dname .initial_replicas) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $sc := $v.serve.deployments.Scorer -}}
+{{- if and (include "gambit.sequenceScorer" .) (not (kindIs "invalid" $sc.numReplicas)) (ne (int $sc.numReplicas) 1) -}}
+{{- fail (printf "serve.deployments.Scorer.numReplicas: %v, but serve.scorer %q keeps each trace's history in its replica and runs one" $sc.numReplicas $v.serve.scorer) -}}
+{{- end -}}
+{{- /* GPU group: every Target replica needs a GPU slot */ -}}
+{{- $t := $v.serve.deployments.Target -}}
+{{- $gpu := $v.gpuWorkers -}}
+{{- if gt (float64 $t.numGpus) (float64 $gpu.gpusPerWorker) -}}
+{{- fail (printf "serve.deployments.Target.numGpus: %v is above gpuWorkers.gpusPerWorker %v; no GPU worker could hold a Target" $t.numGpus $gpu.gpusPerWorker) -}}
+{{- end -}}
+{{- $gpuWorkers := ternary $gpu.maxReplicas $gpu.replicas $auto | int -}}
+{{- $perWorker := include "gambit.targetsPerWorker" . | int -}}
+{{- $targetMax := include "gambit.maxReplicas" (include "gambit.deployment" (dict "root" . "name" "Target") | fromJson) | int -}}
+{{- if gt $targetMax (mul $gpuWorkers $perWorker) -}}
+{{- fail (printf "serve.deployments.Target: up to %d replicas, but %d GPU worker(s) (gpuWorkers.%s) hold %d (%d each: gpusPerWorker %v / numGpus %v); add GPU workers or lower the Target's replicas" $targetMax $gpuWorkers (ternary "maxReplicas" "replicas" $auto) (mul $gpuWorkers $perWorker) $perWorker $gpu.gpusPerWorker $t.numGpus) -}}
+{{- end -}}
+{{- $gpuCpus := include "gambit.groupCpus" $gpu | int -}}
+{{- if and (ge $gpuCpus 0) (gt (mulf $targetMax $t.numCpus) (mul $gpuCpus $gpuWorkers | float64)) -}}
+{{- fail (printf "serve.deployments.Target: up to %d replicas x numCpus %v, but %d GPU worker(s) have %d CPUs each (gpuWorkers.resources.limits.cpu)" $targetMax $t.numCpus $gpuWorkers $gpuCpus) -}}
+{{- end -}}
+{{- /* CPU group: the Coordinator and the Scorer (they ask for gambit_cpu_worker) at their most replicas */ -}}
+{{- $cpu := $v.cpuWorkers -}}
+{{- $cpuWorkers := ternary $cpu.maxReplicas $cpu.replicas $auto | int -}}
+{{- $cpuCpus := include "gambit.groupCpus" $cpu | int -}}
+{{- $need := 0.0 -}}
+{{- range $dname := list "Coordinator" "Scorer" -}}
+{{- $d := index $v.serve.deployments $dname -}}
+{{- if hasKey ($d.resources | default dict) "gambit_cpu_worker" -}}
+{{- $n := include "gambit.maxReplicas" (include "gambit.deployment" (dict "root" $ "name" $dname) | fromJson) | int -}}
+{{- $need = addf $need (mulf $n $d.numCpus) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (ge $cpuCpus 0) (gt $need (mul $cpuCpus $cpuWorkers | float64)) -}}
+{{- fail (printf "cpuWorkers: the Coordinator and Scorer need up to %v CPUs (replicas x numCpus), but %d CPU worker(s) (cpuWorkers.%s) have %d CPUs each (cpuWorkers.resources.limits.cpu)" $need $cpuWorkers (ternary "maxReplicas" "replicas" $auto) $cpuCpus) -}}
 {{- end -}}
 {{- end -}}

@@ -152,7 +152,8 @@ class Coordinator:
                 self.metrics.set("gambit_num_requests_waiting", self.waiting)
             if call.stream is not None and not (call.got_result or call.refused):  # went away: free the KV
                 call.stream.cancel()
-                asyncio.get_running_loop().run_in_executor(None, self._flag_cancel, run_id)
+                asyncio.get_running_loop().run_in_executor(None, self._flag_cancel, run_id,
+                                                           call.first is None)
 
     async def _relay(self, call: Call, args: tuple, method: str):
         """The run's events from its Target as SolveEvents. A replica that refuses the run for its KV
@@ -228,17 +229,23 @@ class Coordinator:
         """No replica took the run over (or the stream broke another way): the run ends in Redis as
         ``failed`` (GetRun says so; its tree stays there) and the client gets UNAVAILABLE to retry."""
         why = str(e) if isinstance(e, TargetLost) else f"target lost mid-run ({type(e).__name__})"
-        message = f"{why}; the run ended as failed"
+        message = f"{why}; the run ended as failed (GetRun {run_id} shows it; a retry takes a new run_id)"
         try:
             await asyncio.to_thread(self.tree.put_run, run_id, status="failed", message=message)
         except StoreUnavailable:
             pass
         return RPCError(grpc.StatusCode.UNAVAILABLE, message)
 
-    def _flag_cancel(self, run_id: str) -> None:
-        """The Target polls these flags too: a stream cancel that is lost still stops the run."""
+    def _flag_cancel(self, run_id: str, unstarted: bool = False) -> None:
+        """The Target polls these flags too: a stream cancel that is lost still stops the run. A run no
+        Target admitted yet (``unstarted``: still in Serve's queue) has no Target to end its record: it
+        ends here, unless a Target admitted it meanwhile (it said "queued" for the whole retention, its
+        run id taken)."""
         try:
             self.tree.request_cancel(run_id, STREAM_CLOSED)
+            if unstarted:
+                self.tree.put_run_if(run_id, "queued", status="cancelled",
+                                     message=f"{STREAM_CLOSED} (before a Target admitted it)")
         except StoreUnavailable:
             pass
 

@@ -176,11 +176,14 @@ def start(cfg: ServeConfig, wait_s: float = 120.0) -> None:
                                                                     "") if cfg.token_env else "")
 
 
+AUTH_CODES = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+
+
 def wait_ready(address: str, wait_s: float = 120.0, token: str = "", application: str = "gambit") -> None:
     """Until the proxy routes both apps (Serve's own ``ListApplications`` names them) and the Scorer
     answers an authenticated ``Info``; ``application``: the name the ReasoningService app was deployed
     under. No call to the app itself: a probe ``GetRun`` of an unknown id counted a NOT_FOUND in
-    ``gambit_request_errors_total`` at every start."""
+    ``gambit_request_errors_total`` at every start. A refused token raises PermissionError at once."""
     from ray.serve.generated import serve_pb2, serve_pb2_grpc
 
     from gambit.serving.protos import load
@@ -199,6 +202,8 @@ def wait_ready(address: str, wait_s: float = 120.0, token: str = "", application
                     return
                 why = f"the proxy routes {sorted(names)}, not yet {application!r} and 'scorer'"
             except grpc.RpcError as e:
+                if e.code() in AUTH_CODES:  # no retry makes a wrong token right
+                    raise PermissionError(f"{e.code().name}: {e.details()}") from None
                 why = f"{e.code()} {e.details()}"
             if time.monotonic() > deadline:
                 raise TimeoutError(f"services not ready after {wait_s} s: {why}") from None

@@ -149,10 +149,13 @@ def _call(cfg: ConnectConfig, body, out) -> int:
 def solve(problem: str, cfg: ClientConfig, out=None) -> int:
     """Print each streamed event; returns 0 when the run ends with a result."""
 
+    started: list[str] = []
+
     def body(pb2, stub, out) -> None:
         for ev in stub.Solve(solve_request(pb2, problem, cfg), metadata=metadata(cfg)):
             kind = ev.WhichOneof("event")
             if kind == "started":
+                started.append(ev.started.run_id)
                 again = " (resumed: its replica was lost)" if ev.started.resumed else ""
                 print(f"run {ev.started.run_id} on replica {ev.started.replica}{again}", file=out)
                 if ev.started.HasField("settings"):
@@ -162,7 +165,13 @@ def solve(problem: str, cfg: ClientConfig, out=None) -> int:
             else:
                 _print_result(ev.result, out, cfg.answer_rule)
 
-    return _call(cfg, body, out)
+    try:
+        return _call(cfg, body, out)
+    except KeyboardInterrupt:  # Ctrl-C: the stream closes, and the server cancels the run (frees its KV)
+        run = f"run {started[-1]} cancelled (the stream closed); `gambit client get {started[-1]}` reads it" \
+            if started else "no run started"
+        print(f"interrupted: {run}", file=sys.stderr)
+        return 130
 
 
 def get_run(run_id: str, cfg: ConnectConfig, out=None) -> int:

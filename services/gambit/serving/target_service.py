@@ -221,6 +221,9 @@ class TargetService:
             self._sinks[run_id] = sink
             self._marks[run_id] = getattr(self.scorer, "fallbacks", 0)
             self._reserved[run_id] = need
+            # GetRun says running, on which replica, from admission (it said queued until the first
+            # round's progress: a whole run with a long round interval)
+            self.records.put_run(run_id, status="running", replica=self.replica)
             fut.set_result(restored)
         if inbox:
             self._gauges()

@@ -47,6 +47,15 @@ return 1
 """
 
 
+# the record's fields replaced only while its status is still ARGV[2] (a queued run nobody admitted)
+_IF_STATUS = """
+if redis.call('HGET', KEYS[1], 'status') ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return 1
+"""
+
+
 class MemoryTreeView:
     def __init__(self) -> None:
         self._runs: dict[str, dict] = {}
@@ -67,6 +76,15 @@ class MemoryTreeView:
                 return {k: _dec(v) for k, v in self._runs[run_id].items()}
             self._runs[run_id] = {k: _enc(v) for k, v in fields.items()}
             return None
+
+    def put_run_if(self, run_id: str, while_status: str, /, **fields) -> bool:
+        """Write ``fields`` only while the run's status is ``while_status`` (True when written)."""
+        with self._lock:
+            got = self._runs.get(run_id)
+            if got is None or got.get("status") != _enc(while_status):
+                return False
+            got.update({k: _enc(v) for k, v in fields.items()})
+            return True
 
     def get_run(self, run_id: str) -> dict | None:
         with self._lock:
@@ -141,6 +159,13 @@ class RedisTreeView:
         if self._call(self.r.eval, _CLAIM, 1, self._k("run", run_id), self.ttl, *flat):
             return None
         return self.get_run(run_id) or {}
+
+    def put_run_if(self, run_id: str, while_status: str, /, **fields) -> bool:
+        """Write ``fields`` only while the run's status is ``while_status``, in one Lua call (True when
+        written): a Target that admits the run meanwhile writes its own status, and that one stays."""
+        flat = [x for k, v in (fields | {"updated": time.time()}).items() for x in (k, _enc(v))]
+        return bool(self._call(self.r.eval, _IF_STATUS, 1, self._k("run", run_id), self.ttl,
+                               _enc(while_status), *flat))
 
     def get_run(self, run_id: str) -> dict | None:
         got = self._call(self.r.hgetall, self._k("run", run_id))
