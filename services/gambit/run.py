@@ -40,6 +40,9 @@ class Question:
     answer: str | None
 
 
+SHIPPED_WALL_S = 25.0  # `gambit run`'s wall limit per problem on the shipped target (RunConfig.max_wall_s -1)
+
+
 @dataclass
 class RunConfig:
     model: str = str(TARGET)  # target model: a Hugging Face folder, or a name such as smollm2
@@ -58,7 +61,8 @@ class RunConfig:
     min_ops: int = 6  # fewest operations in a problem
     max_ops: int = 8  # most operations in a problem
     kv_blocks: int = 120  # KV blocks of the engine, 16 tokens each (small enough that memory pressure shows)
-    max_wall_s: float = 25.0  # seconds per problem at most (0 = no limit; the default job stays ~a minute)
+    # -1 on another model: none (25 s cut a SmolLM2 question's 16 traces at 17 tokens each)
+    max_wall_s: float = -1.0  # seconds a problem may take (0: no limit; -1: 25 on the shipped target, else 0)
     max_tokens: int = 400  # tokens per trace at most
     save: str = "results/run_store.json"  # the tree store as JSON, for `gambit inspect RUN --store FILE`
     png: str = "results/run_lineage.png"  # lineage picture of the last problem ("" to skip)
@@ -83,6 +87,9 @@ class RunConfig:
         check_benchmark(self.benchmark, self.data)
         check_question(self)
         at_least(1, kv_blocks=self.kv_blocks)
+        if self.max_wall_s != -1 and not 0 <= self.max_wall_s:  # NaN too; the top bound is SearchConfig's
+            raise ValueError(f"max_wall_s must be >= 0 seconds (0: no limit; -1: 25 s on the shipped target, "
+                             f"none on another model), got {self.max_wall_s}")
         at_least(0, lineage_nodes=self.lineage_nodes)
         check_scorer_spec(self.scorer)  # a typo, whichever method: `bench search` refuses it too
         check_output(self.save, "save")  # before the runs, not after them
@@ -97,10 +104,16 @@ class RunConfig:
         check_kv_dtype(self.kv_dtype)
         self.search()  # the search settings' own checks (top_p, top_k, ...), before anything loads
 
+    def wall_limit(self) -> float:
+        """``max_wall_s`` with -1 resolved: 25 s on the shipped target, no limit on another model."""
+        if self.max_wall_s != -1:
+            return self.max_wall_s
+        return SHIPPED_WALL_S if self.model in ("", str(TARGET)) else 0.0
+
     def search(self) -> SearchConfig:
         return SearchConfig(method=self.method, capacity=self.samples, swap=min(self.swap, self.samples),
                             interval=self.interval, warmup=self.warmup, temperature=self.temperature,
-                            seed=self.seed, max_wall_s=self.max_wall_s, decoding=self.decoding,
+                            seed=self.seed, max_wall_s=self.wall_limit(), decoding=self.decoding,
                             max_tokens=self.max_tokens, top_p=self.top_p, top_k=self.top_k,
                             answer_rule=self.answer_rule or "boxed")
 
@@ -199,9 +212,11 @@ def run(cfg: RunConfig) -> dict:
               f"{graded}  "
               f"[{res.tokens} tokens, {res.wall_s:.1f} s, {res.branched} branched, {res.pruned} pruned, "
               f"{res.evicted} evicted]")
-        if res.answer is None:
-            print(f"no trace gave an answer under the {scfg.answer_rule!r} rule "
-                  f"(a trace stops at --max-tokens {cfg.max_tokens})")
+        if res.answer is None:  # say what stopped it: the wall limit cut a SmolLM2 run at 17 tokens a trace
+            why = (f"the run stopped at its limit, {res.limit}: raise --max-wall-s (0 = no limit)"
+                   if res.reason == "limit" and res.limit.startswith("max_wall_s")
+                   else f"a trace stops at --max-tokens {cfg.max_tokens}")
+            print(f"no trace gave an answer under the {scfg.answer_rule!r} rule ({why})")
         if res.solution:
             print(f"solution (trace #{res.solution_trace}): " + " | ".join(
                 line.strip() for line in res.solution.strip().splitlines() if line.strip()))

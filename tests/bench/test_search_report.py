@@ -98,3 +98,22 @@ def test_sc_targets_need_no_step_run():
     got = {t["target"]: t["met"] for t in check_targets({"by_difficulty": {"hard": {"methods": m}}})}
     assert got == {"[hard] Gambit accuracy >= SC@C with <= 50% of SC's tokens": False,
                    "[hard] frontier: gambit@8 accuracy >= SC@C": True}
+
+
+def test_table_1_shows_whichever_main_methods_ran():
+    """README's `--methods gambit,sc` command (the half-token target) printed no Table 1: it needed sc,
+    step and gambit all three; Table 2 is printed only when a scorer-comparison row ran."""
+    from gambit.bench.search_report import format_tables
+
+    split = {k: 0.2 for k in ("forward", "guidance", "tree", "scheduling", "other")}
+    row = {"accuracy": 0.6, "majority_accuracy": 0.55, "weighted_accuracy": 0.6, "tokens": 1200.0,
+           "wall_s": 2.0, "trace_throughput": 8.0, "finished_traces": 12.0, "evicted": 0.0,
+           "overhead_fraction": 0.03, "problems": 192, "time_split": split}
+    out = {"config": {"capacity": 16}, "targets": [],
+           "by_difficulty": {"hard": {"ops": [6, 8], "kv_blocks_per_run": 120,
+                                      "methods": {"gambit": row, "sc": dict(row, accuracy=0.5)}}}}
+    text = format_tables(out)
+    assert "Table 1 — hard (6-8 operations, 192 problems, C=16, 120 KV blocks per run)" in text
+    assert "| sc | 50.0% |" in text and "| gambit | 60.0% |" in text and "Table 2" not in text
+    out["by_difficulty"]["hard"]["methods"]["gambit_mlp"] = row
+    assert "Table 2 — scorers" in format_tables(out)

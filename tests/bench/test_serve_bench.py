@@ -43,3 +43,11 @@ def test_one_run_pairs_must_be_positive():
 def test_concurrency_must_be_positive_integers(levels):
     with pytest.raises(ValueError, match=f"concurrency: comma-separated integers >= 1, got {levels!r}"):
         BenchServeConfig(concurrency=levels)
+
+
+@pytest.mark.parametrize("levels", ["2,4", "16,1", "1,4,4", "1,16,4"])
+def test_concurrency_levels_increase_from_one_run(levels):
+    """"2,4" printed its 2-run figures as the "1 run" wall ratio (and the JSON's wall_ratio with them)."""
+    with pytest.raises(ValueError, match=r"concurrency: increasing levels starting at 1 .*got " + repr(levels)):
+        BenchServeConfig(concurrency=levels)
+    assert BenchServeConfig(concurrency="1,2").levels == [1, 2]

@@ -42,7 +42,7 @@ class BenchServeConfig:
     max_tokens: int = 160  # tokens per trace at most
     round_interval: int = 16  # Δ, decode steps
     reps: int = 3  # interleaved repetitions per system and concurrency
-    concurrency: str = "1,4,16"  # concurrent runs to measure
+    concurrency: str = "1,4,16"  # concurrent runs to measure: increasing levels, the first 1
     waves: int = 3  # runs each concurrent client sends back to back (1: one burst of n runs)
     one_run_pairs: int = 4  # embedded/distributed pairs at one run per repetition; wall ratio: their median
     target_threads: int = 0  # torch threads of the Target's engine (0 = every core; embedded: the bench's)
@@ -62,6 +62,10 @@ class BenchServeConfig:
             raise ValueError(need) from None
         if not self.levels or min(self.levels) < 1:
             raise ValueError(need)
+        if self.levels[0] != 1 or self.levels != sorted(set(self.levels)):  # the one-run wall ratio and the
+            # scaling from it read levels[0] as one run: "2,4" printed its 2-run figures as "1 run"
+            raise ValueError(f"concurrency: increasing levels starting at 1 (the one-run wall ratio and the "
+                             f"scaling are measured from 1 run), got {self.concurrency!r}")
 
 
 def log(msg: str) -> None:
