@@ -436,3 +436,28 @@ def test_the_backend_example_solves_over_the_proxy_with_its_own_stubs(serve_stac
     assert r.returncode == 2 and r.stderr.startswith("INVALID_ARGUMENT: capacity")
     r = call("Compute 1+1.", token=False)
     assert r.returncode == 2 and r.stderr.startswith("UNAUTHENTICATED")
+
+
+def test_a_stopping_server_ends_its_runs_with_a_result_not_a_broken_stream(serve_stack):
+    """`gambit serve` stopped on SIGINT / SIGTERM: its clients got `UNAVAILABLE: Stream removed` and no
+    Result, the runs recorded as "client disconnected". The stop drains them first now: each stream ends
+    with its Result (cancelled, "server shutting down"); a run another server holds is left alone."""
+    from gambit.deployments.drain import SHUTTING_DOWN, drain, target_replicas
+    from gambit.serving.tree_view import open_tree_view
+
+    cfg = serve_stack["cfg"]
+    tree = open_tree_view(cfg.tree, cfg.prefix)
+    replicas = target_replicas()
+    assert len(replicas) == cfg.target_replicas
+    tree.put_run("held-elsewhere", status="running", replica="another-servers-replica")
+    bg = Background(serve_stack, max_tokens=400, seed=12, capacity=8, problem=LONG)
+    rid = bg.wait_started()
+    t0 = time.monotonic()
+    assert drain(tree, replicas, wait_s=20) == [rid]
+    last = bg.join()
+    assert last.WhichOneof("event") == "result", last
+    assert (last.result.status, last.result.message) == ("cancelled", SHUTTING_DOWN)
+    assert tree.get_run(rid)["status"] == "cancelled" and time.monotonic() - t0 < 20
+    assert tree.get_run("held-elsewhere")["status"] == "running"
+    load = wait_for(lambda: (x := target_load())["runs"] == 0 and x)
+    assert load and load["reserved_blocks"] == 0

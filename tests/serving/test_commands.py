@@ -98,3 +98,30 @@ def test_gambit_serve_says_what_it_cannot_start_with_before_ray_starts(flags, me
     assert out.returncode == code, out.stdout + out.stderr
     assert message in out.stderr
     assert "Traceback" not in out.stderr and "Started a local Ray instance" not in out.stdout + out.stderr
+
+
+def test_the_serve_stop_drains_its_runs_and_goes_on_whatever_fails(monkeypatch, capsys):
+    """`gambit serve`'s stop ends the runs in flight with a Result first (gambit.deployments.drain);
+    a drain that fails (Redis gone) must not keep Serve and Ray from stopping."""
+    from gambit.deployments import drain
+    from gambit.deployments.local import ServeConfig
+    from gambit.serving import commands
+
+    seen = {}
+
+    def fake_drain(tree, replicas, wait_s=10.0):
+        seen["replicas"] = replicas
+        return ["r1", "r2"]
+
+    monkeypatch.setattr(drain, "target_replicas", lambda app="gambit": {"rep-a"})
+    monkeypatch.setattr(drain, "drain", fake_drain)
+    commands._drain(ServeConfig(tree="memory"))
+    assert seen["replicas"] == {"rep-a"}
+    assert capsys.readouterr().out.strip() == f"2 run(s) in flight ended cancelled: {drain.SHUTTING_DOWN}"
+
+    def broken(tree, replicas, wait_s=10.0):
+        raise ConnectionError("redis went away")
+
+    monkeypatch.setattr(drain, "drain", broken)
+    commands._drain(ServeConfig(tree="memory"))  # no raise: the stop goes on
+    assert "runs in flight not drained (ConnectionError: redis went away)" in capsys.readouterr().out

@@ -54,3 +54,21 @@ def test_a_queued_run_given_up_on_ends_cancelled_unless_a_target_admitted_it(kin
             keys = list(tree.r.scan_iter(f"{tree.prefix}*"))
             if keys:
                 tree.r.delete(*keys)
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_running_on_lists_the_runs_a_servers_replicas_hold(kind):
+    prefix = f"test-on-{uuid.uuid4().hex[:8]}:"
+    tree = MemoryTreeView() if kind == "memory" else RedisTreeView(prefix=prefix)
+    try:
+        tree.put_run("a", status="running", replica="r1")
+        tree.put_run("b", status="running", replica="r2")
+        tree.put_run("c", status="done", replica="r1")
+        tree.put_run("d", status="queued")
+        assert sorted(tree.running_on({"r1", "r2"})) == ["a", "b"]
+        assert tree.running_on({"r1"}) == ["a"] and tree.running_on(set()) == []
+    finally:
+        if kind == "redis":
+            keys = list(tree.r.scan_iter(f"{tree.prefix}*"))
+            if keys:
+                tree.r.delete(*keys)

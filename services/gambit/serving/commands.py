@@ -46,9 +46,25 @@ def _cmd_serve(args) -> int:
           "Ctrl-C stops", flush=True)
     try:
         print(f"{signal.Signals(wait()).name}: stopping", flush=True)
+        _drain(cfg)
     finally:
         local.stop()
     return 0
+
+
+def _drain(cfg) -> None:
+    """The runs in flight end with a Result (``cancelled``, "server shutting down") before Serve goes;
+    whatever fails here, the stop goes on."""
+    from gambit.deployments.drain import SHUTTING_DOWN, drain, target_replicas
+    from gambit.serving.tree_view import open_tree_view
+
+    try:
+        stopped = drain(open_tree_view(cfg.tree, cfg.prefix), target_replicas())
+    except Exception as e:  # noqa: BLE001 — Redis gone, Ray half down: stop anyway
+        print(f"runs in flight not drained ({type(e).__name__}: {e})", flush=True)
+        return
+    if stopped:
+        print(f"{len(stopped)} run(s) in flight ended cancelled: {SHUTTING_DOWN}", flush=True)
 
 
 def _cmd_client_solve(args) -> int:

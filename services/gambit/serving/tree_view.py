@@ -94,6 +94,12 @@ class MemoryTreeView:
     def num_traces(self, run_id: str) -> int:
         return 0  # the embedded wiring keeps the trace tree in the driver's MemoryStore
 
+    def running_on(self, replicas) -> list[str]:
+        """Ids of the runs whose records say running on one of ``replicas`` (Target replica ids)."""
+        with self._lock:
+            return [r for r, f in self._runs.items()
+                    if f.get("status") == _enc("running") and f.get("replica") in {_enc(x) for x in replicas}]
+
     def request_cancel(self, run_id: str, reason: str = CANCELLED_BY_RPC) -> None:
         with self._lock:
             self._cancel[run_id] = reason
@@ -174,6 +180,20 @@ class RedisTreeView:
     def num_traces(self, run_id: str) -> int:
         """Traces of the run in the driver's tree (``gambit.search.redis_store`` layout)."""
         return int(self._call(self.r.hlen, f"{self.prefix}tree:run:{run_id}:nodes"))
+
+    def running_on(self, replicas) -> list[str]:
+        """Ids of the runs whose records say running on one of ``replicas`` (Target replica ids): a scan
+        of the run records (a server's stop, not a request path)."""
+        want, head = {_enc(x) for x in replicas}, self._k("run", "")
+        keys = self._call(lambda: list(self.r.scan_iter(head + "*", count=1000)))
+        if not keys:
+            return []
+        p = self.r.pipeline()
+        for k in keys:
+            p.hmget(k, "status", "replica")
+        got = self._call(p.execute)
+        return [k[len(head):] for k, (status, replica) in zip(keys, got, strict=True)
+                if status == _enc("running") and replica in want]
 
     def request_cancel(self, run_id: str, reason: str = CANCELLED_BY_RPC) -> None:
         self._call(self.r.set, self._k("cancel", run_id), reason, 3600)
