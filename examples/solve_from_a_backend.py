@@ -1,8 +1,8 @@
 """A backend calling Gambit over gRPC with nothing of Gambit installed: grpcio, grpcio-tools and the
 ``.proto`` files. A backend generates the stubs once, in its build:
 
-    python -m grpc_tools.protoc -Iprotos/gambit/v1 --python_out=gen --grpc_python_out=gen \\
-        protos/gambit/v1/reasoning.proto
+    mkdir -p gen && python -m grpc_tools.protoc -Iprotos/gambit/v1 --python_out=gen \\
+        --grpc_python_out=gen protos/gambit/v1/reasoning.proto
 
 and then (against ``gambit serve``, or the cluster's gRPC endpoint):
 
@@ -26,6 +26,9 @@ from pathlib import Path
 import grpc
 
 PROTOS = Path(__file__).resolve().parents[1] / "protos" / "gambit" / "v1"
+GENERATE = ("mkdir -p gen && python -m grpc_tools.protoc -Iprotos/gambit/v1 --python_out=gen "
+            "--grpc_python_out=gen protos/gambit/v1/reasoning.proto")
+UINT32 = 2**32 - 1  # SolveRequest.capacity is a uint32: a value outside it was a ValueError traceback
 
 
 def stubs(folder: str) -> tuple:
@@ -37,8 +40,22 @@ def stubs(folder: str) -> tuple:
         if protoc.main(["protoc", f"-I{PROTOS}", f"--python_out={folder}", f"--grpc_python_out={folder}",
                         str(PROTOS / "reasoning.proto")]) != 0:
             raise SystemExit(f"protoc failed on {PROTOS / 'reasoning.proto'}")
+    for name in ("reasoning_pb2.py", "reasoning_pb2_grpc.py"):  # else a ModuleNotFoundError traceback
+        if not (Path(folder) / name).is_file():
+            raise SystemExit(f"--stubs {folder}: no {name} there (generate it: {GENERATE})")
     sys.path.insert(0, folder)
     return importlib.import_module("reasoning_pb2"), importlib.import_module("reasoning_pb2_grpc")
+
+
+def capacity(text: str) -> int:
+    """C as the request's uint32 field takes it; 0 is left to the server, which refuses it by name."""
+    try:
+        c = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= c <= UINT32:
+        raise argparse.ArgumentTypeError(f"{c} is outside 0..{UINT32}")
+    return c
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--address", default="127.0.0.1:9000", help="host:port of Gambit's gRPC endpoint")
     p.add_argument("--application", default="gambit", help="Ray Serve application (metadata)")
     p.add_argument("--stubs", default="", help="folder with the generated stubs (\"\": generate them now)")
-    p.add_argument("--capacity", type=int, default=8, help="C: traces in the pool")
+    p.add_argument("--capacity", type=capacity, default=8, help="C: traces in the pool (a count)")
     p.add_argument("--method", default="gambit", help="gambit | sc | step | deepconf")
     args = p.parse_args(argv)
     pb2, pb2_grpc = stubs(args.stubs)

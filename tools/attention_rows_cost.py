@@ -18,6 +18,10 @@ from gambit.engine.kv_cache import KVCache
 from gambit.model.config import ModelConfig
 from gambit.paths import TARGET
 
+if {"-h", "--help"} & set(sys.argv[1:]):  # the usage (the positional form read "--help" as a value)
+    print(__doc__)
+    sys.exit(0)
+
 torch.set_num_threads(2)
 raw = json.loads((TARGET / "config.json").read_text())
 cfg = ModelConfig(**{k: v for k, v in raw.items() if k in ModelConfig.__dataclass_fields__})

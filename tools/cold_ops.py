@@ -19,6 +19,10 @@ import time
 import numpy as np
 import torch
 
+if {"-h", "--help"} & set(sys.argv[1:]):  # the usage (the positional form read "--help" as a value)
+    print(__doc__)
+    sys.exit(0)
+
 
 def main(argv: list[str]) -> int:
     trash_mb = int(argv[0]) if argv else 64

@@ -22,6 +22,10 @@ from gambit.search.driver import SearchDriver
 from gambit.search.store import MemoryStore
 from gambit.tasks.arithmetic import TaskConfig, generate
 
+if {"-h", "--help"} & set(sys.argv[1:]):  # the usage (the positional form read "--help" as a value)
+    print(__doc__)
+    sys.exit(0)
+
 reps = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 torch.set_num_threads(2)
 model, tok = load_model(str(TARGET), device="cpu", dtype="float32")

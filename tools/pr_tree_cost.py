@@ -20,6 +20,10 @@ from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.paths import ASSETS, TARGET
 from gambit.speculative import decoder
 
+if {"-h", "--help"} & set(sys.argv[1:]):  # the usage (the positional form read "--help" as a value)
+    print(__doc__)
+    sys.exit(0)
+
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 200
 torch.set_num_threads(int(sys.argv[2]) if len(sys.argv) > 2 else 1)
 eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET)))

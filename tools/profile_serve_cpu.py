@@ -17,6 +17,10 @@ import psutil
 from gambit.bench.serve import BenchServeConfig, problems, run_distributed, run_embedded
 from gambit.deployments import local
 
+if {"-h", "--help"} & set(sys.argv[1:]):  # the usage (the positional form read "--help" as a value)
+    print(__doc__)
+    sys.exit(0)
+
 LEVELS = [int(x) for x in (sys.argv[1] if len(sys.argv) > 1 else "1,16").split(",")]
 bcfg = BenchServeConfig()  # bench serve's defaults
 

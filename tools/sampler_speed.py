@@ -37,6 +37,10 @@ import torch
 from gambit.engine import cpu_attention, cpu_filter, cpu_sample_step, cpu_sampler
 from gambit.engine.sampler import CDF_BLOCK, SamplingBatch, filter_logits, sample, top_logprobs
 
+if {"-h", "--help"} & set(sys.argv[1:]):  # the usage (the positional form read "--help" as a value)
+    print(__doc__)
+    sys.exit(0)
+
 B = int(sys.argv[1]) if len(sys.argv) > 1 else 96
 V = int(sys.argv[2]) if len(sys.argv) > 2 else 100
 reps = int(sys.argv[3]) if len(sys.argv) > 3 else 5

@@ -29,6 +29,10 @@ from gambit.scoring.evaluate import grouped_auc
 from gambit.scoring.rollouts import step_labels
 from gambit.tasks.arithmetic import THOUGHT_SEP, TaskConfig, generate
 
+if {"-h", "--help"} & set(sys.argv[1:]):  # the usage (the positional form read "--help" as a value)
+    print(__doc__)
+    sys.exit(0)
+
 SAMPLES, CHUNK = 12, 16
 
 

@@ -30,6 +30,10 @@ from gambit.search.driver import SearchDriver
 from gambit.search.vote import majority_vote, weighted_vote
 from gambit.tasks.arithmetic import TaskConfig, generate
 
+if {"-h", "--help"} & set(sys.argv[1:]):  # the usage (the positional form read "--help" as a value)
+    print(__doc__)
+    sys.exit(0)
+
 CFG = BenchSearchConfig(quick=True, concurrency=6, capacity=16, sensitivity=False, frontier=False, pr=False)
 
 

@@ -43,6 +43,10 @@ from gambit.search import run_state
 from gambit.search.driver import SearchDriver
 from gambit.tasks.arithmetic import THOUGHT_SEP, TaskConfig, check_thought, format_step, generate
 
+if {"-h", "--help"} & set(sys.argv[1:]):  # the usage (the positional form read "--help" as a value)
+    print(__doc__)
+    sys.exit(0)
+
 CFG = BenchSearchConfig(quick=True, concurrency=6, capacity=16, sensitivity=False, frontier=False, pr=False)
 
 

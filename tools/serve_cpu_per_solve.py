@@ -15,7 +15,13 @@ from gambit.bench.serve import QUICK as QUICK_CFG
 from gambit.bench.serve import BenchServeConfig, problems, run_distributed
 from gambit.deployments import local
 
-QUICK = len(sys.argv) > 1 and sys.argv[1] == "quick"
+if {"-h", "--help"} & set(sys.argv[1:]):  # the usage (the positional form read "--help" as a value)
+    print(__doc__)
+    sys.exit(0)
+
+if sys.argv[1:] not in ([], ["quick"]):  # anything else started the full settings' Ray app
+    sys.exit(f"usage: tools/serve_cpu_per_solve.py [quick] (got {' '.join(sys.argv[1:])!r}); --help for more")
+QUICK = sys.argv[1:] == ["quick"]
 N = 20
 
 

@@ -35,6 +35,10 @@ from gambit.bench.serve import QUICK, BenchServeConfig, problems, run_distribute
 from gambit.deployments import local
 from gambit.serving.embedded import Embedded, EmbeddedConfig
 
+if {"-h", "--help"} & set(sys.argv[1:]):  # the usage (the positional form read "--help" as a value)
+    print(__doc__)
+    sys.exit(0)
+
 SWITCHES = {"nodefer", "localscorer", "norecords", "nometrics", "noprogress", "nopoll", "threads1",
             "allthreads", "enginenice", "targetnice", "switch"}
 

@@ -23,6 +23,10 @@ from gambit.search.run_state import SearchRun
 from gambit.search.store import MemoryStore
 from gambit.tasks.arithmetic import TaskConfig, generate
 
+if {"-h", "--help"} & set(sys.argv[1:]):  # the usage (the positional form read "--help" as a value)
+    print(__doc__)
+    sys.exit(0)
+
 reps = int(sys.argv[1]) if len(sys.argv) > 1 else 4
 blocks = int(sys.argv[2]) if len(sys.argv) > 2 else 96
 torch.set_num_threads(2)

@@ -20,6 +20,10 @@ from gambit.engine.config import SpecConfig
 from gambit.paths import ASSETS, TARGET
 from gambit.speculative.decoder import SpecDecoder
 
+if {"-h", "--help"} & set(sys.argv[1:]):  # the usage (the positional form read "--help" as a value)
+    print(__doc__)
+    sys.exit(0)
+
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 96
 torch.set_num_threads(2)
 eng = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET), spec=SpecConfig(max_batch=N - 1)))

@@ -15,6 +15,10 @@ from gambit.bench.spec import ASSETS, BASE, SPLITS, _cycle_ratio, load_drafters,
 from gambit.engine import Engine, EngineConfig
 from gambit.paths import TARGET
 
+if {"-h", "--help"} & set(sys.argv[1:]):  # the usage (the positional form read "--help" as a value)
+    print(__doc__)
+    sys.exit(0)
+
 
 class _Quiet:
     def update(self, n: int) -> None:

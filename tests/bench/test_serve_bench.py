@@ -48,6 +48,7 @@ def test_concurrency_must_be_positive_integers(levels):
 @pytest.mark.parametrize("levels", ["2,4", "16,1", "1,4,4", "1,16,4"])
 def test_concurrency_levels_increase_from_one_run(levels):
     """"2,4" printed its 2-run figures as the "1 run" wall ratio (and the JSON's wall_ratio with them)."""
-    with pytest.raises(ValueError, match=r"concurrency: increasing levels starting at 1 .*got " + repr(levels)):
+    want = r"concurrency: increasing levels starting at 1 .*got " + repr(levels)
+    with pytest.raises(ValueError, match=want):
         BenchServeConfig(concurrency=levels)
     assert BenchServeConfig(concurrency="1,2").levels == [1, 2]

@@ -158,3 +158,12 @@ def test_threads_help_says_its_default(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "(default: 0 = every core" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_cell_without_a_drafted_tree_shows_no_tau():
+    """The Batch-cap table printed tau 0.00 when every step was capped: no tree, so no tau."""
+    from gambit.bench.spec import _cell
+
+    row = {"tau": 0.0, "cycles": 0, "speedup": 1.02, "speedup_spread": [0.99, 1.05]}
+    assert _cell(row) == "— / 1.02x (0.99-1.05)"
+    assert _cell(row | {"tau": 4.56, "cycles": 30}) == "4.56 / 1.02x (0.99-1.05)"

@@ -243,8 +243,11 @@ def plots(result: dict, folder: Path) -> list[str]:
 
 
 def _cell(row: dict) -> str:
+    """tau is "—" where no tree was drafted (every step capped, or too short a run): 0.00 read as a
+    drafter that accepted nothing."""
     lo, hi = row["speedup_spread"]
-    return f"{row['tau']:.2f} / {row['speedup']:.2f}x ({lo:.2f}-{hi:.2f})"
+    tau = "—" if row.get("cycles") == 0 else f"{row['tau']:.2f}"
+    return f"{tau} / {row['speedup']:.2f}x ({lo:.2f}-{hi:.2f})"
 
 
 def _cycle_ratio(rows: dict, a: str, b: str) -> dict:

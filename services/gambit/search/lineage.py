@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gambit.paths import image_path
+from gambit.paths import check_output, image_path
 from gambit.search import tree as T
 from gambit.search.config import deepconf_warm
 from gambit.search.vote import vote_counts
@@ -111,6 +111,7 @@ def lineage_text(run_id: str, data: dict, max_nodes: int = 400) -> str:
 def lineage_png(run_id: str, data: dict, path: str | Path) -> Path:
     """One row per trace (depth-first order); a bar from birth to end step, coloured by fate; a
     connector from the parent's row at the branch step; final answers written at the bar's end."""
+    check_png(path)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -169,6 +170,14 @@ def lineage_png(run_id: str, data: dict, path: str | Path) -> Path:
     return path
 
 
+def check_png(path: str | Path) -> None:
+    """A picture path refused before the drawing: matplotlib wrote ``--png DIR`` as a sibling
+    ``DIR.png`` and said nothing, and a bare ``x`` goes to ``x.png``, which may be a folder."""
+    check_output(str(path), "png", image=True)
+    if image_path(path).is_dir():
+        raise ValueError(f"png: {path} is written to {image_path(path)}, a directory; give a file path")
+
+
 def bar_label(n: dict, gold: str | None) -> str:
     """The text after a trace's bar: its answer (✓ when it is the gold), or for a trace that ended by
     itself with none, "no answer" (its bar is the colour of a wrong answer)."""
@@ -189,6 +198,8 @@ def inspect_run(run_id: str, store_spec: str, png: str | None = None, prefix: st
     ``prefix``, or ("") under each of ``REDIS_PREFIXES`` until the run is found."""
     from gambit.search.store import is_redis_url, open_store
 
+    if png:
+        check_png(png)  # before the store is read, as `gambit run --png` does
     prefixes = (prefix,) if prefix or not is_redis_url(store_spec) else REDIS_PREFIXES
     data, seen = None, []
     for p in prefixes:
