@@ -365,6 +365,12 @@ def test_a_config_file_with_a_number_for_a_key_is_a_clear_error(tmp_path):
     (["eval", "--temperature", "nan"], "temperature must be a finite number >= 0"),
     (["eval", "--min-ops", "5", "--max-ops", "3"], "min_ops <= max_ops"),
     (["train", "target", "--out", "{tmp}/t", "--eval-samples", "-1"], "eval_samples must be >= 0"),
+    # after the training: a traceback from the position table, "Not a directory" / "No such file"
+    (["train", "target", "--out", "{tmp}/t", "--max-positions", "16"], "max_positions must be >= 155"),
+    (["train", "target", "--out", "/proc/gambit-out"], "out: /proc/gambit-out: cannot write in /proc"),
+    (["train", "drafter", "--out", "/proc/gambit-out"], "out: /proc/gambit-out: cannot write in /proc"),
+    # accepted and ignored, and listed in the card's command
+    (["train", "drafter", "--out", "{tmp}/d", "--beta", "0"], "--beta: for --method pr | hass+pr only"),
     # accepted, and every trace decoded plainly: the drafter the user mapped was never read
     (["run", "--drafters", "pr={tmp}"], "drafters: maps pr, but decoding is 'plain'"),
     (["run", "--decoding", "eagle3.1", "--drafters", "pr={tmp}"], "give --decoding pr"),

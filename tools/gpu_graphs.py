@@ -2,9 +2,13 @@
 
 Written at stop 38 for the next GPU lease (the engine's ``decode_graphs="cuda"`` has not run on a GPU
 yet). Per dtype: greedy outputs of eager and graph decoding at batch 1 and 16 (equal, or the first
-differing position: bf16 reductions over a bucketed key range may round differently), then plain
-decoding tok/s at each ``--batches`` size, eager and graphs interleaved ``--reps`` times (median and
-spread of the per-repetition ratio). Prints a table, writes JSON; exits 1 if a float32 output differs.
+differing position: bf16 reductions over a bucketed key range may round differently); on CUDA also
+against the same static-shape step run without capture (``decode_graphs="static"``): graphs = static
+isolates capture, static = eager the padding to a block bucket. Then plain decoding tok/s at each
+``--batches`` size, eager and graphs interleaved ``--reps`` times: tok/s from each side's median time,
+speedup = the ratio of those same medians, with the range of the per-repetition ratios beside it.
+Prints a table, writes JSON after each part (a time limit keeps what ran); exits 1 if a float32 graph
+output differs from eager. Bad flags are refused before any model loads.
 
 On the device machine (``bash tools/gpu_run.sh`` runs it):
     PYTHONPATH=services python3 tools/gpu_graphs.py --json $OUT/gpu_graphs.json
@@ -19,7 +23,15 @@ import statistics
 import time
 
 import torch
-from gpu_check import finish, first_difference  # tools/ is the script's own folder on sys.path
+from gpu_check import (  # tools/ is the script's own folder on sys.path
+    check_device,
+    check_out,
+    finish,
+    first_difference,
+    positive,
+    positives,
+    save,
+)
 
 from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.model.loader import load_model
@@ -44,35 +56,62 @@ def timed(eng: Engine, prompts, tokens: int, device: str) -> float:
     return time.perf_counter() - t0
 
 
+def speed(tokens: int, te: list[float], tg: list[float]) -> dict:
+    """tok/s of each side from its median time and speedup = the ratio of those same two medians (the
+    median of per-repetition ratios once disagreed with the tok/s printed beside it on which side was
+    faster); the per-repetition ratios' range beside it."""
+    ratio = [e / g for e, g in zip(te, tg, strict=True)]
+    me, mg = statistics.median(te), statistics.median(tg)
+    return {"eager_tok_s": tokens / me, "graphs_tok_s": tokens / mg, "speedup": me / mg,
+            "per_rep_ratio_range": [min(ratio), max(ratio)], "eager_seconds": te, "graphs_seconds": tg}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                     help="torch device (default: cuda when present)")
     ap.add_argument("--dtypes", default="", help="comma-separated; default float32,bfloat16 on CUDA")
-    ap.add_argument("--batches", default="1,16,64,256", help="batch sizes to time, comma-separated")
-    ap.add_argument("--tokens", type=int, default=64, help="tokens generated per trace")
-    ap.add_argument("--reps", type=int, default=3, help="interleaved timing repetitions")
+    ap.add_argument("--batches", type=positives, default=[1, 16, 64, 256],
+                    help="batch sizes to time, comma-separated (default 1,16,64,256)")
+    ap.add_argument("--tokens", type=positive, default=64, help="tokens generated per trace")
+    ap.add_argument("--reps", type=positive, default=3, help="interleaved timing repetitions")
     ap.add_argument("--json", default="", help="write the results here")
     args = ap.parse_args()
+    check_device(ap, args.device)
+    check_out(ap, "--json", args.json)
     cuda = args.device.startswith("cuda")
     mode = "cuda" if cuda else "static"
     dtypes = args.dtypes.split(",") if args.dtypes else (["float32", "bfloat16"] if cuda else ["float32"])
-    batches = [int(b) for b in args.batches.split(",")]
-    results, ok = {"device": args.device, "mode": mode, "torch": torch.__version__, "dtypes": {}}, True
+    batches = args.batches
+    results = {"device": args.device, "mode": mode, "torch": torch.__version__,
+               "gpu": torch.cuda.get_device_name(0) if cuda else None, "complete": False, "dtypes": {}}
+    print(f"torch {torch.__version__}, {args.device} ({results['gpu'] or 'no GPU'}), mode {mode}", flush=True)
+    ok = True
     for dtype in dtypes:
         eager, graphs = engine(args.device, dtype, "off"), engine(args.device, dtype, mode)
+        static = engine(args.device, dtype, "static") if cuda else None  # the same step, not captured
         tok = eager.tokenizer
         pool = [tok.encode(p.prompt) for p in generate("test", max(batches + [16]), 9, TaskConfig(2, 8))]
         greedy = SamplingParams(temperature=0, max_tokens=args.tokens, ignore_eos=True)
         r: dict = {"equal": {}, "speed": {}}
+        results["dtypes"][dtype] = r
         for b in (1, 16):
             a, g = eager.generate(pool[:b], greedy), graphs.generate(pool[:b], greedy)
             diffs = [first_difference(x, y) for x, y in zip(a, g, strict=True)]
             r["equal"][b] = {"equal": sum(d is None for d in diffs), "of": b,
                              "first_differences": [d for d in diffs if d is not None]}
             ok &= dtype != "float32" or all(d is None for d in diffs)
-            print(f"{dtype} batch {b}: graph decoding equal to eager on {r['equal'][b]['equal']}/{b} traces "
-                  f"(first differences at {r['equal'][b]['first_differences']})", flush=True)
+            line = (f"{dtype} batch {b}: graph decoding equal to eager on {r['equal'][b]['equal']}/{b} "
+                    f"traces (first differences at {r['equal'][b]['first_differences']})")
+            if static is not None:
+                st = static.generate(pool[:b], greedy)
+                r["equal"][b]["graphs_equal_static"] = sum(x == y for x, y in zip(g, st, strict=True))
+                r["equal"][b]["static_equal_eager"] = sum(x == y for x, y in zip(st, a, strict=True))
+                line += (f"; graphs = static (capture) on {r['equal'][b]['graphs_equal_static']}/{b}, "
+                         f"static = eager (padding) on {r['equal'][b]['static_equal_eager']}/{b}")
+            print(line, flush=True)
+            save(results, args.json)
+        del static
         for b in batches:
             prompts = pool[:b]
             timed(eager, prompts, 8, args.device)  # warm-up; the graph side captures its buckets here
@@ -81,16 +120,13 @@ def main() -> None:
             for _ in range(args.reps):
                 te.append(timed(eager, prompts, args.tokens, args.device))
                 tg.append(timed(graphs, prompts, args.tokens, args.device))
-            ratio = [e / g for e, g in zip(te, tg, strict=True)]
-            r["speed"][b] = {"eager_tok_s": b * args.tokens / statistics.median(te),
-                             "graphs_tok_s": b * args.tokens / statistics.median(tg),
-                             "speedup": statistics.median(ratio), "spread": [min(ratio), max(ratio)],
-                             "graphs_captured": len(graphs.runner.graphs.steps)}
-            s = r["speed"][b]
+            s = r["speed"][b] = speed(b * args.tokens, te, tg)
+            s["graphs_captured"] = len(graphs.runner.graphs.steps)
             print(f"{dtype} batch {b:>4}: eager {s['eager_tok_s']:8.0f} tok/s, graphs "
-                  f"{s['graphs_tok_s']:8.0f} tok/s: {s['speedup']:.2f}x ({s['spread'][0]:.2f}-"
-                  f"{s['spread'][1]:.2f})", flush=True)
-        results["dtypes"][dtype] = r
+                  f"{s['graphs_tok_s']:8.0f} tok/s (medians of {args.reps}): {s['speedup']:.2f}x; per-"
+                  f"repetition ratios {s['per_rep_ratio_range'][0]:.2f}-{s['per_rep_ratio_range'][1]:.2f}",
+                  flush=True)
+            save(results, args.json)
     results["float32_equal"] = ok
     finish(results, args.json, ok)
 

@@ -7,6 +7,8 @@ CUDA graphs (``decode_graphs="cuda"``) beside the eager one. On the device machi
     PYTHONPATH=services python3 tools/gpu_profile.py --out $OUT/gpu_profile.txt
 Here (the same code path, CPU torch, no C++ kernels):
     PYTHONPATH=services .venv/bin/python tools/gpu_profile.py --device cpu --tokens 16
+Bad flags (``--tokens 0``, ``--out`` naming a folder or an unwritable place, ``--device cuda`` without a
+GPU) are refused before the model loads.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import time
 
 import torch
+from gpu_check import check_device, check_out, positive  # tools/ is the script's own folder on sys.path
 from torch.profiler import ProfilerActivity, profile
 
 from gambit.bench.spec import ASSETS, BASE, load_drafters, prompts_for, run_once
@@ -33,10 +36,12 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                     help="torch device (default: cuda when present)")
     ap.add_argument("--dtype", default="", help="default bfloat16 on CUDA, float32 on the CPU")
-    ap.add_argument("--tokens", type=int, default=48, help="tokens generated per profiled run")
-    ap.add_argument("--rows", type=int, default=30, help="rows of each profile table")
+    ap.add_argument("--tokens", type=positive, default=48, help="tokens generated per profiled run")
+    ap.add_argument("--rows", type=positive, default=30, help="rows of each profile table")
     ap.add_argument("--out", default="", help="also write the report here")
     args = ap.parse_args()
+    check_device(ap, args.device)
+    check_out(ap, "--out", args.out)
     dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     model, tok = load_model(str(TARGET), device=args.device, dtype=dtype)
     cuda = args.device.startswith("cuda")

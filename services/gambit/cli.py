@@ -56,19 +56,19 @@ def _cmd_train_target(args) -> int:
     from gambit.train.card import write_card
     from gambit.train.target import TrainTargetConfig, train_target
 
+    # eval_samples (here) and the output folder (train_target) are refused before the training, not
+    # after its 30 minutes
     cfg = from_args(TrainTargetConfig, args)
-    if args.eval_samples < 0:  # checked after the training before: 30 minutes lost
-        raise ValueError(f"eval_samples must be >= 0 (0: no evaluation), got {args.eval_samples}")
     say_if_overwriting(cfg.out)
     info = train_target(cfg)
     out = info["config"]["out"]
     print(f"trained {info['params']} parameters on {info['train_tokens']} tokens in "
           f"{info['train_seconds']} s; final loss {info['final_loss']}; saved to {out}")
-    if args.eval_samples:
-        result = run_eval(EvalConfig(model=out, samples=args.eval_samples))
+    if cfg.eval_samples:
+        result = run_eval(EvalConfig(model=out, samples=cfg.eval_samples))
         print(format_table(result))
         write_json(result, f"{out}/eval_test.json")
-        print(f"model card: {write_card(out)}")
+    print(f"model card: {write_card(out)}")
     return 0
 
 
@@ -147,8 +147,6 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = t.add_subparsers(dest="what", required=True)
     tt = tsub.add_parser("target", help="the target model (seeded, step-based)")
     add_dataclass_args(tt, TrainTargetConfig)
-    tt.add_argument("--eval-samples", type=int, default=16,
-                    help="then evaluate on the test split and write the model card (0: skip)")
     tt.set_defaults(func=_cmd_train_target)
     from gambit.train.drafter import TrainDrafterConfig
 

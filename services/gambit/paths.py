@@ -2,6 +2,7 @@
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout: services/gambit/paths.py -> repo root
@@ -55,6 +56,31 @@ def check_output(path: str, field: str, image: bool = False) -> None:
     if image and p.suffix and p.suffix.lower() not in IMAGE_SUFFIXES:
         raise ValueError(f"{field}: {path}: a picture is written as {' | '.join(IMAGE_SUFFIXES)}, "
                          f"not {p.suffix}")
+
+
+def check_output_dir(path: str, field: str = "out", beside: bool = False) -> None:
+    """A training's output folder refused before the training, not when it is saved: a file there, or
+    a folder that cannot be created or written (``beside``: also its parent, where an atomic save puts
+    its temporary folder). A probe file is made and removed: ``os.access`` says yes to root on a
+    read-only mount."""
+    p = Path(path).absolute()
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"{field}: {path} is a file; give a folder")
+    writes = {_nearest(p)} | ({_nearest(p.parent)} if beside else set())
+    for folder in sorted(writes):
+        if not folder.is_dir():
+            raise ValueError(f"{field}: {path}: {folder} is a file, not a folder")
+        try:
+            tempfile.TemporaryFile(dir=folder).close()
+        except OSError as e:
+            raise ValueError(f"{field}: {path}: cannot write in {folder} ({e.strerror})") from None
+
+
+def _nearest(p: Path) -> Path:
+    """``p`` or its closest ancestor that exists (what a mkdir -p would create inside)."""
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
 
 
 def image_path(path: str | Path) -> Path:

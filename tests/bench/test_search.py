@@ -73,5 +73,9 @@ def test_a_bad_value_is_named_alone(field, value, message):
 
 
 @pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:1"])
-def test_devices_the_engine_takes_pass(device):
+def test_devices_the_engine_takes_pass(device, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a host with two GPUs
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert BenchSearchConfig(device=device).device == device

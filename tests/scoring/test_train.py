@@ -111,3 +111,57 @@ def test_bad_values_are_refused_before_the_rollouts(values, field):
         TrainScorerConfig(**values)
     TrainScorerConfig()  # the defaults (the shipped cards') still construct
     assert TrainScorerConfig(repro_problems=0, repro_epochs=0).repro_problems == 0  # no probe: unused
+
+
+def test_a_split_without_validation_problems_is_refused_before_the_rollouts(tmp_path):
+    """"0 validation boundaries": no early stopping or model selection, the last epoch saved and the
+    card saying "best epoch 1 kept" (NaN losses: ``min`` over them named the first)."""
+    with pytest.raises(ValueError, match="val_percent 1 leaves no validation problems of n_problems 16"):
+        TrainScorerConfig(val_percent=1, n_problems=16, out=str(tmp_path))
+    with pytest.raises(ValueError, match="val_percent 99 leaves no fit problems of n_problems 4"):
+        TrainScorerConfig(val_percent=99, n_problems=4, repro_problems=4, out=str(tmp_path))
+    cfg = TrainScorerConfig(lr=3e-3, max_epochs=3, out=str(tmp_path))
+    cfg.val_percent = 1  # what fit itself does with such data (the probe's few problems may have none)
+    data = synthetic(n_problems=5)
+    assert not split_fit_val(data, 1)[1]["states"].numel()
+    with pytest.raises(ValueError, match="no validation boundaries"):
+        fit(cfg, data, quiet=True)
+    _, hist, split = fit(cfg, data, quiet=True, need_val=False)
+    assert len(hist) == 3 and split["best_epoch"] == 3  # every epoch run, the last kept and named
+
+
+def test_a_probe_larger_than_the_data_is_refused():
+    """--repro-problems 100 with --n-problems 16: the probe trained on all 16 without a word."""
+    with pytest.raises(ValueError, match=r"repro_problems must be <= n_problems \(16\), got 100"):
+        TrainScorerConfig(repro_problems=100, n_problems=16)
+
+
+def test_default_folder_is_the_shipped_scorer_of_these_labels():
+    """--label process --confidence wrote over scorer-mlp; `gambit run --scorer process` reads
+    scorer-process."""
+    from gambit.paths import SCORER_MLP, SCORER_PROCESS, SCORER_SEQUENCE
+
+    assert TrainScorerConfig(label="process", confidence=True).out == str(SCORER_PROCESS)
+    assert TrainScorerConfig().out == str(SCORER_MLP)
+    assert TrainScorerConfig(kind="sequence").out == str(SCORER_SEQUENCE)
+    with pytest.raises(ValueError, match="give --out: no shipped scorer is --kind mlp --label path"):
+        TrainScorerConfig(label="path")
+    assert TrainScorerConfig(label="path", out="/tmp/x").out == "/tmp/x"
+
+
+def test_bad_output_paths_are_refused_before_the_rollouts(tmp_path, capsys):
+    """A file as --out, or a directory as --json, failed after the rollouts and training."""
+    from gambit.cli import main
+
+    (tmp_path / "afile").write_text("")
+    small = ["train", "scorer", "--n-problems", "16", "--heldout-problems", "2", "--samples", "2",
+             "--cache-dir", str(tmp_path / "cache")]
+    cases = [(["--out", str(tmp_path / "afile")], "out: {tmp}/afile is a file; give a folder"),
+             (["--out", str(tmp_path / "s"), "--json", str(tmp_path)], "json: {tmp} is a directory")]
+    for extra, said in cases:
+        try:
+            code, err = main([*small, *extra]), capsys.readouterr().err
+        except SystemExit as e:
+            code, err = 2, str(e.code)
+        assert code == 2 and err.startswith("error: ") and said.format(tmp=tmp_path) in err
+    assert not (tmp_path / "cache").exists()  # nothing rolled out

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 import torch
 
@@ -152,3 +155,89 @@ def test_reconsider_weight_scales_the_reconsideration_term_only():
     assert _loss({"method": "pr"}) == LOSSES["pr"]
     assert _loss({"method": "hass+pr", "reconsider_weight": 0.5}).endswith(
         "+ 0.5 · (mean_{R_i} CE(p_t, q'_{i,j}) + β · mean_{C_i} CE(p_t, q'_{i,j}))]")
+
+
+@pytest.mark.parametrize("values, said", [
+    ({"method": "eagle3.1", "beta": 0.0, "self_query": False}, "--beta, --no-self-query: for --method pr | "
+                                                               "hass+pr only, not eagle3.1"),
+    ({"method": "hass", "reconsider_frac": 0.5, "reconsider_loss": "fresh"},
+     "--reconsider-frac, --reconsider-loss: for --method pr | hass+pr only, not hass"),
+    ({"method": "eagle3.1", "reconsider_weight": 0.5}, "--reconsider-weight: for --method pr"),
+    ({"method": "pr", "hass_topk": 3, "hass_weight": 5.0}, "--hass-topk, --hass-weight: for --method hass | "
+                                                           "hass+pr only, not pr"),
+    ({"method": "pr", "fresh_k": 3}, "--fresh-k: for --reconsider-loss fresh only")])
+def test_flags_of_another_method_are_refused(values, said):
+    """They were ignored (the weights byte-identical), and the card's command still listed them."""
+    with pytest.raises(ValueError, match=re.escape(said)):
+        TrainDrafterConfig(**values)
+    TrainDrafterConfig(method="hass+pr", beta=0.0, hass_topk=3, reconsider_loss="fresh", fresh_k=3)
+
+
+def test_a_batch_larger_than_the_data_is_refused():
+    """The batch was cut to n_train while the card said "× 100 sequences"."""
+    with pytest.raises(ValueError, match=r"batch_size must be <= n_train \(8 sequences\), got 9"):
+        TrainDrafterConfig(batch_size=9, n_train=8)
+    TrainDrafterConfig(batch_size=8, n_train=8)
+
+
+def test_a_draft_vocabulary_as_wide_as_the_target_is_refused():
+    """Clamped to the whole vocabulary while the card named a reduced one of 5000 ids."""
+    with pytest.raises(ValueError, match=r"draft_vocab must be < the target's vocabulary \(100 tokens"):
+        TrainDrafterConfig(draft_vocab=5000)
+    with pytest.raises(ValueError, match="draft_vocab"):
+        TrainDrafterConfig(draft_vocab=100)
+    assert TrainDrafterConfig(draft_vocab=50).draft_vocab == 50
+
+
+def test_an_init_that_does_not_fit_is_refused_before_the_data(tmp_path):
+    """init_from compared layers and vocabulary after the data was generated (~20 min for SmolLM2); a
+    target folder gave a ~60-name "lacks tensor(s)" list."""
+    import shutil
+
+    from gambit.paths import ASSETS, TARGET
+
+    src = ASSETS / "drafter-eagle3.1"
+    with pytest.raises(ValueError, match="num_layers is 1, this run trains 2"):
+        TrainDrafterConfig(method="pr", init=str(src), num_layers=2)
+    with pytest.raises(ValueError, match="draft_vocab_size is 100, this run trains 50"):
+        TrainDrafterConfig(init=str(src), draft_vocab=50)
+    with pytest.raises(ValueError, match=r"not an EAGLE-3 drafter \(architectures \['LlamaForCausalLM'\]\)"):
+        TrainDrafterConfig(init=str(TARGET))
+    other = tmp_path / "taps"
+    shutil.copytree(src, other)
+    conf = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**conf, "target_taps": [0, 2, 4]}))
+    with pytest.raises(ValueError, match=r"target_taps is \(0, 2, 4\), this run trains \(1, 3, 5\)"):
+        TrainDrafterConfig(init=str(other))
+    published = {k: v for k, v in conf.items() if k not in ("fc_norm", "norm_output")}  # EAGLE-3's own
+    (other / "config.json").write_text(json.dumps(published))
+    with pytest.raises(ValueError, match="fc_norm is False, this run trains True"):
+        TrainDrafterConfig(init=str(other))
+
+
+def test_a_bad_output_folder_is_refused_before_the_data(tmp_path):
+    from gambit.train.drafter import train_drafter
+
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(ValueError, match="out: .*afile is a file; give a folder"):
+        train_drafter(TrainDrafterConfig(out=str(tmp_path / "afile")))
+    with pytest.raises(ValueError, match="out: /proc/gambit-out: cannot write in /proc"):
+        train_drafter(TrainDrafterConfig(out="/proc/gambit-out"))
+
+
+def test_saved_weights_follow_the_umask(tmp_path):
+    """safetensors writes 0600 and mkdtemp 0700: a model trained by one user, unreadable to another."""
+    import os
+    import stat
+
+    from gambit.model.loader import readable
+
+    (tmp_path / "w").write_text("")
+    (tmp_path / "w").chmod(0o600)
+    old = os.umask(0o027)
+    try:
+        readable(tmp_path, tmp_path / "w")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o750
+    assert stat.S_IMODE((tmp_path / "w").stat().st_mode) == 0o640

@@ -11,9 +11,17 @@ DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
 def device(flag: str, value: str) -> str:
-    """``value`` if it names a device the engine takes (auto | cpu | cuda | cuda:N)."""
+    """``value`` if it names a device the engine takes (auto | cpu | cuda | cuda:N) and, for cuda:N, one
+    this host has (N below ``torch.cuda.device_count()``)."""
     if not DEVICE.fullmatch(value):
         raise ValueError(f"{flag} must be auto, cpu, cuda or cuda:N, got {value!r}")
+    if value.startswith("cuda"):  # else the model's .to() ends in a traceback after the other checks
+        import torch
+
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if int(value.partition(":")[2] or 0) >= n:
+            raise ValueError(f"{flag} {value}: no such CUDA device here (torch {torch.__version__}, "
+                             f"{n} GPU{'' if n == 1 else 's'})")
     return value
 
 

@@ -93,6 +93,28 @@ def _is_weights(name: str) -> bool:
     return name.endswith((".safetensors", ".safetensors.index.json"))
 
 
+def umask() -> int:
+    """The process's umask (read from /proc where it can be: setting it to read it races threads)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def readable(*paths: Path) -> None:
+    """Modes as a plain mkdir / open would give (0777 / 0666 less the umask): ``mkdtemp`` makes 0700
+    and safetensors' ``save_file`` 0600, so a model trained by one user was unreadable to the user
+    that serves it (a container's, a shared cache's)."""
+    mask = umask()
+    for p in paths:
+        os.chmod(p, (0o777 if Path(p).is_dir() else 0o666) & ~mask)
+
+
 def save_model(model: CausalLM, tokenizer: Tokenizer, folder: str | Path) -> None:
     """Write atomically: a half-written folder never replaces a good one."""
     folder = Path(folder)
@@ -102,6 +124,7 @@ def save_model(model: CausalLM, tokenizer: Tokenizer, folder: str | Path) -> Non
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()
                  if not k.startswith("rope.")}
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        readable(tmp, tmp / "model.safetensors")
         (tmp / "config.json").write_text(json.dumps(model.config.to_hf_dict(), indent=2))
         tokenizer.save(tmp / "tokenizer.json")
         write_tokenizer_config(tmp)

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from gambit.config_cli import add_dataclass_args, from_args
-from gambit.paths import say_if_overwriting
+from gambit.paths import check_output, say_if_overwriting
 from gambit.scoring.train import TrainScorerConfig
 
 
@@ -23,6 +23,7 @@ def train_scorer_command(args) -> int:
     from gambit.scoring.train import train_scorer
 
     cfg = from_args(TrainScorerConfig, args)
+    check_output(args.json or "", "json")  # before the rollouts and training (--out: train_scorer)
     say_if_overwriting(cfg.out)
     info = train_scorer(cfg)
     d = info["data"]

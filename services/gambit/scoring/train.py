@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,7 +26,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from gambit.checks import above, at_least
-from gambit.paths import SCORER_MLP, SCORER_SEQUENCE, TARGET
+from gambit.model.loader import readable
+from gambit.paths import SCORER_MLP, SCORER_PROCESS, SCORER_SEQUENCE, TARGET, check_output_dir
 from gambit.scoring.auc import auc
 from gambit.scoring.confidence import with_confidence
 from gambit.scoring.config import ScorerConfig
@@ -35,7 +37,12 @@ from gambit.scoring.nets import build_net
 from gambit.scoring.repro import environment, fixed_threads
 from gambit.scoring.rollouts import RolloutConfig, collect_rollouts
 from gambit.scoring.scorer import save_scorer
+from gambit.tasks.arithmetic import TaskConfig, generate
 from gambit.train.repro import check_isa, isa_pinned, run_pinned
+
+# (kind, label, confidence) -> the shipped folder a default --out writes to
+SHIPPED = {("mlp", "final", False): SCORER_MLP, ("sequence", "final", False): SCORER_SEQUENCE,
+           ("mlp", "process", True): SCORER_PROCESS}
 
 
 @dataclass
@@ -85,11 +92,31 @@ class TrainScorerConfig:
         at_least(0, repro_epochs=self.repro_epochs)
         if self.repro_epochs:
             at_least(1, repro_problems=self.repro_problems)
+            if self.repro_problems > self.n_problems:  # the probe trained on all n_problems instead
+                raise ValueError(f"repro_problems must be <= n_problems ({self.n_problems}), "
+                                 f"got {self.repro_problems}")
         check_isa(self.isa)
         for split in ("train", "dev"):  # the rollouts' own checks (temperature, ...), up front too
             self.rollouts(split)
+        self._check_split()
         if not self.out:
-            self.out = str(SCORER_MLP if self.kind == "mlp" else SCORER_SEQUENCE)
+            shipped = SHIPPED.get((self.kind, self.label, self.confidence))
+            if shipped is None:  # the kind's folder was overwritten by a scorer of other labels
+                raise ValueError(f"give --out: no shipped scorer is --kind {self.kind} --label {self.label}"
+                                 f"{' --confidence' if self.confidence else ''}")
+            self.out = str(shipped)
+
+    def _check_split(self) -> None:
+        """Both sides of the fit / validation split hold problems, refused before the rollouts: with no
+        validation problem there is no early stopping or model selection (the last epoch was saved,
+        the card said "best epoch 1")."""
+        rc = self.rollouts("train")
+        problems = generate("train", self.n_problems, rc.seed, TaskConfig(rc.min_ops, rc.max_ops))
+        n_val = sum(is_validation(p.expr, self.val_percent) for p in problems)
+        if not 0 < n_val < self.n_problems:
+            side = "validation" if not n_val else "fit"
+            raise ValueError(f"val_percent {self.val_percent} leaves no {side} problems of n_problems "
+                             f"{self.n_problems}; raise n_problems or change val_percent")
 
     def rollouts(self, split: str) -> RolloutConfig:
         n = self.n_problems if split == "train" else self.heldout_problems
@@ -182,11 +209,17 @@ def full_loss(cfg, net, data: dict, pos_weight: torch.Tensor) -> float:
     return float(-(pos_weight * y * p.log() + (1 - y) * (1 - p).log()).mean())
 
 
-def fit(cfg: TrainScorerConfig, data: dict, quiet: bool = False, max_epochs: int | None = None):
-    """Train on ``data`` (split into fit / validation here); the best net and the per-epoch history."""
+def fit(cfg: TrainScorerConfig, data: dict, quiet: bool = False, max_epochs: int | None = None,
+        need_val: bool = True):
+    """Train on ``data`` (split into fit / validation here); the best net and the per-epoch history.
+    Without validation boundaries (allowed only when not ``need_val``: the reproducibility probe)
+    every epoch is run and the last is kept."""
     hidden = data["states"].shape[1]  # the target's width, before any confidence features
     data = scorer_inputs(data, cfg.confidence)
     fit_data, val_data = split_fit_val(with_labels(data, cfg.label), cfg.val_percent)
+    if need_val and not len(val_data["states"]):
+        raise ValueError(f"no validation boundaries (val_percent {cfg.val_percent}): no early stopping or "
+                         "best epoch to keep; raise n_problems or val_percent")
     y = fit_data["y"]
     pos, neg = int(y.sum()), int((~y).sum())
     if not pos or not neg:
@@ -198,7 +231,7 @@ def fit(cfg: TrainScorerConfig, data: dict, quiet: bool = False, max_epochs: int
     net = build_net(cfg.scorer_config(hidden))
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     epochs = max_epochs or cfg.max_epochs
-    history, best, best_loss, since = [], None, float("inf"), 0
+    history, best, best_loss, best_epoch, since = [], None, float("inf"), 0, 0
     bar = tqdm(range(epochs), desc=f"train scorer ({cfg.kind})", disable=quiet)
     for epoch in bar:
         net.train()
@@ -215,15 +248,15 @@ def fit(cfg: TrainScorerConfig, data: dict, quiet: bool = False, max_epochs: int
                         "val_auc": val_auc, "steps": len(losses)})
         bar.set_postfix(train=f"{history[-1]['train_loss']:.4f}", val=f"{val_loss:.4f}", auc=f"{val_auc:.3f}")
         if val_loss < best_loss:
-            best, best_loss, since = copy.deepcopy(net.state_dict()), val_loss, 0
-        else:
+            best, best_loss, best_epoch, since = copy.deepcopy(net.state_dict()), val_loss, epoch + 1, 0
+        elif not math.isnan(val_loss):  # a NaN (no validation data) stops nothing: the last epoch is kept
             since += 1
             if since >= cfg.patience:
                 break
     if best is not None:
         net.load_state_dict(best)
     net.eval()
-    best_epoch = min(range(len(history)), key=lambda i: history[i]["val_loss"]) + 1
+    best_epoch = best_epoch or len(history)  # NaN losses: min() over them named epoch 1
     split = {"fit_problems": len(torch.unique(fit_data["problem"])), "fit_traces": len(fit_data["correct"]),
              "fit_boundaries": len(fit_data["states"]),
              "val_problems": len(torch.unique(val_data["problem"])), "val_traces": len(val_data["correct"]),
@@ -235,7 +268,7 @@ def repro_probe(cfg: TrainScorerConfig, data: dict, quiet: bool = True) -> list[
     """Loss history of ``repro_epochs`` epochs on the first ``repro_problems`` problems (a whole
     rollout chunk, so a test can regenerate exactly this data alone and compare)."""
     sub = select_traces(data, torch.nonzero(data["problem"] < cfg.repro_problems).flatten())
-    return fit(cfg, sub, quiet=quiet, max_epochs=cfg.repro_epochs)[1]
+    return fit(cfg, sub, quiet=quiet, max_epochs=cfg.repro_epochs, need_val=False)[1]
 
 
 def probe_history(cfg: TrainScorerConfig) -> list[dict]:
@@ -253,6 +286,7 @@ def probe_history(cfg: TrainScorerConfig) -> list[dict]:
 
 def train_scorer(cfg: TrainScorerConfig, quiet: bool = False) -> dict:
     """Roll out (or load cached), train, evaluate on held-out problems, save the scorer folder."""
+    check_output_dir(cfg.out)  # before the rollouts and the training, not when it is saved
     if not isa_pinned(cfg.isa):  # the switches are read when torch loads: a child process runs it
         return run_pinned(cfg.isa, __name__, "train_scorer", asdict(cfg), quiet=quiet)
     cache = cfg.cache_dir or None
@@ -268,6 +302,7 @@ def train_scorer(cfg: TrainScorerConfig, quiet: bool = False) -> dict:
     scfg = cfg.scorer_config(train["states"].shape[1])
     out = Path(cfg.out)
     save_scorer(net, scfg, out)
+    readable(out / "model.safetensors")  # safetensors writes 0600: unreadable to a serving user
     info = {"config": asdict(cfg), "scorer": asdict(scfg), "params": sum(p.numel() for p in net.parameters()),
             "data": {**split, "train_rollouts": train["config"], "heldout_rollouts": held["config"],
                      "train_correct": float(train["correct"].float().mean()),

@@ -16,14 +16,21 @@ ISA_NOTE = {"compatible": "instruction set pinned to `compatible` (ATen's scalar
                           "beside the card, `repro-GenuineIntel.json`)"}
 
 
-def command_line(cfg: dict) -> str:
-    """``gambit train target`` with the flags whose values differ from today's defaults (not ``--out``)."""
+def command_line(cfg: dict, folder: Path | None = None) -> str:
+    """``gambit train target`` with the flags whose values differ from today's defaults, and ``--out``
+    when ``folder`` is not the shipped target: a command that retrains this model, not the shipped one."""
     from gambit.train.target import TrainTargetConfig
 
     default = asdict(TrainTargetConfig())
     flags = [f" --{k.replace('_', '-')} {v}" for k, v in cfg.items()
              if k != "out" and k in default and v != default[k]]
+    if folder is not None and not _is_shipped(folder):
+        flags.append(f" --out {_shown(folder)}")
     return "gambit train target" + "".join(flags)
+
+
+def _is_shipped(folder: Path) -> bool:
+    return Path(folder).resolve() == TARGET.resolve()
 
 
 def _shown(folder: Path) -> str:
@@ -34,16 +41,42 @@ def _shown(folder: Path) -> str:
         return str(folder)
 
 
+def _accuracy(folder: Path, result: dict | None) -> str:
+    """The card's accuracy section: the table of ``eval_test.json``, or "not evaluated" without one."""
+    model_flag = "" if _is_shipped(folder) else f" --model {_shown(folder)}"
+    if result is None:
+        return f"""## Accuracy
+
+Not evaluated: the command ran with `--eval-samples 0` (or its evaluation did not finish). Measure it:
+`gambit eval{model_flag} --split test --samples 16 --json results/eval_test.json`
+"""
+    ev, k = result["config"], result["samples"]
+    return f"""## Accuracy (test split, {result['n_problems']} problems, T = {ev['temperature']}, \
+{k} samples each)
+
+Reproduce: `gambit eval{model_flag} --split test --samples {k} --json results/eval_test.json`
+
+```
+{format_table(result)}
+```
+
+pass@1 is the mean single-sample accuracy; maj@{k} the majority vote over the {k} samples; pass@{k}
+whether any sample is right — the gap between maj@{k} and pass@{k} is the room a search has.
+"""
+
+
 def write_card(folder: str | Path) -> Path:
-    """Render ``README.md`` from ``training.json`` and ``eval_test.json`` in ``folder``."""
+    """Render ``README.md`` from ``training.json`` and, when there is one, ``eval_test.json`` in
+    ``folder`` (without it the card says the model was not evaluated)."""
     folder = Path(folder)
     train = json.loads((folder / "training.json").read_text())
-    result = json.loads((folder / "eval_test.json").read_text())
-    cfg, ev = train["config"], result["config"]
+    evaluated = folder / "eval_test.json"
+    result = json.loads(evaluated.read_text()) if evaluated.is_file() else None
+    cfg = train["config"]
     size = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
-    k = result["samples"]
-    model_flag = "" if folder.resolve() == TARGET.resolve() else f" --model {_shown(folder)}"
-    text = f"""# Shipped target: {train['params'] / 1e6:.2f}M-parameter Llama-family model
+    title = "Shipped target" if _is_shipped(folder) else "Target"
+    also = "evaluates and writes" if cfg.get("eval_samples", 16) else "writes"
+    text = f"""# {title}: {train['params'] / 1e6:.2f}M-parameter Llama-family model
 
 Trained from scratch in this repository on generated solutions of the arithmetic task
 (`gambit.tasks.arithmetic`, train split only; {cfg['min_ops']}–{cfg['max_ops']} operations per problem).
@@ -60,23 +93,14 @@ tied embeddings |
 | training | {cfg['steps']} steps x {cfg['batch_size']} problems, AdamW lr {cfg['lr']} cosine, \
 seed {cfg['seed']}; \
 {train['train_tokens'] / 1e6:.1f}M tokens (padded) in {train['train_seconds'] / 60:.1f} min on \
-{train['torch_threads']} CPU threads; final loss {train['final_loss']} nats/token (solution tokens) |
+{train['torch_threads']} CPU threads; final loss {train['final_loss']} nats/token (solution tokens; \
+smoothed, an EMA 0.98 of the steps' losses) |
 | environment | torch {train.get('torch_version', '?')}, {train['torch_threads']} CPU threads, \
 CPU capability {train.get('cpu_capability', '?')} (floats, and so the loss history, depend on all three)\
 {'; ' + ISA_NOTE[cfg['isa']] if cfg.get('isa') in ISA_NOTE else ''} |
-| command | `{command_line(cfg)}` (it also evaluates and writes this card) |
+| command | `{command_line(cfg, folder)}` (it also {also} this card) |
 
-## Accuracy (test split, {result['n_problems']} problems, T = {ev['temperature']}, {k} samples each)
-
-Reproduce: `gambit eval{model_flag} --split test --samples {k} --json results/eval_test.json`
-
-```
-{format_table(result)}
-```
-
-pass@1 is the mean single-sample accuracy; maj@{k} the majority vote over the {k} samples; pass@{k}
-whether any sample is right — the gap between maj@{k} and pass@{k} is the room a search has.
-"""
+{_accuracy(folder, result)}"""
     path = folder / "README.md"
     path.write_text(text)
     return path

@@ -37,7 +37,8 @@ import torch
 from tqdm import tqdm
 
 from gambit.checks import above, at_least, finite, within
-from gambit.paths import ASSETS, TARGET
+from gambit.model.config import ModelConfig
+from gambit.paths import ASSETS, TARGET, check_output_dir
 from gambit.speculative.drafter import Drafter, DrafterConfig, save_drafter
 from gambit.train import repro
 from gambit.train.drafter_data import DrafterDataConfig, build_data
@@ -45,6 +46,9 @@ from gambit.train.drafter_eval import heldout_acceptance
 from gambit.train.ttt import fresh_ce, soft_ce, topk_ce, unroll
 
 METHODS = ("eagle3.1", "pr", "hass", "hass+pr")
+PR_FIELDS = ("beta", "reconsider_weight", "reconsider_frac", "self_query", "reconsider_loss", "fresh_k")
+HASS_FIELDS = ("hass_topk", "hass_weight")
+INIT_MATCH = ("num_layers", "target_taps", "draft_vocab_size", "fc_norm", "norm_output")  # --init's and ours
 SHIPPED = {"eagle3.1": "drafter-eagle3.1", "pr": "drafter-pr", "hass": "drafter-hass",
            "hass+pr": "drafter-hass-pr"}
 
@@ -111,13 +115,10 @@ class TrainDrafterConfig:
         at_least(1, eval_every=self.eval_every, num_layers=self.num_layers, n_train=self.n_train,
                  n_heldout=self.n_heldout, data_max_tokens=self.data_max_tokens)
         at_least(0, data_temperature=self.data_temperature, draft_vocab=self.draft_vocab)
-        if self.init:  # what init_from's load_drafter reads, checked before the data is generated
-            init = Path(self.init)
-            if not init.is_dir():
-                raise ValueError(f"init must be a drafter folder, got {self.init!r} (no such folder)")
-            if not (init / "config.json").is_file() or not any(init.glob("*.safetensors")):
-                raise ValueError(f"init must be a drafter folder, got {self.init!r} "
-                                 "(no config.json or no *.safetensors in it)")
+        if self.batch_size > self.n_train:  # the batch was cut to n_train, the card said batch_size
+            raise ValueError(f"batch_size must be <= n_train ({self.n_train} sequences), "
+                             f"got {self.batch_size}")
+        self._check_method_flags()
         repro.check_isa(self.isa)
         from gambit.model.registry import resolve_model
 
@@ -127,6 +128,25 @@ class TrainDrafterConfig:
                 raise ValueError("give --out for a drafter of a target other than the shipped one")
             self.out = str(ASSETS / SHIPPED[self.method])
         self.data()  # the data config's own checks (the prompts file), before any model loads
+        target = target_config(self.target)
+        if target is not None and self.draft_vocab >= target.vocab_size:
+            raise ValueError(f"draft_vocab must be < the target's vocabulary ({target.vocab_size} tokens; "
+                             f"0 = all of it), got {self.draft_vocab}")
+        if self.init:  # what init_from compares, checked before the data is generated
+            check_init(self, target)
+
+    def _check_method_flags(self) -> None:
+        """Flags of another method than ``method``, refused: they were ignored, and the card's command
+        still listed them (an eagle3.1 drafter "trained with --beta 0")."""
+        default = TrainDrafterConfig.__dataclass_fields__
+        given = [n for n in (*PR_FIELDS, *HASS_FIELDS) if getattr(self, n) != default[n].default]
+        for names, methods, used in ((PR_FIELDS, "pr | hass+pr", self.uses_pr),
+                                     (HASS_FIELDS, "hass | hass+pr", self.uses_hass)):
+            wrong = [_flag(n, getattr(self, n)) for n in given if n in names]
+            if wrong and not used:
+                raise ValueError(f"{', '.join(wrong)}: for --method {methods} only, not {self.method}")
+        if "fresh_k" in given and self.reconsider_loss != "fresh":
+            raise ValueError("--fresh-k: for --reconsider-loss fresh only")
 
     @property
     def uses_pr(self) -> bool:
@@ -141,6 +161,50 @@ class TrainDrafterConfig:
                                  temperature=self.data_temperature, max_tokens=self.data_max_tokens,
                                  seed=0, prompts=self.prompts, draft_vocab=self.draft_vocab,
                                  cache_dir=self.cache_dir, isa=self.isa)
+
+
+def _flag(name: str, value) -> str:
+    """A field as its command-line flag (``--no-self-query`` for a switch turned off)."""
+    flag = name.replace("_", "-")
+    return f"--no-{flag}" if value is False else f"--{flag}"
+
+
+def target_config(folder: str) -> ModelConfig | None:
+    """The target's config.json (None when there is none: loading the target names that problem)."""
+    path = Path(folder) / "config.json"
+    return ModelConfig.from_file(path) if path.is_file() else None
+
+
+def check_init(cfg: TrainDrafterConfig, target: ModelConfig | None) -> None:
+    """``cfg.init`` is a drafter folder whose layers, taps and draft vocabulary are this run's (what
+    ``init_from`` compares after the data, checked before it), else ValueError in one line."""
+    init = Path(cfg.init)
+    if not init.is_dir():
+        raise ValueError(f"init must be a drafter folder, got {cfg.init!r} (no such folder)")
+    if not (init / "config.json").is_file() or not any(init.glob("*.safetensors")):
+        raise ValueError(f"init must be a drafter folder, got {cfg.init!r} "
+                         "(no config.json or no *.safetensors in it)")
+    try:
+        raw = json.loads((init / "config.json").read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"init: {init / 'config.json'}: malformed JSON: {e.msg}") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"init: {init / 'config.json'}: not a drafter config (a JSON object)")
+    archs = raw.get("architectures") or []
+    if archs and not any("eagle" in str(a).lower() for a in archs):
+        raise ValueError(f"init: {cfg.init} is not an EAGLE-3 drafter (architectures {archs})")
+    if target is None:
+        return
+    try:
+        src = DrafterConfig.from_dict(raw, target)
+    except ValueError as e:
+        raise ValueError(f"init: {init / 'config.json'}: {e}") from None
+    built = DrafterConfig.for_target(target, num_layers=cfg.num_layers,
+                                     draft_vocab_size=cfg.draft_vocab or target.vocab_size)
+    for name in ("hidden_size", "vocab_size", *INIT_MATCH):
+        if getattr(src, name) != getattr(built, name):
+            raise ValueError(f"init drafter {cfg.init}: {name} is {getattr(src, name)!r}, this run trains "
+                             f"{getattr(built, name)!r}")
 
 
 def lr_at(cfg: TrainDrafterConfig, step: int) -> float:
@@ -176,7 +240,7 @@ def init_from(drafter: Drafter, folder: str, target) -> None:
 
     src = load_drafter(folder, target)
     a, b = src.config, drafter.config
-    for name in ("num_layers", "target_taps", "draft_vocab_size", "fc_norm", "norm_output"):
+    for name in INIT_MATCH:
         if getattr(a, name) != getattr(b, name):
             raise ValueError(f"init drafter {folder}: {name} is {getattr(a, name)!r}, this run trains "
                              f"{getattr(b, name)!r}")
@@ -239,6 +303,8 @@ def train_drafter(cfg: TrainDrafterConfig, stop: int | None = None, data: dict |
     """
     from gambit.model import load_model
 
+    if stop is None:
+        check_output_dir(cfg.out)  # before the data and the training, not when it is saved
     if not repro.isa_pinned(cfg.isa):
         if data is not None:
             raise ValueError(f"isa={cfg.isa}: data given in this process cannot cross into the pinned child")
@@ -294,10 +360,12 @@ def train_drafter(cfg: TrainDrafterConfig, stop: int | None = None, data: dict |
 
 
 def save(cfg: TrainDrafterConfig, drafter: Drafter, info: dict) -> Path:
+    from gambit.model.loader import readable
     from gambit.train.drafter_card import card_text
 
     out = Path(cfg.out)
     save_drafter(drafter, out, extra_card=card_text(info))
+    readable(out / "model.safetensors")  # safetensors writes 0600: unreadable to a serving user
     conf = json.loads((out / "config.json").read_text())
     conf["pr_self_query"] = bool(cfg.uses_pr and cfg.self_query)  # how its reconsider rows must query
     (out / "config.json").write_text(json.dumps(conf, indent=2) + "\n")

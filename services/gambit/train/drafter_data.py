@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -213,7 +214,7 @@ def build_data(cfg: DrafterDataConfig, taps: tuple[int, ...]) -> dict:
             "positions": {k: int(v.tokens.numel()) for k, v in sets.items()},
             "sequences": {k: len(v) for k, v in sets.items()}}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # two runs on a cold cache: each its own
     torch.save({"train": asdict(sets["train"]), "heldout": asdict(sets["heldout"]), "info": info}, tmp)
     tmp.replace(path)
     return {**sets, "info": info}

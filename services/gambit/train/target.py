@@ -8,6 +8,7 @@ numbers are random and unpredictable).
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import random
@@ -21,8 +22,8 @@ from tqdm import tqdm
 
 from gambit.checks import above, at_least, finite, within
 from gambit.model import CausalLM, ModelConfig, Tokenizer, build_char_tokenizer, save_model
-from gambit.paths import TARGET
-from gambit.tasks.arithmetic import TaskConfig, make_problem
+from gambit.paths import TARGET, check_output_dir
+from gambit.tasks.arithmetic import PROMPT_TEMPLATE, TaskConfig, format_step, make_problem
 from gambit.train import repro
 
 
@@ -54,9 +55,11 @@ class TrainTargetConfig:
     # gambit.train.vendor_history), ~2.1x slower; it runs in a child process, since the libraries read
     # their switches when torch loads (gambit.train.repro.ISA_ENV)
     isa: str = "machine"  # kernels' instruction set: machine (floats differ by CPU kind) | compatible
+    eval_samples: int = 16  # then evaluate on the test split for the model card (0: skip; "not evaluated")
 
     def __post_init__(self) -> None:
         at_least(1, steps=self.steps, batch_size=self.batch_size)
+        at_least(0, eval_samples=self.eval_samples)  # checked after the training before: 30 minutes lost
         above(0, lr=self.lr)
         # refused here, not as a nan loss or a wrong schedule after training has run
         at_least(0, weight_decay=self.weight_decay, warmup=self.warmup,
@@ -66,6 +69,10 @@ class TrainTargetConfig:
         at_least(1, hidden_size=self.hidden_size, num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
                  intermediate_size=self.intermediate_size, max_positions=self.max_positions)
         TaskConfig(self.min_ops, self.max_ops, self.spell_products)  # 1 <= min_ops <= max_ops
+        need = longest_sequence(self.max_ops, self.spell_products)
+        if self.max_positions < need:  # else an IndexError traceback when a long problem comes up
+            raise ValueError(f"max_positions must be >= {need} (the longest prompt + solution with "
+                             f"max_ops {self.max_ops}), got {self.max_positions}")
         if self.threads < 1:
             raise ValueError(f"threads must be >= 1 (the card records it), got {self.threads}")
         if self.num_layers < 6:
@@ -77,6 +84,24 @@ class TrainTargetConfig:
 
 
 TRAIN_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+@functools.cache
+def longest_step(spell: bool) -> int:
+    """Characters of the longest thought: ``999-99=900``, or a spelled product (intermediates <= 999)."""
+    plain = len(format_step(999, "-", 99, 900))
+    if not spell:
+        return plain
+    return max(plain, *(len(format_step(a, "*", b, a * b, spell=True))
+                        for b in range(2, 10) for a in range(10, 999 // b + 1)))
+
+
+def longest_sequence(max_ops: int, spell: bool = False) -> int:
+    """Tokens of the longest training sequence, bounded from the task's rules (the tokenizer reads a
+    character as at most one token): <bos>, the prompt, one thought and separator per operation, the
+    boxed answer, <eos>. Each operation adds at most 4 characters to the expression: ``(...)*9``."""
+    prompt = len(PROMPT_TEMPLATE.format(expr="")) + 2 + 4 * max_ops
+    return 1 + prompt + max_ops * (longest_step(spell) + 1) + len("\\boxed{999}") + 1
 
 
 def save_float32(model: CausalLM, tok: Tokenizer, out) -> None:
@@ -128,6 +153,8 @@ def lr_at(cfg: TrainTargetConfig, step: int) -> float:
 
 def train_target(cfg: TrainTargetConfig, stop: int | None = None) -> dict:
     """Train and save; ``stop`` runs only the first steps and saves nothing (reproducibility test)."""
+    if stop is None:
+        check_output_dir(cfg.out, beside=True)  # before the training, not when it is saved
     if not repro.isa_pinned(cfg.isa):
         return repro.run_pinned(cfg.isa, __name__, "train_target", asdict(cfg), stop=stop)
     rng = repro.setup(cfg.seed, cfg.threads)
@@ -177,4 +204,10 @@ def train_target(cfg: TrainTargetConfig, stop: int | None = None) -> dict:
             "train_seconds": round(time.time() - start, 1), "final_loss": round(ema, 5),
             "loss_history": history, **repro.environment()}
     (out / "training.json").write_text(json.dumps(info, indent=2))
+    # save_model keeps the files beside the weights: an earlier model's evaluation and card would
+    # describe these weights; the card says "not evaluated" until an evaluation writes its own
+    from gambit.train.card import write_card
+
+    (out / "eval_test.json").unlink(missing_ok=True)
+    write_card(out)
     return info
