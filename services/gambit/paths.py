@@ -66,7 +66,7 @@ def check_output_dir(path: str, field: str = "out", beside: bool = False) -> Non
     p = Path(path).absolute()
     if p.exists() and not p.is_dir():
         raise ValueError(f"{field}: {path} is a file; give a folder")
-    writes = {_nearest(p)} | ({_nearest(p.parent)} if beside else set())
+    writes = {nearest_existing(p)} | ({nearest_existing(p.parent)} if beside else set())
     for folder in sorted(writes):
         if not folder.is_dir():
             raise ValueError(f"{field}: {path}: {folder} is a file, not a folder")
@@ -76,7 +76,7 @@ def check_output_dir(path: str, field: str = "out", beside: bool = False) -> Non
             raise ValueError(f"{field}: {path}: cannot write in {folder} ({e.strerror})") from None
 
 
-def _nearest(p: Path) -> Path:
+def nearest_existing(p: Path) -> Path:
     """``p`` or its closest ancestor that exists (what a mkdir -p would create inside)."""
     while not p.exists() and p != p.parent:
         p = p.parent

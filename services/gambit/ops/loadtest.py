@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from gambit.checks import above, at_least, finite, within
-from gambit.paths import REPO
+from gambit.paths import REPO, nearest_existing
 
 LOCUSTFILE = REPO / "loadtest" / "locustfile.py"
 # (name, weight, min_ops, max_ops, method, capacity, max_tokens)
@@ -112,9 +112,7 @@ def check_writable(name: str, path: str) -> None:
     p = Path(path)
     if p.is_dir():
         raise ValueError(f"{name}: {path} is a folder; give a file path")
-    parent = p.parent
-    while not parent.exists() and parent != parent.parent:  # the missing folders are made
-        parent = parent.parent
+    parent = nearest_existing(p.parent)  # the missing folders are made
     if not parent.is_dir():
         raise ValueError(f"{name}: {parent} is not a folder, so {path} cannot be written")
     if not os.access(parent, os.W_OK | os.X_OK):

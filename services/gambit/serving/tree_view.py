@@ -161,7 +161,7 @@ class RedisTreeView:
     def claim_run(self, run_id: str, **fields) -> dict | None:
         """A new run's record, written unless one holds ``run_id`` (in one Lua call: of two Solves with
         one id, one writes): None when written, else that record."""
-        flat = [x for k, v in (fields | {"updated": time.time()}).items() for x in (k, _enc(v))]
+        flat = _flat(fields)
         if self._call(self.r.eval, _CLAIM, 1, self._k("run", run_id), self.ttl, *flat):
             return None
         return self.get_run(run_id) or {}
@@ -169,7 +169,7 @@ class RedisTreeView:
     def put_run_if(self, run_id: str, while_status: str, /, **fields) -> bool:
         """Write ``fields`` only while the run's status is ``while_status``, in one Lua call (True when
         written): a Target that admits the run meanwhile writes its own status, and that one stays."""
-        flat = [x for k, v in (fields | {"updated": time.time()}).items() for x in (k, _enc(v))]
+        flat = _flat(fields)
         return bool(self._call(self.r.eval, _IF_STATUS, 1, self._k("run", run_id), self.ttl,
                                _enc(while_status), *flat))
 
@@ -242,6 +242,11 @@ def open_tree_view(url: str, prefix: str = "gambit:", password_env: str = PASSWO
     if url == "memory":
         return MemoryTreeView()
     return RedisTreeView(url, prefix, password_env, ttl_s=retention_s)
+
+
+def _flat(fields: dict) -> list[str]:
+    """A record's fields, and the time of the write, as the field/value list a Lua ``HSET`` takes."""
+    return [x for k, v in (fields | {"updated": time.time()}).items() for x in (k, _enc(v))]
 
 
 def _enc(v) -> str:
