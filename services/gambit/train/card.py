@@ -65,9 +65,19 @@ whether any sample is right — the gap between maj@{k} and pass@{k} is the room
 """
 
 
+NOTES = "card_notes.md"  # hand-written history kept at the card's end (a regenerated card keeps it)
+
+
 def write_card(folder: str | Path) -> Path:
-    """Render ``README.md`` from ``training.json`` and, when there is one, ``eval_test.json`` in
-    ``folder`` (without it the card says the model was not evaluated)."""
+    """Write ``README.md`` in ``folder`` (``card_text``)."""
+    path = Path(folder) / "README.md"
+    path.write_text(card_text(folder))
+    return path
+
+
+def card_text(folder: str | Path) -> str:
+    """The card rendered from ``training.json`` and, when there is one, ``eval_test.json`` in ``folder``
+    (without it the card says the model was not evaluated), then ``card_notes.md`` where it exists."""
     folder = Path(folder)
     train = json.loads((folder / "training.json").read_text())
     evaluated = folder / "eval_test.json"
@@ -101,6 +111,5 @@ CPU capability {train.get('cpu_capability', '?')} (floats, and so the loss histo
 | command | `{command_line(cfg, folder)}` (it also {also} this card) |
 
 {_accuracy(folder, result)}"""
-    path = folder / "README.md"
-    path.write_text(text)
-    return path
+    notes = folder / NOTES
+    return text + ("\n" + notes.read_text() if notes.is_file() else "")
