@@ -151,7 +151,9 @@ def test_autoscaling_leaves_room_for_what_the_groups_can_grow_to(helm):
 
 def test_an_explicit_num_replicas_wins_over_the_default_autoscaling(helm):
     deps = _deployments(_rayservice(render(helm, "--set", "serve.deployments.Scorer.numReplicas=2")))
-    assert deps["Scorer"]["num_replicas"] == 2 and "autoscaling_config" not in deps["Scorer"]
+    # null, not absent: the Scorer's code autoscales 1-2 and Serve keeps that under a bare num_replicas
+    # (tests/deployments/test_app_replicas.py shows what Serve makes of each)
+    assert deps["Scorer"]["num_replicas"] == 2 and deps["Scorer"]["autoscaling_config"] is None
     # a sequence scorer stays at one replica, whatever the autoscaling block says
     deps = _deployments(_rayservice(render(helm, "--set", "serve.scorer=sequence")))
     assert deps["Scorer"]["num_replicas"] == 1 and "autoscaling_config" not in deps["Scorer"]

@@ -87,7 +87,8 @@ small epsilon keeps float division from flooring e.g. 7 / 0.14 (49.9999999999999
 {{- end -}}
 
 {{/* One Serve deployment's options. Replicas, in this order: a sequence Scorer runs 1; an explicit
-numReplicas wins; else an autoscaling block becomes autoscaling_config; else the Target runs one replica
+numReplicas wins (the Scorer's then with autoscaling_config null: its code autoscales, and Serve keeps
+that under a bare num_replicas); else an autoscaling block becomes autoscaling_config; else the Target runs one replica
 per GPU slot and the others run 1. */}}
 {{- define "gambit.deployment" -}}
 {{- $d := index .root.Values.serve.deployments .name -}}
@@ -98,6 +99,7 @@ per GPU slot and the others run 1. */}}
 {{- $_ := set $out "num_replicas" 1 -}}
 {{- else if not (kindIs "invalid" $d.numReplicas) -}}
 {{- $_ := set $out "num_replicas" $d.numReplicas -}}
+{{- if eq .name "Scorer" -}}{{- $_ := set $out "autoscaling_config" nil -}}{{- end -}}
 {{- else if $d.autoscaling -}}
 {{- $_ := set $out "autoscaling_config" $d.autoscaling -}}
 {{- else if eq .name "Target" -}}

@@ -16,7 +16,10 @@ from gambit.serving.tree_view import RETENTION_S
 
 def build_gambit(args: dict):
     """``args``: tree, prefix, retention_s, token_env, defaults (SolveConfig fields), target (Target
-    kwargs), target_replicas, target_gpus, coordinator_replicas."""
+    kwargs), target_replicas, target_gpus, coordinator_replicas. ``target_replicas`` is the most Targets
+    there can be (an autoscaled Target's max_replicas): the Coordinator tries a run refused for its KV on
+    up to that many. The replica counts set here hold only where no config names them: a config's
+    ``num_replicas`` or ``autoscaling_config`` replaces them (Serve then ignores the code's count)."""
     tree = args.get("tree", "redis://127.0.0.1:6379/0")
     prefix = args.get("prefix", "gambit:")
     retention = float(args.get("retention_s", RETENTION_S))

@@ -32,8 +32,8 @@ from gambit.serving.tree_view import RETENTION_S
 class ServeConfig:
     """Local Ray Serve deployment of Coordinator, Target and Scorer."""
 
-    host: str = "127.0.0.1"  # address of Serve's HTTP proxy and of the Ray node
-    grpc_port: int = 9000  # Serve's gRPC proxy port (ReasoningService and ScorerService)
+    host: str = "127.0.0.1"  # interface Serve's HTTP proxy binds (0.0.0.0: all; the gRPC proxy binds all)
+    grpc_port: int = 9000  # Serve's gRPC proxy port, on every interface (ReasoningService, ScorerService)
     http_port: int = 8000  # Serve's HTTP proxy port (unused by gambit, but Serve starts it)
     metrics_port: int = 8080  # Ray's Prometheus metrics export port (/metrics)
     num_cpus: int = 2  # CPUs Ray may schedule on
@@ -60,9 +60,9 @@ class ServeConfig:
     max_tokens: int = 320  # default tokens per trace
 
     def __post_init__(self) -> None:
-        for name in ("grpc_port", "http_port", "metrics_port"):
-            if not 0 < getattr(self, name) < 65536:
-                raise ValueError(f"{name} must be a TCP port, got {getattr(self, name)}")
+        from gambit.ops.serve_config import check_ports  # Ray's own ports refused, as in the chart
+
+        check_ports(grpc_port=self.grpc_port, http_port=self.http_port, metrics_port=self.metrics_port)
         at_least(1, num_cpus=self.num_cpus, target_replicas=self.target_replicas,
                  coordinator_replicas=self.coordinator_replicas)
         at_least(1, retention_s=self.retention_s)

@@ -26,36 +26,66 @@ GRPC_SERVICER_FUNCTIONS = (
     "gambit.serving.grpc_api.add_health_servicer",
 )
 SOLVE_DEFAULTS = (("capacity", 8), ("swap", 2), ("round_interval", 16), ("max_tokens", 320))
+# Ports Ray itself listens on (the chart refuses the same): a Serve proxy given one started, and then
+# it or Ray failed with an error that named neither.
+RAY_PORTS = {6379: "Ray's GCS port (and Redis's)", 8265: "Ray's dashboard port",
+             10001: "Ray's client server port", 52365: "Ray's dashboard agent port"}
+
+
+def check_ports(**ports: int) -> None:
+    """Each a TCP port, none of Ray's own, no two the same; a one-line error naming the field."""
+    seen: dict[int, str] = {}
+    for name, port in ports.items():
+        if not 0 < port < 65536:
+            raise ValueError(f"{name} must be a TCP port (1-65535), got {port}")
+        if port in RAY_PORTS:
+            raise ValueError(f"{name}: {port} is {RAY_PORTS[port]}; give another")
+        if port in seen:
+            raise ValueError(f"{name} and {seen[port]} are both {port}; they must differ")
+        seen[port] = name
 
 
 @dataclass(frozen=True)
 class DeploymentSpec:
     name: str
     max_ongoing_requests: int = 64  # requests a replica takes at once before the proxy queues
-    num_replicas: int | None = None  # None: the builder's choice (or autoscaling)
+    num_replicas: int | None = None  # None: autoscaling if set, else the builder's choice; set: wins
     num_cpus: float | None = None  # CPUs reserved per replica (None: the deployment's code default)
     num_gpus: float | None = None  # GPUs reserved per replica (None: the deployment's code default)
     resources: tuple[tuple[str, float], ...] = ()  # custom Ray resources per replica
-    autoscaling: tuple[tuple[str, float], ...] = ()  # Serve autoscaling_config (instead of num_replicas)
+    autoscaling: tuple[tuple[str, float], ...] = ()  # Serve autoscaling_config (unused with num_replicas)
 
     def __post_init__(self):
         if not self.name.isidentifier():
             raise ValueError(f"deployment name must be an identifier, got {self.name!r}")
         if self.num_replicas is not None and self.num_replicas < 1:
             raise ValueError(f"{self.name}: num_replicas must be >= 1, got {self.num_replicas}")
-        if self.num_replicas is not None and self.autoscaling:
-            raise ValueError(f"{self.name}: set num_replicas or autoscaling, not both")
         if (self.num_cpus or 0) < 0 or (self.num_gpus or 0) < 0:
             raise ValueError(f"{self.name}: num_cpus and num_gpus must be >= 0")
         if self.max_ongoing_requests < 1:
             raise ValueError(f"{self.name}: max_ongoing_requests must be >= 1")
+
+    @property
+    def autoscaled(self) -> bool:
+        """Serve scales it: an autoscaling block and no num_replicas. A count set explicitly wins over
+        the block (the chart's rule), so ``replace(scorer, num_replicas=2)`` pins the default-autoscaled
+        Scorer at two."""
+        return bool(self.autoscaling) and self.num_replicas is None
+
+    @property
+    def max_replicas(self) -> int:
+        """The most replicas it can run: what the Coordinator is told of the Targets (the replicas a run
+        refused for its KV may be tried on)."""
+        if self.autoscaled:
+            return int(dict(self.autoscaling).get("max_replicas", 1))  # Serve's default max is 1 too
+        return self.num_replicas or 1
 
     def to_dict(self) -> dict:
         out: dict = {"name": self.name}
         if self.num_replicas is not None:
             out["num_replicas"] = self.num_replicas
         out["max_ongoing_requests"] = self.max_ongoing_requests
-        if self.autoscaling:
+        if self.autoscaled:
             out["autoscaling_config"] = dict(self.autoscaling)
         opts: dict = {}
         if self.num_cpus is not None:
@@ -79,7 +109,7 @@ class ServeAppSpec:
     grpc_port: int = 9000  # Serve's gRPC proxy (ReasoningService and ScorerService)
     http_port: int = 8000  # Serve's HTTP proxy (Serve starts it; gambit does not use it)
     tree: str = "redis://127.0.0.1:6379/0"  # run store URL (password from GAMBIT_REDIS_PASSWORD)
-    prefix: str = "gambit:"  # Redis key prefix
+    prefix: str = "gambit:"  # Redis key prefix; trees go under <prefix>tree (what `inspect --prefix` takes)
     retention_s: float = RETENTION_S  # seconds a finished run's record and tree stay in Redis (GetRun)
     token_env: str = "GAMBIT_TOKEN"  # env var with the bearer token (unset: no auth)
     model: str = ""  # target model: a folder or a name such as smollm2 ("" = the shipped target)
@@ -101,11 +131,7 @@ class ServeAppSpec:
 
     def __post_init__(self):
         at_least(1, retention_s=self.retention_s)
-        for port in (self.grpc_port, self.http_port):
-            if not 1 <= port <= 65535:
-                raise ValueError(f"port must be in 1..65535, got {port}")
-        if self.grpc_port == self.http_port:
-            raise ValueError("grpc_port and http_port must differ")
+        check_ports(grpc_port=self.grpc_port, http_port=self.http_port)
         names = sorted(d.name for d in self.deployments)
         if names != ["Coordinator", "Scorer", "Target"]:
             raise ValueError(f"deployments must be Target, Coordinator, Scorer; got {names}")
@@ -127,24 +153,29 @@ def profile(name: str, spec: ServeAppSpec | None = None) -> ServeAppSpec:
         raise ValueError(f"profile must be local or kubernetes, got {name!r}")
     cpu_group = ((CPU_GROUP_RESOURCE, 0.01),)
     deps = tuple(
-        replace(d, num_replicas=1, num_cpus=1.0, num_gpus=1.0) if d.name == "Target"
-        else replace(d, num_replicas=None if d.autoscaling else (d.num_replicas or 1), num_cpus=1.0,
-                     num_gpus=0.0, resources=cpu_group)
+        replace(d, num_replicas=None if d.autoscaled else (d.num_replicas or 1), num_cpus=1.0,
+                **({"num_gpus": 1.0} if d.name == "Target" else {"num_gpus": 0.0, "resources": cpu_group}))
         for d in spec.deployments
     )
     return replace(spec, deployments=deps, http_host="0.0.0.0", tree="redis://gambit-redis:6379/0",
                    target_gpus=1.0)
 
 
-def scorer_deployment(spec: ServeAppSpec) -> DeploymentSpec:
+def scorer_deployment(spec: ServeAppSpec) -> dict:
     """The Scorer's deployment: a sequence scorer keeps each trace's history in its replica, so it runs
-    as one replica, not autoscaled (two would each see half of a trace's boundaries)."""
+    as one replica, not autoscaled (two would each see half of a trace's boundaries; ``build_scorer``
+    pins that in code too). Any other Scorer autoscales in code (``@serve.deployment``), and Serve keeps
+    that under a config's ``num_replicas``: a count set here comes with ``autoscaling_config: null``."""
     scorer = spec.deployment("Scorer")
-    if spec.scorer in ("", "process", "mlp"):  # the stateless shipped ones, without importing torch
-        return scorer
-    from gambit.scoring.spec import keeps_history
+    if spec.scorer not in ("", "process", "mlp"):  # the stateless shipped ones, without importing torch
+        from gambit.scoring.spec import keeps_history
 
-    return replace(scorer, num_replicas=1, autoscaling=()) if keeps_history(spec.scorer) else scorer
+        if keeps_history(spec.scorer):
+            return replace(scorer, num_replicas=1, autoscaling=()).to_dict()
+    out = scorer.to_dict()
+    if scorer.num_replicas is not None:
+        out["autoscaling_config"] = None
+    return out
 
 
 def serve_config(spec: ServeAppSpec) -> dict:
@@ -153,8 +184,8 @@ def serve_config(spec: ServeAppSpec) -> dict:
     gambit_args = {
         "tree": spec.tree, "prefix": spec.prefix, "retention_s": spec.retention_s,
         "token_env": spec.token_env,
-        "target_replicas": target.num_replicas or 1, "target_gpus": spec.target_gpus,
-        "coordinator_replicas": coordinator.num_replicas or 1,
+        "target_replicas": target.max_replicas, "target_gpus": spec.target_gpus,
+        "coordinator_replicas": coordinator.max_replicas,
         # ``scorer``: the Scorer app's spec, so each Target knows whether to send the confidence features
         "target": {"model": spec.model, "scorer": spec.scorer,
                    "scorer_address": f"127.0.0.1:{spec.grpc_port}", "scorer_app": "scorer",
@@ -169,7 +200,7 @@ def serve_config(spec: ServeAppSpec) -> dict:
         {"name": "gambit", "route_prefix": "/gambit", "import_path": "gambit.deployments.app:build_gambit",
          "args": gambit_args, "deployments": [coordinator.to_dict(), target.to_dict()]},
         {"name": "scorer", "route_prefix": "/scorer", "import_path": "gambit.deployments.app:build_scorer",
-         "args": scorer_args, "deployments": [scorer_deployment(spec).to_dict()]},
+         "args": scorer_args, "deployments": [scorer_deployment(spec)]},
     ]
     return {
         "proxy_location": "EveryNode",

@@ -35,12 +35,19 @@ def stop_signals() -> Callable[[], int]:
 
 def _cmd_serve(args) -> int:
     from gambit.deployments import local
+    from gambit.serving.security import open_server_warning
 
     cfg = from_args(local.ServeConfig, args)
-    print(f"starting Ray Serve (gRPC on 127.0.0.1:{cfg.grpc_port}, metrics on :{cfg.metrics_port}) ...",
-          flush=True)
+    print(f"starting Ray Serve (gRPC proxy on port {cfg.grpc_port} of every interface, HTTP proxy on "
+          f"{cfg.host}:{cfg.http_port}, metrics on :{cfg.metrics_port}) ...", flush=True)
     local.start(cfg)
     wait = stop_signals()  # after ray.init, which sets its own SIGTERM handler; before the ready line
+    # Ray 2.60 binds its gRPC proxy to [::] whatever --host says (grpc_options has no host)
+    warn = open_server_warning(f"Ray Serve's gRPC proxy on [::]:{cfg.grpc_port} (Ray binds it to every "
+                               "interface, never 127.0.0.1 alone; --host moves the HTTP proxy only)",
+                               cfg.token_env)
+    if warn:
+        print(warn, file=sys.stderr, flush=True)
     print(f"ready: ReasoningService at 127.0.0.1:{cfg.grpc_port} (metadata application=gambit); "
           f"try: gambit client solve --address 127.0.0.1:{cfg.grpc_port} \"Compute (14+25)*3.\"; "
           "Ctrl-C stops", flush=True)

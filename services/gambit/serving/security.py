@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,6 +96,17 @@ def open_channel(address: str, tls_ca: str = "", tls_cert: str = "", tls_key: st
             Path(tls_cert).read_bytes() if tls_cert else None)
         return grpc.secure_channel(address, creds, options=options)
     return grpc.insecure_channel(address, options=options)
+
+
+def open_server_warning(what: str, token_env: str) -> str:
+    """One line for a server that answers on every interface: "" when its bearer token is set, else how to
+    set one (``what`` names the server and what it listens on)."""
+    if token_env and os.environ.get(token_env):
+        return ""
+    unset, how = (f"${token_env} unset", f"export {token_env}=<secret>") if token_env else \
+        ("--token-env empty", "--token-env GAMBIT_TOKEN and export GAMBIT_TOKEN=<secret>")
+    return (f"warning: {what} answers anyone who reaches this machine, with no bearer token ({unset}): "
+            f"{how} for the server and its clients, or firewall the port")
 
 
 def auth_metadata(token: str) -> tuple[tuple[str, str], ...]:
