@@ -132,10 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="a search run's tournament tree (lineage) as text and PNG")
     i.add_argument("run", help="run id (or 'last': the run written last)")
     i.add_argument("--store", default="results/run_store.json",
-                   help="JSON file written by `gambit run`, or a redis:// URL (the tree store)")
-    i.add_argument("--png", help="also draw the tree into this PNG file")
-    i.add_argument("--prefix", default="", help="Redis key prefix of the tree store (\"\" = try `gambit "
-                   "run`'s \"gambit\", then the services' \"gambit:tree\")")
+                   help="JSON file written by `gambit run --save`, or a redis:// URL (the tree store) "
+                   "(default: results/run_store.json)")
+    i.add_argument("--png", help="also draw the tree into this picture file: PNG, or another format by its "
+                   "suffix (.svg, .pdf, .jpg, ...); the first 400 traces depth-first")
+    i.add_argument("--prefix", default="", help="Redis key prefix of the tree store (\"\" = try "
+                   "\"gambit\", where `gambit bench rounds --store` writes, then \"gambit:tree\": a served "
+                   "run's trees are under <prefix>tree, <prefix> being `gambit serve --prefix`)")
     i.set_defaults(func=_cmd_inspect)
 
     e = sub.add_parser("eval", help="pass@1 and majority-vote accuracy on a task split")
@@ -215,9 +218,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _clean_errors(command) -> int:
     """A missing file, a refused connection, a taken port or a bad value: one line, exit 2. A reader
-    that went away (`gambit inspect RUN | head`) is no error: the rest is dropped quietly."""
+    that went away (`gambit inspect RUN | head`) is no error: the rest is dropped quietly. Ctrl-C: one
+    line, exit 130 (the shell's code for SIGINT), not a traceback through the engine."""
     try:
         return command()
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 — the interpreter's final flush must not fail too
         return 0

@@ -46,8 +46,9 @@ IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".tif", ".tiff", ".we
 
 
 def check_output(path: str, field: str, image: bool = False) -> None:
-    """An output file refused before the work that fills it, not after: a directory, or a picture
-    suffix nothing writes ("" = no output)."""
+    """An output file refused before the work that fills it, not after: a directory, a picture suffix
+    nothing writes, a file where a folder of its path must be, or a folder nothing can be written in
+    (probed as ``check_output_dir`` does; nothing is created) ("" = no output)."""
     if not path:
         return
     p = Path(path)
@@ -56,6 +57,13 @@ def check_output(path: str, field: str, image: bool = False) -> None:
     if image and p.suffix and p.suffix.lower() not in IMAGE_SUFFIXES:
         raise ValueError(f"{field}: {path}: a picture is written as {' | '.join(IMAGE_SUFFIXES)}, "
                          f"not {p.suffix}")
+    folder = nearest_existing((image_path(p) if image else p).absolute().parent)
+    if not folder.is_dir():
+        raise ValueError(f"{field}: {path}: {folder} is a file, not a folder")
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        raise ValueError(f"{field}: {path}: cannot write in {folder} ({e.strerror})") from None
 
 
 def check_output_dir(path: str, field: str = "out", beside: bool = False) -> None:

@@ -147,3 +147,111 @@ def test_the_lineage_says_which_traces_were_evicted(make_engine, scorer, hard_pr
     assert text.count("(evicted @step ") == len(evicted)
     # a ghost swapped out by a later round
     assert any(n["state"] == "pruned" and n["end_reason"] == "pruned" for n in evicted)
+
+
+def _run(n: int, chain: bool = False, **config) -> dict:
+    """A stored run of ``n`` traces: a chain (each branched from the one before) or six roots with the
+    rest branched from them."""
+    cfg = SearchConfig(capacity=6).to_dict() | config
+    nodes = {}
+    for i in range(n):
+        parent = (i - 1 if i else None) if chain else (None if i < 6 else i % 6)
+        nodes[i] = {"id": i, "parent": parent, "birth_step": i, "birth_depth": i, "state": "pruned",
+                    "answer": None, "end_step": i + 10, "end_reason": "pruned", "evicted_step": None,
+                    "tokens": [5] * 5, "scores": [0.5]}
+    meta = {"config": cfg, "prompt": "Compute 2+3.\nSolution:\n", "gold": "5", "step": n + 10, "round": 3,
+            "tokens": 5 * n, "branched": n - 1, "pruned": n, "evicted": 0}
+    result = {"answer": "5", "vote_rule": "majority", "majority": "5", "weighted": "5", "votes": {"5": 1},
+              "reason": "done", "correct": True}
+    return {"meta": meta, "nodes": nodes, "rounds": [], "result": result}
+
+
+def test_a_deep_or_wide_run_is_drawn_and_listed(tmp_path):
+    """A 1500-deep branch chain (32k tokens at w=24) ended `inspect --png` in a RecursionError, and 5000
+    traces drew a 1375x88165 px picture in 87 s (20000: not done in 300 s). The walks are loops now and
+    the picture draws the first ``MAX_ROWS`` traces depth-first, saying how many it left out."""
+    from PIL import Image
+
+    deep = _run(1500, chain=True)
+    text = lineage_text("deep", deep, max_nodes=2000)
+    assert len(text.splitlines()) == 4 + 1500 and "#1499 branched" in text.splitlines()[-1]
+    png = lineage_png("deep", deep, tmp_path / "deep.png")
+    from gambit.search.lineage import MAX_ROWS
+
+    tall = Image.open(png).size[1]
+    assert tall <= (0.16 * MAX_ROWS + 1.5) * 110 + 1
+    wide = _run(MAX_ROWS + 700)
+    assert Image.open(lineage_png("wide", wide, tmp_path / "wide.png")).size[1] == tall
+    assert lineage_text("wide", wide).endswith(f"... {MAX_ROWS + 700 - 400} more nodes")
+
+
+def test_the_picture_says_how_many_traces_it_left_out():
+    from gambit.search.lineage import drawn_rows
+
+    order, note = drawn_rows(_run(10), max_rows=4)
+    assert order == [0, 6, 1, 7] and "6 more traces not drawn" in note
+    assert drawn_rows(_run(3), max_rows=4) == ([0, 1, 2], "")
+
+
+@pytest.mark.parametrize("where, key", [("config", "decoding"), ("config", "kv_ratio"), ("meta", "evicted"),
+                                        ("result", "vote_rule"), ("node", "birth_depth"), ("meta", "config")])
+def test_a_record_that_lacks_a_field_is_one_line_naming_it(tmp_path, capsys, where, key):
+    """A record without a field lineage reads (hand-edited, truncated, another tool's) gave a traceback
+    ending in ``KeyError: 'decoding'``."""
+    import json
+
+    run = _run(8)
+    part = {"config": run["meta"]["config"], "meta": run["meta"], "result": run["result"],
+            "node": run["nodes"][6]}[where]
+    part.pop(key)
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"old": run}))
+    with pytest.raises(ValueError, match=f"run 'old': its record lacks '{key}'"):
+        inspect_run("old", str(path))
+    assert main(["inspect", "old", "--store", str(path), "--png", str(tmp_path / "o.png")]) == 2
+    assert f"lacks '{key}'" in capsys.readouterr().err
+
+
+def test_a_deepconf_record_without_its_warm_up_is_one_line(tmp_path):
+    import json
+
+    run = _run(8, method="deepconf")
+    run["meta"]["config"].pop("deepconf_warmup")
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"dc": run}))
+    with pytest.raises(ValueError, match="run 'dc': its record lacks 'deepconf_warmup'"):
+        inspect_run("dc", str(path))
+
+
+def test_last_with_no_run_under_the_prefixes_tried_names_the_ones_that_hold_runs():
+    """`gambit inspect last --store redis://...` said "runs there: []" with the runs under another
+    prefix; a named run id got the hint, 'last' did not."""
+    from gambit.search.redis_store import RedisStore
+    from gambit.search.store import RunUpdate
+
+    url = "redis://127.0.0.1:6379/13"
+    prefix = f"test-{uuid.uuid4().hex[:8]}:tree"
+    store = RedisStore(url, prefix=prefix)
+    try:
+        store.update("r1", RunUpdate(meta={"step": 1}))
+        with pytest.raises(ValueError, match=f"runs there: \\[\\]\\); runs are under .*'{prefix}'.*--prefix"):
+            inspect_run("last", url, prefix=f"{prefix}-not")
+    finally:
+        store.clear()
+
+
+def test_inspect_help_says_what_each_flag_takes(capsys):
+    """--store hid its default, --prefix named `gambit run` (it writes JSON only) as a Redis writer, and
+    --png said PNG while a .jpg path got a JPEG."""
+    with pytest.raises(SystemExit):
+        main(["inspect", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "default: results/run_store.json" in out and "bench rounds --store" in out
+    assert "by its suffix" in out and "<prefix>tree" in out
+
+
+def test_a_run_with_no_result_in_its_tree_says_where_to_look():
+    """A served run whose replica was lost ends "failed" in its record, with no result in its tree:
+    the lineage said only "(unfinished)", as for a run still going."""
+    run = _run(3) | {"result": None}
+    assert "(unfinished: no result in its tree; for a served run `gambit client get" in lineage_text("u", run)

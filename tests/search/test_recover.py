@@ -68,3 +68,9 @@ def test_reload_onto_a_fresh_engine_recomputes(make_engine, scorer, hard_problem
             assert t.token_ids == run.prompt_ids + saved["nodes"][i]["tokens"]
     res = b.run_until_done()[rid]
     assert res.reason == "done" and res.finished_traces > 0
+    # the stored tree says it was taken over, and where: its traces' tokens trail the step clock from there
+    final = redis_store.load(rid)
+    assert final["meta"]["resumed_at"] == [saved["meta"]["step"]]
+    from gambit.search.lineage import lineage_text
+
+    assert f"resumed at step {saved['meta']['step']}" in lineage_text(rid, final).splitlines()[3]

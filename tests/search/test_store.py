@@ -62,7 +62,8 @@ def test_finished_runs_leave_unfinished_and_expire(store):
     assert store.unfinished() == ["b"]
     assert store.load("a")["result"] == {"answer": "42"}
     time.sleep(0.6)
-    assert store.load("a") is None and store.runs() == ["b"]
+    store.update("b", RunUpdate(meta={"step": 2}))  # in Redis an unfinished run expires too, ttl_s after
+    assert store.load("a") is None and store.runs() == ["b"]  # its last write (one that is written stays)
     store.delete("b")
     assert store.runs() == [] and store.unfinished() == []
 
@@ -196,3 +197,56 @@ def test_node_snapshots_load_as_their_records_at_the_write(store):
     node.tokens.append(7)
     node.state = "finished"
     assert store.load("s1")["nodes"] == {0: want}
+
+
+def test_a_run_that_never_finishes_expires_once_its_writes_stop():
+    """Only a finish set the TTLs: a run whose replica was lost (or whose serve was killed) kept its
+    tree, every trace's tokens, in Redis for good, and the index of runs (``written``) had no TTL either.
+    Each write now refreshes them: a run in flight stays, an abandoned one goes after the retention."""
+    import uuid
+
+    from gambit.search.redis_store import RedisStore
+
+    s = RedisStore(prefix=f"test-{uuid.uuid4().hex[:8]}", ttl_s=1.0)
+    try:
+        s.update("a", RunUpdate(meta={"step": 1}, nodes=[{"id": 0, "parent": None}], rounds=[{"round": 1}]))
+        for part in ("meta", "nodes", "rounds"):
+            assert 0 < s.r.pttl(s._k("a", part)) <= 1000
+        assert 0 < s.r.pttl(f"{s.prefix}:written") <= 1000
+        time.sleep(0.6)
+        s.update("a", RunUpdate(meta={"step": 2}))  # still written to: it lives on
+        time.sleep(0.6)
+        assert s.load("a")["meta"]["step"] == 2 and s.unfinished() == ["a"]
+        time.sleep(0.8)
+        assert s.load("a") is None and s.runs() == [] and s.unfinished() == []
+        assert not s.r.exists(f"{s.prefix}:written")
+    finally:
+        s.clear()
+
+
+def test_a_url_of_a_server_that_is_not_redis_is_one_line():
+    """``gambit inspect RUN --store redis://127.0.0.1:8371/5`` (Serve's HTTP port) gave a traceback
+    ending in ``InvalidResponse: Protocol Error: b'HTTP/1.1 400 Bad Request'``."""
+    from gambit.search.redis_store import RedisStore
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+
+    def answer():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            c.recv(1024)
+            c.sendall(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+            c.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        url = f"redis://127.0.0.1:{srv.getsockname()[1]}/5"
+        with pytest.raises(StoreUnavailable, match=r"127\.0\.0\.1:\d+/5.*not a Redis server\?"):
+            RedisStore(url, timeout_s=1.0)
+    finally:
+        srv.close()

@@ -94,6 +94,9 @@ def test_a_run_resumes_on_another_replica_from_its_tree_in_redis(pair):
         assert after[nid]["parent"] == old["parent"]
     assert res["generated_tokens"] >= stored_meta["tokens"]
     assert tree.get_run(run_id)["status"] == "done"
+    # its tree says where it was taken over (`gambit inspect`'s header), written through B's record writer
+    resumed = json.loads(tree.r.hget(f"{tree.prefix}tree:run:{run_id}:meta", "resumed_at"))
+    assert resumed == [stored_meta["step"]]
     assert b.target.load()["runs"] == 0 and b.target.engine.kv_usage() == 0.0
 
 

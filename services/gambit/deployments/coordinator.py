@@ -261,7 +261,10 @@ class Coordinator:
         """Authorised request for a run that exists: (run id, its record), else an RPCError."""
         self._check(grpc_context)
         run_id = check_run_id(request.run_id)
-        rec = await asyncio.to_thread(self.tree.get_run, run_id)
+        try:
+            rec = await asyncio.to_thread(self.tree.get_run, run_id)
+        except ValueError as e:  # a record this version cannot read (tree_view): not the caller's argument
+            raise RPCError(grpc.StatusCode.INTERNAL, str(e)) from None
         if rec is None:
             raise RPCError(grpc.StatusCode.NOT_FOUND, f"run_id: no run {run_id!r}")
         return run_id, rec

@@ -38,7 +38,7 @@ class ServeConfig:
     metrics_port: int = 8080  # Ray's Prometheus metrics export port (/metrics)
     num_cpus: int = 2  # CPUs Ray may schedule on
     tree: str = "redis://127.0.0.1:6379/0"  # tree view: redis:// URL (password from GAMBIT_REDIS_PASSWORD)
-    prefix: str = "gambit:"  # Redis key prefix
+    prefix: str = "gambit:"  # Redis key prefix; trees go under <prefix>tree (what `inspect --prefix` takes)
     retention_s: float = RETENTION_S  # seconds a finished run's record and tree stay in Redis (GetRun)
     token_env: str = "GAMBIT_TOKEN"  # environment variable with the bearer token (unset = no auth)
     model: str = ""  # target model: a folder or a name such as smollm2 ("" = shipped target)

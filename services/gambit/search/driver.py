@@ -359,4 +359,8 @@ class SearchDriver(Guidance):
             else:
                 run._launch(node)  # the engine lost it: recompute from its tokens
         run.dirty = set(run.nodes)
+        # the tree says it was taken over, and at which step: the clock goes on from the stored step while
+        # each trace restarts from its stored tokens, which lag by design (``SearchRun.flush``), so from
+        # here a trace's tokens trail the steps (`gambit inspect` says so in its header)
+        self.store.update(run_id, RunUpdate(meta={"resumed_at": [*meta.get("resumed_at", []), run.step]}))
         return run

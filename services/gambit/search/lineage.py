@@ -13,6 +13,9 @@ from gambit.search import tree as T
 from gambit.search.config import deepconf_warm
 from gambit.search.vote import vote_counts
 
+# traces the picture draws at most (depth-first, the first ones): 5000 drew a 1375x88165 px picture that
+# most viewers refuse, in 87 s; 400 rows are ~7200 px (the text lists 400 nodes by default too)
+MAX_ROWS = 400
 COLOURS = {"win": "#2a9d3f", "lose": "#e08a1e", T.PRUNED: "#d1495b", T.EVICTED: "#8d99ae",
            T.STOPPED: "#7b4fa0", T.GHOST: "#8d99ae", T.RUNNING: "#4361ee", T.WAITING: "#cccccc"}
 
@@ -22,6 +25,18 @@ def _children(nodes: dict) -> dict[int | None, list[int]]:
     for i in sorted(nodes):
         kids.setdefault(nodes[i]["parent"], []).append(i)
     return kids
+
+
+def _depth_first(kids: dict[int | None, list[int]], limit: int):
+    """(node, its depth, whether it is its parent's last child) in depth-first order, the first
+    ``limit`` of them: a loop, not a recursion (a branch chain can be thousands deep)."""
+    stack = [(r, 0, True) for r in reversed(kids.get(None, []))]
+    while stack and limit > 0:
+        i, depth, last = stack.pop()
+        yield i, depth, last
+        limit -= 1
+        sub = kids.get(i, [])
+        stack += [(k, depth + 1, j == len(sub) - 1) for j, k in reversed(list(enumerate(sub)))]
 
 
 def _winner(data: dict) -> str | None:
@@ -82,57 +97,60 @@ def lineage_text(run_id: str, data: dict, max_nodes: int = 400) -> str:
              f"  {_clip(meta['prompt'].strip())!r}  gold {gold}",
              f"  steps {meta['step']}, rounds {meta['round']}, tokens {meta['tokens']}, "
              f"branched {meta['branched']}, pruned {meta['pruned']}, evicted {meta['evicted']}"]
+    if meta.get("resumed_at"):  # taken over from its stored tree (``SearchDriver._restore``)
+        at = ", ".join(map(str, meta["resumed_at"]))
+        lines.append(f"  resumed at step {at}: taken over from its stored tree; a trace the engine lost went "
+                     "on from its stored tokens (decoded again past them), so its tokens trail the steps")
     if res:
         lines.append(f"  answer {res['answer']} ({res['vote_rule']}); majority {res['majority']}, "
                      f"weighted {res['weighted']}; votes {vote_counts(res['votes'])}; {res['reason']}"
                      + ("" if res.get("correct") is None else (" CORRECT" if res["correct"] else " WRONG")))
     else:
-        lines.append("  (unfinished)")
-    kids = _children(nodes)
+        # running, or ended with no result written to its tree (a served run whose replica was lost and
+        # that no other took over: its run record says "failed"; the tree expires with the retention)
+        lines.append("  (unfinished: no result in its tree; for a served run `gambit client get RUN` says "
+                     "whether it still runs)")
     shown = 0
-
-    def walk(i: int, prefix: str, last: bool, root: bool) -> None:
-        nonlocal shown
-        if shown >= max_nodes:
-            return
+    bars: list[str] = []  # the rails of the open ancestors, below the root ("│   " or "    ")
+    for i, depth, last in _depth_first(_children(nodes), max_nodes):
         shown += 1
-        lines.append(prefix + ("" if root else ("└── " if last else "├── ")) + _label(nodes[i], win, gold))
-        sub = kids.get(i, [])
-        for j, k in enumerate(sub):
-            walk(k, prefix + ("" if root else ("    " if last else "│   ")), j == len(sub) - 1, False)
-
-    for r in kids.get(None, []):
-        walk(r, "", True, True)
+        del bars[max(0, depth - 1):]
+        branch = "" if depth == 0 else ("└── " if last else "├── ")
+        lines.append("".join(bars) + branch + _label(nodes[i], win, gold))
+        if depth:
+            bars.append("    " if last else "│   ")
     if shown < len(nodes):
         lines.append(f"... {len(nodes) - shown} more nodes")
     return "\n".join(lines)
 
 
-def lineage_png(run_id: str, data: dict, path: str | Path) -> Path:
-    """One row per trace (depth-first order); a bar from birth to end step, coloured by fate; a
-    connector from the parent's row at the branch step; final answers written at the bar's end."""
+def drawn_rows(data: dict, max_rows: int = MAX_ROWS) -> tuple[list[int], str]:
+    """The traces the picture draws (the first ``max_rows``, depth-first: each one's parent is among
+    them) and a note of how many it leaves out ("" when none)."""
+    order = [i for i, _, _ in _depth_first(_children(data["nodes"]), max_rows)]
+    left = len(data["nodes"]) - len(order)
+    return order, (f"; {left} more traces not drawn (the first {len(order)} depth-first)" if left else "")
+
+
+def lineage_png(run_id: str, data: dict, path: str | Path, max_rows: int = MAX_ROWS) -> Path:
+    """One row per trace (depth-first order; the first ``max_rows``); a bar from birth to end step,
+    coloured by fate; a connector from the parent's row at the branch step; final answers written at
+    the bar's end."""
     check_png(path)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.collections import LineCollection
     from matplotlib.patches import Patch
 
     meta, nodes = data["meta"], data["nodes"]
     win, gold = _winner(data), meta.get("gold")
-    kids = _children(nodes)
-    order: list[int] = []
-
-    def dfs(i: int) -> None:
-        order.append(i)
-        for k in kids.get(i, []):
-            dfs(k)
-
-    for r in kids.get(None, []):
-        dfs(r)
+    order, left_out = drawn_rows(data, max_rows)
     row = {i: y for y, i in enumerate(order)}
     last = max([meta["step"]] + [n["end_step"] or 0 for n in nodes.values()])
     fig, ax = plt.subplots(figsize=(12.5, max(3.0, 0.16 * len(order) + 1.5)))
+    bars, colours, links = [], [], []  # (x, y) segments: each trace's bar, its link to its parent's row
     for i in order:
         n = nodes[i]
         end = n["end_step"] if n["end_step"] is not None else last
@@ -140,21 +158,26 @@ def lineage_png(run_id: str, data: dict, path: str | Path) -> Path:
             colour = COLOURS["win"] if n["answer"] == win and n["answer"] is not None else COLOURS["lose"]
         else:
             colour = COLOURS.get(n["state"], "#000000")
-        ax.plot([n["birth_step"], end], [row[i], row[i]], color=colour, lw=2.2, solid_capstyle="butt")
+        bars.append(((n["birth_step"], row[i]), (end, row[i])))
+        colours.append(colour)
         if n["parent"] is not None:
-            ax.plot([n["birth_step"]] * 2, [row[n["parent"]], row[i]], color="#999999", lw=0.6)
+            links.append(((n["birth_step"], row[n["parent"]]), (n["birth_step"], row[i])))
         label = bar_label(n, gold)
         if label:
             ax.text(end + 0.5, row[i], label, fontsize=6, va="center",
                     color="#777777" if n["answer"] is None else "black")
+    # two collections, not a line object per trace (400 rows drew in ~10 s that way on 2 busy cores)
+    ax.add_collection(LineCollection(links, colors="#999999", linewidths=0.6))
+    ax.add_collection(LineCollection(bars, colors=colours, linewidths=2.2, capstyle="butt"))
+    ax.autoscale_view()
     ax.invert_yaxis()
     ax.set_yticks([])
     ax.set_xlabel("decode step of the run")
     ax.set_ylabel(f"{len(order)} traces (depth-first)")
     c = meta["config"]
     res = data.get("result") or {}
-    ax.set_title(f"run {run_id}: {c['method']} {knobs(c)} — answer {res.get('answer')} (gold {gold})",
-                 fontsize=9)
+    ax.set_title(f"run {run_id}: {c['method']} {knobs(c)} — answer {res.get('answer')} (gold {gold})"
+                 + left_out, fontsize=9)
     ax.legend(handles=[Patch(color=COLOURS["win"], label="finished, winning answer"),
                        Patch(color=COLOURS["lose"], label="finished, other answer or none"),
                        Patch(color=COLOURS[T.PRUNED], label="pruned"),
@@ -188,8 +211,8 @@ def bar_label(n: dict, gold: str | None) -> str:
     return ""
 
 
-# Redis key prefixes ``inspect_run`` looks under when given none: `gambit run` and the benchmarks'
-# (RedisStore's default), and the services' (their ``prefix`` "gambit:" + "tree": serving.tree_view)
+# Redis key prefixes ``inspect_run`` looks under when given none: the benchmarks' (`bench rounds --store`:
+# RedisStore's default; `gambit run` writes JSON), and the services' ("gambit:" + "tree": serving.tree_view)
 REDIS_PREFIXES = ("gambit", "gambit:tree")
 
 
@@ -217,8 +240,16 @@ def inspect_run(run_id: str, store_spec: str, png: str | None = None, prefix: st
             where += f" under {', '.join(map(repr, prefixes))}"
             if run_id != "last" and (other := store.prefixes_of(run_id)):
                 hint = f"; it is under {', '.join(map(repr, other))}: pass --prefix {other[0]}"
+            elif run_id == "last" and (other := [o for o in store.prefixes() if o not in prefixes]):
+                hint = f"; runs are under {', '.join(map(repr, other[:10]))}: pass --prefix {other[0]}"
         raise ValueError(f"run {run_id!r} is not in {where} (runs there: {seen[:20]}){hint}")
-    text = lineage_text(run_id, data)
-    if png:
-        text += f"\nwrote {lineage_png(run_id, data, png)}"
+    try:
+        text = lineage_text(run_id, data)
+        if png:
+            text += f"\nwrote {lineage_png(run_id, data, png)}"
+    except KeyError as e:  # hand-edited, truncated, another tool's (the fields read exist since d5767c8)
+        raise ValueError(f"run {run_id!r}: its record lacks {e} (written by another tool or version?)") \
+            from None
+    except (TypeError, AttributeError) as e:  # a field of another type: a list where a number was...
+        raise ValueError(f"run {run_id!r}: its record has a field of another shape ({e})") from None
     return text

@@ -4,7 +4,10 @@ updates), finished runs expire.
 Layout under ``{prefix}``: ``run:{id}:meta`` and ``run:{id}:nodes`` (hashes of JSON values),
 ``run:{id}:rounds`` (list), ``run:{id}:result`` (string), ``unfinished`` (set) and ``written`` (sorted
 set: run id -> time of its last write, so "last" is the run written last; trimmed as runs expire, where
-the ``runs`` set it replaces grew by one id per run, forever, on a serving Redis).
+the ``runs`` set it replaces grew by one id per run, forever, on a serving Redis). Every write sets the
+TTL of the run's keys (and of the two indexes) to ``ttl_s`` again: a run expires ``ttl_s`` after its last
+write, finished or not (a run whose replica was lost, or whose server was killed, never finishes, and
+its tree, every trace's tokens, stayed in Redis for good).
 Socket timeouts are set, so a Redis that does not answer raises ``StoreUnavailable`` naming the URL.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from itertools import islice
 
 from gambit.checks import above, at_least
 from gambit.search.node_json import scalar
@@ -30,7 +34,10 @@ class RedisStore:
         if not prefix or any(c in prefix for c in "{} \n"):
             raise ValueError(f"prefix must be a non-empty key prefix, got {prefix!r}")
         self.url, self.prefix, self.ttl_s = url, prefix, ttl_s
-        self._errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+        # InvalidResponse: something else answers there (Serve's HTTP port given as the store)
+        self._errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                        redis.exceptions.InvalidResponse, OSError)
+        self._not_redis = redis.exceptions.InvalidResponse
         try:
             self.r = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
                                           decode_responses=True, retry_on_timeout=False)
@@ -42,7 +49,8 @@ class RedisStore:
         try:
             return fn(*args)
         except self._errors as e:
-            raise StoreUnavailable(f"Redis at {self.url} does not answer: {e}") from None
+            why = " (not a Redis server?)" if isinstance(e, self._not_redis) else ""
+            raise StoreUnavailable(f"Redis at {self.url} does not answer: {e}{why}") from None
 
     def _k(self, run_id: str, part: str) -> str:
         return f"{self.prefix}:run:{run_id}:{part}"
@@ -80,9 +88,11 @@ class RedisStore:
         else:
             p.set(self._k(run_id, "result"), json.dumps(up.result))
             p.srem(f"{self.prefix}:unfinished", run_id)
-            for part in ("meta", "nodes", "rounds", "result"):
-                p.pexpire(self._k(run_id, part), int(self.ttl_s * 1000))
             p.zremrangebyscore(f"{self.prefix}:written", "-inf", now - self.ttl_s)  # runs expired by now
+        ttl_ms = int(self.ttl_s * 1000)  # from this write on (a part not written yet: a no-op)
+        for key in [self._k(run_id, part) for part in ("meta", "nodes", "rounds", "result")] + [
+                f"{self.prefix}:written", f"{self.prefix}:unfinished"]:
+            p.pexpire(key, ttl_ms)
 
     def load(self, run_id: str) -> dict | None:
         check_run_id(run_id)
@@ -98,7 +108,15 @@ class RedisStore:
         return _assemble(meta, nodes, rounds, result)
 
     def unfinished(self) -> list[str]:
-        return sorted(self._call(self.r.smembers, f"{self.prefix}:unfinished"))
+        """Runs with no result yet whose trees are still there (an abandoned one's expired: it leaves)."""
+        ids = sorted(self._call(self.r.smembers, f"{self.prefix}:unfinished"))
+        p = self.r.pipeline(transaction=False)
+        for r in ids:
+            p.exists(self._k(r, "meta"))
+        alive = [r for r, there in zip(ids, self._call(p.execute), strict=True) if there]
+        if len(alive) < len(ids):
+            self._call(self.r.srem, f"{self.prefix}:unfinished", *(set(ids) - set(alive)))
+        return alive
 
     def runs(self) -> list[str]:
         """Run ids, the one written last at the end."""
@@ -122,6 +140,13 @@ class RedisStore:
                 break
             found.add((key.decode() if isinstance(key, bytes) else key).removesuffix(suffix))
         return sorted(found - {self.prefix})
+
+    def prefixes(self, limit: int = 10_000) -> list[str]:
+        """The prefixes under which this database holds runs (a bounded SCAN of their ``written``
+        indexes: ``limit`` keys at most), for a reader who found none under the one it tried."""
+        keys = self._call(lambda: list(islice(self.r.scan_iter(match="*:written", count=1000, _type="zset"),
+                                              limit)))
+        return sorted({k.removesuffix(":written") for k in keys})
 
     def delete(self, run_id: str) -> None:
         check_run_id(run_id)

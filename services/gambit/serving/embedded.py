@@ -32,7 +32,7 @@ class EmbeddedConfig:
     scorer: str = ""  # scorer spec (gambit.scoring.spec): "" / process | mlp | sequence | confidence | folder
     scorer_address: str = ""  # host:port of a ScorerService to call instead of an in-process scorer
     tree: str = "memory"  # "memory" or a redis:// URL for the tree view
-    prefix: str = "gambit:"  # Redis key prefix
+    prefix: str = "gambit:"  # Redis key prefix; trees go under <prefix>tree (what `inspect --prefix` takes)
     retention_s: float = RETENTION_S  # seconds a finished run's record and tree stay in Redis
     num_blocks: int = 0  # KV blocks (0 = from the memory budget)
     max_num_seqs: int = 256  # traces in one engine batch at most

@@ -1,8 +1,9 @@
 """Where runs and their trace trees are recorded: Redis (services) or memory (embedded, tests).
 
 Keys under a prefix: ``<p>run:<id>`` (hash: status, request, replica, progress, result, message),
-``<p>run:<id>:traces`` (hash: trace id → JSON), ``<p>cancel:<id>`` (a flag holding the reason, with a
-TTL). Values are JSON, never pickle. The Redis password comes from the environment
+``<p>cancel:<id>`` (a flag holding the reason, with a TTL no longer than the records'; a new record
+under the id and the run's end drop it), and the driver's trees under ``<p>tree`` (``RedisStore``:
+``<p>tree:run:<id>:meta`` ...). Values are JSON, never pickle. The Redis password comes from the environment
 (``GAMBIT_REDIS_PASSWORD`` by default), never from a flag or a file in the repository. A Redis
 failure is ``StoreUnavailable`` with the reason, which the gRPC layer answers as UNAVAILABLE.
 """
@@ -38,11 +39,13 @@ def taken_message(run_id: str, record: dict) -> str:
     return f"run_id: {run_id!r} is in flight ({status})"
 
 
-# KEYS[1] the run's record; ARGV: its TTL, then field, value, ...: written only where no record is
+# KEYS[1] the run's record, KEYS[2] its cancel flag; ARGV: its TTL, then field, value, ...: written only
+# where no record is, and a flag left from an earlier run under the id (it outlived that record) dropped
 _CLAIM = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 redis.call('EXPIRE', KEYS[1], ARGV[1])
+redis.call('DEL', KEYS[2])
 return 1
 """
 
@@ -57,24 +60,48 @@ return 1
 
 
 class MemoryTreeView:
-    def __init__(self) -> None:
+    """The records of the embedded wiring (one process). As in Redis, a record goes ``ttl_s`` after its
+    last write and its flag with it: they grew for the life of a long benchmark's process."""
+
+    def __init__(self, ttl_s: float = RETENTION_S) -> None:
+        at_least(1, ttl_s=ttl_s)
+        self.ttl = ttl_s
         self._runs: dict[str, dict] = {}
         self._cancel: dict[str, str] = {}
+        self._written: dict[str, float] = {}  # run id -> monotonic time of its record's last write
+        self._sweep_at = 0.0
         self._lock = threading.Lock()
+
+    def _expire(self) -> None:
+        """Drop the records not written for ``ttl`` (a sweep at most every 1/10 of it; the lock held)."""
+        now = time.monotonic()
+        if now < self._sweep_at:
+            return
+        self._sweep_at = now + self.ttl / 10
+        for r in [r for r, t in self._written.items() if now - t > self.ttl]:
+            for d in (self._runs, self._cancel, self._written):
+                d.pop(r, None)
 
     def ping(self) -> None:
         pass
 
     def put_run(self, run_id: str, **fields) -> None:
         with self._lock:
+            self._expire()
             self._runs.setdefault(run_id, {}).update({k: _enc(v) for k, v in fields.items()})
+            self._written[run_id] = time.monotonic()
+            if fields.get("status") in ENDED:  # its flag has done its work
+                self._cancel.pop(run_id, None)
 
     def claim_run(self, run_id: str, **fields) -> dict | None:
         """A new run's record, written unless one holds ``run_id``: None when written, else that record."""
         with self._lock:
+            self._expire()
             if run_id in self._runs:
-                return {k: _dec(v) for k, v in self._runs[run_id].items()}
+                return _dec_record(run_id, self._runs[run_id])
             self._runs[run_id] = {k: _enc(v) for k, v in fields.items()}
+            self._written[run_id] = time.monotonic()
+            self._cancel.pop(run_id, None)
             return None
 
     def put_run_if(self, run_id: str, while_status: str, /, **fields) -> bool:
@@ -84,12 +111,14 @@ class MemoryTreeView:
             if got is None or got.get("status") != _enc(while_status):
                 return False
             got.update({k: _enc(v) for k, v in fields.items()})
+            self._written[run_id] = time.monotonic()
             return True
 
     def get_run(self, run_id: str) -> dict | None:
         with self._lock:
+            self._expire()
             got = self._runs.get(run_id)
-            return {k: _dec(v) for k, v in got.items()} if got else None
+            return _dec_record(run_id, got) if got else None
 
     def num_traces(self, run_id: str) -> int:
         return 0  # the embedded wiring keeps the trace tree in the driver's MemoryStore
@@ -103,6 +132,7 @@ class MemoryTreeView:
     def request_cancel(self, run_id: str, reason: str = CANCELLED_BY_RPC) -> None:
         with self._lock:
             self._cancel[run_id] = reason
+            self._written.setdefault(run_id, time.monotonic())  # a flag with no record goes in time too
 
     def cancel_requested(self, run_ids) -> dict[str, str]:
         """Flagged runs among ``run_ids`` -> the reason given with the flag."""
@@ -113,6 +143,7 @@ class MemoryTreeView:
         with self._lock:
             self._runs.pop(run_id, None)
             self._cancel.pop(run_id, None)
+            self._written.pop(run_id, None)
 
 
 class RedisTreeView:
@@ -125,8 +156,10 @@ class RedisTreeView:
         password = os.environ.get(password_env) if password_env else None
         self.r = redis.Redis.from_url(url, password=password or None, socket_timeout=timeout_s,
                                       socket_connect_timeout=timeout_s, decode_responses=True)
+        # InvalidResponse: something else answers there (Serve's HTTP port given as --tree)
         self._errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-                        redis.exceptions.AuthenticationError, OSError)
+                        redis.exceptions.AuthenticationError, redis.exceptions.InvalidResponse, OSError)
+        self._not_redis = redis.exceptions.InvalidResponse
         self.url = url
 
     def _call(self, fn, *a):
@@ -134,7 +167,8 @@ class RedisTreeView:
             return fn(*a)
         except self._errors as e:
             where = self.url.split("@")[-1]
-            raise StoreUnavailable(f"tree store (Redis at {where}) unreachable: {e}") from None
+            why = " (not a Redis server?)" if isinstance(e, self._not_redis) else ""
+            raise StoreUnavailable(f"tree store (Redis at {where}) unreachable: {e}{why}") from None
 
     def _k(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
@@ -157,12 +191,15 @@ class RedisTreeView:
         key = self._k("run", run_id)
         p.hset(key, mapping={k: _enc(v) for k, v in fields.items()} | {"updated": _enc(time.time())})
         p.expire(key, self.ttl)
+        if fields.get("status") in ENDED:  # its flag has done its work (and must not stop a later run)
+            p.delete(self._k("cancel", run_id))
 
     def claim_run(self, run_id: str, **fields) -> dict | None:
         """A new run's record, written unless one holds ``run_id`` (in one Lua call: of two Solves with
         one id, one writes): None when written, else that record."""
         flat = _flat(fields)
-        if self._call(self.r.eval, _CLAIM, 1, self._k("run", run_id), self.ttl, *flat):
+        if self._call(self.r.eval, _CLAIM, 2, self._k("run", run_id), self._k("cancel", run_id), self.ttl,
+                      *flat):
             return None
         return self.get_run(run_id) or {}
 
@@ -175,7 +212,7 @@ class RedisTreeView:
 
     def get_run(self, run_id: str) -> dict | None:
         got = self._call(self.r.hgetall, self._k("run", run_id))
-        return {k: _dec(v) for k, v in got.items()} if got else None
+        return _dec_record(run_id, got) if got else None
 
     def num_traces(self, run_id: str) -> int:
         """Traces of the run in the driver's tree (``gambit.search.redis_store`` layout)."""
@@ -183,20 +220,26 @@ class RedisTreeView:
 
     def running_on(self, replicas) -> list[str]:
         """Ids of the runs whose records say running on one of ``replicas`` (Target replica ids): a scan
-        of the run records (a server's stop, not a request path)."""
+        of the run records (a server's stop, not a request path). The scan also meets other keys in
+        their namespace: a tree store under the bare prefix (``RedisStore``'s default "gambit" writes
+        ``gambit:run:<id>:meta``, a list, a string...): those are skipped, as a run id has no ':', and
+        any other key that is not a record (its HMGET fails with WRONGTYPE) too."""
         want, head = {_enc(x) for x in replicas}, self._k("run", "")
-        keys = self._call(lambda: list(self.r.scan_iter(head + "*", count=1000)))
+        keys = [k for k in self._call(lambda: list(self.r.scan_iter(head + "*", count=1000)))
+                if ":" not in k[len(head):]]
         if not keys:
             return []
         p = self.r.pipeline()
         for k in keys:
             p.hmget(k, "status", "replica")
-        got = self._call(p.execute)
-        return [k[len(head):] for k, (status, replica) in zip(keys, got, strict=True)
-                if status == _enc("running") and replica in want]
+        got = self._call(lambda: p.execute(raise_on_error=False))
+        return [k[len(head):] for k, fields in zip(keys, got, strict=True)
+                if not isinstance(fields, Exception) and fields[0] == _enc("running") and fields[1] in want]
 
     def request_cancel(self, run_id: str, reason: str = CANCELLED_BY_RPC) -> None:
-        self._call(self.r.set, self._k("cancel", run_id), reason, 3600)
+        """A flag for the Target that holds the run; it lives no longer than the records (an hour at
+        most), so it never outlives a record by much (a new record under the id drops it anyway)."""
+        self._call(self.r.set, self._k("cancel", run_id), reason, min(3600, self.ttl))
 
     def cancel_requested(self, run_ids) -> dict[str, str]:
         """Flagged runs among ``run_ids`` -> the reason given with the flag."""
@@ -240,7 +283,7 @@ def open_tree_view(url: str, prefix: str = "gambit:", password_env: str = PASSWO
                    retention_s: float = RETENTION_S):
     """``"memory"`` or a ``redis://`` URL."""
     if url == "memory":
-        return MemoryTreeView()
+        return MemoryTreeView(retention_s)
     return RedisTreeView(url, prefix, password_env, ttl_s=retention_s)
 
 
@@ -255,3 +298,15 @@ def _enc(v) -> str:
 
 def _dec(v: str):
     return json.loads(v)
+
+
+def _dec_record(run_id: str, got: dict) -> dict:
+    """A run record's fields decoded; one that is not JSON (written by another tool, by hand) is a
+    ValueError naming the run and the field (the Coordinator answers it INTERNAL: not the caller's)."""
+    out = {}
+    for k, v in got.items():
+        try:
+            out[k] = _dec(v)
+        except ValueError as e:
+            raise ValueError(f"run {run_id!r}: its record's {k!r} is not JSON ({e})") from None
+    return out
