@@ -1,7 +1,9 @@
 """One configuration surface: dataclass fields become CLI flags; ``--config FILE.yaml`` sets defaults.
 
 Precedence: explicit flag > YAML file > dataclass default. Validation stays in each dataclass's
-``__post_init__``, so a bad value gets the same clear error from either surface.
+``__post_init__``, so a bad value gets the same clear error from either surface. A class with
+``FLAG_ERRORS = True`` (the bench commands') has its errors name the flags ("--kv-share must be ...",
+not "kv_share must be ..."; a value from the YAML file keeps its key) and exit 2, as argparse's do.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import argparse
 import dataclasses
 import inspect
 import re
+import sys
 import types
 import typing
 from pathlib import Path
@@ -104,6 +107,22 @@ def yaml_value(path: Path, name: str, hint, value):
     raise SystemExit(f"error: {path}: {name}: expected {_KIND[tp]}, got {got}")
 
 
+def flag_named(message: str, names) -> str:
+    """``message`` (a dataclass check's: "kv_share must be in (0, 4], got 0") with the field it starts
+    with, if one of ``names``, spelt as its flag: "--kv-share must be in (0, 4], got 0"."""
+    m = re.match(r"\w+", message)
+    return "--" + m[0].replace("_", "-") + message[m.end():] if m and m[0] in names else message
+
+
+def _exit(cls, message: str, flags=()):
+    """The SystemExit for a bad configuration: "error: MESSAGE" and exit 1; for a ``FLAG_ERRORS``
+    class, the fields in ``flags`` named as flags, printed here, and exit 2 (argparse's code)."""
+    if not getattr(cls, "FLAG_ERRORS", False):
+        return SystemExit(f"error: {message}")
+    print(f"error: {flag_named(message, flags)}", file=sys.stderr)
+    return SystemExit(2)
+
+
 def from_args(cls, args: argparse.Namespace, **fixed):
     """Build ``cls`` from YAML (if ``--config``) overlaid by the flags that were given."""
     values: dict = {}
@@ -113,23 +132,30 @@ def from_args(cls, args: argparse.Namespace, **fixed):
             with path.open() as f:  # a stream: YAML's errors name the file
                 loaded = yaml.safe_load(f) or {}
         except FileNotFoundError:
-            raise SystemExit(f"error: config file {path} does not exist") from None
+            raise _exit(cls, f"config file {path} does not exist") from None
         except yaml.YAMLError as e:
-            raise SystemExit(f"error: {path}: malformed YAML: {e}") from None
+            raise _exit(cls, f"{path}: malformed YAML: {e}") from None
         if not isinstance(loaded, dict):
-            raise SystemExit(f"error: {path}: expected a mapping of option names to values")
+            raise _exit(cls, f"{path}: expected a mapping of option names to values")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(loaded) - names, key=str)  # a YAML key may be a number: `1: 2`
         if unknown:
-            raise SystemExit(f"error: {path}: unknown options {unknown}; known: {sorted(names)}")
+            raise _exit(cls, f"{path}: unknown options {unknown}; known: {sorted(names)}")
         hints = typing.get_type_hints(cls)
-        values.update({k: yaml_value(path, k, hints[k], v) for k, v in loaded.items()})
+        try:
+            values.update({k: yaml_value(path, k, hints[k], v) for k, v in loaded.items()})
+        except SystemExit as e:
+            raise _exit(cls, str(e.code).removeprefix("error: ")) from None
+    from_file = set(values)
     for f in dataclasses.fields(cls):
         v = getattr(args, f.name, None)
         if v is not None:
             values[f.name] = v
+            from_file.discard(f.name)
     values.update(fixed)
     try:
         return cls(**values)
     except (TypeError, ValueError) as e:
-        raise SystemExit(f"error: {e}") from None
+        # the fields with a flag on this parser, given there or at their defaults (not the file's)
+        flags = {f.name for f in dataclasses.fields(cls) if hasattr(args, f.name)} - from_file - set(fixed)
+        raise _exit(cls, str(e), flags) from None

@@ -55,6 +55,10 @@ def test_engine_bench_smoke(tiny_folder: Path, tmp_path: Path, monkeypatch: pyte
     assert fk["tokens"] == 200 and fk["fork_ms"] > 0 and fk["prefill_ms"] > 0 and fk["ratio"] > 0
     assert {"cpu", "cores", "torch"} <= set(data["machine"])
     assert "vLLM skipped" in data["notes"]
+    # the children ran without the C++ kernels (switched off above): the result says so, and the table
+    kernels = "the C++ CPU kernels did not load (GAMBIT_NO_CPU_KERNEL is set)"
+    assert any(n.startswith("native fp32") and kernels in n and "fork" in n for n in data["notes"])
+    assert kernels in format_table(data)
     table = format_table(data)
     assert "native fp32 tok/s" in table
     assert not bf16 or "native bf16 tok/s" in table and "native bf16+kv tok/s" in table
@@ -130,7 +134,8 @@ def test_batches_must_be_positive_integers(capsys):
     for flag, bad in (("--vllm-configs", "defaults,bf16"), ("--native-dtypes", "float16")):
         with pytest.raises(SystemExit):
             parse_args([flag, bad])
-        assert f"{flag}: comma-separated names out of" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert f"argument {flag}: comma-separated names out of" in err and f"{flag}: {flag}" not in err
     args = parse_args(["--vllm-configs", "defaults", "--native-dtypes", "float32,bfloat16"])
     assert args.vllm_configs == ("defaults",) and args.native_dtypes == ("float32", "bfloat16")
     assert parse_args([]).vllm_configs == ("defaults", "float32")

@@ -79,3 +79,81 @@ def test_devices_the_engine_takes_pass(device, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a host with two GPUs
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert BenchSearchConfig(device=device).device == device
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--problems", "-1"], "--problems must be >= 0, got -1"),
+    (["--threads", "0"], "--threads must be >= 1, got 0"),
+    (["--kv-share", "0"], "--kv-share must be in (0, 4], got 0.0"),
+    # SearchConfig's own checks: once after the model and the scorers loaded, with exit 2 (the rest 1)
+    (["--rank", "median"], "--rank must be one of ('mean', 'last', 'min'), got 'median'"),
+    (["--temperature", "-1"], "--temperature must be in [0.0, 10.0], got -1.0"),
+    (["--merge", "/nonexistent.json"], "--merge: /nonexistent.json: no such file"),  # an Errno line
+    (["--dtype", "fp8"], "--dtype must be auto or one of float32, fp32, bfloat16, bf16, float16, fp16"),
+])
+def test_a_bad_flag_is_named_as_a_flag_and_exits_2(monkeypatch, capsys, args, message):
+    """"error: problems must be >= 0" with exit 1, where the other benches say "--reps must be >= 1"
+    and exit 2; each is refused before the model loads."""
+    import gambit.bench.search
+    from gambit.cli import main
+
+    monkeypatch.setattr(gambit.bench.search, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "search", *args])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.startswith(f"error: {message}")
+
+
+def test_a_value_from_the_config_file_keeps_its_key(tmp_path, capsys):
+    from gambit.cli import main
+
+    cfg = tmp_path / "b.yaml"
+    cfg.write_text("kv_share: 0\n")
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "search", "--config", str(cfg)])
+    assert e.value.code == 2 and capsys.readouterr().err.startswith("error: kv_share must be in (0, 4]")
+
+
+def test_the_help_says_what_c_r_and_delta_are(capsys):
+    from gambit.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["bench", "search", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "C: traces per problem" in text and "Gambit δ: score floor" in text
+    assert "r, Gambit and STEP: above this share of the KV cache in use" in text and "float16" in text
+
+
+def test_the_bar_moves_as_each_run_ends():
+    """The bar moved once per chunk: 0/4 to 2/4 after four minutes."""
+    from types import SimpleNamespace
+
+    from gambit.bench.search import run_variants
+    from gambit.search.results import RunResult
+    from gambit.search.run_state import TIMING_KEYS
+
+    ticks = []
+
+    class Driver:
+        timings = dict.fromkeys(TIMING_KEYS, 0.0)
+        engine = SimpleNamespace(stats=SimpleNamespace(spec_drafts=0, spec_capped_steps=0))
+        store = SimpleNamespace(load=lambda rid: {"rounds": []})
+
+        def submit(self, p, cfg, run_id):
+            return run_id
+
+        def run_until_done(self, ids, on_event=None):
+            out = {}
+            for rid in ids:
+                ev = RunResult.__new__(RunResult)
+                ticks.append(("ended", rid))
+                on_event(ev)
+                out[rid] = SimpleNamespace(finished_traces=1, correct=True, tokens=1, wall_s=0.1, branched=0,
+                                           pruned=0, evicted=0, majority="1", weighted="1", traces=[])
+            return out
+
+    bar = SimpleNamespace(update=lambda n: ticks.append(("bar", n)))
+    cfg = SimpleNamespace(concurrency=2)
+    problems = [SimpleNamespace(answer=1)] * 3
+    run_variants({"": Driver()}, ["sc"], {"sc": ("", None)}, problems, cfg, bar, {})
+    assert [t[0] for t in ticks] == ["ended", "bar"] * 3 and {n for k, n in ticks if k == "bar"} == {1}

@@ -27,8 +27,13 @@ def test_rounds_bench_counts_rounds_and_profiles_them(tmp_path, capsys):
     assert rep["cpu"]["round"] > 0 and rep["cpu"]["forward"] > rep["cpu"]["round"]
     assert 0 < data["median"]["overhead_cpu_fraction"] < 1
     assert data["ops"]["sync_pool_8_tokens"] > 0 and data["ops"]["fork_abort"] > 0  # --ops ran them all
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert "(do_round)" in printed and "(flush)" in printed  # the profile covers the rounds and writes
+    # minutes of silence before the first result line: each repeat is said as it starts
+    assert "repeat 0: searching 1 problems at C = 4 ..." in captured.err
+    finish = data["median"]["finish_cpu_s"]  # "finish_cpu_s 0" for 0.0006 s
+    assert f"finish_cpu_s {finish:.4f}" in printed
 
 
 @pytest.mark.parametrize(("args", "message"), [

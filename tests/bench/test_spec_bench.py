@@ -167,3 +167,21 @@ def test_a_cell_without_a_drafted_tree_shows_no_tau():
     row = {"tau": 0.0, "cycles": 0, "speedup": 1.02, "speedup_spread": [0.99, 1.05]}
     assert _cell(row) == "— / 1.02x (0.99-1.05)"
     assert _cell(row | {"tau": 4.56, "cycles": 30}) == "4.56 / 1.02x (0.99-1.05)"
+
+
+def test_a_drafters_folder_holding_none_of_them_is_refused(tmp_path, no_run):
+    """`--drafters DIR` with no drafter-* folder in DIR ran the whole bench on random stand-ins (one
+    note per method on stderr); it now takes --allow-random-drafters to do that."""
+    from gambit.bench.spec import main
+
+    (tmp_path / "drafter-pr").mkdir()  # a folder without a model is no drafter
+    refused = (f"^--drafters {re.escape(str(tmp_path))}: none of the drafters there "
+               r"\(drafter-eagle3.1, drafter-pr, .*--allow-random-drafters")
+    with pytest.raises(ValueError, match=refused):
+        main(["--drafters", str(tmp_path)])
+    with pytest.raises(AssertionError, match="the bench started"):  # allowed: on to the run
+        main(["--drafters", str(tmp_path), "--allow-random-drafters"])
+    (tmp_path / "ablations" / "drafter-pr-beta0").mkdir(parents=True)  # one ablation drafter is enough
+    (tmp_path / "ablations" / "drafter-pr-beta0" / "config.json").write_text("{}")
+    with pytest.raises(AssertionError, match="the bench started"):
+        main(["--drafters", str(tmp_path)])

@@ -32,9 +32,14 @@ def test_a_live_compile_is_waited_for_and_said_once(tmp_path, capsys):
     kernel_build.wait_for_lock(str(tmp_path), "k", stale_s=600, poll_s=0.05)
     assert 0.2 < time.monotonic() - t0 < 5
     assert capsys.readouterr().err.count("waiting for another process compiling the CPU kernels") == 1
-    lock.write_bytes(b"")  # its module appeared while its lock is still there: done waiting
-    (tmp_path / "k.so").write_bytes(b"")
+    so = tmp_path / "k.so"  # a module older than the lock (a no-op check's lock): no wait
+    so.write_bytes(b"")
+    old = time.time() - 60
+    os.utime(so, (old, old))
+    lock.write_bytes(b"")
+    t0 = time.monotonic()
     kernel_build.wait_for_lock(str(tmp_path), "k", stale_s=600, poll_s=0.05)
+    assert time.monotonic() - t0 < 1
 
 
 def test_a_torn_build_is_removed_so_it_is_rebuilt(tmp_path, caplog):

@@ -48,3 +48,33 @@ def scorer(flag: str, spec: str) -> str:
     except (OSError, ValueError) as e:  # a folder without weights, weights that do not fit
         raise ValueError(f"{flag}: {e}") from None  # e names the spec
     return spec
+
+
+def out_path(flag: str, value: str | None, image: bool = False, folder: bool = False) -> None:
+    """An output a bench writes after its run (``--json``, ``--plot``; ``folder``: ``--plots``), refused
+    before the run, not after it (a mistyped or read-only target once cost the whole measurement): a
+    directory given for a file (a file for a folder), a file where one of its folders must be, a folder
+    nothing can be written in, a picture suffix matplotlib does not write. Nothing is created: the
+    writes make the missing folders. A probe file is made and removed: ``os.access`` says yes to root
+    on a read-only mount. None or "" = no output."""
+    import tempfile
+
+    from gambit.paths import IMAGE_SUFFIXES, nearest_existing
+
+    if not value:
+        return
+    p = Path(value)
+    if folder and p.exists() and not p.is_dir():
+        raise ValueError(f"{flag} {value}: a file; give a folder (the pictures are written into it)")
+    if not folder and p.is_dir():
+        raise ValueError(f"{flag} {value}: a directory; give a file path")
+    if image and p.suffix and p.suffix.lower() not in IMAGE_SUFFIXES:
+        raise ValueError(f"{flag} {value}: a picture is written as {' | '.join(IMAGE_SUFFIXES)}, not "
+                         f"{p.suffix}")
+    where = nearest_existing(p.absolute() if folder else p.absolute().parent)
+    if not where.is_dir():
+        raise ValueError(f"{flag} {value}: {where} is a file, not a folder")
+    try:
+        tempfile.TemporaryFile(dir=where).close()
+    except OSError as e:
+        raise ValueError(f"{flag} {value}: cannot write in {where} ({e.strerror})") from None

@@ -167,9 +167,12 @@ def fork_vs_prefill(folder: str, ids: list[int], reps: int) -> dict:
 
 def role_main(args: argparse.Namespace) -> None:
     """Child process: run one backend over all batches, print one JSON line."""
+    from gambit.bench.kernel_note import cpu_kernels_note
+
     folder, out = str(args.model), []
     if args.role == "fork":
-        print(json.dumps(fork_vs_prefill(folder, json.loads(Path(args.prompts).read_text()), args.reps)))
+        fk = fork_vs_prefill(folder, json.loads(Path(args.prompts).read_text()), args.reps)
+        print(json.dumps({**fk, "kernel_note": cpu_kernels_note()}))
         return
     prompts = json.loads(Path(args.prompts).read_text())
     if args.role == "hf":
@@ -186,6 +189,8 @@ def role_main(args: argparse.Namespace) -> None:
             row = hf_batch(model, prompts[:b], args.tokens, args.temperature, pad, args.top_p)
         log(f"{args.role} batch {b}: {row['tok_s']:.0f} tok/s decode, {row['total_tok_s']:.0f} tok/s "
             f"total, peak {row['peak_mb']:.0f} MB")
+        if args.role == "native":  # the parent's notes say when it timed the PyTorch path
+            row["kernel_note"] = cpu_kernels_note()
         out.append(row)
         gc.collect()
     print(json.dumps(out))
@@ -285,14 +290,13 @@ LABELS = {"native": "native fp32", "native_bf16": "native bf16", "native_bf16kv"
           "hf": "HF fp32", "vllm": "vLLM defaults", "vllm_fp32": "vLLM fp32"}
 
 
-def name_list(known: dict, what: str):
-    """An argparse type: comma-separated names out of ``known``."""
+def name_list(known: dict):
+    """An argparse type: comma-separated names out of ``known`` (argparse's message names the flag)."""
     def parse(text: str) -> tuple[str, ...]:
         out = tuple(x for x in text.split(",") if x)
         bad = [x for x in out if x not in known]
         if bad or not out:
-            raise argparse.ArgumentTypeError(f"{what}: comma-separated names out of {', '.join(known)}, "
-                                             f"got {text!r}")
+            raise argparse.ArgumentTypeError(f"comma-separated names out of {', '.join(known)}, got {text!r}")
         return out
     return parse
 
@@ -318,6 +322,22 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 RATIOS = (("native", "hf"), ("native", "vllm"), ("native", "vllm_fp32"), ("native_bf16", "vllm"),
           ("native_bf16kv", "vllm"), ("native_inv", "native"), ("native_bf16kv_inv", "native_bf16kv"),
           ("native_bf16kv_inv", "vllm"))
+
+
+def kernel_notes(rounds: dict[str, list], fork: dict | None) -> list[str]:
+    """The native children's word on the C++ CPU kernels (``gambit.bench.kernel_note``), one line per
+    distinct note naming the backends it holds for: a child that lost a build race to another process
+    once timed the PyTorch path while the table looked as usual."""
+    from gambit.bench.kernel_note import grouped
+
+    said: dict[str, str] = {}
+    for key, rows in rounds.items():
+        for r in (x for rs in rows for x in rs or []):
+            if r.get("kernel_note"):
+                said[LABELS[key]] = r["kernel_note"]
+    if fork and fork.get("kernel_note"):
+        said["fork"] = fork["kernel_note"]
+    return grouped(said)
 
 
 def _rows(batches: list[int], by_backend: dict[str, list | None]) -> list[dict]:
@@ -358,6 +378,9 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if not 0 <= temperature < float("inf"):  # NaN once failed the native child and ran transformers at it
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    from gambit.bench import args as bench_args
+
+    bench_args.out_path("--json", str(json_path or ""))  # written after every backend ran: checked first
     me = [sys.executable, "-m", "gambit.bench.engine", "--model", str(folder), "--tokens", str(tokens),
           "--temperature", str(temperature), "--top-p", str(top_p), "--batches", ",".join(map(str, batches))]
     res: dict = {}
@@ -409,6 +432,7 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
                                         "3" if quick else "7"], 3600)
         if err:
             notes.append(f"fork failed: {err}")
+        notes += kernel_notes(rounds, res["fork"])
         medians = {k: _median_rows(v) for k, v in rounds.items()}
         bw = statistics.median(bandwidth)
         wbytes, wbytes16 = weight_bytes(folder), weight_bytes(folder, 2)
@@ -513,11 +537,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=1, help="interleaved rounds (medians are reported)")
     p.add_argument("--vllm-python", default=None, help=f"python of the vLLM venv (`make vllm-venv`; default "
                    f"{VLLM_PYTHON}, or $GAMBIT_VLLM_PYTHON)")
-    p.add_argument("--vllm-configs", type=name_list(VLLM_CONFIGS, "--vllm-configs"),
+    p.add_argument("--vllm-configs", type=name_list(VLLM_CONFIGS),
                    default=tuple(VLLM_CONFIGS),
                    help="vLLM configurations: 'defaults' (LLM(model) as its users run it: dtype auto, "
                    "torch.compile) and 'float32' (fp32, enforce_eager: the native engine's precision)")
-    p.add_argument("--native-dtypes", type=name_list(NATIVE_DTYPES, "--native-dtypes"), default=("float32",),
+    p.add_argument("--native-dtypes", type=name_list(NATIVE_DTYPES), default=("float32",),
                    help="the native engine's configurations: float32 (its CPU default), bfloat16 (bf16 "
                    "weights), bfloat16+kv (bf16 weights and KV cache), float32+inv / bfloat16+kv+inv (the "
                    "same with EngineConfig.batch_invariant)")
@@ -555,6 +579,8 @@ def check_args(args: argparse.Namespace) -> None:
     for f in (f for f in args.plot_beside.split(",") if f):  # read after the whole run: check it first
         if not Path(f).is_file():
             raise ValueError(f"--plot-beside {f}: no such file (a result JSON of an earlier run)")
+    bench_args.out_path("--json", args.json_path)  # written after the whole run: checked first
+    bench_args.out_path("--plot", args.plot, image=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.distinct_mb:
         raise ValueError(f"--distinct-mb must be >= 0, got {args.distinct_mb!r}")
     folder = bench_args.model("--model", args.model)
+    bench_args.out_path("--json", args.json)  # written after the measurement: checked first
     r = measure(str(folder), rows, args.repeats, args.threads, calls=1 if args.distinct_mb else 10,
                 distinct_mb=args.distinct_mb)
     names = list(dict.fromkeys(n for v in r["us"].values() for n in v))

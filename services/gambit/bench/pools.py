@@ -82,6 +82,7 @@ def check_args(a: argparse.Namespace) -> None:
     if a.model:  # "": the shipped target
         bench_args.model("--model", a.model)
     bench_args.scorer("--scorer", a.scorer)  # "": the shipped process scorer
+    bench_args.out_path("--json", a.json)  # written after every child: checked first
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,9 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     ratio = res["modes"]["two pools"]["latency_ms"] / res["modes"]["one pool"]["latency_ms"]
     res["two_over_one"] = ratio
     print(f"two pools / one pool: {ratio:.2f}x run latency")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
+    if a.json:  # its folder made, as every bench does (a missing results/ once lost the measurement)
+        from gambit.bench.eval import write_json
+
+        write_json(res, a.json)
+        print(f"wrote {a.json}")
     return 0
 
 

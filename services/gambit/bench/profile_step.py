@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     # before the model loads: 0 steps left no step to take the median of, 0 threads torch refuses
     at_least(1, **{"--batch": args.batch, "--steps": args.steps, "--threads": args.threads})
     folder = bench_args.model("--model", args.model)
+    bench_args.out_path("--json", args.json)  # written after the profile: checked first
     r = profile(str(folder), args.batch, args.steps, args.threads, args.cpu_linear,
                 args.compare_layers, args.compare_stream)
     print(f"batch {r['batch']}, {r['threads']} threads, cpu_linear={r['cpu_linear']}: "

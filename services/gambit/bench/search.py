@@ -22,21 +22,24 @@ import json
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from tqdm import tqdm
 
 from gambit.bench import args as bench_args
+from gambit.bench.kernel_note import cpu_kernels_note
 from gambit.bench.search_report import headline, headline_set
 from gambit.checks import at_least
 from gambit.engine import Engine, EngineConfig
 from gambit.engine.block_manager import shared_prompt_blocks
 from gambit.engine.config import SpecConfig
-from gambit.model.loader import load_model
+from gambit.model.loader import DTYPES, load_model
 from gambit.paths import TARGET
 from gambit.scoring.spec import load_scorer_spec
 from gambit.search.config import SearchConfig
 from gambit.search.driver import SearchDriver
+from gambit.search.results import RunResult
 from gambit.search.run_state import TIMING_KEYS
 from gambit.tasks.arithmetic import Problem, TaskConfig
 from gambit.tasks.graded import answer_kind, check_benchmark, check_readable, graded_problems, task_problems
@@ -51,22 +54,23 @@ METHODS = ("gambit", "sc", "step", "deepconf", "gambit_pr", "gambit_mlp", "step_
 
 @dataclass
 class BenchSearchConfig:
+    FLAG_ERRORS: ClassVar[bool] = True  # gambit.config_cli: its errors name the flags, exit 2
     quick: bool = False  # fewer problems and a smaller sensitivity sweep (a few minutes)
     model: str = str(TARGET)  # target model: a folder or a name such as smollm2
     problems: int = 0  # problems per difficulty (0: 8 with --quick, else 40)
-    capacity: int = 16  # C for every method
+    capacity: int = 16  # C: traces per problem, the same for every method
     concurrency: int = 4  # runs searched at once on the engine (the same for every method)
     kv_share: float = 0.6  # KV blocks per run as a share of what C full-length traces need
     swap: int = 4  # Gambit K: traces pruned and branched per round (0: none; a frontier pool: <= C/4)
-    interval: int = 8  # Gambit Δ (decode steps)
-    warmup: int = 24  # Gambit w (tokens)
-    floor: float = 0.0  # Gambit δ
+    interval: int = 8  # Gambit Δ: decode steps between tournament rounds
+    warmup: int = 24  # Gambit w: tokens of a trace before it is scored
+    floor: float = 0.0  # Gambit δ: score floor in [0, 1]; a trace scoring below it is pruned (0: none)
     floor_refill: bool = True  # Gambit: refill a floor-pruned trace's slot (False: the pool shrinks)
     rank: str = "mean"  # Gambit/STEP ranking score: mean | last | min
     roots: int = 0  # Gambit: traces launched at the start (0: C)
     stop_when_decided: bool = False  # Gambit: end a run once the active traces cannot change the majority
     child_temperature: float = 1.0  # Gambit child temperature multiplier
-    kv_ratio: float = 0.9  # r for Gambit and STEP
+    kv_ratio: float = 0.9  # r, Gambit and STEP: above this share of the KV cache in use, evict a trace
     temperature: float = 0.8  # sampling temperature
     seed: int = 0  # problem selection and trace seeds
     sensitivity: bool = True  # run the K / Δ / w / r sweep (Figure 10) on the hard problems
@@ -78,7 +82,7 @@ class BenchSearchConfig:
     scorer_sequence: str = "sequence"  # Table 2's sequence scorer: "sequence" (shipped) or any scorer spec
     threads: int = 2  # torch threads
     device: str = "auto"  # torch device of the target: "auto" (CUDA when present, else CPU), "cpu", "cuda:N"
-    dtype: str = "auto"  # target dtype: "auto" (float32 on the CPU, bfloat16 on CUDA), "float32", "bfloat16"
+    dtype: str = "auto"  # target dtype: auto (CPU float32, CUDA bfloat16) | float32 | bfloat16 | float16
     # the engine's default cap suits the CPU, where a tree per trace makes a big step compute-bound
     spec_max_batch: int = SpecConfig.max_batch  # Gambit + PR drafts in steps of <= this many traces (0: all)
     plots: str = "results/bench_search"  # folder for the PNG figures
@@ -97,16 +101,25 @@ class BenchSearchConfig:
             raise ValueError(f"kv_share must be in (0, 4], got {self.kv_share!r}")
         at_least(0, problems=self.problems)
         bench_args.device("device", self.device)
+        if self.dtype != "auto" and self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be auto or one of {', '.join(DTYPES)}, got {self.dtype!r}")
         bad = set(self.difficulties.split(",")) - set(DIFFICULTIES)
         if bad:
             raise ValueError(f"difficulties: unknown {sorted(bad)}; known {sorted(DIFFICULTIES)}")
-        SpecConfig(max_batch=self.spec_max_batch)  # its check
+        try:
+            SpecConfig(max_batch=self.spec_max_batch)  # its check
+        except ValueError as e:
+            raise ValueError(f"spec_max_batch: {e}") from None
         bad = set(self.methods.split(",")) - set(METHODS) if self.methods else set()
         if bad:
             raise ValueError(f"methods: unknown {sorted(bad)}; known {list(METHODS)}")
         check_benchmark(self.benchmark, self.data)
         if self.max_tokens < 0:
-            raise ValueError(f"max_tokens: must be >= 0 (0: the default), got {self.max_tokens}")
+            raise ValueError(f"max_tokens must be >= 0 (0: the default), got {self.max_tokens}")
+        self.search()  # SearchConfig's checks (rank, temperature, ...): before the model loads, not after
+        for f in (f for f in self.merge.split(",") if f):  # read instead of running: here, not at the end
+            if not Path(f).is_file():
+                raise ValueError(f"merge: {f}: no such file (a result JSON of an earlier bench search)")
 
     @property
     def n_problems(self) -> int:
@@ -226,7 +239,8 @@ def run_variants(drivers, names, vs, problems, cfg, bar, records, checkpoint=Non
             spec0 = (st.spec_drafts, st.spec_capped_steps)
             t0 = time.perf_counter()
             ids = [d.submit(p, scfg, run_id=bench_run_id(name, ci + j)) for j, p in enumerate(chunk)]
-            res = d.run_until_done(ids)
+            # the bar moves as each run ends: per chunk it once stood still for minutes
+            res = d.run_until_done(ids, on_event=lambda ev: isinstance(ev, RunResult) and bar.update(1))
             wall = time.perf_counter() - t0
             rec = records.setdefault(name, {"runs": [], "series": None,
                                             "spec_drafts": 0, "spec_capped_steps": 0,
@@ -248,7 +262,6 @@ def run_variants(drivers, names, vs, problems, cfg, bar, records, checkpoint=Non
             if rec["series"] is None:  # Figures 3/6: the first run's pool and KV over time
                 rounds = d.store.load(ids[0])["rounds"]
                 rec["series"] = [[r["t"], r["resident"], r["active"], r["kv_usage"]] for r in rounds]
-            bar.update(len(chunk))
             if checkpoint is not None:
                 checkpoint()
 
@@ -280,6 +293,8 @@ def summarise(rec: dict) -> dict:
 def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
     from gambit.bench.search_report import check_targets, format_tables, merge_results, plot_all
 
+    bench_args.out_path("--json", json_path)  # written after the whole run: checked first
+    bench_args.out_path("--plots", cfg.plots, folder=True)
     if cfg.merge:
         out = merge_results(cfg.merge.split(","))
         return _report(out, cfg, json_path, check_targets, format_tables, plot_all)
@@ -331,6 +346,7 @@ def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
             out["by_difficulty"][diff] = {"ops": ops, "kv_blocks_per_run": per_run,
                                           "methods": {k: summarise(v) for k, v in records.items()}}
     out["seconds"] = time.perf_counter() - t_start
+    out["notes"] = [n for n in (cpu_kernels_note(),) if n]  # timed the PyTorch path: said
     return _report(out, cfg, json_path, check_targets, format_tables, plot_all)
 
 

@@ -14,10 +14,11 @@ def merge_results(paths: list[str]) -> dict:
     """One result from several partial runs (difficulties or method subsets run in parallel)."""
     import json
 
-    out: dict = {"by_difficulty": {}, "parts": paths, "seconds": 0.0}
+    out: dict = {"by_difficulty": {}, "parts": paths, "seconds": 0.0, "notes": []}
     for p in paths:
         part = json.loads(Path(p).read_text())
         out.setdefault("config", part["config"])
+        out["notes"] += [f"{p}: {n}" for n in part.get("notes", [])]
         out.setdefault("scorers", part.get("scorers"))
         out["seconds"] = max(out["seconds"], part.get("seconds", 0.0))
         for diff, d in part["by_difficulty"].items():
@@ -88,6 +89,7 @@ def format_tables(out: dict) -> str:
         lines += [_row(k, hard[k]) for k in extra]
     lines += ["\nTargets"] + [f"* {t['target']}: {'MET' if t['met'] else 'not met'} — {t['detail']}"
                               for t in out["targets"]]
+    lines += [f"note: {n}" for n in out.get("notes", [])]
     return "\n".join(lines)
 
 
@@ -186,6 +188,9 @@ def _pr_target(diff: str, g: dict, p: dict) -> dict:
 
 
 def plot_all(out: dict, folder: str) -> list[str]:
+    """The figures the result has points for, written into ``folder``; their paths. Figure 5 needs the
+    frontier runs (``sc@N``/``gambit@N``), Figure 10 the sweep's (``gambit[K=V]``): a run without them
+    (``--no-frontier``, ``--no-sensitivity``) once drew one dot per panel over the real figures."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -202,26 +207,8 @@ def plot_all(out: dict, folder: str) -> list[str]:
                "gambit_pr": "#1d6fb8", "gambit_seq": "#6ab04c", "step_seq": "#f0b27a"}
 
     # Figure 5: accuracy vs tokens
-    fig, ax = plt.subplots(figsize=(6, 4.2))
-    for fam in ("sc", "gambit"):
-        pts = sorted((m["tokens"], m["accuracy"], k) for k, m in hard.items()
-                     if k == fam or k.startswith(fam + "@"))
-        ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], "o-", color=colours[fam],
-                label=f"{fam} (C varies)")
-        for x, y, k in pts:
-            ax.annotate(k.split("@")[1] if "@" in k else str(C), (x, 100 * y), fontsize=7,
-                        textcoords="offset points", xytext=(4, 4))
-    for k in ("step", "deepconf", "gambit_pr"):
-        if k in hard:
-            ax.plot(hard[k]["tokens"], 100 * hard[k]["accuracy"], "s", color=colours[k], label=k)
-    ax.set_xlabel("generated tokens per problem")
-    ax.set_ylabel("accuracy (%)")
-    ax.set_title(f"Figure 5 — accuracy vs tokens ({_headline_label(out)})", fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    files.append(str(folder_p / "fig5_frontier.png"))
-    fig.savefig(files[-1], dpi=110)
-    plt.close(fig)
+    if any(k.startswith(("sc@", "gambit@")) for k in hard):
+        files.append(_plot_frontier(plt, out, hard, folder_p, colours))
 
     # Figures 3/6: resident traces and KV use over time, and trace throughput
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
@@ -246,6 +233,8 @@ def plot_all(out: dict, folder: str) -> list[str]:
     plt.close(fig)
 
     # Figure 10: sensitivity
+    if not any(k.startswith("gambit[") for k in hard):
+        return files
     params = [("swap", "K"), ("interval", "Δ"), ("warmup", "w"), ("kv_ratio", "r")]
     fig, axes = plt.subplots(1, 4, figsize=(13, 3.4))
     cfg = out["config"]
@@ -266,3 +255,29 @@ def plot_all(out: dict, folder: str) -> list[str]:
     fig.savefig(files[-1], dpi=110)
     plt.close(fig)
     return files
+
+
+def _plot_frontier(plt, out: dict, hard: dict, folder_p: Path, colours: dict) -> str:
+    """Figure 5: accuracy vs tokens, SC and Gambit at C/4, C/2 and C, the other methods at C."""
+    C = out["config"]["capacity"]
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for fam in ("sc", "gambit"):
+        pts = sorted((m["tokens"], m["accuracy"], k) for k, m in hard.items()
+                     if k == fam or k.startswith(fam + "@"))
+        ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], "o-", color=colours[fam],
+                label=f"{fam} (C varies)")
+        for x, y, k in pts:
+            ax.annotate(k.split("@")[1] if "@" in k else str(C), (x, 100 * y), fontsize=7,
+                        textcoords="offset points", xytext=(4, 4))
+    for k in ("step", "deepconf", "gambit_pr"):
+        if k in hard:
+            ax.plot(hard[k]["tokens"], 100 * hard[k]["accuracy"], "s", color=colours[k], label=k)
+    ax.set_xlabel("generated tokens per problem")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(f"Figure 5 — accuracy vs tokens ({_headline_label(out)})", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = str(folder_p / "fig5_frontier.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

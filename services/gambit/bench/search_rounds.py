@@ -26,6 +26,7 @@ import io
 import json
 import pstats
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -171,6 +172,7 @@ def check_args(args: argparse.Namespace) -> None:
     if not (args.repeat or args.ops or args.profile):  # it once ran, printed nothing and exited 0
         raise ValueError("--repeat 0 measures nothing without --ops or --profile")
     bench_args.scorer("--scorer", args.scorer)
+    bench_args.out_path("--json", args.json)  # written after the whole run: checked first
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -179,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="gambit bench rounds", formatter_class=DefaultsFormatter,
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--problems", type=int, default=6, help="hard test problems searched at once")
-    ap.add_argument("--capacity", type=int, default=16, help="C")
+    ap.add_argument("--capacity", type=int, default=16, help="C: traces per problem")
     ap.add_argument("--repeat", type=int, default=3, help="repeats (the median is reported)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
     ap.add_argument("--store", default="", help="redis://... for the tree view (default: in memory)")
@@ -202,11 +204,14 @@ def main(argv: list[str] | None = None) -> int:
     from gambit.tasks.arithmetic import TaskConfig, generate
 
     torch.set_num_threads(args.threads)
+    print(f"loading the target and the {args.scorer} scorer ...", file=sys.stderr, flush=True)
     model, tok = load_model(str(TARGET), device="cpu", dtype="float32")
     scorer = load_scorer_spec(args.scorer, model.config.hidden_size)
     problems = generate("test", args.problems, 1, TaskConfig(*DIFFICULTIES["hard"]))
     reps = []
-    for i in range(args.repeat):
+    for i in range(args.repeat):  # each a search of minutes: said as it starts
+        print(f"repeat {i}: searching {args.problems} problems at C = {args.capacity} ...", file=sys.stderr,
+              flush=True)
         store = open_store(args.store) if args.store else MemoryStore()
         r = _one(model, tok, scorer, problems, args, store)
         reps.append(r)
@@ -228,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         med |= {f"min_us_per_round_{k}": min(r["us_per_round"][k] for r in reps) for k in ("round", "store")}
         med |= {f"min_us_per_step_{k}": min(r["us_per_step"][k] for r in reps)
                 for k in ("routing", "guidance")}
-        print("median: " + ", ".join(f"{k} {v:.4f}" if "fraction" in k else f"{k} {v:.0f}"
+        print("median: " + ", ".join(f"{k} {v:.4f}" if "fraction" in k or k.endswith("_s") else f"{k} {v:.0f}"
                                      for k, v in med.items()))
     out = {"args": vars(args), "repeats": reps, "median": med}
     if args.ops:

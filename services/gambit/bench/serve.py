@@ -16,6 +16,9 @@ repetition of each pair's ratio (the order alternating), with their spread: on a
 speed drifts by tens of percent between hours, and a pair's two halves see the same drift, where a
 ratio of medians taken over three repetitions moved by ±0.2 between runs of the same code. The
 ratio of the medians is reported beside it.
+
+The distributed wiring keeps its run records and trees in ``--store`` (a Redis) under a key prefix of
+this run's own, deleted when the bench ends (``gambit.bench.serve_store``).
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
+from gambit.bench import args as bench_args
+from gambit.bench import serve_store
 from gambit.checks import at_least
 
 QUICK = {"capacity": 4, "max_tokens": 96}  # `--quick` (with 2 repetitions); tools reuse it
@@ -38,6 +44,7 @@ QUICK = {"capacity": 4, "max_tokens": 96}  # `--quick` (with 2 repetitions); too
 class BenchServeConfig:
     """Embedded vs Ray Serve benchmark."""
 
+    FLAG_ERRORS: ClassVar[bool] = True  # gambit.config_cli: its errors name the flags, exit 2
     capacity: int = 8  # C per run
     max_tokens: int = 160  # tokens per trace at most
     round_interval: int = 16  # Δ, decode steps
@@ -49,12 +56,21 @@ class BenchServeConfig:
     model: str = ""  # target model folder or name ("" = shipped target; another width: confidence scorer)
     scorer: str = ""  # scorer spec (gambit.scoring.spec): "" / process | mlp | sequence | confidence | folder
     batch_invariant: bool | None = None  # both wirings' Targets (EngineConfig; unset: on where it holds)
-    grpc_port: int = 9310  # Serve gRPC port for the benchmark
+    grpc_port: int = 9310  # Serve gRPC port for the benchmark (its HTTP proxy takes this + 2)
     metrics_port: int = 9311  # Ray metrics port for the benchmark
+    # the distributed wiring's run records and trees; password from GAMBIT_REDIS_PASSWORD
+    store: str = serve_store.DEFAULT_STORE  # Redis URL (redis://HOST:PORT/DB) for the distributed runs
+    prefix: str = ""  # key prefix there ("" = a fresh one per run); every key under it is deleted at the end
 
     def __post_init__(self) -> None:
+        from gambit.ops.serve_config import check_ports
+
         at_least(1, capacity=self.capacity, max_tokens=self.max_tokens, reps=self.reps, waves=self.waves,
                  one_run_pairs=self.one_run_pairs)
+        # before the wiring loads (a bad one was found after ~a minute of it, or not before a timeout)
+        check_ports(**{"--grpc-port": self.grpc_port, "--metrics-port": self.metrics_port,
+                       "the HTTP port (--grpc-port + 2)": self.grpc_port + 2})
+        serve_store.check_store_url(self.store)
         need = f"concurrency: comma-separated integers >= 1, got {self.concurrency!r}"
         try:
             self.levels = [int(x) for x in self.concurrency.split(",")]
@@ -66,6 +82,9 @@ class BenchServeConfig:
             # scaling from it read levels[0] as one run: "2,4" printed its 2-run figures as "1 run"
             raise ValueError(f"concurrency: increasing levels starting at 1 (the one-run wall ratio and the "
                              f"scaling are measured from 1 run), got {self.concurrency!r}")
+        if self.model:  # "": the shipped target (these two import torch: last)
+            bench_args.model("--model", self.model)
+        bench_args.scorer("--scorer", self.scorer)  # "": the shipped process scorer
 
 
 def log(msg: str) -> None:
@@ -182,24 +201,49 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
+def serve_config(cfg: BenchServeConfig, prefix: str):
+    """The distributed wiring's ``ServeConfig``: the bench's ports, model, scorer, store and prefix."""
+    from gambit.deployments import local
+
+    return local.ServeConfig(grpc_port=cfg.grpc_port, http_port=cfg.grpc_port + 2,
+                             metrics_port=cfg.metrics_port, model=cfg.model, scorer=cfg.scorer,
+                             tree=cfg.store, prefix=prefix, target_threads=cfg.target_threads,
+                             batch_invariant=cfg.batch_invariant, token_env="GAMBIT_BENCH_NO_TOKEN")
+
+
 def bench(cfg: BenchServeConfig) -> dict:
+    """Both wirings measured; the store's keys under this run's prefix deleted at the end, run or fail."""
+    from gambit.deployments import local
+
+    prefix = cfg.prefix or serve_store.fresh_prefix()
+    scfg = serve_config(cfg, prefix)
+    serve_store.check_store(cfg.store, prefix, explicit=bool(cfg.prefix))
+    local.check_startable(scfg)  # ports taken, the store, the model: before the wiring loads
+    try:
+        return measure(cfg, scfg)
+    finally:
+        where = serve_store.shown(cfg.store)
+        try:
+            n = serve_store.delete_prefix(cfg.store, prefix)
+            log(f"removed the bench's {n} keys under {prefix!r} from {where}")
+        except serve_store.store_errors() as e:  # said; the run's own error (if any) goes on
+            log(f"could not remove the bench's keys under {prefix!r} from {where}: {e}")
+
+
+def measure(cfg: BenchServeConfig, scfg) -> dict:
+    import grpc
+
     from gambit.deployments import local
     from gambit.serving.embedded import Embedded, EmbeddedConfig
 
-    log("starting embedded wiring and Ray Serve ...")
+    log(f"starting embedded wiring and Ray Serve (store {serve_store.shown(cfg.store)}, prefix "
+        f"{scfg.prefix!r}) ...")
     emb = Embedded(EmbeddedConfig(model=cfg.model, scorer=cfg.scorer, batch_invariant=cfg.batch_invariant))
-    scfg = local.ServeConfig(grpc_port=cfg.grpc_port, http_port=cfg.grpc_port + 2,
-                             metrics_port=cfg.metrics_port, model=cfg.model,
-                             scorer=cfg.scorer, tree="redis://127.0.0.1:6379/0", prefix="bench-serve:",
-                             target_threads=cfg.target_threads, batch_invariant=cfg.batch_invariant,
-                             token_env="GAMBIT_BENCH_NO_TOKEN")
-    local.start(scfg, wait_s=600)
     address = f"127.0.0.1:{cfg.grpc_port}"
-    import grpc
-
     channel = grpc.insecure_channel(address)  # one connection for the whole benchmark, like a real client
-    baseline = EngineBaseline(cfg, emb.target)
     try:
+        local.start(scfg, wait_s=600)
+        baseline = EngineBaseline(cfg, emb.target)
         warm = problems(2)
         run_embedded(emb, warm, cfg)
         run_distributed(address, warm, cfg, channel)
@@ -229,7 +273,8 @@ def bench(cfg: BenchServeConfig) -> dict:
         emb.close()
         local.stop()
     speedup = baseline.speedup()
-    out: dict = {"config": {k: v for k, v in asdict(cfg).items()}, "systems": {}}
+    out: dict = {"config": {**asdict(cfg), "store": serve_store.shown(cfg.store), "prefix": scfg.prefix},
+                 "systems": {}}
     for name in ("embedded", "distributed"):
         conc = []
         for n in cfg.levels:
@@ -308,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     fixed = {**QUICK, "reps": 2} if args.quick else {}
     fixed = {k: v for k, v in fixed.items() if getattr(args, k, None) is None}
     cfg = from_args(BenchServeConfig, args, **fixed)
+    bench_args.out_path("--json", args.json)  # written after the whole run: checked first
+    bench_args.out_path("--plot", args.plot, image=True)
     res = bench(cfg)
     print(table(res))
     if args.json:

@@ -7,7 +7,8 @@ engine; a speedup is plain time / system time within each repetition, reported a
 the min-max spread. Every greedy output is compared with plain decoding (``lossless``).
 Drafters come from ``assets/drafter-*``; a missing one is replaced by a random-initialised drafter
 (τ ≈ 1, labelled ``random``, with a note) so the command always runs; a ``--drafters`` folder that is
-not there is refused.
+not there, or that holds none of the drafters, is refused (``--allow-random-drafters``: run on
+stand-ins alone, a smoke test).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 from tqdm import tqdm
 
 from gambit.bench import args as bench_args
+from gambit.bench.kernel_note import cpu_kernels_note
 from gambit.checks import at_least
 from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.engine.config import SpecConfig
@@ -95,6 +97,13 @@ def load_drafters(eng: Engine, folder: Path, keys: tuple[str, ...] = ()) -> dict
             eng.register_drafter(key, random_drafter(eng.model, seed=len(found), method=method))
             found[key] = "random"
     return found
+
+
+def drafters_in(folder: Path) -> list[str]:
+    """The ``DRAFTERS`` keys with a model in ``folder`` (or its ``ablations``), as ``load_drafters``
+    finds them."""
+    return [key for key, (name, _) in DRAFTERS.items()
+            if any((p / name / "config.json").exists() for p in (folder, folder / "ablations"))]
 
 
 def prompts_for(split: tuple[int, int], n: int, seed: int, tok, task_split: str = "test") -> list[list[int]]:
@@ -339,6 +348,7 @@ def run_bench(quick: bool, reps: int, max_tokens: int, threads: int, folder: Pat
     out.update(eagle={"tau": h[E]["tau"], "speedup": h[E]["speedup"]},
                pr={"tau": h[P]["tau"], "speedup": h[P]["speedup"]},
                cycle_cost_ratio=t9["B=48"]["median"], lossless=lossless)
+    out["notes"] = [n for n in (cpu_kernels_note(),) if n]  # timed the PyTorch path: said
     out["tables_md"] = format_tables(out)
     return out
 
@@ -407,6 +417,7 @@ def format_tables(r: dict) -> str:
             near = e["outside_within_next_k"]
             lines.append(f"| {key} | " + " | ".join(f"{100 * e['share'][k]:.1f}%" for k in KINDS)
                          + f" | {'-' if near is None else f'{100 * near:.0f}%'} |")
+    lines += [f"note: {n}" for n in r.get("notes", [])]
     return "\n".join(lines)
 
 
@@ -424,6 +435,9 @@ def main(argv: list[str] | None = None) -> int:
                          "every core, as the serving Target runs; the previous commits measured 1)")
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     ap.add_argument("--drafters", default=str(ASSETS), help="folder holding drafter-* folders")
+    ap.add_argument("--allow-random-drafters", action="store_true",
+                    help="run even when --drafters holds none of the drafters: every method on a random "
+                    "stand-in (tau ~ 1), a smoke test of the bench, not a measurement")
     ap.add_argument("--target", default=str(TARGET),
                     help="target model folder the drafters were trained for (default: the shipped one)")
     ap.add_argument("--json", help="write the result JSON here")
@@ -440,6 +454,13 @@ def main(argv: list[str] | None = None) -> int:
     # a missing folder would have every drafter replaced by a random stand-in (tau ~ 1), said only in the JSON
     if not Path(a.drafters).is_dir():
         raise ValueError(f"--drafters {a.drafters}: no such folder (it holds the drafter-* folders)")
+    if not drafters_in(Path(a.drafters)) and not a.allow_random_drafters:  # a wrong folder: all stand-ins
+        names = ", ".join(name for key, (name, _) in DRAFTERS.items() if key not in OPTIONAL)
+        raise ValueError(f"--drafters {a.drafters}: none of the drafters there ({names}, each a folder with "
+                         "config.json): every method would run a random stand-in (tau ~ 1); give the folder "
+                         "that holds them, or --allow-random-drafters for a smoke test")
+    bench_args.out_path("--json", a.json)  # written after the whole run: checked first
+    bench_args.out_path("--plots", a.plots, folder=True)
     r = run_bench(a.quick, reps, a.max_tokens, a.threads, Path(a.drafters), a.device, Path(a.target))
     print(r["tables_md"])
     if a.json or a.plots:
