@@ -4,7 +4,8 @@ with a live view of the pool, and ends with each answer and its lineage."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import sys
+from dataclasses import dataclass, fields, replace
 
 from gambit.checks import at_least
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype
@@ -26,6 +27,7 @@ from gambit.tasks.graded import (
     check_answer_rule,
     check_benchmark,
     check_readable,
+    graded_name,
     graded_problems,
     task_problems,
 )
@@ -85,6 +87,7 @@ class RunConfig:
         at_least(1, problems=self.problems, samples=self.samples)
         check_deepconf_pool(self.method, self.samples, "samples")
         check_benchmark(self.benchmark, self.data)
+        self.benchmark = graded_name(self.benchmark)
         check_question(self)
         at_least(1, kv_blocks=self.kv_blocks)
         if self.max_wall_s != -1 and not 0 <= self.max_wall_s:  # NaN too; the top bound is SearchConfig's
@@ -102,6 +105,7 @@ class RunConfig:
                              f"trace would draft with them (give --decoding {next(iter(mapped))})")
         check_cpu_weights(self.cpu_weights)
         check_kv_dtype(self.kv_dtype)
+        check_unused(self)
         self.search()  # the search settings' own checks (top_p, top_k, ...), before anything loads
 
     def wall_limit(self) -> float:
@@ -147,6 +151,33 @@ def check_question(cfg: RunConfig) -> None:
         raise ValueError(f"gold: {cfg.gold!r} is no answer under the {cfg.answer_rule or 'boxed'!r} rule")
 
 
+def check_unused(cfg: RunConfig) -> None:
+    """A value the chosen mode never reads is refused, not run without a word: ``--problems`` / the ops
+    range with one ``--question``, the ops range with ``--benchmark``, the scorer and tournament knobs
+    with a method that has none, ``--spec-max-batch`` with plain decoding. Only values that differ from
+    the defaults count (a YAML or a flag that restates a default passes)."""
+    why: dict[str, str] = {}
+    if cfg.question:
+        why |= dict.fromkeys(("problems", "min_ops", "max_ops"), "a --question is the one problem solved")
+    elif cfg.benchmark:
+        why |= dict.fromkeys(("min_ops", "max_ops"), f"the task's; --benchmark {cfg.benchmark} asks its "
+                             "own questions")
+    if cfg.method not in ("gambit", "step"):
+        why["scorer"] = f"--method {cfg.method} scores no thoughts"
+    if cfg.method != "gambit":
+        why["swap"] = why["warmup"] = f"Gambit's tournament knob; --method {cfg.method} has no tournament"
+    if cfg.decoding == "plain":
+        why["spec_max_batch"] = "with --decoding plain no trace drafts"
+    bad: dict[str, list[str]] = {}  # reason -> the flags it covers, as given
+    for f in fields(cfg):
+        if f.name in why and getattr(cfg, f.name) != f.default:
+            bad.setdefault(why[f.name], []).append(f"--{f.name.replace('_', '-')} {getattr(cfg, f.name)}")
+    if bad:
+        n = sum(map(len, bad.values()))
+        raise ValueError("; ".join(f"{', '.join(flags)}: {reason}" for reason, flags in bad.items())
+                         + f" (drop {'them' if n > 1 else 'it'})")
+
+
 def question_gold(cfg: RunConfig) -> str | None:
     """The gold as the rule keys a trace that boxes it (so "18" and "\\$18" grade alike)."""
     return answer_key(cfg.answer_rule or "boxed", "\\boxed{" + cfg.gold.strip() + "}")
@@ -162,7 +193,38 @@ def problems_of(cfg: RunConfig) -> list:
         return [Question(cfg.question.strip(), problem_formatter(cfg.model)(cfg.question), gold)]
     if not cfg.benchmark:
         return task_problems(cfg.model, "test", cfg.problems, cfg.seed, TaskConfig(cfg.min_ops, cfg.max_ops))
-    return graded_problems(cfg.benchmark, cfg.data, cfg.model, cfg.problems, cfg.seed)
+    problems = graded_problems(cfg.benchmark, cfg.data, cfg.model, cfg.problems, cfg.seed)
+    if len(problems) < cfg.problems:  # clipped without a word before
+        print(f"{cfg.benchmark}: all {len(problems)} questions of the set (fewer than --problems "
+              f"{cfg.problems})", file=sys.stderr)
+    return problems
+
+
+def no_answer_why(res, max_tokens: int, rule: str, benchmark: str) -> str:
+    """Why a run gave no answer, for the line after it: the wall limit, traces cut at ``max_tokens``,
+    or traces that ended by themselves with nothing the rule reads (SmolLM2 answers in prose at 54-110
+    tokens, and the line said to raise --max-tokens)."""
+    if res.reason == "limit" and res.limit.startswith("max_wall_s"):
+        return f"the run stopped at its limit, {res.limit}: raise --max-wall-s (0 = no limit)"
+    ended = [t for t in res.traces if t["state"] == "finished"]
+    cut = sum(t["end_reason"] == "length" for t in ended)
+    if not ended or cut == len(ended):
+        return f"a trace stops at --max-tokens {max_tokens}"
+    if cut:
+        return f"{cut} of {len(ended)} finished traces stopped at --max-tokens {max_tokens}"
+    hint = "; try --answer-rule gsm8k, which also reads an unboxed last number" \
+        if rule == "boxed" and not benchmark else ""
+    return f"the traces ended by themselves with no answer the {rule!r} rule reads{hint}"
+
+
+def _save_interrupted(cfg: RunConfig, store: MemoryStore, last: str | None, cut: str) -> None:
+    """Ctrl-C mid-search: the tree store as it stands (the problems finished so far, and ``cut`` as far as
+    it got) and the last finished problem's picture; it saved nothing before."""
+    if cfg.save:
+        print(f"\ninterrupted in {cut}: tree store saved to {store.save(cfg.save)} — "
+              f"`gambit inspect {last or cut} --store {cfg.save}`")
+    if cfg.png and last:
+        print(f"lineage picture: {lineage_png(last, store.load(last), cfg.png)}")
 
 
 def _short(text: str, n: int = 160) -> str:
@@ -178,7 +240,7 @@ def run(cfg: RunConfig) -> dict:
                         batch_invariant=cfg.batch_invariant,
                         spec=SpecConfig(max_batch=cfg.spec_max_batch, drafters=parse_drafters(cfg.drafters)))
     engine = Engine.from_pretrained(cfg.model, ecfg)
-    check_readable(problems, engine.tokenizer)  # before any search starts
+    check_readable(problems, engine.tokenizer, engine.max_model_len)  # before any search starts
     if cfg.decoding != "plain":  # a drafter that does not fit the model is said now, not at problem 1
         engine.speculator().prepare(cfg.decoding)
     scorer = load_scorer_spec(cfg.scorer, engine.model.config.hidden_size) \
@@ -203,7 +265,11 @@ def run(cfg: RunConfig) -> dict:
         run_id = f"p{i + 1}"
         view.capacity[run_id] = cfg.samples
         driver.submit(p, scfg, run_id=run_id)
-        res = driver.run_until_done([run_id], on_event=view.update)[run_id]
+        try:
+            res = driver.run_until_done([run_id], on_event=view.update)[run_id]
+        except KeyboardInterrupt:
+            _save_interrupted(cfg, store, last, run_id)
+            raise
         right += bool(res.correct)
         tokens += res.tokens
         graded = (f"correct {p.answer}: {'CORRECT' if res.correct else 'WRONG'}" if p.answer is not None
@@ -213,9 +279,7 @@ def run(cfg: RunConfig) -> dict:
               f"[{res.tokens} tokens, {res.wall_s:.1f} s, {res.branched} branched, {res.pruned} pruned, "
               f"{res.evicted} evicted]")
         if res.answer is None:  # say what stopped it: the wall limit cut a SmolLM2 run at 17 tokens a trace
-            why = (f"the run stopped at its limit, {res.limit}: raise --max-wall-s (0 = no limit)"
-                   if res.reason == "limit" and res.limit.startswith("max_wall_s")
-                   else f"a trace stops at --max-tokens {cfg.max_tokens}")
+            why = no_answer_why(res, cfg.max_tokens, scfg.answer_rule, cfg.benchmark)
             print(f"no trace gave an answer under the {scfg.answer_rule!r} rule ({why})")
         if res.solution:
             print(f"solution (trace #{res.solution_trace}): " + " | ".join(

@@ -164,7 +164,7 @@ def test_latex_equivalence_synthetic() -> None:
     half = BenchmarkItem("t/0", "q", "\\frac{1}{2}", "latex")
     assert check_answer(half, "\\boxed{0.5}")
     assert check_answer(half, "\\boxed{\\dfrac12}")
-    assert check_answer(half, "so it is $\\frac{2}{4}$")  # no box: math-verify extracts from the text
+    assert not check_answer(half, "so it is $\\frac{2}{4}$")  # no box, no answer (as AIME): see below
     assert not check_answer(half, "\\boxed{2}")
     assert not check_answer(half, "\\boxed{}")
     root = BenchmarkItem("t/1", "q", "2\\sqrt{3}", "latex")

@@ -108,8 +108,8 @@ def test_eval_of_a_benchmark_file_is_the_task_eval(tmp_path):
 
     data = arithmetic_as_gsm8k(tmp_path / "g.jsonl", 8, 0, 2, 3)
     engine = Engine.from_pretrained(str(TARGET), EngineConfig(model=str(TARGET)))
-    common = dict(model=str(TARGET), n_problems=8, samples=3, max_tokens=80, min_ops=2, max_ops=3)
-    task = run_eval(EvalConfig(**common), engine, quiet=True)
+    common = dict(model=str(TARGET), n_problems=8, samples=3, max_tokens=80)  # the ops range: the task's
+    task = run_eval(EvalConfig(**common, min_ops=2, max_ops=3), engine, quiet=True)
     bench = run_eval(EvalConfig(**common, benchmark="gsm8k", data=str(data)), engine, quiet=True)
     assert bench["generated_tokens"] == task["generated_tokens"]
     for key in ("pass1", "maj", "passk"):

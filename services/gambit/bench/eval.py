@@ -12,8 +12,9 @@ checker (``gambit.tasks.benchmarks.check_answer``) and votes are counted on answ
 from __future__ import annotations
 
 import json
+import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from tqdm import tqdm
@@ -30,12 +31,15 @@ from gambit.tasks.graded import (
     answer_kind,
     check_answer_rule,
     check_benchmark,
+    check_readable,
     gold_key,
+    graded_name,
     graded_problems,
     task_problems,
 )
 
 DEFAULT_PROBLEMS = 240
+TASK_ONLY = ("split", "min_ops", "max_ops", "answer_rule")  # the arithmetic task's settings
 
 
 @dataclass
@@ -72,9 +76,18 @@ class EvalConfig:
         if self.split not in SPLITS:  # before the model loads
             raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
         check_benchmark(self.benchmark, self.data)
+        self.benchmark = graded_name(self.benchmark)
         if self.answer_rule and self.benchmark:
             raise ValueError("answer_rule reads the task's answers; a benchmark brings its own rule")
         check_answer_rule(self.answer_rule)
+        set_ = [f"--{f.name.replace('_', '-')} {getattr(self, f.name)}" for f in fields(self)
+                if f.name in TASK_ONLY and getattr(self, f.name) != f.default]
+        if self.benchmark and set_:  # validated, then unused; and the JSON recorded them as applied
+            raise ValueError(f"{', '.join(set_)}: the arithmetic task's; --benchmark {self.benchmark} asks "
+                             "its own questions (drop them)")
+        if self.temperature == 0 and self.samples > 1:
+            raise ValueError(f"samples: {self.samples} at temperature 0 (greedy) are {self.samples} copies "
+                             "of one completion; give --samples 1 or a temperature > 0")
 
 
 def normalise(text: str) -> str | None:
@@ -82,13 +95,26 @@ def normalise(text: str) -> str | None:
     return None if value is None else str(value)
 
 
+def problems_of(cfg: EvalConfig) -> list:
+    """The benchmark's questions or the task's problems, in the model's prompt format. Built before the
+    model loads: a missing, empty or malformed file cost a full model load (a kernel build at times)."""
+    if not cfg.benchmark:
+        return task_problems(cfg.model, cfg.split, cfg.n_problems, cfg.seed,
+                             TaskConfig(cfg.min_ops, cfg.max_ops))
+    problems = graded_problems(cfg.benchmark, cfg.data, cfg.model, cfg.n_problems, cfg.seed)
+    if len(problems) < cfg.n_problems:
+        print(f"{cfg.benchmark}: all {len(problems)} questions of the set (fewer than --n-problems "
+              f"{cfg.n_problems})", file=sys.stderr)
+    return problems
+
+
 def run_eval(cfg: EvalConfig, engine: Engine | None = None, quiet: bool = False) -> dict:
+    problems = problems_of(cfg)
     engine = engine or Engine.from_pretrained(cfg.model, EngineConfig(model=cfg.model,
                                                                       max_num_seqs=cfg.max_num_seqs))
+    check_readable(problems, engine.tokenizer, engine.max_model_len)  # a bad question named, before sampling
     if cfg.benchmark:
-        return _run_benchmark(cfg, engine, quiet)
-    problems = task_problems(cfg.model, cfg.split, cfg.n_problems, cfg.seed,
-                             TaskConfig(cfg.min_ops, cfg.max_ops))
+        return _run_benchmark(cfg, engine, problems, quiet)
     outputs, seconds = _sample(cfg, engine, [p.prompt for p in problems], cfg.split, quiet)
     rows = []
     for i, p in enumerate(problems):
@@ -99,8 +125,14 @@ def run_eval(cfg: EvalConfig, engine: Engine | None = None, quiet: bool = False)
         vote = majority_vote(answers)
         rows.append({"n_ops": p.n_ops, "answer": p.answer, "answers": answers,
                      "pass1": sum(correct) / len(correct), "maj": vote == str(p.answer),
-                     "passk": any(correct), "tokens": sum(len(o) for o in outs)})
+                     "passk": any(correct), "tokens": sum(len(o) for o in outs),
+                     "cut": _cut(cfg, engine, outs)})
     return summarise(cfg, rows, seconds)
+
+
+def _cut(cfg: EvalConfig, engine: Engine, outs: list[list[int]]) -> int:
+    """Samples stopped at ``max_tokens``, not by the model: their "answers" are mid-reasoning numbers."""
+    return sum(len(o) >= cfg.max_tokens and o[-1] not in engine.eos_ids for o in outs)
 
 
 def _sample(cfg: EvalConfig, engine: Engine, prompts: list[str], desc: str,
@@ -118,8 +150,7 @@ def _sample(cfg: EvalConfig, engine: Engine, prompts: list[str], desc: str,
     return outputs, time.time() - start
 
 
-def _run_benchmark(cfg: EvalConfig, engine: Engine, quiet: bool) -> dict:
-    problems = graded_problems(cfg.benchmark, cfg.data, cfg.model, cfg.n_problems, cfg.seed)
+def _run_benchmark(cfg: EvalConfig, engine: Engine, problems: list, quiet: bool) -> dict:
     outputs, seconds = _sample(cfg, engine, [p.prompt for p in problems], cfg.benchmark, quiet)
     rows = []
     for i, it in enumerate(p.item for p in problems):
@@ -133,25 +164,31 @@ def _run_benchmark(cfg: EvalConfig, engine: Engine, quiet: bool) -> dict:
         maj = vote is not None and any(c for a, c in zip(answers, correct, strict=True) if a == vote)
         rows.append({"id": it.id, "answer": gold_key(it), "answers": answers,
                      "pass1": sum(correct) / len(correct), "maj": maj, "passk": any(correct),
-                     "tokens": sum(len(o) for o in outs)})
+                     "tokens": sum(len(o) for o in outs), "cut": _cut(cfg, engine, outs),
+                     "completions": texts})
     return summarise(cfg, rows, seconds)
 
 
 def summarise(cfg: EvalConfig, rows: list[dict], seconds: float) -> dict:
     def agg(rs: list[dict]) -> dict:
-        n = len(rs)
-        return {"n_problems": n, "pass1": sum(r["pass1"] for r in rs) / n,
+        n = max(len(rs), 1)  # no rows: zeros, not a ZeroDivisionError
+        return {"n_problems": len(rs), "pass1": sum(r["pass1"] for r in rs) / n,
                 "maj": sum(r["maj"] for r in rs) / n, "passk": sum(r["passk"] for r in rs) / n}
 
     by_ops = {}
     for k in sorted({r["n_ops"] for r in rows if "n_ops" in r}):
         by_ops[k] = agg([r for r in rows if r["n_ops"] == k])
     tokens = sum(r["tokens"] for r in rows)
-    out = {**agg(rows), "samples": cfg.samples, "by_ops": by_ops, "config": asdict(cfg),
+    config = asdict(cfg)
+    if cfg.benchmark:  # not recorded as if they applied
+        config = {k: v for k, v in config.items() if k not in TASK_ONLY}
+    out = {**agg(rows), "samples": cfg.samples, "by_ops": by_ops, "config": config,
            "generated_tokens": tokens, "seconds": round(seconds, 1),
-           "tokens_per_s": round(tokens / max(seconds, 1e-9), 1)}
-    if cfg.benchmark:  # each question's gold and answer keys, to see what the model said
-        out["items"] = [{k: r[k] for k in ("id", "answer", "answers", "pass1", "maj", "passk")} for r in rows]
+           "tokens_per_s": round(tokens / max(seconds, 1e-9), 1),
+           "cut_samples": sum(r.get("cut", 0) for r in rows)}
+    if cfg.benchmark:  # each question's gold, answer keys and completions, to see what the model said
+        keys = ("id", "answer", "answers", "pass1", "maj", "passk", "cut", "completions")
+        out["items"] = [{k: r[k] for k in keys if k in r} for r in rows]
     return out
 
 
@@ -168,6 +205,9 @@ def format_table(result: dict) -> str:
                  f"{result['passk']:>8.1%}")
     lines.append(f"{result['generated_tokens']} tokens in {result['seconds']} s "
                  f"({result['tokens_per_s']} tok/s)")
+    if result.get("cut_samples"):
+        lines.append(f"{result['cut_samples']} of {result['n_problems'] * k} samples stopped at --max-tokens "
+                     f"{result['config']['max_tokens']} (their answers are read from unfinished text)")
     return "\n".join(lines)
 
 

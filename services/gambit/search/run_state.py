@@ -25,7 +25,7 @@ from gambit.search.store import EncodedNode, RunUpdate
 from gambit.search.tournament import plan_round
 from gambit.search.tree import Node, RoundRecord
 from gambit.search.vote import majority_vote, weighted_vote
-from gambit.tasks.graded import answer_key
+from gambit.tasks.graded import answer_key, latex_right
 
 TIMING_KEYS = ("forward", "guidance", "tree", "scheduling")
 SCORE_WRITE_EVERY = 4  # rounds: a node whose only change is new scores is rewritten at most this often
@@ -447,10 +447,21 @@ class SearchRun:
             self.run_id, self.cfg.method, answer, maj, wv, rule, votes, wvotes, traces, self.tokens,
             sum(n.answer is not None for n in fin), self.round, self.pruned, self.branched, self.evicted,
             time.perf_counter() - self.t0, dict(self.timings), reason,
-            None if self.gold is None else answer == self.gold, self.threshold, len(self.prompt_ids),
+            None if self.gold is None else self.graded(answer, fin), self.threshold, len(self.prompt_ids),
             "" if best is None else self.engine.tokenizer.decode(best[2].tokens),
             None if best is None else best[2].id, self.limit_hit)
         return self.result
+
+    def graded(self, answer: str | None, fin: list[Node]) -> bool:
+        """Whether the voted answer is the gold, as ``gambit eval`` grades its vote: the key, or under
+        the LaTeX rule the checker on a trace that gave it (``1/576`` for ``\\frac{1}{576}``: keys
+        compare text, and HMMT's verdict undercounted against ``eval`` on the same traces)."""
+        if answer is None or answer == self.gold:
+            return answer is not None
+        if self.cfg.answer_rule != "latex":
+            return False
+        decode = self.engine.tokenizer.decode
+        return any(latex_right(decode(n.tokens), self.gold) for n in fin if n.answer == answer)
 
     # -- persistence ----------------------------------------------------------------------------
     def meta(self, tokens: int | None = None) -> dict:

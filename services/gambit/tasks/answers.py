@@ -33,13 +33,26 @@ def extract_boxed(text: str) -> str | None:
 
 
 _INT = re.compile(r"^[+-]?\d+$")
+# U+2212 MINUS SIGN, the small and fullwidth hyphen-minus
+_MINUS = str.maketrans(dict.fromkeys("\u2212\ufe63\uff0d", "-"))
+_EN_DASH = re.compile(r"(\S?)(\s*)\u2013")
+
+
+def ascii_minus(text: str) -> str:
+    """``text`` with a Unicode minus written as ASCII '-': the number rules know only '-', so "−5"
+    read as 5 and a negated answer graded right. An en dash is a minus only where no digit comes
+    before it ("is –5"): after one it is a range or a difference ("5–7 days", "12 – 5")."""
+    text = text.translate(_MINUS)
+    if "\u2013" not in text:
+        return text
+    return _EN_DASH.sub(lambda m: m[0] if m[1].isdigit() else f"{m[1]}{m[2]}-", text)
 
 
 def parse_int(answer: str | None) -> int | None:
-    """Integer value of an answer string ("1,234", " 42 ", "042" → ints), else None."""
+    """Integer value of an answer string ("1,234", " 42 ", "042", "−7" → ints), else None."""
     if answer is None:
         return None
-    s = answer.replace(",", "").replace("\\!", "").strip().strip("$").strip()
+    s = ascii_minus(answer).replace(",", "").replace("\\!", "").strip().strip("$").strip()
     if s.endswith(".0"):
         s = s[:-2]
     return int(s) if _INT.match(s) else None

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gambit.tasks.answers import check_integer, extract_boxed, parse_int
+from gambit.tasks.answers import ascii_minus, check_integer, extract_boxed, parse_int
 
 KINDS = ("integer", "latex", "choice", "code", "chat")
 CHOICES = ("A", "B", "C", "D")
@@ -55,7 +55,11 @@ def _records(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"benchmark file not found: {p}")
-    text = p.read_text(encoding="utf-8")
+    try:  # utf-8-sig: a byte-order mark (a common export) is dropped, not read as the first JSON's text
+        text = p.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{p}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+                         "save the file as UTF-8") from None
     if p.suffix == ".json":
         try:
             data = json.loads(text)
@@ -131,14 +135,21 @@ def load_aime(path: str | Path) -> list[BenchmarkItem]:
 
 
 def load_hmmt(path: str | Path) -> list[BenchmarkItem]:
-    """HMMT: ``question``, ``answer`` (LaTeX at times: fractions, surds, lists of roots)."""
+    """HMMT: ``question``, ``answer`` (LaTeX at times: fractions, surds, lists of roots).
+
+    Another set's file has the same two fields: GSM8K's answers are worked solutions ending in ``#### N``
+    and GPQA's are letters. Either loaded silently and scored 0%, so both are refused."""
     items = []
     for where, obj in _records(path):
         q = _req_str(obj, "question", where)
         a = _req_str(obj, "answer", where).strip()
         if not a:
             raise _bad(where, "answer", "is empty")
+        if "\n" in a or "####" in a:
+            raise _bad(where, "answer", "is a worked solution (GSM8K's layout?), not a final answer")
         items.append(BenchmarkItem(f"hmmt/{len(items)}", q, a, "latex", {"benchmark": "hmmt"}))
+    if items and all(it.answer in CHOICES for it in items):
+        raise ValueError(f"{path}: every answer is a letter A-D: a multiple-choice (GPQA) file, not HMMT's")
     return items
 
 
@@ -253,7 +264,10 @@ def load_benchmark(name: str, path: str | Path) -> list[BenchmarkItem]:
 
 # --------------------------------------------------------------------------------------------- checking
 
-_NUMBER = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?")
+_NUM = r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?"  # a number ("1,234", "-5", "18.00")
+_NUMBER = re.compile(_NUM)
+_FRACTION = re.compile(r"(-?)\s*(?:\\[dt]?frac\s*\{\s*(-?\d+)\s*\}\s*\{\s*(-?\d+)\s*\}"
+                       r"|\\[dt]?frac(\d)(\d)|(-?\d+)\s*/\s*(-?\d+))")
 
 
 def _as_int(s: str) -> int | None:
@@ -268,19 +282,58 @@ def _as_int(s: str) -> int | None:
 
 
 def _boxed_int(content: str) -> int | None:
-    """Integer in a boxed answer: plain ("1,234") or the lone number amid units ("\\$18", "18 eggs")."""
+    """Integer in a boxed answer: plain ("1,234") or the lone number amid units ("\\$18", "18 eggs");
+    else, read more loosely (``_loose_int``), an equation's result or a whole fraction."""
+    content = ascii_minus(content)
     v = parse_int(content)
     if v is not None:
         return v
+    if _FRACTION.fullmatch(content.strip().strip("$").strip()):  # "\\frac62" is 3, not the lone "62"
+        return _loose_int(content)
     nums = _NUMBER.findall(content)
+    v = _as_int(nums[0]) if len(nums) == 1 else None
+    return v if v is not None else _loose_int(content)
+
+
+def _loose_int(content: str) -> int | None:
+    """What small models box besides a number: ``1\\,000`` / ``1{,}000``, an equation ``10 - 5 = 5``
+    (its right-hand side, where the left holds no list) and a fraction that is whole (``\\frac{6}{2}``,
+    ``6/2``). Only tried where the plain rule finds no answer (or read ``\\frac62`` as 62)."""
+    s = re.sub(r"\\[,;:! ]", "", content).replace("{,}", ",")
+    if "=" in s:
+        left, s = s.rsplit("=", 1)
+        if re.search(r"[,;]|\\text\{\s*and", left):  # "x=3, y=5": which one is the answer is unclear
+            return None
+    s = s.strip().strip("$").strip()
+    v = parse_int(s)
+    if v is not None:
+        return v
+    m = _FRACTION.fullmatch(s)
+    if m:
+        sign, *parts = m.groups()
+        num, den = next((int(a), int(b)) for a, b in zip(parts[::2], parts[1::2], strict=True) if a)
+        if den and num % den == 0:
+            return -(num // den) if sign else num // den
+        return None
+    nums = _NUMBER.findall(s)
     return _as_int(nums[0]) if len(nums) == 1 else None
 
 
+# "the answer is 7." (not "the answer is 3 + 4 = 7": a number an operator follows is a step, not the answer)
+_ANSWER_NUMBER = re.compile(rf"(?i:answer)\s*(?:is|:)\s*(?::|-(?!\d))?\s*\**\s*\\?\$?\s*({_NUM})"
+                            r"(?![\d,]|\.\d|\s*(?:[-+/×÷=^]|\*(?!\*)))")  # "**42**" is bold, not 42 times
+
+
 def _gsm8k_fallback(completion: str) -> int | None:
-    """GSM8K answers without a box: the last ``#### N``, else the last number in the text."""
+    """GSM8K answers without a box: the last ``#### N``, else the last "answer is N", else the last number
+    in the text (after "The answer is 7." a model may write on: "Step 3")."""
+    completion = ascii_minus(completion)
     hashes = re.findall(r"####\s*\$?\s*(-?[\d,]*\d(?:\.\d+)?)", completion)
     if hashes:
         return _as_int(hashes[-1])
+    stated = _ANSWER_NUMBER.findall(completion)
+    if stated:
+        return _as_int(stated[-1])
     nums = _NUMBER.findall(completion)
     return _as_int(nums[-1]) if nums else None
 
@@ -301,7 +354,7 @@ _LATEX_NOISE = re.compile(r"\\[,;:! ]|\\left|\\right|\\displaystyle|\s+")
 
 def normalize_latex(s: str) -> str:
     """Cheap textual normal form of a LaTeX answer, used when math-verify cannot parse it."""
-    s = s.strip().strip("$").strip()
+    s = ascii_minus(s).strip().strip("$").strip()
     s = re.sub(r"\\[dt]frac", r"\\frac", s)
     s = re.sub(r"\\text\{\s*([^{}]*?)\s*\}", r"\1", s)
     s = _LATEX_NOISE.sub("", s)
@@ -325,13 +378,17 @@ def _mv_parse(text: str) -> list[Any]:
 
 
 def _check_latex(item: BenchmarkItem, completion: str) -> bool:
+    """The boxed answer against the gold. An unboxed completion gives none, as for AIME: math-verify
+    on the whole text took its last number, which a cut or echoing model writes from the question."""
     from math_verify import verify
 
-    gold_s = item.answer or ""
+    gold_s = ascii_minus(item.answer or "")
     boxed = extract_boxed(completion)
-    pred_s = boxed if boxed is not None else completion
+    if boxed is None:
+        return False
+    pred_s = boxed = ascii_minus(boxed)
     gold = _mv_parse(f"${gold_s}$") or _mv_parse(f"\\boxed{{{gold_s}}}")
-    pred = _mv_parse(f"\\boxed{{{boxed}}}") if boxed is not None else _mv_parse(completion)
+    pred = _mv_parse(f"\\boxed{{{boxed}}}")
     if gold and pred:
         try:
             if verify(gold, pred, timeout_seconds=_mv_timeout()):  # gold first: verify is not symmetric
@@ -342,15 +399,21 @@ def _check_latex(item: BenchmarkItem, completion: str) -> bool:
 
 
 _CHOICE_IN_BOX = re.compile(r"^\(?([A-D])\)?(?:[.:)]|\s|$)")
-_ANSWER_IS = re.compile(r"(?i:answer)\s*(?:is|:)\s*[:\-]?\s*[*_$({\[]*\s*(?:\\text\w*\{)?\s*([A-D])\b")
+_ANSWER_IS = re.compile(r"(?i:answer)\s*(?:is|:)\s*[:\-]?\s*"
+                        r"(?:\(([a-d])\)|[*_$({\[]*\s*(?:\\text\w*\{)?\s*([A-D])\b)")
 _STANDALONE = re.compile(r"(?<![A-Za-z0-9_\\])([A-D])(?![A-Za-z0-9_])")
+# a line that is only a letter: "(B)", "**C**", "D."
+_LETTER_LINE = re.compile(r"^[\s*_($]*([A-D])[\s*_).:$]*$", re.M)
 
 
 def extract_choice(completion: str) -> str | None:
     """Letter A-D chosen in a completion.
 
-    ``\\boxed{X}`` first, else the last "answer is X", else the last standalone capital A-D. The last rule is
-    a loose heuristic (it can catch a sentence-initial "A").
+    ``\\boxed{X}`` first, else the last "answer is X" ("(b)" too), else the last line that is only a
+    letter, else the last standalone capital A-D of the final line. That last rule is loose (it can
+    catch a sentence-initial "A"), so it reads the final line only: over the whole text, a completion cut
+    mid-reasoning voted for the last option it happened to mention, and a model that never answered
+    scored chance, not 0.
     """
     boxed = extract_boxed(completion)
     if boxed is not None:
@@ -360,8 +423,12 @@ def extract_choice(completion: str) -> str | None:
             return m.group(1)
     hits = _ANSWER_IS.findall(completion)
     if hits:
+        return "".join(hits[-1]).upper()
+    hits = _LETTER_LINE.findall(completion)
+    if hits:
         return hits[-1]
-    hits = _STANDALONE.findall(completion)
+    lines = [ln for ln in completion.splitlines() if ln.strip()]
+    hits = _STANDALONE.findall(lines[-1]) if lines else []
     return hits[-1] if hits else None
 
 

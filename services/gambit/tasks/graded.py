@@ -10,7 +10,7 @@ they give the same answer, so votes can be counted. ``answer_key(kind, text)``:
 * ``choice``: the letter A-D (``extract_choice``);
 * ``latex``: the boxed LaTeX in a textual normal form (``normalize_latex``). Two forms of one value
   (``\\frac12`` / ``0.5``) count as different answers here; ``check_answer`` (math-verify) still
-  grades each against the gold.
+  grades each against the gold, and so does a search run's verdict (``latex_right``), as ``gambit eval``.
 
 The files sit in ``../shared/datasets/`` beside a checkout (``$GAMBIT_DATASETS`` elsewhere), or any
 path given with ``--data``.
@@ -27,9 +27,12 @@ from gambit.paths import REPO
 from gambit.tasks.answers import extract_boxed, parse_int
 from gambit.tasks.arithmetic import Problem, TaskConfig, generate
 from gambit.tasks.benchmarks import (
+    _ALIASES,
+    LOADERS,
     BenchmarkItem,
     _boxed_int,
     _gsm8k_fallback,
+    check_answer,
     extract_choice,
     load_benchmark,
     normalize_latex,
@@ -44,6 +47,14 @@ GRADED = {
     "gpqa": ("gpqa", "gpqa_diamond.jsonl"),
 }
 ANSWER_KINDS = ("boxed", "integer", "gsm8k", "choice", "latex")
+GRADED_ALIASES = {"aime": "aime25"}  # the one AIME set that ships
+# loaders without a graded set here, and why
+NOT_GRADED = {
+    "humaneval": "has no automatic checker here (code needs its tests run in a sandbox)",
+    "mbpp": "has no automatic checker here (code needs its tests run in a sandbox)",
+    "mt_bench": "has no automatic checker (chat answers need a judge model)",
+    "math500": "is not a graded set here: no copy ships in the datasets folder",
+}
 
 
 def check_answer_rule(rule: str) -> None:
@@ -56,25 +67,37 @@ def datasets_dir() -> Path:
     return Path(os.environ.get("GAMBIT_DATASETS") or REPO.parent / "shared" / "datasets")
 
 
+def graded_name(name: str) -> str:
+    """``name`` as ``GRADED`` spells it ("aime" is "aime25"); anything else unchanged."""
+    return GRADED_ALIASES.get(name, name)
+
+
 def check_benchmark(name: str, data: str = "") -> None:
     """A config's ``benchmark`` / ``data`` pair: a known name, and a file only with a name."""
-    if name and name not in GRADED:
-        raise ValueError(f"benchmark: unknown {name!r}; graded ones: {', '.join(GRADED)} "
-                         "('' = the arithmetic task)")
+    if name and graded_name(name) not in GRADED:
+        key = name.strip().lower().replace("-", "_")
+        key = _ALIASES.get(key, key)
+        why = f"{key} {NOT_GRADED[key]}" if key in LOADERS and key in NOT_GRADED else f"unknown {name!r}"
+        raise ValueError(f"benchmark: {why}; graded ones: {', '.join(GRADED)} ('' = the arithmetic task)")
     if data and not name:
         raise ValueError("data: names a benchmark file; give --benchmark too")
 
 
 def load_graded(name: str, path: str = "") -> list[BenchmarkItem]:
-    """Benchmark ``name``'s items from ``path`` ("" = its file in ``datasets_dir()``)."""
+    """Benchmark ``name``'s items from ``path`` ("" = its file in ``datasets_dir()``). A file with no
+    items is refused: it scored a ZeroDivisionError in ``gambit eval`` and "solved 0/0" in ``gambit run``."""
     check_benchmark(name)
+    name = graded_name(name)
     loader, fname = GRADED[name]
     file = Path(path) if path else datasets_dir() / fname
     if not file.is_file():
         why = "is a directory, not its JSONL file" if file.is_dir() else "does not exist"
         raise FileNotFoundError(f"{name}: {file} {why} (pass its JSONL with --data, or set "
                                 "GAMBIT_DATASETS to the folder holding it)")
-    return load_benchmark(loader, file)
+    items = load_benchmark(loader, file)
+    if not items:
+        raise ValueError(f"{name}: {file} holds no items")
+    return items
 
 
 def pick(items: list[BenchmarkItem], n: int, seed: int) -> list[BenchmarkItem]:
@@ -118,6 +141,13 @@ def gold_key(item: BenchmarkItem) -> str:
     return normalize_latex(item.answer or "") if kind == "latex" else str(item.answer)
 
 
+def latex_right(text: str, gold: str) -> bool:
+    """Whether a completion's boxed LaTeX is the gold key's value by the checker (math-verify:
+    ``1/576`` is ``\\frac{1}{576}``), not only by its key. A key equal to the gold passes too: the
+    checker falls back to the normal form."""
+    return check_answer(BenchmarkItem("gold", "", gold, "latex"), text)
+
+
 @dataclass(frozen=True)
 class GradedProblem:
     """A benchmark item as the search driver takes a problem: ``prompt`` (formatted for the model)
@@ -137,11 +167,16 @@ def graded_problems(name: str, data: str, model: str, n: int, seed: int) -> list
     return [GradedProblem(it, fmt(it.prompt), gold_key(it)) for it in pick(load_graded(name, data), n, seed)]
 
 
-def check_readable(problems, tokenizer) -> None:
+def check_readable(problems, tokenizer, max_len: int = 0) -> None:
     """Every prompt encodes in the model's vocabulary (a benchmark question may not, on a character
-    model): said before any work starts, naming the question."""
+    model) and, with ``max_len`` (the engine's context), leaves room for a generated token: said before
+    any work starts, naming the question (the engine's own error named none, mid-evaluation)."""
     for p in problems:
-        tokenizer.encode_checked(p.prompt, p.item.id if isinstance(p, GradedProblem) else "problem")
+        name = p.item.id if isinstance(p, GradedProblem) else "problem"
+        ids = tokenizer.encode_checked(p.prompt, name)
+        if max_len and len(ids) >= max_len:
+            raise ValueError(f"{name}: prompt has {len(ids)} tokens; the context holds {max_len} "
+                             "including at least one generated token")
 
 
 @dataclass(frozen=True)
