@@ -439,3 +439,20 @@ def test_a_reader_that_goes_away_is_no_error(capsys, monkeypatch):
     assert cli._clean_errors(command) == 0
     assert capsys.readouterr().err == ""
     assert cli._clean_errors(lambda: (_ for _ in ()).throw(OSError("no such file"))) == 2  # still an error
+
+
+def test_ctrl_c_while_a_command_still_imports_is_one_line(capsys, monkeypatch):
+    """The bench parsers' import (torch, seconds) and the main parser's build ran outside the guard: a
+    Ctrl-C there printed a traceback through importlib."""
+    import importlib
+
+    import gambit.cli as cli
+
+    def interrupted(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib, "import_module", interrupted)
+    assert cli.main(["bench", "rounds", "--help"]) == 130
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["run"]) == 130
+    assert capsys.readouterr().err == "interrupted\ninterrupted\n"

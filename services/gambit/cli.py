@@ -210,10 +210,14 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["bench"] and len(argv) > 1 and argv[1] in OWN_PARSERS:  # each has its own parser
         import importlib
 
-        run = importlib.import_module(OWN_PARSERS[argv[1]]).main
-        return _clean_errors(lambda: run(argv[2:]))  # a bad value was a traceback there
-    args = build_parser().parse_args(argv)
-    return _clean_errors(lambda: args.func(args))
+        # the import (torch: seconds) inside the guard too: a Ctrl-C there is one line as well
+        return _clean_errors(lambda: importlib.import_module(OWN_PARSERS[argv[1]]).main(argv[2:]))
+    return _clean_errors(lambda: _parsed_and_run(argv))
+
+
+def _parsed_and_run(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)  # imports torch for some parsers' defaults
+    return args.func(args)
 
 
 def _clean_errors(command) -> int:
