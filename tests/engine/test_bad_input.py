@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 from engine_util import drain, make_engine
 
 from gambit.engine import EngineConfig, EvictedEvent, FinishedEvent, SamplingParams
@@ -109,6 +110,17 @@ def test_prompt_larger_than_kv_cache(tiny):
     ({"seed": "7"}, "seed"),
     ({"stop": ("",)}, "stop"),
     ({"stop": (3,)}, "stop"),
+    # a wrong type names its field (these were bare TypeErrors, or passed)
+    ({"top_p": "0.5"}, "^top_p must be a number"),
+    ({"top_p": None}, "^top_p must be a number"),
+    ({"stop": ""}, "^stop must hold non-empty strings"),
+    ({"stop": 5}, "^stop must be a string or a list of strings, got int$"),
+    ({"stop": b"ab"}, "^stop must be a string or a list of strings, got bytes$"),
+    ({"stop": ["a", None]}, "^stop must hold non-empty strings"),
+    ({"ignore_eos": "no"}, "^ignore_eos must be true or false"),
+    ({"max_tokens": True}, "^max_tokens must be an integer"),
+    ({"top_k": True}, "^top_k must be an integer"),
+    ({"logprobs": True}, "^logprobs must be an integer"),
 ])
 def test_invalid_sampling_params(eng, kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -119,6 +131,15 @@ def test_invalid_sampling_params(eng, kwargs, match):
 def test_valid_sampling_edges():
     SamplingParams(temperature=0, top_p=1.0, top_k=0, max_tokens=1, logprobs=20, seed=0, stop=["\n\n"])
     assert SamplingParams(stop=["a", "b"]).stop == ("a", "b")
+    assert SamplingParams(top_p=1).top_p == 1
+
+
+def test_one_stop_string_is_one_stop_and_none_is_none():
+    """As in OpenAI's API and vLLM: ``stop="boxed"`` was five one-letter stops; ``stop=None`` a TypeError."""
+    assert SamplingParams(stop="boxed").stop == ("boxed",)
+    assert SamplingParams(stop="\n\n").stop == ("\n\n",)
+    assert SamplingParams(stop=None).stop == ()
+    assert SamplingParams(stop=("a",)).stop == ("a",)
 
 
 def test_params_must_be_sampling_params(eng):
@@ -217,6 +238,22 @@ def test_bad_fork_arguments_change_nothing(tiny, kwargs, match):
     ({"max_num_batched_tokens": -1}, "max_num_batched_tokens"),
     ({"preemption": "swap"}, "preemption"),
     ({"preemption": ""}, "preemption"),
+    # a wrong type names its field (these were TypeErrors in BlockManager or passed to Engine creation)
+    ({"num_blocks": 2.5}, "^num_blocks must be a positive integer"),
+    ({"num_blocks": "8"}, "^num_blocks must be a positive integer"),
+    ({"kv_memory_bytes": -5}, "^kv_memory_bytes must be a positive integer"),
+    ({"kv_memory_bytes": 0}, "^kv_memory_bytes must be a positive integer"),
+    ({"kv_memory_bytes": 1.5e9}, "^kv_memory_bytes must be a positive integer"),
+    ({"block_size": 16.0}, "^block_size must be a positive power of two"),
+    ({"block_size": "16"}, "^block_size must be a positive power of two"),
+    ({"kv_fraction": "0.5"}, "^kv_fraction must be a number"),
+    ({"max_num_seqs": 2.5}, "^max_num_seqs must be an integer"),
+    ({"max_num_batched_tokens": "8"}, "^max_num_batched_tokens must be an integer"),
+    ({"seed": "1"}, "^seed must be an integer"),
+    ({"cpu_kernel": "yes"}, "^cpu_kernel must be true or false"),
+    ({"eagle_taps": 1}, "^eagle_taps must be true or false"),
+    ({"device": "gpu"}, "^device must be auto, cpu, cuda or cuda:N, got 'gpu'$"),
+    ({"device": None}, "^device must be auto, cpu, cuda or cuda:N"),
 ])
 def test_engine_config_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -228,6 +265,27 @@ def test_engine_config_good_values_and_dtype():
     assert cfg.torch_dtype().is_floating_point
     with pytest.raises(ValueError, match="dtype"):
         EngineConfig(dtype="int3", device="cpu").torch_dtype()
+
+
+def _gpus(monkeypatch, n: int) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: n > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", "cuda:1"])
+def test_cuda_without_a_gpu_is_one_error_at_config_time(device, monkeypatch):
+    """It was an AssertionError from torch.cuda._lazy_init, 11 frames into Engine creation."""
+    _gpus(monkeypatch, 0)
+    with pytest.raises(ValueError, match=rf"^device='{device}' but .*; use 'cpu' or 'auto'$"):
+        EngineConfig(device=device)
+    assert EngineConfig(device="auto").device == "auto" and EngineConfig(device="cpu").device == "cpu"
+
+
+def test_cuda_n_must_be_a_device_this_host_has(monkeypatch):
+    _gpus(monkeypatch, 2)
+    assert EngineConfig(device="cuda").device == "cuda" and EngineConfig(device="cuda:1").device == "cuda:1"
+    with pytest.raises(ValueError, match=r"^device='cuda:2' but this host has 2 CUDA devices"):
+        EngineConfig(device="cuda:2")
 
 
 def test_kv_budget_too_small(tiny):

@@ -207,3 +207,49 @@ def test_grandchild_shares_blocks_through_two_forks(target):
     ref = _fresh(target, [(at_fork, dataclasses.replace(PARAMS, seed=2, max_tokens=MAX_TOKENS - generated))])
     assert list(fin[gid].output_ids)[generated:] == ref[0]
     assert eng.blocks.num_free == eng.num_blocks
+
+
+@pytest.mark.parametrize("decoding", ["plain", "pr"])
+def test_children_above_max_num_seqs_wait_and_continue_the_same(target, decoding):
+    """``max_num_seqs`` bounds forks too: children beyond it wait (prefilled when a slot frees, as
+    ``add_samples``' followers) and continue exactly as fresh plain traces, speculative ones too; no
+    step runs more traces. A fork of 10 at a cap of 4 ran 11 traces a step."""
+    from gambit.speculative import random_drafter
+
+    eng = make_engine(target, block_size=BS, num_blocks=256, max_num_seqs=4)
+    if decoding != "plain":
+        eng.register_drafter(decoding, random_drafter(eng.model, seed=2, method="pr"))
+    params = dataclasses.replace(PARAMS, decoding=decoding)
+    pid = eng.add(PROMPT, params)
+    events = _step_until(eng, pid, aligned=False)
+    parent = eng.get(pid)
+    at_fork, generated = list(parent.token_ids), parent.num_generated
+    seeds = list(range(100, 106))
+    kids = eng.fork(pid, 6, seeds=seeds)
+    assert eng.stats.forks == 6 and len(eng.scheduler.running) == 4
+    assert [eng.get(c).status for c in kids] == [TraceStatus.RUNNING] * 3 + [TraceStatus.WAITING] * 3
+    assert all(eng.get(c).block_table == [] and eng.get(c).num_cached == 0 for c in kids[3:])
+    eng.blocks.check(list(eng.traces.values()))
+    while eng.has_unfinished():
+        events += eng.step()
+        assert len(eng.scheduler.running) <= 4
+        eng.blocks.check(list(eng.traces.values()))
+    assert eng.stats.max_batch_size == 4
+    if decoding != "plain":
+        assert eng.stats.spec_drafts > 0  # trees were drafted and verified
+    fin = _finished(events)
+    refs = _fresh(target, [(at_fork, dataclasses.replace(PARAMS, seed=s, max_tokens=MAX_TOKENS - generated))
+                           for s in seeds])
+    for cid, ref in zip(kids, refs, strict=True):
+        assert list(fin[cid].output_ids) == at_fork[parent.prompt_len:] + ref
+    assert eng.blocks.num_free == eng.num_blocks
+
+
+def test_a_fork_within_max_num_seqs_still_shares_the_kv(target):
+    """Below the cap nothing changed: every child runs at once on the parent's blocks."""
+    eng = make_engine(target, block_size=BS, num_blocks=256, max_num_seqs=4)
+    pid = eng.add(PROMPT, PARAMS)
+    _step_until(eng, pid, aligned=True)
+    kids = eng.fork(pid, 3)
+    assert all(eng.get(c).status is TraceStatus.RUNNING and eng.get(c).num_cached for c in kids)
+    assert eng.blocks.num_used == len(eng.get(pid).block_table)  # block-aligned: all shared, none copied

@@ -4,6 +4,7 @@ per-token events of the engine (finish reasons, top log-probabilities, thought-b
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pytest
@@ -209,6 +210,30 @@ def test_max_tokens_finishes_with_length(tiny):
         assert fin[tid].reason == "length" and len(fin[tid].output_ids) == n
 
 
+def _engine_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "gambit.engine.engine"]
+
+
+def test_the_kv_cache_limit_is_length_and_said_once(tiny, caplog):
+    """A trace that outgrows the whole KV cache ends with "length" (the search, the gRPC end_reason and
+    the metric labels read it as "cut at its limit"), and the engine says so once, naming the blocks:
+    a user sizing the cache could not tell why outputs were short."""
+    eng = make_engine(tiny, block_size=4, num_blocks=8)  # 32 slots; the context holds 256
+    params = SamplingParams(temperature=0, max_tokens=100, ignore_eos=True)
+    with caplog.at_level(logging.WARNING, logger="gambit.engine.engine"):
+        short = eng.add([5, 6, 7], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+        fin = _fin(drain(eng))
+        assert (fin[short].reason, len(fin[short].output_ids)) == ("length", 4)
+        assert not _engine_lines(caplog)  # max_tokens: nothing to say
+        ids = [eng.add([5, 6, 7], params) for _ in range(2)]
+        fin = _fin(drain(eng))
+    assert [(fin[i].reason, len(fin[i].output_ids)) for i in ids] == [("length", 29)] * 2
+    lines = _engine_lines(caplog)
+    assert len(lines) == 1, lines  # once per engine, not once per trace
+    assert "at 32 tokens, all the KV cache holds (8 blocks of 4 tokens), before its max_tokens 100" \
+        in lines[0] and "num_blocks" in lines[0]
+
+
 def test_eos_finishes_unless_ignored(tiny):
     _, tok = tiny
     eos = tok.eos_ids[0]
@@ -244,6 +269,24 @@ def test_stop_strings(target):
     assert stop in decoded and stop not in tok.decode(out[:-1])  # stopped at the first hit
     assert decoded == text[: len(decoded)]
     assert cut <= len(decoded) < cut + len(tok.decode(out[-1:]))
+
+
+def test_one_stop_string_is_one_stop(target):
+    """``stop="xyz"`` stops on "xyz" as ``stop=("xyz",)`` does (OpenAI's API and vLLM take one string);
+    it was the three stops "x", "y" and "z", and ended the trace at the first of those letters."""
+    _, tok = target
+    eng = make_engine(target, block_size=8, num_blocks=256)
+    base = eng.generate([PROMPT], SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))[0]
+    text = tok.decode(base)
+    # a stop whose first hit is at k while one of its letters comes earlier (a one-letter stop fires there)
+    k = next(k for k in range(10, len(text) - 3) if min(text.find(c) for c in text[k:k + 3]) < k
+             and text.index(text[k:k + 3]) == k)
+    stop = text[k:k + 3]
+    outs = [eng.generate([PROMPT], SamplingParams(temperature=0, max_tokens=40, ignore_eos=True, stop=s))[0]
+            for s in (stop, (stop,), [stop])]
+    assert outs[0] == outs[1] == outs[2]
+    decoded = tok.decode(outs[0])
+    assert stop in decoded and stop not in tok.decode(outs[0][:-1]) and len(decoded) >= k + 3
 
 
 def test_logprobs_events(target):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -13,8 +15,10 @@ from gambit.cpu_info import (
     default_min_macs_per_thread,
     default_spec_max_batch,
 )
+from gambit.engine.sequence import is_number
 
 PREEMPTION_MODES = ("recompute", "evict")
+DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 DECODE_GRAPH_MODES = ("off", "static", "cuda")  # EngineConfig.decode_graphs (engine/decode_graphs.py)
 
 
@@ -114,7 +118,7 @@ class EngineConfig:
     kv_memory_bytes: int | None = None
     kv_fraction: float = 0.9
     num_blocks: int | None = None
-    max_num_seqs: int = 256
+    max_num_seqs: int = 256  # traces running at once (a step's batch); more from add, add_samples, fork wait
     max_num_batched_tokens: int = 8192
     preemption: str = "recompute"  # what to do under KV pressure: "recompute" or "evict"
     seed: int = 0
@@ -147,13 +151,26 @@ class EngineConfig:
     spec: SpecConfig = field(default_factory=SpecConfig)  # tree drafting for speculative traces
 
     def __post_init__(self) -> None:
-        if self.block_size <= 0 or self.block_size & (self.block_size - 1):
-            raise ValueError(f"block_size must be a positive power of two, got {self.block_size}")
-        if not 0 < self.kv_fraction <= 1:
-            raise ValueError(f"kv_fraction must be in (0, 1], got {self.kv_fraction}")
-        if self.num_blocks is not None and self.num_blocks <= 0:
-            raise ValueError(f"num_blocks must be positive, got {self.num_blocks}")
+        # each field's type before its range: a str or float here failed later as a bare TypeError
+        if not is_int(self.block_size) or self.block_size <= 0 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size must be a positive power of two, got {self.block_size!r}")
+        if not (is_number(self.kv_fraction) and 0 < self.kv_fraction <= 1):
+            raise ValueError(f"kv_fraction must be a number in (0, 1], got {self.kv_fraction!r}")
+        if self.num_blocks is not None and (not is_int(self.num_blocks) or self.num_blocks <= 0):
+            raise ValueError(f"num_blocks must be a positive integer (or None), got {self.num_blocks!r}")
+        kv = self.kv_memory_bytes  # -5 passed here and failed at Engine creation ("KV budget -5 B ...")
+        if kv is not None and (not is_int(kv) or kv <= 0):
+            raise ValueError(f"kv_memory_bytes must be a positive integer (or None), got {kv!r}")
+        for name in ("max_num_seqs", "max_num_batched_tokens"):
+            if not is_int(getattr(self, name)):
+                raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
         at_least(1, max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens)
+        if not is_int(self.seed):
+            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        for name in ("eagle_taps", "cpu_kernel", "cpu_layers", "cpu_stream"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        check_device(self.device)
         if isinstance(self.spec, dict):
             self.spec = SpecConfig(**self.spec)
         if not isinstance(self.spec, SpecConfig):
@@ -196,3 +213,22 @@ class EngineConfig:
         from gambit.model.loader import resolve_dtype
 
         return self.torch_dtype() if self.kv_dtype == "auto" else resolve_dtype(self.kv_dtype)
+
+
+def is_int(v) -> bool:
+    """An integer (numpy's too, as these fields always took) that is not a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def check_device(device) -> None:
+    """``device`` one the engine runs on here: auto | cpu | cuda | cuda:N, and for cuda a GPU this torch
+    sees (else the model's ``.to()`` failed deep in torch: "Torch not compiled with CUDA enabled")."""
+    if not isinstance(device, str) or not DEVICE.fullmatch(device):
+        raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}")
+    if device.startswith("cuda"):
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if int(device.partition(":")[2] or 0) >= n:
+            where = "this torch has no CUDA" if not n and not torch.backends.cuda.is_built() else \
+                f"this host has {n} CUDA device{'' if n == 1 else 's'}"
+            raise ValueError(f"device={device!r} but {where} (torch {torch.__version__}); "
+                             "use 'cpu' or 'auto'")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Sequence
 
@@ -27,6 +28,7 @@ from gambit.model.llama import CausalLM
 from gambit.model.tokenizer import Tokenizer
 
 DEFAULT_CPU_KV_BYTES = 1 << 30
+log = logging.getLogger(__name__)
 
 
 def invariant_holds(config: EngineConfig, device: torch.device, dtype: torch.dtype) -> bool:
@@ -132,6 +134,7 @@ class Engine:
         # tokens and log-probabilities, no sampler tensors built)
         self._step_draw = (cpu_sample_step.step_kernel(self.device, mc.vocab_size) if config.cpu_kernel
                            else None)
+        self._told: set[str] = set()  # the once-per-engine notes already logged (``_tell_once``)
 
     @classmethod
     def from_pretrained(cls, folder: str, config: EngineConfig | None = None) -> Engine:
@@ -211,8 +214,10 @@ class Engine:
             raise ValueError(f"prompt has {len(ids)} tokens; the context holds {self.max_model_len} "
                              "including at least one generated token")
         if self.blocks.blocks_for(len(ids) + 1) > self.num_blocks:
+            bs = self.config.block_size  # the knob named: `gambit run`'s 120 blocks hold 1,920 tokens
             raise ValueError(f"prompt of {len(ids)} tokens needs more KV blocks than the cache has "
-                             f"({self.num_blocks})")
+                             f"({self.num_blocks} of {bs} tokens: {self.num_blocks * bs}); raise the "
+                             "engine's KV blocks (`gambit run --kv-blocks`, num_blocks elsewhere)")
         return ids, priority
 
     def _queue(self, ids: list[int], params: SamplingParams, priority: float, schedule: bool = True
@@ -230,7 +235,9 @@ class Engine:
         """``n`` children continuing ``trace_id``; each inherits the parent's KV (full blocks shared).
 
         Each child gets its own seed (given or derived) and optionally its own temperature. A child
-        whose partial block cannot be allocated waits and is re-prefilled instead.
+        whose partial block cannot be allocated, or that would run beyond ``EngineConfig.max_num_seqs``
+        traces, waits and is re-prefilled instead (as a follower of ``add_samples`` does): the cap
+        bounds every step's batch, forks included.
         """
         parent = self._live(trace_id)
         if not isinstance(n, int) or n < 1:
@@ -250,7 +257,8 @@ class Engine:
                           priority, arrival=cid, parent=parent.id, logprobs=list(parent.logprobs))
             self.traces[cid] = child
             copied, pair = False, None
-            if parent.status is TraceStatus.RUNNING and parent.num_cached:
+            if parent.status is TraceStatus.RUNNING and parent.num_cached \
+                    and len(self.scheduler.running) < self.config.max_num_seqs:
                 try:
                     pair = self.blocks.fork(parent, child)
                     if pair:
@@ -314,6 +322,11 @@ class Engine:
             spec = None
         self.threads.apply(sum(batch.num_new) if spec is None else None)  # drafting + trees: all
         trees = spec.draft(batch.traces, batch.num_new) if spec is not None else {}
+        if spec is not None and not trees and "spec_cap" not in self._told and self.stats.spec_capped_steps:
+            self._tell_once("spec_cap", "a step of %d traces, speculative ones among them, decoded plainly: "
+                            "trees are drafted only in steps of at most spec.max_batch = %d traces "
+                            "(SpecConfig.max_batch; 0: no cap); stats.spec_capped_steps counts such steps",
+                            len(batch.traces), self.config.spec.max_batch)
         items, sample_rows, samplers, row = [], [], [], 0
         offsets, tree_rows = [], []  # first flat row per trace (-1: tree); flat rows of tree items
         for t, n in zip(batch.traces, batch.num_new, strict=True):
@@ -452,10 +465,24 @@ class Engine:
             tail = self.tokenizer.decode(t.output_ids[-64:])
             if any(s in tail for s in t.params.stop):
                 return "stop"
-        if t.num_generated >= t.params.max_tokens or len(t.token_ids) >= self.max_model_len \
-                or len(t.token_ids) >= self.num_blocks * self.config.block_size:  # outgrew the cache
+        if t.num_generated >= t.params.max_tokens or len(t.token_ids) >= self.max_model_len:
+            return "length"
+        if len(t.token_ids) >= self.num_blocks * self.config.block_size:  # outgrew the whole cache
+            if "kv_cache" not in self._told:  # "length" too (events.FinishedEvent says why); told once
+                bs = self.config.block_size
+                self._tell_once("kv_cache", "trace %d ended (reason 'length') at %d tokens, all the KV "
+                                "cache holds (%d blocks of %d tokens), before its max_tokens %d or the "
+                                "context %d: give the engine more KV blocks (num_blocks, kv_memory_bytes)",
+                                t.id, len(t.token_ids), self.num_blocks, bs, t.params.max_tokens,
+                                self.max_model_len)
             return "length"
         return None
+
+    def _tell_once(self, key: str, message: str, *args) -> None:
+        """Log a warning the first time ``key`` happens in this engine (a condition a caller should
+        know of but that recurs every step: one line, not one a step)."""
+        self._told.add(key)
+        log.warning(message, *args)
 
     def _finish(self, t: Trace, reason: str) -> None:
         if self.shared:
@@ -482,18 +509,24 @@ class Engine:
     # -- convenience ------------------------------------------------------------------------
     def generate(self, prompts: Iterable[str | Sequence[int]],
                  params: SamplingParams | Sequence[SamplingParams], progress=None) -> list[list[int]]:
-        """Run prompts to completion; output token ids per prompt (evicted traces: what they had)."""
+        """Run prompts to completion; output token ids per prompt (evicted traces: what they had).
+
+        Events of other live traces (a caller streaming with ``add`` + ``step``) are not consumed:
+        the caller's next ``step()`` returns them first, in order."""
         prompts = list(prompts)
         plist = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
         ids = [self.add(p, sp) for p, sp in zip(prompts, plist, strict=True)]
         index = {tid: i for i, tid in enumerate(ids)}
         outputs: list[list[int]] = [[] for _ in ids]
-        remaining = len(ids)
+        remaining, others = len(ids), []
         while remaining:
             for ev in self.step():
-                if isinstance(ev, FinishedEvent | EvictedEvent) and ev.trace_id in index:
+                if ev.trace_id not in index:
+                    others.append(ev)
+                elif isinstance(ev, FinishedEvent | EvictedEvent):
                     outputs[index[ev.trace_id]] = list(ev.output_ids)
                     remaining -= 1
                     if progress is not None:
                         progress.update(1)
+        self._pending[:0] = others  # before anything queued since (an abort between steps)
         return outputs

@@ -33,7 +33,11 @@ class BoundaryEvent:
 @dataclass(slots=True)
 class FinishedEvent:
     trace_id: int
-    reason: str  # "eos" | "length" | "stop" | "abort"
+    # "eos" | "length" | "stop" | "abort". "length": max_tokens, the model's context, or the whole KV cache
+    # (a trace cannot outgrow it; the engine logs that case once, naming the blocks). One value, as
+    # OpenAI's and vLLM's finish_reason: the search, its gRPC TraceSummary.end_reason and metric labels
+    # read "length" as "cut at its limit", and an unknown reason there would read as a chosen end
+    reason: str
     output_ids: tuple[int, ...]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,28 +18,28 @@ class SamplingParams:
     top_k: int = 0
     seed: int | None = None
     max_tokens: int = 256
-    stop: tuple[str, ...] = ()
+    stop: tuple[str, ...] = ()  # a string or a list of strings (None: none); held as a tuple
     ignore_eos: bool = False
     logprobs: int = 0  # return this many top log-probabilities per token (DeepConf uses 20)
     decoding: str = "plain"  # "plain" | "eagle3.1" | "pr" (shipped drafters) | a drafter folder path
 
     def __post_init__(self) -> None:
         check_temperature(self.temperature)
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not isinstance(self.top_k, int) or not 0 <= self.top_k <= MAX_SEED:  # a C++ int64 as well
+        if not (is_number(self.top_p) and 0 < self.top_p <= 1):  # a str compared raised a bare TypeError
+            raise ValueError(f"top_p must be a number in (0, 1], got {self.top_p!r}")
+        if not is_int(self.top_k) or not 0 <= self.top_k <= MAX_SEED:  # a C++ int64 as well
             raise ValueError(f"top_k must be an integer in [0, 2**63), got {self.top_k!r}")
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+        if not is_int(self.max_tokens) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        if not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= 20:
+        if not is_int(self.logprobs) or not 0 <= self.logprobs <= 20:
             raise ValueError(f"logprobs must be an integer in [0, 20], got {self.logprobs!r}")
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"ignore_eos must be true or false, got {self.ignore_eos!r}")
         check_seed(self.seed)
         if not isinstance(self.decoding, str) or not self.decoding:
             raise ValueError(f"decoding must be 'plain', 'eagle3.1', 'pr' or a drafter folder, "
                              f"got {self.decoding!r}")
-        self.stop = tuple(self.stop)
-        if any(not isinstance(s, str) or not s for s in self.stop):
-            raise ValueError("stop strings must be non-empty strings")
+        self.stop = check_stop(self.stop)
 
     def child(self, seed: int | None, temperature: float) -> SamplingParams:
         """A copy with a new seed and temperature, those two checked (``dataclasses.replace`` would
@@ -49,6 +50,30 @@ class SamplingParams:
         out.__dict__.update(self.__dict__)
         out.seed, out.temperature = seed, temperature
         return out
+
+
+def is_int(v) -> bool:
+    """An integer that is not a bool (True would pass as 1)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_number(v) -> bool:
+    """A real number (numpy's too) that is not a bool."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def check_stop(stop) -> tuple[str, ...]:
+    """``stop`` as a tuple of non-empty strings. One string is one stop string, as in OpenAI's API and
+    vLLM (``tuple("boxed")`` made it five one-letter stops); None is none."""
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        stop = (stop,)
+    elif not isinstance(stop, (list, tuple)):
+        raise ValueError(f"stop must be a string or a list of strings, got {type(stop).__name__}")
+    if any(not isinstance(s, str) or not s for s in stop):
+        raise ValueError(f"stop must hold non-empty strings, got {list(stop)!r}")
+    return tuple(stop)
 
 
 def check_temperature(t) -> None:
