@@ -214,7 +214,9 @@ def test_client_get_and_cancel_print_the_run_record_and_stop_a_run(serve_stack, 
         assert "\n".join(out).endswith("\n".join("  " + s for s in streamed.solution.rstrip().splitlines()))
     assert main(["client", "get", "never-was", *conn]) == 1
     assert "error: NOT_FOUND: run_id: no run 'never-was'" in capsys.readouterr().err
-    bg = Background(serve_stack, max_tokens=400, seed=12, capacity=8, problem=LONG)
+    # 16 traces and a round every 4 steps: still in flight after the two calls below (at C = 8 and Δ 8 it
+    # once finished first on a 2-core host)
+    bg = Background(serve_stack, max_tokens=400, seed=12, capacity=16, problem=LONG, round_interval=4)
     rid = bg.wait_started()
     with pytest.raises(grpc.RpcError) as e:  # an id in flight is taken too
         solve(serve_stack, run_id=rid)
