@@ -57,13 +57,7 @@ def check_output(path: str, field: str, image: bool = False) -> None:
     if image and p.suffix and p.suffix.lower() not in IMAGE_SUFFIXES:
         raise ValueError(f"{field}: {path}: a picture is written as {' | '.join(IMAGE_SUFFIXES)}, "
                          f"not {p.suffix}")
-    folder = nearest_existing((image_path(p) if image else p).absolute().parent)
-    if not folder.is_dir():
-        raise ValueError(f"{field}: {path}: {folder} is a file, not a folder")
-    try:
-        tempfile.TemporaryFile(dir=folder).close()
-    except OSError as e:
-        raise ValueError(f"{field}: {path}: cannot write in {folder} ({e.strerror})") from None
+    check_writable(nearest_existing((image_path(p) if image else p).absolute().parent), f"{field}: {path}")
 
 
 def check_output_dir(path: str, field: str = "out", beside: bool = False) -> None:
@@ -76,12 +70,18 @@ def check_output_dir(path: str, field: str = "out", beside: bool = False) -> Non
         raise ValueError(f"{field}: {path} is a file; give a folder")
     writes = {nearest_existing(p)} | ({nearest_existing(p.parent)} if beside else set())
     for folder in sorted(writes):
-        if not folder.is_dir():
-            raise ValueError(f"{field}: {path}: {folder} is a file, not a folder")
-        try:
-            tempfile.TemporaryFile(dir=folder).close()
-        except OSError as e:
-            raise ValueError(f"{field}: {path}: cannot write in {folder} ({e.strerror})") from None
+        check_writable(folder, f"{field}: {path}")
+
+
+def check_writable(folder: Path, what: str) -> None:
+    """``folder`` (an existing path) is a folder a file can be made in, probed with one: ``os.access``
+    says yes to root on a read-only mount. ``what`` starts the error line."""
+    if not folder.is_dir():
+        raise ValueError(f"{what}: {folder} is a file, not a folder")
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        raise ValueError(f"{what}: cannot write in {folder} ({e.strerror})") from None
 
 
 def nearest_existing(p: Path) -> Path:

@@ -57,9 +57,7 @@ def out_path(flag: str, value: str | None, image: bool = False, folder: bool = F
     nothing can be written in, a picture suffix matplotlib does not write. Nothing is created: the
     writes make the missing folders. A probe file is made and removed: ``os.access`` says yes to root
     on a read-only mount. None or "" = no output."""
-    import tempfile
-
-    from gambit.paths import IMAGE_SUFFIXES, nearest_existing
+    from gambit.paths import IMAGE_SUFFIXES, check_writable, nearest_existing
 
     if not value:
         return
@@ -71,10 +69,4 @@ def out_path(flag: str, value: str | None, image: bool = False, folder: bool = F
     if image and p.suffix and p.suffix.lower() not in IMAGE_SUFFIXES:
         raise ValueError(f"{flag} {value}: a picture is written as {' | '.join(IMAGE_SUFFIXES)}, not "
                          f"{p.suffix}")
-    where = nearest_existing(p.absolute() if folder else p.absolute().parent)
-    if not where.is_dir():
-        raise ValueError(f"{flag} {value}: {where} is a file, not a folder")
-    try:
-        tempfile.TemporaryFile(dir=where).close()
-    except OSError as e:
-        raise ValueError(f"{flag} {value}: cannot write in {where} ({e.strerror})") from None
+    check_writable(nearest_existing(p.absolute() if folder else p.absolute().parent), f"{flag} {value}")
