@@ -20,6 +20,9 @@ def test_sc_is_c_independent_traces_and_majority(make_engine, hard_problems):
     assert res.answer == majority_vote(answers) and res.finished_traces == sum(a is not None for a in answers)
     assert res.tokens == sum(t["tokens"] for t in res.traces)
     assert res.correct == (res.answer == str(hard_problems[0].answer))
+    # unscored: the weighted answer is the majority's and its votes are all 0 (the Result's contract)
+    assert res.weighted == res.majority == res.answer and res.vote_rule == "majority"
+    assert set(res.weighted_votes) == set(res.votes) and not any(res.weighted_votes.values())
 
 
 def test_sc_requeues_under_pressure_and_step_evicts_without_replacement(make_engine, scorer, hard_problems):

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+import time
+
 from gambit.search import tree as T
 from gambit.search.config import SearchConfig
 from gambit.search.driver import SearchDriver
 from gambit.search.redis_store import RedisStore
+from gambit.search.results import RunResult
+from gambit.search.store import MemoryStore
 
 CFG = SearchConfig(capacity=6, swap=2, interval=4, warmup=12, seed=5)
 
@@ -74,3 +79,22 @@ def test_reload_onto_a_fresh_engine_recomputes(make_engine, scorer, hard_problem
     from gambit.search.lineage import lineage_text
 
     assert f"resumed at step {saved['meta']['step']}" in lineage_text(rid, final).splitlines()[3]
+
+
+def test_a_taken_over_run_keeps_its_wall_clock(make_engine, hard_problems):
+    """``max_wall_s`` (the served ``timeout_s``) and the elapsed time count from the run's first
+    admission: a takeover restarted them, so a run of 60 s taken over at 50 s ran ~110 s."""
+    store = MemoryStore()
+    a = SearchDriver(make_engine(), None, store)
+    rid = a.submit(hard_problems[0], SearchConfig(method="sc", capacity=2, max_wall_s=60, seed=5))
+    a.step()
+    data = store.load(rid)
+    assert 0 <= time.time() - data["meta"]["started_at"] < 30
+    data["meta"]["started_at"] -= 50  # it had run 50 s when its replica was lost
+    run = SearchDriver(make_engine(), None, MemoryStore()).adopt(rid, copy.deepcopy(data))
+    assert 50 <= run.progress(0.0).wall_s < 60 and not run.over_limit()
+    data["meta"]["started_at"] -= 11  # 61 s: over its limit at once, not 60 s after the takeover
+    b = SearchDriver(make_engine(), None, MemoryStore())
+    b.adopt(rid, data)
+    (res,) = [e for e in b.step() if isinstance(e, RunResult)]
+    assert res.reason == "limit" and res.limit == "max_wall_s 60" and res.wall_s >= 61

@@ -56,10 +56,15 @@ def test_a_run_stops_at_its_token_budget():
         capped = list(e.solve(p, SolveConfig(**cfg, max_total_tokens=90)))[-1]
         tiny = list(e.solve(p, SolveConfig(**cfg, max_total_tokens=3)))[-1]  # below C: 3 traces get one
         spec = list(e.solve(p, SolveConfig(**cfg, decoding="pr", max_total_tokens=61)))[-1]
+        # every trace gets a share of at least 1 (100 < 8 × (γ + 1)): none is stopped by the budget
+        # itself, all at their caps; this ended "done" with no message
+        q = "Compute ((17+8)*3-29)*(4+5)-61."
+        wide = [list(e.solve(q, SolveConfig(capacity=8, seed=5, temperature=1.0, decoding=d,
+                                             max_total_tokens=100)))[-1] for d in ("pr", "eagle3.1")]
     finally:
         e.close()
     assert free["status"] == "done" and free["generated_tokens"] > 200
-    for res, budget in ((capped, 90), (tiny, 3), (spec, 61)):
+    for res, budget in ((capped, 90), (tiny, 3), (spec, 61), *((w, 100) for w in wide)):
         assert res["status"] == "limit" and res["generated_tokens"] == budget, (budget, res["message"])
         assert res["message"].startswith(f"max_total_tokens {budget} reached ({budget} tokens")
         assert sum(t["tokens"] for t in res["traces"]) == budget

@@ -75,6 +75,9 @@ def test_a_boxed_form_with_no_single_integer_is_no_answer(boxed):
     ("The answer is 1,000 - 5 = 995.", "995"),
     ("He pays 5 dollars. 16 - 3 - 4 = 9 eggs, 9 * 2 = 18", "18"),  # no stated answer: the last number
     ("She makes $18.\n#### 18\nThe answer is 3", "18"),  # GSM8K's #### first
+    # a minus after a digit, letter, ")" or "." is an operator or a dash, not a sign (they read -2, -2020)
+    ("25*3=75\n\n75-2", "2"), ("between 2019-2020", "2020"), ("She sold 12-5", "5"), ("(4+5)-61", "61"),
+    ("The result is -7", "-7"), ("so x = (-7)", "-7"), ("The result is \u22127", "-7"), ("75\u22122", "2"),
 ])
 def test_gsm8k_unboxed_prefers_the_stated_answer(text, key):
     assert answer_key("gsm8k", text) == key

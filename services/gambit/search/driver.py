@@ -334,6 +334,11 @@ class SearchDriver(Guidance):
         for k in ("step", "round", "tokens", "pruned", "branched", "evicted", "phase", "threshold"):
             setattr(run, k, meta[k])
         run.target = meta.get("target", cfg.capacity)
+        # the run's clock goes on from its first admission (max_wall_s, elapsed): it restarted at every
+        # takeover, so a 60 s run taken over at 50 s ran ~110 s (records from before it: from now)
+        if meta.get("started_at") is not None:
+            run.started_at = float(meta["started_at"])
+            run.t0 -= max(0.0, time.time() - run.started_at)
         # Δ's clock (records from before it: a plain run's clock is its step count)
         run.clock = float(meta.get("clock", run.step))
         run.next_round = meta.get("next_round", (run.step // cfg.interval + 1) * cfg.interval)

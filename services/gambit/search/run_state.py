@@ -46,7 +46,8 @@ class SearchRun:
         # took (>= 1), so rounds fall every ~Δ tokens whether the run speculates or not
         self.clock, self.tick, self.next_round = 0.0, 1.0, cfg.interval
         self.pruned = self.branched = self.evicted = 0
-        self.t0 = time.perf_counter()
+        self.t0 = time.perf_counter()  # the run's clock (max_wall_s, elapsed): a takeover moves it back
+        self.started_at = time.time()  # its first admission, stored: a takeover's clock goes on from it
         self.timings = dict.fromkeys(TIMING_KEYS, 0.0)
         self.windows: dict[int, ConfidenceWindow] = {}
         # the scorer also reads the target's sampled-token confidence: one tracker per node
@@ -59,6 +60,7 @@ class SearchRun:
         self.synced_at = -1  # the engine's step count at the last ``sync_all``
         self.threshold: float | None = None
         self.limit_hit = ""  # which run limit ended it (over_limit)
+        self.budget_cut = False  # a trace stopped at a cap ``fit_budget`` set (the run ends "limit")
         self.budget_caps: dict[int, int] = {}  # node id -> its trace's max_tokens before ``fit_budget``
         self.phase = 1
         self.target = cfg.capacity  # the pool's size: C, less the slots floor prunes gave up
@@ -264,6 +266,7 @@ class SearchRun:
             own_cap = self.budget_caps.pop(node.id, None)
             if reason == "length" and own_cap is not None and self.traces[node.id].num_generated < own_cap:
                 self._end(node, T.STOPPED, "limit")  # at the cap ``fit_budget`` set: the run's budget
+                self.budget_cut = True
                 return
             self._end(node, T.FINISHED, reason)
 
@@ -392,7 +395,10 @@ class SearchRun:
             return True
         if c.max_total_tokens:
             self.sync_all()
-            if self.tokens >= c.max_total_tokens and not self.is_done():  # spent by traces that all ended
+            # spent with traces left, or a trace cut at its budget cap (speculative steps: every trace
+            # may get a share, so none is stopped by ``fit_budget`` itself); not when all ended by themselves
+            spent, done = self.tokens >= c.max_total_tokens, self.is_done()
+            if (spent and not done) or (self.budget_cut and (spent or done)):
                 self.limit_hit = f"max_total_tokens {c.max_total_tokens}"
                 return True
         if c.max_wall_s and time.perf_counter() - self.t0 >= c.max_wall_s:
@@ -433,6 +439,8 @@ class SearchRun:
                 votes[a] = votes.get(a, 0) + 1
                 wvotes[a] = wvotes.get(a, 0.0) + w
         maj = majority_vote(answers)
+        # no finished trace has a weight (sc: no scores; or none scored): the weighted answer is the
+        # majority's, its votes all 0 (the contract; the bench tables' "weighted" column reads it so)
         wv = weighted_vote(answers, weights) if sum(weights) > 0 else maj
         answer = maj if rule == "majority" else wv
         traces = [{"id": n.id, "parent": n.parent, "state": n.state, "answer": n.answer,
@@ -472,7 +480,7 @@ class SearchRun:
         if self.meta_written:
             return counters
         return {"config": self.cfg.to_dict(), "prompt": self.prompt, "prompt_ids": self.prompt_ids,
-                "gold": self.gold, **counters}
+                "gold": self.gold, "started_at": self.started_at, **counters}
 
     def _json(self, node_id: int) -> NodeJSON:
         j = self.json.get(node_id)

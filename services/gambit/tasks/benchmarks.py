@@ -264,7 +264,9 @@ def load_benchmark(name: str, path: str | Path) -> list[BenchmarkItem]:
 
 # --------------------------------------------------------------------------------------------- checking
 
-_NUM = r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?"  # a number ("1,234", "-5", "18.00")
+# a number ("1,234", "-5", "18.00"); a minus is its sign only where no digit, letter, ")" or "." precedes
+# it: in "75-2" or "2019-2020" it is an operator or a dash, and the last number is 2 / 2020, not -2 / -2020
+_NUM = r"(?:(?<![\w).])-)?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
 _NUMBER = re.compile(_NUM)
 _FRACTION = re.compile(r"(-?)\s*(?:\\[dt]?frac\s*\{\s*(-?\d+)\s*\}\s*\{\s*(-?\d+)\s*\}"
                        r"|\\[dt]?frac(\d)(\d)|(-?\d+)\s*/\s*(-?\d+))")
