@@ -73,13 +73,23 @@ class ServeConfig:
         if self.scorer not in ("", "process", "mlp", "sequence"):  # a folder or a parametrised spec
             from gambit.scoring.spec import check_scorer_spec  # (imports torch: not for the shipped names)
 
-            check_scorer_spec(self.scorer)
+            check_scorer_spec(self.scorer, self._model_width())  # a folder loads: weights, kind, width
         if self.spec_max_batch < 0:
             raise ValueError(f"spec_max_batch must be >= 0 (0 = no cap), got {self.spec_max_batch}")
         parse_drafters(self.drafters)
         check_cpu_weights(self.cpu_weights)
         check_kv_dtype(self.kv_dtype)
         self.solve_defaults()  # a bad default stopped every Coordinator replica, after Ray started
+
+    def _model_width(self) -> int:
+        """The Targets' hidden size, the width a scorer folder must read (0: the model is not there,
+        which ``check_startable`` names)."""
+        from gambit.model.loader import model_hidden_size
+
+        try:
+            return model_hidden_size(self.model)
+        except (OSError, ValueError):
+            return 0
 
     def solve_defaults(self) -> SolveConfig:
         return server_defaults({"capacity": self.capacity, "swap": self.swap,
@@ -168,12 +178,36 @@ def start(cfg: ServeConfig, wait_s: float = 120.0) -> None:
             if attempt:
                 raise
             serve.shutdown()
-    serve.run(build_scorer({"scorer": cfg.scorer, "token_env": cfg.token_env,
-                            "model": cfg.model}), name="scorer",
-              route_prefix="/scorer", blocking=False)
-    serve.run(build_gambit(cfg.app_args()), name="gambit", route_prefix="/gambit", blocking=False)
+    _deploy(build_scorer({"scorer": cfg.scorer, "token_env": cfg.token_env, "model": cfg.model}), "scorer")
+    _deploy(build_gambit(cfg.app_args()), "gambit")
     wait_ready(f"127.0.0.1:{cfg.grpc_port}", wait_s, os.environ.get(cfg.token_env,
                                                                     "") if cfg.token_env else "")
+
+
+def _deploy(app, name: str) -> None:
+    """``serve.run``; a replica that fails to start is one ValueError with its reason (Serve raised
+    "Failed to update the deployments ['Scorer']" and kept the reason in its logs)."""
+    from ray import serve
+
+    try:
+        serve.run(app, name=name, route_prefix=f"/{name}", blocking=False)
+    except RuntimeError as e:
+        try:
+            why = deploy_failure(serve.status(), name)
+        except Exception:  # noqa: BLE001 — no status to read: Serve's own message
+            why = ""
+        raise ValueError(why or f"{e} (the reason is in Ray's logs, /tmp/ray/session_latest/logs)") from None
+
+
+def deploy_failure(status, app: str) -> str:
+    """"the <Deployment> deployment failed: <its replica's exception>" for the first failed deployment
+    of ``app`` in ``serve.status()``, "" if none: the exception is the last line of Serve's message."""
+    application = status.applications.get(app)
+    for name, dep in (application.deployments.items() if application else ()):
+        if getattr(dep.status, "name", str(dep.status)) in ("DEPLOY_FAILED", "UNHEALTHY"):
+            lines = [line.strip() for line in (dep.message or "").splitlines() if line.strip()]
+            return f"the {name} deployment failed: {lines[-1] if lines else dep.status}"
+    return ""
 
 
 AUTH_CODES = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)

@@ -67,5 +67,16 @@ class ScorerConfig:
             raise ValueError(f"{path}: malformed JSON: {e}") from None
         if not isinstance(raw, dict):
             raise ValueError(f"{path}: expected a JSON object")
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in raw.items() if k in names})
+        archs = raw.pop("architectures", None) or []
+        if "model_type" in raw or any(not str(a).startswith("BoundaryScorer") for a in archs):
+            # a target or drafter folder read as an MLP scorer failed later on 57 unexpected tensors
+            raise ValueError(f"{path.parent} is a model folder (model_type {raw.get('model_type', '?')}, "
+                             f"architectures {archs}), not a scorer (its config.json names BoundaryScorer*)")
+        unknown = sorted(set(raw) - {f.name for f in fields(cls)})
+        if unknown:  # a typo (hidden_sise) fell back to the default silently
+            raise ValueError(f"{path}: unknown keys {unknown}; a scorer config.json has "
+                             f"{[f.name for f in fields(cls)]}")
+        try:
+            return cls(**raw)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None

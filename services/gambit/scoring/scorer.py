@@ -45,8 +45,11 @@ def check_rows(states, width: int, hidden_size: int, confidence: bool, device: t
                          f"got shape {tuple(states.shape)}")
     if states.shape[1] != w:
         extra = f" + {w - hidden_size} confidence features (gambit.scoring.confidence)" if confidence else ""
-        raise ValueError(f"states have width {states.shape[1]}, but this scorer reads hidden states "
-                         f"of width hidden_size={hidden_size} (the target's hidden size){extra}")
+        hint = "the confidence features are missing" if confidence and states.shape[1] == hidden_size \
+            else "was the scorer trained for another model?"
+        raise ValueError(f"this scorer reads width {w} (hidden_size {hidden_size}{extra}), but the rows "
+                         f"have width {states.shape[1]} (the model's hidden size"
+                         f"{' + features' if extra else ''}): {hint}")
     if not states.dtype.is_floating_point:
         raise ValueError(f"states must be floating point (float32, bfloat16, float16 or float64), "
                          f"got dtype {states.dtype}")

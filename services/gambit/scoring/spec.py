@@ -7,7 +7,11 @@ A spec is one of:
 * ``mlp`` / ``sequence``: the shipped STEP probe / history-aware GRU (hidden state alone);
 * ``confidence[:<hidden>]``: the training-free ``ConfidenceScorer``;
 * ``random[:<kind>[:<hidden>[:<seed>]]]``: a seeded untrained scorer (tests; no signal);
-* anything else: a scorer folder (config.json + model.safetensors), which must fit the model.
+* anything else: a scorer folder (config.json + model.safetensors), which must fit the model: one
+  of another width is refused where the model's width is known.
+
+A shipped name wins over a folder of that name in the working directory: give ``./mlp`` for the folder
+(``load_scorer_spec`` notes it when both exist).
 
 A shipped scorer reads the shipped target's width. For a model of another width (a real checkpoint)
 ``process`` falls back to the confidence scorer (the signal it leans on, untrained) and ``mlp`` /
@@ -58,10 +62,17 @@ def _int(spec: str, text: str, what: str) -> int:
     return value
 
 
-def check_scorer_spec(spec: str) -> None:
-    """ValueError for a spec ``load_scorer_spec`` refuses, loading nothing: a command checks it before
-    its model loads, whether or not its method scores (a typo went unnoticed under ``--method sc``)."""
-    _checked(spec, DEFAULT_HIDDEN)
+def check_scorer_spec(spec: str, hidden_size: int = 0) -> None:
+    """ValueError for a spec ``load_scorer_spec`` refuses: a command checks it before its model loads,
+    whether or not its method scores (a typo went unnoticed under ``--method sc``). A folder is loaded
+    (a small network): missing weights or another width than ``hidden_size`` (0: unknown) surfaced
+    only after `gambit serve` had started Ray, as "Failed to update the deployments ['Scorer']"."""
+    kind, _ = _checked(spec, hidden_size or DEFAULT_HIDDEN)
+    if kind == "folder":
+        try:
+            load_scorer_spec(spec, hidden_size, note=None)
+        except OSError as e:  # a folder without weights
+            raise ValueError(str(e)) from None
 
 
 def _checked(spec: str, width: int) -> tuple[str, list]:
@@ -98,8 +109,16 @@ def load_scorer_spec(spec: str = "process", hidden_size: int = 0, invariant: boo
         return scoring.ConfidenceScorer(args[0])
     if kind == "random":
         return scoring.random_scorer(args[0], args[1], seed=args[2], invariant=invariant)
-    if kind == "folder":  # must fit: scoring refuses the wrong width
-        return scoring.load_scorer(Path(args[0]), invariant=invariant)
+    if kind == "folder":
+        scorer = scoring.load_scorer(Path(args[0]), invariant=invariant)
+        if hidden_size and scorer.hidden_size != hidden_size:  # served, every call fell back to 0.5
+            raise ValueError(f"--scorer {spec!r}: this scorer folder reads hidden states of width "
+                             f"{scorer.hidden_size}, the model's hidden size is {hidden_size}; give a scorer "
+                             "trained for this model (gambit train scorer --model M --out DIR)")
+        return scorer
+    if spec and note and (Path(spec) / "config.json").is_file():
+        note(f"--scorer {spec!r} is the shipped {kind} scorer; the folder {spec!r} here is not read "
+             f"(give ./{spec} for it)")
     folder = shipped_folder(kind)
     if (folder / "config.json").is_file():
         scorer = scoring.load_scorer(folder, invariant=invariant)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import os
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,10 +24,20 @@ class TLSConfig:
     def __post_init__(self) -> None:
         if bool(self.cert) != bool(self.key):
             raise ValueError("tls: cert and key must be given together")
-        for name in ("cert", "key", "client_ca"):
+        for name, marker, what in (("cert", b"-----BEGIN CERTIFICATE-----", "certificate"),
+                                   ("key", b"PRIVATE KEY-----", "private key"),
+                                   ("client_ca", b"-----BEGIN CERTIFICATE-----", "CA certificate")):
             p = getattr(self, name)
             if p and not Path(p).is_file():
                 raise ValueError(f"tls {name}: file {p} does not exist")
+            if p and marker not in Path(p).read_bytes():  # gRPC said "port in use?" at the bind
+                raise ValueError(f"tls {name} (--tls-{name.replace('_', '-')}): {p} is not a PEM {what}")
+        if self.cert:
+            try:  # a key of another certificate, or an encrypted one (gRPC cannot ask for its password)
+                ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(self.cert, self.key, password="")
+            except ssl.SSLError as e:
+                raise ValueError(f"tls cert, key (--tls-cert, --tls-key): {self.key} is not an unencrypted "
+                                 f"private key of the certificate {self.cert} ({e})") from None
 
     @property
     def enabled(self) -> bool:
@@ -50,7 +61,7 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
     def __init__(self, token: str) -> None:
         if not token:
             raise ValueError("token must be non-empty")
-        self._want = f"Bearer {token}".encode()
+        self._token = token
 
         def deny(request, context):
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
@@ -60,8 +71,7 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
     def intercept_service(self, continuation, details):
         if details.method.startswith(_HEALTH_PREFIXES):
             return continuation(details)
-        got = dict(details.invocation_metadata).get("authorization", "")
-        if hmac.compare_digest(got.encode(), self._want):
+        if check_token(details.invocation_metadata, self._token):
             return continuation(details)
         handler = continuation(details)
         if handler is None:
@@ -72,11 +82,14 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
 
 
 def check_token(metadata, token: str) -> bool:
-    """True when ``metadata`` (pairs) carries the bearer token (or no token is configured)."""
+    """True when ``metadata`` (pairs) carries ``authorization: Bearer <token>`` (or no token is
+    configured)."""
     if not token:
         return True
-    got = dict(metadata or ()).get("authorization", "")
-    return hmac.compare_digest(got.encode(), f"Bearer {token}".encode())
+    scheme, _, got = dict(metadata or ()).get("authorization", "").partition(" ")
+    # the scheme is case-insensitive (RFC 7235: clients send "bearer" too); the token compared in
+    # constant time
+    return scheme.lower() == "bearer" and hmac.compare_digest(got.strip().encode(), token.encode())
 
 
 def check_address(address: str, name: str = "address") -> None:
