@@ -110,7 +110,8 @@ def test_bad_values_are_refused_before_the_rollouts(values, field):
     with pytest.raises(ValueError, match=rf"{field} must be .*, got {list(values.values())[0]!r}"):
         TrainScorerConfig(**values)
     TrainScorerConfig()  # the defaults (the shipped cards') still construct
-    assert TrainScorerConfig(repro_problems=0, repro_epochs=0).repro_problems == 0  # no probe: unused
+    no_probe = TrainScorerConfig(repro_problems=0, repro_epochs=0, out="/tmp/unused")  # not the recipe
+    assert no_probe.repro_problems == 0  # no probe: unused
 
 
 def test_a_split_without_validation_problems_is_refused_before_the_rollouts(tmp_path):
@@ -165,3 +166,65 @@ def test_bad_output_paths_are_refused_before_the_rollouts(tmp_path, capsys):
             code, err = 2, str(e.code)
         assert code == 2 and err.startswith("error: ") and said.format(tmp=tmp_path) in err
     assert not (tmp_path / "cache").exists()  # nothing rolled out
+
+
+@pytest.mark.parametrize("values, said", [
+    ({"model": "smollm2"}, "--model smollm2"), ({"kind": "sequence", "arch": "attn"}, "--arch attn"),
+    ({"n_problems": 16, "samples": 2}, "--n-problems 16, --samples 2"),
+    ({"repro_epochs": 0}, "--repro-epochs 0")])
+def test_other_settings_need_out_rather_than_the_shipped_folder(values, said, tmp_path):
+    """A quick run, another model or architecture wrote over the shipped scorer by default (then
+    `--scorer mlp` read a SmolLM2 scorer and fell back to a random one for the shipped target)."""
+    with pytest.raises(ValueError, match=rf"^give --out DIR: {said} is not the shipped scorer-\w+'s recipe"):
+        TrainScorerConfig(**values)
+    assert TrainScorerConfig(**values, out=str(tmp_path)).out == str(tmp_path)
+
+
+def test_the_shipped_recipe_keeps_its_default_folder(monkeypatch):
+    """Each shipped training.json's settings (relative --model, --isa compatible: the Makefile's) still
+    write their own folder without --out; so do the defaults under other threads or kernels."""
+    from scoring_util import SHIPPED, shipped_training
+
+    from gambit.paths import REPO
+
+    monkeypatch.chdir(REPO)  # where the Makefile runs: --model services/gambit/assets/target
+    for name, folder in SHIPPED.items():
+        cfg = shipped_training(name)["config"]
+        assert TrainScorerConfig(**{**cfg, "out": ""}).out == str(folder)
+    assert TrainScorerConfig(threads=4, train_threads=2, isa="compatible").out == str(SHIPPED["mlp"])
+
+
+def test_cli_without_out_for_other_settings_names_out(tmp_path, capsys):
+    from gambit.cli import main
+
+    try:
+        code, err = main(["train", "scorer", "--n-problems", "16", "--cache-dir", str(tmp_path / "c")]), ""
+    except SystemExit as e:
+        code, err = e.code, str(e.code) + capsys.readouterr().err
+    assert code and "error: give --out DIR: --n-problems 16 is not the shipped scorer-mlp's recipe" in err
+    assert not (tmp_path / "c").exists()
+
+
+def test_model_dim_not_a_multiple_of_the_heads_names_the_flag():
+    """It said "not divisible by num_heads 4", and there is no --num-heads."""
+    with pytest.raises(ValueError, match=r"^--model-dim must be a multiple of 4 \(the scorer's fixed number "
+                                         r"of attention heads\), got 130$"):
+        TrainScorerConfig(kind="sequence", arch="attn", model_dim=130, out="/tmp/unused")
+
+
+def test_kernels_are_built_before_the_rollout_bars(tmp_path, monkeypatch):
+    """Another process compiling the CPU kernels was timed as the first trace (`1/96 [00:27<43:25]`)."""
+    import gambit.scoring.train as train
+    from gambit.engine import cpu_attention
+
+    calls = []
+    monkeypatch.setattr(cpu_attention, "kernel", lambda: calls.append("kernel"))
+
+    def rollouts(*a, **k):
+        calls.append("rollouts")
+        raise KeyboardInterrupt  # stop here: the order is what is checked
+    monkeypatch.setattr(train, "collect_rollouts", rollouts)
+    cfg = TrainScorerConfig(n_problems=16, out=str(tmp_path / "s"), cache_dir=str(tmp_path / "c"))
+    with pytest.raises(KeyboardInterrupt):
+        train.train_scorer(cfg, quiet=True)
+    assert calls == ["kernel", "rollouts"]

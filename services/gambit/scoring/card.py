@@ -6,8 +6,9 @@ import json
 from dataclasses import fields
 from pathlib import Path
 
-from gambit.paths import ASSETS
+from gambit.paths import ASSETS, REPO, TARGET
 from gambit.scoring.evaluate import format_table
+from gambit.scoring.spec import SHIPPED, shipped_folder
 from gambit.scoring.train import TrainScorerConfig
 
 
@@ -29,6 +30,19 @@ def command(cfg: dict) -> str:
             flag = f.name.replace('_', '-')
             parts.append((f"--{flag}" if v else f"--no-{flag}") if isinstance(v, bool) else f"--{flag} {v}")
     return " ".join(parts)
+
+
+def _is(path: str, asset: Path) -> bool:
+    """Whether ``path`` as recorded in training.json (the Makefile's is relative to the checkout)
+    names ``asset``."""
+    p = Path(path)
+    return p == asset.relative_to(REPO) or p.resolve() == asset.resolve()
+
+
+def scorer_spec(folder: Path, cfg: dict) -> str:
+    """What the card's snippet loads: a shipped scorer by its name (``load_scorer_spec("mlp")`` works
+    from any directory), any other by its folder's absolute path."""
+    return next((n for n in SHIPPED if _is(cfg.get("out", ""), shipped_folder(n))), str(folder.resolve()))
 
 
 def write_card(folder: str | Path) -> Path:
@@ -66,20 +80,25 @@ def write_card(folder: str | Path) -> Path:
     best_val = info["loss_history"][d["best_epoch"] - 1]["val_auc"]
     choice = f"validation AUC at the best epoch {best_val:.3f}"
     mlp_json = folder.parent / "scorer-mlp" / "training.json"
-    if sc["kind"] == "sequence" and mlp_json.is_file() and not conf:
-        m = json.loads(mlp_json.read_text())
+    m = json.loads(mlp_json.read_text()) if sc["kind"] == "sequence" and mlp_json.is_file() else None
+    same_split = m and m["data"]["train_rollouts"] == tr and m["config"]["val_percent"] == cfg["val_percent"]
+    if same_split and not conf:
         m_val = m["loss_history"][m["data"]["best_epoch"] - 1]["val_auc"]
-        choice += (f" (the MLP on the same split: {m_val:.3f}; the GRU was kept for its validation AUC — "
-                   "the `--arch attn` variant was not compared within this session's CPU budget)")
+        choice += f" (the MLP on the same split: {m_val:.3f})"
+    model = (f"the shipped target (`{sc['target']}`)" if _is(cfg.get("model", ""), TARGET)
+             else f"the model `{sc['target']}`")
+    spec = scorer_spec(folder, cfg)
+    graded = ("" if label == "final" else f"\nThis scorer was trained on the {label} label: its AUC against "
+              f"that label is the `{label} label` line\nbelow the table.")
     text = f"""# Boundary scorer: {sc['kind']}{'' if sc['kind'] == 'mlp' else f" ({sc['arch']})"}
 
-Scores a reasoning trace of the shipped target (`{sc['target']}`) at every thought boundary (`\\n\\n`)
+Scores a reasoning trace of {model} at every thought boundary (`\\n\\n`)
 from the target's post-final-norm last-layer hidden state (width {sc['hidden_size']}){reads}: {estimates}.
 Gambit's tournament ranks traces by these scores (by default their mean).
 
 ```python
-from gambit.scoring import load_scorer
-scorer = load_scorer("{folder.name}")       # kind={sc['kind']!r}, hidden_size={sc['hidden_size']}
+from gambit.scoring.spec import load_scorer_spec
+scorer = load_scorer_spec("{spec}")   # kind={sc['kind']!r}, hidden_size={sc['hidden_size']}
 scores = scorer.score(keys, states)   # states: float [N, {width}], one row per boundary
 scorer.fork(parent_key, child_key); scorer.drop(key)
 ```
@@ -107,8 +126,9 @@ rollouts on {tr['threads']} (the engine's numerics depend on it){_isa(cfg)} |
 
 ## Held-out AUC (dev-split problems)
 
-Boundary AUC overall and by thought index; "AUC mean" uses the running mean of the trace's scores
-up to that boundary (what the tournament ranks by).
+Boundary AUC against the trace's final correctness ("final ok": the share of boundaries whose trace
+ends with the right answer), overall and by thought index; "AUC mean" uses the running mean of the
+trace's scores up to that boundary (what the tournament ranks by).{graded}
 
 ```
 {format_table(ev)}

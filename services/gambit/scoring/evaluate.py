@@ -144,7 +144,8 @@ def evaluate(scores: torch.Tensor, data: dict) -> dict:
 
 
 def format_table(ev: dict) -> str:
-    lines = [f"{'thought':>8} {'boundaries':>10} {'correct':>8} {'AUC':>7} {'AUC mean':>9}"]
+    lines = ["AUC against the trace's final correctness (final ok: boundaries whose trace is right)",
+             f"{'thought':>8} {'boundaries':>10} {'final ok':>8} {'AUC':>7} {'AUC mean':>9}"]
     for t, r in ev["by_thought"].items():
         lines.append(f"{t:>8} {r['boundaries']:>10} {r['positive']:>8.1%} {r['auc']:>7.3f} "
                      f"{r['auc_running_mean']:>9.3f}")

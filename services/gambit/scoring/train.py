@@ -18,7 +18,7 @@ import hashlib
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from gambit.checks import above, at_least
+from gambit.engine import cpu_attention
 from gambit.model.loader import readable
 from gambit.paths import SCORER_MLP, SCORER_PROCESS, SCORER_SEQUENCE, TARGET, check_output_dir
 from gambit.scoring.auc import auc
@@ -35,7 +36,7 @@ from gambit.scoring.evaluate import evaluate, pad_traces, predict
 from gambit.scoring.labels import LABELS, boundary_labels
 from gambit.scoring.nets import build_net
 from gambit.scoring.repro import environment, fixed_threads
-from gambit.scoring.rollouts import RolloutConfig, collect_rollouts
+from gambit.scoring.rollouts import RolloutConfig, cache_path, collect_rollouts
 from gambit.scoring.scorer import save_scorer
 from gambit.tasks.arithmetic import TaskConfig, generate
 from gambit.train.repro import check_isa, isa_pinned, run_pinned
@@ -43,6 +44,8 @@ from gambit.train.repro import check_isa, isa_pinned, run_pinned
 # (kind, label, confidence) -> the shipped folder a default --out writes to
 SHIPPED = {("mlp", "final", False): SCORER_MLP, ("sequence", "final", False): SCORER_SEQUENCE,
            ("mlp", "process", True): SCORER_PROCESS}
+# fields that only pin rounding or name where files go: any value still runs the shipped recipe
+NOT_RECIPE = ("kind", "label", "confidence", "out", "cache_dir", "isa", "threads", "train_threads")
 
 
 @dataclass
@@ -52,7 +55,7 @@ class TrainScorerConfig:
     kind: str = "mlp"  # "mlp" (STEP probe) or "sequence" (history-aware)
     label: str = "final"  # final: the trace's final correctness (STEP) | process: all thoughts right | path
     confidence: bool = False  # also read the target's sampled-token confidence (see scoring/confidence.py)
-    out: str = ""  # output folder (default: the shipped scorer folder of this kind)
+    out: str = ""  # output folder (default, for the shipped recipe only: the shipped scorer folder)
     arch: str = "gru"  # sequence: "gru" or "attn"
     model_dim: int = 128  # sequence: width of the recurrent / attention model
     model: str = str(TARGET)  # target whose boundary states are read
@@ -78,6 +81,10 @@ class TrainScorerConfig:
     isa: str = "machine"  # kernels' instruction set: machine (floats differ by CPU kind) | compatible
 
     def __post_init__(self) -> None:
+        heads = ScorerConfig.num_heads  # fixed: no flag sets it, so the message names --model-dim
+        if isinstance(self.model_dim, int) and self.model_dim > 0 and self.model_dim % heads:
+            raise ValueError(f"--model-dim must be a multiple of {heads} (the scorer's fixed number of "
+                             f"attention heads), got {self.model_dim}")
         ScorerConfig(kind=self.kind, arch=self.arch, model_dim=self.model_dim)
         if self.label not in LABELS:
             raise ValueError(f"label must be one of {LABELS}, got {self.label!r}")
@@ -104,7 +111,23 @@ class TrainScorerConfig:
             if shipped is None:  # the kind's folder was overwritten by a scorer of other labels
                 raise ValueError(f"give --out: no shipped scorer is --kind {self.kind} --label {self.label}"
                                  f"{' --confidence' if self.confidence else ''}")
+            if off := self.off_recipe():  # a quick or other-model run replaced the shipped scorer
+                raise ValueError(f"give --out DIR: {', '.join(off)} is not the shipped {shipped.name}'s "
+                                 "recipe, and only that recipe writes over its folder by default")
             self.out = str(shipped)
+
+    def off_recipe(self) -> list[str]:
+        """The flags (with their values) whose settings differ from the shipped scorers' recipe: the
+        defaults, on the shipped target."""
+        off = []
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in NOT_RECIPE or f.default is MISSING:
+                continue
+            same = Path(v).resolve() == TARGET.resolve() if f.name == "model" else v == f.default
+            if not same:
+                off.append(f"--{f.name.replace('_', '-')} {v}")
+        return off
 
     def _check_split(self) -> None:
         """Both sides of the fit / validation split hold problems, refused before the rollouts: with no
@@ -290,6 +313,8 @@ def train_scorer(cfg: TrainScorerConfig, quiet: bool = False) -> dict:
     if not isa_pinned(cfg.isa):  # the switches are read when torch loads: a child process runs it
         return run_pinned(cfg.isa, __name__, "train_scorer", asdict(cfg), quiet=quiet)
     cache = cfg.cache_dir or None
+    if any(not cache_path(cfg.rollouts(s), cache).is_file() for s in ("train", "dev")):
+        cpu_attention.kernel()  # compiled (or waited for) now: not timed as the first trace by the bar
     train = collect_rollouts(cfg.rollouts("train"), cache, quiet)
     held = collect_rollouts(cfg.rollouts("dev"), cache, quiet)
     with fixed_threads(cfg.train_threads):
