@@ -125,3 +125,27 @@ def test_the_serve_stop_drains_its_runs_and_goes_on_whatever_fails(monkeypatch, 
     monkeypatch.setattr(drain, "drain", broken)
     commands._drain(ServeConfig(tree="memory"))  # no raise: the stop goes on
     assert "runs in flight not drained (ConnectionError: redis went away)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("host, token, warned", [("0.0.0.0", "", True), ("0.0.0.0", "s3cret", False),
+                                                 ("127.0.0.1", "", False), ("::1", "", False)])
+def test_the_scorer_server_warns_on_every_interface_without_a_token(monkeypatch, capsys, host, token, warned):
+    """`gambit scorer serve --host 0.0.0.0` with no token said nothing (`gambit serve` warns), and
+    `--metrics-port -1` printed "metrics on 127.0.0.1:-1". Nothing is bound here: the server is faked."""
+    from types import SimpleNamespace
+
+    from gambit.cli import build_parser
+    from gambit.serving import commands, scorer_server
+
+    stopped = []
+    fake = SimpleNamespace(port=50061, metrics_port=-1, stop=lambda: stopped.append(1))
+    monkeypatch.setattr(scorer_server, "start_scorer_server", lambda cfg: fake)
+    monkeypatch.setattr(commands, "stop_signals", lambda: lambda: signal.SIGINT)
+    monkeypatch.setenv("GAMBIT_F3_TOKEN", token)
+    args = build_parser().parse_args(["scorer", "serve", "--host", host, "--metrics-port", "-1",
+                                      "--token-env", "GAMBIT_F3_TOKEN"])
+    assert args.func(args) == 0 and stopped == [1]
+    out, err = capsys.readouterr()
+    assert out.startswith(f"ScorerService on {host}:50061, metrics off; Ctrl-C stops")
+    assert ("warning: ScorerService on 0.0.0.0:50061 answers anyone" in err) == warned, err
+    assert "$GAMBIT_F3_TOKEN unset" in err if warned else err == ""

@@ -18,7 +18,7 @@ def test_roundtrip_is_exact(dtype):
     (dict(shape=[4, 12]), "states"),  # bytes do not match N*d*itemsize
     (dict(shape=[5, 13]), "shape"),  # wrong width
     (dict(shape=[60]), "shape"),  # wrong rank
-    (dict(shape=[0, 12]), "shape"),
+    (dict(shape=[0, 12]), "states"),  # N = 0 is allowed (forks and drops alone), with no bytes
     (dict(raw=b"\x00" * 7), "states"),
     (dict(ids=["a"] * 4), "trace_ids"),
     (dict(ids=["a", "", "b", "c", "d"]), "trace_ids"),
@@ -29,6 +29,14 @@ def test_malformed_payload_names_the_field(change, field):
     args.update(change)
     with pytest.raises(ValueError, match=rf"^{field}:"):
         decode_states(args["raw"], args["dtype"], args["shape"], args["ids"], 12, 64)
+
+
+def test_zero_rows_decode_to_an_empty_batch():
+    """A request of forks and drops alone: it was refused ("N=0 rows must be in [1, 4096]")."""
+    assert decode_states(b"", "float32", [0, 12], [], 12, 64).shape == (0, 12)
+    assert decode_features([], 0, 2).shape == (0, 2)
+    with pytest.raises(ValueError, match=r"^trace_ids: 1 ids for 0 rows"):
+        decode_states(b"", "float32", [0, 12], ["a"], 12, 64)
 
 
 def test_too_many_rows_and_nan_are_refused():

@@ -140,6 +140,35 @@ def test_health_reflection_and_metrics(server):
     assert float(lines['gambit_request_errors_total{code="INVALID_ARGUMENT",rpc="Score"}']) >= 1
 
 
+def test_refused_tokens_are_counted_and_drops_travel_alone(server):
+    """The token interceptor answered UNAUTHENTICATED before the servicer counted anything (the Ray
+    deployment counts it); a request of N = 0 rows (drops only) was INVALID_ARGUMENT."""
+    def count(rpc):
+        text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics").read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(f'gambit_request_errors_total{{code="UNAUTHENTICATED",rpc="{rpc}"}}'))
+
+    before = count("Score"), count("Info")
+    for md in ((), (("authorization", "Bearer wrong"),)):
+        with pytest.raises(grpc.RpcError):
+            stub(server).Score(request(torch.randn(1, H), ["u:1"]), metadata=md)
+    with pytest.raises(grpc.RpcError):
+        stub(server).Info(pb2.InfoRequest())
+    assert (count("Score"), count("Info")) == (before[0] + 2, before[1] + 1)
+    stub(server).Score(request(torch.randn(2, H), ["u:1", "u:2"]), metadata=AUTH)
+    keys = server.core.scorer.num_keys
+    empty = pb2.ScoreRequest(states=b"", dtype="float32", shape=[0, H], drops=["u:1", "u:2"])
+    assert list(stub(server).Score(empty, metadata=AUTH).scores) == []
+    assert server.core.scorer.num_keys == keys - 2
+
+
+def test_a_batch_wait_past_a_targets_timeout_is_refused():
+    """--batch-wait-ms 40000 was taken: every call then failed after 30 s with "scoring failed: "."""
+    with pytest.raises(ValueError, match="batch_wait_ms must be at most 1000"):
+        ScorerServerConfig(batch_wait_ms=40000)
+    assert ScorerServerConfig(batch_wait_ms=1000).batch_wait_ms == 1000
+
+
 def test_tls_server_and_remote_scorer_client(tmp_path):
     key, crt = tmp_path / "key.pem", tmp_path / "crt.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",

@@ -94,14 +94,29 @@ def _cmd_client_cancel(args) -> int:
     return cancel_run(args.run_id, from_args(ConnectConfig, args))
 
 
+def _loopback(host: str) -> bool:
+    """Whether ``host`` answers this machine alone (no warning needed without a token)."""
+    import ipaddress
+
+    try:
+        return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a name: it may resolve to any interface
+        return False
+
+
 def _cmd_scorer_serve(args) -> int:
     from gambit.serving.scorer_server import ScorerServerConfig, start_scorer_server
+    from gambit.serving.security import open_server_warning
 
     cfg = from_args(ScorerServerConfig, args)
     wait = stop_signals()
     srv = start_scorer_server(cfg)
-    print(f"ScorerService on {cfg.host}:{srv.port}, metrics on {cfg.host}:{srv.metrics_port}; Ctrl-C stops",
-          flush=True)
+    warn = "" if _loopback(cfg.host) else open_server_warning(f"ScorerService on {cfg.host}:{srv.port}",
+                                                              cfg.token_env)
+    if warn:
+        print(warn, file=sys.stderr, flush=True)
+    metrics = f"metrics on {cfg.host}:{srv.metrics_port}" if srv.metrics_port >= 0 else "metrics off"
+    print(f"ScorerService on {cfg.host}:{srv.port}, {metrics}; Ctrl-C stops", flush=True)
     try:
         print(f"{signal.Signals(wait()).name}: stopping", flush=True)
     finally:

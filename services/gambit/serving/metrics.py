@@ -14,8 +14,10 @@ from dataclasses import dataclass
 # reads above it, so at 120 the alert could not fire), and runs of 10-60 s get buckets of their own
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0,
                    90.0, 120.0, 180.0, 300.0, 600.0, 1200.0)
-SCORER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+# past 1 s: a Score call's latency counts its wait in the Scorer's queue, and a Target gives up at 2 s
+SCORER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 5.0)
+# up to ScorerServerConfig.max_rows (4096 rows in one request): a full request had only +Inf
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 
 @dataclass(frozen=True)
@@ -52,9 +54,10 @@ SPECS = [
          ("decoding",)),
     Spec("gambit_spec_decode_capped_steps_total", "counter",
          "Steps whose speculative traces decoded plainly (batch above spec.max_batch)"),
-    Spec("gambit_scorer_latency_seconds", "histogram", "One Score call, scored by the Scorer", (),
+    Spec("gambit_scorer_latency_seconds", "histogram",
+         "One Score call in the Scorer: its wait in queue and micro-batch, then the forward", (),
          SCORER_BUCKETS),
-    Spec("gambit_scorer_batch_size", "histogram", "States per Score call", (), BATCH_BUCKETS),
+    Spec("gambit_scorer_batch_size", "histogram", "States (rows) per Score call", (), BATCH_BUCKETS),
     Spec("gambit_guidance_sync_seconds", "histogram",
          "One Score call as the Target waits for it: states to the scorer and back", (), SCORER_BUCKETS),
     Spec("gambit_scorer_fallback_total", "counter",

@@ -42,8 +42,8 @@ def decode_states(raw: bytes, dtype: str, shape: Sequence[int], trace_ids: Seque
     n, d = shape
     if d != hidden_size:
         raise ValueError(f"shape: width d={d} does not match the scorer's hidden size {hidden_size}")
-    if n < 1 or n > max_rows:
-        raise ValueError(f"shape: N={n} rows must be in [1, {max_rows}]")
+    if not 0 <= n <= max_rows:  # 0: a request that only carries forks and drops
+        raise ValueError(f"shape: N={n} rows must be in [0, {max_rows}]")
     want = n * d * _ITEMSIZE[dtype]
     if len(raw) != want:
         raise ValueError(f"states: {len(raw)} bytes, but {dtype} x {shape} needs {want}")
@@ -60,7 +60,7 @@ def decode_states(raw: bytes, dtype: str, shape: Sequence[int], trace_ids: Seque
     a = a.reshape(n, d)
     if not np.isfinite(a).all():
         raise ValueError("states: contains NaN or infinity")
-    big = float(np.abs(a).max())
+    big = float(np.abs(a).max()) if n else 0.0
     if big > MAX_STATE:  # finite, but a scorer's layers overflow on it: NaN scores, not in [0, 1]
         raise ValueError(f"states: |value| up to {big:.3g}, at most {MAX_STATE:g} (float16's range; a "
                          "post-norm hidden state is far smaller)")

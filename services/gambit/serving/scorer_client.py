@@ -8,7 +8,9 @@ error or timeout), the call is answered by the **fallback**: each row gets its t
 the scores the scorer gave before (0.5 for a trace it never scored), so the round ranks traces as the
 scorer last saw them and new boundaries neither help nor hurt. ``gambit_scorer_fallback_total`` counts
 such calls; after a failure the client skips the network for ``retry_after_s`` before trying again,
-doubled for each failure in a row up to ``MAX_RETRY_AFTER_S``.
+doubled for each failure in a row up to ``MAX_RETRY_AFTER_S``. Forks and drops stay queued until a call
+carries them through (a retried fork or drop is harmless: the Scorer drops a fork's child first), so a
+failed call costs its own scores, not the history of every trace forked meanwhile.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ log = logging.getLogger(__name__)
 # longest back-off after failed calls in a row: a hung Scorer (each try waits out the timeout on the direct
 # endpoint and on the proxy) made runs 3.3x slower at a fixed 1 s; a Scorer back within 30 s is used again
 MAX_RETRY_AFTER_S = 30.0
+# forks + drops kept for the next call while the Scorer is down (the oldest go first beyond it: a Scorer
+# down that long keeps some dropped histories, as before, instead of the client growing without end)
+MAX_PENDING = 65536
 
 
 class RemoteScorer:
@@ -76,12 +81,17 @@ class RemoteScorer:
         self._maybe_resolve()
 
     def fork(self, parent_key: Hashable, child_key: Hashable) -> None:
+        if not str(parent_key) or not str(child_key) or str(parent_key) == str(child_key):
+            # the Scorer refuses it: kept for a retry, it would fail every later call
+            raise ValueError(f"fork: bad fork {str(parent_key)!r} -> {str(child_key)!r}")
         with self._lock:
             self._forks.append((str(parent_key), str(child_key)))
             if str(parent_key) in self._sum:
                 self._sum[str(child_key)] = self._sum[str(parent_key)]
 
     def drop(self, key: Hashable) -> None:
+        if not str(key):
+            raise ValueError("drop: empty trace id")
         with self._lock:
             self._drops.append(str(key))
             self._sum.pop(str(key), None)
@@ -134,6 +144,7 @@ class RemoteScorer:
         self.sync_seconds += dt
         self.calls += 1
         if scores is None:
+            self._requeue(forks, drops)
             self.fallbacks += 1
             if self.metrics is not None:
                 self.metrics.inc("gambit_scorer_fallback_total")
@@ -146,6 +157,17 @@ class RemoteScorer:
                 tot, n = self._sum.get(k, (0.0, 0))
                 self._sum[k] = (tot + s, n + 1)
         return scores
+
+    def _requeue(self, forks: list[tuple[str, str]], drops: list[str]) -> None:
+        """Put a failed call's forks and drops back, before any queued since, for the next call."""
+        with self._lock:
+            self._forks, self._drops = forks + self._forks, drops + self._drops
+            over = len(self._forks) + len(self._drops) - MAX_PENDING
+            if over > 0:
+                log.warning("scorer down: %d queued forks/drops discarded (the oldest)", over)
+                cut = min(over, len(self._drops))
+                self._drops = self._drops[cut:]
+                self._forks = self._forks[over - cut:]
 
     def _call(self, stub, req, n: int) -> torch.Tensor | None:
         try:

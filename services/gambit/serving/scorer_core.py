@@ -32,6 +32,7 @@ class ScoreJob:
     forks: list[tuple[str, str]]
     drops: list[str]
     future: Future
+    submitted: float = 0.0  # perf_counter at submit: the call's latency counts its queue and batch wait
 
 
 class ScorerCore:
@@ -39,7 +40,9 @@ class ScorerCore:
 
     Requests arriving within ``batch_wait_s`` of each other (up to ``max_batch_rows`` rows) are
     scored by one ``score`` call. Rows keep their request's order, so a sequence scorer sees each
-    key's boundaries in order.
+    key's boundaries in order. A batch applies all its forks, scores, then applies all its drops: it
+    closes before a request whose keys or forks touch an earlier one's (``_joins``), so every request
+    is answered as if served alone, in arrival order.
     """
 
     def __init__(self, scorer, max_rows: int = 4096, batch_wait_s: float = 0.002,
@@ -79,12 +82,17 @@ class ScorerCore:
         with self._cv:
             if self._closed:
                 raise RuntimeError("scorer is shut down")
+            job.submitted = time.perf_counter()
             self._queue.append(job)
             self._cv.notify()
         return job.future
 
     def score(self, job: ScoreJob, timeout: float | None = 30.0) -> torch.Tensor:
-        return self.submit(job).result(timeout)
+        try:
+            return self.submit(job).result(timeout)
+        except TimeoutError:  # its str() is empty: the server answered "scoring failed: "
+            msg = f"timed out after {timeout:g} s waiting for the scorer (busy or stuck)"
+            raise TimeoutError(msg) from None
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Stop taking jobs and wait for the batcher to end. Joined, not left running as a daemon: the
@@ -108,10 +116,14 @@ class ScorerCore:
                 if left <= 0:
                     break
                 self._cv.wait(left)
-            jobs, rows = [], 0
-            while self._queue and (not jobs or rows + len(self._queue[0].keys) <= self.max_batch_rows):
-                rows += len(self._queue[0].keys)
-                jobs.append(self._queue.pop(0))
+            jobs, rows, seen, dropped = [], 0, set(), set()
+            while self._queue and (not jobs or (rows + len(self._queue[0].keys) <= self.max_batch_rows
+                                                and _joins(self._queue[0], seen, dropped))):
+                job = self._queue.pop(0)
+                rows += len(job.keys)
+                seen.update(job.keys, job.drops)
+                dropped.update(job.drops)
+                jobs.append(job)
             return jobs
 
     def _loop(self) -> None:
@@ -119,14 +131,15 @@ class ScorerCore:
             jobs = self._take()
             if not jobs:
                 return
-            t0 = time.perf_counter()
             try:
                 for j in jobs:
                     for parent, child in j.forks:
                         self.scorer.drop(child)
                         self.scorer.fork(parent, child)
                 keys = [k for j in jobs for k in j.keys]
-                out = self.scorer.score(keys, torch.cat([j.states for j in jobs]))
+                # N = 0 (forks and drops only): no forward, some scorers refuse an empty batch
+                out = (self.scorer.score(keys, torch.cat([j.states for j in jobs])) if keys
+                       else torch.zeros(0))
                 for j in jobs:
                     for d in j.drops:
                         self.scorer.drop(d)
@@ -135,10 +148,17 @@ class ScorerCore:
                     j.future.set_exception(e)
                 continue
             self.calls += 1
-            if self.metrics is not None:
-                self.metrics.observe("gambit_scorer_latency_seconds", time.perf_counter() - t0)
-                self.metrics.observe("gambit_scorer_batch_size", len(keys))
-            i = 0
+            i, done = 0, time.perf_counter()
             for j in jobs:
+                if self.metrics is not None:  # per Score call: its rows; its queue + batch wait + forward
+                    self.metrics.observe("gambit_scorer_latency_seconds", done - j.submitted)
+                    self.metrics.observe("gambit_scorer_batch_size", len(j.keys))
                 j.future.set_result(out[i:i + len(j.keys)])
                 i += len(j.keys)
+
+
+def _joins(job: ScoreJob, seen: set[str], dropped: set[str]) -> bool:
+    """Whether ``job`` may share a batch with the earlier jobs (their keys and drops ``seen``, their
+    drops ``dropped``): its forks move before their rows and drops, their drops after its rows."""
+    forked = {k for f in job.forks for k in f}
+    return not (forked & seen) and not (dropped & set(job.keys))

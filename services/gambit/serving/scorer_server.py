@@ -19,11 +19,14 @@ from gambit.serving.grpc_common import add_health_and_reflection
 from gambit.serving.metrics import Metrics, PrometheusBackend
 from gambit.serving.protos import load
 from gambit.serving.scorer_core import ScorerCore
-from gambit.serving.security import BearerTokenInterceptor, TLSConfig, add_port
+from gambit.serving.security import BearerTokenInterceptor, TLSConfig, add_port, check_token
 
 log = logging.getLogger(__name__)
 
 SCORER_METRICS = ("gambit_scorer_latency_seconds", "gambit_scorer_batch_size", "gambit_request_errors_total")
+RPCS = ("Score", "Info")  # the ScorerService's methods: the only ``rpc`` labels counted
+# a longer wait delays every call by it; a Target's call times out after 2 s (RemoteScorer.timeout_s)
+MAX_BATCH_WAIT_MS = 1000.0
 
 
 @dataclass
@@ -39,7 +42,7 @@ class ScorerServerConfig:
     tls_key: str = ""  # PEM private key of --tls-cert ("" = plaintext)
     tls_client_ca: str = ""  # PEM CA for client certificates (mTLS; "" = none asked)
     max_rows: int = 4096  # most state rows in one request
-    batch_wait_ms: float = 2.0  # how long the batcher waits for more requests, milliseconds
+    batch_wait_ms: float = 2.0  # how long the batcher waits for more requests, milliseconds (at most 1000)
     max_batch_rows: int = 1024  # rows scored by one forward at most
     workers: int = 8  # gRPC handler threads
     tls: TLSConfig = field(init=False, repr=False)
@@ -54,6 +57,9 @@ class ScorerServerConfig:
             raise ValueError("host must be an address to bind, e.g. 127.0.0.1")
         at_least(1, max_rows=self.max_rows, max_batch_rows=self.max_batch_rows, workers=self.workers)
         at_least(0, batch_wait_ms=self.batch_wait_ms)  # NaN too
+        if self.batch_wait_ms > MAX_BATCH_WAIT_MS:
+            raise ValueError(f"batch_wait_ms must be at most {MAX_BATCH_WAIT_MS:g} (each call waits it; a "
+                             f"Target's call times out after 2 s), got {self.batch_wait_ms:g}")
         self.tls = TLSConfig(self.tls_cert, self.tls_key, self.tls_client_ca)
 
 
@@ -81,6 +87,21 @@ class ScorerServicer:
                                      features=self.core.features)
 
 
+class RefusalCounter(grpc.ServerInterceptor):
+    """Counts the calls the bearer-token interceptor refuses in ``gambit_request_errors_total`` (it answers
+    UNAUTHENTICATED before the servicer, which counts every other error), as the Ray deployment does."""
+
+    def __init__(self, token: str, metrics: Metrics) -> None:
+        self.token, self.metrics = token, metrics
+
+    def intercept_service(self, continuation, details):
+        rpc = details.method.rsplit("/", 1)[-1]
+        if (details.method.startswith("/gambit.v1.ScorerService/") and rpc in RPCS
+                and not check_token(details.invocation_metadata, self.token)):
+            self.metrics.inc("gambit_request_errors_total", code="UNAUTHENTICATED", rpc=rpc)
+        return continuation(details)
+
+
 @dataclass
 class RunningScorer:
     server: grpc.Server
@@ -102,7 +123,7 @@ def scorer_grpc_server(core: ScorerCore, metrics: Metrics, address: str, token: 
     """A started ScorerService server over ``core`` (health, reflection, bearer token, TLS); its port.
     The standalone server and each Ray Serve Scorer replica (its direct endpoint) use it."""
     pb2, pb2_grpc = load("scorer")
-    interceptors = [BearerTokenInterceptor(token)] if token else []
+    interceptors = [RefusalCounter(token, metrics), BearerTokenInterceptor(token)] if token else []
     # so_reuseport 0: a taken port fails here; with gRPC's default a second server shares it silently and
     # the kernel splits the connections between the two
     server = grpc.server(futures.ThreadPoolExecutor(workers), interceptors=interceptors,

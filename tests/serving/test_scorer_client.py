@@ -1,0 +1,79 @@
+"""RemoteScorer keeps queued forks and drops until a call carries them through: a refused call, or one
+skipped during back-off, costs its own scores, not the histories of the traces forked meanwhile."""
+
+import pytest
+import torch
+
+from gambit.scoring import random_scorer
+from gambit.serving import scorer_client
+from gambit.serving.scorer_client import RemoteScorer
+from gambit.serving.scorer_server import ScorerServerConfig, start_scorer_server
+
+H = 16
+X = torch.randn(6, H, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.fixture
+def server():
+    cfg = ScorerServerConfig(port=0, metrics_port=-1, token_env="", batch_wait_ms=0)
+    srv = start_scorer_server(cfg, scorer=random_scorer("sequence", H, seed=3))
+    yield srv
+    srv.stop()
+
+
+def refused() -> torch.Tensor:
+    bad = X[5:6].clone()
+    bad[0, 0] = 1e6  # |value| > 65504: INVALID_ARGUMENT, the call falls back
+    return bad
+
+
+@pytest.mark.parametrize("in_back_off", [False, True])
+def test_a_fork_survives_a_refused_call_and_a_skipped_one(server, in_back_off):
+    client = RemoteScorer(f"127.0.0.1:{server.port}", H, kind="sequence",
+                          retry_after_s=60.0 if in_back_off else 0.0)
+    ref = random_scorer("sequence", H, seed=3)
+    try:
+        parent = []
+        for i in (0, 1):
+            parent += client.score(["t:p"], X[i:i + 1]).tolist()
+            ref.score(["t:p"], X[i:i + 1])
+        client.fork("t:p", "t:c")
+        ref.fork("t:p", "t:c")
+        assert client.score(["t:x"], refused()).tolist() == [0.5] and client.fallbacks == 1
+        if in_back_off:  # no call at all: the fallback (the parent's running mean), the fork still queued
+            assert client.score(["t:c"], X[2:3]).item() == pytest.approx(sum(parent) / 2)
+            assert client.fallbacks == 2
+            client._down_until = 0.0  # the back-off is over
+        got = client.score(["t:c"], X[3:4]).item()
+        assert got == pytest.approx(ref.score(["t:c"], X[3:4]).item(), abs=1e-6)  # 0.5166 vs 0.4045 before
+        for k in ("t:p", "t:c"):
+            client.drop(k)
+        client.score(["t:x"], refused())  # the drops ride on a refused call ...
+        client._down_until = 0.0
+        client.score(["t:y"], X[4:5])  # ... and on the next one, which lands
+        client.drop("t:y")
+        client.score(["t:z"], X[4:5])
+        assert server.core.scorer.num_keys == 1  # only t:z's history is left
+    finally:
+        client.close()
+
+
+def test_a_fork_the_scorer_would_refuse_is_refused_at_once():
+    """Queued, a self-fork would be refused with every later call, and kept for the next one."""
+    client = RemoteScorer("127.0.0.1:1", H)
+    with pytest.raises(ValueError, match="fork: bad fork 'a' -> 'a'"):
+        client.fork("a", "a")
+    with pytest.raises(ValueError, match="drop: empty trace id"):
+        client.drop("")
+    client.close()
+
+
+def test_forks_and_drops_kept_while_down_are_bounded(monkeypatch):
+    monkeypatch.setattr(scorer_client, "MAX_PENDING", 4)
+    client = RemoteScorer("127.0.0.1:1", H, timeout_s=0.2, retry_after_s=0.0)
+    for i in range(3):
+        client.fork(f"p{i}", f"c{i}")
+        client.drop(f"d{i}")
+    client.score(["a"], X[0:1])  # unreachable: all six put back, the two oldest drops go
+    assert client._forks == [("p0", "c0"), ("p1", "c1"), ("p2", "c2")] and client._drops == ["d2"]
+    client.close()
