@@ -29,6 +29,7 @@ from gambit.serving.protos import load
 from gambit.serving.security import check_token
 from gambit.serving.solve_config import check_run_id, from_request, server_defaults
 from gambit.serving.tree_view import (
+    CANCELLED_BY_RPC,
     ENDED,
     RETENTION_S,
     STREAM_CLOSED,
@@ -36,6 +37,18 @@ from gambit.serving.tree_view import (
     open_tree_view,
     taken_message,
 )
+
+QUEUED_POLL_S = 0.5  # while a Solve waits in Serve's queue, its cancel flag is read this often
+UNSTARTED = " (before a Target admitted it)"
+
+
+def ended_result(run_id: str, status: str, message: str, total_s: float = 0.0) -> dict:
+    """The result record of a run that ended with no Target's result (never admitted, its Target lost,
+    failed after it started): RunInfo.result is set for every ended run, and its message says why."""
+    return {"kind": "result", "run_id": run_id, "status": status, "answer": "", "majority_answer": "",
+            "weighted_answer": "", "majority_votes": {}, "weighted_votes": {}, "traces": [],
+            "generated_tokens": 0, "prompt_tokens": 0, "rounds": 0, "total_s": total_s, "message": message,
+            "solution": "", "solution_trace": -1}
 
 
 @dataclass
@@ -144,7 +157,7 @@ class Coordinator:
         except Exception as e:  # noqa: BLE001 — every failure becomes a status code
             if isinstance(e, TargetLost) or (call.stream is not None and not call.got_result
                                              and not isinstance(e, RPCError)):
-                e = await self._target_lost(run_id, e)
+                e = await self._target_lost(run_id, e, time.perf_counter() - call.t0)
             self._fail(grpc_context, e, "Solve")
         finally:
             if call.first is None and call.stream is not None:
@@ -153,7 +166,7 @@ class Coordinator:
             if call.stream is not None and not (call.got_result or call.refused):  # went away: free the KV
                 call.stream.cancel()
                 asyncio.get_running_loop().run_in_executor(None, self._flag_cancel, run_id,
-                                                           call.first is None)
+                                                           call.first is None, time.perf_counter() - call.t0)
 
     async def _relay(self, call: Call, args: tuple, method: str):
         """The run's events from its Target as SolveEvents. A replica that refuses the run for its KV
@@ -165,7 +178,11 @@ class Coordinator:
         while not call.got_result:
             retry = False
             try:
-                async for d in call.stream:
+                async for d in self._events(call, run_id):
+                    if d.get("unstarted"):  # cancelled while Serve queued it (``_events``)
+                        call.got_result = True
+                        yield self._result(d, call, method)
+                        return
                     if d["kind"] == "error":
                         if call.try_elsewhere(d, self.target_replicas):
                             retry = True
@@ -174,13 +191,15 @@ class Coordinator:
                             call.refused = True  # (no cancel flag either: it would stop the retry)
                             await asyncio.to_thread(self.tree.delete_run, run_id)
                         else:
-                            await asyncio.to_thread(self.tree.put_run, run_id, status="failed",
-                                                    message=d["message"])
+                            await asyncio.to_thread(
+                                self.tree.put_run, run_id, status="failed", message=d["message"],
+                                result=ended_result(run_id, "failed", d["message"],
+                                                    time.perf_counter() - call.t0))
                         raise RPCError(getattr(grpc.StatusCode, d["code"]), d["message"])
                     if call.first is None:
                         call.first = self._first_event(call.t0, method)
-                        asyncio.get_running_loop().run_in_executor(None, self._record_first_event, run_id,
-                                                                   call.first)
+                        asyncio.get_running_loop().run_in_executor(None, self._record, run_id,
+                                                                   {"first_event_s": call.first})
                     if d["kind"] == "started" and d.get("resumed"):
                         lost.taken_over()
                         await asyncio.to_thread(self.tree.put_run, run_id, status="running",
@@ -209,6 +228,49 @@ class Coordinator:
                     return
                 call.stream = self.stream.run.remote(*args, resume=True)
 
+    async def _events(self, call: Call, run_id: str):
+        """``call.stream``'s dicts. While none has come (the run waits in Serve's queue, no Target admitted
+        it) its cancel flag is read every ``QUEUED_POLL_S``: a flagged run ends here at once, with a
+        cancelled result marked ``unstarted``, where it ended only once a Target slot freed."""
+        it = call.stream.__aiter__()
+        while call.first is None:
+            nxt = asyncio.ensure_future(it.__anext__())
+            nxt.add_done_callback(lambda f: f.cancelled() or f.exception())  # read even when left behind
+            try:
+                while not (await asyncio.wait({nxt}, timeout=QUEUED_POLL_S))[0]:
+                    reason = await asyncio.to_thread(self._flagged, run_id)
+                    if reason:
+                        call.stream.cancel()
+                        message = reason + UNSTARTED
+                        d = ended_result(run_id, "cancelled", message, time.perf_counter() - call.t0)
+                        await asyncio.to_thread(self._end_queued, run_id, message, d)
+                        yield d | {"unstarted": True}
+                        return
+            finally:
+                if not nxt.done():
+                    nxt.cancel()
+            try:
+                d = nxt.result()
+            except StopAsyncIteration:
+                return
+            yield d
+        async for d in it:
+            yield d
+
+    def _flagged(self, run_id: str) -> str:
+        """The run's cancel flag ("" when none, or Redis does not answer: the run waits on)."""
+        try:
+            return self.tree.cancel_requested([run_id]).get(run_id, "")
+        except StoreUnavailable:
+            return ""
+
+    def _end_queued(self, run_id: str, message: str, result: dict) -> bool:
+        """End a run's record while it is still queued (no Target admitted it): True when ended."""
+        try:
+            return self.tree.put_run_if(run_id, "queued", status="cancelled", message=message, result=result)
+        except StoreUnavailable:
+            return False
+
     def _first_event(self, t0: float, method: str) -> float:
         first = time.perf_counter() - t0
         self.waiting -= 1
@@ -222,21 +284,26 @@ class Coordinator:
             self.metrics.inc("gambit_request_errors_total", code="INTERNAL", rpc="Solve")
         else:
             self.metrics.observe("gambit_e2e_request_latency_seconds", e2e, method=method)
-        return self.pb2.SolveEvent(result=result_msg(self.pb2, {**d, "first_event_s": call.first},
+        # request to result, as the Coordinator saw it: the Target's own clock starts at admission (after
+        # any time in Serve's queue) and again on the replica that takes a run over. Kept beside the
+        # Target's result in the record, for GetRun.
+        asyncio.get_running_loop().run_in_executor(None, self._record, d["run_id"], {"total_s": e2e})
+        return self.pb2.SolveEvent(result=result_msg(self.pb2, {**d, "total_s": e2e},
                                                      first_event_s=call.first or 0.0))
 
-    async def _target_lost(self, run_id: str, e: Exception) -> RPCError:
+    async def _target_lost(self, run_id: str, e: Exception, total_s: float = 0.0) -> RPCError:
         """No replica took the run over (or the stream broke another way): the run ends in Redis as
         ``failed`` (GetRun says so; its tree stays there) and the client gets UNAVAILABLE to retry."""
         why = str(e) if isinstance(e, TargetLost) else f"target lost mid-run ({type(e).__name__})"
         message = f"{why}; the run ended as failed (GetRun {run_id} shows it; a retry takes a new run_id)"
         try:
-            await asyncio.to_thread(self.tree.put_run, run_id, status="failed", message=message)
+            await asyncio.to_thread(self.tree.put_run, run_id, status="failed", message=message,
+                                    result=ended_result(run_id, "failed", message, total_s), total_s=total_s)
         except StoreUnavailable:
             pass
         return RPCError(grpc.StatusCode.UNAVAILABLE, message)
 
-    def _flag_cancel(self, run_id: str, unstarted: bool = False) -> None:
+    def _flag_cancel(self, run_id: str, unstarted: bool = False, total_s: float = 0.0) -> None:
         """The Target polls these flags too: a stream cancel that is lost still stops the run. A run no
         Target admitted yet (``unstarted``: still in Serve's queue) has no Target to end its record: it
         ends here, unless a Target admitted it meanwhile (it said "queued" for the whole retention, its
@@ -244,16 +311,18 @@ class Coordinator:
         try:
             self.tree.request_cancel(run_id, STREAM_CLOSED)
             if unstarted:
-                self.tree.put_run_if(run_id, "queued", status="cancelled",
-                                     message=f"{STREAM_CLOSED} (before a Target admitted it)")
+                message = STREAM_CLOSED + UNSTARTED
+                self.tree.put_run_if(run_id, "queued", status="cancelled", message=message, total_s=total_s,
+                                     result=ended_result(run_id, "cancelled", message, total_s))
         except StoreUnavailable:
             pass
 
-    def _record_first_event(self, run_id: str, first_s: float) -> None:
-        """The time to the first event is measured here, not on the Target that records the result:
-        kept beside it in the run record so that GetRun's result carries it too (off the stream's path)."""
+    def _record(self, run_id: str, fields: dict) -> None:
+        """Times measured here (``first_event_s``, ``total_s``), not on the Target that records the
+        result: kept beside it in the run record so that GetRun's result carries them too (off the
+        stream's path)."""
         try:
-            self.tree.put_run(run_id, first_event_s=first_s)
+            self.tree.put_run(run_id, **fields)
         except StoreUnavailable:
             pass
 
@@ -281,8 +350,13 @@ class Coordinator:
                 info.settings.CopyFrom(settings_msg(self.pb2, rec["settings"]))
             if rec.get("progress"):
                 info.last_progress.CopyFrom(progress_msg(self.pb2, rec["progress"]))
-            if rec.get("result"):
-                info.result.CopyFrom(result_msg(self.pb2, rec["result"],
+            result = rec.get("result")
+            if not result and info.status in ENDED:  # a record written with no result (before stop 66)
+                result = ended_result(run_id, info.status, str(rec.get("message") or ""))
+            if result:
+                if rec.get("total_s") is not None:  # request to result, measured by the Coordinator
+                    result = {**result, "total_s": float(rec["total_s"])}
+                info.result.CopyFrom(result_msg(self.pb2, result,
                                                 first_event_s=float(rec.get("first_event_s") or 0.0)))
             return info
         except Exception as e:  # noqa: BLE001
@@ -294,6 +368,12 @@ class Coordinator:
             if rec.get("status") in ENDED:
                 return self.pb2.CancelRunResponse(run_id=run_id, cancelled=False, status=rec["status"])
             await asyncio.to_thread(self.tree.request_cancel, run_id)
+            if rec.get("status") == "queued":  # no Target holds it: it ends now (its Solve's relay sees the
+                message = CANCELLED_BY_RPC + UNSTARTED  # flag; a Target that gets it later refuses it)
+                if await asyncio.to_thread(self.tree.put_run_if, run_id, "queued", status="cancelled",
+                                           message=message,
+                                           result=ended_result(run_id, "cancelled", message)):
+                    return self.pb2.CancelRunResponse(run_id=run_id, cancelled=True, status="cancelled")
             try:  # fast path: the replica the router picks stops it now if it holds it (one Target:
                 # always); the flag above reaches whichever replica holds it within its poll interval
                 await asyncio.wait_for(self.target.cancel.remote(run_id), timeout=2.0)
