@@ -205,14 +205,20 @@ def test_a_queued_solve_stream_ends_cancelled_once_its_flag_is_set(view, monkeyp
 
 def test_a_target_refuses_a_run_cancelled_before_it_got_it(view):
     """A run cancelled in Serve's queue was admitted once a slot freed, prefilled and stepped before the
-    flag poll stopped it: the Target now reads the flag first and spends no engine step on it."""
+    flag poll stopped it: its TargetService now reads the flag at admission and refuses it
+    (``CancelFlagged``, tests/serving/test_target_service.py); the Target ends its record and stream."""
+    from concurrent.futures import Future
+
     from gambit.deployments.target import Target
+    from gambit.serving.target_service import CancelFlagged
 
     class Svc:
         tree, scorer = view, None
 
-        def submit_run(self, *a, **k):
-            raise AssertionError("a cancelled run must not reach the engine")
+        def submit_run(self, run_id, *a, **k):  # what admission answers for a flagged run
+            fut = Future()
+            fut.set_exception(CancelFlagged(view.cancel_requested([run_id])[run_id]))
+            return fut
 
     me = type("T", (), {"svc": Svc(), "loop": None, "replica": "r0"})()
     view.claim_run("q4", status="queued")

@@ -6,7 +6,8 @@ the replica whose KV holds it with the most room left; a replica that cannot hol
 the run is tried on the others before RESOURCE_EXHAUSTED) and relays the run's events. If that
 replica dies mid-run, another one takes the run over from its tree in Redis (``takeover``). The
 tournament itself runs inside the Target next to its engine (see README, "Architecture"), so a
-Coordinator holds no run state: any replica serves GetRun/CancelRun.
+Coordinator holds no run state: any replica serves GetRun/CancelRun. The records it writes itself
+(runs that end with no Target's result) and GetRun's reading are ``run_records``.
 """
 
 from __future__ import annotations
@@ -19,36 +20,30 @@ import uuid
 from dataclasses import asdict, dataclass
 
 import grpc
-from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.json_format import MessageToDict
 from ray import serve
 
 from gambit.deployments.ray_metrics import ray_metrics
+from gambit.deployments.run_records import (
+    UNSTARTED,
+    cancel_queued,
+    end_failed,
+    end_lost,
+    end_queued_quietly,
+    ended_result,
+    flag_cancel,
+    flagged,
+    put_fields,
+    run_info,
+)
 from gambit.deployments.takeover import Lost, TargetLost, target_died
-from gambit.serving.convert import SETTINGS, event_msg, progress_msg, result_msg, settings_msg
+from gambit.serving.convert import SETTINGS, event_msg, result_msg, settings_msg
 from gambit.serving.protos import load
 from gambit.serving.security import check_token
 from gambit.serving.solve_config import check_run_id, from_request, server_defaults
-from gambit.serving.tree_view import (
-    CANCELLED_BY_RPC,
-    ENDED,
-    RETENTION_S,
-    STREAM_CLOSED,
-    StoreUnavailable,
-    open_tree_view,
-    taken_message,
-)
+from gambit.serving.tree_view import ENDED, RETENTION_S, StoreUnavailable, open_tree_view, taken_message
 
 QUEUED_POLL_S = 0.5  # while a Solve waits in Serve's queue, its cancel flag is read this often
-UNSTARTED = " (before a Target admitted it)"
-
-
-def ended_result(run_id: str, status: str, message: str, total_s: float = 0.0) -> dict:
-    """The result record of a run that ended with no Target's result (never admitted, its Target lost,
-    failed after it started): RunInfo.result is set for every ended run, and its message says why."""
-    return {"kind": "result", "run_id": run_id, "status": status, "answer": "", "majority_answer": "",
-            "weighted_answer": "", "majority_votes": {}, "weighted_votes": {}, "traces": [],
-            "generated_tokens": 0, "prompt_tokens": 0, "rounds": 0, "total_s": total_s, "message": message,
-            "solution": "", "solution_trace": -1}
 
 
 @dataclass
@@ -191,14 +186,12 @@ class Coordinator:
                             call.refused = True  # (no cancel flag either: it would stop the retry)
                             await asyncio.to_thread(self.tree.delete_run, run_id)
                         else:
-                            await asyncio.to_thread(
-                                self.tree.put_run, run_id, status="failed", message=d["message"],
-                                result=ended_result(run_id, "failed", d["message"],
-                                                    time.perf_counter() - call.t0))
+                            await asyncio.to_thread(end_failed, self.tree, run_id, d["message"],
+                                                    time.perf_counter() - call.t0)
                         raise RPCError(getattr(grpc.StatusCode, d["code"]), d["message"])
                     if call.first is None:
                         call.first = self._first_event(call.t0, method)
-                        asyncio.get_running_loop().run_in_executor(None, self._record, run_id,
+                        asyncio.get_running_loop().run_in_executor(None, put_fields, self.tree, run_id,
                                                                    {"first_event_s": call.first})
                     if d["kind"] == "started" and d.get("resumed"):
                         lost.taken_over()
@@ -238,12 +231,12 @@ class Coordinator:
             nxt.add_done_callback(lambda f: f.cancelled() or f.exception())  # read even when left behind
             try:
                 while not (await asyncio.wait({nxt}, timeout=QUEUED_POLL_S))[0]:
-                    reason = await asyncio.to_thread(self._flagged, run_id)
+                    reason = await asyncio.to_thread(flagged, self.tree, run_id)
                     if reason:
                         call.stream.cancel()
-                        message = reason + UNSTARTED
-                        d = ended_result(run_id, "cancelled", message, time.perf_counter() - call.t0)
-                        await asyncio.to_thread(self._end_queued, run_id, message, d)
+                        total_s = time.perf_counter() - call.t0
+                        d = ended_result(run_id, "cancelled", reason + UNSTARTED, total_s)
+                        await asyncio.to_thread(end_queued_quietly, self.tree, run_id, d)
                         yield d | {"unstarted": True}
                         return
             finally:
@@ -256,20 +249,6 @@ class Coordinator:
             yield d
         async for d in it:
             yield d
-
-    def _flagged(self, run_id: str) -> str:
-        """The run's cancel flag ("" when none, or Redis does not answer: the run waits on)."""
-        try:
-            return self.tree.cancel_requested([run_id]).get(run_id, "")
-        except StoreUnavailable:
-            return ""
-
-    def _end_queued(self, run_id: str, message: str, result: dict) -> bool:
-        """End a run's record while it is still queued (no Target admitted it): True when ended."""
-        try:
-            return self.tree.put_run_if(run_id, "queued", status="cancelled", message=message, result=result)
-        except StoreUnavailable:
-            return False
 
     def _first_event(self, t0: float, method: str) -> float:
         first = time.perf_counter() - t0
@@ -287,44 +266,18 @@ class Coordinator:
         # request to result, as the Coordinator saw it: the Target's own clock starts at admission (after
         # any time in Serve's queue) and again on the replica that takes a run over. Kept beside the
         # Target's result in the record, for GetRun.
-        asyncio.get_running_loop().run_in_executor(None, self._record, d["run_id"], {"total_s": e2e})
+        asyncio.get_running_loop().run_in_executor(None, put_fields, self.tree, d["run_id"], {"total_s": e2e})
         return self.pb2.SolveEvent(result=result_msg(self.pb2, {**d, "total_s": e2e},
                                                      first_event_s=call.first or 0.0))
 
     async def _target_lost(self, run_id: str, e: Exception, total_s: float = 0.0) -> RPCError:
-        """No replica took the run over (or the stream broke another way): the run ends in Redis as
-        ``failed`` (GetRun says so; its tree stays there) and the client gets UNAVAILABLE to retry."""
-        why = str(e) if isinstance(e, TargetLost) else f"target lost mid-run ({type(e).__name__})"
-        message = f"{why}; the run ended as failed (GetRun {run_id} shows it; a retry takes a new run_id)"
-        try:
-            await asyncio.to_thread(self.tree.put_run, run_id, status="failed", message=message,
-                                    result=ended_result(run_id, "failed", message, total_s), total_s=total_s)
-        except StoreUnavailable:
-            pass
+        """The run ends in Redis as ``failed`` (``run_records.end_lost``); the client gets UNAVAILABLE."""
+        message = await asyncio.to_thread(end_lost, self.tree, run_id, e, total_s)
         return RPCError(grpc.StatusCode.UNAVAILABLE, message)
 
     def _flag_cancel(self, run_id: str, unstarted: bool = False, total_s: float = 0.0) -> None:
-        """The Target polls these flags too: a stream cancel that is lost still stops the run. A run no
-        Target admitted yet (``unstarted``: still in Serve's queue) has no Target to end its record: it
-        ends here, unless a Target admitted it meanwhile (it said "queued" for the whole retention, its
-        run id taken)."""
-        try:
-            self.tree.request_cancel(run_id, STREAM_CLOSED)
-            if unstarted:
-                message = STREAM_CLOSED + UNSTARTED
-                self.tree.put_run_if(run_id, "queued", status="cancelled", message=message, total_s=total_s,
-                                     result=ended_result(run_id, "cancelled", message, total_s))
-        except StoreUnavailable:
-            pass
-
-    def _record(self, run_id: str, fields: dict) -> None:
-        """Times measured here (``first_event_s``, ``total_s``), not on the Target that records the
-        result: kept beside it in the run record so that GetRun's result carries them too (off the
-        stream's path)."""
-        try:
-            self.tree.put_run(run_id, **fields)
-        except StoreUnavailable:
-            pass
+        """A Solve whose client went away: ``run_records.flag_cancel``."""
+        flag_cancel(self.tree, run_id, unstarted, total_s)
 
     async def _known_run(self, request, grpc_context) -> tuple[str, dict]:
         """Authorised request for a run that exists: (run id, its record), else an RPCError."""
@@ -342,23 +295,7 @@ class Coordinator:
         try:
             run_id, rec = await self._known_run(request, grpc_context)
             n = await asyncio.to_thread(self.tree.num_traces, run_id)
-            info = self.pb2.RunInfo(run_id=run_id, status=rec.get("status", ""), num_traces=n,
-                                    replica=str(rec.get("replica") or ""))
-            if rec.get("request"):
-                ParseDict(rec["request"], info.request)
-            if rec.get("settings"):
-                info.settings.CopyFrom(settings_msg(self.pb2, rec["settings"]))
-            if rec.get("progress"):
-                info.last_progress.CopyFrom(progress_msg(self.pb2, rec["progress"]))
-            result = rec.get("result")
-            if not result and info.status in ENDED:  # a record written with no result (before stop 66)
-                result = ended_result(run_id, info.status, str(rec.get("message") or ""))
-            if result:
-                if rec.get("total_s") is not None:  # request to result, measured by the Coordinator
-                    result = {**result, "total_s": float(rec["total_s"])}
-                info.result.CopyFrom(result_msg(self.pb2, result,
-                                                first_event_s=float(rec.get("first_event_s") or 0.0)))
-            return info
+            return run_info(self.pb2, run_id, rec, n)
         except Exception as e:  # noqa: BLE001
             self._fail(grpc_context, e, "GetRun")
 
@@ -368,12 +305,9 @@ class Coordinator:
             if rec.get("status") in ENDED:
                 return self.pb2.CancelRunResponse(run_id=run_id, cancelled=False, status=rec["status"])
             await asyncio.to_thread(self.tree.request_cancel, run_id)
-            if rec.get("status") == "queued":  # no Target holds it: it ends now (its Solve's relay sees the
-                message = CANCELLED_BY_RPC + UNSTARTED  # flag; a Target that gets it later refuses it)
-                if await asyncio.to_thread(self.tree.put_run_if, run_id, "queued", status="cancelled",
-                                           message=message,
-                                           result=ended_result(run_id, "cancelled", message)):
-                    return self.pb2.CancelRunResponse(run_id=run_id, cancelled=True, status="cancelled")
+            # a queued run ends now: no Target holds it (its relay sees the flag, a Target refuses it)
+            if rec.get("status") == "queued" and await asyncio.to_thread(cancel_queued, self.tree, run_id):
+                return self.pb2.CancelRunResponse(run_id=run_id, cancelled=True, status="cancelled")
             try:  # fast path: the replica the router picks stops it now if it holds it (one Target:
                 # always); the flag above reaches whichever replica holds it within its poll interval
                 await asyncio.wait_for(self.target.cancel.remote(run_id), timeout=2.0)

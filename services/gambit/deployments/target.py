@@ -10,12 +10,12 @@ import ray
 from ray import serve
 from ray.serve.config import RequestRouterConfig
 
-from gambit.deployments.coordinator import UNSTARTED, ended_result
 from gambit.deployments.kv_router import STATS_PERIOD_S, KVAwareRouter
 from gambit.deployments.ray_metrics import ray_metrics
+from gambit.deployments.run_records import UNSTARTED, ended_result
 from gambit.serving.embedded import EmbeddedConfig, build_target
 from gambit.serving.solve_config import SolveConfig
-from gambit.serving.target_service import Overcommitted
+from gambit.serving.target_service import CancelFlagged, Overcommitted
 from gambit.serving.tree_view import CANCELLED_BY_RPC, STREAM_CLOSED, StoreUnavailable
 from gambit.speculative.decoder import DecodingUnavailable
 
@@ -56,10 +56,6 @@ class Target:
         ``resume``: the replica that held the run was lost; rebuild it from its tree in Redis
         (``DriverAdapter.resume``). Its ``started`` dict then says ``resumed``, and ``restored``
         (False: no tree was recorded, the run started afresh under its id)."""
-        reason = await asyncio.to_thread(_cancel_flag, self.svc.tree, run_id)
-        if reason:  # cancelled while it waited in Serve's queue (or for a takeover): never admitted here
-            yield await asyncio.to_thread(_refuse_cancelled, self.svc.tree, run_id, reason, resume)
-            return
         first, loop = self.loop is None, asyncio.get_running_loop()
         if first:  # now the Scorer's direct endpoint can be looked up (on this loop)
             self.loop = loop
@@ -73,6 +69,9 @@ class Target:
             admitted.add_done_callback(
                 lambda f: f.exception() or self.svc.cancel(run_id, "cancelled", STREAM_CLOSED))
             raise
+        except CancelFlagged as e:  # cancelled while it waited in Serve's queue (or for a takeover)
+            yield await asyncio.to_thread(_refuse_cancelled, self.svc.tree, run_id, str(e), resume)
+            return
         except Overcommitted as e:
             yield {"kind": "error", "code": "RESOURCE_EXHAUSTED", "message": str(e), "replica": self.replica}
             return
@@ -112,20 +111,10 @@ class Target:
             svc.close()
 
 
-def _cancel_flag(tree, run_id: str) -> str:
-    """The reason a run was flagged for cancelling, "" if not (or no tree view, or it is unreachable:
-    the Target's poll of the flags stops the run once admitted)."""
-    if tree is None:
-        return ""
-    try:
-        return tree.cancel_requested([run_id]).get(run_id, "")
-    except StoreUnavailable:
-        return ""
-
-
 def _refuse_cancelled(tree, run_id: str, reason: str, resume: bool) -> dict:
-    """The result of a run cancelled before this Target admitted it, written to its record: no engine
-    step is spent on it (it was admitted, stepped and then stopped by the flag poll)."""
+    """The result of a run cancelled before this Target admitted it (``TargetService`` read its flag at
+    admission), written to its record: no engine step is spent on it (it was admitted, stepped and then
+    stopped by the flag poll)."""
     d = ended_result(run_id, "cancelled", reason if resume else reason + UNSTARTED)
     try:
         tree.put_run(run_id, status="cancelled", message=d["message"], result=d)

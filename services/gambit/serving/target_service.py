@@ -6,7 +6,8 @@ result records go to that run's sink (a queue). Each run keeps its own capacity 
 share the engine's batch and KV. A run whose worst-case KV (C traces × (prompt + max_tokens))
 does not fit beside the runs already admitted is refused (``Overcommitted`` → RESOURCE_EXHAUSTED).
 Cancel flags in the tree view are polled, so a CancelRun that reaches any coordinator stops the
-run on the replica that holds it.
+run on the replica that holds it; they are read again at admission, so a run flagged while it waited
+(Serve's queue, a takeover) is refused (``CancelFlagged``) before any engine step.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ METRICS_EVERY_S = 0.25
 SWITCH_CHECK = (16, 80)
 SWITCH_PERIOD = 2048
 SWITCH_WARN_PER_STEP = 8.0
+FLAGS_RETRY_S = 5.0  # after Redis failed to answer at admission, runs are admitted unread this long
 # EngineStats.spec_by_decoding's [drafts, draft tokens, accepted], exported with a decoding label
 SPEC_BY_DECODING = ("gambit_spec_decode_num_drafts_total", "gambit_spec_decode_num_draft_tokens_total",
                     "gambit_spec_decode_num_accepted_tokens_total")
@@ -48,6 +50,10 @@ SPEC_BY_DECODING = ("gambit_spec_decode_num_drafts_total", "gambit_spec_decode_n
 
 class Overcommitted(RuntimeError):
     """The run would overcommit the target's KV memory."""
+
+
+class CancelFlagged(RuntimeError):
+    """The run's cancel flag was set before admission (its message: the flag's reason)."""
 
 
 class TargetService:
@@ -82,6 +88,7 @@ class TargetService:
         self._written: dict[str, float] = {}  # run id -> last progress write to the run record
         self._unwritten: dict[str, dict] = {}  # run id -> its latest progress not written (throttled)
         self._metrics_due = 0.0  # monotonic time of the next gauge/counter export while decoding
+        self._flags_at = 0.0  # monotonic time from which admission reads cancel flags again
         self._gauges()  # exported from the start (Ray exports a gauge once it was set)
         self._thread = threading.Thread(target=self._loop, name="target-loop", daemon=True)
         self._thread.start()
@@ -107,7 +114,8 @@ class TargetService:
                    resume: bool = False) -> Future:
         """Queue a run; the engine thread admits it before its next step. The future ends with None
         (``resume``: True when the run's tree was restored from the store, False when none was recorded
-        and it started afresh), or ValueError (bad input), Overcommitted, NotImplementedError. It never
+        and it started afresh), or ValueError (bad input), Overcommitted, NotImplementedError,
+        CancelFlagged (its cancel flag was set before admission: never stepped). It never
         waits for a step to end, so an event loop can await it while the engine decodes."""
         fut: Future = Future()
         if self.format_problem is not None and not cfg.raw_prompt:
@@ -185,6 +193,7 @@ class TargetService:
             inbox, self._inbox = self._inbox, []
             cancels, self._cancels = self._cancels, []
             calls, self._calls = self._calls, []
+        flags = self._flags([r[0] for r in inbox]) if inbox else {}
         for fn, fut in calls:
             if fut.set_running_or_notify_cancel():
                 try:
@@ -195,6 +204,9 @@ class TargetService:
             fut.set_result(self._cancel_now(run_id, status, message))
         for run_id, problem, cfg, sink, fut, resume in inbox:
             if not fut.set_running_or_notify_cancel():  # given up on before admission
+                continue
+            if run_id in flags:  # cancelled while it waited: no engine step is spent on it
+                fut.set_exception(CancelFlagged(flags[run_id]))
                 continue
             try:
                 need = self.blocks_needed(problem, cfg)
@@ -227,6 +239,20 @@ class TargetService:
             fut.set_result(restored)
         if inbox:
             self._gauges()
+
+    def _flags(self, run_ids: list[str]) -> dict[str, str]:
+        """The cancel flags of the runs about to be admitted, in one read: a flag set at any time before
+        admission refuses the run (read earlier, one set meanwhile was seen only by the poll, after a
+        step). Redis not answering: none for ``FLAGS_RETRY_S`` (the poll stops a flagged run once in),
+        so an outage does not hold every admission, and the engine, for a socket timeout."""
+        if self.tree is None or time.monotonic() < self._flags_at:
+            return {}
+        try:
+            return self.tree.cancel_requested(run_ids)
+        except StoreUnavailable as e:
+            self._flags_at = time.monotonic() + FLAGS_RETRY_S
+            log.warning("cancel flags not read at admission for %.0f s: %s", FLAGS_RETRY_S, e)
+            return {}
 
     def _loop(self) -> None:
         while True:

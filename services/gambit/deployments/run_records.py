@@ -1,0 +1,115 @@
+"""How the Coordinator ends and reads run records (the tree view in Redis).
+
+A Target writes its runs' records; the Coordinator writes a run's end only where no Target can: the
+run was never admitted (cancelled while Serve queued it), or its Target was lost, or it failed after
+it started. Every ended run then has a result (RunInfo.result), whose message says why. Plain
+functions of the tree view, called off the event loop (they do network round trips).
+"""
+
+from __future__ import annotations
+
+from google.protobuf.json_format import ParseDict
+
+from gambit.deployments.takeover import TargetLost
+from gambit.serving.convert import progress_msg, result_msg, settings_msg
+from gambit.serving.tree_view import CANCELLED_BY_RPC, ENDED, STREAM_CLOSED, StoreUnavailable
+
+UNSTARTED = " (before a Target admitted it)"
+
+
+def ended_result(run_id: str, status: str, message: str, total_s: float = 0.0) -> dict:
+    """The result record of a run that ended with no Target's result (never admitted, its Target lost,
+    failed after it started): RunInfo.result is set for every ended run, and its message says why."""
+    return {"kind": "result", "run_id": run_id, "status": status, "answer": "", "majority_answer": "",
+            "weighted_answer": "", "majority_votes": {}, "weighted_votes": {}, "traces": [],
+            "generated_tokens": 0, "prompt_tokens": 0, "rounds": 0, "total_s": total_s, "message": message,
+            "solution": "", "solution_trace": -1}
+
+
+def flagged(tree, run_id: str) -> str:
+    """The run's cancel flag ("" when none, or Redis does not answer: the run waits on)."""
+    try:
+        return tree.cancel_requested([run_id]).get(run_id, "")
+    except StoreUnavailable:
+        return ""
+
+
+def end_queued(tree, run_id: str, result: dict) -> bool:
+    """End a run's record with ``result`` while it is still queued (no Target admitted it): True when
+    ended; a Target that admitted it meanwhile keeps its own status. Raises StoreUnavailable."""
+    return tree.put_run_if(run_id, "queued", status=result["status"], message=result["message"],
+                           total_s=result["total_s"], result=result)
+
+
+def end_queued_quietly(tree, run_id: str, result: dict) -> bool:
+    """``end_queued``; False when Redis does not answer (the run's Solve ends all the same)."""
+    try:
+        return end_queued(tree, run_id, result)
+    except StoreUnavailable:
+        return False
+
+
+def cancel_queued(tree, run_id: str) -> bool:
+    """CancelRun of a run still queued: no Target holds it, so it ends now (its Solve's relay sees the
+    flag set before; a Target that gets it later refuses it). True when ended here."""
+    return end_queued(tree, run_id, ended_result(run_id, "cancelled", CANCELLED_BY_RPC + UNSTARTED))
+
+
+def flag_cancel(tree, run_id: str, unstarted: bool = False, total_s: float = 0.0) -> None:
+    """The Target polls these flags too: a stream cancel that is lost still stops the run. A run no
+    Target admitted yet (``unstarted``: still in Serve's queue) has no Target to end its record: it
+    ends here, unless a Target admitted it meanwhile (it said "queued" for the whole retention, its
+    run id taken)."""
+    try:
+        tree.request_cancel(run_id, STREAM_CLOSED)
+        if unstarted:
+            end_queued(tree, run_id, ended_result(run_id, "cancelled", STREAM_CLOSED + UNSTARTED, total_s))
+    except StoreUnavailable:
+        pass
+
+
+def end_failed(tree, run_id: str, message: str, total_s: float) -> None:
+    """A run that failed after it started, with no Target's result. Raises StoreUnavailable."""
+    tree.put_run(run_id, status="failed", message=message, total_s=total_s,
+                 result=ended_result(run_id, "failed", message, total_s))
+
+
+def end_lost(tree, run_id: str, e: Exception, total_s: float = 0.0) -> str:
+    """No replica took the run over (or the stream broke another way): the run ends in Redis as
+    ``failed`` (GetRun says so; its tree stays there). Returns the message, for the client's status."""
+    why = str(e) if isinstance(e, TargetLost) else f"target lost mid-run ({type(e).__name__})"
+    message = f"{why}; the run ended as failed (GetRun {run_id} shows it; a retry takes a new run_id)"
+    try:
+        end_failed(tree, run_id, message, total_s)
+    except StoreUnavailable:
+        pass
+    return message
+
+
+def put_fields(tree, run_id: str, fields: dict) -> None:
+    """Times measured by the Coordinator (``first_event_s``, ``total_s``), not on the Target that
+    records the result: kept beside it in the run record so that GetRun's result carries them too."""
+    try:
+        tree.put_run(run_id, **fields)
+    except StoreUnavailable:
+        pass
+
+
+def run_info(pb2, run_id: str, rec: dict, num_traces: int):
+    """GetRun's RunInfo from a run's record."""
+    info = pb2.RunInfo(run_id=run_id, status=rec.get("status", ""), num_traces=num_traces,
+                       replica=str(rec.get("replica") or ""))
+    if rec.get("request"):
+        ParseDict(rec["request"], info.request)
+    if rec.get("settings"):
+        info.settings.CopyFrom(settings_msg(pb2, rec["settings"]))
+    if rec.get("progress"):
+        info.last_progress.CopyFrom(progress_msg(pb2, rec["progress"]))
+    result = rec.get("result")
+    if not result and info.status in ENDED:  # a record written with no result (before stop 66)
+        result = ended_result(run_id, info.status, str(rec.get("message") or ""))
+    if result:
+        if rec.get("total_s") is not None:  # request to result, measured by the Coordinator
+            result = {**result, "total_s": float(rec["total_s"])}
+        info.result.CopyFrom(result_msg(pb2, result, first_event_s=float(rec.get("first_event_s") or 0.0)))
+    return info

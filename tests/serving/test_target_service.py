@@ -1,0 +1,92 @@
+"""TargetService's admission of runs (a real engine, the shipped target; records in memory; no Ray)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from gambit.serving.embedded import EmbeddedConfig, build_target
+from gambit.serving.solve_config import SolveConfig
+from gambit.serving.tree_view import StoreUnavailable
+from gambit.tasks.arithmetic import TaskConfig, generate
+
+PROBLEM = generate("test", 1, 0, TaskConfig(3, 4))[0].prompt
+CFG = {"capacity": 2, "max_tokens": 64, "seed": 1}
+
+
+@pytest.fixture(scope="module")
+def svc():
+    s = build_target(EmbeddedConfig(scorer="random:mlp:192", num_blocks=200), None)
+    yield s
+    s.close()
+
+
+def _reads(svc, monkeypatch) -> list[list[str]]:
+    """The cancel-flag reads of ``svc``'s tree view, as the ids each asked about."""
+    reads, read = [], svc.tree.cancel_requested
+
+    def counted(ids):
+        reads.append(list(ids))
+        return read(ids)
+
+    monkeypatch.setattr(svc.tree, "cancel_requested", counted)
+    return reads
+
+
+def test_a_run_flagged_after_the_targets_check_but_before_admission_is_never_stepped(svc, monkeypatch):
+    """Target.run read the run's cancel flag before ``submit_run``; a flag set between that read and
+    the engine thread's admission was seen only by the 0.1 s poll, after the run was prefilled and
+    stepped. The flag is now read at admission, once per run: the run is refused before any step."""
+    from gambit.deployments.target import Target
+
+    reads = _reads(svc, monkeypatch)
+    me = type("T", (), {"svc": svc, "loop": None, "replica": "r0"})()
+    svc.tree.claim_run("f1", status="queued")
+    steps, tokens = svc._steps, svc.engine.stats.generated_tokens
+
+    async def run():
+        svc._cv.acquire()  # the engine thread admits nothing until this is released
+        try:
+            events = asyncio.ensure_future(_collect(Target.func_or_class.run(me, "f1", PROBLEM, CFG)))
+            while not svc._inbox:  # submitted: any read before ``submit_run`` is behind it
+                await asyncio.sleep(0.01)
+            svc.tree.request_cancel("f1")
+        finally:
+            svc._cv.release()
+        return await asyncio.wait_for(events, 60)
+
+    got = asyncio.run(run())
+    assert [(d["kind"], d.get("status")) for d in got] == [("result", "cancelled")]
+    assert got[0]["message"] == "cancelled by CancelRun (before a Target admitted it)"
+    assert (svc._steps, svc.engine.stats.generated_tokens) == (steps, tokens)  # never stepped
+    assert svc.load()["runs"] == 0 and svc.load()["reserved_blocks"] == 0
+    assert sum("f1" in ids for ids in reads) == 1  # one read of its flag, at admission
+    rec = svc.tree.get_run("f1")
+    assert rec["status"] == "cancelled" and rec["result"]["message"] == got[0]["message"]
+
+
+def test_admission_reads_no_flags_for_a_while_after_redis_did_not_answer(svc, monkeypatch):
+    """An unreachable Redis must not hold every admission (and the engine) for a socket timeout: a run
+    is admitted unread (the poll stops it if flagged), and flags are not read again for a while."""
+    from gambit.serving import target_service
+
+    reads = []
+
+    def down(ids):
+        if threading.current_thread().name == "target-loop":  # admission's (not the poll's)
+            reads.append(list(ids))
+        raise StoreUnavailable("tree store (Redis at test) unreachable")
+
+    monkeypatch.setattr(svc.tree, "cancel_requested", down)
+    monkeypatch.setattr(svc, "_flags_at", 0.0)
+    for run_id in ("d1", "d2"):
+        assert svc.submit_run(run_id, PROBLEM, SolveConfig(**CFG), lambda d: None).result(60) is None
+        assert svc.cancel(run_id, "cancelled", "test over")
+    assert reads == [["d1"]]
+    assert svc._flags_at > 0.0 and target_service.FLAGS_RETRY_S > 0
+
+
+async def _collect(gen) -> list[dict]:
+    return [d async for d in gen]
