@@ -149,3 +149,38 @@ def test_the_scorer_server_warns_on_every_interface_without_a_token(monkeypatch,
     assert out.startswith(f"ScorerService on {host}:50061, metrics off; Ctrl-C stops")
     assert ("warning: ScorerService on 0.0.0.0:50061 answers anyone" in err) == warned, err
     assert "$GAMBIT_F3_TOKEN unset" in err if warned else err == ""
+
+
+def test_the_scorer_server_refuses_a_folder_of_another_width_than_its_model(tmp_path):
+    """`gambit scorer serve --scorer FOLDER` served a folder of any width: a Target of another width then
+    got every Score call refused and its runs ended "done" on 0.5 scores. It reads the width of --model
+    now (default: the shipped target), so such a folder is refused at start, in one line."""
+    from gambit.cli import build_parser
+    from gambit.scoring.scorer import random_scorer, save_scorer
+    from gambit.serving.scorer_server import ScorerServerConfig, start_scorer_server
+
+    wide = random_scorer("mlp", 576)
+    save_scorer(wide, wide.config, tmp_path / "w576")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    out = subprocess.run([sys.executable, "-m", "gambit.cli", "scorer", "serve", "--scorer",
+                          str(tmp_path / "w576"), "--port", "0", "--metrics-port", "-1"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 2 and out.stdout == "", out
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("error: --scorer ")
+    assert "width 576, the model's hidden size is 192" in out.stderr
+    srv = start_scorer_server(ScorerServerConfig(scorer=str(tmp_path / "w576"), model="smollm2", port=0,
+                                                 metrics_port=-1, token_env=""))
+    try:
+        assert srv.core.scorer.hidden_size == 576  # the model it names reads that width
+    finally:
+        srv.stop()
+    with pytest.raises(ValueError, match="--model 'nope': nope: model folder does not exist"):
+        ScorerServerConfig(model="nope")
+    with pytest.raises(ValueError, match="--scorer 'confidence:192' reads width 192, but --model 'smollm2' "
+                                         "has hidden size 576"):
+        start_scorer_server(ScorerServerConfig(scorer="confidence:192", model="smollm2", port=0,
+                                               metrics_port=-1, token_env=""))
+    assert build_parser().parse_args(["scorer", "serve", "--model", "smollm2"]).model == "smollm2"
+    text = subprocess.run([sys.executable, "-m", "gambit.cli", "scorer", "serve", "--help"],
+                          capture_output=True, text=True, env=env, timeout=120).stdout
+    assert "--model MODEL" in text and "confidence[:H]" in " ".join(text.split())

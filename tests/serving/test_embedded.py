@@ -375,3 +375,32 @@ def test_getrun_says_running_on_its_replica_from_admission(emb):
     rec = emb.target.tree.get_run(started["run_id"])
     assert rec["status"] == "running" and rec["replica"] == emb.target.replica
     assert list(events)[-1]["status"] == "done"
+
+
+def test_a_target_calling_a_scorer_of_another_width_says_its_runs_are_unguided(caplog):
+    """A Target (the shipped target, width 192) calling a ScorerService of width 576 (a SmolLM2 scorer)
+    ended every run "done" on 0.5 scores with one WARNING per back-off: now the Target asks the Scorer's
+    Info, logs one ERROR naming both widths and the address, and its scorer says why the runs fell back
+    (the fallbacks counted as before)."""
+    from gambit.scoring import random_scorer
+    from gambit.serving.scorer_server import ScorerServerConfig, start_scorer_server
+
+    srv = start_scorer_server(ScorerServerConfig(port=0, metrics_port=-1, token_env=""),
+                              scorer=random_scorer("mlp", 576, seed=1))
+    e = None
+    try:
+        with caplog.at_level("ERROR", logger="gambit.serving.scorer_client"):
+            e = Embedded(EmbeddedConfig(scorer="random:mlp:192", scorer_address=f"127.0.0.1:{srv.port}",
+                                        num_blocks=200))
+            res = list(e.solve(PROBLEMS[0].prompt, SolveConfig(capacity=4, swap=1, round_interval=8,
+                                                               warmup=8, max_tokens=40)))[-1]
+        assert res["status"] == "done" and res["scorer_fallbacks"] >= 1
+        assert {t["score"] for t in res["traces"]} == {0.5} and srv.core.calls == 0
+        why = e.target.scorer.unguided
+        assert why.startswith("runs unguided: ") and f"127.0.0.1:{srv.port}" in why
+        assert "width 576 with 0" in why and "width 192 (its model's hidden size) with 0" in why
+        assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [why]
+    finally:
+        if e is not None:
+            e.close()
+        srv.stop()

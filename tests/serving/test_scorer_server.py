@@ -169,6 +169,20 @@ def test_a_batch_wait_past_a_targets_timeout_is_refused():
     assert ScorerServerConfig(batch_wait_ms=1000).batch_wait_ms == 1000
 
 
+@pytest.mark.parametrize("ms, message", [(40000, "Scorer: batch_wait_ms must be at most 1000"),
+                                         (float("nan"), "Scorer: batch_wait_ms must be"),
+                                         (-1, "Scorer: batch_wait_ms must be")])
+def test_the_ray_scorer_deployment_bounds_its_batch_wait_too(ms, message):
+    """The Ray deployment took any wait (the chart's serve.batchWaitMs): every call then failed."""
+    from gambit.deployments.scorer import Scorer
+
+    with pytest.raises(ValueError, match=message):
+        Scorer.func_or_class(scorer="random:mlp:192", batch_wait_ms=ms, direct_host="")
+    ok = Scorer.func_or_class(scorer="random:mlp:192", batch_wait_ms=1000, direct_host="")
+    assert ok.core.batch_wait_s == 1.0
+    ok.core.close()
+
+
 def test_tls_server_and_remote_scorer_client(tmp_path):
     key, crt = tmp_path / "key.pem", tmp_path / "crt.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
@@ -200,15 +214,59 @@ def test_unreachable_scorer_falls_back_to_running_means():
 
 
 def test_a_refused_call_falls_back_and_says_why(server, caplog):
-    """A Target whose model is wider than the Scorer reads (a chart with the wrong hiddenSize) was
-    told "scorer unreachable (StatusCode.INVALID_ARGUMENT)": now the server's reason is in the log."""
-    client = RemoteScorer(f"127.0.0.1:{server.port}", 2 * H, token="s3cret", retry_after_s=0.0)
+    """A refused call was told "scorer unreachable (StatusCode.INVALID_ARGUMENT)": now the server's
+    reason is in the log."""
+    client = RemoteScorer(f"127.0.0.1:{server.port}", H, token="s3cret", retry_after_s=0.0)
+    bad = torch.randn(1, H)
+    bad[0, 0] = 1e6  # |value| > 65504: refused
     with caplog.at_level("WARNING", logger="gambit.serving.scorer_client"):
-        assert client.score(["w:1"], torch.randn(1, 2 * H)).tolist() == [0.5]
+        assert client.score(["w:1"], bad).tolist() == [0.5]
     assert client.fallbacks == 1 and client.last_error.startswith("INVALID_ARGUMENT: ")
-    assert str(2 * H) in client.last_error and str(H) in client.last_error
-    assert "scorer call failed (INVALID_ARGUMENT: " in caplog.text
+    assert "scorer call failed (INVALID_ARGUMENT: " in caplog.text and client.unguided == ""
     client.close()
+
+
+def test_a_scorer_of_another_width_is_named_once_as_an_error_and_the_runs_unguided(server, caplog):
+    """A Target whose model is wider than the Scorer reads (a scorer serve without --model, a chart with
+    the wrong hiddenSize) got every call refused: each run ended "done" on 0.5 scores, with a WARNING
+    per back-off only. Info is asked first now: one ERROR naming both widths and the address."""
+    client = RemoteScorer(f"127.0.0.1:{server.port}", 2 * H, token="s3cret", retry_after_s=0.0)
+    before = server.core.calls
+    try:
+        with caplog.at_level("WARNING", logger="gambit.serving.scorer_client"):
+            for _ in range(3):
+                assert client.score(["w:1"], torch.randn(1, 2 * H)).tolist() == [0.5]
+        assert client.fallbacks == 3 and server.core.calls == before  # Info refused it: no Score call
+        errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        assert len(errors) == 1 and errors[0] == client.unguided == client.last_error
+        why = client.unguided
+        assert why.startswith("runs unguided: ") and f"127.0.0.1:{server.port}" in why
+        assert f"width {H} with 0" in why and f"width {2 * H} (its model's hidden size) with 0" in why
+    finally:
+        client.close()
+    ok = RemoteScorer(f"127.0.0.1:{server.port}", H, token="s3cret")
+    try:
+        assert ok.score(["w:2"], torch.randn(1, H)).item() != 0.5 and ok.unguided == "" and ok._info_ok
+    finally:
+        ok.close()
+
+
+def test_a_scorer_that_reads_other_features_leaves_the_runs_unguided(caplog):
+    """A Target sending the confidence features (--scorer process) to a Scorer that reads none
+    (scorer serve --scorer mlp): every call was refused as "features: ... reads none"."""
+    srv = start_scorer_server(ScorerServerConfig(port=0, metrics_port=-1, token_env=""),
+                              scorer=random_scorer("mlp", H, seed=1))
+    client = RemoteScorer(f"127.0.0.1:{srv.port}", H, confidence=True, retry_after_s=0.0)
+    try:
+        with caplog.at_level("ERROR", logger="gambit.serving.scorer_client"):
+            assert client.score(["f:1"], torch.randn(1, H + 2)).tolist() == [0.5]
+        assert client.fallbacks == 1 and srv.core.calls == 0
+        assert f"width {H} with 0 confidence features per row" in client.unguided
+        assert f"sends width {H} (its model's hidden size) with 2" in client.unguided
+        assert client.unguided in caplog.text
+    finally:
+        client.close()
+        srv.stop()
 
 
 def test_async_calls_keep_order_and_coalesce(server):

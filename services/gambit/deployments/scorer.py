@@ -27,7 +27,7 @@ from gambit.model.loader import model_hidden_size
 from gambit.scoring.spec import load_scorer_spec
 from gambit.serving.protos import load
 from gambit.serving.scorer_core import ScorerCore
-from gambit.serving.scorer_server import scorer_grpc_server
+from gambit.serving.scorer_server import check_batch_wait_ms, scorer_grpc_server
 from gambit.serving.security import check_token
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,10 @@ class Scorer:
         meanwhile, so a fixed wait only delays guidance (2 ms of ~7 ms per call through the proxy).
         ``direct_host``: where this replica serves ScorerService itself ("" = proxy only);
         ``direct_port`` 0 = any free port."""
+        try:  # 40000 was taken: every call then failed after the core's 30 s with "scoring failed: "
+            check_batch_wait_ms(batch_wait_ms)
+        except ValueError as e:
+            raise ValueError(f"Scorer: {e}") from None
         self.pb2, _ = load("scorer")
         self.metrics = ray_metrics(("gambit_scorer_latency_seconds", "gambit_scorer_batch_size",
                                     "gambit_request_errors_total"))

@@ -110,24 +110,28 @@ def collect_rollouts(cfg: RolloutConfig, cache_dir: str | None = None, quiet: bo
         raise RuntimeError(f"rollouts under isa={cfg.isa} are written in a process pinned to it")
     problems = generate(cfg.split, cfg.n_problems, cfg.seed, TaskConfig(cfg.min_ops, cfg.max_ops))
     parts = []
+    bar = None  # made once the first chunk's Engine is built: a kernel compile is no trace's time
     with fixed_threads(cfg.threads):
         model, tok = load_model(cfg.model)
-        bar = tqdm(total=len(problems) * cfg.samples, desc=f"rollouts {cfg.split}", disable=quiet,
-                   mininterval=2, unit="trace")
         chunks = chunk_dir(cfg, cache_dir) if cache_dir != "" else None
         for c0 in range(0, len(problems), cfg.chunk_problems):
             f = chunks / f"chunk-{c0 // cfg.chunk_problems:05d}.pt" if chunks else None
             if f is not None and f.is_file() and min(len(problems) - c0, cfg.chunk_problems) == \
                     cfg.chunk_problems:
                 parts.append(torch.load(f, weights_only=True))
-                bar.update(cfg.chunk_problems * cfg.samples)
                 continue
-            parts.append(_run_chunk(cfg, model, tok, problems, c0, bar))
+            engine, owner = _start_chunk(cfg, model, tok, problems, c0)
+            if bar is None:  # the cached chunks before it count as done, not as this bar's rate
+                bar = tqdm(total=len(problems) * cfg.samples, initial=len(parts) * cfg.chunk_problems *
+                           cfg.samples, desc=f"rollouts {cfg.split}", disable=quiet, mininterval=2,
+                           unit="trace")
+            parts.append(_run_chunk(cfg, model, tok, problems, engine, owner, bar))
             if f is not None and len(problems) - c0 >= cfg.chunk_problems:
                 f.parent.mkdir(parents=True, exist_ok=True)
                 torch.save(parts[-1], f.with_suffix(".tmp"))
                 f.with_suffix(".tmp").replace(f)
-        bar.close()
+        if bar is not None:
+            bar.close()
     out = _concat(parts, cfg, problems, model.config.hidden_size)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -137,7 +141,9 @@ def collect_rollouts(cfg: RolloutConfig, cache_dir: str | None = None, quiet: bo
     return out
 
 
-def _run_chunk(cfg, model, tok, problems, c0: int, bar) -> list[dict]:
+def _start_chunk(cfg, model, tok, problems, c0: int) -> tuple[Engine, dict[int, tuple[int, int]]]:
+    """A fresh engine (the first one builds or waits for the CPU kernels) with the chunk's traces added;
+    their owners: trace id -> (problem index, sample)."""
     chunk = problems[c0:c0 + cfg.chunk_problems]
     engine = Engine(model, tok, EngineConfig(max_num_seqs=len(chunk) * cfg.samples, seed=cfg.seed,
                                              device="cpu", dtype="float32"))
@@ -147,6 +153,10 @@ def _run_chunk(cfg, model, tok, problems, c0: int, bar) -> list[dict]:
             sp = SamplingParams(temperature=cfg.temperature, max_tokens=cfg.max_tokens,
                                 seed=derive_seed(cfg.seed, c0 + i, s), logprobs=1)
             owner[engine.add(p.prompt, sp)] = (c0 + i, s)
+    return engine, owner
+
+
+def _run_chunk(cfg, model, tok, problems, engine, owner: dict[int, tuple[int, int]], bar) -> list[dict]:
     states: dict[int, list[torch.Tensor]] = {tid: [] for tid in owner}
     conf = {tid: ConfidenceTracker() for tid in owner}
     feats: dict[int, list[list[float]]] = {tid: [] for tid in owner}

@@ -11,6 +11,11 @@ such calls; after a failure the client skips the network for ``retry_after_s`` b
 doubled for each failure in a row up to ``MAX_RETRY_AFTER_S``. Forks and drops stay queued until a call
 carries them through (a retried fork or drop is harmless: the Scorer drops a fork's child first), so a
 failed call costs its own scores, not the history of every trace forked meanwhile.
+
+Before the first Score call, and again after a failed one, the client asks the Scorer's ``Info``: a
+Scorer that reads another hidden width or another number of features refuses every call, so each run
+would end "done" on fallback scores. Then an ERROR line names both widths and the address, the call falls
+back (and backs off) as any failed one, and ``unguided`` says why, for the runs' results.
 """
 
 from __future__ import annotations
@@ -73,6 +78,8 @@ class RemoteScorer:
         self.calls = 0
         self.fallbacks = 0
         self.last_error = ""
+        self.unguided = ""  # why every call falls back: the Scorer reads other rows than this Target sends
+        self._info_ok = False  # the Scorer's Info matched (asked again after a failed call)
         # (keys, encoded states, features, future) per score_async call not sent yet
         self._queue: list[tuple[list[str], tuple[bytes, str, list[int]], list[float], Future]] = []
         self._wake = threading.Condition(self._lock)
@@ -121,25 +128,27 @@ class RemoteScorer:
         scores = None
         self._maybe_resolve()
         if time.monotonic() >= self._down_until:  # down: no call at all (a hung replica took 2 x timeout_s)
-            req = self.pb2.ScoreRequest(states=raw, dtype=dtype, shape=shape, trace_ids=keys,
-                                        forks=[self.pb2.Fork(parent=p, child=c) for p, c in forks],
-                                        drops=drops, features=features or [])
-            direct = self.direct
-            if direct:
-                scores = self._call(self._stub(direct)[1], req, len(keys))
-                if scores is None:  # the replica went away: the proxy routes to a live one
-                    self.direct, self._resolve_at = "", 0.0
-                else:
-                    self.direct_calls += 1
-            if scores is None:
-                scores = self._call(self.stub, req, len(keys))
-                if scores is None:  # back off: retry_after_s, doubled per failure in a row, at most MAX
-                    wait = min(self.retry_after_s * 2 ** self._failures, MAX_RETRY_AFTER_S)
-                    self._failures += 1
-                    log.warning("scorer call failed (%s): falling back for %.0f s", self.last_error, wait)
-                    self._down_until = time.monotonic() + wait
-                else:
-                    self._failures = 0
+            if self._info_ok or self._check_info():
+                req = self.pb2.ScoreRequest(states=raw, dtype=dtype, shape=shape, trace_ids=keys,
+                                            forks=[self.pb2.Fork(parent=p, child=c) for p, c in forks],
+                                            drops=drops, features=features or [])
+                direct = self.direct
+                if direct:
+                    scores = self._call(self._stub(direct)[1], req, len(keys))
+                    if scores is None:  # the replica went away: the proxy routes to a live one
+                        self.direct, self._resolve_at = "", 0.0
+                    else:
+                        self.direct_calls += 1
+                if scores is None:
+                    scores = self._call(self.stub, req, len(keys))
+            if scores is None:  # back off: retry_after_s, doubled per failure in a row, at most MAX
+                wait = min(self.retry_after_s * 2 ** self._failures, MAX_RETRY_AFTER_S)
+                self._failures += 1
+                self._info_ok = False  # a Scorer back up may be another one: its Info is asked again
+                log.warning("scorer call failed (%s): falling back for %.0f s", self.last_error, wait)
+                self._down_until = time.monotonic() + wait
+            else:
+                self._failures = 0
         dt = time.perf_counter() - t0
         self.sync_seconds += dt
         self.calls += 1
@@ -168,6 +177,34 @@ class RemoteScorer:
                 cut = min(over, len(self._drops))
                 self._drops = self._drops[cut:]
                 self._forks = self._forks[over - cut:]
+
+    def _check_info(self) -> bool:
+        """Whether the Scorer reads the rows this Target sends (its Info's hidden size and features), asked
+        at the direct endpoint, else the proxy. False, with ``last_error`` set, when neither answers or
+        it reads other rows; then ``unguided`` says why, logged as an ERROR once per reason."""
+        sent = FEATURES if self.confidence else 0
+        for address in dict.fromkeys(a for a in (self.direct, self.address) if a):
+            try:
+                info = self._stub(address)[1].Info(self.pb2.InfoRequest(), timeout=self.timeout_s,
+                                                   metadata=self.metadata)
+            except grpc.RpcError as e:
+                self.last_error = f"{e.code().name}: {e.details()}"
+                if address == self.direct:  # the replica went away: the proxy routes to a live one
+                    self.direct, self._resolve_at = "", 0.0
+                continue
+            if (info.hidden_size, info.features) == (self.hidden_size, sent):
+                self._info_ok, self.unguided = True, ""
+                return True
+            why = (f"runs unguided: the Scorer at {address} reads hidden states of width {info.hidden_size} "
+                   f"with {info.features} confidence features per row, this Target sends width "
+                   f"{self.hidden_size} (its model's hidden size) with {sent}: it refuses every Score call, "
+                   "so each trace scores its running mean (0.5); serve a scorer of this model's width "
+                   "(gambit scorer serve --model M) and name the same --scorer on both sides")
+            if why != self.unguided:
+                log.error("%s", why)
+            self.unguided = self.last_error = why
+            return False
+        return False
 
     def _call(self, stub, req, n: int) -> torch.Tensor | None:
         try:

@@ -33,7 +33,8 @@ MAX_BATCH_WAIT_MS = 1000.0
 class ScorerServerConfig:
     """The standalone Scorer server."""
 
-    scorer: str = ""  # scorer spec (gambit.scoring.spec): "" / process | mlp | sequence | confidence | folder
+    scorer: str = ""  # "" / process | mlp | sequence | confidence[:H] (H: width, else --model's) | folder
+    model: str = ""  # which target model's width the scorer must read: a folder or smollm2 ("" = shipped)
     host: str = "127.0.0.1"  # address to bind
     port: int = 50061  # gRPC port (0 = any free port)
     metrics_port: int = 9461  # Prometheus /metrics HTTP port (0 = any free port, -1 = off)
@@ -56,11 +57,29 @@ class ScorerServerConfig:
         if not self.host:
             raise ValueError("host must be an address to bind, e.g. 127.0.0.1")
         at_least(1, max_rows=self.max_rows, max_batch_rows=self.max_batch_rows, workers=self.workers)
-        at_least(0, batch_wait_ms=self.batch_wait_ms)  # NaN too
-        if self.batch_wait_ms > MAX_BATCH_WAIT_MS:
-            raise ValueError(f"batch_wait_ms must be at most {MAX_BATCH_WAIT_MS:g} (each call waits it; a "
-                             f"Target's call times out after 2 s), got {self.batch_wait_ms:g}")
+        check_batch_wait_ms(self.batch_wait_ms)
+        model_width(self.model)  # a model that is not there: refused before the scorer loads
         self.tls = TLSConfig(self.tls_cert, self.tls_key, self.tls_client_ca)
+
+
+def check_batch_wait_ms(ms: float) -> None:
+    """ValueError unless 0 <= ms <= MAX_BATCH_WAIT_MS: a longer wait (40000 was taken) failed every call
+    after the core's 30 s, and a Target gives up after 2 s anyway."""
+    at_least(0, batch_wait_ms=ms)  # NaN too
+    if ms > MAX_BATCH_WAIT_MS:
+        raise ValueError(f"batch_wait_ms must be at most {MAX_BATCH_WAIT_MS:g} (each call waits it; a "
+                         f"Target's call times out after 2 s), got {ms:g}")
+
+
+def model_width(model: str) -> int:
+    """The hidden size of the target ``model`` ("" = the shipped one): the width the served scorer must
+    read, or ValueError naming --model."""
+    from gambit.model.loader import model_hidden_size
+
+    try:
+        return model_hidden_size(model)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--model {model!r}: {e}") from None
 
 
 class ScorerServicer:
@@ -144,8 +163,12 @@ def start_scorer_server(cfg: ScorerServerConfig, scorer=None) -> RunningScorer:
     """Start serving (non-blocking); ``scorer`` overrides ``cfg.scorer`` (an already-built one)."""
     backend = PrometheusBackend()
     metrics = Metrics(backend, names=SCORER_METRICS)
-    if scorer is None:
-        scorer = load_scorer_spec(cfg.scorer, note=log.warning)
+    if scorer is None:  # a folder of another width than the model's is refused here, naming --scorer
+        width = model_width(cfg.model)
+        scorer = load_scorer_spec(cfg.scorer, width, note=log.warning)
+        if cfg.model and scorer.hidden_size != width:  # confidence:H / random:kind:H of another width
+            raise ValueError(f"--scorer {cfg.scorer!r} reads width {scorer.hidden_size}, but --model "
+                             f"{cfg.model!r} has hidden size {width}: every Score call would be refused")
     core = ScorerCore(scorer, cfg.max_rows, cfg.batch_wait_ms / 1000, cfg.max_batch_rows, metrics)
     token = os.environ.get(cfg.token_env, "") if cfg.token_env else ""
     try:
