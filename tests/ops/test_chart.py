@@ -252,6 +252,7 @@ def test_monitoring_objects_and_dashboards(rendered):
     ("upgradeStrategy=Rolling", "upgradeStrategy"),
     ("serve.kvDtype=float16", "serve.kvDtype"),
     ("serve.cpuWeights=int8", "serve.cpuWeights"),
+    ("serve.batchWaitMs=40000", "serve.batchWaitMs"),  # each Score call waits it; a Target gives up at 2 s
 ])
 def test_values_breaking_the_schema_are_refused_naming_the_field(helm, setting, field):
     r = run([helm, "template", "g", str(CHART), "--set", setting])

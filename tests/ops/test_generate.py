@@ -146,6 +146,16 @@ def test_serve_app_spec_refuses_an_unknown_precision(field, value):
         ServeAppSpec(**{field: value})
 
 
+@pytest.mark.parametrize("ms", [40000.0, float("nan"), -1.0])
+def test_serve_app_spec_refuses_a_batch_wait_the_scorer_replica_would_refuse(ms):
+    """Refused before Ray starts (the Scorer replica refused it only once deployed)."""
+    from gambit.ops.serve_config import ServeAppSpec
+
+    with pytest.raises(ValueError, match="batch_wait_ms"):
+        ServeAppSpec(batch_wait_ms=ms)
+    ServeAppSpec(batch_wait_ms=1000.0)
+
+
 def test_serve_app_spec_refuses_run_defaults_a_coordinator_would_refuse():
     from gambit.ops.serve_config import ServeAppSpec
 

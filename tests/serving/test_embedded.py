@@ -400,6 +400,7 @@ def test_a_target_calling_a_scorer_of_another_width_says_its_runs_are_unguided(c
         assert why.startswith("runs unguided: ") and f"127.0.0.1:{srv.port}" in why
         assert "width 576 with 0" in why and "width 192 (its model's hidden size) with 0" in why
         assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [why]
+        assert res["message"] == why  # the Result says it: a backend sees no log
     finally:
         if e is not None:
             e.close()

@@ -139,6 +139,9 @@ class ServeAppSpec:
         check_cpu_weights(self.cpu_weights)
         check_kv_dtype(self.kv_dtype)
         server_defaults(dict(self.solve_defaults))  # what each Coordinator replica would refuse at start
+        from gambit.serving.scorer_server import check_batch_wait_ms
+
+        check_batch_wait_ms(self.batch_wait_ms)  # the Scorer replica's own check, before Ray starts
 
     def deployment(self, name: str) -> DeploymentSpec:
         return next(d for d in self.deployments if d.name == name)
