@@ -5,7 +5,9 @@
 Info says the width d and the confidence features F a row needs. A row is one thought boundary of one
 trace: its hidden state (raw little-endian bytes + dtype + shape, ``encode_states``), F log-probabilities
 <= 0 when F > 0, and a trace id ("run:trace"; a sequence scorer keeps each id's history until a drop).
-Send ``authorization: Bearer $GAMBIT_TOKEN`` when the server has a token.
+Send ``authorization: Bearer $GAMBIT_TOKEN`` when the server has a token. A TLS server
+(``--tls-cert/--tls-key``) takes ``--tls-ca`` here, and one that asks for client certificates
+(``--tls-client-ca``) ``--tls-cert/--tls-key`` too.
 """
 
 from __future__ import annotations
@@ -19,19 +21,29 @@ import torch
 
 from gambit.serving.payload import encode_states
 from gambit.serving.protos import load
+from gambit.serving.security import check_client_tls, open_channel
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--address", default="127.0.0.1:50061", help="host:port of the ScorerService")
     p.add_argument("--rows", type=int, default=3, help="boundaries to score (random states), 1..100")
+    p.add_argument("--tls-ca", default="", help="PEM CA of a TLS server (\"\": plaintext)")
+    p.add_argument("--tls-cert", default="", help="PEM client certificate (mTLS), with --tls-key")
+    p.add_argument("--tls-key", default="", help="PEM private key of --tls-cert")
+    p.add_argument("--tls-server-name", default="", help="the host the server's certificate names")
     args = p.parse_args(argv)
     if not 1 <= args.rows <= 100:
         p.error(f"--rows must be in 1..100, got {args.rows}")
+    try:
+        check_client_tls("tls_", args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name)
+    except ValueError as e:
+        p.error(str(e))
     pb2, pb2_grpc = load("scorer")
     token = os.environ.get("GAMBIT_TOKEN", "")
     metadata = [("authorization", f"Bearer {token}")] if token else []
-    with grpc.insecure_channel(args.address) as channel:
+    with open_channel(args.address, args.tls_ca, args.tls_cert, args.tls_key,
+                      server_name=args.tls_server_name) as channel:
         stub = pb2_grpc.ScorerServiceStub(channel)
         try:
             info = stub.Info(pb2.InfoRequest(), metadata=metadata, timeout=10)

@@ -11,7 +11,8 @@ and then (against ``gambit serve``, or the cluster's gRPC endpoint):
 Without ``--stubs`` this script generates them into a temporary folder first. Two things a backend must
 send: the ``application`` metadata (Ray Serve's gRPC proxy routes by it), and, when the servers have a
 token (``GAMBIT_TOKEN``), ``authorization: Bearer <token>``. A bad request ends the stream with
-``INVALID_ARGUMENT`` and a message that starts with the field.
+``INVALID_ARGUMENT`` and a message that starts with the field. Gambit's gRPC port speaks plaintext;
+``--tls-ca`` (and ``--tls-server-name``) are for a TLS-terminating proxy in front of it.
 """
 
 from __future__ import annotations
@@ -58,6 +59,15 @@ def capacity(text: str) -> int:
     return c
 
 
+def channel(address: str, ca: str, server_name: str) -> grpc.Channel:
+    """Plaintext, or TLS verified with the CA ``ca``: ``server_name`` is the host its certificate names,
+    where ``address`` reaches the proxy by another name or an IP."""
+    if not ca:
+        return grpc.insecure_channel(address)
+    options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+    return grpc.secure_channel(address, grpc.ssl_channel_credentials(Path(ca).read_bytes()), options=options)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("problem", help="the problem text, as a user wrote it (the server formats it)")
@@ -66,14 +76,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stubs", default="", help="folder with the generated stubs (\"\": generate them now)")
     p.add_argument("--capacity", type=capacity, default=8, help="C: traces in the pool (a count)")
     p.add_argument("--method", default="gambit", help="gambit | sc | step | deepconf")
+    p.add_argument("--tls-ca", default="", help="PEM CA of a TLS proxy in front (\"\": plaintext)")
+    p.add_argument("--tls-server-name", default="", help="the host the proxy's certificate names")
     args = p.parse_args(argv)
+    if args.tls_ca and not Path(args.tls_ca).is_file():
+        p.error(f"--tls-ca {args.tls_ca}: no such file")
+    if args.tls_server_name and not args.tls_ca:
+        p.error("--tls-server-name: needs --tls-ca (it names the host of a TLS server)")
     pb2, pb2_grpc = stubs(args.stubs)
     metadata = [("application", args.application)]
     if os.environ.get("GAMBIT_TOKEN"):
         metadata.append(("authorization", f"Bearer {os.environ['GAMBIT_TOKEN']}"))
     request = pb2.SolveRequest(problem=args.problem, method=args.method, capacity=args.capacity)
-    with grpc.insecure_channel(args.address) as channel:
-        stub = pb2_grpc.ReasoningServiceStub(channel)
+    with channel(args.address, args.tls_ca, args.tls_server_name) as ch:
+        stub = pb2_grpc.ReasoningServiceStub(ch)
         try:
             for event in stub.Solve(request, metadata=metadata, timeout=300):
                 kind = event.WhichOneof("event")

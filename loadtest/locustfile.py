@@ -19,7 +19,6 @@ as CSV (--summary-csv; the totals beside it in <name>.totals.json).
 from __future__ import annotations
 
 import itertools
-import os
 import random
 import re
 import sys
@@ -44,7 +43,7 @@ from gambit.ops.loadtest import (
     totals_path,
     write_summary,
 )
-from gambit.serving.security import check_address
+from gambit.serving.security import check_address, read_token
 
 grpc_gevent.init_gevent()  # gRPC's blocking calls must yield to gevent, or one user stalls them all
 
@@ -111,7 +110,7 @@ class SolveUser(User):
         self.pb2, grpc_mod = load("reasoning")
         self.channel = grpc.insecure_channel(self.host)
         self.stub = grpc_mod.ReasoningServiceStub(self.channel)
-        token = os.environ.get(opts.token_env, "") if opts.token_env else ""
+        token = read_token(opts.token_env)  # stripped, as the servers read it
         self.md = ((("authorization", f"Bearer {token}"),) if token else ()) + (
             (("application", opts.application),) if opts.application else ())
         self.problems = _problems(opts)

@@ -51,3 +51,29 @@ def test_the_docstrings_build_step_works_in_a_fresh_checkout(tmp_path):
     # the stubs load and the call is made: nothing listens at port 1, so the RPC's own error, rc 2
     r = call("--stubs", "gen", "--address", "127.0.0.1:1", "Compute 1+1.", cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.startswith("UNAVAILABLE"), r.stderr
+
+
+def test_the_example_speaks_tls_to_a_proxy_with_tls_ca(tmp_path):
+    """Its channel was plaintext only. A TLS ScorerService stands in for a TLS proxy: UNIMPLEMENTED (it
+    serves no ReasoningService) means the handshake and the call got through."""
+    from gambit.scoring import random_scorer
+    from gambit.serving.scorer_server import ScorerServerConfig, start_scorer_server
+
+    crt, key = tmp_path / "s.crt", tmp_path / "s.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "1",
+                    "-subj", "/CN=gambit.internal",
+                    "-addext", "subjectAltName=DNS:gambit.internal"], check=True, capture_output=True)
+    cfg = ScorerServerConfig(port=0, metrics_port=-1, token_env="", tls_cert=str(crt), tls_key=str(key))
+    srv = start_scorer_server(cfg, scorer=random_scorer("mlp", 16, seed=3))
+    try:
+        address = ["--address", f"127.0.0.1:{srv.port}"]
+        r = call(*address, "--tls-ca", str(crt), "--tls-server-name", "gambit.internal", "Compute 1+1.",
+                 cwd=tmp_path)
+        assert r.returncode == 2 and r.stderr.startswith("UNIMPLEMENTED"), r.stderr
+        r = call(*address, "Compute 1+1.", cwd=tmp_path)  # plaintext: the TLS server closes the socket
+        assert r.returncode == 2 and r.stderr.startswith("UNAVAILABLE"), r.stderr
+        r = call(*address, "--tls-ca", str(tmp_path / "none.pem"), "Compute 1+1.", cwd=tmp_path)
+        assert r.returncode == 2 and "--tls-ca" in r.stderr and "no such file" in r.stderr
+    finally:
+        srv.stop()

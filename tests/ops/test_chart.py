@@ -219,6 +219,17 @@ def test_external_redis_runs_no_redis(rendered):
     assert cfg["applications"][0]["args"]["tree"] == "redis://redis.example.internal:6379/0"
 
 
+def test_an_external_redis_url_may_name_an_acl_user(helm):
+    """The schema forbade any ``@``, so an ACL user could not be given (its password: the Secret)."""
+    from ops_util import render
+
+    url = "redis://gambit@redis.example.internal:6379/0"
+    docs = render(helm, "--set", "redis.mode=external", "--set", f"redis.external.url={url}",
+                  "--set", "redis.external.password=change-me")
+    cfg = yaml.safe_load(_rayservice(docs)["spec"]["serveConfigV2"])
+    assert cfg["applications"][0]["args"]["tree"] == url
+
+
 def test_external_redis_without_url_is_refused(helm):
     r = run([helm, "template", "g", str(CHART), "--set", "redis.mode=external"])
     assert r.returncode != 0 and "redis.external.url is required" in r.stderr
@@ -248,6 +259,7 @@ def test_monitoring_objects_and_dashboards(rendered):
     ("monitoring.podMonitor.interval=soon", "monitoring.podMonitor.interval"),
     ("gpuWorkers.gpusPerWorker=0", "gpuWorkers.gpusPerWorker"),
     ("redis.external.url=redis://:secret@host:6379", "redis.external.url"),
+    ("redis.external.url=redis://gambit:secret@host:6379", "redis.external.url"),
     ("serve.solveDefaults.capacity=0", "serve.solveDefaults.capacity"),
     ("upgradeStrategy=Rolling", "upgradeStrategy"),
     ("serve.kvDtype=float16", "serve.kvDtype"),
@@ -278,17 +290,22 @@ def test_worker_counts_the_schema_cannot_compare_are_refused(helm, settings, mes
     assert r.returncode == 0, r.stderr
 
 
-def test_notes_render(helm, tmp_path):
+def _notes(helm, tmp_path, *args: str) -> str:
     # `helm install --dry-run` needs a cluster; render NOTES.txt through tpl in a copy of the chart instead.
     chart = tmp_path / "gambit"
-    shutil.copytree(CHART, chart)
-    shutil.copy(chart / "templates" / "NOTES.txt", chart / "files" / "NOTES.txt")
-    (chart / "templates" / "notes-as-manifest.yaml").write_text(
-        'notes: |\n  {{- tpl (.Files.Get "files/NOTES.txt") . | nindent 2 }}\n')
-    r = run([helm, "template", "g", str(chart), "--namespace", "serving", "-f",
-             str(CHART / "ci" / "multi-gpu-values.yaml"), "--show-only", "templates/notes-as-manifest.yaml"])
+    if not chart.exists():
+        shutil.copytree(CHART, chart)
+        shutil.copy(chart / "templates" / "NOTES.txt", chart / "files" / "NOTES.txt")
+        (chart / "templates" / "notes-as-manifest.yaml").write_text(
+            'notes: |\n  {{- tpl (.Files.Get "files/NOTES.txt") . | nindent 2 }}\n')
+    r = run([helm, "template", "g", str(chart), "--namespace", "serving", *args,
+             "--show-only", "templates/notes-as-manifest.yaml"])
     assert r.returncode == 0, r.stderr
-    notes = yaml.safe_load(r.stdout)["notes"]
+    return yaml.safe_load(r.stdout)["notes"]
+
+
+def test_notes_render(helm, tmp_path):
+    notes = _notes(helm, tmp_path, "-f", str(CHART / "ci" / "multi-gpu-values.yaml"))
     assert "4 GPU worker(s) x 2 GPU, 4 to 12 Target replicas, autoscaled by Serve" in notes
     assert "on Service g-gambit-grpc" in notes
     assert "gambit cluster wait --name g-gambit --namespace serving" in notes
@@ -309,3 +326,44 @@ def test_a_sequence_scorer_runs_one_replica(helm):
         dep = next(a for a in apps if a["name"] == "scorer")["deployments"][0]
         assert ("autoscaling_config" in dep) is autoscaled, scorer
         assert autoscaled or dep["num_replicas"] == 1
+
+
+def test_notes_say_the_service_is_plaintext_and_warn_when_it_is_exposed(helm, tmp_path):
+    """A LoadBalancer with no token rendered silently: anyone who reached it could Solve, GetRun and
+    CancelRun; the token, when set, crosses it in clear text."""
+    notes = _notes(helm, tmp_path)
+    assert "The Service speaks plaintext gRPC (Ray's proxy has no TLS)" in notes
+    assert "TLS-terminating load balancer or ingress" in notes and "WARNING" not in notes
+    notes = _notes(helm, tmp_path, "--set", "grpcService.type=LoadBalancer",
+                   "--set", "grpcService.allowUnauthenticated=true")
+    assert ("WARNING: grpcService.type is LoadBalancer: the ReasoningService is reachable from outside the "
+            "cluster in plaintext with NO bearer token") in notes
+    notes = _notes(helm, tmp_path, "--set", "grpcService.type=NodePort", "--set", "serve.tokenSecret=tok")
+    assert "reachable from outside the cluster in plaintext, the bearer token included." in notes
+
+
+def test_notes_warn_that_no_ray_auth_opens_the_dashboard(helm, tmp_path):
+    """The chart binds the dashboard to 0.0.0.0; with Ray's auth off its Jobs API runs anyone's code."""
+    assert "rayAuth.mode is disabled" not in _notes(helm, tmp_path)
+    notes = _notes(helm, tmp_path, "--set", "rayAuth.mode=disabled")
+    assert "WARNING: rayAuth.mode is disabled and the Ray dashboard listens on 0.0.0.0" in notes
+    assert "submit Ray jobs, which run code in the cluster" in notes
+
+
+def test_an_exposed_service_with_no_token_renders_only_when_asked(helm):
+    from ops_util import render
+
+    docs = render(helm, "--set", "grpcService.type=LoadBalancer",
+                  "--set", "grpcService.allowUnauthenticated=true")
+    assert _rayservice(docs)["spec"]["serveService"]["spec"]["type"] == "LoadBalancer"
+    r = run([helm, "template", "g", str(CHART), "--set", "grpcService.type=LoadBalancer"])
+    assert r.returncode != 0 and "serve.tokenSecret" in r.stderr and "allowUnauthenticated" in r.stderr
+
+
+def test_redis_probe_keeps_the_password_off_the_command_line(rendered):
+    """`redis-cli -a "$REDIS_PASSWORD"` every 5 s put it in /proc/<pid>/cmdline, which a node's `ps` shows."""
+    (sts,) = by_kind(rendered["default"], "StatefulSet")
+    (c,) = sts["spec"]["template"]["spec"]["containers"]
+    cmd = c["readinessProbe"]["exec"]["command"]
+    assert cmd[:2] == ["sh", "-c"] and cmd[2].startswith('REDISCLI_AUTH="$REDIS_PASSWORD" redis-cli ping')
+    assert " -a " not in cmd[2] and "$REDIS_PASSWORD" not in cmd[2].partition("redis-cli")[2]

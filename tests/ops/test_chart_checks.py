@@ -62,7 +62,7 @@ def test_grpc_service_is_declared_through_the_rayservice(helm):
     """A Service of the chart selected pods of the old and the new RayCluster during a NewCluster upgrade;
     KubeRay owns spec.serveService's selector (ray.io/cluster of the serving cluster) and switches it."""
     docs = render(helm, "--set", "grpcService.port=50051", "--set", "grpcService.type=LoadBalancer",
-                  "--set", "grpcService.annotations.team=search")
+                  "--set", "grpcService.annotations.team=search", "--set", "serve.tokenSecret=gambit-token")
     assert not [s for s in by_kind(docs, "Service") if s["metadata"]["name"].endswith("-grpc")]
     rs = _rayservice(docs)
     svc = rs["spec"]["serveService"]
@@ -124,6 +124,11 @@ def test_docs_name_the_kuberay_version_that_keeps_the_grpc_port():
      "serve.tokenEnv: GAMBIT_REDIS_PASSWORD holds the Redis password"),
     (("cpuWorkers.groupName=gpu-workers",),
      "cpuWorkers.groupName: \"gpu-workers\" is also gpuWorkers.groupName"),
+    # a Service outside the cluster answers anyone: only with a token, or when asked
+    (("grpcService.type=LoadBalancer",),
+     "grpcService.type: LoadBalancer exposes the ReasoningService with no bearer token (serve.tokenSecret"),
+    (("grpcService.type=NodePort", "grpcService.allowUnauthenticated=false"),
+     "set serve.tokenSecret to a Secret with key `token`, or grpcService.allowUnauthenticated=true"),
 ])
 def test_values_that_cannot_work_are_refused_in_one_line(helm, settings, message):
     r = _template(helm, *_sets(*settings))

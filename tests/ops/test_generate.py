@@ -162,3 +162,38 @@ def test_serve_app_spec_refuses_run_defaults_a_coordinator_would_refuse():
     with pytest.raises(ValueError, match=r"^max_tokens:"):
         ServeAppSpec(solve_defaults=(("capacity", 8), ("max_tokens", 0)))
     ServeAppSpec(solve_defaults=(("capacity", 1), ("swap", 2)))  # a swap above C is taken as C
+
+
+def test_serve_env_bounds_the_proxy_and_carries_the_largest_score_request():
+    """The proxy took 2 GiB - 1 from anyone before the token check, and its hop to a replica capped at
+    4 MiB: a Score call through it over 4 MiB failed INTERNAL. Both names must be ones Ray reads."""
+    import inspect
+    from pathlib import Path
+
+    import ray.serve._private.constants as ray_constants
+
+    from gambit.ops.serve_env import SERVE_ENV
+    from gambit.serving.protos import load
+    from gambit.serving.scorer_core import ScorerCore
+
+    pb2, _ = load("scorer")
+    rows, width = inspect.signature(ScorerCore).parameters["max_rows"].default, 4096  # an 8B model's width
+    assert rows == 4096
+    ids = [f"{'r' * 64}:{i}" for i in range(rows)]  # the longest run id (64) and its trace number
+    largest = pb2.ScoreRequest(states=bytes(rows * width * 4), dtype="float32", shape=[rows, width],
+                               trace_ids=ids, features=[-1.0] * (2 * rows)).ByteSize()
+    assert largest > 64 << 20
+    text = Path(ray_constants.__file__).read_text()
+    for name in ("RAY_SERVE_GRPC_MAX_MESSAGE_SIZE", "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH"):
+        assert f'"{name}"' in text, f"Ray no longer reads {name}"
+        assert largest * 1.5 < int(SERVE_ENV[name]) <= 128 << 20, name  # 1.5: room for forks, drops
+
+
+def test_serve_app_spec_refuses_a_password_in_its_tree_url():
+    """deploy/serve.yaml's app args would carry it: the password comes from GAMBIT_REDIS_PASSWORD."""
+    from gambit.ops.serve_config import ServeAppSpec
+
+    with pytest.raises(ValueError, match=r"^tree: redis://.*GAMBIT_REDIS_PASSWORD") as e:
+        ServeAppSpec(tree="redis://:s3cret@127.0.0.1:6379/0")
+    assert "s3cret" not in str(e.value)
+    ServeAppSpec(tree="redis://gambit@127.0.0.1:6379/0")  # an ACL user name alone is fine

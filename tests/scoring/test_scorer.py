@@ -134,3 +134,31 @@ def test_mlp_is_step_probe():
     w = s.net.state_dict()
     ref = torch.sigmoid(torch.relu(x @ w["0.weight"].T + w["0.bias"]) @ w["2.weight"].T + w["2.bias"])[:, 0]
     torch.testing.assert_close(s.score([1, 2, 3], x), ref)
+
+
+@pytest.mark.parametrize("invariant", [True, False], ids=["invariant", "aten"])
+def test_sequence_scorer_keeps_at_most_max_keys_least_recently_used_first(invariant):
+    """Every new key kept a history until dropped: a Target that died, or a caller inventing ids, grew a
+    Scorer's memory without end (~130 MB/s)."""
+    x = torch.randn(8, 32)
+    big = random_scorer("sequence", hidden_size=32, seed=5, invariant=invariant)
+    s = random_scorer("sequence", hidden_size=32, seed=5, invariant=invariant, max_keys=3)
+    for t in (big, s):
+        t.score(["a", "b", "c"], x[:3])
+        t.score(["a"], x[3:4])  # a used last: b is now the least recently used
+        t.fork("c", "c2")  # the parent counts as used: b goes, then a
+    assert list(s._state) == ["a", "c", "c2"] and s.evicted == 1
+    for t in (big, s):
+        t.score([f"new{i}" for i in range(2)], x[4:6])
+    assert list(s._state) == ["c2", "new0", "new1"] and s.num_keys == 3 and s.evicted == 3
+    assert big.evicted == 0 and big.num_keys == 6
+    # a kept key scores on, as without the bound; an evicted one starts afresh, as after a drop
+    torch.testing.assert_close(s.score(["c2"], x[6:7]), big.score(["c2"], x[6:7]), atol=0, rtol=0)
+    big.drop("a")
+    torch.testing.assert_close(s.score(["a"], x[7:8]), big.score(["a"], x[7:8]), atol=0, rtol=0)
+    torch.testing.assert_close(s.score(["z"], x[7:8]), s.score_history(x[7:8]), atol=1e-5, rtol=0)
+    # each kept state owns its storage: a row of the batch's tensor kept all 64 rows alive
+    s.score([f"w{i}" for i in range(64)], torch.randn(64, 32))
+    assert all(v.untyped_storage().nbytes() == v.nbytes for v in s._state.values())
+    with pytest.raises(ValueError, match="max_keys must be an int >= 1"):
+        random_scorer("sequence", hidden_size=32, max_keys=0)

@@ -250,3 +250,32 @@ def test_a_url_of_a_server_that_is_not_redis_is_one_line():
             RedisStore(url, timeout_s=1.0)
     finally:
         srv.close()
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("redis://:S3cr3t-pw%21@127.0.0.1:6392/3", "redis://127.0.0.1:6392/3"),
+    ("redis://user:pw@host:6379/0", "redis://user@host:6379/0"),
+    ("rediss://host:6380/1?ssl_ca_certs=/ca.pem&password=pw", "rediss://host:6380/1?ssl_ca_certs=/ca.pem"),
+    ("unix://:pw@/run/redis.sock?db=2", "unix:///run/redis.sock?db=2"),
+    ("redis://user@host:6379/0", "redis://user@host:6379/0"),  # a user name is no secret: kept
+    ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+])
+def test_a_url_said_in_a_message_holds_no_password(url, shown):
+    from gambit.search.store import has_password, redact_url
+
+    assert redact_url(url) == shown
+    assert has_password(url) == (url != shown)
+
+
+def test_a_store_url_with_a_password_is_refused_naming_the_flag_and_the_variable():
+    """``gambit inspect --store redis://:pw@host/5`` put the password in `ps` and shell history, and
+    its "not found" message printed it."""
+    from gambit.search.lineage import inspect_run
+    from gambit.search.store import open_store
+
+    for spec in ("redis://:pw-XYZ@127.0.0.1:6379/5", "redis://127.0.0.1:6379/5?password=pw-XYZ"):
+        with pytest.raises(ValueError, match=r"^--store: redis://127\.0\.0\.1:6379/5 .*GAMBIT_REDIS_PASSWO"):
+            open_store(spec)
+        with pytest.raises(ValueError) as e:
+            inspect_run("nosuchrun", spec)
+        assert "pw-XYZ" not in str(e.value)

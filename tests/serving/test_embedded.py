@@ -405,3 +405,9 @@ def test_a_target_calling_a_scorer_of_another_width_says_its_runs_are_unguided(c
         if e is not None:
             e.close()
         srv.stop()
+
+
+def test_an_embedded_tree_url_with_a_password_is_refused_without_saying_it():
+    with pytest.raises(ValueError, match=r"^tree: .*GAMBIT_REDIS_PASSWORD") as e:
+        EmbeddedConfig(tree="redis://:s3cret@127.0.0.1:6379/0")
+    assert "s3cret" not in str(e.value)

@@ -78,3 +78,18 @@ def test_features_must_be_log_probabilities():
     assert decode_features([-0.5, 0.0, -3.0, -1e-7], 2, 2).shape == (2, 2)
     with pytest.raises(ValueError, match=r"^features: log-probabilities must be <= 0, got 1e\+30"):
         decode_features([-0.5, 1e30, -3.0, -1.0], 2, 2)
+
+
+def test_trace_ids_are_bounded_in_bytes_and_a_targets_keys_pass():
+    """A 64 MB trace id was accepted and kept by a sequence scorer as a key (no bound on its length)."""
+    from gambit.serving.payload import MAX_TRACE_ID_BYTES, check_ids
+
+    raw, name, shape = encode_states(torch.randn(2, 12))
+    longest = "r" * 64 + ":" + str(2**63)  # a Target's "run:node": run ids are at most 64 characters
+    assert decode_states(raw, name, shape, [longest, "x" * MAX_TRACE_ID_BYTES], 12, 64).shape == (2, 12)
+    for bad in ("x" * 10_000, "\U0001F600" * 33):  # 132 bytes in 33 characters
+        size = len(bad.encode())
+        with pytest.raises(ValueError, match=rf"^trace_ids: trace id .* is {size} bytes, at most 128"):
+            decode_states(raw, name, shape, ["a", bad], 12, 64)
+    with pytest.raises(ValueError, match="^drops: empty trace id"):
+        check_ids("drops", ["a", ""])

@@ -103,3 +103,52 @@ def test_a_timed_out_call_says_so():
             core.score(job(core, [0], ["a"]), timeout=0.05)
     finally:
         core.close()
+
+
+class Edit:  # a Fork-shaped pair (validate reads .parent and .child), cheaper than 100k protobufs
+    def __init__(self, parent, child):
+        self.parent, self.child = parent, child
+
+
+def test_forks_drops_and_their_ids_are_bounded_naming_the_field():
+    """1,000,000 forks in one call and ids of any length were accepted (and kept by a sequence scorer)."""
+    from gambit.serving.scorer_client import MAX_PENDING
+    from gambit.serving.scorer_core import max_edits
+
+    core = ScorerCore(random_scorer("sequence", H, seed=3), max_rows=8, batch_wait_s=0.0)
+    try:
+        most = max_edits(core.max_rows)
+        assert most == 2 * MAX_PENDING
+        empty = (b"", "float32", [0, H], [])
+        # a Target back from an outage sends its whole queue (MAX_PENDING) plus a round's: accepted
+        ok = core.validate(*empty, [Edit(f"p{i}", f"c{i}") for i in range(MAX_PENDING)],
+                           [f"d{i}" for i in range(4096)])
+        assert len(ok.forks) == MAX_PENDING and len(ok.drops) == 4096
+        with pytest.raises(ValueError, match=rf"^forks: {most} forks \+ 1 drops in one request, at most "):
+            core.validate(*empty, [Edit("p", f"c{i}") for i in range(most)], ["d"])
+        with pytest.raises(ValueError, match=r"^drops: 0 forks \+ "):
+            core.validate(*empty, [], ["d"] * (most + 1))
+        with pytest.raises(ValueError, match=r"^forks: trace id 'xxx.* is 129 bytes"):
+            core.validate(*empty, [Edit("p", "x" * 129)], [])
+        with pytest.raises(ValueError, match=r"^forks: empty trace id"):
+            core.validate(*empty, [Edit("", "c")], [])
+        with pytest.raises(ValueError, match=r"^forks: bad fork 'p' -> 'p'"):
+            core.validate(*empty, [Edit("p", "p")], [])
+        with pytest.raises(ValueError, match=r"^drops: trace id .* is 10000 bytes"):
+            core.validate(*empty, [], ["d", "y" * 10_000])
+        with pytest.raises(ValueError, match=r"^trace_ids: trace id .* is 200 bytes"):
+            core.validate(*encode_states(X[:1]), ["z" * 200])
+    finally:
+        core.close()
+
+
+def test_a_sequence_scorer_behind_the_core_keeps_at_most_max_keys_histories():
+    """Fresh ids in call after call left one history each, forever (163,840 after 40 calls)."""
+    core = ScorerCore(random_scorer("sequence", H, seed=3, max_keys=6), batch_wait_s=0.0)
+    try:
+        for c in range(5):
+            core.score(job(core, [0, 1, 2, 3], [f"c{c}-{i}" for i in range(4)]))
+        assert core.scorer.num_keys == 6 and core.scorer.evicted == 14
+        assert list(core.scorer._state) == ["c3-2", "c3-3"] + [f"c4-{i}" for i in range(4)]
+    finally:
+        core.close()

@@ -260,6 +260,10 @@ NewCluster upgrade never switches), port clashes, keys the chart sets, duplicate
 {{- if and $v.serve.tokenSecret (hasKey $extra $v.serve.tokenEnv) -}}
 {{- fail (printf "serve.extraEnv.%s: set by the chart from serve.tokenSecret" $v.serve.tokenEnv) -}}
 {{- end -}}
+{{- /* a Service reachable from outside the cluster answers anyone: only with a token, or when asked */ -}}
+{{- if and (ne $v.grpcService.type "ClusterIP") (not $v.serve.tokenSecret) (not $v.grpcService.allowUnauthenticated) -}}
+{{- fail (printf "grpcService.type: %s exposes the ReasoningService with no bearer token (serve.tokenSecret is empty): anyone who reaches it can Solve and read or cancel runs; set serve.tokenSecret to a Secret with key `token`, or grpcService.allowUnauthenticated=true" $v.grpcService.type) -}}
+{{- end -}}
 {{- /* Serve replicas */ -}}
 {{- range $dname, $d := $v.serve.deployments -}}
 {{- with $d.autoscaling -}}

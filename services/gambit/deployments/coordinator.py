@@ -39,7 +39,7 @@ from gambit.deployments.run_records import (
 from gambit.deployments.takeover import Lost, TargetLost, target_died
 from gambit.serving.convert import SETTINGS, event_msg, result_msg, settings_msg
 from gambit.serving.protos import load
-from gambit.serving.security import check_token
+from gambit.serving.security import check_token, read_token
 from gambit.serving.solve_config import check_run_id, from_request, server_defaults
 from gambit.serving.tree_view import ENDED, RETENTION_S, StoreUnavailable, open_tree_view, taken_message
 
@@ -100,7 +100,7 @@ class Coordinator:
                              f"{resume_wait_s}")
         self.max_resumes, self.resume_wait_s = max_resumes, resume_wait_s
         self.target_replicas = max(1, int(target_replicas))
-        self.token = os.environ.get(token_env, "") if token_env else ""
+        self.token = read_token(token_env)
         self.metrics = ray_metrics(("gambit_num_requests_waiting", "gambit_time_to_first_token_seconds",
                                     "gambit_e2e_request_latency_seconds", "gambit_request_errors_total"))
         self.waiting = 0

@@ -20,7 +20,9 @@ from gambit.checks import at_least
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype, default_spec_max_batch
 from gambit.drafter_map import parse_drafters
 from gambit.ops.serve_env import SERVE_ENV
+from gambit.search.store import check_no_password
 from gambit.serving.grpc_api import SERVICER_FUNCTIONS
+from gambit.serving.security import read_token
 from gambit.serving.solve_config import SolveConfig, server_defaults
 from gambit.serving.tree_view import RETENTION_S
 
@@ -63,6 +65,7 @@ class ServeConfig:
         from gambit.ops.serve_config import check_ports  # Ray's own ports refused, as in the chart
 
         check_ports(grpc_port=self.grpc_port, http_port=self.http_port, metrics_port=self.metrics_port)
+        check_no_password(self.tree, "tree")  # it would travel in the app's args and every store message
         at_least(1, num_cpus=self.num_cpus, target_replicas=self.target_replicas,
                  coordinator_replicas=self.coordinator_replicas)
         at_least(1, retention_s=self.retention_s)
@@ -135,7 +138,7 @@ def check_startable(cfg: ServeConfig) -> None:
     these as they start, and a failure there surfaced as "Failed to update the deployments ['Target']",
     its reason in a replica's log)."""
     from gambit.model.loader import model_hidden_size
-    from gambit.serving.tree_view import open_tree_view
+    from gambit.serving.tree_view import open_trace_store, open_tree_view
 
     ports = {"grpc_port": cfg.grpc_port, "http_port": cfg.http_port, "metrics_port": cfg.metrics_port}
     busy = busy_ports(ports.values(), wait_s=5.0)  # a Serve stopping just now releases them in ~1 s
@@ -144,6 +147,7 @@ def check_startable(cfg: ServeConfig) -> None:
         raise OSError(f"in use on this machine: {names} (another `gambit serve` or `serve run`?); "
                       "stop it, or give other ports (--grpc-port, --http-port, --metrics-port)")
     open_tree_view(cfg.tree, cfg.prefix).ping()  # StoreUnavailable naming the URL (--tree)
+    open_trace_store(cfg.tree, cfg.prefix)  # the Targets' trace store logs in too (it pings as it opens)
     model_hidden_size(cfg.model)  # FileNotFoundError / ValueError naming the folder or the name
 
 
@@ -180,8 +184,7 @@ def start(cfg: ServeConfig, wait_s: float = 120.0) -> None:
             serve.shutdown()
     _deploy(build_scorer({"scorer": cfg.scorer, "token_env": cfg.token_env, "model": cfg.model}), "scorer")
     _deploy(build_gambit(cfg.app_args()), "gambit")
-    wait_ready(f"127.0.0.1:{cfg.grpc_port}", wait_s, os.environ.get(cfg.token_env,
-                                                                    "") if cfg.token_env else "")
+    wait_ready(f"127.0.0.1:{cfg.grpc_port}", wait_s, read_token(cfg.token_env))
 
 
 def _deploy(app, name: str) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 
 import grpc
 import ray
@@ -28,7 +27,7 @@ from gambit.scoring.spec import load_scorer_spec
 from gambit.serving.protos import load
 from gambit.serving.scorer_core import ScorerCore
 from gambit.serving.scorer_server import check_batch_wait_ms, scorer_grpc_server
-from gambit.serving.security import check_token
+from gambit.serving.security import check_token, read_token
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +77,7 @@ class Scorer:
         if getattr(scorer_net, "kind", "") == "sequence":
             _check_one_replica(scorer)
         self.core = ScorerCore(scorer_net, max_rows, batch_wait_ms / 1000, metrics=self.metrics)
-        self.token = os.environ.get(token_env, "") if token_env else ""
+        self.token = read_token(token_env)
         self.direct, self._address = None, ""
         if direct_host:
             self.direct, port = scorer_grpc_server(self.core, self.metrics, f"{direct_host}:{direct_port}",

@@ -14,6 +14,7 @@ from gambit.deployments.kv_router import STATS_PERIOD_S, KVAwareRouter
 from gambit.deployments.ray_metrics import ray_metrics
 from gambit.deployments.run_records import UNSTARTED, ended_result
 from gambit.serving.embedded import EmbeddedConfig, build_target
+from gambit.serving.security import read_token
 from gambit.serving.solve_config import SolveConfig
 from gambit.serving.target_service import CancelFlagged, Overcommitted
 from gambit.serving.tree_view import CANCELLED_BY_RPC, STREAM_CLOSED, StoreUnavailable
@@ -30,9 +31,13 @@ class Target:
                  threads: int = 0, scorer_direct: bool = True,
                  spec_max_batch: int = EmbeddedConfig.spec_max_batch, cpu_weights: str = "float32",
                  kv_dtype: str = "auto", batch_invariant: bool | None = None, drafters: str = "",
-                 retention_s: float = EmbeddedConfig.retention_s) -> None:
+                 retention_s: float = EmbeddedConfig.retention_s, scorer_tls_ca: str = "",
+                 scorer_tls_cert: str = "", scorer_tls_key: str = "",
+                 scorer_tls_server_name: str = "") -> None:
         """``scorer_direct``: call a Scorer replica's own gRPC endpoint, not the proxy (the proxy stays
-        the fallback); see ``gambit.deployments.scorer``."""
+        the fallback); see ``gambit.deployments.scorer``. ``scorer_tls_*``: a TLS Scorer at
+        ``scorer_address`` (``gambit scorer serve --tls-cert``; ``EmbeddedConfig``): the Ray Scorer's
+        endpoints are plaintext, so no direct one is looked up then."""
         import torch
 
         # Ray sets OMP_NUM_THREADS to the actor's num_cpus (1 for num_cpus=0): give the engine the cores
@@ -43,11 +48,13 @@ class Target:
         cfg = EmbeddedConfig(model=model, scorer=scorer, scorer_address=scorer_address, tree=tree,
                              prefix=prefix, num_blocks=num_blocks, max_num_seqs=max_num_seqs,
                              spec_max_batch=spec_max_batch, cpu_weights=cpu_weights, kv_dtype=kv_dtype,
-                             batch_invariant=batch_invariant, drafters=drafters, retention_s=retention_s)
+                             batch_invariant=batch_invariant, drafters=drafters, retention_s=retention_s,
+                             scorer_tls_ca=scorer_tls_ca, scorer_tls_cert=scorer_tls_cert,
+                             scorer_tls_key=scorer_tls_key, scorer_tls_server_name=scorer_tls_server_name)
         self.svc = build_target(cfg, ray_metrics(), self.replica, scorer_app,
-                                os.environ.get(token_env, "") if token_env else "",
+                                read_token(token_env),
                                 resolve=_direct_scorer(scorer_app, lambda: self.loop)
-                                if scorer_app and scorer_direct else None)
+                                if scorer_app and scorer_direct and not scorer_tls_ca else None)
 
     async def run(self, run_id: str, problem: str, cfg: dict, avoid: tuple = (), resume: bool = False):
         """Stream of dicts for one run: started, progress..., result — or one ``error`` dict.

@@ -333,8 +333,9 @@ def check_running(cfg: LoadTestConfig) -> str:
     """'' when a ReasoningService answers at ``cfg.address``, else the error to print (said at once, not
     after run_time_s of failed calls)."""
     from gambit.deployments import local
+    from gambit.serving.security import read_token
 
-    token = os.environ.get(cfg.token_env, "") if cfg.token_env else ""
+    token = read_token(cfg.token_env)
     try:
         local.wait_ready(cfg.address, wait_s=10.0, token=token)
     except PermissionError as e:

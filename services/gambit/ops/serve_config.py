@@ -142,6 +142,9 @@ class ServeAppSpec:
         from gambit.serving.scorer_server import check_batch_wait_ms
 
         check_batch_wait_ms(self.batch_wait_ms)  # the Scorer replica's own check, before Ray starts
+        from gambit.search.store import check_no_password
+
+        check_no_password(self.tree, "tree")  # the password comes from GAMBIT_REDIS_PASSWORD, never the URL
 
     def deployment(self, name: str) -> DeploymentSpec:
         return next(d for d in self.deployments if d.name == name)

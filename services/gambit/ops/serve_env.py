@@ -21,6 +21,14 @@ from __future__ import annotations
 #   the GCS it polls 3.0% (2.4% and 1.1% at 1 s); under 16 runs the services' CPU per token fell by a
 #   third (`tools/profile_serve_cpu.py`), CPU that the Target's engine threads lose on a shared node.
 #   The cost: the controller reacts to a dead replica or a new deployment state up to 0.4 s later.
+# * gRPC message sizes, both 128 MiB: the proxy took up to 2 GiB - 1 from anyone before a replica checks
+#   the token, and its hop to a replica capped at 4 MiB, so a Score call through the proxy (the chart's
+#   cross-node Targets, the fallback path) over 4 MiB failed INTERNAL. The largest legal Score request:
+#   4096 rows (the Scorer's max_rows) x width 4096 (an 8B model, e.g. Qwen3-8B) x 4 bytes = 64 MiB of
+#   float32 states, plus 2 confidence floats and one trace id per row (~0.4 MiB), plus the forks and
+#   drops a Target queued while its Scorer was down (up to ~35 MiB of ids): ~100 MiB, 128 MiB with
+#   margin. Wider models or more rows: raise both (serve.extraEnv, deploy/serve.env).
+GRPC_MAX_MESSAGE_BYTES = 128 << 20
 SERVE_ENV: dict[str, str] = {
     "RAY_worker_niceness": "0",
     "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
@@ -30,6 +38,8 @@ SERVE_ENV: dict[str, str] = {
     "RAY_SERVE_LOG_TO_STDERR": "0",
     "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5",
     "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "1000",
+    "RAY_SERVE_GRPC_MAX_MESSAGE_SIZE": str(GRPC_MAX_MESSAGE_BYTES),
+    "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH": str(GRPC_MAX_MESSAGE_BYTES),
 }
 
 

@@ -9,7 +9,9 @@ was expected, never a crash deep inside a matmul.
 from __future__ import annotations
 
 import json
+import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from pathlib import Path
 
@@ -24,6 +26,13 @@ from gambit.scoring.invariant import InvariantNet, reason_unavailable
 from gambit.scoring.nets import build_net
 
 WEIGHTS = "model.safetensors"
+# trace histories a sequence scorer keeps (the least recently used go first beyond it). A GRU state
+# (model_dim 128) is 512 B, ~2.4 KB of RSS with its tensor, key and dict entry: ~160 MB at the cap.
+# Live traces are runs x capacity over every Target sharing the Scorer, a few thousand; the cap is for
+# ids never dropped (a Target that died, a caller inventing ids), which grew ~130 MB/s without it.
+MAX_KEYS = 65_536
+
+log = logging.getLogger(__name__)
 
 
 def _all_finite(x: torch.Tensor) -> bool:
@@ -63,14 +72,21 @@ class BoundaryScorer:
     """A scorer network plus per-key state. ``kind`` is "mlp" (stateless) or "sequence"."""
 
     def __init__(self, net: torch.nn.Module, config: ScorerConfig,
-                 device: str | torch.device = "cpu", invariant: bool = True) -> None:
+                 device: str | torch.device = "cpu", invariant: bool = True,
+                 max_keys: int = MAX_KEYS) -> None:
         """``invariant``: score each row with the floats it has alone (``scoring/invariant.py``) where
         this scorer and machine allow (``invariant_reason`` says why not); the net's weights are packed
-        at the first score, so change them before scoring, not after."""
+        at the first score, so change them before scoring, not after. ``max_keys``: histories kept, the
+        least recently scored or forked forgotten beyond it (``evicted`` counts them): such a key
+        scores again as a new trace."""
+        if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
+            raise ValueError(f"max_keys must be an int >= 1 (trace histories kept), got {max_keys!r}")
         self.config = config
         self.device = torch.device(device)
         self.net = net.to(self.device, torch.float32).eval()
-        self._state: dict[Hashable, torch.Tensor] = {}
+        self._state: OrderedDict[Hashable, torch.Tensor] = OrderedDict()  # least recently used first
+        self.max_keys = max_keys
+        self.evicted = 0
         self._lock = threading.Lock()
         self.invariant_reason = reason_unavailable(config, self.device) if invariant else "not asked"
         self._inv: InvariantNet | None = None
@@ -163,13 +179,34 @@ class BoundaryScorer:
             prev = [self._state[k] if k in self._state else self.net.init_state() for k in ks]
             if inv is not None:
                 h, logits = inv.gru_step(torch.stack(prev), states[rows])
-                self._state.update(zip(ks, h.unbind(0), strict=True))
+                self._keep(ks, h.unbind(0))
                 out[rows] = invariant.sigmoid(logits)
                 continue
             new, logits = self.net.step(prev, states[rows])
-            self._state.update(zip(ks, new, strict=True))
+            self._keep(ks, new)
             out[rows] = torch.sigmoid(logits).float().cpu()
+        self._evict()
         return out
+
+    def _keep(self, keys: list[Hashable], states) -> None:
+        """Store each key's new state as its most recently used. A view is cloned: a row of the batch's
+        tensor would keep the whole batch alive while any one key of it is kept."""
+        for k, s in zip(keys, states, strict=True):
+            self._state[k] = s.clone() if s.untyped_storage().nbytes() > s.nbytes else s
+            self._state.move_to_end(k)
+
+    def _evict(self) -> None:
+        """Forget the least recently used histories beyond ``max_keys`` (after a call, not within it)."""
+        over = len(self._state) - self.max_keys
+        if over <= 0:
+            return
+        for _ in range(over):
+            self._state.popitem(last=False)
+        if not self.evicted:
+            log.warning("sequence scorer holds max_keys=%d trace histories: forgetting the least recently "
+                        "used (traces never dropped, or more live traces than that); one scored again starts "
+                        "as a new trace. Logged once; BoundaryScorer.evicted counts them", self.max_keys)
+        self.evicted += over
 
     def fork(self, parent_key: Hashable, child_key: Hashable) -> None:
         """The child starts with the parent's history (a parent without boundaries yet: none)."""
@@ -183,7 +220,9 @@ class BoundaryScorer:
             if child_key in self._state:
                 raise ValueError(f"fork child key {child_key!r} already has a history")
             if parent_key in self._state:
+                self._state.move_to_end(parent_key)
                 self._state[child_key] = self._state[parent_key].clone()
+                self._evict()
 
     def drop(self, key: Hashable) -> None:
         """Forget a key's history (no-op for an unknown key)."""
@@ -206,7 +245,7 @@ class BoundaryScorer:
 
 
 def random_scorer(kind: str = "mlp", hidden_size: int = 192, seed: int = 0, invariant: bool = True,
-                  **kw) -> BoundaryScorer:
+                  max_keys: int = MAX_KEYS, **kw) -> BoundaryScorer:
     """A randomly initialised scorer (seeded), for tests and before a trained one exists; ``kw``:
     ``ScorerConfig`` fields."""
     cfg = ScorerConfig(kind=kind, hidden_size=hidden_size, **kw)
@@ -216,7 +255,7 @@ def random_scorer(kind: str = "mlp", hidden_size: int = 192, seed: int = 0, inva
         net = build_net(cfg)
     finally:
         torch.random.set_rng_state(gen_state)
-    return BoundaryScorer(net, cfg, invariant=invariant)
+    return BoundaryScorer(net, cfg, invariant=invariant, max_keys=max_keys)
 
 
 def save_scorer(net: torch.nn.Module | BoundaryScorer, config: ScorerConfig, folder: str | Path) -> Path:

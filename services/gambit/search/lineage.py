@@ -219,7 +219,7 @@ REDIS_PREFIXES = ("gambit", "gambit:tree")
 def inspect_run(run_id: str, store_spec: str, png: str | None = None, prefix: str = "") -> str:
     """Text of the run's lineage (and a PNG when ``png`` is given) from a store spec; in Redis under
     ``prefix``, or ("") under each of ``REDIS_PREFIXES`` until the run is found."""
-    from gambit.search.store import is_redis_url, open_store
+    from gambit.search.store import is_redis_url, open_store, redact_url
 
     if png:
         check_png(png)  # before the store is read, as `gambit run --png` does
@@ -235,7 +235,7 @@ def inspect_run(run_id: str, store_spec: str, png: str | None = None, prefix: st
             run_id = rid
             break
     if data is None:
-        where, hint = store_spec, ""
+        where, hint = redact_url(store_spec), ""  # never the password, should a URL hold one
         if is_redis_url(store_spec):
             where += f" under {', '.join(map(repr, prefixes))}"
             if run_id != "last" and (other := store.prefixes_of(run_id)):

@@ -8,47 +8,65 @@ the ``runs`` set it replaces grew by one id per run, forever, on a serving Redis
 TTL of the run's keys (and of the two indexes) to ``ttl_s`` again: a run expires ``ttl_s`` after its last
 write, finished or not (a run whose replica was lost, or whose server was killed, never finishes, and
 its tree, every trace's tokens, stayed in Redis for good).
-Socket timeouts are set, so a Redis that does not answer raises ``StoreUnavailable`` naming the URL.
+Socket timeouts are set, so a Redis that does not answer raises ``StoreUnavailable`` naming the URL. The
+password comes from the environment (``GAMBIT_REDIS_PASSWORD``), never from the URL kept here: every message
+(a writer thread logs them each second while Redis is down) prints the URL, and it must not print that.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from itertools import islice
 
 from gambit.checks import above, at_least
 from gambit.search.node_json import scalar
-from gambit.search.store import RunUpdate, StoreUnavailable, _assemble, check_run_id, encode_nodes
+from gambit.search.store import (
+    PASSWORD_ENV,
+    RunUpdate,
+    StoreUnavailable,
+    _assemble,
+    check_run_id,
+    encode_nodes,
+    login_refused,
+    redact_url,
+)
 
 DEFAULT_URL = "redis://127.0.0.1:6379"
 
 
 class RedisStore:
     def __init__(self, url: str = DEFAULT_URL, prefix: str = "gambit", ttl_s: float = 24 * 3600,
-                 timeout_s: float = 2.0) -> None:
+                 timeout_s: float = 2.0, password_env: str | None = PASSWORD_ENV) -> None:
         import redis
 
         at_least(0.001, ttl_s=ttl_s)
         above(0, timeout_s=timeout_s)
         if not prefix or any(c in prefix for c in "{} \n"):
             raise ValueError(f"prefix must be a non-empty key prefix, got {prefix!r}")
-        self.url, self.prefix, self.ttl_s = url, prefix, ttl_s
+        self.url, self.prefix, self.ttl_s = redact_url(url), prefix, ttl_s  # the URL said in messages
+        self.password_env = password_env
         # InvalidResponse: something else answers there (Serve's HTTP port given as the store)
         self._errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                         redis.exceptions.InvalidResponse, OSError)
         self._not_redis = redis.exceptions.InvalidResponse
+        self._refused = redis.exceptions.AuthenticationError  # a password, not the network
+        password = os.environ.get(password_env) if password_env else None  # a keyword: the URL's user kept
         try:
-            self.r = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-                                          decode_responses=True, retry_on_timeout=False)
+            self.r = redis.Redis.from_url(url, password=password or None, socket_timeout=timeout_s,
+                                          socket_connect_timeout=timeout_s, decode_responses=True,
+                                          retry_on_timeout=False)
         except ValueError as e:
-            raise ValueError(f"bad Redis URL {url!r}: {e}") from None
+            raise ValueError(f"bad Redis URL {self.url!r}: {e}") from None
         self._call(self.r.ping)
 
     def _call(self, fn, *args):
         try:
             return fn(*args)
         except self._errors as e:
+            if isinstance(e, self._refused):
+                raise StoreUnavailable(login_refused(self.url, self.password_env, e)) from None
             why = " (not a Redis server?)" if isinstance(e, self._not_redis) else ""
             raise StoreUnavailable(f"Redis at {self.url} does not answer: {e}{why}") from None
 

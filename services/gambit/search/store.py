@@ -8,16 +8,55 @@ coordinator restarting) sees whole rounds only.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import urlsplit
 
 from gambit.search.node_json import NodeSnapshot, scalar
 
 
 class StoreUnavailable(ConnectionError):
     """The store cannot be reached (the message names where it was looked for)."""
+
+
+PASSWORD_ENV = "GAMBIT_REDIS_PASSWORD"  # the Redis password, for every client (never in a URL or a flag)
+
+
+def has_password(url: str) -> bool:
+    """``url`` carries a password (``redis://:pw@``, ``?password=``): `ps`, shell history and logs show it."""
+    parts = urlsplit(url)
+    return bool(parts.password) or any(q.startswith("password=") for q in parts.query.split("&"))
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password, the user name kept: what a message or a log line may print."""
+    if not has_password(url):
+        return url
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"{parts.username}@{host}" if parts.username else host
+    query = "&".join(q for q in parts.query.split("&") if not q.startswith("password="))
+    return f"{parts.scheme}://{netloc}{parts.path}{'?' if query else ''}{query}"  # unix:///path keeps its //
+
+
+def check_no_password(url: str, name: str) -> None:
+    """Refuse a password inside the URL given as ``name`` (a flag or a field), naming the variable."""
+    if has_password(url):
+        raise ValueError(f"{name}: {redact_url(url)} with its password: a URL shows in `ps`, shell history "
+                         f"and error messages; drop the password from it and export {PASSWORD_ENV}")
+
+
+def login_refused(where: str, password_env: str | None, e: Exception) -> str:
+    """An authentication failure said as one (it is no network fault), with what to set."""
+    env, user = password_env or PASSWORD_ENV, urlsplit(where).username
+    if password_env and os.environ.get(password_env):
+        what = f"check {env} (set here){f' and the user name {user!r}' if user else ''}"
+    else:
+        what = f"set {env} (unset here)"
+    return f"Redis at {where} refused the login: {what} ({e})"
 
 
 @dataclass(frozen=True)
@@ -174,11 +213,12 @@ def is_redis_url(spec: str | None) -> bool:
 
 
 def open_store(spec: str | None, prefix: str = "") -> TreeStore:
-    """``redis://...`` → RedisStore (keys under ``prefix``, "" = its default); a path → MemoryStore read
-    from that JSON file."""
+    """``redis://...`` → RedisStore (keys under ``prefix``, "" = its default; the password from
+    ``GAMBIT_REDIS_PASSWORD``); a path → MemoryStore read from that JSON file."""
     if is_redis_url(spec):
         from gambit.search.redis_store import RedisStore
 
+        check_no_password(spec, "--store")  # the password comes from GAMBIT_REDIS_PASSWORD, as the services'
         return RedisStore(spec, prefix=prefix) if prefix else RedisStore(spec)
     if not spec:
         raise ValueError("store: give a JSON file written by a run or a redis:// URL")

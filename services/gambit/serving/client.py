@@ -3,13 +3,11 @@ RUN`` a run's record, ``gambit client cancel RUN`` stops one."""
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from gambit.serving.protos import load
-from gambit.serving.security import auth_metadata, check_address, open_channel
+from gambit.serving.security import auth_metadata, check_address, check_client_tls, open_channel, read_token
 
 
 @dataclass
@@ -19,15 +17,17 @@ class ConnectConfig:
     address: str = "127.0.0.1:9000"  # host:port of the gRPC endpoint
     application: str = "gambit"  # Ray Serve application (metadata "application"; "" for none)
     token_env: str = "GAMBIT_TOKEN"  # environment variable with the bearer token
-    tls_ca: str = ""  # PEM CA to verify a TLS server ("" = plaintext)
+    tls_ca: str = ""  # PEM CA to verify a TLS server: a TLS proxy in front ("" = plaintext, as Serve speaks)
+    tls_cert: str = ""  # PEM client certificate, for a server that asks for one (mTLS; with --tls-key)
+    tls_key: str = ""  # PEM private key of --tls-cert
+    tls_server_name: str = ""  # the host its certificate names, where --address gives another name or an IP
     rpc_timeout_s: float = 30.0  # deadline of a GetRun / CancelRun call, seconds
 
     def __post_init__(self) -> None:
         if not self.rpc_timeout_s > 0:
             raise ValueError(f"rpc_timeout_s: must be > 0 seconds, got {self.rpc_timeout_s}")
         check_address(self.address)
-        if self.tls_ca and not Path(self.tls_ca).is_file():
-            raise ValueError(f"tls_ca: file {self.tls_ca} does not exist")
+        check_client_tls("tls_", self.tls_ca, self.tls_cert, self.tls_key, self.tls_server_name)
 
 
 @dataclass
@@ -64,7 +64,7 @@ class ClientConfig(ConnectConfig):
 
 
 def metadata(cfg: ConnectConfig):
-    token = os.environ.get(cfg.token_env, "") if cfg.token_env else ""
+    token = read_token(cfg.token_env)
     return auth_metadata(token) + ((("application", cfg.application),) if cfg.application else ())
 
 
@@ -134,16 +134,39 @@ def _call(cfg: ConnectConfig, body, out) -> int:
     import grpc
 
     pb2, g = load("reasoning")
-    with open_channel(cfg.address, cfg.tls_ca) as ch:
+    with open_channel(cfg.address, cfg.tls_ca, cfg.tls_cert, cfg.tls_key,
+                      server_name=cfg.tls_server_name) as ch:
         try:
             body(pb2, g.ReasoningServiceStub(ch), out or sys.stdout)
         except grpc.RpcError as e:
-            hint = ""
-            if e.code() == grpc.StatusCode.UNAVAILABLE and "connect" in (e.details() or "").lower():
-                hint = f"\n(no server answers at {cfg.address}: `gambit serve` starts one there)"
-            print(f"error: {e.code().name}: {e.details()}{hint}", file=sys.stderr)
+            print(f"error: {e.code().name}: {e.details()}{_hint(e, cfg)}", file=sys.stderr)
             return 1
     return 0
+
+
+def _hint(e, cfg: ConnectConfig) -> str:
+    """Why a call found no server, read from gRPC's details: a TLS server closes a plaintext connection
+    ("Socket closed"), which said "no server answers" of a server that had answered."""
+    import grpc
+
+    details = e.details() or ""
+    if e.code() != grpc.StatusCode.UNAVAILABLE or "connect" not in details.lower():
+        return ""
+    where = f"\n(the server at {cfg.address}"
+    if "WRONG_VERSION_NUMBER" in details and cfg.tls_ca:
+        return f"{where} speaks plaintext, as `gambit serve` does: drop --tls-ca)"
+    if "Hostname Verification" in details:
+        return f"{where} has a certificate for another name: pass it as --tls-server-name)"
+    if "CERTIFICATE_VERIFY_FAILED" in details:
+        return f"{where} has a certificate that --tls-ca {cfg.tls_ca} did not sign)"
+    if "Socket closed" in details and not cfg.tls_ca:
+        return (f"\n(no plaintext server answers at {cfg.address}: `gambit serve` starts one there; or it "
+                "speaks TLS: pass --tls-ca, and --tls-cert/--tls-key if it asks for a client certificate)")
+    if "Socket closed" in details:  # the handshake got as far as the server's check of the client
+        why = "did not take --tls-cert (is it signed by the server's --tls-client-ca?)" if cfg.tls_cert \
+            else "may ask for a client certificate: pass --tls-cert/--tls-key"
+        return f"{where} closed the TLS connection: it {why})"
+    return f"\n(no server answers at {cfg.address}: `gambit serve` starts one there)"
 
 
 def solve(problem: str, cfg: ClientConfig, out=None) -> int:

@@ -14,9 +14,11 @@ from gambit.cpu_info import check_cpu_weights, check_kv_dtype
 from gambit.drafter_map import parse_drafters
 from gambit.engine.config import SpecConfig
 from gambit.scoring.spec import load_scorer_spec, reads_confidence
+from gambit.search.store import check_no_password
 from gambit.serving.metrics import Metrics, PrometheusBackend
 from gambit.serving.prompt_format import problem_formatter
 from gambit.serving.scorer_client import LocalScorer, RemoteScorer
+from gambit.serving.security import check_client_tls
 from gambit.serving.solve_config import SolveConfig, check_problem, check_run_id
 from gambit.serving.target_service import TargetService
 from gambit.serving.tree_view import RETENTION_S, open_trace_store, open_tree_view, taken_message
@@ -31,6 +33,10 @@ class EmbeddedConfig:
     model: str = ""  # target model: a folder or a name such as smollm2 ("" = the shipped target)
     scorer: str = ""  # scorer spec (gambit.scoring.spec): "" / process | mlp | sequence | confidence | folder
     scorer_address: str = ""  # host:port of a ScorerService to call instead of an in-process scorer
+    scorer_tls_ca: str = ""  # PEM CA of a TLS Scorer at scorer_address ("" = plaintext)
+    scorer_tls_cert: str = ""  # PEM client certificate for a Scorer that asks for one (--tls-client-ca)
+    scorer_tls_key: str = ""  # PEM private key of scorer_tls_cert
+    scorer_tls_server_name: str = ""  # the host the Scorer's certificate names, if not scorer_address's
     tree: str = "memory"  # "memory" or a redis:// URL for the tree view
     prefix: str = "gambit:"  # Redis key prefix; trees go under <prefix>tree (what `inspect --prefix` takes)
     retention_s: float = RETENTION_S  # seconds a finished run's record and tree stay in Redis
@@ -46,9 +52,15 @@ class EmbeddedConfig:
         at_least(0, num_blocks=self.num_blocks)
         at_least(1, retention_s=self.retention_s)
         at_least(1, max_num_seqs=self.max_num_seqs)
+        check_no_password(self.tree, "tree")  # from GAMBIT_REDIS_PASSWORD: a URL shows in ps and messages
         SpecConfig(max_batch=self.spec_max_batch, drafters=parse_drafters(self.drafters))  # checks, now
         check_cpu_weights(self.cpu_weights)
         check_kv_dtype(self.kv_dtype)
+        check_client_tls("scorer_tls_", self.scorer_tls_ca, self.scorer_tls_cert, self.scorer_tls_key,
+                         self.scorer_tls_server_name)
+        if self.scorer_tls_ca and not self.scorer_address:
+            raise ValueError("scorer_tls_ca: set only with scorer_address (an in-process scorer has no "
+                             "channel)")
 
 
 def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "local",
@@ -71,7 +83,9 @@ def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "l
         hidden = engine.model.config.hidden_size
         if cfg.scorer_address:
             scorer = RemoteScorer(cfg.scorer_address, hidden, token=token, application=scorer_app,
-                                  metrics=metrics, resolve=resolve, confidence=reads_confidence(cfg.scorer))
+                                  metrics=metrics, resolve=resolve, confidence=reads_confidence(cfg.scorer),
+                                  tls_ca=cfg.scorer_tls_ca, tls_cert=cfg.scorer_tls_cert,
+                                  tls_key=cfg.scorer_tls_key, tls_server_name=cfg.scorer_tls_server_name)
         else:
             scorer = LocalScorer(load_scorer_spec(cfg.scorer, hidden, note=log.warning), metrics)
         return engine, scorer
@@ -84,11 +98,12 @@ def build_target(cfg: EmbeddedConfig, metrics: Metrics | None, replica: str = "l
 
 
 class Embedded:
-    def __init__(self, cfg: EmbeddedConfig | None = None) -> None:
+    def __init__(self, cfg: EmbeddedConfig | None = None, token: str = "") -> None:
+        """``token``: the bearer token a Scorer at ``cfg.scorer_address`` asks for ("" = none)."""
         self.cfg = cfg or EmbeddedConfig()
         self.prom = PrometheusBackend()
         self.metrics = Metrics(self.prom)
-        self.target = build_target(self.cfg, self.metrics)
+        self.target = build_target(self.cfg, self.metrics, token=token)
 
     def solve(self, problem: str, cfg: SolveConfig | None = None, run_id: str = "") -> Iterator[dict]:
         """Events as dicts: started, progress per round, result (the same records the API streams)."""

@@ -15,6 +15,9 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 MAX_STATE = 65504.0  # the largest |value| a hidden-state row may hold: float16's largest
 LOGPROB_SLACK = 1e-4  # a log-probability feature above 0 by more than rounding is not one
+# longest trace id (UTF-8 bytes) a Scorer keeps: a Target sends "run:node", a run id is at most 64
+# characters (``solve_config.RUN_ID``) and a node id a decimal int, so 85 bytes at most
+MAX_TRACE_ID_BYTES = 128
 
 
 def encode_states(states: torch.Tensor) -> tuple[bytes, str, list[int]]:
@@ -49,8 +52,7 @@ def decode_states(raw: bytes, dtype: str, shape: Sequence[int], trace_ids: Seque
         raise ValueError(f"states: {len(raw)} bytes, but {dtype} x {shape} needs {want}")
     if len(trace_ids) != n:
         raise ValueError(f"trace_ids: {len(trace_ids)} ids for {n} rows")
-    if any(not k for k in trace_ids):
-        raise ValueError("trace_ids: empty trace id")
+    check_ids("trace_ids", trace_ids)
     # numpy only: this runs on a server's handler threads, and a torch op there could start an
     # OpenMP pool per thread (``gambit.engine.torch_threads``); bfloat16 is float32's top 16 bits
     if dtype == "bfloat16":
@@ -65,6 +67,20 @@ def decode_states(raw: bytes, dtype: str, shape: Sequence[int], trace_ids: Seque
         raise ValueError(f"states: |value| up to {big:.3g}, at most {MAX_STATE:g} (float16's range; a "
                          "post-norm hidden state is far smaller)")
     return torch.from_numpy(a)
+
+
+def check_ids(field: str, ids: Sequence[str]) -> None:
+    """ValueError naming ``field`` for an empty id or one over ``MAX_TRACE_ID_BYTES``: a sequence
+    scorer keeps every id it is sent as a key, so a huge one would stay in its memory."""
+    for k in ids:
+        if not k:
+            raise ValueError(f"{field}: empty trace id")
+        if len(k) <= MAX_TRACE_ID_BYTES // 4:  # at most 4 bytes a character: short enough
+            continue
+        size = len(k.encode("utf-8", "surrogatepass"))
+        if size > MAX_TRACE_ID_BYTES:
+            raise ValueError(f"{field}: trace id {k[:32]!r}... is {size} bytes, at most "
+                             f"{MAX_TRACE_ID_BYTES} (a Target sends \"run:node\")")
 
 
 def states_with_features(states: torch.Tensor, feats: np.ndarray | None) -> torch.Tensor:

@@ -49,12 +49,15 @@ class RemoteScorer:
     def __init__(self, address: str, hidden_size: int, kind: str = "remote", token: str = "",
                  application: str = "", timeout_s: float = 2.0, retry_after_s: float = 1.0,
                  tls_ca: str = "", metrics=None, resolve: Callable[[], str] | None = None,
-                 refresh_s: float = 60.0, confidence: bool = False) -> None:
+                 refresh_s: float = 60.0, confidence: bool = False, tls_cert: str = "", tls_key: str = "",
+                 tls_server_name: str = "") -> None:
         """``resolve``: returns a replica's direct ScorerService address ("" for none); it is called
         off the scoring path, at start, every ``refresh_s`` and after the direct endpoint fails.
-        Calls go there while it answers, else to ``address`` (the proxy)."""
+        Calls go there while it answers, else to ``address`` (the proxy). ``tls_*``: a TLS Scorer's CA,
+        this client's certificate and key (mTLS) and the name its certificate holds (``open_channel``)."""
         self.pb2, self._grpc = load("scorer")
         self.address, self.tls_ca = address, tls_ca
+        self.tls_cert, self.tls_key, self.tls_server_name = tls_cert, tls_key, tls_server_name
         self._channels: dict[str, tuple[grpc.Channel, object]] = {}
         self.channel, self.stub = self._stub(address)
         self.metadata = auth_metadata(token) + ((("application", application),) if application else ())
@@ -222,7 +225,9 @@ class RemoteScorer:
     def _stub(self, address: str):
         """One channel per address for the client's life (channel set-up costs a handshake)."""
         if address not in self._channels:
-            ch = open_channel(address, self.tls_ca, options=[("grpc.max_send_message_length", 256 << 20)])
+            ch = open_channel(address, self.tls_ca, self.tls_cert, self.tls_key,
+                              options=[("grpc.max_send_message_length", 256 << 20)],
+                              server_name=self.tls_server_name)
             self._channels[address] = (ch, self._grpc.ScorerServiceStub(ch))
         return self._channels[address]
 

@@ -15,9 +15,17 @@ from dataclasses import dataclass
 import torch
 
 from gambit.serving.metrics import Metrics
-from gambit.serving.payload import decode_features, decode_states, states_with_features
+from gambit.serving.payload import check_ids, decode_features, decode_states, states_with_features
+from gambit.serving.scorer_client import MAX_PENDING
 
 log = logging.getLogger(__name__)
+
+
+def max_edits(max_rows: int) -> int:
+    """Most forks + drops one request may carry. A round's forks and drops are a few per row, but a
+    Target whose Scorer was down sends up to ``MAX_PENDING`` queued ones (plus a round's) in its next
+    call, and a refused call keeps them queued: below that it would be refused for good."""
+    return max(32 * max_rows, 2 * MAX_PENDING)
 
 
 def feature_count(scorer) -> int:
@@ -67,15 +75,18 @@ class ScorerCore:
     def validate(self, states: bytes, dtype: str, shape, trace_ids, forks=(), drops=(),
                  features=()) -> ScoreJob:
         """A job ready to submit, or ValueError naming the bad field."""
+        if len(forks) + len(drops) > (most := max_edits(self.max_rows)):  # before reading any of them
+            field = "forks" if len(forks) >= len(drops) else "drops"
+            raise ValueError(f"{field}: {len(forks)} forks + {len(drops)} drops in one request, at most "
+                             f"{most} together")
         t = decode_states(states, dtype, shape, list(trace_ids), self.scorer.hidden_size, self.max_rows)
         t = states_with_features(t, decode_features(features, t.shape[0], self.features))
-        fk = []
-        for f in forks:
-            if not f.parent or not f.child or f.parent == f.child:
-                raise ValueError(f"forks: bad fork {f.parent!r} -> {f.child!r}")
-            fk.append((f.parent, f.child))
-        if any(not d for d in drops):
-            raise ValueError("drops: empty trace id")
+        fk = [(f.parent, f.child) for f in forks]
+        check_ids("forks", [k for f in fk for k in f])  # first: a bad fork's message quotes its ids
+        for parent, child in fk:
+            if parent == child:
+                raise ValueError(f"forks: bad fork {parent!r} -> {child!r}")
+        check_ids("drops", drops)
         return ScoreJob(t, list(trace_ids), fk, list(drops), Future())
 
     def submit(self, job: ScoreJob) -> Future:

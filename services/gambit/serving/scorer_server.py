@@ -7,7 +7,6 @@ metrics on its own HTTP port. Payloads are raw bytes + dtype + shape; nothing is
 from __future__ import annotations
 
 import logging
-import os
 from concurrent import futures
 from dataclasses import dataclass, field
 
@@ -19,7 +18,7 @@ from gambit.serving.grpc_common import add_health_and_reflection
 from gambit.serving.metrics import Metrics, PrometheusBackend
 from gambit.serving.protos import load
 from gambit.serving.scorer_core import ScorerCore
-from gambit.serving.security import BearerTokenInterceptor, TLSConfig, add_port, check_token
+from gambit.serving.security import BearerTokenInterceptor, TLSConfig, add_port, check_token, read_token
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +169,7 @@ def start_scorer_server(cfg: ScorerServerConfig, scorer=None) -> RunningScorer:
             raise ValueError(f"--scorer {cfg.scorer!r} reads width {scorer.hidden_size}, but --model "
                              f"{cfg.model!r} has hidden size {width}: every Score call would be refused")
     core = ScorerCore(scorer, cfg.max_rows, cfg.batch_wait_ms / 1000, cfg.max_batch_rows, metrics)
-    token = os.environ.get(cfg.token_env, "") if cfg.token_env else ""
+    token = read_token(cfg.token_env)
     try:
         server, port = scorer_grpc_server(core, metrics, f"{cfg.host}:{cfg.port}", token, cfg.tls,
                                           cfg.workers)

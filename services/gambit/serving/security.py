@@ -101,25 +101,66 @@ def check_address(address: str, name: str = "address") -> None:
 
 
 def open_channel(address: str, tls_ca: str = "", tls_cert: str = "", tls_key: str = "",
-                 options=None) -> grpc.Channel:
-    """Plaintext channel, or TLS with a CA (and a client certificate for mTLS)."""
+                 options=None, server_name: str = "") -> grpc.Channel:
+    """Plaintext channel, or TLS with a CA (and a client certificate for mTLS). ``server_name``: the
+    host the server's certificate names, where ``address`` reaches it by another name or an IP."""
     if tls_ca:
         creds = grpc.ssl_channel_credentials(
             Path(tls_ca).read_bytes(), Path(tls_key).read_bytes() if tls_key else None,
             Path(tls_cert).read_bytes() if tls_cert else None)
+        if server_name:
+            options = [*(options or ()), ("grpc.ssl_target_name_override", server_name)]
         return grpc.secure_channel(address, creds, options=options)
+    if server_name or tls_cert:  # a plaintext channel would drop them silently
+        raise ValueError("tls_ca: a client certificate or server name needs TLS (a CA to verify the server)")
     return grpc.insecure_channel(address, options=options)
+
+
+def check_client_tls(prefix: str, ca: str, cert: str = "", key: str = "", server_name: str = "") -> None:
+    """A client's TLS files, checked before any call: gRPC reports a missing, mismatched or non-PEM one
+    only as UNAVAILABLE at the handshake. ``prefix`` names the fields ("tls_" gives "tls_cert")."""
+    if (cert or key or server_name) and not ca:
+        raise ValueError(f"{prefix}ca: needed with {prefix}cert/{prefix}key/{prefix}server_name (they are "
+                         "for TLS; the CA verifies the server)")
+    if bool(cert) != bool(key):
+        raise ValueError(f"{prefix}cert, {prefix}key: a client certificate and its key go together")
+    for name, p, marker, what in (("ca", ca, b"-----BEGIN CERTIFICATE-----", "CA certificate"),
+                                  ("cert", cert, b"-----BEGIN CERTIFICATE-----", "certificate"),
+                                  ("key", key, b"PRIVATE KEY-----", "private key")):
+        if p and not Path(p).is_file():
+            raise ValueError(f"{prefix}{name}: file {p} does not exist")
+        if p and marker not in Path(p).read_bytes():
+            raise ValueError(f"{prefix}{name}: {p} is not a PEM {what}")
+    if cert:
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(cert, key, password="")
+        except ssl.SSLError as e:
+            raise ValueError(f"{prefix}key: {key} is not an unencrypted private key of the certificate "
+                             f"{cert} ({e})") from None
 
 
 def open_server_warning(what: str, token_env: str) -> str:
     """One line for a server that answers on every interface: "" when its bearer token is set, else how to
     set one (``what`` names the server and what it listens on)."""
-    if token_env and os.environ.get(token_env):
+    if token_env and os.environ.get(token_env, "").strip():  # read_token strips it
         return ""
     unset, how = (f"${token_env} unset", f"export {token_env}=<secret>") if token_env else \
         ("--token-env empty", "--token-env GAMBIT_TOKEN and export GAMBIT_TOKEN=<secret>")
     return (f"warning: {what} answers anyone who reaches this machine, with no bearer token ({unset}): "
             f"{how} for the server and its clients, or firewall the port")
+
+
+def read_token(env_name: str) -> str:
+    """The bearer token in ``$env_name`` ("" when the name is empty or the variable unset), stripped: a
+    Secret made from a file keeps its trailing newline, which no client can send in a header. Anything
+    but printable ASCII left inside is refused, naming the variable (gRPC said "Invalid metadata")."""
+    raw = os.environ.get(env_name, "") if env_name else ""
+    token = raw.strip()
+    bad = next((c for c in token if not " " <= c <= "~"), None)
+    if bad is not None:
+        raise ValueError(f"${env_name}: the bearer token holds {bad!r} at position {token.index(bad)}; "
+                         "a gRPC header takes printable ASCII only")
+    return token
 
 
 def auth_metadata(token: str) -> tuple[tuple[str, str], ...]:

@@ -14,13 +14,11 @@ import json
 import os
 import threading
 import time
-from urllib.parse import quote
 
 from gambit.checks import at_least
-from gambit.search.store import StoreUnavailable  # one error for both stores (a ConnectionError)
+from gambit.search.store import PASSWORD_ENV, StoreUnavailable, login_refused, redact_url  # one error: both
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
-PASSWORD_ENV = "GAMBIT_REDIS_PASSWORD"
 ENDED = ("done", "limit", "cancelled", "failed")
 # How long a finished run's record and trace tree stay in Redis (GetRun, `gambit inspect`; its run_id stays
 # taken): one setting for both (records were kept 7 days and trees 1, so GetRun said 0 traces after a day).
@@ -154,21 +152,27 @@ class RedisTreeView:
         at_least(1, ttl_s=ttl_s)
         self.prefix, self.ttl = prefix, int(ttl_s)
         password = os.environ.get(password_env) if password_env else None
-        self.r = redis.Redis.from_url(url, password=password or None, socket_timeout=timeout_s,
-                                      socket_connect_timeout=timeout_s, decode_responses=True)
+        self.url, self.password_env = redact_url(url), password_env  # the URL said in messages
+        try:
+            self.r = redis.Redis.from_url(url, password=password or None, socket_timeout=timeout_s,
+                                          socket_connect_timeout=timeout_s, decode_responses=True)
+        except ValueError as e:
+            raise ValueError(f"bad Redis URL {self.url!r}: {e}") from None
         # InvalidResponse: something else answers there (Serve's HTTP port given as --tree)
         self._errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                         redis.exceptions.AuthenticationError, redis.exceptions.InvalidResponse, OSError)
         self._not_redis = redis.exceptions.InvalidResponse
-        self.url = url
+        self._refused = redis.exceptions.AuthenticationError  # a password, not the network
 
     def _call(self, fn, *a):
         try:
             return fn(*a)
         except self._errors as e:
-            where = self.url.split("@")[-1]
+            if isinstance(e, self._refused):
+                why = login_refused(self.url, self.password_env, e)
+                raise StoreUnavailable(f"tree store: {why}") from None
             why = " (not a Redis server?)" if isinstance(e, self._not_redis) else ""
-            raise StoreUnavailable(f"tree store (Redis at {where}) unreachable: {e}{why}") from None
+            raise StoreUnavailable(f"tree store (Redis at {self.url}) unreachable: {e}{why}") from None
 
     def _k(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
@@ -253,15 +257,6 @@ class RedisTreeView:
         self._call(self.r.delete, self._k("run", run_id), self._k("cancel", run_id))
 
 
-def with_password(url: str, password_env: str = PASSWORD_ENV) -> str:
-    """``url`` with the password from the environment filled in (when set and the URL has none)."""
-    password = os.environ.get(password_env) if password_env else None
-    if not password or "@" in url or not url.startswith(("redis://", "rediss://")):
-        return url
-    scheme, rest = url.split("://", 1)
-    return f"{scheme}://:{quote(password, safe='')}@{rest}"
-
-
 def open_trace_store(url: str, prefix: str = "gambit:", password_env: str = PASSWORD_ENV,
                      retention_s: float = RETENTION_S):
     """The search driver's TreeStore (trace tree) next to the run records: memory or Redis."""
@@ -271,12 +266,9 @@ def open_trace_store(url: str, prefix: str = "gambit:", password_env: str = PASS
         return MemoryStore()
     from gambit.search.redis_store import RedisStore
 
-    try:
-        return RedisStore(with_password(url, password_env), prefix=f"{prefix}tree", ttl_s=retention_s)
-    except Exception as e:  # noqa: BLE001 — Redis down at start: run without a tree until it is back
-        if isinstance(e, StoreUnavailable):  # said without the password the URL got
-            raise StoreUnavailable(str(e).replace(with_password(url, password_env), url)) from None
-        raise
+    # the password as a keyword, never in the URL the store keeps and its messages print (an ACL user
+    # name in the URL stays: ``redis://user@host/0`` logs in as that user)
+    return RedisStore(url, prefix=f"{prefix}tree", ttl_s=retention_s, password_env=password_env)
 
 
 def open_tree_view(url: str, prefix: str = "gambit:", password_env: str = PASSWORD_ENV,
