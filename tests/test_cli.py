@@ -219,7 +219,8 @@ def test_run_takes_a_sampling_filter(tmp_path, capsys):
 
 def test_run_with_pr_decoding_shows_tau_per_trace(tmp_path, capsys):
     """``gambit run --decoding pr``: every trace drafts (no batch cap in the main job) and each one's
-    tokens per target forward is printed; with a cap below the pool nothing drafts, and it says so."""
+    tokens per target forward is printed; with a cap below the pool nothing drafts, and it says so; with
+    no cap and one token a trace nothing drafts either, and the cap is not blamed."""
     args = ["run", "--problems", "1", "--samples", "4", "--swap", "1", "--save", str(tmp_path / "s.json"),
             "--png", "", "--min-ops", "4", "--max-ops", "4", "--decoding", "pr"]
     assert main(args) == 0
@@ -229,7 +230,12 @@ def test_run_with_pr_decoding_shows_tau_per_trace(tmp_path, capsys):
     assert len(taus) >= 4 and all(t >= 1.0 for t in taus) and max(taus) > 1.5, line
     assert "speculative (pr): tau" in out
     assert main(args + ["--spec-max-batch", "2"]) == 0
-    assert "no trace drafted" in capsys.readouterr().out
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("tau per trace"))
+    assert "no trace drafted" in line and "more traces than --spec-max-batch 2" in line, line
+    # no cap, and every trace ended at its prefill token: the line blamed --spec-max-batch all the same
+    assert main(args + ["--max-tokens", "1", "--spec-max-batch", "0"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("tau per trace"))
+    assert line == "tau per trace: no trace drafted (each ended before its first draft cycle)"
 
 
 def test_cli_builds_without_the_serving_and_ops_extras():

@@ -122,12 +122,15 @@ class RunConfig:
                             answer_rule=self.answer_rule or "boxed")
 
 
-def tau_line(nodes: dict, trace_tau: dict) -> str:
-    """Tokens per target forward of each trace that drafted (node #id: tau), from the engine's stats."""
+def tau_line(nodes: dict, trace_tau: dict, capped: int = 0, cap: int = 0) -> str:
+    """Tokens per target forward of each trace that drafted (node #id: tau), from the engine's stats;
+    ``capped``: the run's steps that decoded plainly for ``--spec-max-batch`` ``cap`` (none drafted: why)."""
     got = [(int(i), trace_tau[n["engine_id"]]) for i, n in nodes.items()
            if n.get("engine_id") is not None and n["engine_id"] in trace_tau]
     if not got:
-        return "tau per trace: no trace drafted (every step had more traces than --spec-max-batch)"
+        why = (f"{capped} steps had more traces than --spec-max-batch {cap}" if capped
+               else "each ended before its first draft cycle")
+        return f"tau per trace: no trace drafted ({why})"
     got.sort()
     mean = sum(t for _, t in got) / len(got)
     each = ", ".join(f"#{i} {t:.2f}" for i, t in got)
@@ -264,6 +267,7 @@ def run(cfg: RunConfig) -> dict:
                   f"{p.prompt.strip()!r}")
         run_id = f"p{i + 1}"
         view.capacity[run_id] = cfg.samples
+        capped = engine.stats.spec_capped_steps
         driver.submit(p, scfg, run_id=run_id)
         try:
             res = driver.run_until_done([run_id], on_event=view.update)[run_id]
@@ -287,7 +291,8 @@ def run(cfg: RunConfig) -> dict:
         record = store.load(run_id)
         print(lineage_text(run_id, record, max_nodes=cfg.lineage_nodes))
         if cfg.decoding != "plain":
-            print(tau_line(record["nodes"], engine.stats.trace_tau))
+            print(tau_line(record["nodes"], engine.stats.trace_tau, engine.stats.spec_capped_steps - capped,
+                           cfg.spec_max_batch))
         last = run_id
     if getattr(engine.stats, "spec_drafts", 0):
         print(f"speculative ({cfg.decoding}): tau {engine.stats.tau:.2f} tokens per target forward over "

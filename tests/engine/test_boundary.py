@@ -64,3 +64,31 @@ def test_decode_events_equal_the_general_path_for_two_token_boundaries():
         assert _same(general, fast)
         found += len(fast)
     assert found > 20
+
+
+def _tree_step(det: BoundaryDetector, plain_new: int):
+    """A step with two tree roots (fed, ``num_cached`` not yet counting them) and a plain trace fed
+    ``plain_new`` tokens (1: the one-pass path; 2: the tensor path)."""
+    a = SimpleNamespace(id=1, token_ids=[1, 2, 4, 6], num_cached=3, prompt_len=2)  # "\n" then root "\n"
+    b = SimpleNamespace(id=2, token_ids=[1, 2, 4, 7, 6], num_cached=4, prompt_len=2)  # "\n", "x", root "\n"
+    c = SimpleNamespace(id=3, token_ids=[1, 2, 4, 5], num_cached=4, prompt_len=2)  # plain, already counted
+    rows = [c.token_ids[-plain_new:], [6, 9, 9], [6, 9]]
+    tokens = torch.tensor(sum(rows, []))
+    positions = torch.tensor(list(range(4 - plain_new, 4)) + [3, 4, 5] + [4, 5])
+    out = SimpleNamespace(tokens=tokens, positions=positions, hidden=torch.randn(len(tokens), 8))
+    batch = SimpleNamespace(traces=[a, c, b], num_new=[1, plain_new, 1])
+    tree_rows = [[plain_new, plain_new + 1, plain_new + 2], [plain_new + 3, plain_new + 4]]
+    ev = det.tree_events(batch, [-1, 0, -1], tree_rows, {1: None, 2: None}, out)
+    return {(e.trace_id, e.position): e.hidden for e in ev}, out.hidden, plain_new
+
+
+def test_tree_roots_pair_with_their_real_predecessor():
+    """A root (token N) closes a thought after token N - 1 ending in one "\\n": it read token N - 2
+    before, so ["\\n", "\\n"-root] gave no event and ["\\n", "x", "\\n"-root] a spurious one."""
+    stub = SimpleNamespace(boundary_ids=frozenset({3}), newline_end_ids=frozenset({4, 5}),
+                           newline_start_ids=frozenset({5, 6}), vocab_size=10)
+    det = BoundaryDetector(stub, 10, torch.device("cpu"))
+    for plain_new in (1, 2):
+        got, hidden, k = _tree_step(det, plain_new)
+        assert sorted(got) == [(1, 3), (3, 3)]
+        assert torch.equal(got[(1, 3)], hidden[k]) and torch.equal(got[(3, 3)], hidden[k - 1])

@@ -51,28 +51,32 @@ class BoundaryDetector:
         return any(self.closes(t.token_ids[-2] if len(t.token_ids) > 1 else None, t.token_ids[-1])
                    for t in traces)
 
-    def events(self, traces, num_new, tokens, positions, hidden) -> list[Event]:
+    def events(self, traces, num_new, tokens, positions, hidden, ends=None) -> list[Event]:
         """A ``BoundaryEvent`` per fed token that closes a thought: ``tokens``/``positions``/``hidden``
-        are the forward's flat rows, ``num_new[i]`` of them for ``traces[i]`` (after ``num_cached``
-        grew by it)."""
+        are the forward's flat rows, ``num_new[i]`` of them for ``traces[i]``, ending at ``ends[i]``
+        (default ``num_cached``, after it grew by them; a tree root is fed but not yet counted)."""
         if not self.enabled:
             return []
-        if all(n == 1 and t.num_cached == len(t.token_ids) for t, n in zip(traces, num_new, strict=True)):
-            return self.decode_events(traces, hidden)  # a plain decode step
-        return self.tensor_events(traces, num_new, tokens, positions, hidden)
+        if ends is None:
+            ends = [t.num_cached for t in traces]
+        if all(n == 1 and e == len(t.token_ids) for t, n, e in zip(traces, num_new, ends, strict=True)):
+            return self.decode_events(traces, hidden)  # a plain decode step (or tree roots)
+        return self.tensor_events(traces, num_new, tokens, positions, hidden, ends)
 
-    def tensor_events(self, traces, num_new, tokens, positions, hidden) -> list[Event]:
+    def tensor_events(self, traces, num_new, tokens, positions, hidden, ends=None) -> list[Event]:
         """``events`` for any batch (prefill, chunks, re-prefill, tree roots), with index tensors."""
         if not self.any_closes(traces):
             return []
+        if ends is None:
+            ends = [t.num_cached for t in traces]
         # a fed token is new unless it was fed before (re-prefill after preemption or a waiting
         # fork): only the last token of a trace and generated tokens count, never history twice
         first_new = torch.repeat_interleave(
             torch.tensor([max(t.prompt_len, len(t.token_ids) - 1) for t in traces], device=self.device),
             torch.tensor(num_new, device=self.device))
-        prev = torch.tensor([x for t, n in zip(traces, num_new, strict=True) for x in
-                             ([t.token_ids[t.num_cached - n - 1]] if t.num_cached > n else [-1])
-                             + t.token_ids[t.num_cached - n:t.num_cached - 1]], device=self.device)
+        prev = torch.tensor([x for t, n, e in zip(traces, num_new, ends, strict=True) for x in
+                             ([t.token_ids[e - n - 1]] if e > n else [-1]) + t.token_ids[e - n:e - 1]],
+                            device=self.device)
         hit = self.mask(tokens, prev) & (positions >= first_new)
         rows = hit.nonzero().flatten().tolist()
         if not rows:
@@ -83,21 +87,23 @@ class BoundaryDetector:
         return [BoundaryEvent(traces[owner[r]].id, pos[i], states[i]) for i, r in enumerate(rows)]
 
     def decode_events(self, traces, hidden) -> list[Event]:
-        """``events`` when every trace was fed one token, its last (``num_cached`` equals its
-        length): one pass over the traces, without the general path's index tensors (~200 us a step
-        at 96 traces, where ~7 close a thought). The same rows: a fed token counts once generated."""
+        """``events`` when every trace was fed one token, its last (a decode step, or a tree's root,
+        whose ``num_cached`` is not yet advanced: so the length, not ``num_cached``, says where): one
+        pass over the traces, without the general path's index tensors (~200 us a step at 96 traces,
+        where ~7 close a thought). The same rows: a fed token counts once generated."""
         closers, closes = self.closers, self.closes
         rows = []
         for i, t in enumerate(traces):
             ids = t.token_ids
-            n = t.num_cached
+            n = len(ids)
             if ids[n - 1] in closers and n - 1 >= t.prompt_len and closes(ids[n - 2] if n > 1 else None,
                                                                           ids[n - 1]):
                 rows.append(i)
         if not rows:
             return []
         states = hidden[rows].float().cpu()
-        return [BoundaryEvent(traces[r].id, traces[r].num_cached - 1, states[i]) for i, r in enumerate(rows)]
+        return [BoundaryEvent(traces[r].id, len(traces[r].token_ids) - 1, states[i])
+                for i, r in enumerate(rows)]
 
     def tree_events(self, batch, offsets, tree_rows, trees, out) -> list[Event]:
         """Boundary states of the plain rows and of each tree's root (tree nodes: once accepted)."""
@@ -110,5 +116,9 @@ class BoundaryDetector:
         if not self.any_closes(traces):  # the common case: no tensor work at all
             return []
         num_new = [n for _, n, _ in plain] + [1] * len(tree_rows)
+        # a root is its trace's last token, fed, but num_cached counts it only at verification: its fed
+        # end is the length, so it pairs with its real predecessor ("\n" then a "\n" root closes a thought)
+        ends = [t.num_cached for t, _, _ in plain] + [len(t.token_ids) for t in traces[len(plain):]]
         keep_t = torch.tensor(keep, device=self.device)
-        return self.events(traces, num_new, out.tokens[keep_t], out.positions[keep_t], out.hidden[keep_t])
+        return self.events(traces, num_new, out.tokens[keep_t], out.positions[keep_t], out.hidden[keep_t],
+                           ends)

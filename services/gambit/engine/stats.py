@@ -23,7 +23,7 @@ class EngineStats:
     forward_seconds: float = 0.0
     spec_drafts: int = 0  # verification forwards of draft trees (one per trace and cycle)
     spec_draft_tokens: int = 0  # draft tokens verified
-    spec_accepted: int = 0  # draft tokens accepted
+    spec_accepted: int = 0  # draft tokens accepted and emitted (not those a stop cut after)
     draft_seconds: float = 0.0  # time spent drafting
     spec_capped_steps: int = 0  # steps with speculative traces that decoded plainly (spec.max_batch)
     # decoding ("pr", "eagle3.1", ...; "other": a drafter by path) -> [drafts, draft tokens, accepted]:

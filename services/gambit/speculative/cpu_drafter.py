@@ -36,7 +36,18 @@ SOURCE = r"""
 // attn 0/1/2: paged modes as in decoder_layers (B = 1; meta, slots, cache kc/vc [Hkv, NB, bs, D]);
 // attn 3: tree (TreeAttention): meta = {k buffer, v buffer, additive mask}, rows written at `at`.
 // Returns {logits, next feature}.
-// Rows of table [n, width] at idx [N] into a new [N, width] tensor (what embedding/index_select copy).
+// Every index in [0, rows): a RoPE position past the drafter's table (SpecDecoder.register sizes it for
+// the context) or a bad token id raises, as PyTorch's indexing does, instead of reading past the table.
+static void check_rows(const at::Tensor& idx, int64_t rows, const char* what) {
+  const auto ix = idx.contiguous();
+  const int64_t* p = ix.data_ptr<int64_t>();
+  for (int64_t i = 0, n = ix.numel(); i < n; ++i)
+    TORCH_CHECK(p[i] >= 0 && p[i] < rows, "drafter ", what, " ", p[i], " outside its table of ", rows,
+                " rows");
+}
+
+// Rows of table [n, width] at idx [N] into a new [N, width] tensor (what embedding/index_select copy);
+// drafter_forward has checked the indices (check_rows).
 static at::Tensor take_rows(const at::Tensor& table, const at::Tensor& idx) {
   TORCH_CHECK(table.is_contiguous() && idx.is_contiguous(), "contiguous tables and indices");
   const int64_t N = idx.numel(), W = table.size(1);
@@ -144,6 +155,8 @@ std::vector<torch::Tensor> drafter_forward(
     torch::Tensor slots, torch::Tensor kc, torch::Tensor vc, int64_t at, int64_t H, int64_t Hkv, int64_t D,
     double eps, double scale, int64_t lo, int64_t hi, bool norm_kernel, bool norm_output, bool onednn) {
   NoGil no_gil;
+  check_rows(pos, cos_t.size(0), "RoPE position");
+  check_rows(ids, embw.size(0), "token id");
   g_invariant = false;  // the drafter packs MKL / oneDNN weights (its floats never reach the output)
   g_onednn = onednn;  // the packed weights' kind (pack_drafter packs one kind for a whole drafter)
   if (norm_kernel)

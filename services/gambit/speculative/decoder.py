@@ -115,6 +115,7 @@ class SpecDecoder:
             raise ValueError(f"drafter {name!r} does not fit the target model")
         drafter = drafter.to(device=e.device, dtype=e.dtype).eval()
         drafter.rope.cos, drafter.rope.sin = drafter.rope.cos.float(), drafter.rope.sin.float()
+        drafter.cover_positions(e.max_model_len)  # its config may say fewer positions than the context
         c = drafter.config
         drafter.identity_vocab = c.draft_vocab_size == c.vocab_size and not bool(drafter.d2t.any())
         for layer in (drafter.midlayer, *drafter.extra_layers):  # fewer matmuls (inference only)
@@ -448,7 +449,7 @@ class SpecDecoder:
             lp_rows = lg.gather(1, path[..., None].expand(S, G, lg.shape[-1]))
             ch, vals, ids = (x.view(S, G, -1).tolist() for x in
                              top_logprobs(lp_rows.reshape(S * G, -1), emitted.reshape(-1), want))
-        boundary = e.boundary_set
+        closes = e.boundary.closes  # the detector's full rule: also "\n" then "\n" (BPE)
         if self.records is not None:  # confidences from the untempered target distribution
             self._record(plan, torch.softmax(lg.float(), -1), tokens, path, n_acc, bonus)
             self.cycle_ends += classify(tree, d, path_l, n_l, bonus_l)
@@ -461,9 +462,8 @@ class SpecDecoder:
             st.cycles += 1
             stats.spec_drafts += 1
             stats.spec_draft_tokens += sum(val_l[i])
-            stats.spec_accepted += a
             by = stats.spec_by_decoding.setdefault(decoding_label(t.params.decoding), [0, 0, 0])
-            by[0], by[1], by[2] = by[0] + 1, by[1] + sum(val_l[i]), by[2] + a
+            by[0], by[1] = by[0] + 1, by[1] + sum(val_l[i])
             done = False
             for j, tok in enumerate(seq):
                 posn = len(t.token_ids)
@@ -483,9 +483,13 @@ class SpecDecoder:
                     e._finish(t, reason)
                     done = True
                     break
-                if j < a and tok in boundary:  # accepted nodes were fed: their states are final
+                if j < a and closes(t.token_ids[posn - 1], tok):  # accepted nodes were fed: states final
                     h = hidden[frows_l[i][path_l[i][j + 1]]].float().cpu()
                     events.append(BoundaryEvent(t.id, posn, h))
+            # the accepted tokens emitted (j + 1 tokens out): a stop (max_tokens, a stop string, EOS)
+            # discards the rest, and stats.tau counts tokens emitted per verification forward
+            stats.spec_accepted += j
+            by[2] += j
             stats.trace_tau[t.id] = st.tau
             if len(stats.trace_tau) > 4096:
                 stats.trace_tau.pop(next(iter(stats.trace_tau)))

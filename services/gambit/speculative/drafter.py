@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import torch
@@ -258,6 +258,16 @@ class Drafter(nn.Module):
         out = self.norm(h)
         return project(out, self.lm_head.weight, None, self.fast.get("head")), \
             (out if self.config.norm_output else h)
+
+    def cover_positions(self, n: int) -> None:
+        """A RoPE table of at least ``n`` positions. RoPE is a formula of the position (the config's base),
+        so a drafter whose ``max_position_embeddings`` is below the target's context (public EAGLE-3
+        configs say 2048, SmolLM2's context is 8192) drafts past it as one built with the longer table
+        does; the short table made the Python path raise IndexError and the C++ one read past it."""
+        if self.rope.cos.shape[0] >= n:
+            return
+        rope = RotaryEmbedding(replace(self.config.model_config(), max_position_embeddings=n))
+        self.rope.cos, self.rope.sin = (x.to(self.rope.cos.device) for x in (rope.cos, rope.sin))
 
     def to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary ids → target ids (``target = draft + d2t[draft]``)."""
