@@ -1,6 +1,6 @@
 """The log-probability kernels of the sampling step (``cpu_logprobs``): each row's maximum and log-sum
-give ``torch.log_softmax`` exactly, and the compiled top-k gives ``torch.topk``'s values and indices,
-ties and NaNs included."""
+give ``torch.log_softmax`` exactly, and the compiled top-k gives ``sampler.top_entries``' entries (a stable
+descending sort's first k: ties by ascending id, NaNs first), ties and NaNs included."""
 
 from __future__ import annotations
 
@@ -8,18 +8,24 @@ import pytest
 import torch
 
 from gambit.engine import cpu_attention
+from gambit.engine.sampler import top_entries
 
 kernel = cpu_attention.kernel()
 needs_kernel = pytest.mark.skipif(kernel is None, reason="the CPU kernels do not build here")
 
 
+def _ref(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    v, i = x.sort(dim=-1, descending=True, stable=True)
+    return v[:, :k], i[:, :k]
+
+
 @needs_kernel
-@pytest.mark.parametrize("V", [1280, 4099, 49152])
+@pytest.mark.parametrize("V", [100, 1280, 4099, 49152])
 @pytest.mark.parametrize("k", [2, 5, 20])
-def test_topk_rows_picks_atens_entries_among_ties_and_nans(V, k):
-    """Where ATen's topk takes its partial sort (k * 64 <= V), the compiled heap gives its values and
-    indices exactly: the same order among tied values (integers; bfloat16-rounded log-probabilities),
-    NaNs first, rows of -inf, an inf."""
+def test_topk_rows_orders_ties_by_id_among_nans(V, k):
+    """The compiled heap gives the first k of a stable descending sort, values and indices, and the
+    Python path (``top_entries``) the same: ties by ascending id (integers; bfloat16-rounded
+    log-probabilities), NaNs first, rows of -inf, an inf; at the shipped target's 100 entries too."""
     topk_rows = kernel.topk_rows
     g = torch.Generator().manual_seed(V + k)
     for kind in ("normal", "ties", "bf16"):
@@ -31,17 +37,44 @@ def test_topk_rows_picks_atens_entries_among_ties_and_nans(V, k):
         x[3, 10] = x[3, V - 1] = float("nan")
         x[4, :] = float("-inf")
         x[5, 7] = float("inf")
+        x[6, :] = float("nan")
         v, i = topk_rows(x, k)
-        assert v.numel() > 0, "the compiled top-k must serve where ATen takes its partial sort"
-        want_v, want_i = x.topk(k, -1)
+        assert v.numel() > 0, "the compiled top-k must serve for 2 <= k <= V"
+        want_v, want_i = _ref(x, k)
         assert torch.equal(i, want_i), (V, k, kind)
         assert torch.equal(v.nan_to_num(), want_v.nan_to_num()) and torch.equal(v.isnan(), want_v.isnan())
+        pv, pi = top_entries(x, k)
+        assert torch.equal(pi, want_i), (V, k, kind)
+        assert torch.equal(pv.nan_to_num(), want_v.nan_to_num()) and torch.equal(pv.isnan(), want_v.isnan())
+
+
+def _tied_row(V: int) -> torch.Tensor:
+    """The hunt's row: four clear leaders, then ids 29 and 84 tied for fifth (ATen's topk(5) lists 84)."""
+    g = torch.Generator().manual_seed(0)
+    row = torch.linspace(-5, 0, V)[torch.randperm(V, generator=g)]
+    for i, v in zip((7, 8, 9, 10), (6.0, 5.5, 5.0, 4.5), strict=True):
+        row[i] = v
+    row[29] = row[84] = 3.0
+    return row
 
 
 @needs_kernel
-def test_topk_rows_declines_where_aten_takes_nth_element():
-    v, i = kernel.topk_rows(torch.randn(4, 100), 3)  # 3 * 64 > 100
-    assert v.numel() == 0 and i.numel() == 0
+@pytest.mark.parametrize("V", [100, 49152])
+def test_topk_rows_top_n_is_a_prefix_whatever_k(V):
+    """A row's top 5 is the first 5 of its top 20 (what lets a batch ask for its largest ``logprobs``),
+    the tie at the cut going to the lower id, on the compiled path and the Python one."""
+    x = torch.stack([_tied_row(V), torch.log_softmax(_tied_row(V), -1)])
+    for top in (kernel.topk_rows, top_entries):
+        ids = {k: top(x, k)[1] for k in (5, 6, 20)}
+        assert torch.equal(ids[5], ids[20][:, :5]) and torch.equal(ids[6], ids[20][:, :6])
+        assert ids[5][:, 4].tolist() == [29, 29] and ids[6][:, 5].tolist() == [84, 84]
+
+
+@needs_kernel
+def test_topk_rows_declines_outside_two_to_v():
+    for k in (1, 101):
+        v, i = kernel.topk_rows(torch.randn(4, 100), k)
+        assert v.numel() == 0 and i.numel() == 0
 
 
 @needs_kernel

@@ -193,6 +193,55 @@ def test_top_logprobs_equal_log_softmax():
     assert torch.allclose(vals.double(), lp.gather(1, ids), atol=1e-5)
 
 
+
+def _tied_logits(V: int = 100) -> torch.Tensor:
+    """Four clear leaders, then ids 29 and 84 tied for fifth (ATen's topk(5) lists 84, topk(20) 29)."""
+    g = torch.Generator().manual_seed(0)
+    row = torch.linspace(-5, 0, V)[torch.randperm(V, generator=g)]
+    for i, v in zip((7, 8, 9, 10), (6.0, 5.5, 5.0, 4.5), strict=True):
+        row[i] = v
+    row[29] = row[84] = 3.0
+    return row[None]
+
+
+def test_top_logprobs_of_a_row_ignore_what_the_batch_asks():
+    """A trace's top 5 are the first 5 of the batch's top 20 (the engine asks for the largest
+    ``logprobs`` of the batch): ties at the cut go to the lower id, whatever k."""
+    logits, tok = _tied_logits(), torch.tensor([0])
+    tops = {n: top_logprobs(logits, tok, n) for n in (5, 6, 20)}
+    assert tops[5][2][0].tolist() == [7, 8, 9, 10, 29]
+    assert torch.equal(tops[5][2], tops[20][2][:, :5]) and torch.equal(tops[6][2], tops[20][2][:, :6])
+    assert torch.equal(tops[5][1], tops[20][1][:, :5])
+    assert tops[6][2][0, 5] == 84
+
+
+@pytest.mark.parametrize("decoding", ["plain", "pr"])
+@pytest.mark.parametrize("path", ["compiled", "aten"])
+def test_top_logprobs_alone_equal_beside_a_logprobs_20_trace(target, decoding, path):
+    """The hunt's case: bfloat16 weights and KV quantise the logits, so log-probabilities tie; a trace's
+    top 5 (ids and values) are the same alone and beside a trace asking for 20 (DeepConf's), on the
+    compiled sampling step and on the ATen one (``_step_draw`` off). On the shipped target position 41
+    of this prompt has a tie at the fifth place."""
+    from gambit.engine.config import SpecConfig
+    from gambit.tasks.arithmetic import TaskConfig, generate
+
+    prompts = [target[1].encode(p.prompt) for p in generate("test", 4, 3, TaskConfig(2, 6))]
+    spec = SpecConfig(gamma=3, budget=12, grow_width=3, offer_width=3, reconsider=2, max_batch=0)
+    outs = []
+    for other in (0, 20):
+        eng = make_engine(target, num_blocks=512, batch_invariant=True, kv_dtype="bfloat16",
+                          cpu_weights="bfloat16", spec=spec)
+        if path == "aten":
+            eng._step_draw = None
+        a = eng.add(prompts[0], SamplingParams(temperature=0.8, logprobs=5, seed=1, max_tokens=40,
+                                               decoding=decoding))
+        if other:
+            eng.add(prompts[1], SamplingParams(temperature=0.8, logprobs=other, seed=2, max_tokens=40,
+                                               decoding=decoding))
+        outs.append([(e.position, e.top_logprobs) for e in drain(eng)
+                     if isinstance(e, TokenEvent) and e.trace_id == a])
+    assert len(outs[0]) == 40 and outs[0] == outs[1]
+
 # -- through the engine -----------------------------------------------------------------------------
 PROMPT = "Compute 12*3+4.\nSolution:\n"
 

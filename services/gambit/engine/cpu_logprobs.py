@@ -1,14 +1,16 @@
 """A sampling step's log-probabilities without a [B, V] block (``cpu_sample_step`` calls these), in
 ATen's floats: each row's maximum m and log-sum s as ATen's AVX-512 ``log_softmax`` computes them (its
-entries are then (x - m) - s, one subtraction after the other), and ``topk``'s entries replayed through the
-same partial-sort heap ATen runs, skipping the entries that cannot enter it sixteen at a time.
+entries are then (x - m) - s, one subtraction after the other), and the row's top entries in
+``sampler.top_entries``' order (largest first, ties by ascending id, NaN first: the row's own, not ATen's
+``topk``, whose pick among ties moves with k and the thread count) through a heap, skipping the entries
+that cannot enter it sixteen at a time.
 
 At SmolLM2's 49k vocabulary and batch 64 the ATen calls (``log_softmax`` into a fresh 12.6 MB block,
 then ``topk(20)``, ~2.3 ms alone) made the step with DeepConf's top 20 take 5.6-13 ms of a ~50 ms decode
-step (``tools/sampler_speed.py 64 49152 3 20``), 2.8 ms with these. Each piece serves
-only after a probe in this process matched ATen (``sample_logsoftmax_exact``, ``sample_topk_exact``);
-otherwise the step keeps ATen's calls. Compiled with the other CPU kernels, after ``cpu_decoder``
-(``probe_once``, Sleef's exp) and before ``cpu_sample_step``.
+step (``tools/sampler_speed.py 64 49152 3 20``), 2.8 ms with these. Each piece serves only after a probe
+in this process matched ATen's log_softmax (``sample_logsoftmax_exact``) or a stable descending sort
+(``sample_topk_exact``); otherwise the step keeps ATen's calls. Compiled with the other CPU kernels, after
+``cpu_decoder`` (``probe_once``, Sleef's exp) and before ``cpu_sample_step``.
 """
 
 SOURCE = r"""
@@ -117,17 +119,19 @@ struct RowLogSoftmax {
 #endif
 };
 
-// topk(k)'s entries of a row where ATen's CPU topk takes std::partial_sort (k * 64 <= V): that is a heap
-// of the first k (value, index) pairs under ATen's comparator, each later entry that beats the heap's top
-// replacing it (__heap_select's __pop_heap), then sort_heap. An entry that does not beat the top leaves
-// the heap as it was, so the scan skips sixteen such entries at a time (one compare) and replays only the
-// replacements, through the public pop_heap on k + 1 slots (the same __adjust_heap call): the same heap,
-// step for step, hence the same order among ties. out_v / out_i get the k entries, largest first.
+// A row's k (<= V) largest entries in one order of its own (sampler.top_entries'): by value, NaN above every
+// number, ties by ascending index, so a row's top k are the first k of its top m >= k whatever the batch
+// asks (ATen's topk picks among ties by its kernel's path). A heap of the first k (value, index) pairs, its
+// top the worst, each later entry that ranks above the top replacing it (pop_heap on k + 1 slots), then
+// sort_heap. The scan runs in ascending index, so an entry equal to the top never enters: sixteen entries
+// none greater than the top (one compare) are skipped at once. out_v / out_i get the k entries, best first.
 template <typename Entry = RowAsIs>
 static void topk_row_heap(const float* x, int64_t V, int64_t k, std::pair<float, int64_t>* heap, float* out_v,
                           int64_t* out_i, Entry f = {}) {
-  auto comp = [](const std::pair<float, int64_t>& a, const std::pair<float, int64_t>& b) {
-    return (std::isnan(a.first) && !std::isnan(b.first)) || (a.first > b.first);
+  auto comp = [](const std::pair<float, int64_t>& a, const std::pair<float, int64_t>& b) {  // a ranks first
+    const bool an = std::isnan(a.first), bn = std::isnan(b.first);
+    if (an != bn) return an;
+    return (!an && a.first != b.first) ? a.first > b.first : a.second < b.second;
   };
   for (int64_t j = 0; j < k; ++j) heap[j] = {f(x[j]), j};
   std::make_heap(heap, heap + k, comp);
@@ -167,13 +171,13 @@ static int64_t first_equal_row(const float* x, int64_t n, RowLogSoftmax f, float
   return n;
 }
 
-// Whether topk_row_heap gives at::topk(k)'s entries at width V here (rows of many ties, NaNs, -inf, a
-// sorted run); once per (V, k), only where ATen takes its partial_sort.
+// Whether topk_row_heap gives the first k entries of a stable descending at::sort at width V here (ties by
+// ascending index, NaNs first; rows of many ties, NaNs, -inf, a sorted run); once per (V, k), 2 <= k <= V.
 static bool sample_topk_exact(int64_t V, int64_t k) {
   static std::mutex mu;
   static std::map<int64_t, bool> known;
-  if (k < 2 || k * 64 > V) return false;
-  return probe_once(known, mu, V * 4096 + k, [V, k] {
+  if (k < 2 || k > V) return false;
+  return probe_once(known, mu, V * (V + 1) + k, [V, k] {
     const int64_t B = 7;
     auto x = at::empty({B, V}, at::kFloat);
     float* p = x.data_ptr<float>();
@@ -188,9 +192,11 @@ static bool sample_topk_exact(int64_t V, int64_t k) {
     p[V + 3] = 0.f;
     p[2 * V + V / 2] = nan, p[2 * V + V - 1] = nan, p[2 * V + 1] = nan;
     p[3 * V + V - 1] = 9.f, p[3 * V + 5] = 9.f;
-    auto ref = x.topk(k, -1);
-    const float* rv = std::get<0>(ref).data_ptr<float>();
-    const int64_t* ri = std::get<1>(ref).data_ptr<int64_t>();
+    auto ref = at::sort(x, /*stable=*/true, -1, /*descending=*/true);
+    const auto ref_v = std::get<0>(ref).narrow(1, 0, k).contiguous();
+    const auto ref_i = std::get<1>(ref).narrow(1, 0, k).contiguous();
+    const float* rv = ref_v.data_ptr<float>();
+    const int64_t* ri = ref_i.data_ptr<int64_t>();
     std::vector<std::pair<float, int64_t>> heap(k + 1);
     std::vector<float> v(k);
     std::vector<int64_t> ix(k);
@@ -205,7 +211,7 @@ static bool sample_topk_exact(int64_t V, int64_t k) {
   });
 }
 
-// topk(1)'s entry of a row read as stored: argmax_row's (sample_top1_exact).
+// topk(1)'s entry of a row read as stored: argmax_row's (sample_top1_exact), its first largest (NaN first).
 static void top1_row(const float* x, int64_t V, RowAsIs, float* v, int64_t* i) {
   const int64_t j = argmax_row(x, V);
   *v = x[j], *i = j;
@@ -218,8 +224,9 @@ static void top1_row(const float* x, int64_t V, RowLogSoftmax f, float* v, int64
   *v = f(x[j]), *i = first_equal_row(x, j + 1, f, *v);
 }
 
-// The `top` largest entries of each row [B, V] as at::topk gives them (top 1, or where sample_topk_exact
-// serves), the row read through entry_of(b) (RowAsIs, or the row's RowLogSoftmax); rows over the threads.
+// The `top` largest entries of each row [B, V] in topk_row_heap's order (top 1: topk's, the same entry;
+// else where sample_topk_exact serves), the row read through entry_of(b) (RowAsIs, or the row's
+// RowLogSoftmax); rows over the threads.
 template <typename EntryOf>
 static void pick_top_rows(const float* x, int64_t B, int64_t V, int64_t top, EntryOf entry_of, float* vals,
                           int64_t* ids) {
@@ -232,8 +239,9 @@ static void pick_top_rows(const float* x, int64_t B, int64_t V, int64_t top, Ent
   });
 }
 
-// x.topk(k, -1) of float32 CPU rows [B, V] through topk_row_heap where its probe passed here (the same
-// values and indices); two empty tensors where it does not serve (the caller keeps ATen's).
+// The k largest entries of float32 CPU rows [B, V] in sampler.top_entries' order (x.topk's values; ties by
+// ascending index) through topk_row_heap where its probe passed here; two empty tensors where it does not
+// serve (k < 2, k > V, or the probe failed).
 std::tuple<at::Tensor, at::Tensor> topk_rows(torch::Tensor x, int64_t k) {
   NoGil no_gil;
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.device().is_cpu(),

@@ -421,6 +421,7 @@ class Engine:
         return tokens.tolist(), None if lp is None else tuple(x.tolist() for x in lp)
 
     def _sample(self, traces: list[Trace], logits: torch.Tensor, token_events: bool = True) -> list[Event]:
+        # the batch's largest ``logprobs``: each trace keeps the first k (top_entries' order is the row's own)
         want, p = max(t.params.logprobs for t in traces), [t.params for t in traces]
         token_list, lp = self.draw_rows(logits, [x.temperature for x in p], [x.top_k for x in p],
                                         [x.top_p for x in p], [t.seed for t in traces],

@@ -152,10 +152,46 @@ def sample(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     return sampled if all_hot else torch.where(hot, sampled, logits.argmax(-1))
 
 
+def _same(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a == b, NaN equal to NaN (topk ranks NaN above every number, so NaNs tie with each other)."""
+    return (a == b) | (a.isnan() & b.isnan())
+
+
+def top_entries(x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's n (1..V) largest entries [B, n], largest first, ties by ascending id, NaN above all.
+
+    The order is the row's own, so a row's top n are the first n of its top m >= n: a batch asks for
+    its largest ``logprobs`` and each trace keeps its own, whatever the others ask. ATen's ``topk`` picks
+    among ties by its kernel's path (k, the thread count), so only its values are used as they come:
+    one more entry tells whether ties cross the cut, and only those rows are scanned for their lowest ids
+    at the cut (one compare and a ``nonzero``; the other rows cost a few [B, n] operations)."""
+    B, V = x.shape
+    vals, ids = x.topk(min(n + 1, V), dim=-1)
+    kth = vals[:, n - 1:n]
+    cut = (_same(vals[:, n], kth[:, 0]) if n < V else torch.zeros(B, dtype=torch.bool, device=x.device))
+    vals, ids = vals[:, :n], ids[:, :n]
+    if bool(cut.any()):  # ties left out at the cut: list the lowest ids at it instead
+        rows = cut.nonzero()[:, 0]
+        xr, kr = (x, kth) if rows.numel() == B else (x[rows], kth[rows])
+        at_cut = xr == kr
+        if bool(kr.isnan().any()):  # NaN at the cut (a NaN row): NaNs tie (a pass only then)
+            at_cut |= xr.isnan() & kr.isnan()
+        r, col = at_cut.nonzero().unbind(1)  # row-major: ascending id within a row
+        rank = torch.arange(r.numel(), device=x.device) - torch.searchsorted(r, r)  # within its row
+        listed = _same(vals[rows], kth[rows]).sum(-1)  # ties at the cut that the row lists (its last ones)
+        # the first `listed` ties of a row replace its listed ones; the rest land in a column dropped after
+        at = torch.where(rank < listed[r], n - listed[r] + rank, n)
+        ids = torch.cat([ids, ids[:, :1]], 1).index_put_((rows[r], at), col)[:, :n]
+    ids = ids.sort(-1)[0]  # then a stable sort by value: ties in ascending id
+    vals, order = x.gather(1, ids).sort(dim=-1, descending=True, stable=True)
+    return vals, ids.gather(1, order)
+
+
 def top_logprobs(logits: torch.Tensor, tokens: torch.Tensor, n: int
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Model log-probabilities (before temperature): chosen [B], top values [B, n], top ids [B, n]."""
+    """Model log-probabilities (before temperature): chosen [B], top values [B, n], top ids [B, n]
+    (``top_entries``' order: a row's list does not depend on the batch)."""
     lp = torch.log_softmax(logits.float(), dim=-1)
     chosen = lp.gather(1, tokens[:, None]).squeeze(1)
-    vals, ids = lp.topk(min(n, lp.shape[-1]), dim=-1)
+    vals, ids = top_entries(lp, min(n, lp.shape[-1]))
     return chosen, vals, ids
