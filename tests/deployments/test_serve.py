@@ -383,8 +383,10 @@ def test_scorer_unreachable_run_continues_with_fallback(serve_stack):
     try:
         res = solve(serve_stack, max_tokens=100, seed=9)[-1].result
         assert res.status == "done" and res.scorer_fallbacks > 0 and res.answer
-    finally:
-        serve.run(build_scorer({"scorer": "random:mlp:192", "token_env": "GAMBIT_TEST_SERVE_TOKEN"}),
+    finally:  # the stack's own Scorer again (a random MLP here left every later run unguided: it reads no
+        # confidence features, the Targets send two; the Targets' Info check said so from stop 66)
+        cfg = serve_stack["cfg"]
+        serve.run(build_scorer({"scorer": cfg.scorer, "token_env": cfg.token_env, "model": cfg.model}),
                   name="scorer", route_prefix="/scorer", blocking=False)
     url = f"http://127.0.0.1:{serve_stack['cfg'].metrics_port}/metrics"
     assert wait_for(lambda: "ray_gambit_scorer_fallback_total" in
