@@ -43,7 +43,7 @@ from gambit.ops.loadtest import (
     totals_path,
     write_summary,
 )
-from gambit.serving.security import check_address, read_token
+from gambit.serving.security import check_address, open_channel, read_token
 
 grpc_gevent.init_gevent()  # gRPC's blocking calls must yield to gevent, or one user stalls them all
 
@@ -72,6 +72,10 @@ def _args(parser):
     parser.add_argument("--data", default="", help="the benchmark's JSONL file ('' = ../shared/datasets/)")
     parser.add_argument("--progress-s", type=float, default=10.0,
                         help="seconds between progress lines while it runs (0 = none)")
+    parser.add_argument("--tls-ca", default="", help="PEM CA that signed the certificate of a TLS proxy in "
+                        "front of --host ('' = plaintext, as `gambit serve` speaks)")
+    parser.add_argument("--tls-server-name", default="", help="the host the proxy's certificate names, "
+                        "where --host is an IP or another name")
 
 
 @events.init.add_listener
@@ -83,7 +87,7 @@ def _check(environment, **_):
         return
     try:
         check_options(opts.cancel_fraction, opts.max_tokens_scale, opts.benchmark, opts.data,
-                      opts.summary_csv)
+                      opts.summary_csv, opts.tls_ca, opts.tls_server_name)
         if not opts.progress_s >= 0:
             raise ValueError(f"progress_s must be >= 0, got {opts.progress_s}")
         if not re.search(r":\d+$", environment.host or ""):  # gRPC dials 443 without one
@@ -108,7 +112,8 @@ class SolveUser(User):
 
         opts = self.environment.parsed_options
         self.pb2, grpc_mod = load("reasoning")
-        self.channel = grpc.insecure_channel(self.host)
+        # TLS or plaintext: gevent (init_gevent above) serves both kinds of channel
+        self.channel = open_channel(self.host, opts.tls_ca, server_name=opts.tls_server_name)
         self.stub = grpc_mod.ReasoningServiceStub(self.channel)
         token = read_token(opts.token_env)  # stripped, as the servers read it
         self.md = ((("authorization", f"Bearer {token}"),) if token else ()) + (

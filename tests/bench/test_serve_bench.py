@@ -94,6 +94,14 @@ def test_the_distributed_wiring_uses_the_store_and_prefix_given():
     assert serve_store.fresh_prefix() != serve_store.fresh_prefix()  # two runs of one second never share
 
 
+def test_the_store_is_shown_as_every_other_message_shows_a_redis_url():
+    """Its own regex dropped an ACL user name and printed a ?password= query as given."""
+    assert serve_store.shown("redis://alice:pw@h:6379/0") == "redis://alice@h:6379/0"
+    assert serve_store.shown("redis://:pw@h:6379/0") == "redis://h:6379/0"
+    assert serve_store.shown("redis://h:6379/0?password=pw&db=1") == "redis://h:6379/0?db=1"
+    assert serve_store.shown("redis://h:6379/0") == "redis://h:6379/0"
+
+
 @pytest.fixture
 def redis_url():
     url = "redis://127.0.0.1:6379/0"

@@ -247,7 +247,8 @@ def test_locust_against_a_fake_service_prints_its_table_and_grouped_failures(tmp
 
 
 @pytest.mark.parametrize("args, said", [(["--cancel-fraction", "-3"], "cancel_fraction must be in [0, 1]"),
-                                        (["--host", "127.0.0.1"], "--host: give the service's host:port")])
+                                        (["--host", "127.0.0.1"], "--host: give the service's host:port"),
+                                        (["--tls-ca", "/none/ca.pem"], "tls_ca: file /none/ca.pem does not")])
 def test_locust_run_directly_refuses_a_bad_option_at_start(args, said):
     """Run directly, a bad option silently meant no cancels (or every task crashing, "0 failures")."""
     r = subprocess.run([sys.executable, "-m", "locust", "-f", str(loadtest.LOCUSTFILE), "--headless",

@@ -152,3 +152,20 @@ def test_a_sequence_scorer_behind_the_core_keeps_at_most_max_keys_histories():
         assert list(core.scorer._state) == ["c3-2", "c3-3"] + [f"c4-{i}" for i in range(4)]
     finally:
         core.close()
+
+
+def test_a_sequence_scorers_evictions_are_counted_per_batch():
+    """Only a log line said it, once: a Scorer forgetting live traces' histories showed on no panel."""
+    backend = PrometheusBackend()
+    core = ScorerCore(random_scorer("sequence", H, seed=3, max_keys=6), batch_wait_s=0.0,
+                      metrics=Metrics(backend))
+    count = lambda: backend.registry.get_sample_value("gambit_scorer_evictions_total")  # noqa: E731
+    try:
+        core.score(job(core, [0, 1, 2, 3], ["a", "b", "c", "d"]))
+        assert count() == 0
+        core.score(job(core, [0, 1, 2, 3], ["e", "f", "g", "h"]))
+        assert count() == 2
+        core.score(job(core, [0, 1, 2], ["i", "j", "k"]))
+        assert count() == 5 == core.scorer.evicted
+    finally:
+        core.close()

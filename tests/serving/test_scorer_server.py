@@ -183,6 +183,30 @@ def test_the_ray_scorer_deployment_bounds_its_batch_wait_too(ms, message):
     ok.core.close()
 
 
+def test_max_keys_bounds_a_served_sequence_scorer_and_its_evictions_are_exported():
+    """`gambit scorer serve` had no --max-keys (a sequence scorer kept 65536 histories) and no metric."""
+    with pytest.raises(ValueError, match="max_keys must be >= 1, got 0"):
+        ScorerServerConfig(max_keys=0)
+    cfg = ScorerServerConfig(scorer=f"random:sequence:{H}", port=0, metrics_port=-1, token_env="",
+                             max_keys=3)
+    srv = start_scorer_server(cfg)
+    try:
+        assert srv.core.scorer.max_keys == 3
+        client = RemoteScorer(f"127.0.0.1:{srv.port}", H)
+        client.score(["a", "b", "c", "d", "e"], torch.randn(5, H))
+        assert srv.core.scorer.num_keys == 3
+        assert "gambit_scorer_evictions_total 2.0" in srv.metrics_backend.exposition().decode()
+    finally:
+        srv.stop()
+    from gambit.deployments.scorer import Scorer  # the Ray deployment takes it too
+
+    with pytest.raises(ValueError, match="Scorer: max_keys must be >= 1"):
+        Scorer.func_or_class(scorer="random:sequence:192", max_keys=0, direct_host="")
+    dep = Scorer.func_or_class(scorer="random:sequence:192", max_keys=7, direct_host="")
+    assert dep.core.scorer.max_keys == 7
+    dep.core.close()
+
+
 def test_tls_server_and_remote_scorer_client(tmp_path):
     key, crt = tmp_path / "key.pem", tmp_path / "crt.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",

@@ -52,8 +52,11 @@ def store_errors() -> tuple[type[Exception], ...]:
 
 
 def shown(url: str) -> str:
-    """``url`` without a password it may hold: for logs and the result JSON."""
-    return re.sub(r"//[^@/]*@", "//", url)
+    """``url`` without a password it may hold (``?password=`` too; the user name kept), as every other
+    message says a Redis URL: for logs and the result JSON."""
+    from gambit.search.store import redact_url
+
+    return redact_url(url)
 
 
 def check_store(url: str, prefix: str, explicit: bool) -> None:

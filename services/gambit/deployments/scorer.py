@@ -21,8 +21,10 @@ import grpc
 import ray
 from ray import serve
 
+from gambit.checks import at_least
 from gambit.deployments.ray_metrics import ray_metrics
 from gambit.model.loader import model_hidden_size
+from gambit.scoring.scorer import MAX_KEYS
 from gambit.scoring.spec import load_scorer_spec
 from gambit.serving.protos import load
 from gambit.serving.scorer_core import ScorerCore
@@ -53,20 +55,22 @@ def _check_one_replica(scorer: str) -> None:
 class Scorer:
     def __init__(self, scorer: str = "", hidden_size: int = 0, max_rows: int = 4096,
                  batch_wait_ms: float = 0.0, token_env: str = "GAMBIT_TOKEN", direct_host: str = "127.0.0.1",
-                 direct_port: int = 0, model: str = "") -> None:
+                 direct_port: int = 0, model: str = "", max_keys: int = MAX_KEYS) -> None:
         """``hidden_size`` 0: the width of ``model``, the Targets' model ("" = the shipped target).
         ``batch_wait_ms`` 0: score at once; calls that arrive while a batch is scored go together
         in the next one. Each Target already sends one call at a time with everything that queued up
         meanwhile, so a fixed wait only delays guidance (2 ms of ~7 ms per call through the proxy).
         ``direct_host``: where this replica serves ScorerService itself ("" = proxy only);
-        ``direct_port`` 0 = any free port."""
+        ``direct_port`` 0 = any free port. ``max_keys``: trace histories a sequence scorer keeps, the
+        least recently used evicted beyond it (``gambit_scorer_evictions_total``)."""
         try:  # 40000 was taken: every call then failed after the core's 30 s with "scoring failed: "
             check_batch_wait_ms(batch_wait_ms)
+            at_least(1, max_keys=max_keys)
         except ValueError as e:
             raise ValueError(f"Scorer: {e}") from None
         self.pb2, _ = load("scorer")
         self.metrics = ray_metrics(("gambit_scorer_latency_seconds", "gambit_scorer_batch_size",
-                                    "gambit_request_errors_total"))
+                                    "gambit_request_errors_total", "gambit_scorer_evictions_total"))
         if not hidden_size:
             try:
                 hidden_size = model_hidden_size(model)
@@ -76,6 +80,8 @@ class Scorer:
         scorer_net = load_scorer_spec(scorer, hidden_size, note=log.warning)
         if getattr(scorer_net, "kind", "") == "sequence":
             _check_one_replica(scorer)
+        if hasattr(scorer_net, "max_keys"):  # a BoundaryScorer (the MLP keeps none: no effect there)
+            scorer_net.max_keys = max_keys
         self.core = ScorerCore(scorer_net, max_rows, batch_wait_ms / 1000, metrics=self.metrics)
         self.token = read_token(token_env)
         self.direct, self._address = None, ""

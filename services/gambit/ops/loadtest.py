@@ -54,6 +54,9 @@ class LoadTestConfig:
     max_tokens_scale: float = 1.0  # scales every mix entry's max_tokens (96-224), > 0 and <= 19173961
     problem_seed: int = 0  # seed of the problem pool and of each user's draws (with the user's index)
     token_env: str = "GAMBIT_TOKEN"  # env var with the bearer token
+    # a TLS-terminating proxy in front of --address (Serve's own port is plaintext)
+    tls_ca: str = ""  # PEM CA that signed the certificate of a TLS proxy at --address ("" = plaintext)
+    tls_server_name: str = ""  # the host the proxy's certificate names (--address an IP or another name)
     csv_prefix: str = "results/loadtest"  # Locust's own CSVs (<prefix>_stats.csv, ...), from this folder
     summary_csv: str = "results/loadtest_summary.csv"  # summary table CSV (+ <name>.totals.json; "" = none)
     num_blocks: int = 0  # local deployment: KV blocks per Target, >= 0 (0 = from the memory budget)
@@ -78,13 +81,16 @@ class LoadTestConfig:
         for name in ("grpc_port", "http_port", "metrics_port"):
             within(1, 65535, **{name: getattr(self, name)})
         # Locust runs from the repo root: a relative path is the caller's, so make it absolute here
-        self.data, self.csv_prefix, self.summary_csv = (
-            absolute(p) for p in (self.data, self.csv_prefix, self.summary_csv))
+        self.data, self.csv_prefix, self.summary_csv, self.tls_ca = (
+            absolute(p) for p in (self.data, self.csv_prefix, self.summary_csv, self.tls_ca))
         if not self.csv_prefix:
             raise ValueError("csv_prefix: give a path prefix for Locust's CSVs, e.g. results/loadtest")
         check_writable("csv_prefix", self.csv_prefix + "_stats.csv")
         check_options(self.cancel_fraction, self.max_tokens_scale, self.benchmark, self.data,
-                      self.summary_csv)
+                      self.summary_csv, self.tls_ca, self.tls_server_name)
+        if self.tls_ca and not self.address:
+            raise ValueError("tls_ca: the local deployment the load test starts speaks plaintext; --tls-ca "
+                             "is for --address of a TLS-terminating proxy in front of one")
         if self.address:
             check_no_local_options(self)
             from gambit.serving.security import check_address
@@ -120,10 +126,14 @@ def check_writable(name: str, path: str) -> None:
 
 
 def check_options(cancel_fraction: float, max_tokens_scale: float, benchmark: str = "", data: str = "",
-                  summary_csv: str = "") -> None:
+                  summary_csv: str = "", tls_ca: str = "", tls_server_name: str = "") -> None:
     """The locustfile's own options; ``gambit loadtest`` and Locust run directly (its init event) both
-    check them, since a bad one made every task fail while the summary said "0 failures"."""
+    check them, since a bad one made every task fail while the summary said "0 failures" (a missing CA
+    file: every call UNAVAILABLE)."""
+    from gambit.serving.security import check_client_tls
+
     within(0, 1, cancel_fraction=cancel_fraction)
+    check_client_tls("tls_", tls_ca, server_name=tls_server_name)
     if not 0 < max_tokens_scale <= MAX_TOKENS_SCALE:  # NaN too
         raise ValueError(f"max_tokens_scale must be > 0 and <= {MAX_TOKENS_SCALE} (max_tokens is a uint32), "
                          f"got {max_tokens_scale}")
@@ -257,7 +267,8 @@ def locust_command(cfg: LoadTestConfig, address: str, application: str = "gambit
             "--json-file", cfg.csv_prefix + "_stats",
             "--application", application, "--token-env", cfg.token_env,
             "--cancel-fraction", str(cfg.cancel_fraction), "--max-tokens-scale", str(cfg.max_tokens_scale),
-            "--problem-seed", str(cfg.problem_seed),
+            "--problem-seed", str(cfg.problem_seed), "--tls-ca", cfg.tls_ca, "--tls-server-name",
+            cfg.tls_server_name,
             "--summary-csv", cfg.summary_csv, "--benchmark", cfg.benchmark, "--data", cfg.data]
 
 
@@ -337,15 +348,41 @@ def check_running(cfg: LoadTestConfig) -> str:
 
     token = read_token(cfg.token_env)
     try:
-        local.wait_ready(cfg.address, wait_s=10.0, token=token)
+        if cfg.tls_ca:
+            tls_ready(cfg, token)
+        else:
+            local.wait_ready(cfg.address, wait_s=10.0, token=token)
     except PermissionError as e:
         where = f"${cfg.token_env}" if cfg.token_env else "no token (--token-env '')"
         return (f"the service at {cfg.address} refused the token ({e}); the load test sends {where}: set "
                 "it to the service's GAMBIT_TOKEN, or name the variable that holds it with --token-env")
     except TimeoutError as e:
+        if cfg.tls_ca:
+            return (f"no service answers through TLS at {cfg.address} ({e}); check the proxy there, --tls-ca "
+                    "(the CA that signed its certificate) and --tls-server-name (a name it holds)")
         return (f"no ReasoningService answers at {cfg.address} ({e}); start one (`gambit serve`), or "
                 "leave --address empty and the load test starts a local one")
     return ""
+
+
+def tls_ready(cfg: LoadTestConfig, token: str) -> None:
+    """local.wait_ready's last probe (the Scorer's ``Info``, with the token) through a TLS proxy, which
+    wait_ready cannot dial (plaintext): a wrong CA, name or token said before the load, not as failures."""
+    import grpc
+
+    from gambit.deployments.local import AUTH_CODES
+    from gambit.serving.protos import load
+    from gambit.serving.security import auth_metadata, open_channel
+
+    pb2, g = load("scorer")
+    with open_channel(cfg.address, cfg.tls_ca, server_name=cfg.tls_server_name) as ch:
+        try:
+            g.ScorerServiceStub(ch).Info(pb2.InfoRequest(), timeout=10,
+                                         metadata=auth_metadata(token) + (("application", "scorer"),))
+        except grpc.RpcError as e:
+            if e.code() in AUTH_CODES:
+                raise PermissionError(f"{e.code().name}: {e.details()}") from None
+            raise TimeoutError(f"{e.code().name}: {e.details()}") from None
 
 
 def main(cfg: LoadTestConfig) -> int:

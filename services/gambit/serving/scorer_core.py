@@ -64,6 +64,7 @@ class ScorerCore:
         self._queue: list[ScoreJob] = []
         self._closed = False
         self.calls = 0
+        self._evicted = getattr(scorer, "evicted", 0)  # the scorer's count the metric has seen
         self._thread = threading.Thread(target=self._loop, name="scorer-batcher", daemon=True)
         self._thread.start()
 
@@ -158,6 +159,8 @@ class ScorerCore:
                 for j in jobs:
                     j.future.set_exception(e)
                 continue
+            finally:
+                self._count_evictions()
             self.calls += 1
             i, done = 0, time.perf_counter()
             for j in jobs:
@@ -166,6 +169,14 @@ class ScorerCore:
                     self.metrics.observe("gambit_scorer_batch_size", len(j.keys))
                 j.future.set_result(out[i:i + len(j.keys)])
                 i += len(j.keys)
+
+    def _count_evictions(self) -> None:
+        """The histories a sequence scorer forgot in this batch (beyond its ``max_keys``), as a counter:
+        its log line is said once, and a trace that lost its history scores as a new one."""
+        evicted = getattr(self.scorer, "evicted", 0)
+        if self.metrics is not None and evicted > self._evicted:
+            self.metrics.inc("gambit_scorer_evictions_total", evicted - self._evicted)
+        self._evicted = evicted
 
 
 def _joins(job: ScoreJob, seen: set[str], dropped: set[str]) -> bool:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from gambit.checks import at_least
+from gambit.scoring.scorer import MAX_KEYS
 from gambit.scoring.spec import load_scorer_spec
 from gambit.serving.grpc_common import add_health_and_reflection
 from gambit.serving.metrics import Metrics, PrometheusBackend
@@ -22,7 +23,8 @@ from gambit.serving.security import BearerTokenInterceptor, TLSConfig, add_port,
 
 log = logging.getLogger(__name__)
 
-SCORER_METRICS = ("gambit_scorer_latency_seconds", "gambit_scorer_batch_size", "gambit_request_errors_total")
+SCORER_METRICS = ("gambit_scorer_latency_seconds", "gambit_scorer_batch_size", "gambit_request_errors_total",
+                  "gambit_scorer_evictions_total")
 RPCS = ("Score", "Info")  # the ScorerService's methods: the only ``rpc`` labels counted
 # a longer wait delays every call by it; a Target's call times out after 2 s (RemoteScorer.timeout_s)
 MAX_BATCH_WAIT_MS = 1000.0
@@ -45,6 +47,7 @@ class ScorerServerConfig:
     batch_wait_ms: float = 2.0  # how long the batcher waits for more requests, milliseconds (at most 1000)
     max_batch_rows: int = 1024  # rows scored by one forward at most
     workers: int = 8  # gRPC handler threads
+    max_keys: int = MAX_KEYS  # how many trace histories a sequence scorer keeps (least recently used evicted)
     tls: TLSConfig = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -55,7 +58,8 @@ class ScorerServerConfig:
                              f"{self.metrics_port}")
         if not self.host:
             raise ValueError("host must be an address to bind, e.g. 127.0.0.1")
-        at_least(1, max_rows=self.max_rows, max_batch_rows=self.max_batch_rows, workers=self.workers)
+        at_least(1, max_rows=self.max_rows, max_batch_rows=self.max_batch_rows, workers=self.workers,
+                 max_keys=self.max_keys)
         check_batch_wait_ms(self.batch_wait_ms)
         model_width(self.model)  # a model that is not there: refused before the scorer loads
         self.tls = TLSConfig(self.tls_cert, self.tls_key, self.tls_client_ca)
@@ -159,7 +163,8 @@ def scorer_grpc_server(core: ScorerCore, metrics: Metrics, address: str, token: 
 
 
 def start_scorer_server(cfg: ScorerServerConfig, scorer=None) -> RunningScorer:
-    """Start serving (non-blocking); ``scorer`` overrides ``cfg.scorer`` (an already-built one)."""
+    """Start serving (non-blocking); ``scorer`` overrides ``cfg.scorer`` (an already-built one, with
+    the ``max_keys`` it was built with)."""
     backend = PrometheusBackend()
     metrics = Metrics(backend, names=SCORER_METRICS)
     if scorer is None:  # a folder of another width than the model's is refused here, naming --scorer
@@ -168,6 +173,8 @@ def start_scorer_server(cfg: ScorerServerConfig, scorer=None) -> RunningScorer:
         if cfg.model and scorer.hidden_size != width:  # confidence:H / random:kind:H of another width
             raise ValueError(f"--scorer {cfg.scorer!r} reads width {scorer.hidden_size}, but --model "
                              f"{cfg.model!r} has hidden size {width}: every Score call would be refused")
+        if hasattr(scorer, "max_keys"):  # a BoundaryScorer (the MLP keeps none: no effect there)
+            scorer.max_keys = cfg.max_keys
     core = ScorerCore(scorer, cfg.max_rows, cfg.batch_wait_ms / 1000, cfg.max_batch_rows, metrics)
     token = read_token(cfg.token_env)
     try:
