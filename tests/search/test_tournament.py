@@ -123,3 +123,29 @@ def test_a_swap_must_gain_a_tie_is_no_swap():
     # a ghost holds no KV: it goes for a resident child even at a tie
     plan = plan_round([node(0, 0.5), node(1, 0.5, state=GHOST)], capacity=2, swap=1, warmup=10)
     assert plan.prune == [1] and plan.branch == [0]
+
+
+def test_every_trace_below_the_floor_is_pruned_though_unscored_ghosts_rank_under_it():
+    # an unscored ghost (evicted before warmup) ranks 0, under a trace scored below δ; K = 1 pruned only
+    # the ghost and left the below-δ trace running though a parent at or above δ was free for its slot
+    nodes = [node(0, None, state=GHOST), node(1, 0.05), node(2, 0.5), node(3, 0.9)]
+    plan = plan_round(nodes, capacity=4, swap=1, warmup=10, floor=0.1)
+    assert plan.case == 2 and plan.prune == [0, 1] and plan.branch == [3, 2]
+    # too few parents for both: the rank decides (the ghost, ranked 0, first), as before
+    nodes = [node(0, None, state=GHOST), node(1, 0.05), node(2, 0.5, own=4), node(3, 0.9)]
+    plan = plan_round(nodes, capacity=4, swap=1, warmup=10, floor=0.1)
+    assert plan.prune == [0] and plan.branch == [3]
+    # without a floor nothing changes: the bottom K, the ghost first
+    assert plan_round(nodes, capacity=4, swap=1, warmup=10).prune == [0]
+
+
+def test_a_ghost_is_pruned_before_a_resident_trace_of_the_same_score():
+    # equal scores at the bottom: the ghost holds no KV and never resumes, the resident trace would lose
+    # its KV and the tokens it has still to write (the younger-first rule alone pruned the resident one)
+    nodes = [node(0, 0.9), node(1, 0.5, state=GHOST), node(2, 0.5), node(3, 0.7)]
+    plan = plan_round(nodes, capacity=4, swap=1, warmup=10)
+    assert plan.prune == [1] and plan.branch == [0]
+    assert plan_round(nodes, capacity=4, swap=2, warmup=10).prune == [1, 2]
+    # among residents (or among ghosts) of one score, the younger still goes first
+    nodes[1].state = RUNNING
+    assert plan_round(nodes, capacity=4, swap=1, warmup=10).prune == [2]

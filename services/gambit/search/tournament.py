@@ -28,8 +28,9 @@ class RoundPlan:
 
 
 def _order(nodes: Sequence[Node], reverse: bool, score: dict[int, float]) -> list[Node]:
-    # score, then age as a stable tie-break (older first when best, younger first when worst)
-    return sorted(nodes, key=lambda n: (score[n.id], -n.id), reverse=reverse)
+    # score, then a ghost before a resident trace when worst (pruning it loses no KV and no tokens to
+    # come; parents are all resident), then age (older first when best, younger first when worst)
+    return sorted(nodes, key=lambda n: (score[n.id], n.resident, -n.id), reverse=reverse)
 
 
 def eligible(n: Node, warmup: int) -> bool:
@@ -64,7 +65,9 @@ def plan_round(nodes: Sequence[Node], capacity: int, swap: int, warmup: int, flo
         return RoundPlan(1 if take else 0, [], [n.id for n in take])
     ranked = _order([n for n in active if rankable(n)], False, score)
     below = {n.id for n in ranked if n.scores and score[n.id] < floor}
-    want = max(swap, len(below))
+    # every below-δ trace joins the pruned: unscored ghosts (score 0) rank under them, so count up to
+    # the last one, not just how many there are (the ghosts before them are pruned too: pairs that gain)
+    want = max([swap] + [i + 1 for i, x in enumerate(ranked) if x.id in below])
     # the pruned and the branched must not overlap: shrink until enough parents remain
     n = min(want, len(ranked))
     while n > 0:
