@@ -6,7 +6,7 @@ import pytest
 
 from gambit.search import tree as T
 from gambit.search.config import SearchConfig
-from gambit.search.deepconf import threshold
+from gambit.search.deepconf import threshold, vote_weights
 from gambit.search.driver import SearchDriver
 from gambit.search.vote import majority_vote, weighted_vote
 
@@ -76,8 +76,20 @@ def test_deepconf_threshold_from_warmup_and_stops_below(make_engine, hard_proble
     assert all(n.conf_min < res.deepconf_threshold for n in stopped)
     assert all(n.conf_min >= res.deepconf_threshold for n in rest if n.state == T.FINISHED)
     fin = [n for n in nodes if n.state == T.FINISHED]
-    assert res.answer == weighted_vote([n.answer for n in fin], [n.conf_mean for n in fin])
+    assert res.answer == weighted_vote([n.answer for n in fin], vote_weights([n.conf_min for n in fin],
+                                                                          res.deepconf_threshold))
 
+
+
+def test_deepconf_vote_weights_are_the_references_lowest_confidence_above_the_bar():
+    """deepconf-online.py votes with ``min_conf`` and only for traces at or above ``conf_bar``: the
+    warm-up trace that set the bottom of the percentile, and a short trace below it, vote with 0."""
+    lows = [1.0, 2.0, 3.0, 4.0]
+    bar = threshold(lows, 90.0)  # keep the top 90%: the 10th percentile, 1.3
+    assert bar == pytest.approx(1.3)
+    assert vote_weights(lows, bar) == [0.0, 2.0, 3.0, 4.0]
+    assert vote_weights([2.0, None, 1.3], bar) == [2.0, 0.0, 1.3]  # no confidence: 0; at the bar: votes
+    assert vote_weights([0.5, 2.0], None) == [0.5, 2.0]  # no threshold set (warm-up not done)
 
 def test_many_runs_share_one_engine_each_with_its_capacity(make_engine, scorer, hard_problems):
     engine = make_engine()

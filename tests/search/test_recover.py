@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import time
 
+import pytest
+
 from gambit.search import tree as T
 from gambit.search.config import SearchConfig
 from gambit.search.driver import SearchDriver
@@ -98,3 +100,29 @@ def test_a_taken_over_run_keeps_its_wall_clock(make_engine, hard_problems):
     b.adopt(rid, data)
     (res,) = [e for e in b.step() if isinstance(e, RunResult)]
     assert res.reason == "limit" and res.limit == "max_wall_s 60" and res.wall_s >= 61
+
+
+def test_a_deepconf_run_taken_over_in_its_warm_up_keeps_its_threshold(make_engine, hard_problems):
+    """The warm-up threshold is a percentile of each warm-up trace's lowest window confidence: it was read
+    from the windows, which a takeover rebuilds empty, so a warm-up trace that had ended before the
+    takeover dropped out of the percentile (11.20 against the whole run's 11.11). It reads the stored
+    ``conf_min`` now."""
+    cfg = SearchConfig(method="deepconf", capacity=8, deepconf_warmup=4, deepconf_window=8, temperature=1.5,
+                       seed=3)
+    full = SearchDriver(make_engine())
+    rid = full.submit(hard_problems[3], cfg)
+    want = full.run_until_done()[rid].deepconf_threshold
+    store = MemoryStore()
+    a = SearchDriver(make_engine(), None, store)
+    rid = a.submit(hard_problems[3], cfg)
+    run = a.runs[rid]
+    while not any(n.state == T.FINISHED for n in run.nodes.values()):
+        a.step()
+    for _ in range(8):  # until a round has written the ended trace
+        a.step()
+    assert run.phase == 1
+    data = copy.deepcopy(store.load(rid))
+    assert any(d["state"] == T.FINISHED for d in data["nodes"].values())
+    b = SearchDriver(make_engine(), None, MemoryStore())
+    b.adopt(rid, data)
+    assert b.run_until_done()[rid].deepconf_threshold == pytest.approx(want, rel=1e-6)  # stored in float32

@@ -61,3 +61,11 @@ def threshold(lowest_confidences: Sequence[float], keep_percent: float) -> float
     if not vals:
         return float("-inf")
     return float(np.percentile(np.asarray(vals, dtype=np.float64), 100.0 - keep_percent))
+
+
+def vote_weights(lowest_confidences: Sequence[float | None], bar: float | None) -> list[float]:
+    """The reference's online vote (deepconf-online.py): a finished trace votes with its lowest group
+    confidence, and only when that is at or above the threshold; a warm-up trace below it, or a later
+    one shorter than the window (never checked while it ran), gets 0. ``bar`` None: no threshold set."""
+    floor = float("-inf") if bar is None else bar
+    return [0.0 if v is None or v < floor else float(v) for v in lowest_confidences]

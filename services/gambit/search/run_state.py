@@ -18,7 +18,7 @@ from gambit.engine.sequence import Trace
 from gambit.scoring.confidence import ConfidenceTracker
 from gambit.search import tree as T
 from gambit.search.config import MAX_TEMPERATURE, SearchConfig
-from gambit.search.deepconf import ConfidenceWindow, threshold, token_confidence
+from gambit.search.deepconf import ConfidenceWindow, threshold, token_confidence, vote_weights
 from gambit.search.node_json import NodeJSON, NodeSnapshot
 from gambit.search.results import Progress, RunResult
 from gambit.search.store import EncodedNode, RunUpdate
@@ -372,7 +372,7 @@ class SearchRun:
             return
         if any(n.state in (T.RUNNING, T.WAITING) for n in self.nodes.values()):
             return
-        lows = [self.windows[n.id].lowest_or_mean() for n in self.nodes.values()]
+        lows = [n.conf_min for n in self.nodes.values()]  # set at each end; stored (a takeover keeps it)
         self.threshold = threshold(lows, self.cfg.deepconf_keep)
         self.phase = 2
         self._launch_roots(self.cfg.capacity - self.cfg.deepconf_warm)
@@ -429,7 +429,7 @@ class SearchRun:
         fin = [n for n in self.nodes.values() if n.state == T.FINISHED]
         answers = [n.answer for n in fin]
         if self.cfg.method == "deepconf":
-            weights, rule = [n.conf_mean or 0.0 for n in fin], "confidence-weighted"
+            weights, rule = vote_weights([n.conf_min for n in fin], self.threshold), "confidence-weighted"
         else:
             weights = [n.rank_score(self.cfg.rank) for n in fin]
             rule = "score-weighted" if self.cfg.method == "step" else "majority"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 
@@ -16,11 +17,13 @@ def majority_vote(answers: Sequence[str | None]) -> str | None:
 
 
 def weighted_vote(answers: Sequence[str | None], weights: Sequence[float]) -> str | None:
-    """Answer with the largest total weight (score-weighted vote); ties to the first reached."""
+    """Answer with the largest total weight (score-weighted vote); ties to the first reached. A weight
+    that is not finite counts as 0, as an unscored trace does: one NaN made the vote raise StopIteration."""
     totals: dict[str, float] = {}
     for a, w in zip(answers, weights, strict=True):
         if a is not None:
-            totals[a] = totals.get(a, 0.0) + float(w)
+            w = float(w)
+            totals[a] = totals.get(a, 0.0) + (w if math.isfinite(w) else 0.0)
     if not totals:
         return None
     best = max(totals.values())
