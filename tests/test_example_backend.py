@@ -53,17 +53,13 @@ def test_the_docstrings_build_step_works_in_a_fresh_checkout(tmp_path):
     assert r.returncode == 2 and r.stderr.startswith("UNAVAILABLE"), r.stderr
 
 
-def test_the_example_speaks_tls_to_a_proxy_with_tls_ca(tmp_path):
+def test_the_example_speaks_tls_to_a_proxy_with_tls_ca(tmp_path, self_signed_cert):
     """Its channel was plaintext only. A TLS ScorerService stands in for a TLS proxy: UNIMPLEMENTED (it
     serves no ReasoningService) means the handshake and the call got through."""
     from gambit.scoring import random_scorer
     from gambit.serving.scorer_server import ScorerServerConfig, start_scorer_server
 
-    crt, key = tmp_path / "s.crt", tmp_path / "s.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "1",
-                    "-subj", "/CN=gambit.internal",
-                    "-addext", "subjectAltName=DNS:gambit.internal"], check=True, capture_output=True)
+    crt, key = self_signed_cert("gambit.internal")
     cfg = ScorerServerConfig(port=0, metrics_port=-1, token_env="", tls_cert=str(crt), tls_key=str(key))
     srv = start_scorer_server(cfg, scorer=random_scorer("mlp", 16, seed=3))
     try:

@@ -58,13 +58,9 @@ def test_a_refused_call_and_a_bad_flag_are_one_line(server):
     assert r.returncode == 2 and "--rows must be in 1..100, got 0" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_the_example_reaches_a_tls_scorer_with_tls_ca_and_a_server_name(tmp_path):
+def test_the_example_reaches_a_tls_scorer_with_tls_ca_and_a_server_name(self_signed_cert):
     """It had only a plaintext channel: a TLS Scorer (`scorer serve --tls-cert`) was out of its reach."""
-    crt, key = tmp_path / "s.crt", tmp_path / "s.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "1",
-                    "-subj", "/CN=gambit.internal",
-                    "-addext", "subjectAltName=DNS:gambit.internal"], check=True, capture_output=True)
+    crt, key = self_signed_cert("gambit.internal")
     cfg = ScorerServerConfig(port=0, metrics_port=-1, token_env="", tls_cert=str(crt), tls_key=str(key))
     srv = start_scorer_server(cfg, scorer=random_scorer("mlp", H, seed=3))
     try:

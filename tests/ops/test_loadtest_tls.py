@@ -4,8 +4,6 @@ ReasoningService call proves the users' handshake)."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
 from gambit.ops import loadtest
@@ -17,12 +15,8 @@ NAME = "gambit.internal"  # the only name in the server's certificate: 127.0.0.1
 
 
 @pytest.fixture(scope="module")
-def tls_server(tmp_path_factory):
-    d = tmp_path_factory.mktemp("pki")
-    crt, key = d / "server.crt", d / "server.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "1", "-subj", f"/CN={NAME}",
-                    "-addext", f"subjectAltName=DNS:{NAME}"], check=True, capture_output=True)
+def tls_server(self_signed_cert):
+    crt, key = self_signed_cert(NAME)
     srv = start_scorer_server(ScorerServerConfig(port=0, metrics_port=-1, token_env="", tls_cert=str(crt),
                                                  tls_key=str(key)), scorer=random_scorer("mlp", 192, seed=1))
     yield f"127.0.0.1:{srv.port}", str(crt)

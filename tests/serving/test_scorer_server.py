@@ -1,7 +1,6 @@
 """The standalone ScorerService over real gRPC: scores, batching, validation, auth, TLS, health,
 reflection and the metrics port."""
 
-import subprocess
 import threading
 import time
 import urllib.request
@@ -207,12 +206,8 @@ def test_max_keys_bounds_a_served_sequence_scorer_and_its_evictions_are_exported
     dep.core.close()
 
 
-def test_tls_server_and_remote_scorer_client(tmp_path):
-    key, crt = tmp_path / "key.pem", tmp_path / "crt.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
-                    str(crt), "-days", "1", "-subj", "/CN=localhost", "-addext",
-                    "subjectAltName=DNS:localhost"],
-                   check=True, capture_output=True)
+def test_tls_server_and_remote_scorer_client(self_signed_cert):
+    crt, key = self_signed_cert("localhost")
     cfg = ScorerServerConfig(port=0, metrics_port=-1, token_env="", tls_cert=str(crt), tls_key=str(key))
     srv = start_scorer_server(cfg, scorer=random_scorer("mlp", H, seed=1))
     try:
