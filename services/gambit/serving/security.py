@@ -24,20 +24,12 @@ class TLSConfig:
     def __post_init__(self) -> None:
         if bool(self.cert) != bool(self.key):
             raise ValueError("tls: cert and key must be given together")
-        for name, marker, what in (("cert", b"-----BEGIN CERTIFICATE-----", "certificate"),
-                                   ("key", b"PRIVATE KEY-----", "private key"),
-                                   ("client_ca", b"-----BEGIN CERTIFICATE-----", "CA certificate")):
-            p = getattr(self, name)
-            if p and not Path(p).is_file():
-                raise ValueError(f"tls {name}: file {p} does not exist")
-            if p and marker not in Path(p).read_bytes():  # gRPC said "port in use?" at the bind
-                raise ValueError(f"tls {name} (--tls-{name.replace('_', '-')}): {p} is not a PEM {what}")
+        for name, what in (("cert", "certificate"), ("key", "private key"), ("client_ca", "CA certificate")):
+            if getattr(self, name):  # gRPC said "port in use?" at the bind
+                check_pem(getattr(self, name), what, f"tls {name}",
+                          f"tls {name} (--tls-{name.replace('_', '-')})")
         if self.cert:
-            try:  # a key of another certificate, or an encrypted one (gRPC cannot ask for its password)
-                ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(self.cert, self.key, password="")
-            except ssl.SSLError as e:
-                raise ValueError(f"tls cert, key (--tls-cert, --tls-key): {self.key} is not an unencrypted "
-                                 f"private key of the certificate {self.cert} ({e})") from None
+            check_key_of(self.cert, self.key, "tls cert, key (--tls-cert, --tls-key)")
 
     @property
     def enabled(self) -> bool:
@@ -116,6 +108,26 @@ def open_channel(address: str, tls_ca: str = "", tls_cert: str = "", tls_key: st
     return grpc.insecure_channel(address, options=options)
 
 
+def check_pem(path: str, what: str, where: str, flagged: str = "") -> None:
+    """``path`` exists and holds a PEM ``what`` ("certificate", "CA certificate" or "private key"), else
+    ValueError starting ``where`` (``flagged`` for a file that is there but no PEM: it names the flag)."""
+    if not Path(path).is_file():
+        raise ValueError(f"{where}: file {path} does not exist")
+    marker = b"PRIVATE KEY-----" if what == "private key" else b"-----BEGIN CERTIFICATE-----"
+    if marker not in Path(path).read_bytes():
+        raise ValueError(f"{flagged or where}: {path} is not a PEM {what}")
+
+
+def check_key_of(cert: str, key: str, where: str) -> None:
+    """``key`` is the unencrypted private key of ``cert`` (gRPC cannot ask for a password, and reports a
+    mismatch only at the handshake), else ValueError starting ``where``."""
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(cert, key, password="")
+    except ssl.SSLError as e:
+        raise ValueError(f"{where}: {key} is not an unencrypted private key of the certificate {cert} "
+                         f"({e})") from None
+
+
 def check_client_tls(prefix: str, ca: str, cert: str = "", key: str = "", server_name: str = "") -> None:
     """A client's TLS files, checked before any call: gRPC reports a missing, mismatched or non-PEM one
     only as UNAVAILABLE at the handshake. ``prefix`` names the fields ("tls_" gives "tls_cert")."""
@@ -124,19 +136,12 @@ def check_client_tls(prefix: str, ca: str, cert: str = "", key: str = "", server
                          "for TLS; the CA verifies the server)")
     if bool(cert) != bool(key):
         raise ValueError(f"{prefix}cert, {prefix}key: a client certificate and its key go together")
-    for name, p, marker, what in (("ca", ca, b"-----BEGIN CERTIFICATE-----", "CA certificate"),
-                                  ("cert", cert, b"-----BEGIN CERTIFICATE-----", "certificate"),
-                                  ("key", key, b"PRIVATE KEY-----", "private key")):
-        if p and not Path(p).is_file():
-            raise ValueError(f"{prefix}{name}: file {p} does not exist")
-        if p and marker not in Path(p).read_bytes():
-            raise ValueError(f"{prefix}{name}: {p} is not a PEM {what}")
+    for name, p, what in (("ca", ca, "CA certificate"), ("cert", cert, "certificate"),
+                          ("key", key, "private key")):
+        if p:
+            check_pem(p, what, f"{prefix}{name}")
     if cert:
-        try:
-            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(cert, key, password="")
-        except ssl.SSLError as e:
-            raise ValueError(f"{prefix}key: {key} is not an unencrypted private key of the certificate "
-                             f"{cert} ({e})") from None
+        check_key_of(cert, key, f"{prefix}key")
 
 
 def open_server_warning(what: str, token_env: str) -> str:
