@@ -265,6 +265,14 @@ def test_monitoring_objects_and_dashboards(rendered):
     ("serve.kvDtype=float16", "serve.kvDtype"),
     ("serve.cpuWeights=int8", "serve.cpuWeights"),
     ("serve.batchWaitMs=40000", "serve.batchWaitMs"),  # each Score call waits it; a Target gives up at 2 s
+    ("serve.maxKeys=0", "serve.maxKeys"),
+    ("serve.specMaxBatch=-1", "serve.specMaxBatch"),
+    ("serve.maxResumes=-1", "serve.maxResumes"),
+    ("serve.resumeWaitS=0", "serve.resumeWaitS"),
+    ("serve.targetThreads=-1", "serve.targetThreads"),
+    ("serve.scorerAddress=scorer.example.internal", "serve.scorerAddress"),  # no port
+    ("serve.scorerTls.secret=Scorer_TLS", "serve.scorerTls.secret"),  # no Secret name
+    ("serve.scorerTls.caFile=ca.pem", "serve.scorerTls"),
 ])
 def test_values_breaking_the_schema_are_refused_naming_the_field(helm, setting, field):
     r = run([helm, "template", "g", str(CHART), "--set", setting])
@@ -367,3 +375,52 @@ def test_redis_probe_keeps_the_password_off_the_command_line(rendered):
     cmd = c["readinessProbe"]["exec"]["command"]
     assert cmd[:2] == ["sh", "-c"] and cmd[2].startswith('REDISCLI_AUTH="$REDIS_PASSWORD" redis-cli ping')
     assert " -a " not in cmd[2] and "$REDIS_PASSWORD" not in cmd[2].partition("redis-cli")[2]
+
+
+def test_an_outside_tls_scorer_and_other_unreachable_args_equal_the_kubernetes_profile(helm):
+    """A TLS Scorer (the Target's ``scorer_tls_*``), the Scorer's ``max_keys``, the Target's
+    ``spec_max_batch`` and ``threads`` and the Coordinator's ``max_resumes``/``resume_wait_s`` had no chart
+    value: set now, their serveConfigV2 is what ``serve_config`` makes of
+    the same ServeAppSpec, and the Secret holding the CA (and client pair) is mounted where the paths say
+    on both worker groups (a Target with numGpus 0 may land on the CPU group)."""
+    from ops_util import render
+
+    from gambit.ops.serve_config import SCORER_TLS_DIR, ServeAppSpec, profile, serve_config
+
+    docs = render(helm, "--set", "serve.scorerAddress=scorer.example.internal:50061",
+                  "--set", "serve.scorerTls.secret=scorer-tls", "--set", "serve.scorerTls.clientCert=true",
+                  "--set", "serve.scorerTls.serverName=scorer", "--set", "serve.maxKeys=1000",
+                  "--set", "serve.specMaxBatch=16", "--set", "serve.maxResumes=5",
+                  "--set", "serve.resumeWaitS=10", "--set", "serve.targetThreads=8")
+    rs = _rayservice(docs)
+    cfg = yaml.safe_load(rs["spec"]["serveConfigV2"])
+    files = (("scorer_tls_ca", "ca.crt"), ("scorer_tls_cert", "tls.crt"), ("scorer_tls_key", "tls.key"))
+    tls = {k: f"{SCORER_TLS_DIR}/{f}" for k, f in files}
+    spec = ServeAppSpec(scorer_address="scorer.example.internal:50061", scorer_tls_server_name="scorer",
+                        max_keys=1000, spec_max_batch=16, max_resumes=5, resume_wait_s=10.0,
+                        target_threads=8, **tls)
+    want = serve_config(profile("kubernetes", spec))
+    want["applications"][0]["args"]["tree"] = cfg["applications"][0]["args"]["tree"]
+    assert cfg == want
+    for name, group in _groups(rs).items():
+        pod = group["template"]["spec"]
+        assert pod["volumes"] == [{"name": "scorer-tls", "secret": {"secretName": "scorer-tls"}}], name
+        mount = {"name": "scorer-tls", "mountPath": SCORER_TLS_DIR, "readOnly": True}
+        assert pod["containers"][0]["volumeMounts"] == [mount], name
+    for name, group in _groups(_rayservice(render(helm))).items():  # no Secret: nothing mounted
+        assert "volumes" not in group["template"]["spec"], name
+    ca_only = yaml.safe_load(_rayservice(render(
+        helm, "--set", "serve.scorerAddress=10.0.0.5:50061", "--set", "serve.scorerTls.secret=s"))[
+        "spec"]["serveConfigV2"])["applications"][0]["args"]["target"]
+    assert (ca_only["scorer_tls_ca"], ca_only["scorer_tls_cert"], ca_only["scorer_tls_key"]) == (
+        f"{SCORER_TLS_DIR}/ca.crt", "", "")
+
+
+@pytest.mark.parametrize("settings, message", [
+    (("serve.scorerTls.secret=s",), "serve.scorerTls.secret: set only with serve.scorerAddress"),
+    (("serve.scorerAddress=h:1", "serve.scorerTls.clientCert=true"), "serve.scorerTls.secret: needed with"),
+    (("serve.scorerAddress=h:1", "serve.scorerTls.serverName=h"), "serve.scorerTls.secret: needed with"),
+])
+def test_scorer_tls_values_that_cannot_work_are_refused(helm, settings, message):
+    r = run([helm, "template", "g", str(CHART), *[a for s in settings for a in ("--set", s)]])
+    assert r.returncode != 0 and message in r.stderr, r.stderr

@@ -89,3 +89,68 @@ def test_ports_ray_uses_are_refused_by_name(ports, message):
         ServeConfig(metrics_port=8265)
     with pytest.raises(ValueError, match="^metrics_port and http_port are both 8000"):
         ServeConfig(metrics_port=8000)
+
+
+def _args(cfg: dict) -> tuple[dict, dict]:
+    """The Target's kwargs and the Scorer's, from a serve config."""
+    gambit, scorer = cfg["applications"]
+    return gambit["args"]["target"], scorer["args"]
+
+
+def test_scorer_max_keys_and_gambit_constant_match_the_scorer():
+    """``max_keys`` (trace histories a sequence scorer keeps) was a Scorer argument no config could set."""
+    import inspect
+
+    from gambit.deployments.scorer import Scorer
+    from gambit.ops.serve_config import MAX_KEYS
+    from gambit.scoring.scorer import MAX_KEYS as SCORING_MAX_KEYS
+
+    assert MAX_KEYS == SCORING_MAX_KEYS
+    for name in ("local", "kubernetes"):
+        _, scorer = _args(serve_config(profile(name, ServeAppSpec(max_keys=1000))))
+        assert scorer["max_keys"] == 1000
+        assert set(scorer) <= set(inspect.signature(Scorer.func_or_class.__init__).parameters)
+    assert _args(serve_config(ServeAppSpec()))[1]["max_keys"] == MAX_KEYS
+
+
+def test_an_outside_tls_scorer_reaches_the_targets():
+    """The Target's ``scorer_tls_*`` (a TLS ScorerService, ``gambit scorer serve --tls-cert``) were
+    unreachable from ServeAppSpec and the chart. An outside Scorer is called as itself: no ``scorer_app``,
+    or the Target looked up the Ray Scorer's direct endpoint and called that instead."""
+    import inspect
+
+    from gambit.deployments.target import Target
+
+    spec = ServeAppSpec(scorer_address="scorer.example.internal:50061", scorer_tls_ca="/tls/ca.crt",
+                        scorer_tls_cert="/tls/tls.crt", scorer_tls_key="/tls/tls.key",
+                        scorer_tls_server_name="scorer", spec_max_batch=16)
+    cfg = serve_config(profile("kubernetes", spec))
+    _schema_ok(cfg)
+    target, _ = _args(cfg)
+    assert {k: v for k, v in target.items() if k.startswith("scorer_") or k == "spec_max_batch"} == {
+        "scorer_address": "scorer.example.internal:50061", "scorer_app": "", "scorer_tls_ca": "/tls/ca.crt",
+        "scorer_tls_cert": "/tls/tls.crt", "scorer_tls_key": "/tls/tls.key",
+        "scorer_tls_server_name": "scorer", "spec_max_batch": 16}
+    assert set(target) <= set(inspect.signature(Target.func_or_class.__init__).parameters)
+    plain, _ = _args(serve_config(ServeAppSpec()))  # the default: the scorer app through the proxy
+    assert (plain["scorer_address"], plain["scorer_app"], plain["scorer_tls_ca"]) == ("127.0.0.1:9000",
+                                                                                       "scorer", "")
+    assert "spec_max_batch" not in plain  # the engine's default, which depends on the Target's CPU
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"max_keys": 0}, "max_keys must be >= 1, got 0"),
+    ({"spec_max_batch": -1}, "spec_max_batch must be >= 0, got -1"),
+    ({"max_resumes": -1}, "max_resumes must be >= 0, got -1"),
+    ({"resume_wait_s": 0.0}, "resume_wait_s must be > 0, got 0.0"),
+    ({"target_threads": -1}, "target_threads must be >= 0, got -1"),
+    ({"scorer_address": "scorer.internal"}, "scorer_address: 'scorer.internal' is not host:port"),
+    ({"scorer_address": "h:99999"}, "scorer_address: 'h:99999' is not host:port"),
+    ({"scorer_tls_ca": "/tls/ca.crt"}, "scorer_tls_ca: set only with scorer_address"),
+    ({"scorer_address": "h:1", "scorer_tls_server_name": "h"}, "scorer_tls_ca: needed with"),
+    ({"scorer_address": "h:1", "scorer_tls_ca": "/c", "scorer_tls_cert": "/t"},
+     "scorer_tls_cert, scorer_tls_key: a client certificate and its key go together"),
+])
+def test_bad_scorer_settings_are_refused_naming_the_field(fields, message):
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        ServeAppSpec(**fields)

@@ -126,15 +126,46 @@ per GPU slot and the others run 1. */}}
 {{- end -}}
 {{- end -}}
 
+{{/* Where the workers mount serve.scorerTls.secret (gambit.ops.serve_config.SCORER_TLS_DIR). */}}
+{{- define "gambit.scorerTlsDir" -}}/etc/gambit/scorer-tls{{- end -}}
+
+{{/* The Scorer TLS Secret's volume and its mount, for a worker group's pod spec and Ray container. */}}
+{{- define "gambit.scorerTlsVolumes" -}}
+{{- with (.Values.serve.scorerTls | default dict).secret }}
+volumes:
+  - name: scorer-tls
+    secret:
+      secretName: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{- define "gambit.scorerTlsMounts" -}}
+{{- if (.Values.serve.scorerTls | default dict).secret }}
+volumeMounts:
+  - name: scorer-tls
+    mountPath: {{ include "gambit.scorerTlsDir" . }}
+    readOnly: true
+{{- end }}
+{{- end -}}
+
 {{/* serveConfigV2: the Serve deploy config (same shape as deploy/serve-kubernetes.yaml). */}}
 {{- define "gambit.serveConfig" -}}
 {{- $s := .Values.serve -}}
 {{- $target := include "gambit.deployment" (dict "root" . "name" "Target") | fromJson -}}
 {{- $coord := include "gambit.deployment" (dict "root" . "name" "Coordinator") | fromJson -}}
 {{- $scorer := include "gambit.deployment" (dict "root" . "name" "Scorer") | fromJson -}}
-{{- $targetArgs := dict "model" $s.model "scorer" $s.scorer "scorer_address" (printf "127.0.0.1:%v" $s.grpcPort) "scorer_app" "scorer" "num_blocks" $s.numBlocks "cpu_weights" $s.cpuWeights "kv_dtype" $s.kvDtype "batch_invariant" $s.batchInvariant "drafters" $s.drafters -}}
-{{- $gambitArgs := dict "tree" (include "gambit.redisUrl" .) "prefix" $s.redisPrefix "retention_s" $s.retentionS "token_env" $s.tokenEnv "target_replicas" (include "gambit.maxReplicas" $target | int) "target_gpus" $s.deployments.Target.numGpus "coordinator_replicas" (include "gambit.maxReplicas" $coord | int) "target" $targetArgs "defaults" $s.solveDefaults -}}
-{{- $scorerArgs := dict "scorer" $s.scorer "model" $s.model "hidden_size" $s.hiddenSize "batch_wait_ms" $s.batchWaitMs "token_env" $s.tokenEnv -}}
+{{- $targetArgs := dict "model" $s.model "scorer" $s.scorer "scorer_address" (printf "127.0.0.1:%v" $s.grpcPort) "scorer_app" "scorer" "num_blocks" $s.numBlocks "cpu_weights" $s.cpuWeights "kv_dtype" $s.kvDtype "batch_invariant" $s.batchInvariant "drafters" $s.drafters "threads" $s.targetThreads -}}
+{{- /* an outside Scorer is called as itself (no scorer_app: no Ray Scorer's direct endpoint in its place) */ -}}
+{{- if $s.scorerAddress -}}{{- $_ := set $targetArgs "scorer_address" $s.scorerAddress -}}{{- $_ := set $targetArgs "scorer_app" "" -}}{{- end -}}
+{{- $tls := $s.scorerTls | default dict -}}
+{{- $dir := include "gambit.scorerTlsDir" . -}}
+{{- $_ := set $targetArgs "scorer_tls_ca" (ternary (printf "%s/ca.crt" $dir) "" (not (empty $tls.secret))) -}}
+{{- $_ := set $targetArgs "scorer_tls_cert" (ternary (printf "%s/tls.crt" $dir) "" (and (not (empty $tls.secret)) (eq $tls.clientCert true))) -}}
+{{- $_ := set $targetArgs "scorer_tls_key" (ternary (printf "%s/tls.key" $dir) "" (and (not (empty $tls.secret)) (eq $tls.clientCert true))) -}}
+{{- $_ := set $targetArgs "scorer_tls_server_name" ($tls.serverName | default "") -}}
+{{- if not (kindIs "invalid" $s.specMaxBatch) -}}{{- $_ := set $targetArgs "spec_max_batch" $s.specMaxBatch -}}{{- end -}}
+{{- $gambitArgs := dict "tree" (include "gambit.redisUrl" .) "prefix" $s.redisPrefix "retention_s" $s.retentionS "token_env" $s.tokenEnv "target_replicas" (include "gambit.maxReplicas" $target | int) "target_gpus" $s.deployments.Target.numGpus "coordinator_replicas" (include "gambit.maxReplicas" $coord | int) "coordinator" (dict "max_resumes" $s.maxResumes "resume_wait_s" $s.resumeWaitS) "target" $targetArgs "defaults" $s.solveDefaults -}}
+{{- $scorerArgs := dict "scorer" $s.scorer "model" $s.model "hidden_size" $s.hiddenSize "batch_wait_ms" $s.batchWaitMs "token_env" $s.tokenEnv "max_keys" $s.maxKeys -}}
 {{- $gambitApp := dict "name" "gambit" "route_prefix" "/gambit" "import_path" "gambit.deployments.app:build_gambit" "args" $gambitArgs "deployments" (list $coord $target) -}}
 {{- $scorerApp := dict "name" "scorer" "route_prefix" "/scorer" "import_path" "gambit.deployments.app:build_scorer" "args" $scorerArgs "deployments" (list $scorer) -}}
 {{- $cfg := dict "proxy_location" "EveryNode" "http_options" (dict "host" "0.0.0.0" "port" $s.httpPort) "grpc_options" (dict "port" $s.grpcPort "grpc_servicer_functions" $s.grpcServicerFunctions) "applications" (list $gambitApp $scorerApp) -}}
@@ -263,6 +294,14 @@ NewCluster upgrade never switches), port clashes, keys the chart sets, duplicate
 {{- /* a Service reachable from outside the cluster answers anyone: only with a token, or when asked */ -}}
 {{- if and (ne $v.grpcService.type "ClusterIP") (not $v.serve.tokenSecret) (not $v.grpcService.allowUnauthenticated) -}}
 {{- fail (printf "grpcService.type: %s exposes the ReasoningService with no bearer token (serve.tokenSecret is empty): anyone who reaches it can Solve and read or cancel runs; set serve.tokenSecret to a Secret with key `token`, or grpcService.allowUnauthenticated=true" $v.grpcService.type) -}}
+{{- end -}}
+{{- /* an outside Scorer over TLS */ -}}
+{{- $tls := $v.serve.scorerTls | default dict -}}
+{{- if and (not $tls.secret) (or $tls.clientCert $tls.serverName) -}}
+{{- fail "serve.scorerTls.secret: needed with serve.scorerTls.clientCert / serverName (they are for TLS; the Secret's ca.crt verifies the Scorer)" -}}
+{{- end -}}
+{{- if and $tls.secret (not $v.serve.scorerAddress) -}}
+{{- fail "serve.scorerTls.secret: set only with serve.scorerAddress (a TLS ScorerService outside Ray, e.g. `gambit scorer serve --tls-cert`): the scorer app behind Serve's proxy is plaintext" -}}
 {{- end -}}
 {{- /* Serve replicas */ -}}
 {{- range $dname, $d := $v.serve.deployments -}}

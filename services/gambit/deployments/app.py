@@ -16,7 +16,8 @@ from gambit.serving.tree_view import RETENTION_S
 
 def build_gambit(args: dict):
     """``args``: tree, prefix, retention_s, token_env, defaults (SolveConfig fields), target (Target
-    kwargs), target_replicas, target_gpus, coordinator_replicas. ``target_replicas`` is the most Targets
+    kwargs), coordinator (more Coordinator kwargs: max_resumes, resume_wait_s), target_replicas,
+    target_gpus, coordinator_replicas. ``target_replicas`` is the most Targets
     there can be (an autoscaled Target's max_replicas): the Coordinator tries a run refused for its KV on
     up to that many. The replica counts set here hold only where no config names them: a config's
     ``num_replicas`` or ``autoscaling_config`` replaces them (Serve then ignores the code's count)."""
@@ -38,7 +39,7 @@ def build_gambit(args: dict):
     return Coordinator.options(num_replicas=int(args.get("coordinator_replicas", 1))).bind(
         target, tree=tree, prefix=prefix, retention_s=retention, defaults=args.get("defaults"),
         token_env=token_env,
-        target_replicas=int(args.get("target_replicas", 1)))
+        target_replicas=int(args.get("target_replicas", 1)), **dict(args.get("coordinator", {})))
 
 
 def build_scorer(args: dict):

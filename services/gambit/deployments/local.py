@@ -49,6 +49,8 @@ class ServeConfig:
     target_replicas: int = 1  # Target replicas (each run pinned to one)
     target_gpus: float = -1  # GPUs per Target replica (-1 = 1 when the node has a GPU, else 0)
     coordinator_replicas: int = 1  # Coordinator replicas
+    max_resumes: int = 2  # times a run is taken over by another Target after its replica was lost
+    resume_wait_s: float = 120.0  # seconds each takeover may wait for a live Target replica
     target_threads: int = 0  # torch intra-op threads of each Target's engine (0 = every core of the node)
     # the default is the engine's SpecConfig.max_batch, read from the torch-free gambit.cpu_info
     spec_max_batch: int = default_spec_max_batch()  # pr/eagle3.1 draft in steps of <= N traces (0: no cap)
@@ -56,15 +58,34 @@ class ServeConfig:
     cpu_weights: str = "float32"  # each Target's CPU linear weights: "float32" | "bfloat16" (AMX; fp32 math)
     kv_dtype: str = "auto"  # each Target's KV cache elements: "auto" (the model's) | "float32" | "bfloat16"
     batch_invariant: bool | None = None  # a trace's floats its own in any batch (unset: on where it holds)
+    batch_wait_ms: float = 0.0  # ms the Scorer waits to batch calls, 0-1000 (0: none; queued calls batch)
+    hidden_size: int = 0  # the Scorer's input width (0 = the model's hidden size, read from its config)
+    max_keys: int = 65_536  # trace histories a sequence scorer keeps, least recently used forgotten beyond
+    scorer_address: str = ""  # host:port of a ScorerService outside Ray for the Targets ("" = the scorer app)
+    scorer_tls_ca: str = ""  # PEM CA verifying the Scorer at --scorer-address ("" = plaintext)
+    scorer_tls_cert: str = ""  # PEM client certificate for a Scorer run with --tls-client-ca (mTLS)
+    scorer_tls_key: str = ""  # PEM private key of --scorer-tls-cert
+    scorer_tls_server_name: str = ""  # the host the Scorer's certificate names, if not --scorer-address's
     capacity: int = 8  # default C of a run
     swap: int = 2  # default K (0: no swaps; above the capacity: taken as the capacity)
     round_interval: int = 16  # default Δ, decode steps
     max_tokens: int = 320  # default tokens per trace
 
     def __post_init__(self) -> None:
-        from gambit.ops.serve_config import check_ports  # Ray's own ports refused, as in the chart
+        from gambit.ops.serve_config import check_ports, check_scorer_address, check_scorer_tls
+        from gambit.serving.scorer_server import check_batch_wait_ms
+        from gambit.serving.security import check_client_tls
 
         check_ports(grpc_port=self.grpc_port, http_port=self.http_port, metrics_port=self.metrics_port)
+        check_batch_wait_ms(self.batch_wait_ms)  # the Scorer replica refused it after Ray started
+        at_least(1, max_keys=self.max_keys)
+        at_least(0, hidden_size=self.hidden_size, max_resumes=self.max_resumes)
+        if not self.resume_wait_s > 0:
+            raise ValueError(f"resume_wait_s must be > 0, got {self.resume_wait_s!r}")
+        check_scorer_address(self.scorer_address)
+        tls = (self.scorer_tls_ca, self.scorer_tls_cert, self.scorer_tls_key, self.scorer_tls_server_name)
+        check_scorer_tls(self.scorer_address, *tls)
+        check_client_tls("scorer_tls_", *tls)  # the files, here: a Target checked them after Ray started
         check_no_password(self.tree, "tree")  # it would travel in the app's args and every store message
         at_least(1, num_cpus=self.num_cpus, target_replicas=self.target_replicas,
                  coordinator_replicas=self.coordinator_replicas)
@@ -104,12 +125,24 @@ class ServeConfig:
                 "token_env": self.token_env,
                 "target_replicas": self.target_replicas, "coordinator_replicas": self.coordinator_replicas,
                 "target_gpus": self.target_gpus,
+                "coordinator": {"max_resumes": self.max_resumes, "resume_wait_s": self.resume_wait_s},
                 "target": {"model": self.model, "scorer": self.scorer, "num_blocks": self.num_blocks,
-                           "scorer_address": f"127.0.0.1:{self.grpc_port}", "threads": self.target_threads,
+                           "scorer_address": self.scorer_address or f"127.0.0.1:{self.grpc_port}",
+                           "scorer_app": "" if self.scorer_address else "scorer",
+                           "scorer_tls_ca": self.scorer_tls_ca, "scorer_tls_cert": self.scorer_tls_cert,
+                           "scorer_tls_key": self.scorer_tls_key,
+                           "scorer_tls_server_name": self.scorer_tls_server_name,
+                           "threads": self.target_threads,
                            "spec_max_batch": self.spec_max_batch, "cpu_weights": self.cpu_weights,
                            "kv_dtype": self.kv_dtype, "batch_invariant": self.batch_invariant,
                            "drafters": self.drafters},
                 "defaults": {k: getattr(d, k) for k in ("capacity", "swap", "round_interval", "max_tokens")}}
+
+
+    def scorer_args(self) -> dict:
+        return {"scorer": self.scorer, "token_env": self.token_env, "model": self.model,
+                "hidden_size": self.hidden_size, "batch_wait_ms": self.batch_wait_ms,
+                "max_keys": self.max_keys}
 
 
 def busy_ports(ports, wait_s: float = 0.0) -> list[int]:
@@ -182,7 +215,7 @@ def start(cfg: ServeConfig, wait_s: float = 120.0) -> None:
             if attempt:
                 raise
             serve.shutdown()
-    _deploy(build_scorer({"scorer": cfg.scorer, "token_env": cfg.token_env, "model": cfg.model}), "scorer")
+    _deploy(build_scorer(cfg.scorer_args()), "scorer")
     _deploy(build_gambit(cfg.app_args()), "gambit")
     wait_ready(f"127.0.0.1:{cfg.grpc_port}", wait_s, read_token(cfg.token_env))
 

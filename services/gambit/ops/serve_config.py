@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from gambit.checks import at_least
+from gambit.checks import above, at_least
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype
 from gambit.drafter_map import parse_drafters
 from gambit.serving.solve_config import server_defaults
 from gambit.serving.tree_view import RETENTION_S
 
 CPU_GROUP_RESOURCE = "gambit_cpu_worker"  # advertised by the chart's CPU worker group
+MAX_KEYS = 65_536  # gambit.scoring.scorer.MAX_KEYS (tested equal), without importing torch here
+SCORER_TLS_DIR = "/etc/gambit/scorer-tls"  # where the chart mounts serve.scorerTls.secret on the workers
 GRPC_SERVICER_FUNCTIONS = (
     "gambit.serving.grpc_api.add_ReasoningServiceServicer_to_server",
     "gambit.serving.grpc_api.add_ScorerServiceServicer_to_server",
@@ -99,6 +101,29 @@ class DeploymentSpec:
         return out
 
 
+def check_scorer_address(address: str, where: str = "scorer_address") -> None:
+    """"" or host:port with a TCP port: a Target given anything else failed every Score call, after start."""
+    if not address:
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{where}: {address!r} is not host:port (e.g. scorer.example.internal:50061)")
+
+
+def check_scorer_tls(address: str, ca: str, cert: str, key: str, server_name: str) -> None:
+    """The Targets' TLS settings for an outside Scorer, checked without reading the files (they are paths on
+    the Targets' nodes, e.g. the chart's Secret mount; the Target checks them as it starts)."""
+    if (cert or key or server_name) and not ca:
+        raise ValueError("scorer_tls_ca: needed with scorer_tls_cert/scorer_tls_key/scorer_tls_server_name "
+                         "(they are for TLS; the CA verifies the Scorer)")
+    if bool(cert) != bool(key):
+        raise ValueError("scorer_tls_cert, scorer_tls_key: a client certificate and its key go together")
+    if ca and not address:
+        raise ValueError("scorer_tls_ca: set only with scorer_address (a TLS ScorerService outside Ray, "
+                         "e.g. `gambit scorer serve --tls-cert`): the scorer app behind Serve's proxy is "
+                         "plaintext")
+
+
 SCORER_AUTOSCALING = (("min_replicas", 1), ("max_replicas", 4), ("target_ongoing_requests", 8),
                       ("upscale_delay_s", 5), ("downscale_delay_s", 60))
 
@@ -117,6 +142,19 @@ class ServeAppSpec:
     hidden_size: int = 0  # the Scorer's input width (0 = the model's hidden size, read from its config)
     drafters: str = ""  # Targets' drafters for a real checkpoint: pr=FOLDER,eagle3.1=FOLDER ("" = shipped)
     batch_wait_ms: float = 0.0  # ms the Scorer waits to batch Score calls (0: at once; queued calls batch)
+    max_keys: int = MAX_KEYS  # trace histories a sequence scorer keeps per replica (LRU evicted beyond)
+    # A ScorerService outside Ray the Targets call instead of the scorer app (e.g. `gambit scorer serve
+    # --tls-cert`), host:port ("" = the scorer app through Serve's gRPC proxy); its TLS files are paths on
+    # the Targets' nodes (the chart mounts serve.scorerTls.secret at SCORER_TLS_DIR).
+    scorer_address: str = ""
+    scorer_tls_ca: str = ""  # PEM CA that verifies the Scorer at scorer_address ("" = plaintext)
+    scorer_tls_cert: str = ""  # PEM client certificate for a Scorer that asks for one (--tls-client-ca)
+    scorer_tls_key: str = ""  # PEM private key of scorer_tls_cert
+    scorer_tls_server_name: str = ""  # the host the Scorer's certificate names, if not scorer_address's
+    spec_max_batch: int | None = None  # pr/eagle3.1 draft in steps of <= N traces (0: no cap; None: engine's)
+    target_threads: int = 0  # torch threads of each Target's engine (0: every core the node reports)
+    max_resumes: int = 2  # times a run is taken over by another Target after its replica was lost
+    resume_wait_s: float = 120.0  # seconds each takeover may wait for a live Target replica
     num_blocks: int = 0  # KV blocks per Target (0 = from the memory budget)
     cpu_weights: str = "float32"  # a CPU Target's linear weights: "float32" | "bfloat16" (AMX; fp32 math)
     kv_dtype: str = "auto"  # each Target's KV cache elements: "auto" (the model's) | "float32" | "bfloat16"
@@ -142,6 +180,14 @@ class ServeAppSpec:
         from gambit.serving.scorer_server import check_batch_wait_ms
 
         check_batch_wait_ms(self.batch_wait_ms)  # the Scorer replica's own check, before Ray starts
+        at_least(1, max_keys=self.max_keys)
+        if self.spec_max_batch is not None:
+            at_least(0, spec_max_batch=self.spec_max_batch)
+        at_least(0, target_threads=self.target_threads, max_resumes=self.max_resumes)
+        above(0, resume_wait_s=self.resume_wait_s)
+        check_scorer_address(self.scorer_address)
+        check_scorer_tls(self.scorer_address, self.scorer_tls_ca, self.scorer_tls_cert, self.scorer_tls_key,
+                         self.scorer_tls_server_name)
         from gambit.search.store import check_no_password
 
         check_no_password(self.tree, "tree")  # the password comes from GAMBIT_REDIS_PASSWORD, never the URL
@@ -184,6 +230,21 @@ def scorer_deployment(spec: ServeAppSpec) -> dict:
     return out
 
 
+def target_args(spec: ServeAppSpec) -> dict:
+    """The Target's kwargs. An outside Scorer (``scorer_address``) is called as itself: no ``scorer_app``,
+    so no application metadata and no direct endpoint of the Ray Scorer looked up in its place."""
+    out = {"model": spec.model, "scorer": spec.scorer,
+           "scorer_address": spec.scorer_address or f"127.0.0.1:{spec.grpc_port}",
+           "scorer_app": "" if spec.scorer_address else "scorer",
+           "scorer_tls_ca": spec.scorer_tls_ca, "scorer_tls_cert": spec.scorer_tls_cert,
+           "scorer_tls_key": spec.scorer_tls_key, "scorer_tls_server_name": spec.scorer_tls_server_name,
+           "num_blocks": spec.num_blocks, "cpu_weights": spec.cpu_weights, "kv_dtype": spec.kv_dtype,
+           "batch_invariant": spec.batch_invariant, "drafters": spec.drafters, "threads": spec.target_threads}
+    if spec.spec_max_batch is not None:  # unset: the engine's default, which depends on the Target's CPU
+        out["spec_max_batch"] = spec.spec_max_batch
+    return out
+
+
 def serve_config(spec: ServeAppSpec) -> dict:
     """A Serve deploy config (the `serve deploy` / KubeRay serveConfigV2 format)."""
     target, coordinator = spec.deployment("Target"), spec.deployment("Coordinator")
@@ -192,16 +253,14 @@ def serve_config(spec: ServeAppSpec) -> dict:
         "token_env": spec.token_env,
         "target_replicas": target.max_replicas, "target_gpus": spec.target_gpus,
         "coordinator_replicas": coordinator.max_replicas,
+        "coordinator": {"max_resumes": spec.max_resumes, "resume_wait_s": spec.resume_wait_s},
         # ``scorer``: the Scorer app's spec, so each Target knows whether to send the confidence features
-        "target": {"model": spec.model, "scorer": spec.scorer,
-                   "scorer_address": f"127.0.0.1:{spec.grpc_port}", "scorer_app": "scorer",
-                   "num_blocks": spec.num_blocks,
-                   "cpu_weights": spec.cpu_weights, "kv_dtype": spec.kv_dtype,
-                   "batch_invariant": spec.batch_invariant, "drafters": spec.drafters},
+        "target": target_args(spec),
         "defaults": dict(spec.solve_defaults),
     }
     scorer_args = {"scorer": spec.scorer, "model": spec.model, "hidden_size": spec.hidden_size,
-                   "batch_wait_ms": spec.batch_wait_ms, "token_env": spec.token_env}
+                   "batch_wait_ms": spec.batch_wait_ms, "token_env": spec.token_env,
+                   "max_keys": spec.max_keys}
     apps = [
         {"name": "gambit", "route_prefix": "/gambit", "import_path": "gambit.deployments.app:build_gambit",
          "args": gambit_args, "deployments": [coordinator.to_dict(), target.to_dict()]},

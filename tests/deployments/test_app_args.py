@@ -1,0 +1,104 @@
+"""What `gambit serve` hands the builders (``ServeConfig.app_args`` / ``scorer_args``) and what Ray Serve
+makes of it: the Scorer's ``max_keys``, ``batch_wait_ms``, ``hidden_size`` and the Targets' outside (TLS)
+Scorer, settable from the command line, reach the constructors; bad ones are refused before Ray starts."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import re
+
+import pytest
+
+pytest.importorskip("ray.serve")
+
+from ray.serve._private.build_app import build_app  # noqa: E402
+
+from gambit.config_cli import from_args  # noqa: E402
+from gambit.deployments.app import build_gambit, build_scorer  # noqa: E402
+from gambit.deployments.local import ServeConfig  # noqa: E402
+from gambit.deployments.scorer import Scorer  # noqa: E402
+from gambit.deployments.target import Target  # noqa: E402
+from gambit.serving.commands import add_commands  # noqa: E402
+
+
+def _serve_flags(*argv: str) -> ServeConfig:
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers(dest="cmd"))
+    return from_args(ServeConfig, parser.parse_args(["serve", *argv]))
+
+
+def _init_kwargs(app, name: str) -> dict:
+    (dep,) = [d for d in build_app(app, name="x").deployments if d.name == name]
+    return dep.init_kwargs
+
+
+def _params(cls) -> set[str]:
+    return set(inspect.signature(cls.func_or_class.__init__).parameters)
+
+
+def test_scorer_flags_reach_the_scorer():
+    """`gambit serve` passed the Scorer its spec, token and model only: --batch-wait-ms and --hidden-size
+    (ServeAppSpec and the chart had them) and the Scorer's max_keys could not be set at all."""
+    cfg = _serve_flags("--max-keys", "1000", "--batch-wait-ms", "2", "--hidden-size", "576")
+    got = _init_kwargs(build_scorer(cfg.scorer_args()), "Scorer")
+    assert (got["max_keys"], got["batch_wait_ms"], got["hidden_size"]) == (1000, 2.0, 576)
+    assert set(got) <= _params(Scorer)
+    assert _init_kwargs(build_scorer(ServeConfig().scorer_args()), "Scorer")["max_keys"] == 65_536
+
+
+def test_scorer_max_keys_default_is_the_scorers():
+    from gambit.scoring.scorer import MAX_KEYS
+
+    assert ServeConfig().max_keys == MAX_KEYS
+
+
+def test_an_outside_tls_scorer_reaches_the_targets(self_signed_cert):
+    cert, _ = self_signed_cert("localhost")
+    cfg = _serve_flags("--scorer-address", "127.0.0.1:50061", "--scorer-tls-ca", str(cert),
+                       "--scorer-tls-server-name", "localhost")
+    target = _init_kwargs(build_gambit(cfg.app_args() | {"target_gpus": 0}), "Target")
+    assert (target["scorer_address"], target["scorer_app"], target["scorer_tls_ca"],
+            target["scorer_tls_server_name"]) == ("127.0.0.1:50061", "", str(cert), "localhost")
+    assert set(target) <= _params(Target)
+    plain = ServeConfig().app_args()["target"]  # the default: the scorer app through the proxy
+    assert (plain["scorer_address"], plain["scorer_app"], plain["scorer_tls_ca"]) == ("127.0.0.1:9000",
+                                                                                       "scorer", "")
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"max_keys": 0}, "max_keys must be >= 1, got 0"),
+    ({"batch_wait_ms": 40000}, "batch_wait_ms must be at most 1000"),
+    ({"hidden_size": -1}, "hidden_size must be >= 0, got -1"),
+    ({"max_resumes": -1}, "max_resumes must be >= 0, got -1"),
+    ({"resume_wait_s": 0}, "resume_wait_s must be > 0, got 0"),
+    ({"scorer_address": "nohost"}, "scorer_address: 'nohost' is not host:port"),
+    ({"scorer_tls_ca": "/x/ca.pem"}, "scorer_tls_ca: set only with scorer_address"),
+    ({"scorer_address": "h:1", "scorer_tls_ca": "/nonexistent/ca.pem"},
+     "scorer_tls_ca: file /nonexistent/ca.pem does not exist"),
+])
+def test_bad_scorer_flags_are_refused_before_ray_starts(fields, message):
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        ServeConfig(**fields)
+
+
+def test_takeover_settings_reach_the_coordinator_from_the_flags_and_the_serve_config():
+    """The Coordinator's ``max_resumes`` / ``resume_wait_s`` (takeovers after a Target replica is lost) and
+    the Target's ``threads`` in ServeAppSpec had no surface: ``build_gambit`` never passed the first two."""
+    from gambit.deployments.coordinator import Coordinator
+    from gambit.ops.serve_config import ServeAppSpec, profile, serve_config
+
+    cfg = _serve_flags("--max-resumes", "0", "--resume-wait-s", "30", "--target-threads", "4")
+    app = build_gambit(cfg.app_args() | {"target_gpus": 0})
+    coord = _init_kwargs(app, "Coordinator")
+    assert (coord["max_resumes"], coord["resume_wait_s"]) == (0, 30.0)
+    assert _init_kwargs(app, "Target")["threads"] == 4
+    spec = ServeAppSpec(max_resumes=5, resume_wait_s=10.0, target_threads=8)
+    args = serve_config(profile("kubernetes", spec))["applications"][0]["args"]
+    app = build_gambit(args)
+    coord = _init_kwargs(app, "Coordinator")
+    assert (coord["max_resumes"], coord["resume_wait_s"]) == (5, 10.0)
+    assert _init_kwargs(app, "Target")["threads"] == 8
+    assert set(coord) - {"target"} <= _params(Coordinator)
+    default = _init_kwargs(build_gambit(ServeConfig().app_args() | {"target_gpus": 0}), "Coordinator")
+    assert (default["max_resumes"], default["resume_wait_s"]) == (2, 120.0)  # the Coordinator's defaults
