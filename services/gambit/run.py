@@ -14,7 +14,7 @@ from gambit.engine import Engine, EngineConfig
 from gambit.engine.config import SpecConfig
 from gambit.paths import TARGET, check_output
 from gambit.scoring.spec import check_scorer_spec, load_scorer_spec
-from gambit.search.config import SearchConfig, check_deepconf_pool
+from gambit.search.config import SearchConfig, check_batch, check_deepconf_pool, check_greedy_pool
 from gambit.search.driver import SearchDriver
 from gambit.search.lineage import lineage_png, lineage_text
 from gambit.search.live import LiveView
@@ -106,6 +106,11 @@ class RunConfig:
         check_cpu_weights(self.cpu_weights)
         check_kv_dtype(self.kv_dtype)
         check_unused(self)
+        check_greedy_pool(self.method, self.temperature, self.samples, "samples")
+        check_batch(self.method, self.samples, EngineConfig.max_num_seqs, "samples")  # the engine's default
+        if self.method == "gambit" and self.warmup != RunConfig.warmup and self.warmup >= self.max_tokens:
+            raise ValueError(f"--warmup {self.warmup} must be below --max-tokens {self.max_tokens}: no trace "
+                             f"is scored before it is w tokens deep, so no round could prune or branch")
         self.search()  # the search settings' own checks (top_p, top_k, ...), before anything loads
 
     def wall_limit(self) -> float:
@@ -237,6 +242,8 @@ def _short(text: str, n: int = 160) -> str:
 
 def run(cfg: RunConfig) -> dict:
     scfg = cfg.search()  # validates before loading anything
+    if scfg.idle_warmup:  # the default w against a short --max-tokens: runs, but says it
+        print(f"note: {scfg.idle_warmup.replace('max_tokens', '--max-tokens')}", file=sys.stderr)
     problems = problems_of(cfg)  # a missing benchmark file is said before the model loads
     ecfg = EngineConfig(model=cfg.model, preemption="evict", num_blocks=cfg.kv_blocks,
                         cpu_weights=cfg.cpu_weights, kv_dtype=cfg.kv_dtype,

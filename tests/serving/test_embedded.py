@@ -411,3 +411,60 @@ def test_an_embedded_tree_url_with_a_password_is_refused_without_saying_it():
     with pytest.raises(ValueError, match=r"^tree: .*GAMBIT_REDIS_PASSWORD") as e:
         EmbeddedConfig(tree="redis://:s3cret@127.0.0.1:6379/0")
     assert "s3cret" not in str(e.value)
+
+
+def test_a_run_cancelled_before_admission_ends_cancelled_with_a_result(emb, monkeypatch):
+    """CancelRun on a client's own id before the engine thread admitted the run: ``Embedded.solve`` raised
+    ``CancelFlagged`` at its caller and deleted the run's record (GetRun: not found). It ends now as the
+    served path ends it: one cancelled result, recorded, and no engine step spent on it."""
+    tree: RedisTreeView = emb.target.tree
+    claim = tree.claim_run
+
+    def claim_then_cancel(run_id, **fields):  # the flag lands between the claim and the admission
+        got = claim(run_id, **fields)
+        tree.request_cancel(run_id)
+        return got
+
+    monkeypatch.setattr(tree, "claim_run", claim_then_cancel)
+    rid = f"early-{uuid.uuid4().hex[:6]}"
+    tokens = emb.target.engine.stats.generated_tokens
+    events = list(emb.solve(PROBLEMS[1].prompt, SolveConfig(capacity=2, swap=0, max_tokens=24), run_id=rid))
+    assert [(d["kind"], d["status"], d["run_id"]) for d in events] == [("result", "cancelled", rid)]
+    assert events[0]["message"] == "cancelled by CancelRun (before a Target admitted it)"
+    assert events[0]["traces"] == [] and events[0]["generated_tokens"] == 0
+    assert emb.target.engine.stats.generated_tokens == tokens
+    rec = tree.get_run(rid)
+    assert rec["status"] == "cancelled" and rec["result"]["message"] == events[0]["message"]
+    assert emb.target.load()["runs"] == 0 and emb.target.load()["reserved_blocks"] == 0
+
+
+def test_a_gambit_run_whose_traces_never_reach_the_warmup_says_so_in_its_result(emb):
+    """warmup >= max_tokens: no trace is ever scored, so no round prunes or branches; the run was plain
+    self-consistency and its result said nothing. Its message says it now (a request cannot set w)."""
+    cfg = SolveConfig(capacity=4, swap=2, round_interval=4, warmup=40, max_tokens=40, seed=3)
+    res = list(emb.solve(PROBLEMS[0].prompt, cfg))[-1]
+    assert res["status"] == "done" and res["rounds"] > 0
+    assert all(t["parent_id"] == -1 for t in res["traces"])  # nothing branched
+    assert "warmup w=40 is not below max_tokens 40: no trace is scored" in res["message"]
+    assert emb.target.tree.get_run(res["run_id"])["result"]["message"] == res["message"]
+    ok = list(emb.solve(PROBLEMS[0].prompt, SolveConfig(capacity=4, swap=2, round_interval=4, warmup=4,
+                                                        max_tokens=40, seed=3)))[-1]
+    assert "warmup" not in ok["message"]
+
+
+def test_a_gambit_pool_larger_than_the_engine_batch_is_refused_naming_capacity():
+    """C 4 on a Target whose batch holds 2 traces: the waiting traces were never scored and each trace that
+    ended was refilled with a child, so the run branched on (C 8 on 2 slots, K 0: 165 traces for 8).
+    Refused at admission now (never admissible there: INVALID_ARGUMENT); SC's traces wait their turn."""
+    e = Embedded(EmbeddedConfig(scorer="random:mlp:192", num_blocks=200, max_num_seqs=2))
+    try:
+        cfg = SolveConfig(capacity=4, swap=0, round_interval=4, warmup=4, max_tokens=24, seed=1)
+        with pytest.raises(ValueError, match=r"^capacity: C 4: Gambit keeps as many traces alive at once, "
+                                             r"more than one engine batch holds \(max_num_seqs 2\)"):
+            list(e.solve(PROBLEMS[0].prompt, cfg))
+        sc = SolveConfig(method="sc", capacity=4, swap=0, max_tokens=24)
+        res = list(e.solve(PROBLEMS[0].prompt, sc))[-1]
+        assert res["status"] == "done" and len(res["traces"]) == 4
+        assert e.target.load()["reserved_blocks"] == 0
+    finally:
+        e.close()

@@ -1,4 +1,5 @@
 import math
+import re
 
 import pytest
 
@@ -84,3 +85,34 @@ def test_a_bad_run_id_is_refused_naming_the_field(run_id):
     # 'abc\n' passed (re.match's $ matches before a final newline) and failed later without the field
     with pytest.raises(ValueError, match="^run_id:"):
         check_run_id(run_id)
+
+
+def test_a_greedy_request_of_more_than_one_trace_is_refused_naming_capacity():
+    """temperature 0 with C > 1 ran C copies of one decode (and Gambit branched copies of their parents);
+    a request is refused now, with the way out. One greedy trace stays a valid request."""
+    with pytest.raises(ValueError, match=r"^capacity: C 4 at temperature 0 \(greedy\) are 4 copies .*"
+                                         r"give temperature > 0 or C 1$"):
+        SolveConfig(capacity=4, swap=1, temperature=0.0)
+    with pytest.raises(ValueError, match=r"^capacity: C 2 at temperature 0 .*give temperature > 0$"):
+        SolveConfig(method="deepconf", capacity=2, swap=0, temperature=0.0)
+    pb2, _ = load("reasoning")
+    with pytest.raises(ValueError, match=r"^capacity: C 8 at temperature 0"):  # the server's default C
+        from_request(pb2.SolveRequest(problem="x", temperature=0.0), SolveConfig())
+    _, cfg = from_request(pb2.SolveRequest(problem="x", capacity=1, temperature=0.0), SolveConfig())
+    assert (cfg.capacity, cfg.swap, cfg.temperature) == (1, 1, 0.0)
+    with pytest.raises(ValueError, match=r"^capacity: C 8 at temperature 0"):  # `gambit serve`: at its start
+        server_defaults({"temperature": 0.0})
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(max_tokens="8"), "max_tokens: must be an integer, got '8'"),  # a TypeError from a comparison
+    (dict(capacity=2.5), "capacity: must be an integer, got 2.5"),  # refused at admission, unnamed
+    (dict(swap=True), "swap: must be an integer, got True"),
+    (dict(temperature="hot"), "temperature: must be a number, got 'hot'"),
+    (dict(raw_prompt=1), "raw_prompt: must be true or false, got 1"),
+    (dict(method=None), "method: must be a string, got None"),
+])
+def test_a_config_built_in_python_with_a_wrong_type_is_refused_naming_its_field(fields, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        SolveConfig(**fields)
+    assert SolveConfig(temperature=1, timeout_s=5).temperature == 1  # an int where a float goes: fine

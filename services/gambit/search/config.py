@@ -29,6 +29,39 @@ def check_deepconf_pool(method: str, capacity: int, name: str = "capacity", fiel
                          f"the later ones are held to), got {capacity}")
 
 
+def check_greedy_pool(method: str, temperature: float, capacity: int, name: str = "capacity",
+                      field: str = "") -> None:
+    """At temperature 0 (greedy) every trace of a run, and every child branched from one (its temperature
+    is the parent's times the multiplier: 0 again), is the same decode: C > 1 spends C times the tokens on
+    one answer. ``name``/``field`` as in ``check_deepconf_pool``."""
+    if temperature == 0 and capacity > 1:
+        fix = "" if method == "deepconf" else f" or {name} 1"  # DeepConf needs two traces at least
+        raise ValueError(f"{field}{name} {capacity} at temperature 0 (greedy) are {capacity} copies of one "
+                         f"decode (a branched child is its parent's copy too); give temperature > 0{fix}")
+
+
+def idle_warmup(method: str, warmup: int, max_tokens: int) -> str:
+    """Why a Gambit run's tournament can never act ("" when it can): no trace is scored before it is w
+    tokens deep, and none grows past max_tokens, so no trace is ever ranked, pruned or branched (the run
+    is self-consistency with Gambit's name on it). Said in the run's result, not refused: a served
+    request cannot set w (a server setting), and short smoke runs are legitimate."""
+    if method != "gambit" or warmup < max_tokens:
+        return ""
+    return (f"warmup w={warmup} is not below max_tokens {max_tokens}: no trace is scored, so no round "
+            f"can prune or branch (the run is self-consistency); raise max_tokens above {warmup} or "
+            f"lower the warmup")
+
+
+def check_batch(method: str, capacity: int, max_num_seqs: int, name: str = "capacity") -> None:
+    """Gambit keeps C traces alive at once; where one engine batch holds fewer, the traces beyond it wait
+    unscored, every trace that ends frees a slot that Case 1 refills with a child, and the run branched
+    on and on (C 8 on 2 slots: 165 traces, 157 of them children, at K 0). A request error: never
+    admissible here. SC, STEP and DeepConf traces only wait their turn."""
+    if method == "gambit" and capacity > max_num_seqs:
+        raise ValueError(f"{name} {capacity}: Gambit keeps as many traces alive at once, more than one "
+                         f"engine batch holds (max_num_seqs {max_num_seqs}); lower it, or use method sc")
+
+
 @dataclass
 class SearchConfig:
     """How one problem is searched. Steps are decode steps of the engine; tokens are generated tokens.
@@ -110,6 +143,11 @@ class SearchConfig:
         finite("top_p", 0.0, 1.0, lo_open=True)
         finite("max_wall_s", 0.0, MAX_WALL_S)
         finite("deepconf_keep", 0.0, 100.0, lo_open=True)
+        check_greedy_pool(self.method, self.temperature, self.capacity)
+
+    @property
+    def idle_warmup(self) -> str:
+        return idle_warmup(self.method, self.warmup, self.max_tokens)
 
     @property
     def deepconf_warm(self) -> int:

@@ -20,8 +20,14 @@ from gambit.serving.prompt_format import problem_formatter
 from gambit.serving.scorer_client import LocalScorer, RemoteScorer
 from gambit.serving.security import check_client_tls
 from gambit.serving.solve_config import SolveConfig, check_problem, check_run_id
-from gambit.serving.target_service import TargetService
-from gambit.serving.tree_view import RETENTION_S, open_trace_store, open_tree_view, taken_message
+from gambit.serving.target_service import CancelFlagged, TargetService
+from gambit.serving.tree_view import (
+    RETENTION_S,
+    StoreUnavailable,
+    open_trace_store,
+    open_tree_view,
+    taken_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +112,9 @@ class Embedded:
         self.target = build_target(self.cfg, self.metrics, token=token)
 
     def solve(self, problem: str, cfg: SolveConfig | None = None, run_id: str = "") -> Iterator[dict]:
-        """Events as dicts: started, progress per round, result (the same records the API streams)."""
+        """Events as dicts: started, progress per round, result (the same records the API streams). A run
+        whose cancel flag was set before admission (CancelRun on a client's own id) is one cancelled
+        result, recorded, as the served Target answers it (no ``CancelFlagged`` raised at the caller)."""
         check_problem(problem)
         cfg = cfg or SolveConfig()
         own = bool(run_id)
@@ -118,6 +126,9 @@ class Embedded:
         q: queue.Queue = queue.Queue()
         try:
             self.target.start_run(run_id, problem, cfg, q.put)
+        except CancelFlagged as e:  # never stepped: it ends cancelled, its record says so (GetRun)
+            yield self._cancelled_unstarted(run_id, str(e))
+            return
         except Exception:
             if own:  # refused before it started (its KV, its text): the id is free for a retry
                 self.target.tree.delete_run(run_id)
@@ -131,6 +142,17 @@ class Embedded:
                     return
         finally:
             self.target.cancel(run_id, "cancelled", "consumer went away")
+
+    def _cancelled_unstarted(self, run_id: str, reason: str) -> dict:
+        """The result of a run cancelled before admission, written to its record (it said queued)."""
+        from gambit.deployments.run_records import UNSTARTED, ended_result
+
+        d = ended_result(run_id, "cancelled", reason + UNSTARTED)
+        try:
+            self.target.tree.put_run(run_id, status="cancelled", message=d["message"], result=d)
+        except StoreUnavailable:
+            log.warning("run %s: its cancelled record was not written (tree store unreachable)", run_id)
+        return d
 
     def close(self) -> None:
         self.target.close()

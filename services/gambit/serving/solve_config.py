@@ -7,9 +7,9 @@ the message as is.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
-from gambit.search.config import MAX_WALL_S, check_deepconf_pool
+from gambit.search.config import MAX_WALL_S, check_deepconf_pool, check_greedy_pool
 from gambit.tasks.graded import ANSWER_KINDS
 
 METHODS = ("gambit", "sc", "step", "deepconf")
@@ -40,6 +40,7 @@ class SolveConfig:
     answer_rule: str = "boxed"  # how a trace's answer is read: boxed | integer | gsm8k | choice | latex
 
     def __post_init__(self) -> None:
+        self._check_types()
         if self.method not in METHODS:
             raise ValueError(f"method: unknown method {self.method!r}; known: {', '.join(METHODS)}")
         if self.decoding not in DECODINGS:
@@ -62,6 +63,7 @@ class SolveConfig:
             raise ValueError(f"max_total_tokens: must be >= 0 (0 = none), got {self.max_total_tokens}")
         if not self.temperature >= 0 or self.temperature > 10:
             raise ValueError(f"temperature: must be in [0, 10], got {self.temperature}")
+        check_greedy_pool(self.method, self.temperature, self.capacity, "C", field="capacity: ")
         if not 0 < self.child_temperature <= 10:
             raise ValueError(f"child_temperature: must be in (0, 10], got {self.child_temperature}")
         if not 0 < self.top_p <= 1:  # NaN fails too
@@ -73,6 +75,17 @@ class SolveConfig:
         if not 0 <= self.timeout_s <= MAX_WALL_S:  # NaN fails too; inf is not "none" (that is 0)
             raise ValueError(f"timeout_s: must be in [0, {MAX_WALL_S:g}] seconds (0 = none), "
                              f"got {self.timeout_s}")
+
+    def _check_types(self) -> None:
+        """The proto's types, for a config built in Python (``Embedded.solve``): max_tokens="8" raised
+        TypeError from a comparison, capacity=2.5 a ValueError without its field, at admission."""
+        for f in fields(self):
+            v, kind = getattr(self, f.name), type(f.default)
+            ok = isinstance(v, kind) and (kind is bool or not isinstance(v, bool)) if kind is not float \
+                else isinstance(v, (int, float)) and not isinstance(v, bool)
+            if not ok:
+                want = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[kind]
+                raise ValueError(f"{f.name}: must be {want}, got {v!r}")
 
 
 def server_defaults(defaults: dict | None = None) -> SolveConfig:

@@ -23,6 +23,7 @@ import torch
 
 from gambit.engine.block_manager import shared_prompt_blocks
 from gambit.engine.torch_threads import voluntary_switches
+from gambit.search.config import check_batch, idle_warmup
 from gambit.serving.driver_adapter import DriverAdapter
 from gambit.serving.record_writer import InlineRecords, RecordWriter
 from gambit.serving.solve_config import SolveConfig
@@ -85,6 +86,7 @@ class TargetService:
         self._pool_warned = False
         self._last: dict[str, int] = {}
         self._marks: dict[str, int] = {}  # run id -> scorer fallbacks when it started
+        self._notes: dict[str, str] = {}  # run id -> what its result says of its settings (``idle_warmup``)
         self._written: dict[str, float] = {}  # run id -> last progress write to the run record
         self._unwritten: dict[str, dict] = {}  # run id -> its latest progress not written (throttled)
         self._metrics_due = 0.0  # monotonic time of the next gauge/counter export while decoding
@@ -211,6 +213,8 @@ class TargetService:
             try:
                 need = self.blocks_needed(problem, cfg)
                 free = self.engine.num_blocks - sum(self._reserved.values())
+                if need <= self.engine.num_blocks:  # (else the KV error below) a request error, never a retry
+                    check_batch(cfg.method, cfg.capacity, self.engine.config.max_num_seqs, "capacity: C")
                 if need > free:
                     cap = self.engine.max_model_len  # a trace ends there whatever max_tokens says
                     tokens = (f"{cfg.max_tokens} tokens" if cfg.max_tokens < cap else f"max_tokens "
@@ -233,6 +237,9 @@ class TargetService:
             self._sinks[run_id] = sink
             self._marks[run_id] = getattr(self.scorer, "fallbacks", 0)
             self._reserved[run_id] = need
+            note = idle_warmup(cfg.method, cfg.warmup, cfg.max_tokens)  # ran, and the result says why idle
+            if note:
+                self._notes[run_id] = note
             # GetRun says running, on which replica, from admission (it said queued until the first
             # round's progress: a whole run with a long round interval)
             self.records.put_run(run_id, status="running", replica=self.replica)
@@ -328,6 +335,9 @@ class TargetService:
                 why = getattr(self.scorer, "unguided", "")  # a Scorer of another width: every call fell back
                 if d["scorer_fallbacks"] and why:  # a backend reads it in the Result, not in a log
                     d["message"] = f"{d['message']}; {why}" if d.get("message") else why
+                note = self._notes.pop(rid, "")
+                if note and d["status"] in ("done", "limit"):  # it ran its course as self-consistency
+                    d["message"] = f"{d['message']}; {note}" if d.get("message") else note
                 self._written.pop(rid, None)
                 last = self._unwritten.pop(rid, None)  # GetRun's last_progress: the run's last round
                 self.records.put_run(rid, status=d["status"], result=d, replica=self.replica,
