@@ -162,3 +162,36 @@ def test_sequence_scorer_keeps_at_most_max_keys_least_recently_used_first(invari
     assert all(v.untyped_storage().nbytes() == v.nbytes for v in s._state.values())
     with pytest.raises(ValueError, match="max_keys must be an int >= 1"):
         random_scorer("sequence", hidden_size=32, max_keys=0)
+
+
+@pytest.mark.parametrize("arch", ["gru", "attn"])
+def test_every_sequence_arch_keeps_at_most_max_keys(arch):
+    """The attn scorer keeps its histories in the same LRU as the GRU: max_keys + 1 traces, the first goes."""
+    s = random_scorer("sequence", hidden_size=32, seed=5, arch=arch, max_keys=4)
+    for i in range(5):
+        s.score([f"t{i}"], torch.randn(1, 32))
+    assert list(s._state) == ["t1", "t2", "t3", "t4"] and s.evicted == 1
+
+
+def test_attn_histories_are_bounded_in_bytes_least_recently_used_first():
+    """An attn key keeps every boundary row it was given: under the key cap alone 65,536 long traces held
+    many GB. Beyond ``max_state_mb`` the least recently used histories go, counted in ``evicted``."""
+    H = 4096  # a row is 16 KiB: 64 rows fill 1 MiB
+    s = random_scorer("sequence", hidden_size=H, seed=5, arch="attn", model_dim=16, num_heads=2,
+                      max_state_mb=1)
+    for i in range(5):  # 5 traces x 16 boundaries: 80 rows, 1.25 MiB; 4 of them fill 1 MiB
+        s.score([f"t{i}"] * 16, torch.randn(16, H))
+    assert list(s._state) == ["t1", "t2", "t3", "t4"] and s.evicted == 1
+    assert s.state_bytes == sum(v.nbytes for v in s._state.values()) == 1 << 20
+    s.fork("t2", "c")  # the parent counts as used: t1 goes
+    assert list(s._state) == ["t3", "t4", "t2", "c"] and s.evicted == 2
+    s.drop("t3")
+    assert list(s._state) == ["t4", "t2", "c"] and s.state_bytes == 3 * 16 * H * 4
+    s.score(["t4"] * 16, torch.randn(16, H))  # a kept history grows on: 64 rows, full
+    assert list(s._state) == ["t2", "c", "t4"] and s.evicted == 2
+    s.score(["c"], torch.randn(1, H))  # one row over: the least recently used (t2) goes
+    assert list(s._state) == ["t4", "c"] and s.evicted == 3
+    s.reset()
+    assert s.state_bytes == 0 and s.num_keys == 0
+    with pytest.raises(ValueError, match="max_state_mb must be an int >= 1"):
+        random_scorer("sequence", hidden_size=32, max_state_mb=0)

@@ -77,3 +77,23 @@ def test_forks_and_drops_kept_while_down_are_bounded(monkeypatch):
     client.score(["a"], X[0:1])  # unreachable: all six put back, the two oldest drops go
     assert client._forks == [("p0", "c0"), ("p1", "c1"), ("p2", "c2")] and client._drops == ["d2"]
     client.close()
+
+
+def test_a_score_that_lands_after_its_traces_drop_is_not_kept(server):
+    """The driver drops a trace that ends in the step of its last boundary before that boundary's call: the
+    client kept its running mean again when the score came back, one entry per ended trace, never dropped.
+    And where the drop left in an earlier call than the row, the Scorer's re-created history stayed."""
+    client = RemoteScorer(f"127.0.0.1:{server.port}", H, kind="sequence")
+    try:
+        for i in range(3):  # the drop and the row in one call: the Scorer scores, then drops
+            client.drop(f"t:{i}")
+            client.score_async([f"t:{i}"], X[i:i + 1]).result(5)
+        assert client._sum == {} and server.core.scorer.num_keys == 0
+        client.drop("t:late")  # the drop leaves first (a call in flight took it), the row in the next call
+        client.score(["t:other"], X[3:4])
+        client.score(["t:late"], X[4:5])
+        assert set(client._sum) == {"t:other"} and client._drops == ["t:late"]
+        client.score(["t:other"], X[5:6])  # the next call drops it again
+        assert server.core.scorer.num_keys == 1 and set(server.core.scorer._state) == {"t:other"}
+    finally:
+        client.close()

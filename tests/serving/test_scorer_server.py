@@ -12,6 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from gambit.scoring import random_scorer
+from gambit.scoring.scorer import MAX_STATE_MB
 from gambit.serving.payload import encode_states
 from gambit.serving.protos import load
 from gambit.serving.scorer_client import RemoteScorer
@@ -203,6 +204,24 @@ def test_max_keys_bounds_a_served_sequence_scorer_and_its_evictions_are_exported
         Scorer.func_or_class(scorer="random:sequence:192", max_keys=0, direct_host="")
     dep = Scorer.func_or_class(scorer="random:sequence:192", max_keys=7, direct_host="")
     assert dep.core.scorer.max_keys == 7
+    dep.core.close()
+
+
+def test_max_state_mb_bounds_the_bytes_a_served_sequence_scorer_keeps():
+    """An attn history grows a row per boundary: the key cap alone did not bound a Scorer's memory."""
+    with pytest.raises(ValueError, match="max_state_mb must be >= 1, got 0"):
+        ScorerServerConfig(max_state_mb=0)
+    cfg = ScorerServerConfig(scorer=f"random:sequence:{H}", port=0, metrics_port=-1, token_env="",
+                             max_state_mb=3)
+    srv = start_scorer_server(cfg)
+    try:
+        assert srv.core.scorer.max_state_mb == 3
+    finally:
+        srv.stop()
+    from gambit.deployments.scorer import Scorer  # the Ray deployment keeps the scorer's default
+
+    dep = Scorer.func_or_class(scorer="random:sequence:192", direct_host="")
+    assert dep.core.scorer.max_state_mb == MAX_STATE_MB
     dep.core.close()
 
 

@@ -31,6 +31,11 @@ WEIGHTS = "model.safetensors"
 # Live traces are runs x capacity over every Target sharing the Scorer, a few thousand; the cap is for
 # ids never dropped (a Target that died, a caller inventing ids), which grew ~130 MB/s without it.
 MAX_KEYS = 65_536
+# bytes of trace history a sequence scorer keeps, all keys together (least recently used go first beyond
+# it). The GRU's fixed 512 B states stay far below it at ``MAX_KEYS`` (32 MiB); an attn key keeps every
+# boundary row it was given ([T, input_size] floats, ~0.8 KB a boundary on the shipped target), so the
+# key cap alone let 65,536 long traces hold many GB.
+MAX_STATE_MB = 512
 
 log = logging.getLogger(__name__)
 
@@ -73,19 +78,25 @@ class BoundaryScorer:
 
     def __init__(self, net: torch.nn.Module, config: ScorerConfig,
                  device: str | torch.device = "cpu", invariant: bool = True,
-                 max_keys: int = MAX_KEYS) -> None:
+                 max_keys: int = MAX_KEYS, max_state_mb: int = MAX_STATE_MB) -> None:
         """``invariant``: score each row with the floats it has alone (``scoring/invariant.py``) where
         this scorer and machine allow (``invariant_reason`` says why not); the net's weights are packed
         at the first score, so change them before scoring, not after. ``max_keys``: histories kept, the
         least recently scored or forked forgotten beyond it (``evicted`` counts them): such a key
-        scores again as a new trace."""
+        scores again as a new trace. ``max_state_mb``: the same for the histories' bytes together (an
+        attn history grows by a row per boundary)."""
         if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
             raise ValueError(f"max_keys must be an int >= 1 (trace histories kept), got {max_keys!r}")
+        if isinstance(max_state_mb, bool) or not isinstance(max_state_mb, int) or max_state_mb < 1:
+            raise ValueError(f"max_state_mb must be an int >= 1 (MiB of trace history kept), "
+                             f"got {max_state_mb!r}")
         self.config = config
         self.device = torch.device(device)
         self.net = net.to(self.device, torch.float32).eval()
         self._state: OrderedDict[Hashable, torch.Tensor] = OrderedDict()  # least recently used first
         self.max_keys = max_keys
+        self.max_state_mb = max_state_mb
+        self.state_bytes = 0  # the kept histories' bytes, all keys together
         self.evicted = 0
         self._lock = threading.Lock()
         self.invariant_reason = reason_unavailable(config, self.device) if invariant else "not asked"
@@ -192,20 +203,37 @@ class BoundaryScorer:
         """Store each key's new state as its most recently used. A view is cloned: a row of the batch's
         tensor would keep the whole batch alive while any one key of it is kept."""
         for k, s in zip(keys, states, strict=True):
-            self._state[k] = s.clone() if s.untyped_storage().nbytes() > s.nbytes else s
-            self._state.move_to_end(k)
+            self._put(k, s.clone() if s.untyped_storage().nbytes() > s.nbytes else s)
+
+    def _put(self, key: Hashable, state: torch.Tensor) -> None:
+        """Keep ``state`` as ``key``'s history, its most recently used, counting its bytes."""
+        old = self._state.pop(key, None)
+        if old is not None:
+            self.state_bytes -= old.nbytes
+        self._state[key] = state
+        self.state_bytes += state.nbytes
+
+    def _pop(self, key: Hashable) -> None:
+        old = self._state.pop(key, None)
+        if old is not None:
+            self.state_bytes -= old.nbytes
 
     def _evict(self) -> None:
-        """Forget the least recently used histories beyond ``max_keys`` (after a call, not within it)."""
-        over = len(self._state) - self.max_keys
-        if over <= 0:
+        """Forget the least recently used histories beyond ``max_keys`` or ``max_state_mb`` (after a
+        call, not within it)."""
+        budget = self.max_state_mb * (1 << 20)
+        over = 0
+        while self._state and (len(self._state) > self.max_keys or self.state_bytes > budget):
+            _, old = self._state.popitem(last=False)
+            self.state_bytes -= old.nbytes
+            over += 1
+        if not over:
             return
-        for _ in range(over):
-            self._state.popitem(last=False)
         if not self.evicted:
-            log.warning("sequence scorer holds max_keys=%d trace histories: forgetting the least recently "
-                        "used (traces never dropped, or more live traces than that); one scored again starts "
-                        "as a new trace. Logged once; BoundaryScorer.evicted counts them", self.max_keys)
+            log.warning("sequence scorer holds max_keys=%d trace histories or max_state_mb=%d MiB of them: "
+                        "forgetting the least recently used (traces never dropped, or more live traces than "
+                        "that); one scored again starts as a new trace. Logged once; BoundaryScorer.evicted "
+                        "counts them", self.max_keys, self.max_state_mb)
         self.evicted += over
 
     def fork(self, parent_key: Hashable, child_key: Hashable) -> None:
@@ -221,17 +249,18 @@ class BoundaryScorer:
                 raise ValueError(f"fork child key {child_key!r} already has a history")
             if parent_key in self._state:
                 self._state.move_to_end(parent_key)
-                self._state[child_key] = self._state[parent_key].clone()
+                self._put(child_key, self._state[parent_key].clone())
                 self._evict()
 
     def drop(self, key: Hashable) -> None:
         """Forget a key's history (no-op for an unknown key)."""
         with self._lock:
-            self._state.pop(key, None)
+            self._pop(key)
 
     def reset(self) -> None:
         with self._lock:
             self._state.clear()
+            self.state_bytes = 0
 
     def score_history(self, history: torch.Tensor) -> torch.Tensor:
         """Stateless: the score after each prefix of one trace's boundary states ``[T, d] -> [T]``."""
@@ -245,7 +274,7 @@ class BoundaryScorer:
 
 
 def random_scorer(kind: str = "mlp", hidden_size: int = 192, seed: int = 0, invariant: bool = True,
-                  max_keys: int = MAX_KEYS, **kw) -> BoundaryScorer:
+                  max_keys: int = MAX_KEYS, max_state_mb: int = MAX_STATE_MB, **kw) -> BoundaryScorer:
     """A randomly initialised scorer (seeded), for tests and before a trained one exists; ``kw``:
     ``ScorerConfig`` fields."""
     cfg = ScorerConfig(kind=kind, hidden_size=hidden_size, **kw)
@@ -255,7 +284,7 @@ def random_scorer(kind: str = "mlp", hidden_size: int = 192, seed: int = 0, inva
         net = build_net(cfg)
     finally:
         torch.random.set_rng_state(gen_state)
-    return BoundaryScorer(net, cfg, invariant=invariant, max_keys=max_keys)
+    return BoundaryScorer(net, cfg, invariant=invariant, max_keys=max_keys, max_state_mb=max_state_mb)
 
 
 def save_scorer(net: torch.nn.Module | BoundaryScorer, config: ScorerConfig, folder: str | Path) -> Path:

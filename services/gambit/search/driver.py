@@ -258,12 +258,22 @@ class SearchDriver(Guidance):
                 run.timings["guidance"] += guidance * per_run.get(run.run_id, 0) / len(who)
 
     def _kv_evict(self) -> None:
-        """Scheduler view: above a run's KV ratio r, evict the lowest-ranked resident trace (once)."""
+        """Scheduler view: above a run's KV ratio r, evict the lowest-ranked resident trace (once). Both
+        this and the engine's own eviction (out of blocks: the lowest priority, the trace's score) rank
+        on every boundary scored so far, as with an in-process scorer: a remote scorer's calls in flight
+        are applied first (STEP's go every step, and were applied at its rounds only)."""
         usage = self.engine.kv_usage()
-        if usage <= self._evict_ratio():
-            return
-        if self.deferred:
-            self._score_now(self._take_deferred())  # it ranks on every boundary scored so far
+        if usage > self._evict_ratio():
+            if self.deferred:
+                self._score(self._take_deferred())
+            if self.pending:
+                self._settle({r.run_id for r in self.runs.values()
+                              if r.cfg.method in ("gambit", "step") and usage > r.cfg.kv_ratio})
+            self._evict_lowest(usage)
+        if self.pending and self._engine_may_evict():
+            self._settle()
+
+    def _evict_lowest(self, usage: float) -> None:
         worst: tuple[float, SearchRun, Node] | None = None
         for run in self.runs.values():
             if run.cfg.method not in ("gambit", "step") or usage <= run.cfg.kv_ratio:
@@ -279,6 +289,22 @@ class SearchDriver(Guidance):
             _, run, node = worst
             self.engine.abort(node.engine_id)
             run.evict(node)
+
+    def _engine_may_evict(self) -> bool:
+        """Whether the engine's next step may run out of blocks, and so evict by priority: its running
+        traces need more blocks for their tokens not yet cached than are free. Only its scheduler
+        evicts (a speculative draft that finds no block decodes plainly), and nothing runs between
+        here and that step but a caller's submit (queued, never evicting) or cancel (freeing)."""
+        blocks = getattr(self.engine, "blocks", None)
+        running = getattr(getattr(self.engine, "scheduler", None), "running", None)
+        if blocks is None or running is None:  # another engine: assume it may
+            return True
+        free, need = blocks.num_free, 0
+        for t in running.values():
+            need += blocks.extra_blocks(t, len(t.token_ids))
+            if need > free:
+                return True
+        return False
 
     def _evict_ratio(self) -> float:
         """The lowest KV ratio r of the runs that evict under it (Gambit, STEP; inf: none): above it

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
 
@@ -74,6 +75,8 @@ class RemoteScorer:
         self._forks: list[tuple[str, str]] = []
         self._drops: list[str] = []
         self._sum: dict[str, tuple[float, int]] = {}
+        # keys dropped lately (at most MAX_PENDING): a score that lands after its trace's drop is not kept
+        self._dropped: OrderedDict[str, None] = OrderedDict()
         self._down_until = 0.0
         self._failures = 0  # failed calls in a row (the back-off doubles with each)
         self._lock = threading.Lock()
@@ -105,6 +108,9 @@ class RemoteScorer:
         with self._lock:
             self._drops.append(str(key))
             self._sum.pop(str(key), None)
+            self._dropped[str(key)] = None
+            if len(self._dropped) > MAX_PENDING:
+                self._dropped.popitem(last=False)
 
     def _encode(self, keys: list[str], states: torch.Tensor) -> tuple[tuple, list[float]]:
         """The hidden states as a payload (``encode_states``) and the features as floats, or ValueError."""
@@ -166,9 +172,20 @@ class RemoteScorer:
             self.metrics.observe("gambit_guidance_sync_seconds", dt)
         with self._lock:
             for k, s in zip(keys, scores.tolist(), strict=True):
+                if k in self._dropped:
+                    self._late(k, drops)
+                    continue
                 tot, n = self._sum.get(k, (0.0, 0))
                 self._sum[k] = (tot + s, n + 1)
         return scores
+
+    def _late(self, key: str, sent: list[str]) -> None:
+        """A score of a trace dropped before it came back (the driver drops a trace that ends in the step
+        of its last boundary, before that boundary's call): its running mean is not kept again (one per
+        ended trace, never dropped, grew the client without end), and where its drop left in an earlier
+        call than the row, the Scorer's history it re-created is dropped again. Under the lock."""
+        if key not in sent and key not in self._drops:
+            self._drops.append(key)
 
     def _requeue(self, forks: list[tuple[str, str]], drops: list[str]) -> None:
         """Put a failed call's forks and drops back, before any queued since, for the next call."""

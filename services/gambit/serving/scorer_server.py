@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from gambit.checks import at_least
-from gambit.scoring.scorer import MAX_KEYS
+from gambit.scoring.scorer import MAX_KEYS, MAX_STATE_MB
 from gambit.scoring.spec import load_scorer_spec
 from gambit.serving.grpc_common import add_health_and_reflection
 from gambit.serving.metrics import Metrics, PrometheusBackend
@@ -48,6 +48,7 @@ class ScorerServerConfig:
     max_batch_rows: int = 1024  # rows scored by one forward at most
     workers: int = 8  # gRPC handler threads
     max_keys: int = MAX_KEYS  # how many trace histories a sequence scorer keeps (least recently used evicted)
+    max_state_mb: int = MAX_STATE_MB  # MiB of history a sequence scorer keeps (attn: grows per boundary)
     tls: TLSConfig = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -59,7 +60,7 @@ class ScorerServerConfig:
         if not self.host:
             raise ValueError("host must be an address to bind, e.g. 127.0.0.1")
         at_least(1, max_rows=self.max_rows, max_batch_rows=self.max_batch_rows, workers=self.workers,
-                 max_keys=self.max_keys)
+                 max_keys=self.max_keys, max_state_mb=self.max_state_mb)
         check_batch_wait_ms(self.batch_wait_ms)
         model_width(self.model)  # a model that is not there: refused before the scorer loads
         self.tls = TLSConfig(self.tls_cert, self.tls_key, self.tls_client_ca)
@@ -174,7 +175,7 @@ def start_scorer_server(cfg: ScorerServerConfig, scorer=None) -> RunningScorer:
             raise ValueError(f"--scorer {cfg.scorer!r} reads width {scorer.hidden_size}, but --model "
                              f"{cfg.model!r} has hidden size {width}: every Score call would be refused")
         if hasattr(scorer, "max_keys"):  # a BoundaryScorer (the MLP keeps none: no effect there)
-            scorer.max_keys = cfg.max_keys
+            scorer.max_keys, scorer.max_state_mb = cfg.max_keys, cfg.max_state_mb
     core = ScorerCore(scorer, cfg.max_rows, cfg.batch_wait_ms / 1000, cfg.max_batch_rows, metrics)
     token = read_token(cfg.token_env)
     try:
