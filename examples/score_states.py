@@ -26,12 +26,16 @@ from gambit.serving.security import check_client_tls, open_channel
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--address", default="127.0.0.1:50061", help="host:port of the ScorerService")
-    p.add_argument("--rows", type=int, default=3, help="boundaries to score (random states), 1..100")
-    p.add_argument("--tls-ca", default="", help="PEM CA of a TLS server (\"\": plaintext)")
-    p.add_argument("--tls-cert", default="", help="PEM client certificate (mTLS), with --tls-key")
-    p.add_argument("--tls-key", default="", help="PEM private key of --tls-cert")
-    p.add_argument("--tls-server-name", default="", help="the host the server's certificate names")
+    p.add_argument("--address", default="127.0.0.1:50061", help="host:port of the ScorerService "
+                   "(default: 127.0.0.1:50061, where `gambit scorer serve` listens)")
+    p.add_argument("--rows", type=int, default=3, help="boundaries to score (random states), a count in "
+                   "1..100 (default: 3)")
+    p.add_argument("--tls-ca", default="", help="PEM CA file of a TLS server (\"\": plaintext)")
+    p.add_argument("--tls-cert", default="", help="PEM client certificate file (mTLS), with --tls-key "
+                   "(\"\": none)")
+    p.add_argument("--tls-key", default="", help="PEM private key file of --tls-cert (\"\": none)")
+    p.add_argument("--tls-server-name", default="", help="the host the server's certificate names, where "
+                   "--address is an IP or another name (\"\": --address's host)")
     args = p.parse_args(argv)
     if not 1 <= args.rows <= 100:
         p.error(f"--rows must be in 1..100, got {args.rows}")
@@ -55,7 +59,10 @@ def main(argv: list[str] | None = None) -> int:
                                        drops=sorted(set(ids)))  # the traces are done: the scorer forgets them
             reply = stub.Score(request, metadata=metadata, timeout=10)
         except grpc.RpcError as e:  # INVALID_ARGUMENT names the field; UNAUTHENTICATED: no or wrong token
-            print(f"{e.code().name}: {e.details()}", file=sys.stderr)
+            # nothing listens there (not a server that answered UNAVAILABLE: Redis down, stopping)
+            hint = (" (no server at --address: start `gambit scorer serve`, port 50061 by default)"
+                    if "failed to connect" in (e.details() or "").lower() else "")
+            print(f"{e.code().name}: {e.details()}{hint}", file=sys.stderr)
             return 2
     print(f"{info.kind} scorer, d={info.hidden_size}, F={info.features}")
     for trace, score in zip(ids, reply.scores, strict=True):

@@ -71,13 +71,18 @@ def channel(address: str, ca: str, server_name: str) -> grpc.Channel:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("problem", help="the problem text, as a user wrote it (the server formats it)")
-    p.add_argument("--address", default="127.0.0.1:9000", help="host:port of Gambit's gRPC endpoint")
-    p.add_argument("--application", default="gambit", help="Ray Serve application (metadata)")
+    p.add_argument("--address", default="127.0.0.1:9000", help="host:port of Gambit's gRPC endpoint "
+                   "(default: 127.0.0.1:9000, where `gambit serve` listens)")
+    p.add_argument("--application", default="gambit", help="Ray Serve application the proxy routes to, "
+                   "sent as the `application` metadata (default: gambit)")
     p.add_argument("--stubs", default="", help="folder with the generated stubs (\"\": generate them now)")
-    p.add_argument("--capacity", type=capacity, default=8, help="C: traces in the pool (a count)")
-    p.add_argument("--method", default="gambit", help="gambit | sc | step | deepconf")
-    p.add_argument("--tls-ca", default="", help="PEM CA of a TLS proxy in front (\"\": plaintext)")
-    p.add_argument("--tls-server-name", default="", help="the host the proxy's certificate names")
+    p.add_argument("--capacity", type=capacity, default=8, help="C: traces in the pool, a count "
+                   "(default: 8)")
+    p.add_argument("--method", default="gambit", help="search method: gambit | sc | step | deepconf "
+                   "(default: gambit)")
+    p.add_argument("--tls-ca", default="", help="PEM CA file of a TLS proxy in front (\"\": plaintext)")
+    p.add_argument("--tls-server-name", default="", help="the host the proxy's certificate names, where "
+                   "--address is an IP or another name (\"\": --address's host)")
     args = p.parse_args(argv)
     if args.tls_ca and not Path(args.tls_ca).is_file():
         p.error(f"--tls-ca {args.tls_ca}: no such file")
@@ -109,7 +114,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"solution: {' | '.join(x for x in r.solution.splitlines() if x.strip())}")
                     return 0 if r.status == "done" else 1
         except grpc.RpcError as e:
-            print(f"{e.code().name}: {e.details()}", file=sys.stderr)
+            # nothing listens there (not a server that answered UNAVAILABLE: Redis down, stopping)
+            hint = (" (no server at --address: start `gambit serve`, port 9000 by default)"
+                    if "failed to connect" in (e.details() or "").lower() else "")
+            print(f"{e.code().name}: {e.details()}{hint}", file=sys.stderr)
             return 2
     return 1
 

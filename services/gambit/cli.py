@@ -141,12 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "run's trees are under <prefix>tree, <prefix> being `gambit serve --prefix`)")
     i.set_defaults(func=_cmd_inspect)
 
-    e = sub.add_parser("eval", help="pass@1 and majority-vote accuracy on a task split")
+    e = sub.add_parser("eval", help="pass@1 and majority-vote accuracy on a task split or a public "
+                       "benchmark (--benchmark)")
     add_dataclass_args(e, EvalConfig)
     e.add_argument("--json", help="write the result JSON here")
     e.set_defaults(func=_cmd_eval)
 
-    t = sub.add_parser("train", help="train a shipped model from scratch")
+    t = sub.add_parser("train", help="train the target, a drafter or a scorer (the shipped recipes, or "
+                       "for another model)")
     tsub = t.add_subparsers(dest="what", required=True)
     tt = tsub.add_parser("target", help="the target model (seeded, step-based)")
     add_dataclass_args(tt, TrainTargetConfig)
@@ -195,7 +197,46 @@ def build_parser() -> argparse.ArgumentParser:
     from gambit.serving.commands import add_commands
 
     add_commands(sub)
+    _describe(p)
     return p
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Each subcommand's ``--help`` opens with its line from the list above it: `gambit run --help`
+    began with the usage and the flags, and never said what the command does."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:  # one per subcommand, its help= line
+                sub = action.choices[choice.dest]
+                if sub.description is None and choice.help:
+                    sub.description = choice.help
+                _describe(sub)
+
+
+def _subparser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The (sub)parser that ``argv``'s command words lead to: ``gambit train drafter`` → its parser."""
+    for word in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or word not in subs[0].choices:
+            break
+        parser = subs[0].choices[word]
+    return parser
+
+
+def _refuse_unknown(parser: argparse.ArgumentParser, argv: list[str], extra: list[str]) -> None:
+    """Arguments no parser took, refused by the subcommand's parser with its usage and the flag it most
+    likely meant: argparse said "gambit: error: unrecognized arguments: --modle smollm2" under the top
+    level's usage, which lists no flag of `gambit run`."""
+    import difflib
+
+    sub = _subparser(parser, argv)
+    flags = [f for a in sub._actions for f in a.option_strings]
+    hints = []
+    for word in extra:
+        if word.startswith("--"):
+            near = difflib.get_close_matches(word.split("=")[0], flags, n=1, cutoff=0.6)
+            hints += [f"{word.split('=')[0]}: did you mean {near[0]}?"] if near else []
+    sub.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else ""))
 
 
 # `gambit bench NAME` commands with their own parsers (engine re-invokes itself per backend)
@@ -216,7 +257,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parsed_and_run(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)  # imports torch for some parsers' defaults
+    parser = build_parser()  # imports torch for some parsers' defaults
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _refuse_unknown(parser, argv, extra)
     return args.func(args)
 
 
