@@ -196,3 +196,23 @@ def test_step_at_low_temperature_equals_the_aten_path(V, top):
             assert ch == chosen.tolist()
             if top:
                 assert torch.equal(v, vals[:, :top]) and torch.equal(i, ids[:, :top])
+
+
+@needs_step
+@pytest.mark.parametrize("V", [50, 300, 1000])
+def test_step_aten_top_fallback_orders_ties_by_ascending_id(V):
+    """The step's ATen fallback for the top entries (here forced by asking for more than V, which no probe
+    covers) lists tied log-probabilities by ascending id, as the compiled path and ``top_entries`` do (it
+    kept ``topk``'s order, which moves with k: a trace's list changed with its batch's largest ask)."""
+    g = torch.Generator().manual_seed(V)
+    logits = torch.randint(-2, 2, (5, V), generator=g).float()  # every row many exact ties
+    logits[1, 7] = logits[1, V - 3] = float("nan")  # NaNs first, and tie with each other
+    temps, seeds, counters = [0.7, 0.0, 1.3, 0.7, 0.0], [3, 4, 5, 6, 7], [9] * 5
+    tok, ch, v, i = step_kernel(logits, temps, seeds, counters, 1, V, CDF_BLOCK, [], [])  # compiled
+    want = top_logprobs(logits, torch.tensor(tok), V)
+    assert torch.equal(i, want[2]) and torch.equal(v.nan_to_num(), want[1].nan_to_num())
+    for top in (V + 1, V + 20):
+        tok_f, ch_f, v_f, i_f = step_kernel(logits, temps, seeds, counters, 1, top, CDF_BLOCK, [], [])
+        assert tok_f == tok and torch.equal(torch.tensor(ch_f).nan_to_num(), torch.tensor(ch).nan_to_num())
+        assert torch.equal(i_f, i), (V, top)
+        assert torch.equal(v_f.nan_to_num(), v.nan_to_num()) and torch.equal(v_f.isnan(), v.isnan())

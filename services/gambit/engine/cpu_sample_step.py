@@ -280,7 +280,8 @@ static void sample_filter_block(at::Tensor& w, const std::vector<int64_t>& top_k
 // (aten_sum8; the padding's zeros as ATen sums them), then sample_row; rows with top-k / top-p are
 // filtered between the division and the max (cpu_filter, over the whole scaled block, as the sampler
 // does). The log-probabilities (want > 0) are log_softmax's (ATen's call) at the tokens, and its `top`
-// largest (0: none; topk's picks). A greedy row (temperature 0) takes its argmax (argmax_row, ATen's).
+// largest (0: none; sampler.top_entries' order, ties by ascending id). A greedy row (temperature 0) takes
+// its argmax (argmax_row, ATen's).
 std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sample_step(
     torch::Tensor logits, std::vector<double> temperature, std::vector<int64_t> seeds,
     std::vector<int64_t> counters, int64_t want, int64_t top, int64_t block, std::vector<int64_t> top_k,
@@ -404,9 +405,12 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
       vals = at::empty({B, top}, at::kFloat), ids = at::empty({B, top}, at::kLong);
       pick_top_rows(l, B, V, top, [](int64_t) { return RowAsIs{}; }, vals.data_ptr<float>(),
                     ids.data_ptr<int64_t>());
-    } else {
-      auto tk = ls.topk(std::min(top, V), -1);
-      vals = std::get<0>(tk), ids = std::get<1>(tk);
+    } else {  // (top > V, or a probe failed here) a stable descending sort's first entries: the heap's and
+      // sampler.top_entries' order (ties by ascending id, NaN first), not topk's, whose pick among ties
+      // moves with k and the thread count (a trace's list changed with its batch); rare, so a full sort
+      auto st = ls.sort(/*stable=*/true, -1, /*descending=*/true);
+      const int64_t k = std::min(top, V);
+      vals = std::get<0>(st).narrow(1, 0, k).contiguous(), ids = std::get<1>(st).narrow(1, 0, k).contiguous();
     }
   }
   return {tokens, chosen, vals, ids};
