@@ -90,3 +90,45 @@ def test_admission_reads_no_flags_for_a_while_after_redis_did_not_answer(svc, mo
 
 async def _collect(gen) -> list[dict]:
     return [d async for d in gen]
+
+
+def test_gambit_runs_that_overfill_the_batch_are_held_queued_and_search_as_alone():
+    """Three runs of C 4 on a Target of 8 slots: the third waited unscored behind the others' traces
+    and branched where alone it did not (K 0). It is admitted, held (GetRun: queued) until a run ends,
+    then searches as alone."""
+    import queue
+
+    svc = build_target(EmbeddedConfig(scorer="random:mlp:192", num_blocks=600, max_num_seqs=8), None)
+    problems = [p.prompt for p in generate("test", 3, 3, TaskConfig(6, 8))]
+
+    def cfg(i):
+        return SolveConfig(capacity=4, swap=0, round_interval=8, warmup=24, max_tokens=200, seed=i)
+
+    def solve(ids) -> dict:
+        q: queue.Queue = queue.Queue()
+        svc._cv.acquire()  # admitted together, before any step
+        try:
+            futs = [svc.submit_run(f"{tag}{i}", problems[i], cfg(i), q.put) for tag, i in ids]
+        finally:
+            svc._cv.release()
+        for f in futs:
+            assert f.result(60) is None
+        status = {f"{tag}{i}": svc.tree.get_run(f"{tag}{i}")["status"] for tag, i in ids}
+        out = {}
+        while len(out) < len(ids):
+            d = q.get(timeout=120)
+            if d["kind"] == "result":
+                out[d["run_id"][1:]] = (d["status"], d["answer"], len(d["traces"]),
+                                        sum(t["parent_id"] >= 0 for t in d["traces"]))
+        return status, out
+
+    try:
+        alone = {}
+        for i in range(3):
+            alone.update(solve([("a", i)])[1])
+        status, shared = solve([("s", i) for i in range(3)])
+        assert shared == alone  # traces and children (branched) per run, answers
+        assert status == {"s0": "running", "s1": "running", "s2": "queued"}
+        assert svc.tree.get_run("s2")["status"] == "done"
+    finally:
+        svc.close()

@@ -5,6 +5,12 @@ of a run, one RunResult when a run ends); ``cancel(run_id)`` frees its KV; ``rec
 unfinished run from the store after a coordinator restart. Each step: engine forward (scheduler
 view), event routing, one batched scorer call for every run's new boundaries (guidance sync), the
 runs' rounds (tree view), then the KV-ratio eviction of the lowest-ranked resident trace.
+
+Batch slots: a Gambit run keeps C traces alive at once, so it launches only when its C fits in the
+engine's batch (``max_num_seqs``) beside the launched runs' pools; until then it is held (first come,
+first served; ``_fits``). Launched beside pools that overfill the batch, its traces waited unscored
+behind the others' while each slot one of its traces freed went to a child (Case 1): three runs of
+C 4 on 8 slots branched 3 and 1 times at K 0 where alone they branched none.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import uuid
 
 from gambit.engine import BoundaryEvent, EvictedEvent, FinishedEvent, TokenEvent
 from gambit.search import tree as T
-from gambit.search.config import SearchConfig
+from gambit.search.config import SearchConfig, check_batch
 from gambit.search.guidance import Guidance
 from gambit.search.results import Progress, RunResult
 from gambit.search.run_state import TIMING_KEYS, SearchRun
@@ -51,10 +57,14 @@ class SearchDriver(Guidance):
         self.defers = scorer is not None  # Gambit's boundaries wait for its rounds (``Guidance._defer``)
         self.rounds = self.steps = 0
         self._ratio: float | None = None  # the lowest KV ratio r of the scored runs (``_evict_ratio``)
+        # runs submitted but not launched (in ``runs`` too, so cancel and has_work see them): waiting
+        # for batch slots, in submission order (``_admit``)
+        self.held: dict[str, SearchRun] = {}
 
     # -- API ------------------------------------------------------------------------------------
     def submit(self, problem, config: SearchConfig | dict | None = None, run_id: str | None = None) -> str:
-        """Start a run. ``problem``: prompt text, or an object with ``.prompt`` (and ``.answer``)."""
+        """Start a run, or hold it until its pool fits the engine's batch (``_fits``). ``problem``:
+        prompt text, or an object with ``.prompt`` (and ``.answer``)."""
         cfg = SearchConfig(**config) if isinstance(config, dict) else (config or SearchConfig())
         if not isinstance(cfg, SearchConfig):
             raise ValueError("config must be a SearchConfig or a dict of its fields")
@@ -67,6 +77,9 @@ class SearchDriver(Guidance):
             raise ValueError("problem must be a prompt string or have a .prompt")
         if not isinstance(prompt, str) or not prompt:
             raise ValueError("problem prompt is empty")
+        seqs = self._max_seqs()
+        if seqs is not None:
+            check_batch(cfg.method, cfg.capacity, seqs)  # it would never fit, even alone
         run_id = check_run_id(run_id or uuid.uuid4().hex[:12])
         if run_id in self.runs:
             raise ValueError(f"run {run_id} already exists")
@@ -75,15 +88,22 @@ class SearchDriver(Guidance):
             raise ValueError(f"prompt has {len(ids)} tokens; the context holds {self.engine.max_model_len} "
                              "including at least one generated token")
         run = SearchRun(run_id, cfg, prompt, ids, gold, self.engine, self.scorer, self.owner)
-        run.start()
         self._register(run)
-        self.store.update(run_id, run.flush(self.lazy))
+        self.held[run_id] = run
+        try:
+            self._admit()
+        except Exception:
+            self.held.pop(run_id, None)
+            self.runs.pop(run_id, None)
+            self._ratio = None
+            raise
         return run_id
 
     def cancel(self, run_id: str) -> RunResult:
         run = self.runs.get(run_id)
         if run is None:
             raise ValueError(f"no running run {run_id!r}")
+        self.held.pop(run_id, None)  # never launched: it ends with no traces
         run.stop_all(T.STOPPED, "cancelled")
         return self._finish(run, "cancelled")
 
@@ -106,7 +126,10 @@ class SearchDriver(Guidance):
     def step(self) -> list[Progress | RunResult]:
         if not self.runs:
             return []
-        runs = list(self.runs.values())
+        if self.held:
+            self._admit()
+        runs = [r for r in self.runs.values() if r.run_id not in self.held] if self.held \
+            else list(self.runs.values())
         cpu, clock = self.cpu, self._clock
         c0 = clock()
         t0 = time.perf_counter()
@@ -311,9 +334,43 @@ class SearchDriver(Guidance):
         the KV-ratio check may evict this step. Kept until the set of runs changes (it was a scan of
         every run's config twice a step)."""
         if self._ratio is None:
-            scored = [r.cfg.kv_ratio for r in self.runs.values() if r.cfg.method in ("gambit", "step")]
+            scored = [r.cfg.kv_ratio for r in self.runs.values()
+                      if r.cfg.method in ("gambit", "step") and r.run_id not in self.held]
             self._ratio = min(scored, default=float("inf"))
         return self._ratio
+
+    # -- batch slots ----------------------------------------------------------------------------
+    def _max_seqs(self) -> int | None:
+        """The engine's batch (``max_num_seqs``); None for an engine that does not say."""
+        seqs = getattr(getattr(self.engine, "config", None), "max_num_seqs", None)
+        return seqs if isinstance(seqs, int) else None
+
+    def _fits(self, run: SearchRun) -> bool:
+        """Whether ``run`` may launch now. Each launched run holds its C slots of the batch (its pool: at
+        most C traces alive at once). A Gambit run needs its C free: a trace of it that waits is never
+        scored while the slots its running traces free go to their children. Others only wait their
+        turn, so they launch past the batch unless a Gambit run is in it. Nothing launched: any run."""
+        seqs = self._max_seqs()
+        launched = [r for r in self.runs.values() if r.run_id not in self.held]
+        if seqs is None or not launched:
+            return True
+        used = sum(min(r.cfg.capacity, seqs) for r in launched)
+        if used + min(run.cfg.capacity, seqs) <= seqs:
+            return True
+        return run.cfg.method != "gambit" and all(r.cfg.method != "gambit" for r in launched)
+
+    def _admit(self) -> None:
+        """Launch the held runs in submission order while the first one fits (``_fits``): a run
+        behind a held Gambit run waits too, so a stream of small runs cannot starve it."""
+        while self.held:
+            run = next(iter(self.held.values()))
+            if not self._fits(run):
+                return
+            del self.held[run.run_id]
+            run.t0, run.started_at = time.perf_counter(), time.time()  # its clock starts at its launch
+            run.start()
+            self._ratio = None
+            self.store.update(run.run_id, run.flush(self.lazy))
 
     def _finish(self, run: SearchRun, reason: str) -> RunResult:
         c = self._clock()

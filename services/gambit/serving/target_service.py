@@ -5,6 +5,8 @@ A background thread steps the search driver while any run is in flight; each run
 result records go to that run's sink (a queue). Each run keeps its own capacity C; their traces
 share the engine's batch and KV. A run whose worst-case KV (C traces × (prompt + max_tokens))
 does not fit beside the runs already admitted is refused (``Overcommitted`` → RESOURCE_EXHAUSTED).
+A Gambit run whose C does not fit in the batch slots the admitted runs leave is admitted but held by
+the driver (its record says queued) until it does (``SearchDriver._fits``).
 Cancel flags in the tree view are polled, so a CancelRun that reaches any coordinator stops the
 run on the replica that holds it; they are read again at admission, so a run flagged while it waited
 (Serve's queue, a takeover) is refused (``CancelFlagged``) before any engine step.
@@ -241,8 +243,10 @@ class TargetService:
             if note:
                 self._notes[run_id] = note
             # GetRun says running, on which replica, from admission (it said queued until the first
-            # round's progress: a whole run with a long round interval)
-            self.records.put_run(run_id, status="running", replica=self.replica)
+            # round's progress: a whole run with a long round interval); queued while the driver holds
+            # it for batch slots (``SearchDriver._fits``), until its first round's progress
+            held = run_id in self.driver.driver.held
+            self.records.put_run(run_id, status="queued" if held else "running", replica=self.replica)
             fut.set_result(restored)
         if inbox:
             self._gauges()
