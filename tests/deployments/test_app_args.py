@@ -102,3 +102,99 @@ def test_takeover_settings_reach_the_coordinator_from_the_flags_and_the_serve_co
     assert set(coord) - {"target"} <= _params(Coordinator)
     default = _init_kwargs(build_gambit(ServeConfig().app_args() | {"target_gpus": 0}), "Coordinator")
     assert (default["max_resumes"], default["resume_wait_s"]) == (2, 120.0)  # the Coordinator's defaults
+
+
+def test_state_bytes_rows_and_the_engine_batch_reach_the_scorer_and_the_target():
+    """The Scorer's ``max_state_mb`` (bytes of trace history a sequence scorer keeps) and ``max_rows``
+    and the Target's ``max_num_seqs`` (a Gambit request's capacity at most) had no `gambit serve` flag."""
+    cfg = _serve_flags("--max-state-mb", "64", "--max-rows", "512", "--max-num-seqs", "32")
+    scorer = _init_kwargs(build_scorer(cfg.scorer_args()), "Scorer")
+    assert (scorer["max_state_mb"], scorer["max_rows"]) == (64, 512)
+    assert set(scorer) <= _params(Scorer)
+    target = _init_kwargs(build_gambit(cfg.app_args() | {"target_gpus": 0}), "Target")
+    assert target["max_num_seqs"] == 32 and set(target) <= _params(Target)
+    default = ServeConfig()
+    assert (default.max_state_mb, default.max_rows, default.max_num_seqs) == tuple(
+        inspect.signature(c.func_or_class.__init__).parameters[n].default
+        for c, n in ((Scorer, "max_state_mb"), (Scorer, "max_rows"), (Target, "max_num_seqs")))
+
+
+def test_the_scorer_deployment_applies_max_state_mb(monkeypatch):
+    """The Ray Scorer set a sequence scorer's ``max_keys`` only: its bytes cap stayed 512 MiB."""
+    from gambit.deployments import scorer as scorer_mod
+
+    monkeypatch.setattr(scorer_mod, "ray_metrics", lambda names: None)
+    s = Scorer.func_or_class(scorer="random:sequence:16", hidden_size=16, direct_host="", token_env="",
+                             max_keys=10, max_state_mb=3)
+    try:
+        assert (s.core.scorer.max_keys, s.core.scorer.max_state_mb) == (10, 3)
+    finally:
+        s.core.close()
+    with pytest.raises(ValueError, match="^Scorer: max_state_mb must be >= 1, got 0"):
+        Scorer.func_or_class(scorer="random:sequence:16", hidden_size=16, direct_host="", max_state_mb=0)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"max_state_mb": 0}, "max_state_mb must be >= 1, got 0"),
+    ({"max_rows": 0}, "max_rows must be >= 1, got 0"),
+    ({"max_num_seqs": 0}, "max_num_seqs must be >= 1, got 0"),
+    ({"max_num_seqs": 4}, "max_num_seqs: 4 is below the default capacity 8"),
+    ({"max_num_seqs": 16, "capacity": 32}, "max_num_seqs: 16 is below the default capacity 32"),
+    ({"max_rows": 100}, "max_rows: 100 is below max_num_seqs 256"),
+])
+def test_bad_batch_and_state_flags_are_refused_before_ray_starts(fields, message):
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        ServeConfig(**fields)
+
+
+def test_an_outside_scorer_starts_no_scorer_app_and_is_not_waited_for(monkeypatch):
+    """`gambit serve --scorer-address` deployed the scorer app no Target calls, and waited for it."""
+    import ray
+    from ray import serve
+
+    from gambit.deployments import local
+
+    deployed, waited = [], []
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)  # no Ray started, nothing checked
+    monkeypatch.setattr(serve, "start", lambda **kw: None)
+    monkeypatch.setattr(local, "_deploy", lambda app, name: deployed.append(name))
+    monkeypatch.setattr(local, "wait_ready", lambda *a, **kw: waited.append(kw.get("scorer", True)))
+    local.start(ServeConfig(scorer_address="127.0.0.1:50061", target_gpus=0))
+    assert (deployed, waited) == (["gambit"], [False])
+    deployed.clear()
+    waited.clear()
+    local.start(ServeConfig(target_gpus=0))
+    assert (deployed, waited) == (["scorer", "gambit"], [True])
+
+
+@pytest.fixture
+def proxy_routing():
+    """A stand-in for Serve's proxy: ``ListApplications`` answers the names in the list it yields."""
+    from concurrent import futures
+
+    import grpc
+    from ray.serve.generated import serve_pb2, serve_pb2_grpc
+
+    names: list[str] = []
+
+    class Api(serve_pb2_grpc.RayServeAPIServiceServicer):
+        def ListApplications(self, request, context):  # noqa: N802
+            return serve_pb2.ListApplicationsResponse(application_names=names)
+
+    server = grpc.server(futures.ThreadPoolExecutor(2))
+    serve_pb2_grpc.add_RayServeAPIServiceServicer_to_server(Api(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield names, f"127.0.0.1:{port}"
+    server.stop(0)
+
+
+def test_wait_ready_without_a_scorer_app_waits_for_the_gambit_app_alone(proxy_routing):
+    from gambit.deployments.local import wait_ready
+
+    names, address = proxy_routing
+    names.append("gambit")
+    wait_ready(address, 5, scorer=False)
+    wait_ready(address, 5, scorer=None)  # a server already up: whatever it routes
+    with pytest.raises(TimeoutError, match="not yet 'gambit' and 'scorer'"):
+        wait_ready(address, 0.5)

@@ -273,6 +273,9 @@ def test_monitoring_objects_and_dashboards(rendered):
     ("serve.scorerAddress=scorer.example.internal", "serve.scorerAddress"),  # no port
     ("serve.scorerTls.secret=Scorer_TLS", "serve.scorerTls.secret"),  # no Secret name
     ("serve.scorerTls.caFile=ca.pem", "serve.scorerTls"),
+    ("serve.maxStateMb=0", "serve.maxStateMb"),
+    ("serve.maxRows=0", "serve.maxRows"),
+    ("serve.maxNumSeqs=0", "serve.maxNumSeqs"),
 ])
 def test_values_breaking_the_schema_are_refused_naming_the_field(helm, setting, field):
     r = run([helm, "template", "g", str(CHART), "--set", setting])
@@ -422,5 +425,55 @@ def test_an_outside_tls_scorer_and_other_unreachable_args_equal_the_kubernetes_p
     (("serve.scorerAddress=h:1", "serve.scorerTls.serverName=h"), "serve.scorerTls.secret: needed with"),
 ])
 def test_scorer_tls_values_that_cannot_work_are_refused(helm, settings, message):
+    r = run([helm, "template", "g", str(CHART), *[a for s in settings for a in ("--set", s)]])
+    assert r.returncode != 0 and message in r.stderr, r.stderr
+
+
+def test_scorer_state_bytes_rows_and_the_engine_batch_equal_the_kubernetes_profile(helm):
+    """The Scorer's ``max_state_mb`` and ``max_rows`` and the Target's ``max_num_seqs`` (a Gambit
+    request's capacity at most) had no chart value."""
+    from ops_util import render
+
+    from gambit.ops.serve_config import ServeAppSpec, profile, serve_config
+
+    docs = render(helm, "--set", "serve.maxStateMb=64", "--set", "serve.maxRows=512",
+                  "--set", "serve.maxNumSeqs=32")
+    cfg = yaml.safe_load(_rayservice(docs)["spec"]["serveConfigV2"])
+    want = serve_config(profile("kubernetes", ServeAppSpec(max_state_mb=64, max_rows=512, max_num_seqs=32)))
+    want["applications"][0]["args"]["tree"] = cfg["applications"][0]["args"]["tree"]
+    assert cfg == want
+    assert cfg["applications"][0]["args"]["target"]["max_num_seqs"] == 32
+
+
+def test_an_outside_scorer_deploys_no_scorer_app(helm):
+    """With serve.scorerAddress the scorer app was still deployed (and counted against the CPU group),
+    though no Target calls it."""
+    from ops_util import render
+
+    from gambit.ops.serve_config import ServeAppSpec, profile, serve_config
+
+    docs = render(helm, "--set", "serve.scorerAddress=scorer.example.internal:50061")
+    cfg = yaml.safe_load(_rayservice(docs)["spec"]["serveConfigV2"])
+    assert [a["name"] for a in cfg["applications"]] == ["gambit"]
+    want = serve_config(profile("kubernetes", ServeAppSpec(scorer_address="scorer.example.internal:50061")))
+    want["applications"][0]["args"]["tree"] = cfg["applications"][0]["args"]["tree"]
+    assert cfg == want
+    # a CPU group too small for the Coordinator and the Scorer holds the Coordinator alone
+    small = ("--set", "cpuWorkers.resources.limits.cpu=4")
+    assert "the Coordinator and Scorer need up to 5 CPUs" in run(
+        [helm, "template", "g", str(CHART), *small]).stderr
+    render(helm, *small, "--set", "serve.scorerAddress=h:1")
+    r = run([helm, "template", "g", str(CHART), *small, "--set", "serve.scorerAddress=h:1",
+             "--set", "serve.deployments.Coordinator.numCpus=5"])
+    assert "cpuWorkers: the Coordinator needs up to 5 CPUs" in r.stderr, r.stderr
+    # an outside Scorer's own rows limit is not known: serve.maxRows is not compared then
+    render(helm, "--set", "serve.scorerAddress=h:1", "--set", "serve.maxRows=16")
+
+
+@pytest.mark.parametrize("settings, message", [
+    (("serve.maxNumSeqs=4",), "serve.maxNumSeqs: 4 is below serve.solveDefaults.capacity 8: every Gambit"),
+    (("serve.maxRows=100",), "serve.maxRows: 100 is below serve.maxNumSeqs 256: a step's boundaries"),
+])
+def test_an_engine_batch_its_runs_or_scorer_cannot_fill_is_refused(helm, settings, message):
     r = run([helm, "template", "g", str(CHART), *[a for s in settings for a in ("--set", s)]])
     assert r.returncode != 0 and message in r.stderr, r.stderr

@@ -52,12 +52,12 @@ def test_a_dead_or_impossible_address_is_said_at_once(monkeypatch, capsys):
         LoadTestConfig(address="127.0.0.1:99999")
     asked = []
 
-    def not_ready(address, wait_s, token):
-        asked.append((address, wait_s))
+    def not_ready(address, wait_s, token, scorer=True):
+        asked.append((address, wait_s, scorer))
         raise TimeoutError("services not ready after 10.0 s: StatusCode.UNAVAILABLE")
 
     monkeypatch.setattr(local, "wait_ready", not_ready)
     monkeypatch.setattr(loadtest, "stream", lambda *a: pytest.fail("locust ran against a dead address"))
     assert loadtest.main(LoadTestConfig(address="127.0.0.1:1", run_time_s=60)) == 2
-    assert asked == [("127.0.0.1:1", 10.0)]
+    assert asked == [("127.0.0.1:1", 10.0, None)]  # None: a server with an outside Scorer has no scorer app
     assert "no ReasoningService answers at 127.0.0.1:1" in capsys.readouterr().err

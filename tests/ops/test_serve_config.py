@@ -92,9 +92,9 @@ def test_ports_ray_uses_are_refused_by_name(ports, message):
 
 
 def _args(cfg: dict) -> tuple[dict, dict]:
-    """The Target's kwargs and the Scorer's, from a serve config."""
-    gambit, scorer = cfg["applications"]
-    return gambit["args"]["target"], scorer["args"]
+    """The Target's kwargs and the Scorer's ({} without a scorer app), from a serve config."""
+    gambit, *scorer = cfg["applications"]
+    return gambit["args"]["target"], scorer[0]["args"] if scorer else {}
 
 
 def test_scorer_max_keys_and_gambit_constant_match_the_scorer():
@@ -152,5 +152,56 @@ def test_an_outside_tls_scorer_reaches_the_targets():
      "scorer_tls_cert, scorer_tls_key: a client certificate and its key go together"),
 ])
 def test_bad_scorer_settings_are_refused_naming_the_field(fields, message):
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        ServeAppSpec(**fields)
+
+
+def test_scorer_state_bytes_rows_and_the_engine_batch_reach_the_config():
+    """The Scorer's ``max_state_mb`` (bytes of trace history) and ``max_rows`` and the Target's
+    ``max_num_seqs`` (engine batch: a Gambit run's capacity at most) were arguments no config could set;
+    their defaults here are the constructors'."""
+    import inspect
+
+    from gambit.deployments.scorer import Scorer
+    from gambit.deployments.target import Target
+    from gambit.engine.config import EngineConfig
+    from gambit.ops.serve_config import MAX_NUM_SEQS, MAX_ROWS, MAX_STATE_MB
+    from gambit.scoring.scorer import MAX_STATE_MB as SCORING_MAX_STATE_MB
+
+    def default(cls, name):
+        return inspect.signature(cls.func_or_class.__init__).parameters[name].default
+
+    assert MAX_STATE_MB == SCORING_MAX_STATE_MB == default(Scorer, "max_state_mb")
+    assert MAX_ROWS == default(Scorer, "max_rows")
+    assert MAX_NUM_SEQS == default(Target, "max_num_seqs") == EngineConfig.max_num_seqs
+    for name in ("local", "kubernetes"):
+        cfg = serve_config(profile(name, ServeAppSpec(max_state_mb=64, max_rows=512, max_num_seqs=32)))
+        _schema_ok(cfg)
+        target, scorer = _args(cfg)
+        assert (scorer["max_state_mb"], scorer["max_rows"], target["max_num_seqs"]) == (64, 512, 32)
+    target, scorer = _args(serve_config(ServeAppSpec()))
+    assert (scorer["max_state_mb"], scorer["max_rows"], target["max_num_seqs"]) == (512, 4096, 256)
+
+
+def test_an_outside_scorer_deploys_no_scorer_app():
+    """With ``scorer_address`` no Target calls the scorer app, yet it was deployed (a Scorer replica
+    holding CPU and memory, autoscaled for nothing)."""
+    cfg = serve_config(profile("kubernetes", ServeAppSpec(scorer_address="scorer.example.internal:50061")))
+    _schema_ok(cfg)
+    assert [a["name"] for a in cfg["applications"]] == ["gambit"]
+    assert set(_deployments(cfg)) == {"Coordinator", "Target"}
+    assert [a["name"] for a in serve_config(ServeAppSpec())["applications"]] == ["gambit", "scorer"]
+    # an outside Scorer's own rows limit is not known here: max_rows is not compared with max_num_seqs
+    ServeAppSpec(scorer_address="h:1", max_rows=16)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"max_state_mb": 0}, "max_state_mb must be >= 1, got 0"),
+    ({"max_rows": 0}, "max_rows must be >= 1, got 0"),
+    ({"max_num_seqs": 0}, "max_num_seqs must be >= 1, got 0"),
+    ({"max_num_seqs": 4}, "max_num_seqs: 4 is below the default capacity 8: every Gambit request left"),
+    ({"max_rows": 100}, "max_rows: 100 is below max_num_seqs 256: a step's boundaries"),
+])
+def test_bad_batch_and_state_settings_are_refused_naming_the_field(fields, message):
     with pytest.raises(ValueError, match="^" + re.escape(message)):
         ServeAppSpec(**fields)

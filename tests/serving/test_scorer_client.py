@@ -97,3 +97,32 @@ def test_a_score_that_lands_after_its_traces_drop_is_not_kept(server):
         assert server.core.scorer.num_keys == 1 and set(server.core.scorer._state) == {"t:other"}
     finally:
         client.close()
+
+
+def test_channels_to_direct_endpoints_gone_since_are_closed(monkeypatch):
+    """A Target kept one channel for every direct Scorer address it ever used: each replica restart (a new
+    port) added one for the Target's life. Beyond MAX_DIRECT_CHANNELS the least recently used is closed;
+    the proxy's channel stays."""
+    monkeypatch.setattr(scorer_client, "MAX_DIRECT_CHANNELS", 2)
+    client = RemoteScorer("127.0.0.1:1", H)  # the "proxy": unreachable, so every call lands on the direct
+    cfg = ScorerServerConfig(port=0, metrics_port=-1, token_env="", batch_wait_ms=0)
+    used = []
+    try:
+        for i in range(5):  # a replica restarts on another port each time
+            srv = start_scorer_server(cfg, scorer=random_scorer("sequence", H, seed=3))
+            try:
+                client.direct = f"127.0.0.1:{srv.port}"
+                assert client.score([f"t{i}"], X[i:i + 1]).shape == (1,) and client.direct_calls == i + 1
+            finally:
+                srv.stop()
+            used.append((client.direct, client._channels[client.direct][1]))
+        assert list(client._channels) == ["127.0.0.1:1", used[3][0], used[4][0]]
+        for _, stub in used[:3]:  # closed: no call can go out on them
+            with pytest.raises(ValueError, match="closed channel"):
+                stub.Info(client.pb2.InfoRequest(), timeout=1)
+        client._stub(used[3][0])  # used again: the most recent, kept over the last replica's
+        client._stub("127.0.0.1:2")
+        assert list(client._channels) == ["127.0.0.1:1", used[3][0], "127.0.0.1:2"]
+    finally:
+        client.close()
+    assert client._channels == {}

@@ -154,7 +154,7 @@ volumeMounts:
 {{- $target := include "gambit.deployment" (dict "root" . "name" "Target") | fromJson -}}
 {{- $coord := include "gambit.deployment" (dict "root" . "name" "Coordinator") | fromJson -}}
 {{- $scorer := include "gambit.deployment" (dict "root" . "name" "Scorer") | fromJson -}}
-{{- $targetArgs := dict "model" $s.model "scorer" $s.scorer "scorer_address" (printf "127.0.0.1:%v" $s.grpcPort) "scorer_app" "scorer" "num_blocks" $s.numBlocks "cpu_weights" $s.cpuWeights "kv_dtype" $s.kvDtype "batch_invariant" $s.batchInvariant "drafters" $s.drafters "threads" $s.targetThreads -}}
+{{- $targetArgs := dict "model" $s.model "scorer" $s.scorer "scorer_address" (printf "127.0.0.1:%v" $s.grpcPort) "scorer_app" "scorer" "num_blocks" $s.numBlocks "cpu_weights" $s.cpuWeights "kv_dtype" $s.kvDtype "batch_invariant" $s.batchInvariant "drafters" $s.drafters "threads" $s.targetThreads "max_num_seqs" $s.maxNumSeqs -}}
 {{- /* an outside Scorer is called as itself (no scorer_app: no Ray Scorer's direct endpoint in its place) */ -}}
 {{- if $s.scorerAddress -}}{{- $_ := set $targetArgs "scorer_address" $s.scorerAddress -}}{{- $_ := set $targetArgs "scorer_app" "" -}}{{- end -}}
 {{- $tls := $s.scorerTls | default dict -}}
@@ -165,10 +165,11 @@ volumeMounts:
 {{- $_ := set $targetArgs "scorer_tls_server_name" ($tls.serverName | default "") -}}
 {{- if not (kindIs "invalid" $s.specMaxBatch) -}}{{- $_ := set $targetArgs "spec_max_batch" $s.specMaxBatch -}}{{- end -}}
 {{- $gambitArgs := dict "tree" (include "gambit.redisUrl" .) "prefix" $s.redisPrefix "retention_s" $s.retentionS "token_env" $s.tokenEnv "target_replicas" (include "gambit.maxReplicas" $target | int) "target_gpus" $s.deployments.Target.numGpus "coordinator_replicas" (include "gambit.maxReplicas" $coord | int) "coordinator" (dict "max_resumes" $s.maxResumes "resume_wait_s" $s.resumeWaitS) "target" $targetArgs "defaults" $s.solveDefaults -}}
-{{- $scorerArgs := dict "scorer" $s.scorer "model" $s.model "hidden_size" $s.hiddenSize "batch_wait_ms" $s.batchWaitMs "token_env" $s.tokenEnv "max_keys" $s.maxKeys -}}
+{{- $scorerArgs := dict "scorer" $s.scorer "model" $s.model "hidden_size" $s.hiddenSize "batch_wait_ms" $s.batchWaitMs "token_env" $s.tokenEnv "max_keys" $s.maxKeys "max_state_mb" $s.maxStateMb "max_rows" $s.maxRows -}}
 {{- $gambitApp := dict "name" "gambit" "route_prefix" "/gambit" "import_path" "gambit.deployments.app:build_gambit" "args" $gambitArgs "deployments" (list $coord $target) -}}
+{{- /* an outside Scorer (serve.scorerAddress): no Target calls the scorer app, so it is not deployed */ -}}
 {{- $scorerApp := dict "name" "scorer" "route_prefix" "/scorer" "import_path" "gambit.deployments.app:build_scorer" "args" $scorerArgs "deployments" (list $scorer) -}}
-{{- $cfg := dict "proxy_location" "EveryNode" "http_options" (dict "host" "0.0.0.0" "port" $s.httpPort) "grpc_options" (dict "port" $s.grpcPort "grpc_servicer_functions" $s.grpcServicerFunctions) "applications" (list $gambitApp $scorerApp) -}}
+{{- $cfg := dict "proxy_location" "EveryNode" "http_options" (dict "host" "0.0.0.0" "port" $s.httpPort) "grpc_options" (dict "port" $s.grpcPort "grpc_servicer_functions" $s.grpcServicerFunctions) "applications" (ternary (list $gambitApp) (list $gambitApp $scorerApp) (not (empty $s.scorerAddress))) -}}
 {{- toYaml $cfg -}}
 {{- end -}}
 
@@ -303,6 +304,14 @@ NewCluster upgrade never switches), port clashes, keys the chart sets, duplicate
 {{- if and $tls.secret (not $v.serve.scorerAddress) -}}
 {{- fail "serve.scorerTls.secret: set only with serve.scorerAddress (a TLS ScorerService outside Ray, e.g. `gambit scorer serve --tls-cert`): the scorer app behind Serve's proxy is plaintext" -}}
 {{- end -}}
+{{- /* the engine batch against what fills it (gambit.ops.serve_config.check_engine_batch) */ -}}
+{{- $capacity := ($v.serve.solveDefaults | default dict).capacity | default 8 -}}
+{{- if gt (int $capacity) (int $v.serve.maxNumSeqs) -}}
+{{- fail (printf "serve.maxNumSeqs: %v is below serve.solveDefaults.capacity %v: every Gambit request left at the default would be refused at admission; raise serve.maxNumSeqs or lower the capacity" $v.serve.maxNumSeqs $capacity) -}}
+{{- end -}}
+{{- if and (not $v.serve.scorerAddress) (lt (int $v.serve.maxRows) (int $v.serve.maxNumSeqs)) -}}
+{{- fail (printf "serve.maxRows: %v is below serve.maxNumSeqs %v: a step's boundaries (a row per trace in the batch) would be refused by the Scorer and fall back unguided; raise serve.maxRows or lower serve.maxNumSeqs" $v.serve.maxRows $v.serve.maxNumSeqs) -}}
+{{- end -}}
 {{- /* Serve replicas */ -}}
 {{- range $dname, $d := $v.serve.deployments -}}
 {{- with $d.autoscaling -}}
@@ -339,7 +348,7 @@ NewCluster upgrade never switches), port clashes, keys the chart sets, duplicate
 {{- $cpuWorkers := ternary $cpu.maxReplicas $cpu.replicas $auto | int -}}
 {{- $cpuCpus := include "gambit.groupCpus" $cpu | int -}}
 {{- $need := 0.0 -}}
-{{- range $dname := list "Coordinator" "Scorer" -}}
+{{- range $dname := ternary (list "Coordinator") (list "Coordinator" "Scorer") (not (empty $v.serve.scorerAddress)) -}}
 {{- $d := index $v.serve.deployments $dname -}}
 {{- if hasKey ($d.resources | default dict) "gambit_cpu_worker" -}}
 {{- $n := include "gambit.maxReplicas" (include "gambit.deployment" (dict "root" $ "name" $dname) | fromJson) | int -}}
@@ -347,6 +356,6 @@ NewCluster upgrade never switches), port clashes, keys the chart sets, duplicate
 {{- end -}}
 {{- end -}}
 {{- if and (ge $cpuCpus 0) (gt $need (mul $cpuCpus $cpuWorkers | float64)) -}}
-{{- fail (printf "cpuWorkers: the Coordinator and Scorer need up to %v CPUs (replicas x numCpus), but %d CPU worker(s) (cpuWorkers.%s) have %d CPUs each (cpuWorkers.resources.limits.cpu)" $need $cpuWorkers (ternary "maxReplicas" "replicas" $auto) $cpuCpus) -}}
+{{- fail (printf "cpuWorkers: %s up to %v CPUs (replicas x numCpus), but %d CPU worker(s) (cpuWorkers.%s) have %d CPUs each (cpuWorkers.resources.limits.cpu)" (ternary "the Coordinator needs" "the Coordinator and Scorer need" (not (empty $v.serve.scorerAddress))) $need $cpuWorkers (ternary "maxReplicas" "replicas" $auto) $cpuCpus) -}}
 {{- end -}}
 {{- end -}}

@@ -43,9 +43,9 @@ def build_gambit(args: dict):
 
 
 def build_scorer(args: dict):
-    """``args``: Scorer kwargs (scorer, model, hidden_size, max_rows, batch_wait_ms, token_env). A
-    sequence scorer keeps each trace's history in its replica, so it runs as one replica, not
-    autoscaled (a config file's Scorer settings still override this: ``serve_config`` and the chart
+    """``args``: Scorer kwargs (scorer, model, hidden_size, max_rows, batch_wait_ms, token_env, max_keys,
+    max_state_mb). A sequence scorer keeps each trace's history in its replica, so it runs as one replica,
+    not autoscaled (a config file's Scorer settings still override this: ``serve_config`` and the chart
     pin it there too)."""
     if keeps_history(args.get("scorer", "")):
         return Scorer.options(num_replicas=1, autoscaling_config=None).bind(**args)

@@ -46,6 +46,7 @@ class ServeConfig:
     model: str = ""  # target model: a folder or a name such as smollm2 ("" = shipped target)
     scorer: str = ""  # scorer spec (gambit.scoring.spec): "" / process | mlp | sequence | confidence | folder
     num_blocks: int = 0  # KV blocks per Target (0 = from the memory budget)
+    max_num_seqs: int = 256  # traces in one engine batch of each Target (a Gambit run's capacity at most)
     target_replicas: int = 1  # Target replicas (each run pinned to one)
     target_gpus: float = -1  # GPUs per Target replica (-1 = 1 when the node has a GPU, else 0)
     coordinator_replicas: int = 1  # Coordinator replicas
@@ -61,7 +62,9 @@ class ServeConfig:
     batch_wait_ms: float = 0.0  # ms the Scorer waits to batch calls, 0-1000 (0: none; queued calls batch)
     hidden_size: int = 0  # the Scorer's input width (0 = the model's hidden size, read from its config)
     max_keys: int = 65_536  # trace histories a sequence scorer keeps, least recently used forgotten beyond
-    scorer_address: str = ""  # host:port of a ScorerService outside Ray for the Targets ("" = the scorer app)
+    max_state_mb: int = 512  # MiB of trace history a sequence scorer keeps (least recently used go beyond)
+    max_rows: int = 4096  # state rows the Scorer takes in one Score call (more: refused; >= --max-num-seqs)
+    scorer_address: str = ""  # host:port of a ScorerService outside Ray (then no scorer app; "" = the app)
     scorer_tls_ca: str = ""  # PEM CA verifying the Scorer at --scorer-address ("" = plaintext)
     scorer_tls_cert: str = ""  # PEM client certificate for a Scorer run with --tls-client-ca (mTLS)
     scorer_tls_key: str = ""  # PEM private key of --scorer-tls-cert
@@ -72,13 +75,19 @@ class ServeConfig:
     max_tokens: int = 320  # default tokens per trace
 
     def __post_init__(self) -> None:
-        from gambit.ops.serve_config import check_ports, check_scorer_address, check_scorer_tls
+        from gambit.ops.serve_config import (
+            check_engine_batch,
+            check_ports,
+            check_scorer_address,
+            check_scorer_tls,
+        )
         from gambit.serving.scorer_server import check_batch_wait_ms
         from gambit.serving.security import check_client_tls
 
         check_ports(grpc_port=self.grpc_port, http_port=self.http_port, metrics_port=self.metrics_port)
         check_batch_wait_ms(self.batch_wait_ms)  # the Scorer replica refused it after Ray started
-        at_least(1, max_keys=self.max_keys)
+        at_least(1, max_keys=self.max_keys, max_state_mb=self.max_state_mb, max_rows=self.max_rows,
+                 max_num_seqs=self.max_num_seqs)
         at_least(0, hidden_size=self.hidden_size, max_resumes=self.max_resumes)
         if not self.resume_wait_s > 0:
             raise ValueError(f"resume_wait_s must be > 0, got {self.resume_wait_s!r}")
@@ -103,7 +112,8 @@ class ServeConfig:
         parse_drafters(self.drafters)
         check_cpu_weights(self.cpu_weights)
         check_kv_dtype(self.kv_dtype)
-        self.solve_defaults()  # a bad default stopped every Coordinator replica, after Ray started
+        capacity = self.solve_defaults().capacity  # a bad one stopped every Coordinator, after Ray started
+        check_engine_batch(self.max_num_seqs, capacity, None if self.scorer_address else self.max_rows)
 
     def _model_width(self) -> int:
         """The Targets' hidden size, the width a scorer folder must read (0: the model is not there,
@@ -132,17 +142,16 @@ class ServeConfig:
                            "scorer_tls_ca": self.scorer_tls_ca, "scorer_tls_cert": self.scorer_tls_cert,
                            "scorer_tls_key": self.scorer_tls_key,
                            "scorer_tls_server_name": self.scorer_tls_server_name,
-                           "threads": self.target_threads,
+                           "threads": self.target_threads, "max_num_seqs": self.max_num_seqs,
                            "spec_max_batch": self.spec_max_batch, "cpu_weights": self.cpu_weights,
                            "kv_dtype": self.kv_dtype, "batch_invariant": self.batch_invariant,
                            "drafters": self.drafters},
                 "defaults": {k: getattr(d, k) for k in ("capacity", "swap", "round_interval", "max_tokens")}}
 
-
     def scorer_args(self) -> dict:
         return {"scorer": self.scorer, "token_env": self.token_env, "model": self.model,
                 "hidden_size": self.hidden_size, "batch_wait_ms": self.batch_wait_ms,
-                "max_keys": self.max_keys}
+                "max_keys": self.max_keys, "max_state_mb": self.max_state_mb, "max_rows": self.max_rows}
 
 
 def busy_ports(ports, wait_s: float = 0.0) -> list[int]:
@@ -215,9 +224,11 @@ def start(cfg: ServeConfig, wait_s: float = 120.0) -> None:
             if attempt:
                 raise
             serve.shutdown()
-    _deploy(build_scorer(cfg.scorer_args()), "scorer")
+    scorer_app = not cfg.scorer_address  # an outside Scorer: no Target calls the scorer app
+    if scorer_app:
+        _deploy(build_scorer(cfg.scorer_args()), "scorer")
     _deploy(build_gambit(cfg.app_args()), "gambit")
-    wait_ready(f"127.0.0.1:{cfg.grpc_port}", wait_s, read_token(cfg.token_env))
+    wait_ready(f"127.0.0.1:{cfg.grpc_port}", wait_s, read_token(cfg.token_env), scorer=scorer_app)
 
 
 def _deploy(app, name: str) -> None:
@@ -249,11 +260,14 @@ def deploy_failure(status, app: str) -> str:
 AUTH_CODES = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
-def wait_ready(address: str, wait_s: float = 120.0, token: str = "", application: str = "gambit") -> None:
+def wait_ready(address: str, wait_s: float = 120.0, token: str = "", application: str = "gambit",
+               scorer: bool | None = True) -> None:
     """Until the proxy routes both apps (Serve's own ``ListApplications`` names them) and the Scorer
     answers an authenticated ``Info``; ``application``: the name the ReasoningService app was deployed
     under. No call to the app itself: a probe ``GetRun`` of an unknown id counted a NOT_FOUND in
-    ``gambit_request_errors_total`` at every start. A refused token raises PermissionError at once."""
+    ``gambit_request_errors_total`` at every start. A refused token raises PermissionError at once.
+    ``scorer`` False: no scorer app (the Targets call an outside Scorer), ``application`` alone, and no
+    token checked; None: a server already up, the scorer app probed if it routes one, else as False."""
     from ray.serve.generated import serve_pb2, serve_pb2_grpc
 
     from gambit.serving.protos import load
@@ -267,10 +281,13 @@ def wait_ready(address: str, wait_s: float = 120.0, token: str = "", application
         while True:
             try:
                 names = api.ListApplications(serve_pb2.ListApplicationsRequest(), timeout=5).application_names
-                if application in names and "scorer" in names:
+                if application in names and "scorer" in names and scorer is not False:
                     sstub.Info(spb2.InfoRequest(), timeout=5, metadata=md + (("application", "scorer"),))
                     return
-                why = f"the proxy routes {sorted(names)}, not yet {application!r} and 'scorer'"
+                if application in names and not scorer:
+                    return
+                want = f"{application!r} and 'scorer'" if scorer else repr(application)
+                why = f"the proxy routes {sorted(names)}, not yet {want}"
             except grpc.RpcError as e:
                 if e.code() in AUTH_CODES:  # no retry makes a wrong token right
                     raise PermissionError(f"{e.code().name}: {e.details()}") from None

@@ -24,7 +24,7 @@ from ray import serve
 from gambit.checks import at_least
 from gambit.deployments.ray_metrics import ray_metrics
 from gambit.model.loader import model_hidden_size
-from gambit.scoring.scorer import MAX_KEYS
+from gambit.scoring.scorer import MAX_KEYS, MAX_STATE_MB
 from gambit.scoring.spec import load_scorer_spec
 from gambit.serving.protos import load
 from gambit.serving.scorer_core import ScorerCore
@@ -55,17 +55,22 @@ def _check_one_replica(scorer: str) -> None:
 class Scorer:
     def __init__(self, scorer: str = "", hidden_size: int = 0, max_rows: int = 4096,
                  batch_wait_ms: float = 0.0, token_env: str = "GAMBIT_TOKEN", direct_host: str = "127.0.0.1",
-                 direct_port: int = 0, model: str = "", max_keys: int = MAX_KEYS) -> None:
+                 direct_port: int = 0, model: str = "", max_keys: int = MAX_KEYS,
+                 max_state_mb: int = MAX_STATE_MB) -> None:
         """``hidden_size`` 0: the width of ``model``, the Targets' model ("" = the shipped target).
         ``batch_wait_ms`` 0: score at once; calls that arrive while a batch is scored go together
         in the next one. Each Target already sends one call at a time with everything that queued up
         meanwhile, so a fixed wait only delays guidance (2 ms of ~7 ms per call through the proxy).
         ``direct_host``: where this replica serves ScorerService itself ("" = proxy only);
         ``direct_port`` 0 = any free port. ``max_keys``: trace histories a sequence scorer keeps, the
-        least recently used evicted beyond it (``gambit_scorer_evictions_total``)."""
+        least recently used evicted beyond it (``gambit_scorer_evictions_total``); ``max_state_mb``: the
+        same for the MiB of those histories together (an attn history grows with each boundary).
+        ``max_rows``: state rows one Score call may carry (more: INVALID_ARGUMENT)."""
         try:  # 40000 was taken: every call then failed after the core's 30 s with "scoring failed: "
             check_batch_wait_ms(batch_wait_ms)
-            at_least(1, max_keys=max_keys)
+            at_least(1, max_keys=max_keys, max_state_mb=max_state_mb, max_rows=max_rows)
+            if isinstance(max_state_mb, bool) or not isinstance(max_state_mb, int):
+                raise ValueError(f"max_state_mb must be a whole number of MiB, got {max_state_mb!r}")
         except ValueError as e:
             raise ValueError(f"Scorer: {e}") from None
         self.pb2, _ = load("scorer")
@@ -81,7 +86,7 @@ class Scorer:
         if getattr(scorer_net, "kind", "") == "sequence":
             _check_one_replica(scorer)
         if hasattr(scorer_net, "max_keys"):  # a BoundaryScorer (the MLP keeps none: no effect there)
-            scorer_net.max_keys = max_keys
+            scorer_net.max_keys, scorer_net.max_state_mb = max_keys, max_state_mb
         self.core = ScorerCore(scorer_net, max_rows, batch_wait_ms / 1000, metrics=self.metrics)
         self.token = read_token(token_env)
         self.direct, self._address = None, ""

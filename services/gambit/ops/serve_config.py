@@ -21,6 +21,9 @@ from gambit.serving.tree_view import RETENTION_S
 
 CPU_GROUP_RESOURCE = "gambit_cpu_worker"  # advertised by the chart's CPU worker group
 MAX_KEYS = 65_536  # gambit.scoring.scorer.MAX_KEYS (tested equal), without importing torch here
+MAX_STATE_MB = 512  # gambit.scoring.scorer.MAX_STATE_MB (tested equal)
+MAX_NUM_SEQS = 256  # the Target's (EngineConfig's) default engine batch (tested equal)
+MAX_ROWS = 4096  # the Scorer deployment's default rows per Score call (tested equal)
 SCORER_TLS_DIR = "/etc/gambit/scorer-tls"  # where the chart mounts serve.scorerTls.secret on the workers
 GRPC_SERVICER_FUNCTIONS = (
     "gambit.serving.grpc_api.add_ReasoningServiceServicer_to_server",
@@ -124,6 +127,21 @@ def check_scorer_tls(address: str, ca: str, cert: str, key: str, server_name: st
                          "plaintext")
 
 
+def check_engine_batch(max_num_seqs: int, capacity: int, max_rows: int | None = None) -> None:
+    """The Targets' engine batch against what fills it: a Gambit run keeps ``capacity`` traces alive at
+    once and is refused at admission beyond ``max_num_seqs`` (every request left at the default would be);
+    a step's boundaries, up to one row per trace in the batch, go to the Scorer in one call, which it
+    refuses beyond ``max_rows`` (None: an outside Scorer, whose own limit this does not know)."""
+    if capacity > max_num_seqs:
+        raise ValueError(f"max_num_seqs: {max_num_seqs} is below the default capacity {capacity}: every "
+                         "Gambit request left at the default would be refused at admission; raise "
+                         "max_num_seqs or lower the default capacity")
+    if max_rows is not None and max_rows < max_num_seqs:
+        raise ValueError(f"max_rows: {max_rows} is below max_num_seqs {max_num_seqs}: a step's boundaries "
+                         "(a row per trace in the batch) would be refused by the Scorer and fall back "
+                         "unguided; raise max_rows or lower max_num_seqs")
+
+
 SCORER_AUTOSCALING = (("min_replicas", 1), ("max_replicas", 4), ("target_ongoing_requests", 8),
                       ("upscale_delay_s", 5), ("downscale_delay_s", 60))
 
@@ -143,9 +161,13 @@ class ServeAppSpec:
     drafters: str = ""  # Targets' drafters for a real checkpoint: pr=FOLDER,eagle3.1=FOLDER ("" = shipped)
     batch_wait_ms: float = 0.0  # ms the Scorer waits to batch Score calls (0: at once; queued calls batch)
     max_keys: int = MAX_KEYS  # trace histories a sequence scorer keeps per replica (LRU evicted beyond)
+    max_state_mb: int = MAX_STATE_MB  # MiB of trace history a sequence scorer keeps per replica (LRU beyond)
+    max_rows: int = MAX_ROWS  # state rows the Scorer takes in one Score call at most (more: refused)
+    max_num_seqs: int = MAX_NUM_SEQS  # traces in one Target engine batch (a Gambit run's capacity at most)
     # A ScorerService outside Ray the Targets call instead of the scorer app (e.g. `gambit scorer serve
-    # --tls-cert`), host:port ("" = the scorer app through Serve's gRPC proxy); its TLS files are paths on
-    # the Targets' nodes (the chart mounts serve.scorerTls.secret at SCORER_TLS_DIR).
+    # --tls-cert`), host:port ("" = the scorer app through Serve's gRPC proxy; set: no scorer app
+    # deployed); its TLS files are paths on the Targets' nodes (the chart mounts serve.scorerTls.secret at
+    # SCORER_TLS_DIR).
     scorer_address: str = ""
     scorer_tls_ca: str = ""  # PEM CA that verifies the Scorer at scorer_address ("" = plaintext)
     scorer_tls_cert: str = ""  # PEM client certificate for a Scorer that asks for one (--tls-client-ca)
@@ -176,11 +198,14 @@ class ServeAppSpec:
         parse_drafters(self.drafters)
         check_cpu_weights(self.cpu_weights)
         check_kv_dtype(self.kv_dtype)
-        server_defaults(dict(self.solve_defaults))  # what each Coordinator replica would refuse at start
+        defaults = server_defaults(dict(self.solve_defaults))  # what each Coordinator would refuse at start
         from gambit.serving.scorer_server import check_batch_wait_ms
 
         check_batch_wait_ms(self.batch_wait_ms)  # the Scorer replica's own check, before Ray starts
-        at_least(1, max_keys=self.max_keys)
+        at_least(1, max_keys=self.max_keys, max_state_mb=self.max_state_mb, max_rows=self.max_rows,
+                 max_num_seqs=self.max_num_seqs)
+        check_engine_batch(self.max_num_seqs, defaults.capacity,
+                           None if self.scorer_address else self.max_rows)
         if self.spec_max_batch is not None:
             at_least(0, spec_max_batch=self.spec_max_batch)
         at_least(0, target_threads=self.target_threads, max_resumes=self.max_resumes)
@@ -239,10 +264,18 @@ def target_args(spec: ServeAppSpec) -> dict:
            "scorer_tls_ca": spec.scorer_tls_ca, "scorer_tls_cert": spec.scorer_tls_cert,
            "scorer_tls_key": spec.scorer_tls_key, "scorer_tls_server_name": spec.scorer_tls_server_name,
            "num_blocks": spec.num_blocks, "cpu_weights": spec.cpu_weights, "kv_dtype": spec.kv_dtype,
-           "batch_invariant": spec.batch_invariant, "drafters": spec.drafters, "threads": spec.target_threads}
+           "batch_invariant": spec.batch_invariant, "drafters": spec.drafters, "threads": spec.target_threads,
+           "max_num_seqs": spec.max_num_seqs}
     if spec.spec_max_batch is not None:  # unset: the engine's default, which depends on the Target's CPU
         out["spec_max_batch"] = spec.spec_max_batch
     return out
+
+
+def scorer_args(spec: ServeAppSpec) -> dict:
+    """The Scorer's kwargs (``build_scorer``)."""
+    return {"scorer": spec.scorer, "model": spec.model, "hidden_size": spec.hidden_size,
+            "batch_wait_ms": spec.batch_wait_ms, "token_env": spec.token_env, "max_keys": spec.max_keys,
+            "max_state_mb": spec.max_state_mb, "max_rows": spec.max_rows}
 
 
 def serve_config(spec: ServeAppSpec) -> dict:
@@ -258,15 +291,14 @@ def serve_config(spec: ServeAppSpec) -> dict:
         "target": target_args(spec),
         "defaults": dict(spec.solve_defaults),
     }
-    scorer_args = {"scorer": spec.scorer, "model": spec.model, "hidden_size": spec.hidden_size,
-                   "batch_wait_ms": spec.batch_wait_ms, "token_env": spec.token_env,
-                   "max_keys": spec.max_keys}
     apps = [
         {"name": "gambit", "route_prefix": "/gambit", "import_path": "gambit.deployments.app:build_gambit",
          "args": gambit_args, "deployments": [coordinator.to_dict(), target.to_dict()]},
-        {"name": "scorer", "route_prefix": "/scorer", "import_path": "gambit.deployments.app:build_scorer",
-         "args": scorer_args, "deployments": [scorer_deployment(spec)]},
     ]
+    if not spec.scorer_address:  # an outside Scorer: no Target calls the scorer app, so none is deployed
+        apps.append({"name": "scorer", "route_prefix": "/scorer",
+                     "import_path": "gambit.deployments.app:build_scorer",
+                     "args": scorer_args(spec), "deployments": [scorer_deployment(spec)]})
     return {
         "proxy_location": "EveryNode",
         "http_options": {"host": spec.http_host, "port": spec.http_port},

@@ -44,6 +44,9 @@ MAX_RETRY_AFTER_S = 30.0
 # forks + drops kept for the next call while the Scorer is down (the oldest go first beyond it: a Scorer
 # down that long keeps some dropped histories, as before, instead of the client growing without end)
 MAX_PENDING = 65536
+# channels kept to direct endpoints, besides ``address``'s (the least recently used closed beyond it): each
+# Scorer replica restart gives a new address, and a Target kept a channel to every one it ever used
+MAX_DIRECT_CHANNELS = 4
 
 
 class RemoteScorer:
@@ -59,7 +62,8 @@ class RemoteScorer:
         self.pb2, self._grpc = load("scorer")
         self.address, self.tls_ca = address, tls_ca
         self.tls_cert, self.tls_key, self.tls_server_name = tls_cert, tls_key, tls_server_name
-        self._channels: dict[str, tuple[grpc.Channel, object]] = {}
+        self._channels: OrderedDict[str, tuple[grpc.Channel, object]] = OrderedDict()  # LRU order
+        self._channels_lock = threading.Lock()
         self.channel, self.stub = self._stub(address)
         self.metadata = auth_metadata(token) + ((("application", application),) if application else ())
         self.resolve, self.refresh_s = resolve, refresh_s
@@ -240,13 +244,21 @@ class RemoteScorer:
             return None
 
     def _stub(self, address: str):
-        """One channel per address for the client's life (channel set-up costs a handshake)."""
-        if address not in self._channels:
+        """One channel per address, reused (channel set-up costs a handshake): ``address``'s for the
+        client's life, and the ``MAX_DIRECT_CHANNELS`` most recently used direct endpoints' (an older one,
+        most likely a replica gone since, is closed; a call still on it fails and takes the proxy)."""
+        with self._channels_lock:
+            if address in self._channels:
+                self._channels.move_to_end(address)
+                return self._channels[address]
             ch = open_channel(address, self.tls_ca, self.tls_cert, self.tls_key,
                               options=[("grpc.max_send_message_length", 256 << 20)],
                               server_name=self.tls_server_name)
-            self._channels[address] = (ch, self._grpc.ScorerServiceStub(ch))
-        return self._channels[address]
+            self._channels[address] = got = (ch, self._grpc.ScorerServiceStub(ch))
+            direct = [a for a in self._channels if a != self.address]
+            for old in direct[:max(0, len(direct) - MAX_DIRECT_CHANNELS)]:
+                self._channels.pop(old)[0].close()
+            return got
 
     def refresh(self) -> None:
         """Look the direct endpoint up now (in the background) unless one is known or being looked up."""
@@ -329,8 +341,10 @@ class RemoteScorer:
             self._wake.notify_all()
         if self._sender is not None:
             self._sender.join(timeout=5)
-        for ch, _ in self._channels.values():
-            ch.close()
+        with self._channels_lock:
+            for ch, _ in self._channels.values():
+                ch.close()
+            self._channels.clear()
 
 
 class LocalScorer:
