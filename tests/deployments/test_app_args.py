@@ -198,3 +198,17 @@ def test_wait_ready_without_a_scorer_app_waits_for_the_gambit_app_alone(proxy_ro
     wait_ready(address, 5, scorer=None)  # a server already up: whatever it routes
     with pytest.raises(TimeoutError, match="not yet 'gambit' and 'scorer'"):
         wait_ready(address, 0.5)
+
+
+def test_rows_over_the_grpc_message_cap_are_refused_before_ray_starts():
+    """`gambit serve --max-rows` with a wide model: every full Score call was over the proxy's 128 MiB
+    message cap and fell back unguided. The width is --hidden-size, else the model's."""
+    with pytest.raises(ValueError, match=r"^max_rows: 4096 rows of width 8192 .* lower max_rows to 3035"):
+        ServeConfig(hidden_size=8192)
+    assert _serve_flags("--hidden-size", "8192", "--max-rows", "3035").max_rows == 3035
+    with pytest.raises(SystemExit, match=r"^error: max_rows: 4096 rows of width 8192 make a Score call"):
+        _serve_flags("--hidden-size", "8192")
+    with pytest.raises(ValueError, match=r"^max_rows: 1048576 rows of width \d+ make a Score call"):
+        ServeConfig(max_rows=1 << 20)  # the shipped target's width
+    with pytest.raises(SystemExit, match=r"^error: max_rows must be at most 1048576 \(the chart's limit\)"):
+        _serve_flags("--max-rows", str((1 << 20) + 1))

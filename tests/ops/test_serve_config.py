@@ -205,3 +205,64 @@ def test_an_outside_scorer_deploys_no_scorer_app():
 def test_bad_batch_and_state_settings_are_refused_naming_the_field(fields, message):
     with pytest.raises(ValueError, match="^" + re.escape(message)):
         ServeAppSpec(**fields)
+
+
+def test_the_upper_limits_are_the_charts():
+    """The chart's values.schema.json caps maxRows and maxStateMb at 1048576, maxNumSeqs at 65536 and
+    maxKeys at 2^31-1; ServeAppSpec and ServeConfig took any value, so a config `helm install` refuses was
+    generated and served here. Now the same limits, one-line errors naming the field."""
+    import json
+    from pathlib import Path
+
+    from gambit.deployments.local import ServeConfig
+    from gambit.ops.serve_config import UPPER_LIMITS
+
+    schema = json.loads((Path(__file__).parents[2] / "helm/gambit/values.schema.json").read_text())
+    serve = schema["properties"]["serve"]["properties"]
+    camel = {"max_keys": "maxKeys", "max_state_mb": "maxStateMb", "max_rows": "maxRows",
+             "max_num_seqs": "maxNumSeqs"}
+    assert UPPER_LIMITS == {k: serve[v]["maximum"] for k, v in camel.items()}
+    for name, most in UPPER_LIMITS.items():
+        over = {name: most + 1} | ({"max_rows": most + 1} if name == "max_num_seqs" else {})
+        message = f"{name} must be at most {most} (the chart's limit), got {most + 1}"
+        for cls in (ServeAppSpec, ServeConfig):
+            with pytest.raises(ValueError, match="^" + re.escape(message)) as e:
+                cls(**over)
+            assert "\n" not in str(e.value)
+    ServeAppSpec(**UPPER_LIMITS)  # each limit itself is taken (no width known here: no message check)
+
+
+def test_a_scorer_call_over_the_grpc_message_cap_is_refused_at_config_time(monkeypatch):
+    """4096 rows of an 8B model's width fit the 128 MiB gRPC cap of Serve's proxy; a wider model, or more
+    rows, made every full Score call fail RESOURCE_EXHAUSTED, scored by the fallback, unguided. Refused
+    naming max_rows and how far to lower it, unless the caps are raised in the environment."""
+    from gambit.ops import serve_env
+
+    ServeAppSpec(hidden_size=4096)  # the default max_rows, an 8B model: ~97 MiB
+    message = "max_rows: 4096 rows of width 8192 make a Score call of up to 161 MiB, over the 128 MiB gRPC"
+    with pytest.raises(ValueError, match="^" + re.escape(message) + ".* lower max_rows to 3035 or less"):
+        ServeAppSpec(hidden_size=8192)
+    ServeAppSpec(hidden_size=8192, max_rows=3035)
+    with pytest.raises(ValueError, match="^max_rows: 3036 rows of width 8192"):
+        ServeAppSpec(hidden_size=8192, max_rows=3036)
+    ServeAppSpec(hidden_size=8192, scorer_address="h:1")  # an outside Scorer: its own rows limit
+    for k in serve_env.PROXY_CAPS:  # raised where `gambit serve` hands Ray its environment
+        monkeypatch.setenv(k, str(512 << 20))
+    ServeAppSpec(hidden_size=8192)
+    assert serve_env.message_cap() == serve_env.SCORER_ENDPOINT_MESSAGE_BYTES  # the direct endpoint's
+    with pytest.raises(ValueError, match="^max_rows: 16384 rows of width 8192 .* over the 256 MiB"):
+        ServeAppSpec(hidden_size=8192, max_rows=16384)
+    monkeypatch.setenv(serve_env.PROXY_CAPS[0], "lots")
+    with pytest.raises(ValueError, match="^RAY_SERVE_GRPC_MAX_MESSAGE_SIZE='lots' is not a number"):
+        ServeAppSpec(hidden_size=8192)
+
+
+def test_the_message_caps_are_the_serve_envs_and_the_scorers():
+    """The sizes the check assumes: SERVE_ENV's caps, the client's send cap and a trace id's longest."""
+    from gambit.ops import serve_env
+    from gambit.serving import scorer_client
+    from gambit.serving.payload import MAX_TRACE_ID_BYTES
+
+    assert {int(serve_env.SERVE_ENV[k]) for k in serve_env.PROXY_CAPS} == {serve_env.GRPC_MAX_MESSAGE_BYTES}
+    assert serve_env.EDIT_BYTES == 2 * scorer_client.MAX_PENDING * (2 * (MAX_TRACE_ID_BYTES + 2) + 2)
+    assert serve_env.ROW_EXTRA_BYTES >= MAX_TRACE_ID_BYTES + 3 + 2 * 4  # id + framing, 2 packed floats

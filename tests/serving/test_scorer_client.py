@@ -1,6 +1,8 @@
 """RemoteScorer keeps queued forks and drops until a call carries them through: a refused call, or one
 skipped during back-off, costs its own scores, not the histories of the traces forked meanwhile."""
 
+import threading
+
 import pytest
 import torch
 
@@ -126,3 +128,75 @@ def test_channels_to_direct_endpoints_gone_since_are_closed(monkeypatch):
     finally:
         client.close()
     assert client._channels == {}
+
+
+@pytest.fixture
+def small_server():
+    """A Scorer that takes 8 rows per call at most, its first Score call held until the test lets it go."""
+    cfg = ScorerServerConfig(port=0, metrics_port=-1, token_env="", batch_wait_ms=0, max_rows=8)
+    scorer = random_scorer("sequence", H, seed=3)
+    entered, release, score = threading.Event(), threading.Event(), scorer.score
+
+    def held(keys, states):
+        if not entered.is_set():
+            entered.set()
+            release.wait(10)
+        return score(keys, states)
+
+    scorer.score = held
+    srv = start_scorer_server(cfg, scorer=scorer)
+    srv.entered, srv.release = entered, release
+    yield srv
+    release.set()
+    srv.stop()
+
+
+def test_queued_calls_merged_past_the_scorers_max_rows_are_split(small_server):
+    """A slow Scorer makes calls queue; the client sent them as one request, and past the Scorer's max_rows
+    (its Info says 8 here) it was refused: every row of those calls scored the fallback (0.5), unguided.
+    Split at max_rows, each row gets its score, forks applied before the rows and drops after, as if one
+    request; a single call over max_rows is split too."""
+    srv, ref = small_server, random_scorer("sequence", H, seed=3)
+    x = torch.randn(40, H, generator=torch.Generator().manual_seed(1))
+    client = RemoteScorer(f"127.0.0.1:{srv.port}", H, kind="sequence", timeout_s=10.0)
+    try:
+        first = client.score_async(["k0"], x[0:1])  # in flight, held in the Scorer: the rest queue up
+        assert srv.entered.wait(10)
+        client.fork("k0", "c")
+        client.drop("k1")
+        calls = [[f"k{i}" for i in range(1, 5)], ["k5", "k6", "k7", "k1"], ["k8", "k9", "c", "k0"]]
+        futs = [client.score_async(keys, x[1 + 4 * j:5 + 4 * j]) for j, keys in enumerate(calls)]
+        srv.release.set()
+        got = torch.cat([first.result(10)] + [f.result(10) for f in futs])
+        want = [ref.score(["k0"], x[0:1])]
+        ref.drop("c")
+        ref.fork("k0", "c")
+        want.append(ref.score([k for keys in calls for k in keys], x[1:13]))
+        ref.drop("k1")
+        assert client.fallbacks == 0, client.last_error
+        assert got.tolist() == pytest.approx(torch.cat(want).tolist(), abs=1e-5)
+        assert set(srv.core.scorer._state) == set(ref._state)  # k1 dropped after its rows, c forked
+        keys = [f"s{i}" for i in range(20)]  # one call over max_rows by itself
+        got = client.score(keys, x[20:40])
+        assert client.fallbacks == 0 and got.tolist() == pytest.approx(ref.score(keys, x[20:40]).tolist(),
+                                                                       abs=1e-5)
+    finally:
+        client.close()
+
+
+def test_a_split_call_refused_part_way_keeps_what_landed(small_server):
+    """The first part landed (with the forks), the second was refused: its rows fall back, the drops it
+    carried stay queued for the next call, the forks do not go twice."""
+    small_server.release.set()
+    x = torch.randn(12, H, generator=torch.Generator().manual_seed(2))
+    x[10, 0] = 1e6  # the second part is refused (INVALID_ARGUMENT)
+    client = RemoteScorer(f"127.0.0.1:{small_server.port}", H, kind="sequence", retry_after_s=60.0)
+    try:
+        client.fork("a", "b")
+        client.drop("z")
+        got = client.score([f"k{i}" for i in range(12)], x)
+        ref = random_scorer("sequence", H, seed=3).score([f"k{i}" for i in range(8)], x[:8])
+        assert got[:8].tolist() == pytest.approx(ref.tolist(), abs=1e-5) and got[8:].tolist() == [0.5] * 4
+        assert client.fallbacks == 1 and client._forks == [] and client._drops == ["z"]
+    finally:
+        client.close()

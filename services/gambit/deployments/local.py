@@ -19,7 +19,7 @@ import grpc
 from gambit.checks import at_least
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype, default_spec_max_batch
 from gambit.drafter_map import parse_drafters
-from gambit.ops.serve_env import SERVE_ENV
+from gambit.ops.serve_env import SERVE_ENV, check_score_message
 from gambit.search.store import check_no_password
 from gambit.serving.grpc_api import SERVICER_FUNCTIONS
 from gambit.serving.security import read_token
@@ -76,6 +76,7 @@ class ServeConfig:
 
     def __post_init__(self) -> None:
         from gambit.ops.serve_config import (
+            at_most_limits,
             check_engine_batch,
             check_ports,
             check_scorer_address,
@@ -86,8 +87,10 @@ class ServeConfig:
 
         check_ports(grpc_port=self.grpc_port, http_port=self.http_port, metrics_port=self.metrics_port)
         check_batch_wait_ms(self.batch_wait_ms)  # the Scorer replica refused it after Ray started
-        at_least(1, max_keys=self.max_keys, max_state_mb=self.max_state_mb, max_rows=self.max_rows,
-                 max_num_seqs=self.max_num_seqs)
+        sizes = {"max_keys": self.max_keys, "max_state_mb": self.max_state_mb, "max_rows": self.max_rows,
+                 "max_num_seqs": self.max_num_seqs}
+        at_least(1, **sizes)
+        at_most_limits(**sizes)  # the chart's limits
         at_least(0, hidden_size=self.hidden_size, max_resumes=self.max_resumes)
         if not self.resume_wait_s > 0:
             raise ValueError(f"resume_wait_s must be > 0, got {self.resume_wait_s!r}")
@@ -114,6 +117,8 @@ class ServeConfig:
         check_kv_dtype(self.kv_dtype)
         capacity = self.solve_defaults().capacity  # a bad one stopped every Coordinator, after Ray started
         check_engine_batch(self.max_num_seqs, capacity, None if self.scorer_address else self.max_rows)
+        if not self.scorer_address:  # a full Score call must fit the gRPC message caps Ray is started with
+            check_score_message(self.max_rows, self.hidden_size or self._model_width())
 
     def _model_width(self) -> int:
         """The Targets' hidden size, the width a scorer folder must read (0: the model is not there,

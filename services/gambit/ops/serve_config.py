@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from gambit.checks import above, at_least
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype
 from gambit.drafter_map import parse_drafters
+from gambit.ops.serve_env import check_score_message
 from gambit.serving.solve_config import server_defaults
 from gambit.serving.tree_view import RETENTION_S
 
@@ -24,6 +25,9 @@ MAX_KEYS = 65_536  # gambit.scoring.scorer.MAX_KEYS (tested equal), without impo
 MAX_STATE_MB = 512  # gambit.scoring.scorer.MAX_STATE_MB (tested equal)
 MAX_NUM_SEQS = 256  # the Target's (EngineConfig's) default engine batch (tested equal)
 MAX_ROWS = 4096  # the Scorer deployment's default rows per Score call (tested equal)
+# the most each may be: the chart's values.schema.json maxima (tested equal), so a value `helm install`
+# refuses is refused here too, and the other way round
+UPPER_LIMITS = {"max_keys": 2**31 - 1, "max_state_mb": 1 << 20, "max_rows": 1 << 20, "max_num_seqs": 1 << 16}
 SCORER_TLS_DIR = "/etc/gambit/scorer-tls"  # where the chart mounts serve.scorerTls.secret on the workers
 GRPC_SERVICER_FUNCTIONS = (
     "gambit.serving.grpc_api.add_ReasoningServiceServicer_to_server",
@@ -102,6 +106,13 @@ class DeploymentSpec:
         if opts:
             out["ray_actor_options"] = opts
         return out
+
+
+def at_most_limits(**values: int) -> None:
+    """Each value at most its ``UPPER_LIMITS`` entry; else a one-line ValueError naming the field."""
+    for name, v in values.items():
+        if not v <= UPPER_LIMITS[name]:
+            raise ValueError(f"{name} must be at most {UPPER_LIMITS[name]} (the chart's limit), got {v!r}")
 
 
 def check_scorer_address(address: str, where: str = "scorer_address") -> None:
@@ -202,10 +213,14 @@ class ServeAppSpec:
         from gambit.serving.scorer_server import check_batch_wait_ms
 
         check_batch_wait_ms(self.batch_wait_ms)  # the Scorer replica's own check, before Ray starts
-        at_least(1, max_keys=self.max_keys, max_state_mb=self.max_state_mb, max_rows=self.max_rows,
-                 max_num_seqs=self.max_num_seqs)
+        sizes = {"max_keys": self.max_keys, "max_state_mb": self.max_state_mb, "max_rows": self.max_rows,
+                 "max_num_seqs": self.max_num_seqs}
+        at_least(1, **sizes)
+        at_most_limits(**sizes)
         check_engine_batch(self.max_num_seqs, defaults.capacity,
                            None if self.scorer_address else self.max_rows)
+        if not self.scorer_address:  # an outside Scorer's rows limit is its own (the model's width: unread)
+            check_score_message(self.max_rows, self.hidden_size)
         if self.spec_max_batch is not None:
             at_least(0, spec_max_batch=self.spec_max_batch)
         at_least(0, target_threads=self.target_threads, max_resumes=self.max_resumes)

@@ -9,6 +9,9 @@ when Ray starts; a Serve app's ``runtime_env`` comes too late for ``RAY_worker_n
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 # * RAY_worker_niceness 0: Ray starts its workers, hence every Serve replica and the Target's engine,
 #   at nice 15, below every ordinary process on the host; on a shared machine the engine then only
 #   gets the CPU others leave (it decoded ~20% slower than the same engine in a nice-0 process).
@@ -27,8 +30,20 @@ from __future__ import annotations
 #   4096 rows (the Scorer's max_rows) x width 4096 (an 8B model, e.g. Qwen3-8B) x 4 bytes = 64 MiB of
 #   float32 states, plus 2 confidence floats and one trace id per row (~0.4 MiB), plus the forks and
 #   drops a Target queued while its Scorer was down (up to ~35 MiB of ids): ~100 MiB, 128 MiB with
-#   margin. Wider models or more rows: raise both (serve.extraEnv, deploy/serve.env).
+#   margin. Wider models or more rows: raise both (serve.extraEnv, deploy/serve.env); ServeAppSpec and
+#   ServeConfig refuse a max_rows whose full call would not fit (``check_score_message``).
 GRPC_MAX_MESSAGE_BYTES = 128 << 20
+# the Scorer's own endpoints (each replica's direct one, `gambit scorer serve`) take, and a Target's client
+# sends, messages up to this (scorer_server.py, scorer_client.py): raising the proxy's past it gains nothing
+SCORER_ENDPOINT_MESSAGE_BYTES = 256 << 20
+STATE_VALUE_BYTES = 4  # float32 states, the widest a Target sends (``payload.encode_states``)
+# per row beside its states: a trace id of at most 128 bytes (payload.MAX_TRACE_ID_BYTES) and two
+# confidence floats, with their framing
+ROW_EXTRA_BYTES = 140
+# the forks and drops one call may carry (2 x scorer_client.MAX_PENDING ids, a Fork of two 128-byte ids at
+# most, with framing): a Target's queue while its Scorer was down
+EDIT_BYTES = 2 * 65536 * 262
+PROXY_CAPS = ("RAY_SERVE_GRPC_MAX_MESSAGE_SIZE", "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH")
 SERVE_ENV: dict[str, str] = {
     "RAY_worker_niceness": "0",
     "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
@@ -50,3 +65,34 @@ def env_file(env: dict[str, str] | None = None) -> str:
         if not k.replace("_", "").isalnum() or k[0].isdigit() or any(c in v for c in " \n'\"$\\`"):
             raise ValueError(f"{k}={v!r} cannot be written as a plain KEY=VALUE line")
     return "".join(f"{k}={v}\n" for k, v in env.items())
+
+
+def score_message_bytes(max_rows: int, width: int) -> int:
+    """The largest Score request a Target sends a Scorer of ``max_rows`` reading ``width``-wide rows."""
+    return max_rows * (width * STATE_VALUE_BYTES + ROW_EXTRA_BYTES) + EDIT_BYTES
+
+
+def message_cap(env: Mapping[str, str] | None = None) -> int:
+    """The largest message a Score call may be on every path (the proxy, its hop to a replica, the direct
+    endpoint): the proxy's caps as ``env`` (this process's environment) sets them, else ``SERVE_ENV``'s."""
+    env = os.environ if env is None else env
+    caps = []
+    for k in PROXY_CAPS:
+        try:
+            caps.append(int(env.get(k, SERVE_ENV[k])))
+        except ValueError:
+            raise ValueError(f"{k}={env[k]!r} is not a number of bytes") from None
+    return min(*caps, SCORER_ENDPOINT_MESSAGE_BYTES)
+
+
+def check_score_message(max_rows: int, width: int, env: Mapping[str, str] | None = None) -> None:
+    """ValueError naming max_rows when a full Score call of ``width``-wide rows (0: not known here, no
+    check) exceeds ``message_cap``: every such call was refused RESOURCE_EXHAUSTED and fell back unguided."""
+    cap = message_cap(env)
+    if width <= 0 or (need := score_message_bytes(max_rows, width)) <= cap:
+        return
+    most = max(0, (cap - EDIT_BYTES) // (width * STATE_VALUE_BYTES + ROW_EXTRA_BYTES))
+    raise ValueError(f"max_rows: {max_rows} rows of width {width} make a Score call of up to "
+                     f"{need / 2**20:.0f} MiB, over the {cap / 2**20:.0f} MiB gRPC message cap; lower "
+                     f"max_rows to {most} or less, or raise {' and '.join(PROXY_CAPS)} (serve.extraEnv, "
+                     f"deploy/serve.env; at most {SCORER_ENDPOINT_MESSAGE_BYTES >> 20} MiB helps)")

@@ -1,16 +1,17 @@
 """The Target's side of ScorerService: a ``BoundaryScorer``-shaped client with a stated fallback.
 
 ``score(keys, states)`` sends one Score RPC (raw bytes + dtype + shape; forks and drops queued since the
-last call ride along). ``confidence``: the ScorerService's scorer reads the target's sampled-token
-confidence (the served default, ``scorer-process``, does): the driver appends it to each row, as for an
-in-process scorer, and it travels as ``ScoreRequest.features``. If the scorer is unreachable (any RPC
-error or timeout), the call is answered by the **fallback**: each row gets its trace's running mean of
-the scores the scorer gave before (0.5 for a trace it never scored), so the round ranks traces as the
-scorer last saw them and new boundaries neither help nor hurt. ``gambit_scorer_fallback_total`` counts
-such calls; after a failure the client skips the network for ``retry_after_s`` before trying again,
-doubled for each failure in a row up to ``MAX_RETRY_AFTER_S``. Forks and drops stay queued until a call
-carries them through (a retried fork or drop is harmless: the Scorer drops a fork's child first), so a
-failed call costs its own scores, not the history of every trace forked meanwhile.
+last call ride along), or several in a row where the rows exceed the Scorer's ``max_rows`` (its Info).
+``confidence``: the ScorerService's scorer reads the target's sampled-token confidence (the served
+default, ``scorer-process``, does): the driver appends it to each row, as for an in-process scorer, and
+it travels as ``ScoreRequest.features``. If the scorer is unreachable (any RPC error or timeout), the
+call is answered by the **fallback**: each row gets its trace's running mean of the scores the scorer
+gave before (0.5 for a trace it never scored), so the round ranks traces as the scorer last saw them and
+new boundaries neither help nor hurt. ``gambit_scorer_fallback_total`` counts such calls; after a failure
+the client skips the network for ``retry_after_s`` before trying again, doubled for each failure in a row
+up to ``MAX_RETRY_AFTER_S``. Forks and drops stay queued until a call carries them through (a retried
+fork or drop is harmless: the Scorer drops a fork's child first), so a failed call costs its own scores,
+not the history of every trace forked meanwhile.
 
 Before the first Score call, and again after a failed one, the client asks the Scorer's ``Info``: a
 Scorer that reads another hidden width or another number of features refuses every call, so each run
@@ -90,6 +91,7 @@ class RemoteScorer:
         self.last_error = ""
         self.unguided = ""  # why every call falls back: the Scorer reads other rows than this Target sends
         self._info_ok = False  # the Scorer's Info matched (asked again after a failed call)
+        self.max_rows = 0  # rows one Score call may carry, from the Scorer's Info (0: not said)
         # (keys, encoded states, features, future) per score_async call not sent yet
         self._queue: list[tuple[list[str], tuple[bytes, str, list[int]], list[float], Future]] = []
         self._wake = threading.Condition(self._lock)
@@ -133,28 +135,32 @@ class RemoteScorer:
     def _score_raw(self, keys: list[str], raw: bytes, dtype: str, shape: list[int],
                    features: list[float] | None = None) -> torch.Tensor:
         """``score`` of states already encoded (``encode_states``): no torch op on the tensors here,
-        so the scorer-client thread never runs a parallel region (``gambit.engine.torch_threads``)."""
+        so the scorer-client thread never runs a parallel region (``gambit.engine.torch_threads``).
+        Sent as calls of at most the Scorer's ``max_rows`` rows (its Info), one after the other: the
+        forks ride on the first, the drops on the last, so they apply as for one request."""
         with self._lock:
             forks, drops = self._forks, self._drops
             self._forks, self._drops = [], []
         t0 = time.perf_counter()
-        scores = None
+        parts: list[torch.Tensor] = []  # the scores of the calls that landed, in row order
+        calls = 0
         self._maybe_resolve()
         if time.monotonic() >= self._down_until:  # down: no call at all (a hung replica took 2 x timeout_s)
             if self._info_ok or self._check_info():
-                req = self.pb2.ScoreRequest(states=raw, dtype=dtype, shape=shape, trace_ids=keys,
-                                            forks=[self.pb2.Fork(parent=p, child=c) for p, c in forks],
-                                            drops=drops, features=features or [])
-                direct = self.direct
-                if direct:
-                    scores = self._call(self._stub(direct)[1], req, len(keys))
-                    if scores is None:  # the replica went away: the proxy routes to a live one
-                        self.direct, self._resolve_at = "", 0.0
-                    else:
-                        self.direct_calls += 1
-                if scores is None:
-                    scores = self._call(self.stub, req, len(keys))
-            if scores is None:  # back off: retry_after_s, doubled per failure in a row, at most MAX
+                cuts = self._cuts(len(keys))
+                calls = len(cuts) - 1
+                row, feat = (len(raw) // len(keys), len(features or ()) // len(keys)) if keys else (0, 0)
+                for i, (lo, hi) in enumerate(zip(cuts, cuts[1:], strict=False)):
+                    req = self.pb2.ScoreRequest(
+                        states=raw[lo * row:hi * row], dtype=dtype, shape=[hi - lo, *shape[1:]],
+                        trace_ids=keys[lo:hi], drops=drops if i == calls - 1 else [],
+                        forks=[self.pb2.Fork(parent=p, child=c) for p, c in (forks if i == 0 else ())],
+                        features=(features or [])[lo * feat:hi * feat])
+                    scores = self._send(req, hi - lo)
+                    if scores is None:  # the rest falls back: no call during the back-off
+                        break
+                    parts.append(scores)
+            if len(parts) < calls or not calls:  # back off: retry_after_s, doubled per failure in a row
                 wait = min(self.retry_after_s * 2 ** self._failures, MAX_RETRY_AFTER_S)
                 self._failures += 1
                 self._info_ok = False  # a Scorer back up may be another one: its Info is asked again
@@ -165,23 +171,44 @@ class RemoteScorer:
         dt = time.perf_counter() - t0
         self.sync_seconds += dt
         self.calls += 1
-        if scores is None:
-            self._requeue(forks, drops)
+        landed = sum(len(s) for s in parts)
+        whole = calls > 0 and len(parts) == calls
+        if not whole:  # forks went with the first call, drops with the last: the others go with the next
+            self._requeue([] if parts else forks, drops)
             self.fallbacks += 1
             if self.metrics is not None:
                 self.metrics.inc("gambit_scorer_fallback_total")
-            with self._lock:
-                return torch.tensor([self._mean(k) for k in keys], dtype=torch.float32)
-        if self.metrics is not None:  # the Scorer records its own latency and batch: counted once there
+        elif self.metrics is not None:  # the Scorer records its own latency and batch: counted once there
             self.metrics.observe("gambit_guidance_sync_seconds", dt)
+        got = [x for part in parts for x in part.tolist()]
         with self._lock:
-            for k, s in zip(keys, scores.tolist(), strict=True):
+            for k, s in zip(keys[:landed], got, strict=True):
                 if k in self._dropped:
-                    self._late(k, drops)
+                    self._late(k, drops if whole else [])
                     continue
                 tot, n = self._sum.get(k, (0.0, 0))
                 self._sum[k] = (tot + s, n + 1)
-        return scores
+            got += [self._mean(k) for k in keys[landed:]]
+        if len(parts) == 1 and len(got) == landed:  # one call: its tensor, as it came
+            return parts[0]
+        return torch.from_numpy(np.asarray(got, dtype=np.float32))  # numpy: no ATen work (torch.cat)
+
+    def _cuts(self, n: int) -> list[int]:
+        """Where ``n`` rows split into calls of at most the Scorer's ``max_rows`` (0: not said, one call):
+        a merged call over it was refused, and its rows scored the fallback."""
+        step = self.max_rows or max(n, 1)
+        return list(range(0, n, step)) + [n] if n else [0, 0]
+
+    def _send(self, req, n: int) -> torch.Tensor | None:
+        """One Score call at the direct endpoint, else the proxy; None when neither answers it."""
+        scores = None
+        if direct := self.direct:
+            scores = self._call(self._stub(direct)[1], req, n)
+            if scores is None:  # the replica went away: the proxy routes to a live one
+                self.direct, self._resolve_at = "", 0.0
+            else:
+                self.direct_calls += 1
+        return scores if scores is not None else self._call(self.stub, req, n)
 
     def _late(self, key: str, sent: list[str]) -> None:
         """A score of a trace dropped before it came back (the driver drops a trace that ends in the step
@@ -217,7 +244,7 @@ class RemoteScorer:
                     self.direct, self._resolve_at = "", 0.0
                 continue
             if (info.hidden_size, info.features) == (self.hidden_size, sent):
-                self._info_ok, self.unguided = True, ""
+                self._info_ok, self.unguided, self.max_rows = True, "", info.max_rows
                 return True
             why = (f"runs unguided: the Scorer at {address} reads hidden states of width {info.hidden_size} "
                    f"with {info.features} confidence features per row, this Target sends width "
