@@ -17,10 +17,11 @@ def test_a_range_error_names_the_value_and_what_it_was():
 
 
 @pytest.mark.parametrize("argv, said", [
-    (["train", "drafter", "--steps", "0"], "error: steps must be >= 1, got 0"),
-    (["train", "target", "--lr", "0"], "error: lr must be > 0, got 0.0"),
-    (["train", "drafter", "--hass-topk", "0"], "error: hass_topk must be >= 1, got 0"),
-    (["run", "--kv-blocks", "0"], "error: kv_blocks must be >= 1, got 0"),
+    (["train", "drafter", "--steps", "0"], "gambit train drafter: error: --steps must be >= 1, got 0"),
+    (["train", "target", "--lr", "0"], "gambit train target: error: --lr must be > 0, got 0.0"),
+    (["train", "drafter", "--hass-topk", "0"],
+     "gambit train drafter: error: --hass-topk must be >= 1, got 0"),
+    (["run", "--kv-blocks", "0"], "gambit run: error: --kv-blocks must be >= 1, got 0"),
 ])
 def test_the_cli_names_the_flag_out_of_range(argv, said):
     """`gambit train drafter --steps 0` said "steps, batch_size, ttt_steps and lr must be positive"."""

@@ -92,9 +92,43 @@ def test_ctrl_c_is_one_line_exit_130_and_the_finished_problems_are_saved(tmp_pat
                   "--save", str(store), "--png", str(png)]) == 130
     out, err = capsys.readouterr()
     assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err
-    assert f"interrupted in p2: tree store saved to {store} — `gambit inspect p1 --store {store}`" in out
+    assert f"interrupted in p2 (stopped at step 0; the traces as they stood): tree store saved to " \
+           f"{store} — `gambit inspect p1 --store {store}`" in out
     runs = json.loads(store.read_text())
     assert runs["p1"]["result"] is not None and png.is_file()
+
+
+def test_ctrl_c_saves_the_interrupted_runs_traces_as_they_stood(tmp_path, capsys, monkeypatch):
+    """The store was saved as last written: a running trace is rewritten only when its state changes, so
+    at step 56 one showed "running; 32 tokens". Now the cut run is cancelled and written whole first."""
+    import gambit.run
+    from gambit.search.live import LiveView
+
+    class InterruptedView(LiveView):  # Ctrl-C after the fifth event the driver reports
+        seen = 0
+
+        def update(self, ev):
+            super().update(ev)
+            InterruptedView.seen += 1
+            if InterruptedView.seen == 5:
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(gambit.run, "LiveView", InterruptedView)
+    store = tmp_path / "s.json"
+    assert _main(["run", "--problems", "1", "--samples", "4", "--swap", "1", "--max-tokens", "200",
+                  "--save", str(store), "--png", ""]) == 130
+    out = capsys.readouterr().out
+    record = json.loads(store.read_text())["p1"]
+    step = record["meta"]["step"]
+    assert f"interrupted in p1 (stopped at step {step}; " in out
+    assert f"`gambit inspect p1 --store {store}`" in out
+    assert record["result"]["reason"] == "cancelled" and 0 < step < 200
+    nodes = list(record["nodes"].values())
+    assert not [n for n in nodes if n["state"] == "running"]
+    stopped = [n for n in nodes if n["end_reason"] == "cancelled"]
+    assert stopped and all(n["end_step"] == step and len(n["tokens"]) == step for n in stopped)
+    assert record["meta"]["tokens"] == record["result"]["tokens"] == sum(
+        t["own_tokens"] for t in record["result"]["traces"])
 
 
 def test_ctrl_c_in_eval_is_one_line(capsys, monkeypatch):
@@ -108,13 +142,23 @@ def test_ctrl_c_in_eval_is_one_line(capsys, monkeypatch):
     assert capsys.readouterr().err == "interrupted\n"
 
 
-def test_a_prompt_the_kv_cache_cannot_hold_names_the_flag(capsys):
-    """It said "needs more KV blocks than the cache has (120)", not which flag raises them."""
-    assert main(["run", "--question", "Compute " + "+".join(["12"] * 30) + ".", "--kv-blocks", "3",
-                 "--samples", "2", "--swap", "1", "--save", "", "--png", ""]) == 2
+def test_a_prompt_the_kv_cache_cannot_hold_names_the_flag(capsys, monkeypatch):
+    """It said "needs more KV blocks than the cache has (120)", not which flag raises them; then, after
+    the model loaded, "(1 of 16 tokens: 16)": now before it loads, with the minimum and why."""
+    import gambit.run
+
+    monkeypatch.setattr(gambit.run.Engine, "from_pretrained", lambda *a, **k: pytest.fail("the model loaded"))
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--question", "Compute " + "+".join(["12"] * 30) + ".", "--kv-blocks", "3",
+              "--samples", "2", "--swap", "1", "--save", "", "--png", ""])
     err = capsys.readouterr().err
-    assert "needs more KV blocks than the cache has (3 of 16 tokens: 48); raise the engine's KV blocks " \
-           "(`gambit run --kv-blocks`" in err
+    assert e.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("gambit run: error: --kv-blocks 3: too few; a trace keeps its prompt and each "
+                          "token it generates in blocks of 16 tokens, and the longest prompt here is 110 "
+                          "tokens: give at least 7 (one trace to --max-tokens 400 needs 32)")
+    monkeypatch.undo()
+    assert main(["run", "--problems", "1", "--kv-blocks", "3", "--samples", "2", "--swap", "1",
+                 "--max-tokens", "30", "--save", "", "--png", ""]) == 0  # 46 + 1 tokens: 3 blocks do
 
 
 def test_more_problems_than_the_set_holds_is_said(tmp_path, capsys):

@@ -7,20 +7,22 @@ import os
 import sys
 from dataclasses import replace
 
-from gambit.config_cli import add_dataclass_args, from_args
-from gambit.paths import check_output, say_if_overwriting
+from gambit.config_cli import add_dataclass_args, flag_checked, flag_error, from_args
+from gambit.paths import check_output, check_output_dir, say_if_overwriting
 
 
 def _cmd_run(args) -> int:
-    from gambit.run import RunConfig, run
+    from gambit.run import RunConfig, check_kv_blocks, problems_of, run
 
     cfg = from_args(RunConfig, args)
     if cfg.question == "-":  # a multi-line question, piped (as `gambit client solve -`)
         text = sys.stdin.read()
         if not text:  # "" means the held-out problems: an empty pipe solved those instead
-            raise ValueError("question: '-' read nothing from stdin")
+            raise flag_error(args, "--question -: read nothing from stdin")
         cfg = replace(cfg, question=text)
-    run(cfg)
+    problems = flag_checked(args, problems_of, cfg)  # more than the task's range holds: before the load
+    flag_checked(args, check_kv_blocks, cfg, problems)  # before the model loads, as a flag error
+    run(cfg, problems)
     return 0
 
 
@@ -28,7 +30,7 @@ def _cmd_eval(args) -> int:
     from gambit.bench.eval import EvalConfig, format_table, run_eval, write_json
 
     cfg = from_args(EvalConfig, args)
-    check_output(args.json or "", "json")  # before the evaluation, not after it
+    flag_checked(args, check_output, args.json or "", "--json")  # before the evaluation, not after it
     result = run_eval(cfg)
     print(format_table(result))
     if args.json:
@@ -59,6 +61,7 @@ def _cmd_train_target(args) -> int:
     # eval_samples (here) and the output folder (train_target) are refused before the training, not
     # after its 30 minutes
     cfg = from_args(TrainTargetConfig, args)
+    flag_checked(args, check_output_dir, cfg.out, "--out", beside=True)  # train_target's check, as a flag
     say_if_overwriting(cfg.out)
     info = train_target(cfg)
     out = info["config"]["out"]
@@ -102,6 +105,7 @@ def _cmd_train_drafter(args) -> int:
     from gambit.train.drafter import TrainDrafterConfig, train_drafter
 
     cfg = from_args(TrainDrafterConfig, args)
+    flag_checked(args, check_output_dir, cfg.out, "--out")  # train_drafter's check, as a flag
     say_if_overwriting(cfg.out)
     info = train_drafter(cfg)
     print(f"trained {info['config']['method']} drafter in {info['train_seconds']} s; held-out "

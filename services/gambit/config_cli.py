@@ -2,8 +2,9 @@
 
 Precedence: explicit flag > YAML file > dataclass default. Validation stays in each dataclass's
 ``__post_init__``, so a bad value gets the same clear error from either surface. A class with
-``FLAG_ERRORS = True`` (the bench commands') has its errors name the flags ("--kv-share must be ...",
-not "kv_share must be ..."; a value from the YAML file keeps its key) and exit 2, as argparse's do.
+``FLAG_ERRORS = True`` (run, eval, train and the bench commands') has its errors name the flags
+("--kv-share must be ...", not "kv_share must be ..."; a value from the YAML file keeps its key) on one
+line that opens with the command, "gambit bench search: error: ...", and exit 2, as argparse's do.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls, skip: tuple[str, ..
     """Add ``--field-name`` for each field (default None, so we can tell what was given)."""
     hints = typing.get_type_hints(cls)
     notes = field_comments(cls)
+    parser.set_defaults(_prog=parser.prog)  # from_args's errors open with the command, as argparse's
     parser.add_argument("--config", help="YAML file with values for these options")
     for f in dataclasses.fields(cls):
         if f.name in skip or f.name.startswith("_"):
@@ -109,18 +111,51 @@ def yaml_value(path: Path, name: str, hint, value):
 
 def flag_named(message: str, names) -> str:
     """``message`` (a dataclass check's: "kv_share must be in (0, 4], got 0") with the field it starts
-    with, if one of ``names``, spelt as its flag: "--kv-share must be in (0, 4], got 0"."""
-    m = re.match(r"\w+", message)
-    return "--" + m[0].replace("_", "-") + message[m.end():] if m and m[0] in names else message
+    with, if one of ``names``, spelt as its flag: "--kv-share must be in (0, 4], got 0"; a field with an
+    underscore later in it too ("min_ops <= max_ops": "--min-ops <= --max-ops"), a plain word there
+    being prose ("a model folder")."""
+    def spelt(m: re.Match) -> str:
+        return "--" + m[0].replace("_", "-") if m[0] in names and (m.start() == 0 or "_" in m[0]) else m[0]
+
+    return re.sub(r"(?<![\w\-./])[a-z]\w*", spelt, message)
 
 
-def _exit(cls, message: str, flags=()):
+class FlagError(SystemExit):
+    """Exit 2 (argparse's code) after its line was printed; ``str()`` is that line, for a caller (or a
+    test's ``pytest.raises(match=)``) that reads it: SystemExit("message") would have exited 1."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__(2)
+        self.line = line
+
+    def __str__(self) -> str:
+        return self.line
+
+
+def flag_error(args: argparse.Namespace | None, message: str) -> FlagError:
+    """One line, "gambit run: error: MESSAGE" (the command as ``add_dataclass_args`` noted its parser's
+    prog; "error: MESSAGE" without one), printed on stderr, and the FlagError to raise."""
+    prog = getattr(args, "_prog", None)
+    line = f"{prog + ': ' if prog else ''}error: {message}"
+    print(line, file=sys.stderr)
+    return FlagError(line)
+
+
+def flag_checked(args: argparse.Namespace, check, *a, **k):
+    """``check(*a, **k)`` (a flag's check outside its dataclass: an output path) and its value, its
+    ValueError said as ``flag_error`` says it, exit 2."""
+    try:
+        return check(*a, **k)
+    except ValueError as e:
+        raise flag_error(args, str(e)) from None
+
+
+def _exit(cls, message: str, flags=(), args: argparse.Namespace | None = None):
     """The SystemExit for a bad configuration: "error: MESSAGE" and exit 1; for a ``FLAG_ERRORS``
-    class, the fields in ``flags`` named as flags, printed here, and exit 2 (argparse's code)."""
+    class, the fields in ``flags`` named as flags, printed here after the command, and exit 2."""
     if not getattr(cls, "FLAG_ERRORS", False):
         return SystemExit(f"error: {message}")
-    print(f"error: {flag_named(message, flags)}", file=sys.stderr)
-    return SystemExit(2)
+    return flag_error(args, flag_named(message, flags))
 
 
 def from_args(cls, args: argparse.Namespace, **fixed):
@@ -132,20 +167,20 @@ def from_args(cls, args: argparse.Namespace, **fixed):
             with path.open() as f:  # a stream: YAML's errors name the file
                 loaded = yaml.safe_load(f) or {}
         except FileNotFoundError:
-            raise _exit(cls, f"config file {path} does not exist") from None
+            raise _exit(cls, f"config file {path} does not exist", args=args) from None
         except yaml.YAMLError as e:
-            raise _exit(cls, f"{path}: malformed YAML: {e}") from None
+            raise _exit(cls, f"{path}: malformed YAML: {e}", args=args) from None
         if not isinstance(loaded, dict):
-            raise _exit(cls, f"{path}: expected a mapping of option names to values")
+            raise _exit(cls, f"{path}: expected a mapping of option names to values", args=args)
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(loaded) - names, key=str)  # a YAML key may be a number: `1: 2`
         if unknown:
-            raise _exit(cls, f"{path}: unknown options {unknown}; known: {sorted(names)}")
+            raise _exit(cls, f"{path}: unknown options {unknown}; known: {sorted(names)}", args=args)
         hints = typing.get_type_hints(cls)
         try:
             values.update({k: yaml_value(path, k, hints[k], v) for k, v in loaded.items()})
         except SystemExit as e:
-            raise _exit(cls, str(e.code).removeprefix("error: ")) from None
+            raise _exit(cls, str(e.code).removeprefix("error: "), args=args) from None
     from_file = set(values)
     for f in dataclasses.fields(cls):
         v = getattr(args, f.name, None)
@@ -158,4 +193,4 @@ def from_args(cls, args: argparse.Namespace, **fixed):
     except (TypeError, ValueError) as e:
         # the fields with a flag on this parser, given there or at their defaults (not the file's)
         flags = {f.name for f in dataclasses.fields(cls) if hasattr(args, f.name)} - from_file - set(fixed)
-        raise _exit(cls, str(e), flags) from None
+        raise _exit(cls, str(e), flags, args) from None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, fields, replace
+from typing import ClassVar
 
 from gambit.checks import at_least
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype
@@ -47,10 +48,11 @@ SHIPPED_WALL_S = 25.0  # `gambit run`'s wall limit per problem on the shipped ta
 
 @dataclass
 class RunConfig:
+    FLAG_ERRORS: ClassVar[bool] = True  # gambit.config_cli: its errors name the flags, exit 2
     model: str = str(TARGET)  # target model: a Hugging Face folder, or a name such as smollm2
     problems: int = 2  # held-out (test split) problems to solve
     samples: int = 16  # C: traces in the pool (SC@C launches this many)
-    method: str = "gambit"  # gambit | sc | step | deepconf
+    method: str = "gambit"  # search method: gambit | sc | step | deepconf
     # process: per-thought labels + confidence (the default); confidence: training-free (any model)
     scorer: str = "process"  # scorer: process | mlp | sequence | confidence | a folder (gambit.scoring.spec)
     swap: int = 4  # K: traces pruned and branched per round (0: none; above --samples: taken as --samples)
@@ -208,6 +210,27 @@ def problems_of(cfg: RunConfig) -> list:
     return problems
 
 
+def check_kv_blocks(cfg: RunConfig, problems: list) -> None:
+    """``kv_blocks`` below what the longest prompt and one generated token fill, refused before the model
+    loads (only its tokenizer is read): the engine refused it after the load, as "(1 of 16 tokens: 16)"."""
+    from gambit.model.config import ModelConfig
+    from gambit.model.loader import model_folder
+    from gambit.model.tokenizer import Tokenizer
+
+    folder = model_folder(cfg.model)
+    mc = ModelConfig.from_file(folder / "config.json")
+    tok = Tokenizer.from_file(folder / "tokenizer.json", mc.bos_token_id, mc.eos_ids)
+    longest = max(len(tok.encode(p.prompt)) for p in problems)
+    bs = EngineConfig.block_size
+    need = -(-(longest + 1) // bs)
+    if cfg.kv_blocks < need:
+        full = -(-(longest + cfg.max_tokens) // bs)
+        raise ValueError(f"--kv-blocks {cfg.kv_blocks}: too few; a trace keeps its prompt and each token it "
+                         f"generates in blocks of {bs} tokens, and the longest prompt here is {longest} "
+                         f"tokens: give at least {need} (one trace to --max-tokens {cfg.max_tokens} needs "
+                         f"{full})")
+
+
 def no_answer_why(res, max_tokens: int, rule: str, benchmark: str) -> str:
     """Why a run gave no answer, for the line after it: the wall limit, traces cut at ``max_tokens``,
     or traces that ended by themselves with nothing the rule reads (SmolLM2 answers in prose at 54-110
@@ -225,14 +248,26 @@ def no_answer_why(res, max_tokens: int, rule: str, benchmark: str) -> str:
     return f"the traces ended by themselves with no answer the {rule!r} rule reads{hint}"
 
 
-def _save_interrupted(cfg: RunConfig, store: MemoryStore, last: str | None, cut: str) -> None:
-    """Ctrl-C mid-search: the tree store as it stands (the problems finished so far, and ``cut`` as far as
-    it got) and the last finished problem's picture; it saved nothing before."""
+def _save_interrupted(cfg: RunConfig, driver: SearchDriver, last: str | None, cut: str) -> None:
+    """Ctrl-C mid-search: the tree store with the problems finished so far and ``cut`` as it stood, and
+    the last finished problem's picture. ``cut`` is cancelled first, as ``gambit client cancel`` does:
+    its traces stop where they are and its record is written whole, as at a run's end (a running trace
+    is rewritten only when its state changes, so one saved as it was showed "running; 32 tokens" at
+    step 56, its tokens and scores of rounds before)."""
+    run = driver.runs.get(cut)
+    step = run.step if run is not None else None
+    try:
+        if run is not None:
+            driver.cancel(cut)
+        how = f" (stopped at step {step}; the traces as they stood)" if run is not None else ""
+    except Exception as e:  # an interrupt inside the engine's step: save what was written
+        how = f" (its traces as last written: flushing them failed: {e})"
     if cfg.save:
-        print(f"\ninterrupted in {cut}: tree store saved to {store.save(cfg.save)} — "
-              f"`gambit inspect {last or cut} --store {cfg.save}`")
+        shown = cut if step or not last else last  # one that never stepped has no tree to look at
+        print(f"\ninterrupted in {cut}{how}: tree store saved to {driver.store.save(cfg.save)} — "
+              f"`gambit inspect {shown} --store {cfg.save}`")
     if cfg.png and last:
-        print(f"lineage picture: {lineage_png(last, store.load(last), cfg.png)}")
+        print(f"lineage picture: {lineage_png(last, driver.store.load(last), cfg.png)}")
 
 
 def _short(text: str, n: int = 160) -> str:
@@ -240,11 +275,15 @@ def _short(text: str, n: int = 160) -> str:
     return text if len(text) <= n else text[:n - 1] + "…"
 
 
-def run(cfg: RunConfig) -> dict:
+def run(cfg: RunConfig, problems: list | None = None) -> dict:
+    """Solve ``problems`` (None: ``problems_of(cfg)``, checked by ``check_kv_blocks``: the CLI checks
+    the ones it passes) and print each answer and its lineage."""
     scfg = cfg.search()  # validates before loading anything
     if scfg.idle_warmup:  # the default w against a short --max-tokens: runs, but says it
         print(f"note: {scfg.idle_warmup.replace('max_tokens', '--max-tokens')}", file=sys.stderr)
-    problems = problems_of(cfg)  # a missing benchmark file is said before the model loads
+    if problems is None:
+        problems = problems_of(cfg)  # a missing benchmark file is said before the model loads
+        check_kv_blocks(cfg, problems)
     ecfg = EngineConfig(model=cfg.model, preemption="evict", num_blocks=cfg.kv_blocks,
                         cpu_weights=cfg.cpu_weights, kv_dtype=cfg.kv_dtype,
                         batch_invariant=cfg.batch_invariant,
@@ -279,7 +318,7 @@ def run(cfg: RunConfig) -> dict:
         try:
             res = driver.run_until_done([run_id], on_event=view.update)[run_id]
         except KeyboardInterrupt:
-            _save_interrupted(cfg, store, last, run_id)
+            _save_interrupted(cfg, driver, last, run_id)
             raise
         right += bool(res.correct)
         tokens += res.tokens

@@ -101,7 +101,7 @@ def test_a_bad_flag_is_named_as_a_flag_and_exits_2(monkeypatch, capsys, args, me
     with pytest.raises(SystemExit) as e:
         main(["bench", "search", *args])
     assert e.value.code == 2
-    assert capsys.readouterr().err.startswith(f"error: {message}")
+    assert capsys.readouterr().err.startswith(f"gambit bench search: error: {message}")
 
 
 def test_a_value_from_the_config_file_keeps_its_key(tmp_path, capsys):
@@ -111,7 +111,8 @@ def test_a_value_from_the_config_file_keeps_its_key(tmp_path, capsys):
     cfg.write_text("kv_share: 0\n")
     with pytest.raises(SystemExit) as e:
         main(["bench", "search", "--config", str(cfg)])
-    assert e.value.code == 2 and capsys.readouterr().err.startswith("error: kv_share must be in (0, 4]")
+    assert e.value.code == 2
+    assert capsys.readouterr().err.startswith("gambit bench search: error: kv_share must be in (0, 4]")
 
 
 def test_the_help_says_what_c_r_and_delta_are(capsys):

@@ -79,7 +79,8 @@ def test_a_bad_flag_is_one_line_naming_it_and_exit_2(capsys):
 
     with pytest.raises(SystemExit) as e:
         serve.main(["--quick", "--reps", "0"])
-    assert e.value.code == 2 and capsys.readouterr().err == "error: --reps must be >= 1, got 0\n"
+    assert e.value.code == 2
+    assert capsys.readouterr().err == "gambit bench serve: error: --reps must be >= 1, got 0\n"
     with pytest.raises(SystemExit) as e:
         serve.main(["--one-run-pairs", "0"])
     assert e.value.code == 2 and "error: --one-run-pairs must be >= 1, got 0" in capsys.readouterr().err

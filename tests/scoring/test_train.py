@@ -163,8 +163,9 @@ def test_bad_output_paths_are_refused_before_the_rollouts(tmp_path, capsys):
         try:
             code, err = main([*small, *extra]), capsys.readouterr().err
         except SystemExit as e:
-            code, err = 2, str(e.code)
-        assert code == 2 and err.startswith("error: ") and said.format(tmp=tmp_path) in err
+            code, err = e.code, capsys.readouterr().err
+        assert code == 2 and err.startswith("gambit train scorer: error: --")
+        assert said.format(tmp=tmp_path) in err
     assert not (tmp_path / "cache").exists()  # nothing rolled out
 
 

@@ -517,6 +517,11 @@ def batch_list(text: str) -> list[int]:
     return out
 
 
+def _csv(items) -> str:
+    """A list flag's value as the user types it: "1,16,64", not "[1, 16, 64]" or a tuple."""
+    return ",".join(map(str, items))
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from gambit.config_cli import DefaultsFormatter
 
@@ -524,27 +529,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None, help=f"model folder or fetched name, e.g. smollm2 "
                    f"(default {DEFAULT_MODEL})")
-    p.add_argument("--quick", action="store_true", help=f"batches {QUICK_BATCHES}, {QUICK_TOKENS} tokens")
-    p.add_argument("--json", dest="json_path", default=None, help="write results here")
+    p.add_argument("--quick", action="store_true",
+                   help=f"batches {_csv(QUICK_BATCHES)}, {QUICK_TOKENS} tokens per trace")
+    p.add_argument("--json", dest="json_path", default=None, help="write the results JSON here")
     p.add_argument("--batches", type=batch_list, default=None,
-                   help=f"comma-separated batch sizes, traces decoded together (default {FULL_BATCHES})")
+                   help=f"comma-separated batch sizes, traces decoded together (default "
+                   f"{_csv(FULL_BATCHES)}; {_csv(QUICK_BATCHES)} with --quick)")
     p.add_argument("--tokens", type=int, default=None,
                    help=f"new tokens per trace, >= 2 (default {FULL_TOKENS}, {QUICK_TOKENS} with --quick)")
     p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature of every backend")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (0, 1] of every backend's sampling "
                    "(1: no nucleus; reasoning models are often served at 0.95)")
     p.add_argument("--no-vllm", action="store_true", help="skip vLLM-CPU (native and transformers only)")
-    p.add_argument("--repeats", type=int, default=1, help="interleaved rounds (medians are reported)")
+    p.add_argument("--repeats", type=int, default=1, help="interleaved rounds of every backend (medians are "
+                   "reported)")
     p.add_argument("--vllm-python", default=None, help=f"python of the vLLM venv (`make vllm-venv`; default "
                    f"{VLLM_PYTHON}, or $GAMBIT_VLLM_PYTHON)")
-    p.add_argument("--vllm-configs", type=name_list(VLLM_CONFIGS),
-                   default=tuple(VLLM_CONFIGS),
-                   help="vLLM configurations: 'defaults' (LLM(model) as its users run it: dtype auto, "
-                   "torch.compile) and 'float32' (fp32, enforce_eager: the native engine's precision)")
-    p.add_argument("--native-dtypes", type=name_list(NATIVE_DTYPES), default=("float32",),
-                   help="the native engine's configurations: float32 (its CPU default), bfloat16 (bf16 "
-                   "weights), bfloat16+kv (bf16 weights and KV cache), float32+inv / bfloat16+kv+inv (the "
-                   "same with EngineConfig.batch_invariant)")
+    # defaults as typed (argparse runs a string default through ``type``): a tuple showed as one
+    p.add_argument("--vllm-configs", type=name_list(VLLM_CONFIGS), default=_csv(VLLM_CONFIGS),
+                   help="comma-separated vLLM configurations: 'defaults' (LLM(model) as its users run it: "
+                   "dtype auto, torch.compile) and 'float32' (fp32, enforce_eager: the native engine's "
+                   "precision)")
+    p.add_argument("--native-dtypes", type=name_list(NATIVE_DTYPES), default="float32",
+                   help="comma-separated native engine configurations: float32 (the engine's own on a CPU), "
+                   "bfloat16 (bf16 weights), bfloat16+kv (bf16 weights and KV cache), float32+inv / "
+                   "bfloat16+kv+inv (the same with EngineConfig.batch_invariant)")
     p.add_argument("--plot", default=None, help="write a PNG of tokens/s by batch per backend here")
     p.add_argument("--plot-beside", default="", help="comma-separated result JSONs of earlier runs (e.g. "
                    "another model) drawn as further panels of --plot")

@@ -16,6 +16,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import ClassVar
 
 from tqdm import tqdm
 
@@ -44,6 +45,7 @@ TASK_ONLY = ("split", "min_ops", "max_ops", "answer_rule")  # the arithmetic tas
 
 @dataclass
 class EvalConfig:
+    FLAG_ERRORS: ClassVar[bool] = True  # gambit.config_cli: its errors name the flags, exit 2
     model: str = ""  # model folder (Hugging Face layout) or a registry name ("" = the shipped target)
     split: str = "test"  # task split the problems come from: train | dev | test
     samples: int = 16  # sampled solutions per problem (pass@1 is their mean; the vote is over them)

@@ -80,7 +80,7 @@ class BenchSearchConfig:
     scorer: str = "process"  # Table 1's scorer (Gambit and STEP alike): a spec, gambit.scoring.spec
     scorer_mlp: str = "mlp"  # Table 2's MLP scorer: "mlp" (shipped) or any scorer spec
     scorer_sequence: str = "sequence"  # Table 2's sequence scorer: "sequence" (shipped) or any scorer spec
-    threads: int = 2  # torch threads
+    threads: int = 2  # torch intra-op CPU threads
     device: str = "auto"  # torch device of the target: "auto" (CUDA when present, else CPU), "cpu", "cuda:N"
     dtype: str = "auto"  # target dtype: auto (CPU float32, CUDA bfloat16) | float32 | bfloat16 | float16
     # the engine's default cap suits the CPU, where a tree per trace makes a big step compute-bound
@@ -90,7 +90,7 @@ class BenchSearchConfig:
     methods: str = ""  # variants to run, comma list (empty: all but gambit_ties): gambit,sc,step,...
     merge: str = ""  # instead of running: merge these result JSONs (comma list) into one report
     # a graded benchmark's questions instead of the task's two difficulties (a real model, its format)
-    benchmark: str = ""  # gsm8k | aime25 | hmmt24 | hmmt25 | gpqa ("" = the arithmetic task)
+    benchmark: str = ""  # graded public benchmark: gsm8k | aime25 | hmmt24 | hmmt25 | gpqa ("" = the task)
     data: str = ""  # the benchmark's JSONL file ("" = ../shared/datasets/, or $GAMBIT_DATASETS)
     max_tokens: int = 0  # tokens per trace, every method (0: SearchConfig's default, 256)
 

@@ -73,9 +73,15 @@ def add_ops_commands(sub) -> None:
                    "this gambit is installed from)")
     d.set_defaults(func=_deploy)
     c = sub.add_parser("cluster", help="the RayService on Kubernetes: status, or wait until it serves")
-    c.add_argument("action", choices=["status", "wait"], help="print status (exit 1 if not ready), or block")
-    add_dataclass_args(c, ClusterConfig)
-    c.set_defaults(func=_cluster)
+    csub = c.add_subparsers(dest="action", required=True)
+    # one parser each: `cluster status --help` listed --timeout-s / --poll-s, which only `wait` reads
+    cs = csub.add_parser("status", help="print the RayService's conditions, apps and pods (exit 1 if not "
+                         "ready)")
+    add_dataclass_args(cs, ClusterConfig, skip=("timeout_s", "poll_s"))
+    cw = csub.add_parser("wait", help="block until the RayService serves (exit 1 at --timeout-s)")
+    add_dataclass_args(cw, ClusterConfig)
+    for parser in (cs, cw):
+        parser.set_defaults(func=_cluster)
     from gambit.ops.loadtest import LoadTestConfig
 
     lt = sub.add_parser("loadtest", help="Locust gRPC load test, headless and bounded, against a local "

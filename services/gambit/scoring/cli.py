@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gambit.config_cli import add_dataclass_args, from_args
-from gambit.paths import check_output, say_if_overwriting
+from gambit.config_cli import add_dataclass_args, flag_checked, from_args
+from gambit.paths import check_output, check_output_dir, say_if_overwriting
 from gambit.scoring.train import TrainScorerConfig
 
 
@@ -23,7 +23,8 @@ def train_scorer_command(args) -> int:
     from gambit.scoring.train import train_scorer
 
     cfg = from_args(TrainScorerConfig, args)
-    check_output(args.json or "", "json")  # before the rollouts and training (--out: train_scorer)
+    flag_checked(args, check_output_dir, cfg.out, "--out")  # train_scorer's check, as a flag
+    flag_checked(args, check_output, args.json or "", "--json")  # before the rollouts and training
     say_if_overwriting(cfg.out)
     info = train_scorer(cfg)
     d = info["data"]

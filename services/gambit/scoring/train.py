@@ -20,6 +20,7 @@ import math
 import time
 from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -51,17 +52,18 @@ NOT_RECIPE = ("kind", "label", "confidence", "out", "cache_dir", "isa", "threads
 @dataclass
 class TrainScorerConfig:
     """Scorer training (fields become ``gambit train scorer`` flags)."""
+    FLAG_ERRORS: ClassVar[bool] = True  # gambit.config_cli: its errors name the flags, exit 2
 
-    kind: str = "mlp"  # "mlp" (STEP probe) or "sequence" (history-aware)
+    kind: str = "mlp"  # scorer network: "mlp" (STEP probe) or "sequence" (history-aware)
     label: str = "final"  # final: the trace's final correctness (STEP) | process: all thoughts right | path
     confidence: bool = False  # also read the target's sampled-token confidence (see scoring/confidence.py)
     out: str = ""  # output folder (default, for the shipped recipe only: the shipped scorer folder)
-    arch: str = "gru"  # sequence: "gru" or "attn"
+    arch: str = "gru"  # the sequence scorer's network: "gru" or "attn"
     model_dim: int = 128  # sequence: width of the recurrent / attention model
     model: str = str(TARGET)  # target whose boundary states are read
     n_problems: int = 176  # train-split problems rolled out (split into fit / validation)
     heldout_problems: int = 128  # dev-split problems rolled out for the reported AUC
-    samples: int = 12  # traces per problem
+    samples: int = 12  # rollout traces sampled per problem
     temperature: float = 0.8  # rollout sampling temperature
     val_percent: int = 15  # percent of train-split problems held for early stopping
     lr: float = 1e-4  # Adam learning rate
@@ -74,8 +76,8 @@ class TrainScorerConfig:
     threads: int = 2  # torch CPU threads while rolling out (the engine's numerics depend on it)
     train_threads: int = 1  # torch CPU threads while training (loss history is exact at the same count)
     cache_dir: str = ""  # rollout cache (default $GAMBIT_CACHE or ~/.cache/gambit)
-    repro_problems: int = 8  # the card's reproducibility probe trains on this many problems ...
-    repro_epochs: int = 3  # ... for this many epochs (0: no probe)
+    repro_problems: int = 8  # problems (the first of --n-problems) the card's reproducibility probe trains on
+    repro_epochs: int = 3  # epochs the card's reproducibility probe trains for (0: no probe)
     # compatible: rollouts and training under the switches that gave the target one loss history on
     # both x86 CPU kinds tried (gambit.train.repro.ISA_ENV), in a child process; slower
     isa: str = "machine"  # kernels' instruction set: machine (floats differ by CPU kind) | compatible

@@ -32,6 +32,7 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from tqdm import tqdm
@@ -55,7 +56,8 @@ SHIPPED = {"eagle3.1": "drafter-eagle3.1", "pr": "drafter-pr", "hass": "drafter-
 
 @dataclass
 class TrainDrafterConfig:
-    method: str = "eagle3.1"  # eagle3.1 | pr | hass | hass+pr
+    FLAG_ERRORS: ClassVar[bool] = True  # gambit.config_cli: its errors name the flags, exit 2
+    method: str = "eagle3.1"  # drafter training method: eagle3.1 | pr | hass | hass+pr
     out: str = ""  # output folder ("" = the shipped folder of the method)
     target: str = str(TARGET)  # target model: a folder, or a name such as smollm2
     seed: int = 0  # init, batch order and balance-set seed
@@ -65,7 +67,7 @@ class TrainDrafterConfig:
     min_lr_ratio: float = 0.1  # final learning rate / peak
     warmup: int = 40  # warmup steps
     weight_decay: float = 0.0  # AdamW weight decay on matrices
-    grad_clip: float = 0.5  # gradient-norm clip
+    grad_clip: float = 0.5  # clip of the gradients' total L2 norm
     ttt_steps: int = 3  # unrolled training-time-test steps (loss weight 0.8^i)
     beta: float = 0.5  # PR balance term weight on the confident rows' reconsideration
     # the passes share one layer, so a lower λ leaves more of it to one-pass drafting

@@ -15,6 +15,7 @@ import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +30,7 @@ from gambit.train import repro
 
 @dataclass
 class TrainTargetConfig:
+    FLAG_ERRORS: ClassVar[bool] = True  # gambit.config_cli: its errors name the flags, exit 2
     out: str = str(TARGET)  # folder the trained model is saved to (Hugging Face layout)
     seed: int = 0  # initialisation and data seed
     steps: int = 2500  # optimiser steps
@@ -37,11 +39,11 @@ class TrainTargetConfig:
     min_lr_ratio: float = 0.05  # the cosine decay's floor, as a fraction of lr
     warmup: int = 100  # linear warmup, steps
     weight_decay: float = 0.01  # AdamW weight decay
-    hidden_size: int = 192  # model width
+    hidden_size: int = 192  # model width: features per token (hidden size)
     num_layers: int = 6  # decoder layers (>= 6: three distinct EAGLE-3 taps)
     num_heads: int = 4  # attention heads
     num_kv_heads: int = 4  # key/value heads (GQA when fewer than num_heads)
-    intermediate_size: int = 512  # MLP width
+    intermediate_size: int = 512  # MLP width: features of each layer's feed-forward
     max_positions: int = 1024  # longest sequence, tokens (RoPE table)
     min_ops: int = 2  # fewest operations in a training problem
     max_ops: int = 8  # most operations in a training problem
