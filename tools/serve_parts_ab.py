@@ -54,8 +54,8 @@ def configure(actor_self, name: str) -> str:
     import torch as _torch
 
     from gambit.scoring.spec import load_scorer_spec
+    from gambit.serving.local_scorer import LocalScorer
     from gambit.serving.record_writer import InlineRecords
-    from gambit.serving.scorer_client import LocalScorer
 
     svc = actor_self._replica_impl._user_callable_wrapper._callable.svc
     drv = svc.driver.driver

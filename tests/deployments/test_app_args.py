@@ -212,3 +212,26 @@ def test_rows_over_the_grpc_message_cap_are_refused_before_ray_starts():
         ServeConfig(max_rows=1 << 20)  # the shipped target's width
     with pytest.raises(SystemExit, match=r"^error: max_rows must be at most 1048576 \(the chart's limit\)"):
         _serve_flags("--max-rows", str((1 << 20) + 1))
+
+
+def test_the_ray_scorer_refuses_rows_over_the_grpc_message_cap_at_start(monkeypatch):
+    """A Scorer deployed from a hand-written serve config (or the chart) skipped `gambit serve`'s check:
+    it started and then every full Score call was over the proxy's message cap, scored by the fallback.
+    The replica checks with its node's caps (the environment Ray started with), its scorer's width."""
+    from gambit.deployments import scorer as scorer_mod
+    from gambit.ops.serve_env import PROXY_CAPS
+
+    monkeypatch.setattr(scorer_mod, "ray_metrics", lambda names: None)
+    for k in PROXY_CAPS:
+        monkeypatch.delenv(k, raising=False)  # SERVE_ENV's 128 MiB
+    message = ("Scorer: max_rows: 1048576 rows of width 16 make a Score call of up to 237 MiB, over the "
+               "128 MiB gRPC message cap; lower max_rows to 489592 or less, or raise "
+               "RAY_SERVE_GRPC_MAX_MESSAGE_SIZE and RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH")
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        Scorer.func_or_class(scorer="random:mlp:16", hidden_size=16, direct_host="", token_env="",
+                             max_rows=1 << 20)
+    for k in PROXY_CAPS:  # raised where Ray was started: the same rows fit
+        monkeypatch.setenv(k, str(256 << 20))
+    s = Scorer.func_or_class(scorer="random:mlp:16", hidden_size=16, direct_host="", token_env="",
+                             max_rows=1 << 20)
+    s.core.close()

@@ -1,6 +1,7 @@
 """The standalone ScorerService over real gRPC: scores, batching, validation, auth, TLS, health,
 reflection and the metrics port."""
 
+import re
 import threading
 import time
 import urllib.request
@@ -440,3 +441,42 @@ def test_a_hung_scorer_is_backed_off_from_not_waited_on_every_round():
     finally:
         client.close()
         hung.close()
+
+
+def test_a_full_call_over_the_endpoints_message_cap_is_refused_at_start():
+    """`gambit scorer serve --max-rows` took any number: a full call over the 256 MiB its endpoint takes
+    was refused RESOURCE_EXHAUSTED, every time, after a clean start. No proxy on the way: the Ray proxy's
+    caps (128 MiB) are not this server's, and raising them is no advice here."""
+    before = {t.name for t in threading.enumerate()}
+    cfg = ScorerServerConfig(port=0, metrics_port=-1, token_env="", max_rows=1147523)
+    message = ("max_rows: 1147523 rows of width 16 make a Score call of up to 256 MiB, over the 256 MiB gRPC "
+               "message cap; lower max_rows to 1147522 or less")
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        start_scorer_server(cfg, scorer=random_scorer("mlp", H, seed=1))
+    assert {t.name for t in threading.enumerate()} <= before  # refused before its batcher started
+    srv = start_scorer_server(ScorerServerConfig(port=0, metrics_port=-1, token_env="", max_rows=1147522),
+                              scorer=random_scorer("mlp", H, seed=1))
+    srv.stop(0)
+
+
+def test_the_endpoint_and_the_client_take_serve_envs_message_cap(monkeypatch):
+    """The 256 MiB the server receives and the client sends was written out in each: one constant now."""
+    from gambit.serving import scorer_client, scorer_server
+
+    monkeypatch.setattr(scorer_server, "SCORER_ENDPOINT_MESSAGE_BYTES", 1 << 16)
+    srv = start_scorer_server(ScorerServerConfig(port=0, metrics_port=-1, token_env=""),
+                              scorer=random_scorer("mlp", H, seed=1))
+    try:
+        with pytest.raises(grpc.RpcError) as e:  # 4096 x 16 x 4 bytes of states: 256 KiB > 64 KiB
+            stub(srv).Score(request(torch.randn(4096, H), [f"t:{i}" for i in range(4096)]))
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        monkeypatch.setattr(scorer_client, "SCORER_ENDPOINT_MESSAGE_BYTES", 1 << 16)
+        client = RemoteScorer(f"127.0.0.1:{srv.port}", H)
+        try:
+            client.score([f"t:{i}" for i in range(4096)], torch.randn(4096, H))
+            assert client.fallbacks == 1 and "RESOURCE_EXHAUSTED" in client.last_error
+            assert "Sent message larger than max" in client.last_error  # refused here, before it left
+        finally:
+            client.close()
+    finally:
+        srv.stop(0)

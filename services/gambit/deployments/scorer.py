@@ -24,6 +24,7 @@ from ray import serve
 from gambit.checks import at_least
 from gambit.deployments.ray_metrics import ray_metrics
 from gambit.model.loader import model_hidden_size
+from gambit.ops.serve_env import check_score_message
 from gambit.scoring.scorer import MAX_KEYS, MAX_STATE_MB
 from gambit.scoring.spec import load_scorer_spec
 from gambit.serving.protos import load
@@ -65,7 +66,8 @@ class Scorer:
         ``direct_port`` 0 = any free port. ``max_keys``: trace histories a sequence scorer keeps, the
         least recently used evicted beyond it (``gambit_scorer_evictions_total``); ``max_state_mb``: the
         same for the MiB of those histories together (an attn history grows with each boundary).
-        ``max_rows``: state rows one Score call may carry (more: INVALID_ARGUMENT)."""
+        ``max_rows``: state rows one Score call may carry (more: INVALID_ARGUMENT); refused here where
+        a full call would pass the gRPC message cap (``serve_env.check_score_message``)."""
         try:  # 40000 was taken: every call then failed after the core's 30 s with "scoring failed: "
             check_batch_wait_ms(batch_wait_ms)
             at_least(1, max_keys=max_keys, max_state_mb=max_state_mb, max_rows=max_rows)
@@ -83,6 +85,10 @@ class Scorer:
                 raise ValueError(f"Scorer: the hidden size of model {model!r} is unknown here ({e}); give "
                                  "hidden_size (the chart's serve.hiddenSize)") from None
         scorer_net = load_scorer_spec(scorer, hidden_size, note=log.warning)
+        try:  # a full call must fit the proxy's caps (this node's environment) and the direct endpoint's
+            check_score_message(max_rows, scorer_net.hidden_size)
+        except ValueError as e:
+            raise ValueError(f"Scorer: {e}") from None
         if getattr(scorer_net, "kind", "") == "sequence":
             _check_one_replica(scorer)
         if hasattr(scorer_net, "max_keys"):  # a BoundaryScorer (the MLP keeps none: no effect there)

@@ -30,11 +30,13 @@ from collections.abc import Mapping
 #   4096 rows (the Scorer's max_rows) x width 4096 (an 8B model, e.g. Qwen3-8B) x 4 bytes = 64 MiB of
 #   float32 states, plus 2 confidence floats and one trace id per row (~0.4 MiB), plus the forks and
 #   drops a Target queued while its Scorer was down (up to ~35 MiB of ids): ~100 MiB, 128 MiB with
-#   margin. Wider models or more rows: raise both (serve.extraEnv, deploy/serve.env); ServeAppSpec and
-#   ServeConfig refuse a max_rows whose full call would not fit (``check_score_message``).
+#   margin. Wider models or more rows: raise both (serve.extraEnv, deploy/serve.env); ServeAppSpec,
+#   ServeConfig and the Scorer itself at start refuse a max_rows whose full call would not fit
+#   (``check_score_message``).
 GRPC_MAX_MESSAGE_BYTES = 128 << 20
 # the Scorer's own endpoints (each replica's direct one, `gambit scorer serve`) take, and a Target's client
-# sends, messages up to this (scorer_server.py, scorer_client.py): raising the proxy's past it gains nothing
+# sends, messages up to this (scorer_server.py and scorer_client.py read it here): raising the proxy's past
+# it gains nothing
 SCORER_ENDPOINT_MESSAGE_BYTES = 256 << 20
 STATE_VALUE_BYTES = 4  # float32 states, the widest a Target sends (``payload.encode_states``)
 # per row beside its states: a trace id of at most 128 bytes (payload.MAX_TRACE_ID_BYTES) and two
@@ -85,14 +87,17 @@ def message_cap(env: Mapping[str, str] | None = None) -> int:
     return min(*caps, SCORER_ENDPOINT_MESSAGE_BYTES)
 
 
-def check_score_message(max_rows: int, width: int, env: Mapping[str, str] | None = None) -> None:
+def check_score_message(max_rows: int, width: int, env: Mapping[str, str] | None = None,
+                        endpoint_only: bool = False) -> None:
     """ValueError naming max_rows when a full Score call of ``width``-wide rows (0: not known here, no
-    check) exceeds ``message_cap``: every such call was refused RESOURCE_EXHAUSTED and fell back unguided."""
-    cap = message_cap(env)
+    check) exceeds ``message_cap``: every such call was refused RESOURCE_EXHAUSTED and fell back unguided.
+    ``endpoint_only``: the Scorer's own endpoint alone (`gambit scorer serve`: no proxy on the way)."""
+    cap = SCORER_ENDPOINT_MESSAGE_BYTES if endpoint_only else message_cap(env)
     if width <= 0 or (need := score_message_bytes(max_rows, width)) <= cap:
         return
     most = max(0, (cap - EDIT_BYTES) // (width * STATE_VALUE_BYTES + ROW_EXTRA_BYTES))
+    raise_caps = ("" if endpoint_only else f", or raise {' and '.join(PROXY_CAPS)} (serve.extraEnv, "
+                  f"deploy/serve.env; at most {SCORER_ENDPOINT_MESSAGE_BYTES >> 20} MiB helps)")
     raise ValueError(f"max_rows: {max_rows} rows of width {width} make a Score call of up to "
                      f"{need / 2**20:.0f} MiB, over the {cap / 2**20:.0f} MiB gRPC message cap; lower "
-                     f"max_rows to {most} or less, or raise {' and '.join(PROXY_CAPS)} (serve.extraEnv, "
-                     f"deploy/serve.env; at most {SCORER_ENDPOINT_MESSAGE_BYTES >> 20} MiB helps)")
+                     f"max_rows to {most} or less{raise_caps}")

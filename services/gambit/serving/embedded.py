@@ -15,9 +15,10 @@ from gambit.drafter_map import parse_drafters
 from gambit.engine.config import SpecConfig
 from gambit.scoring.spec import load_scorer_spec, reads_confidence
 from gambit.search.store import check_no_password
+from gambit.serving.local_scorer import LocalScorer
 from gambit.serving.metrics import Metrics, PrometheusBackend
 from gambit.serving.prompt_format import problem_formatter
-from gambit.serving.scorer_client import LocalScorer, RemoteScorer
+from gambit.serving.scorer_client import RemoteScorer
 from gambit.serving.security import check_client_tls
 from gambit.serving.solve_config import SolveConfig, check_problem, check_run_id
 from gambit.serving.target_service import CancelFlagged, TargetService

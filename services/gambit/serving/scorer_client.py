@@ -32,6 +32,7 @@ import grpc
 import numpy as np
 import torch
 
+from gambit.ops.serve_env import SCORER_ENDPOINT_MESSAGE_BYTES
 from gambit.scoring.confidence import FEATURES
 from gambit.serving.payload import encode_states
 from gambit.serving.protos import load
@@ -279,7 +280,7 @@ class RemoteScorer:
                 self._channels.move_to_end(address)
                 return self._channels[address]
             ch = open_channel(address, self.tls_ca, self.tls_cert, self.tls_key,
-                              options=[("grpc.max_send_message_length", 256 << 20)],
+                              options=[("grpc.max_send_message_length", SCORER_ENDPOINT_MESSAGE_BYTES)],
                               server_name=self.tls_server_name)
             self._channels[address] = got = (ch, self._grpc.ScorerServiceStub(ch))
             direct = [a for a in self._channels if a != self.address]
@@ -373,34 +374,3 @@ class RemoteScorer:
                 ch.close()
             self._channels.clear()
 
-
-class LocalScorer:
-    """An in-process ``BoundaryScorer`` with the same timing counters (embedded wiring)."""
-
-    def __init__(self, scorer, metrics=None) -> None:
-        self.inner, self.metrics = scorer, metrics
-        self.kind, self.hidden_size = scorer.kind, scorer.hidden_size
-        # a scorer that also reads the target's sampled-token confidence: the driver appends it
-        self.confidence = bool(getattr(scorer, "confidence", False))
-        self.sync_seconds = 0.0
-        self.calls = 0
-        self.fallbacks = 0
-
-    def score(self, keys, states):
-        t0 = time.perf_counter()
-        out = self.inner.score(list(keys), states)
-        dt = time.perf_counter() - t0
-        self.sync_seconds += dt
-        self.calls += 1
-        if self.metrics is not None:  # in process: the scorer's call is the Target's wait
-            self.metrics.observe("gambit_scorer_latency_seconds", dt)
-            self.metrics.observe("gambit_scorer_batch_size", len(keys))
-            self.metrics.observe("gambit_guidance_sync_seconds", dt)
-        return out
-
-    def fork(self, parent_key, child_key) -> None:
-        self.inner.drop(child_key)
-        self.inner.fork(parent_key, child_key)
-
-    def drop(self, key) -> None:
-        self.inner.drop(key)

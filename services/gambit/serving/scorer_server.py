@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from gambit.checks import at_least
+from gambit.ops.serve_env import SCORER_ENDPOINT_MESSAGE_BYTES, check_score_message
 from gambit.scoring.scorer import MAX_KEYS, MAX_STATE_MB
 from gambit.scoring.spec import load_scorer_spec
 from gambit.serving.grpc_common import add_health_and_reflection
@@ -43,7 +44,7 @@ class ScorerServerConfig:
     tls_cert: str = ""  # PEM server certificate chain ("" = plaintext)
     tls_key: str = ""  # PEM private key of --tls-cert ("" = plaintext)
     tls_client_ca: str = ""  # PEM CA for client certificates (mTLS; "" = none asked)
-    max_rows: int = 4096  # most state rows in one request
+    max_rows: int = 4096  # most state rows in one request (a full one must fit the 256 MiB message cap)
     batch_wait_ms: float = 2.0  # how long the batcher waits for more requests, milliseconds (at most 1000)
     max_batch_rows: int = 1024  # rows scored by one forward at most
     workers: int = 8  # gRPC handler threads
@@ -150,7 +151,8 @@ def scorer_grpc_server(core: ScorerCore, metrics: Metrics, address: str, token: 
     # so_reuseport 0: a taken port fails here; with gRPC's default a second server shares it silently and
     # the kernel splits the connections between the two
     server = grpc.server(futures.ThreadPoolExecutor(workers), interceptors=interceptors,
-                         options=[("grpc.max_receive_message_length", 256 << 20), ("grpc.so_reuseport", 0)])
+                         options=[("grpc.max_receive_message_length", SCORER_ENDPOINT_MESSAGE_BYTES),
+                                  ("grpc.so_reuseport", 0)])
     pb2_grpc.add_ScorerServiceServicer_to_server(ScorerServicer(core, pb2, metrics), server)
     add_health_and_reflection(server, [pb2.DESCRIPTOR.services_by_name["ScorerService"].full_name])
     try:
@@ -176,6 +178,8 @@ def start_scorer_server(cfg: ScorerServerConfig, scorer=None) -> RunningScorer:
                              f"{cfg.model!r} has hidden size {width}: every Score call would be refused")
         if hasattr(scorer, "max_keys"):  # a BoundaryScorer (the MLP keeps none: no effect there)
             scorer.max_keys, scorer.max_state_mb = cfg.max_keys, cfg.max_state_mb
+    # no proxy on the way: a full call must fit this server's own cap (else every one was refused)
+    check_score_message(cfg.max_rows, scorer.hidden_size, endpoint_only=True)
     core = ScorerCore(scorer, cfg.max_rows, cfg.batch_wait_ms / 1000, cfg.max_batch_rows, metrics)
     token = read_token(cfg.token_env)
     try:
