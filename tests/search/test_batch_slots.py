@@ -46,17 +46,48 @@ def test_gambit_runs_that_overfill_the_batch_each_search_as_alone(make_engine, t
     assert shared == alone  # every trace, parent, score, round and answer
 
 
-def test_a_held_run_launches_when_a_run_ends_and_its_clock_starts_then(make_engine, target):
+def test_a_held_run_launches_when_a_run_ends_its_clock_running_from_its_submit(make_engine, target):
     drv = _drive(make_engine, target, [(i, _cfg(i)) for i in range(3)])
     assert list(drv.held) == ["r2"]  # 4 + 4 of 8 slots taken: it waits, not launched
     assert drv.store.load("r2") is None and not drv.runs["r2"].nodes
     held = drv.runs["r2"]
+    t0 = held.t0
     seen = []
     while "r2" in drv.held:
         seen += [e.run_id for e in drv.step()]
     assert "r2" not in seen  # no progress while it waited
     assert {"r0", "r1"} & set(seen)  # it launched at the start of the step after a run ended
     assert held.step == 1 and drv.store.load("r2")["meta"]["step"] == 0 and len(held.traces) == 4
+    assert held.t0 == t0  # its clock (max_wall_s, elapsed) counts the wait: it restarted at the launch
+
+
+def test_a_held_run_whose_deadline_passes_ends_limit_unlaunched(make_engine, target):
+    """``max_wall_s`` (the served ``timeout_s``) counts from the submit, as the client's deadline does: its
+    clock started at the launch, so a run held 31 s of its 30 then ran up to 30 s more."""
+    drv = _drive(make_engine, target, [(0, _cfg(0)), (1, _cfg(1)), (2, _cfg(2, max_wall_s=30))])
+    assert list(drv.held) == ["r2"]
+    drv.runs["r2"].t0 -= 31  # it has waited 31 s for batch slots
+    resident = set(drv.owner)
+    (res,) = [e for e in drv.step() if e.run_id == "r2"]
+    assert res.reason == "limit" and res.limit == "max_wall_s 30 (timed out queued for batch slots)"
+    assert res.traces == [] and res.tokens == 0 and res.rounds == 0 and res.wall_s >= 31
+    assert "r2" not in drv.runs and not drv.held and set(drv.owner) <= resident  # took nothing, freed nothing
+    assert drv.store.load("r2")["result"]["reason"] == "limit"
+    rest = {k: _outcome(v) for k, v in drv.run_until_done().items()}
+    without = _drive(make_engine, target, [(0, _cfg(0)), (1, _cfg(1))])
+    assert rest == {k: _outcome(v) for k, v in without.run_until_done().items()}
+
+
+def test_a_run_launched_late_has_only_the_rest_of_its_time(make_engine, target):
+    drv = _drive(make_engine, target, [(0, _cfg(0)), (1, _cfg(1)), (2, _cfg(2, max_wall_s=60))])
+    run = drv.runs["r2"]
+    run.t0 -= 50  # it waited 50 s for batch slots
+    while "r2" in drv.held:
+        assert not [e for e in drv.step() if e.run_id == "r2"]
+    assert 50 <= run.progress(0.0).wall_s < 60 and not run.over_limit()  # elapsed: from its submit
+    run.t0 -= 11  # 61 s since its submit: over its limit now, not 60 s after its launch
+    (res,) = [e for e in drv.step() if e.run_id == "r2"]
+    assert res.reason == "limit" and res.limit == "max_wall_s 60" and res.wall_s >= 61 and res.traces
 
 
 def test_a_held_run_cancelled_ends_with_no_traces_and_the_others_go_on(make_engine, target):

@@ -12,7 +12,7 @@ from gambit.search.config import SearchConfig
 from gambit.search.driver import SearchDriver
 from gambit.search.redis_store import RedisStore
 from gambit.search.results import RunResult
-from gambit.search.store import MemoryStore
+from gambit.search.store import MemoryStore, RunUpdate
 
 CFG = SearchConfig(capacity=6, swap=2, interval=4, warmup=12, seed=5)
 
@@ -126,3 +126,44 @@ def test_a_deepconf_run_taken_over_in_its_warm_up_keeps_its_threshold(make_engin
     b = SearchDriver(make_engine(), None, MemoryStore())
     b.adopt(rid, data)
     assert b.run_until_done()[rid].deepconf_threshold == pytest.approx(want, rel=1e-6)  # stored in float32
+
+
+def test_runs_taken_over_wait_for_batch_slots_in_the_order_adopted(make_engine, target):
+    """Restored runs skipped the batch-slot hold (``SearchDriver._fits``): three Gambit runs of C 4 taken
+    over onto an engine of 8 slots all launched, and the third's traces waited unscored behind the others'
+    while their freed slots went to children. Each is held now until it fits, and searches as alone."""
+    import dataclasses
+
+    from gambit.search.standin import StandInScorer
+    from gambit.tasks.arithmetic import TaskConfig, generate
+
+    problems = generate("test", 3, 3, TaskConfig(6, 8))
+    cfgs = [SearchConfig(capacity=4, swap=0, max_tokens=200, seed=i) for i in range(3)]
+    store = MemoryStore()
+    for i, cfg in enumerate(cfgs):  # each written mid-run by a coordinator that then died
+        a = SearchDriver(make_engine(), StandInScorer(target[0].config.hidden_size, seed=1), store)
+        a.submit(problems[i], cfg, run_id=f"t{i}")
+        while store.load(f"t{i}")["meta"]["round"] < 2:
+            a.step()
+    saved = {r: copy.deepcopy(store.load(r)) for r in store.unfinished()}
+
+    def driver(data: dict) -> SearchDriver:
+        s = MemoryStore()
+        for run_id, d in data.items():
+            s.update(run_id, RunUpdate(meta=d["meta"], nodes=list(d["nodes"].values())))
+        return SearchDriver(make_engine(max_num_seqs=8, num_blocks=2000),
+                            StandInScorer(target[0].config.hidden_size, seed=1), s)
+
+    def outcome(res) -> dict:
+        return {k: v for k, v in dataclasses.asdict(res).items() if k not in ("wall_s", "timings")}
+
+    alone = {}
+    for r in saved:
+        b = driver({r: saved[r]})
+        assert b.recover() == [r] and not b.held
+        alone[r] = outcome(b.run_until_done()[r])
+    b = driver(saved)
+    assert b.recover() == ["t0", "t1", "t2"]
+    assert list(b.held) == ["t2"] and not b.runs["t2"].traces  # 4 + 4 of 8 slots taken
+    assert all(n.engine_id is None for n in b.runs["t2"].nodes.values())
+    assert {k: outcome(v) for k, v in b.run_until_done().items()} == alone

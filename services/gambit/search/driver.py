@@ -10,7 +10,10 @@ Batch slots: a Gambit run keeps C traces alive at once, so it launches only when
 engine's batch (``max_num_seqs``) beside the launched runs' pools; until then it is held (first come,
 first served; ``_fits``). Launched beside pools that overfill the batch, its traces waited unscored
 behind the others' while each slot one of its traces freed went to a child (Case 1): three runs of
-C 4 on 8 slots branched 3 and 1 times at K 0 where alone they branched none.
+C 4 on 8 slots branched 3 and 1 times at K 0 where alone they branched none. A held run's clock
+(``max_wall_s``, its elapsed and ``wall_s``) counts from its submit, as a client's deadline does: one
+whose time passes while held ends "limit" with no trace launched, one launched late has only the rest.
+Runs taken over (``adopt``, ``recover``) are held the same way, in the order adopted.
 """
 
 from __future__ import annotations
@@ -57,9 +60,10 @@ class SearchDriver(Guidance):
         self.defers = scorer is not None  # Gambit's boundaries wait for its rounds (``Guidance._defer``)
         self.rounds = self.steps = 0
         self._ratio: float | None = None  # the lowest KV ratio r of the scored runs (``_evict_ratio``)
-        # runs submitted but not launched (in ``runs`` too, so cancel and has_work see them): waiting
-        # for batch slots, in submission order (``_admit``)
+        # runs submitted or adopted but not launched (in ``runs`` too, so cancel and has_work see them):
+        # waiting for batch slots, in submission order (``_admit``)
         self.held: dict[str, SearchRun] = {}
+        self._restored: set[str] = set()  # held runs rebuilt from the store: launched by ``_relaunch``
 
     # -- API ------------------------------------------------------------------------------------
     def submit(self, problem, config: SearchConfig | dict | None = None, run_id: str | None = None) -> str:
@@ -88,22 +92,15 @@ class SearchDriver(Guidance):
             raise ValueError(f"prompt has {len(ids)} tokens; the context holds {self.engine.max_model_len} "
                              "including at least one generated token")
         run = SearchRun(run_id, cfg, prompt, ids, gold, self.engine, self.scorer, self.owner)
-        self._register(run)
-        self.held[run_id] = run
-        try:
-            self._admit()
-        except Exception:
-            self.held.pop(run_id, None)
-            self.runs.pop(run_id, None)
-            self._ratio = None
-            raise
+        self._enqueue(run)
         return run_id
 
     def cancel(self, run_id: str) -> RunResult:
         run = self.runs.get(run_id)
         if run is None:
             raise ValueError(f"no running run {run_id!r}")
-        self.held.pop(run_id, None)  # never launched: it ends with no traces
+        self.held.pop(run_id, None)  # never launched: it ends with no traces (or its stored ones)
+        self._restored.discard(run_id)
         run.stop_all(T.STOPPED, "cancelled")
         return self._finish(run, "cancelled")
 
@@ -126,10 +123,14 @@ class SearchDriver(Guidance):
     def step(self) -> list[Progress | RunResult]:
         if not self.runs:
             return []
+        out: list[Progress | RunResult] = []
         if self.held:
+            out = self._expire_held()  # before they may launch: a run out of time ends unlaunched
             self._admit()
         runs = [r for r in self.runs.values() if r.run_id not in self.held] if self.held \
             else list(self.runs.values())
+        if not runs:
+            return out
         cpu, clock = self.cpu, self._clock
         c0 = clock()
         t0 = time.perf_counter()
@@ -203,7 +204,6 @@ class SearchDriver(Guidance):
         self._account(runs, t1 - t0, t2 - t1b, t3 - t2 + t1b - t1, who)
         c3 = clock()
         cpu["guidance"] += c3 - c2 + c1b - c1
-        out: list[Progress | RunResult] = []
         usage = self.engine.kv_usage()
         writes: list[tuple[str, RunUpdate]] = []  # this step's rounds, written at once
         for run in runs:
@@ -301,6 +301,8 @@ class SearchDriver(Guidance):
         for run in self.runs.values():
             if run.cfg.method not in ("gambit", "step") or usage <= run.cfg.kv_ratio:
                 continue
+            if run.run_id in self.held:  # no KV (a restored one's nodes say running, with no trace)
+                continue
             resident = [n for n in run.nodes.values() if n.resident]
             if len(resident) < 2:
                 continue
@@ -359,18 +361,48 @@ class SearchDriver(Guidance):
             return True
         return run.cfg.method != "gambit" and all(r.cfg.method != "gambit" for r in launched)
 
+    def _enqueue(self, run: SearchRun) -> None:
+        """Hold ``run`` behind the held runs and launch what fits (``_admit``); on an error it is gone."""
+        self._register(run)
+        self.held[run.run_id] = run
+        try:
+            self._admit()
+        except Exception:
+            self.held.pop(run.run_id, None)
+            self.runs.pop(run.run_id, None)
+            self._restored.discard(run.run_id)
+            self._ratio = None
+            raise
+
     def _admit(self) -> None:
         """Launch the held runs in submission order while the first one fits (``_fits``): a run
-        behind a held Gambit run waits too, so a stream of small runs cannot starve it."""
+        behind a held Gambit run waits too, so a stream of small runs cannot starve it. Its clock is
+        not reset here: it runs from its submit (``SearchRun.t0``), the wait included."""
         while self.held:
             run = next(iter(self.held.values()))
             if not self._fits(run):
                 return
             del self.held[run.run_id]
-            run.t0, run.started_at = time.perf_counter(), time.time()  # its clock starts at its launch
-            run.start()
             self._ratio = None
-            self.store.update(run.run_id, run.flush(self.lazy))
+            if run.run_id in self._restored:
+                self._restored.discard(run.run_id)
+                self._relaunch(run)
+            else:
+                run.start()
+                self.store.update(run.run_id, run.flush(self.lazy))
+
+    def _expire_held(self) -> list[RunResult]:
+        """End the held runs whose ``max_wall_s`` passed while they waited (their clock runs from the
+        submit): reason "limit", the limit saying they timed out queued. They launched no trace, so
+        they free no slot and no KV (a restored one keeps its stored tree, its resident nodes stopped)."""
+        out = []
+        for run in [r for r in self.held.values() if r.out_of_time()]:
+            del self.held[run.run_id]
+            self._restored.discard(run.run_id)
+            run.limit_hit = f"max_wall_s {run.cfg.max_wall_s:g} (timed out queued for batch slots)"
+            run.stop_all(T.STOPPED, "limit")
+            out.append(self._finish(run, "limit"))
+        return out
 
     def _finish(self, run: SearchRun, reason: str) -> RunResult:
         c = self._clock()
@@ -400,8 +432,23 @@ class SearchDriver(Guidance):
         return back
 
     def adopt(self, run_id: str, data: dict) -> SearchRun:
-        """Take over a run from its stored tree (``store.load``) and step it from now on."""
-        return self._register(self._restore(run_id, data))
+        """Take over a run from its stored tree (``store.load``) and step it from now on. It is admitted
+        as a submitted run is (held until its C fits the batch, behind the runs held before it: several
+        restored Gambit runs overfilled the batch), unless a trace of it is live in this engine (a
+        coordinator restart): then its traces hold their slots already, and it launches at once."""
+        if run_id in self.runs:
+            raise ValueError(f"run {run_id} already exists")
+        run = self._restore(run_id, data)
+        resident = [n for n in run.nodes.values() if n.resident]
+        if any(self._live(run, n) is not None for n in resident):
+            self._register(run)
+            self._relaunch(run)
+            return run
+        for node in resident:  # another engine's ids (or gone from this one): never abort by them
+            node.engine_id = None
+        self._restored.add(run_id)
+        self._enqueue(run)
+        return run
 
     def _register(self, run: SearchRun) -> SearchRun:
         """Every run enters ``runs`` here (and leaves in ``_finish``): the KV-ratio cache follows."""
@@ -434,21 +481,31 @@ class SearchDriver(Guidance):
             from gambit.search.deepconf import ConfidenceWindow
 
             run.windows = {i: ConfidenceWindow(cfg.deepconf_window) for i in run.nodes}
-        # a restored trace's confidence minimum restarts (it lived in the old coordinator's memory)
-        for node in run.nodes.values():
-            if not node.resident:
-                continue
-            live = self.engine.traces.get(node.engine_id) if node.engine_id is not None else None
-            expected = run.prompt_ids + node.tokens
-            if live is not None and not live.is_done and live.token_ids[:len(expected)] == expected:
-                run.traces[node.id] = live
-                run.sync(node)  # the tokens generated after the last write
-                self.owner[node.engine_id] = (run, node.id, node)
-            else:
-                run._launch(node)  # the engine lost it: recompute from its tokens
         run.dirty = set(run.nodes)
         # the tree says it was taken over, and at which step: the clock goes on from the stored step while
         # each trace restarts from its stored tokens, which lag by design (``SearchRun.flush``), so from
         # here a trace's tokens trail the steps (`gambit inspect` says so in its header)
         self.store.update(run_id, RunUpdate(meta={"resumed_at": [*meta.get("resumed_at", []), run.step]}))
         return run
+
+    def _live(self, run: SearchRun, node: Node):
+        """The engine trace a restored resident node left running here, if it is still its own."""
+        live = self.engine.traces.get(node.engine_id) if node.engine_id is not None else None
+        expected = run.prompt_ids + node.tokens
+        if live is not None and not live.is_done and live.token_ids[:len(expected)] == expected:
+            return live
+        return None
+
+    def _relaunch(self, run: SearchRun) -> None:
+        """A restored run's resident traces: adopt those live in the engine, recompute the others.
+        A restored trace's confidence minimum restarts (it lived in the old coordinator's memory)."""
+        for node in run.nodes.values():
+            if not node.resident:
+                continue
+            live = self._live(run, node)
+            if live is not None:
+                run.traces[node.id] = live
+                run.sync(node)  # the tokens generated after the last write
+                self.owner[node.engine_id] = (run, node.id, node)
+            else:
+                run._launch(node)  # the engine lost it: recompute from its tokens

@@ -46,8 +46,10 @@ class SearchRun:
         # took (>= 1), so rounds fall every ~Δ tokens whether the run speculates or not
         self.clock, self.tick, self.next_round = 0.0, 1.0, cfg.interval
         self.pruned = self.branched = self.evicted = 0
-        self.t0 = time.perf_counter()  # the run's clock (max_wall_s, elapsed): a takeover moves it back
-        self.started_at = time.time()  # its first admission, stored: a takeover's clock goes on from it
+        # the run's clock (max_wall_s, elapsed, wall_s): from its submit, so a run held for batch slots
+        # counts its wait as a client's deadline does (``SearchDriver._admit``); a takeover moves it back
+        self.t0 = time.perf_counter()
+        self.started_at = time.time()  # its submit, stored: a takeover's clock goes on from it
         self.timings = dict.fromkeys(TIMING_KEYS, 0.0)
         self.windows: dict[int, ConfidenceWindow] = {}
         # the scorer also reads the target's sampled-token confidence: one tracker per node
@@ -401,10 +403,14 @@ class SearchRun:
             if (spent and not done) or (self.budget_cut and (spent or done)):
                 self.limit_hit = f"max_total_tokens {c.max_total_tokens}"
                 return True
-        if c.max_wall_s and time.perf_counter() - self.t0 >= c.max_wall_s:
+        if self.out_of_time():
             self.limit_hit = f"max_wall_s {c.max_wall_s:g}"
             return True
         return False
+
+    def out_of_time(self) -> bool:
+        """Whether ``max_wall_s`` passed since ``t0`` (its submit: a held run's wait counts)."""
+        return bool(self.cfg.max_wall_s) and time.perf_counter() - self.t0 >= self.cfg.max_wall_s
 
     def is_done(self) -> bool:
         """No trace generates any more: none is resident (a node is RUNNING exactly while its engine
