@@ -6,14 +6,8 @@ unfinished run from the store after a coordinator restart. Each step: engine for
 view), event routing, one batched scorer call for every run's new boundaries (guidance sync), the
 runs' rounds (tree view), then the KV-ratio eviction of the lowest-ranked resident trace.
 
-Batch slots: a Gambit run keeps C traces alive at once, so it launches only when its C fits in the
-engine's batch (``max_num_seqs``) beside the launched runs' pools; until then it is held (first come,
-first served; ``_fits``). Launched beside pools that overfill the batch, its traces waited unscored
-behind the others' while each slot one of its traces freed went to a child (Case 1): three runs of
-C 4 on 8 slots branched 3 and 1 times at K 0 where alone they branched none. A held run's clock
-(``max_wall_s``, its elapsed and ``wall_s``) counts from its submit, as a client's deadline does: one
-whose time passes while held ends "limit" with no trace launched, one launched late has only the rest.
-Runs taken over (``adopt``, ``recover``) are held the same way, in the order adopted.
+Batch slots (a run held until its pool fits the engine's batch) live in ``batch_slots``, the
+KV-ratio eviction's choice in ``kv_evict``; the driver keeps their state (``held``, ``_ratio``).
 """
 
 from __future__ import annotations
@@ -22,6 +16,7 @@ import time
 import uuid
 
 from gambit.engine import BoundaryEvent, EvictedEvent, FinishedEvent, TokenEvent
+from gambit.search import batch_slots, kv_evict
 from gambit.search import tree as T
 from gambit.search.config import SearchConfig, check_batch
 from gambit.search.guidance import Guidance
@@ -290,76 +285,36 @@ class SearchDriver(Guidance):
             if self.deferred:
                 self._score(self._take_deferred())
             if self.pending:
-                self._settle({r.run_id for r in self.runs.values()
-                              if r.cfg.method in ("gambit", "step") and usage > r.cfg.kv_ratio})
+                self._settle({r.run_id for r in kv_evict.over_ratio(self.runs.values(), usage)})
             self._evict_lowest(usage)
         if self.pending and self._engine_may_evict():
             self._settle()
 
     def _evict_lowest(self, usage: float) -> None:
-        worst: tuple[float, SearchRun, Node] | None = None
-        for run in self.runs.values():
-            if run.cfg.method not in ("gambit", "step") or usage <= run.cfg.kv_ratio:
-                continue
-            if run.run_id in self.held:  # no KV (a restored one's nodes say running, with no trace)
-                continue
-            resident = [n for n in run.nodes.values() if n.resident]
-            if len(resident) < 2:
-                continue
-            rule = run.cfg.rank
-            n = min(resident, key=lambda x: (x.rank_score(rule), -x.id))
-            if worst is None or n.rank_score(rule) < worst[0]:
-                worst = (n.rank_score(rule), run, n)
+        worst = kv_evict.lowest_resident(self.runs.values(), usage, self.held)
         if worst is not None:
-            _, run, node = worst
+            run, node = worst
             self.engine.abort(node.engine_id)
             run.evict(node)
 
     def _engine_may_evict(self) -> bool:
-        """Whether the engine's next step may run out of blocks, and so evict by priority: its running
-        traces need more blocks for their tokens not yet cached than are free. Only its scheduler
-        evicts (a speculative draft that finds no block decodes plainly), and nothing runs between
-        here and that step but a caller's submit (queued, never evicting) or cancel (freeing)."""
-        blocks = getattr(self.engine, "blocks", None)
-        running = getattr(getattr(self.engine, "scheduler", None), "running", None)
-        if blocks is None or running is None:  # another engine: assume it may
-            return True
-        free, need = blocks.num_free, 0
-        for t in running.values():
-            need += blocks.extra_blocks(t, len(t.token_ids))
-            if need > free:
-                return True
-        return False
+        return kv_evict.engine_may_evict(self.engine)
 
     def _evict_ratio(self) -> float:
-        """The lowest KV ratio r of the runs that evict under it (Gambit, STEP; inf: none): above it
-        the KV-ratio check may evict this step. Kept until the set of runs changes (it was a scan of
-        every run's config twice a step)."""
+        """``kv_evict.evict_ratio``, kept until the set of runs changes (it was a scan of every run's
+        config twice a step)."""
         if self._ratio is None:
-            scored = [r.cfg.kv_ratio for r in self.runs.values()
-                      if r.cfg.method in ("gambit", "step") and r.run_id not in self.held]
-            self._ratio = min(scored, default=float("inf"))
+            self._ratio = kv_evict.evict_ratio(self.runs.values(), self.held)
         return self._ratio
 
     # -- batch slots ----------------------------------------------------------------------------
     def _max_seqs(self) -> int | None:
-        """The engine's batch (``max_num_seqs``); None for an engine that does not say."""
-        seqs = getattr(getattr(self.engine, "config", None), "max_num_seqs", None)
-        return seqs if isinstance(seqs, int) else None
+        return batch_slots.max_seqs(self.engine)
 
     def _fits(self, run: SearchRun) -> bool:
-        """Whether ``run`` may launch now. Each launched run holds its C slots of the batch (its pool: at
-        most C traces alive at once). A Gambit run needs its C free: a trace of it that waits is never
-        scored while the slots its running traces free go to their children. Others only wait their
-        turn, so they launch past the batch unless a Gambit run is in it. Nothing launched: any run."""
-        seqs = self._max_seqs()
+        """Whether ``run`` may launch now beside the launched runs (``batch_slots.fits``)."""
         launched = [r for r in self.runs.values() if r.run_id not in self.held]
-        if seqs is None or not launched:
-            return True
-        used = sum(min(r.cfg.capacity, seqs) for r in launched)
-        if used + min(run.cfg.capacity, seqs) <= seqs:
-            return True
-        return run.cfg.method != "gambit" and all(r.cfg.method != "gambit" for r in launched)
+        return batch_slots.fits(run, launched, self._max_seqs())
 
     def _enqueue(self, run: SearchRun) -> None:
         """Hold ``run`` behind the held runs and launch what fits (``_admit``); on an error it is gone."""
@@ -396,10 +351,10 @@ class SearchDriver(Guidance):
         submit): reason "limit", the limit saying they timed out queued. They launched no trace, so
         they free no slot and no KV (a restored one keeps its stored tree, its resident nodes stopped)."""
         out = []
-        for run in [r for r in self.held.values() if r.out_of_time()]:
+        for run in batch_slots.out_of_time(self.held.values()):
             del self.held[run.run_id]
             self._restored.discard(run.run_id)
-            run.limit_hit = f"max_wall_s {run.cfg.max_wall_s:g} (timed out queued for batch slots)"
+            run.limit_hit = batch_slots.queued_limit(run)
             run.stop_all(T.STOPPED, "limit")
             out.append(self._finish(run, "limit"))
         return out
