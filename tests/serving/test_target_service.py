@@ -132,3 +132,57 @@ def test_gambit_runs_that_overfill_the_batch_are_held_queued_and_search_as_alone
         assert svc.tree.get_run("s2")["status"] == "done"
     finally:
         svc.close()
+
+
+def test_runs_held_for_batch_slots_are_gauged_and_reported_to_the_router():
+    """Stop 67: a run held for batch slots showed only in gambit_num_requests_running (held ones
+    included), and the router's stats had no batch: an operator could not see it wait, and the router
+    sent runs to a full batch. Three runs of C 4 on 8 slots: one held, the gauges and the routing
+    stats say so; once a launched run ends the held one launches; with none left all are 0."""
+    import queue
+
+    from gambit.deployments.target import Target
+    from gambit.serving.metrics import Metrics, PrometheusBackend
+
+    backend = PrometheusBackend()
+    svc = build_target(EmbeddedConfig(scorer="random:mlp:192", num_blocks=600, max_num_seqs=8),
+                       Metrics(backend))
+    problems = [p.prompt for p in generate("test", 3, 3, TaskConfig(6, 8))]
+    me = type("T", (), {"svc": svc})()
+    names = ("num_requests_running", "num_requests_held", "batch_slots_used", "batch_slots_total")
+    exports, export = [], svc._gauges
+
+    def gauges() -> tuple:
+        """What the gauges say, and the router's stats at the same time: max_num_seqs, batch_slots."""
+        stats = Target.func_or_class.record_routing_stats(me)
+        return (*(backend.registry.get_sample_value(f"gambit_{k}") for k in names),
+                stats["max_num_seqs"], stats["batch_slots"])
+
+    def recorded() -> None:  # each export of the gauges (engine thread, between steps)
+        export()
+        exports.append(gauges())
+
+    svc._gauges = recorded
+    try:
+        assert gauges() == (0, 0, 0, 8, 8, 0)
+        q: queue.Queue = queue.Queue()
+        svc._cv.acquire()  # admitted together, before any step
+        try:
+            futs = [svc.submit_run(f"h{i}", problems[i], SolveConfig(capacity=4, swap=0, max_tokens=200,
+                                                                     seed=i), q.put) for i in range(3)]
+            mark = len(exports)
+        finally:
+            svc._cv.release()
+        for f in futs:
+            assert f.result(60) is None
+        ended = 0
+        while ended < 3:
+            ended += q.get(timeout=120)["kind"] == "result"
+        got = exports[mark:]
+        # at admission: running (held included), held, slots used, slots; launched and held: 3 x 4
+        assert got[0] == (3, 1, 8, 8, 8, 12)
+        # after a launched run ended, the held one launched: none held, runs in flight
+        assert any(e[1] == 0 and e[0] > 0 and e[5] <= 8 for e in got)
+        assert all(e[2] <= 8 for e in got) and got[-1] == gauges() == (0, 0, 0, 8, 8, 0)
+    finally:
+        svc.close()

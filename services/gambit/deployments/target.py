@@ -107,10 +107,11 @@ class Target:
         return self.svc.load()
 
     def record_routing_stats(self) -> dict:
-        """What the request router ranks replicas by (``kv_router``): KV blocks free and reserved."""
+        """What the request router ranks replicas by (``kv_router``): KV blocks free and reserved, and the
+        engine batch's slots (``max_num_seqs``; ``batch_slots``: the launched and held runs')."""
         load = self.svc.load()
-        return {k: load[k] for k in ("runs", "reserved_blocks", "num_blocks", "block_size", "max_model_len")
-                } | {"stamp": time.time()}
+        return {k: load[k] for k in ("runs", "reserved_blocks", "num_blocks", "block_size", "max_model_len",
+                                     "max_num_seqs", "batch_slots")} | {"stamp": time.time()}
 
     def __del__(self) -> None:
         svc = getattr(self, "svc", None)

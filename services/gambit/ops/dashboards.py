@@ -87,9 +87,18 @@ PANELS: tuple[Panel, ...] = (
         (_q(_or_zero(f"sum(rate({{m:gambit_branches_total}}[{RATE}]))")), "branches"),
         (_q(_or_zero(f"sum(rate({{m:gambit_evictions_total}}[{RATE}]))")), "evictions"),
         (_q(f"sum(rate({{m:gambit_rounds_total}}[{RATE}]))"), "rounds"))),
-    Panel("Runs running / waiting", "short", "Runs in flight and queued (queue depth).", (
+    Panel("Runs running / waiting", "short", "Runs in flight on the Targets (held ones included), those "
+          "a Target holds until their C fits its engine batch (held: queued for batch slots), and runs a "
+          "Coordinator accepted, not started yet (waiting: queue depth).", (
         (_q("sum({m:gambit_num_requests_running})"), "running"),
+        (_q("sum({m:gambit_num_requests_held})"), "held (batch slots)"),
         (_q("sum({m:gambit_num_requests_waiting})"), "waiting"))),
+    Panel("Batch slots", "short", "Engine batch slots (max_num_seqs) of all Targets, and those the launched "
+          "runs' pools hold (min(C, max_num_seqs) each): a Gambit run launches only when its C fits in "
+          "a Target's free slots, else it is held there (used can pass total where runs of other methods "
+          "launch past the batch: their traces wait their turn).", (
+        (_q("sum({m:gambit_batch_slots_used})"), "used"),
+        (_q("sum({m:gambit_batch_slots_total})"), "total"))),
     Panel("Time to first event", "s", "Solve request to its first stream event.",
           tuple(_pct(q, "gambit_time_to_first_token_seconds") for q in (0.5, 0.95, 0.99))),
     Panel("End-to-end latency", "s", "Solve request to its result.",

@@ -2,12 +2,17 @@
 
 A run reserves its worst case on admission (C traces × (prompt + max_tokens) tokens, in KV blocks;
 ``TargetService.blocks_needed``), so a replica's load is its free KV blocks, not only its run count.
-Each replica reports ``num_blocks``, ``reserved_blocks``, ``runs``, ``block_size`` and
-``max_model_len`` (``Target.record_routing_stats``); the router (``gambit.deployments.kv_router``)
-estimates a run's need from the request (prompt tokens ≤ UTF-8 bytes + BOS: an upper bound for the
-character-level and byte-level tokenizers) and ranks the replicas here. The Target still checks the
-exact need and refuses with RESOURCE_EXHAUSTED; the Coordinator then retries on the replicas that
-have not refused yet, so a run is refused only when no replica can hold it.
+Each replica reports ``num_blocks``, ``reserved_blocks``, ``runs``, ``block_size``,
+``max_model_len``, ``max_num_seqs`` and ``batch_slots`` (``Target.record_routing_stats``); the router
+(``gambit.deployments.kv_router``) estimates a run's need from the request (prompt tokens ≤ UTF-8 bytes
++ BOS: an upper bound for the character-level and byte-level tokenizers) and ranks the replicas here.
+The Target still checks the exact need and refuses with RESOURCE_EXHAUSTED; the Coordinator then
+retries on the replicas that have not refused yet, so a run is refused only when no replica can hold it.
+
+Batch slots: a Target launches a Gambit run only when its C fits in the engine batch beside the runs
+there, held runs served first (``SearchDriver._fits``); until then it holds it, queued, KV reserved. Of
+the replicas whose KV can hold a run, those where it launches now come first (stop 67: ranked by KV
+alone, a run went to a replica whose batch was full and waited there while another had free slots).
 """
 
 from __future__ import annotations
@@ -23,23 +28,39 @@ class ReplicaLoad:
     runs: int  # runs in flight there
     block_size: int = 16  # tokens per KV block
     max_model_len: int = 2048  # tokens per trace at most
+    max_num_seqs: int = 0  # slots of its engine batch; 0: not reported (a replica before stop 67)
+    batch_slots: int = 0  # slots its launched and held runs take: min(C, max_num_seqs) each
 
     def __post_init__(self) -> None:
         if self.num_blocks < 1 or self.block_size < 1 or self.max_model_len < 1:
             raise ValueError(f"{self.replica}: num_blocks, block_size and max_model_len must be >= 1")
-        if self.reserved_blocks < 0 or self.runs < 0:
-            raise ValueError(f"{self.replica}: reserved_blocks and runs must be >= 0")
+        if self.reserved_blocks < 0 or self.runs < 0 or self.max_num_seqs < 0 or self.batch_slots < 0:
+            raise ValueError(f"{self.replica}: reserved_blocks, runs, max_num_seqs and batch_slots "
+                             "must be >= 0")
 
     @property
     def free_blocks(self) -> int:
         return max(0, self.num_blocks - self.reserved_blocks)
+
+    def slots(self, capacity: int) -> int:
+        """Batch slots a run of C ``capacity`` takes here (0: the replica does not report its batch)."""
+        return min(capacity, self.max_num_seqs)
+
+    def launches(self, capacity: int) -> bool:
+        """Whether a run of C ``capacity`` would launch at once here, not be held for batch slots: its C
+        fits beside the launched and held runs' (a held run means none is left: it did not fit). True
+        where the batch is not reported (ranked as before)."""
+        if self.max_num_seqs < 1 or capacity < 1:
+            return True
+        return self.batch_slots + self.slots(capacity) <= self.max_num_seqs
 
     @classmethod
     def from_stats(cls, replica: str, stats: dict) -> ReplicaLoad | None:
         """From a replica's routing stats; None when it has not reported yet (or reported garbage)."""
         try:
             return cls(replica, int(stats["num_blocks"]), int(stats["reserved_blocks"]), int(stats["runs"]),
-                       int(stats.get("block_size", 16)), int(stats.get("max_model_len", 2048)))
+                       int(stats.get("block_size", 16)), int(stats.get("max_model_len", 2048)),
+                       int(stats.get("max_num_seqs", 0)), int(stats.get("batch_slots", 0)))
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -52,18 +73,20 @@ def estimate_need(problem: str, capacity: int, max_tokens: int, load: ReplicaLoa
 
 
 def rank(loads: list[ReplicaLoad], need: dict[str, int], unknown: list[str] = (),
-         avoid: tuple[str, ...] = ()) -> list[list[str]]:
+         avoid: tuple[str, ...] = (), capacity: int = 0) -> list[list[str]]:
     """Replica ids in the order to try, one per rank: those that can hold the run (``need``: its
-    blocks per replica), the most free KV left after it first (as a fraction, then fewer runs); then
-    the replicas that have not reported; then those that cannot hold it, most free blocks first
-    (they refuse, and the Coordinator moves on). ``avoid``: replicas that refused it; they come
-    last, and only when nothing else is left."""
+    blocks per replica), the most free KV left after it first (as a fraction, then fewer runs), those
+    where it launches at once (``capacity``: its C, ``ReplicaLoad.launches``; 0: not checked) before
+    those that would hold it for batch slots, the replicas that have not reported (as a rule just
+    started: empty) between the two; then those that cannot hold it, most free blocks first (they
+    refuse, and the Coordinator moves on). ``avoid``: replicas that refused it; they come last, and
+    only when nothing else is left."""
     fits = [x for x in loads if x.replica not in avoid and x.free_blocks >= need[x.replica]]
     fits.sort(key=lambda x: (-(x.free_blocks - need[x.replica]) / x.num_blocks, x.runs, x.replica))
     full = [x for x in loads if x.replica not in avoid and x.free_blocks < need[x.replica]]
     full.sort(key=lambda x: (-x.free_blocks, x.runs, x.replica))
-    order = [x.replica for x in fits] + sorted(r for r in unknown if r not in avoid)
-    order += [x.replica for x in full]
+    order = [x.replica for x in fits if x.launches(capacity)] + sorted(r for r in unknown if r not in avoid)
+    order += [x.replica for x in fits if not x.launches(capacity)] + [x.replica for x in full]
     if not order:  # every replica refused: let one answer again (its refusal ends the run's tries)
         order = sorted([x.replica for x in loads] + list(unknown))
     return [[r] for r in order]

@@ -112,7 +112,19 @@ class TargetService:
                 "reserved_blocks": sum(self._reserved.values()), "num_blocks": self.engine.num_blocks,
                 "block_size": self.engine.blocks.block_size, "max_model_len": self.engine.max_model_len,
                 "kv_usage": self.engine.kv_usage(), "scorer_direct": getattr(self.scorer, "direct", ""),
-                "scorer_error": getattr(self.scorer, "resolve_error", "")}
+                "scorer_error": getattr(self.scorer, "resolve_error", "")} | self.batch_slots()
+
+    def batch_slots(self) -> dict:
+        """The engine batch's slots as the driver counts them (``SearchDriver._fits``: each run holds
+        min(C, max_num_seqs)): ``max_num_seqs``; ``batch_slots``, those of the launched and held runs (a
+        Gambit run launches now only if its own fit beside them: held ones are served first); ``slots_used``,
+        the launched runs' alone; ``held``, runs waiting for slots. From any thread: it reads snapshots."""
+        driver, seqs = self.driver.driver, int(self.engine.config.max_num_seqs)
+        held = set(driver.held)
+        runs = list(driver.runs.values())
+        slots = [(r.run_id in held, min(r.cfg.capacity, seqs)) for r in runs]
+        return {"max_num_seqs": seqs, "batch_slots": sum(n for _, n in slots),
+                "slots_used": sum(n for h, n in slots if not h), "held": sum(h for h, _ in slots)}
 
     def submit_run(self, run_id: str, problem: str, cfg: SolveConfig, sink: Callable,
                    resume: bool = False) -> Future:
@@ -382,6 +394,10 @@ class TargetService:
         if m is None:
             return
         m.set("gambit_num_requests_running", len(self._sinks))
+        slots = self.batch_slots()
+        m.set("gambit_num_requests_held", slots["held"])
+        m.set("gambit_batch_slots_used", slots["slots_used"])
+        m.set("gambit_batch_slots_total", slots["max_num_seqs"])
         m.set("gambit_kv_cache_usage_perc", self.engine.kv_usage())
         active, ghost, _ = self.driver.gauges()
         m.set("gambit_traces_active", active)
