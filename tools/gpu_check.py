@@ -13,8 +13,10 @@ bfloat16 on CUDA):
    size (batch 1 and batch 8), at the paper's tree (B = 48, gamma 8, Bw = k = 6, m = 3) and the
    engine's. Plain batch 8 against plain batch 1 is reported beside it, not counted: a GPU's kernels
    may round differently by batch size, which is no speculative decoding defect.
-3. Speed at batch 1: plain, EAGLE-3.1 and PR interleaved ``--reps`` times (a warm-up first);
-   speedup = plain seconds / speculative seconds within a repetition, median and spread; tau.
+3. Speed at batch 1: plain, EAGLE-3.1 and PR interleaved ``--reps`` times (a warm-up first), each
+   prompt decoded to ``--speed-tokens`` (default ``--max-tokens``); speedup = plain seconds /
+   speculative seconds within a repetition, median and spread; tau (from the lossless runs).
+   ``--quick`` on the CPU times 8 tokens: a CPU's timings measure nothing, the part only has to run.
 Prints a table, writes JSON (after each dtype's lossless checks too, so a time limit keeps what ran),
 and exits 1 if any output was not lossless. Bad flags (``--per 0``, ``--device cuda`` without a GPU,
 ``--json`` naming a folder) are refused before any model loads; ``--quick`` sets only the flags not
@@ -144,11 +146,11 @@ def check_dtype(device: str, dtype: str, prompts, ref: list, args, out: dict, sa
         eng.config.spec = replace(spec, max_batch=0)
         keys = ("plain", "eagle3.1", "pr")
         for key in keys:  # warm-up: first calls, allocations, kernel selection
-            run_once(eng, prompts[:1], 1, key, 8)
+            run_once(eng, prompts[:1], 1, key, min(8, args.speed_tokens))
         secs: dict[str, list[float]] = {k: [] for k in keys}
         for _ in range(args.reps):
             for key in keys:
-                secs[key].append(run_once(eng, prompts, 1, key, args.max_tokens)[0])
+                secs[key].append(run_once(eng, prompts, 1, key, args.speed_tokens)[0])
         for key in keys[1:]:
             r = [p / s for p, s in zip(secs["plain"], secs[key], strict=True)]
             speed[f"{tree} / {key}"] = {"speedup": statistics.median(r), "spread": [min(r), max(r)],
@@ -167,8 +169,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--per", type=positive, help="test prompts per difficulty split (default 4)")
     ap.add_argument("--max-tokens", type=positive, help="tokens generated per prompt (default 96)")
     ap.add_argument("--reps", type=positive, help="interleaved timing repetitions (default 3)")
-    ap.add_argument("--quick", action="store_true", help="1 prompt per split, 24 tokens, 1 repetition "
-                    "(for the flags not given)")
+    ap.add_argument("--speed-tokens", type=positive, help="tokens per prompt in the speed part (default "
+                    "--max-tokens)")
+    ap.add_argument("--quick", action="store_true", help="1 prompt per split, 24 tokens, 1 repetition; "
+                    "on the CPU the speed part times 8 tokens (for the flags not given)")
     ap.add_argument("--json", default="", help="write the results here")
     args = ap.parse_args(argv)
     check_device(ap, args.device)
@@ -176,6 +180,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name, default, quick in (("per", 4, 1), ("max_tokens", 96, 24), ("reps", 3, 1)):
         if getattr(args, name) is None:  # an explicit flag wins over --quick, as in gambit bench serve
             setattr(args, name, quick if args.quick else default)
+    if args.speed_tokens is None:  # a CPU's timings measure nothing: --quick only runs the part there
+        cpu_quick = args.quick and args.device == "cpu"
+        args.speed_tokens = min(8, args.max_tokens) if cpu_quick else args.max_tokens
     return args
 
 
@@ -193,6 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"CPU float32 reference: {len(prompts)} prompts, {args.max_tokens} tokens, "
           f"{time.perf_counter() - t0:.0f} s; checking {args.device} {','.join(dtypes)}", flush=True)
     results = {"torch": torch.__version__, "prompts": len(prompts), "max_tokens": args.max_tokens,
+               "speed_tokens": args.speed_tokens,
                "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None,
                "complete": False, "checks": {}}
     ok = True

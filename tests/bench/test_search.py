@@ -26,7 +26,17 @@ def test_gambit_pr_without_pr_is_refused_not_dropped():
         variants(BenchSearchConfig(methods="gambit,gambit_pr", pr=False))
 
 
-def test_a_benchmark_file_searches_as_the_task(tmp_path, capsys):
+@pytest.fixture
+def keep_threads():
+    """``run_bench`` sets the process's torch threads (``--threads``): put the count back afterwards."""
+    import torch
+
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def test_a_benchmark_file_searches_as_the_task(tmp_path, capsys, keep_threads):
     """``--benchmark gsm8k --data FILE`` with the task's hard problems in GSM8K's layout: every method
     gets the same accuracy and tokens as on the task (KV ample in both, so no sizing difference moves an
     eviction), and the report names the benchmark where it named the hard end."""
@@ -39,8 +49,10 @@ def test_a_benchmark_file_searches_as_the_task(tmp_path, capsys):
             for p in generate("test", 4, 1, TaskConfig(6, 8))]  # the bench's pick: seed + 1
     data = tmp_path / "g.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # one thread: the shipped target's steps gain nothing from two, and on a busy 2-core host two threads'
+    # OpenMP barriers made this test 10x as long (``gambit.engine.step_threads``)
     common = dict(quick=True, problems=4, capacity=4, concurrency=4, kv_share=4.0, methods="gambit,sc,step",
-                  sensitivity=False, frontier=False, pr=False, plots=str(tmp_path / "plots"))
+                  sensitivity=False, frontier=False, pr=False, plots=str(tmp_path / "plots"), threads=1)
     task = run_bench(BenchSearchConfig(**common, difficulties="hard"), None)
     bench = run_bench(BenchSearchConfig(**common, benchmark="gsm8k", data=str(data)),
                       str(tmp_path / "b.json"))

@@ -96,7 +96,7 @@ def test_every_dashboard_query_and_alert_returns_series(serve_stack):
         deadline = time.monotonic() + 90  # Ray exports every ~10 s; Prometheus scrapes every second
         while ((missing := empty_queries(prom, "ray_", rate_interval="5m")) != expected
                or (unset := [c for c in counters if not prom.query(c)])) and time.monotonic() < deadline:
-            time.sleep(2)
+            time.sleep(1)  # Ray's next export is seen within a second of its scrape
         assert missing == expected, f"queries without data: {missing}"
         assert not unset, f"counters not exported: {unset}"
         # and the metrics carry no run ids

@@ -13,7 +13,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_gpu_graphs_script_runs_on_the_cpu(tmp_path):
     out = tmp_path / "g.json"
-    env = {**os.environ, "PYTHONPATH": str(REPO / "services")}
+    # one torch thread: the shipped target's steps gain nothing from two, and on a busy 2-core host two
+    # threads' OpenMP barriers made this run ~15x as long (``gambit.engine.step_threads``)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "services"), "OMP_NUM_THREADS": "1"}
     r = subprocess.run([sys.executable, str(REPO / "tools" / "gpu_graphs.py"), "--device", "cpu", "--batches",
                         "1,3", "--tokens", "12", "--reps", "1", "--json", str(out)],
                        capture_output=True, text=True, timeout=300, env=env)

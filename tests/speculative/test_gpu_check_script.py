@@ -15,7 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_gpu_check_runs_on_the_cpu_path(tmp_path):
     out = tmp_path / "gpu_check.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "services"))
+    # one torch thread: the shipped target's steps are too small to gain from two, and on a busy 2-core
+    # host two threads' OpenMP barriers made this run 2-3x as long (``gambit.engine.step_threads``)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "services"), OMP_NUM_THREADS="1")
     p = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_check.py"), "--device", "cpu", "--quick",
                         "--dtypes", "float32,bfloat16", "--json", str(out)],
                        env=env, capture_output=True, text=True, timeout=300)
