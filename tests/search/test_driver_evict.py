@@ -1,32 +1,12 @@
 """The driver's KV-ratio eviction with a remote (async) scorer ranks on the same scores as in-process."""
 
-import threading
-from concurrent.futures import Future
-
 import pytest
+from test_async_settle import AsyncStandIn
 
 from gambit.search import tree as T
 from gambit.search.config import SearchConfig
 from gambit.search.driver import SearchDriver
 from gambit.search.standin import StandInScorer
-
-
-class AsyncStandIn:
-    """The stand-in answered from another thread later, like ``RemoteScorer.score_async``."""
-
-    def __init__(self, inner):
-        self.inner, self.kind, self.hidden_size = inner, inner.kind, inner.hidden_size
-
-    def score_async(self, keys, states):
-        fut = Future()
-        threading.Timer(0.002, lambda: fut.set_result(self.inner.score(keys, states))).start()
-        return fut
-
-    def fork(self, parent, child):
-        self.inner.fork(parent, child)
-
-    def drop(self, key):
-        self.inner.drop(key)
 
 
 def _evictions(driver: SearchDriver, rid: str) -> tuple[list[tuple[int, int, float]], object]:

@@ -7,18 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from spec_util import SHIPPED
 
 from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.engine.config import SpecConfig
-from gambit.model import load_model
 from gambit.speculative import random_drafter
 from gambit.speculative.decoder import DraftState
-
-
-@pytest.fixture(scope="module")
-def target():
-    return load_model(SHIPPED, device="cpu", dtype="float32")
 
 
 def _capped_engine(target) -> Engine:

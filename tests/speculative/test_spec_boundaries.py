@@ -13,7 +13,6 @@ from gambit.engine import BoundaryEvent, Engine, EngineConfig, FinishedEvent, Sa
 from gambit.engine.boundary import BoundaryDetector
 from gambit.engine.config import SpecConfig
 from gambit.model import load_model
-from gambit.paths import TARGET
 from gambit.speculative import random_drafter
 from gambit.tasks.arithmetic import TaskConfig, generate
 
@@ -46,11 +45,6 @@ def _assert_same(plain: list[list[tuple]], spec: list[list[tuple]]) -> None:
     assert [[p for p, _ in x] for x in spec] == [[p for p, _ in x] for x in plain]
     for (p, a), (_, b) in zip(sum(plain, []), sum(spec, []), strict=True):
         assert torch.equal(a, b), f"state at position {p}"
-
-
-@pytest.fixture(scope="module")
-def target():
-    return load_model(TARGET, device="cpu", dtype="float32")
 
 
 @pytest.mark.parametrize("decoding", ["eagle3.1", "pr"])

@@ -10,17 +10,10 @@ import pytest
 
 from gambit.engine import Engine, EngineConfig, FinishedEvent, SamplingParams, TokenEvent
 from gambit.engine.config import SpecConfig
-from gambit.model import load_model
-from gambit.paths import TARGET
 from gambit.tasks.arithmetic import TaskConfig, generate
 
 SPEC = SpecConfig(gamma=3, budget=12, grow_width=3, offer_width=3, reconsider=2, verify="match", max_batch=0)
 METHODS = ["eagle3.1", "pr"]
-
-
-@pytest.fixture(scope="module")
-def target():
-    return load_model(TARGET, device="cpu", dtype="float32")
 
 
 def _engine(target, **kw) -> Engine:

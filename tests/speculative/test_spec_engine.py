@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-from spec_util import SHIPPED
 
 from gambit.engine import (
     BoundaryEvent,
@@ -19,18 +18,12 @@ from gambit.engine import (
     TokenEvent,
 )
 from gambit.engine.config import SpecConfig
-from gambit.model import load_model
 from gambit.speculative import random_drafter
 from gambit.tasks.arithmetic import TaskConfig, generate
 
 SMALL = SpecConfig(gamma=3, budget=12, grow_width=3, offer_width=3, reconsider=2, max_batch=0)
 METHODS = ["eagle", "pr"]
 NEW = 40
-
-
-@pytest.fixture(scope="module")
-def target():
-    return load_model(SHIPPED, device="cpu", dtype="float32")
 
 
 def _engine(target, spec=SMALL, **kw) -> Engine:

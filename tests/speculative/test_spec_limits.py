@@ -8,17 +8,10 @@ import torch
 
 from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.engine.config import SpecConfig
-from gambit.model import load_model
-from gambit.paths import TARGET
 from gambit.speculative import random_drafter
 from gambit.tasks.arithmetic import TaskConfig, generate
 
 SPEC = SpecConfig(gamma=3, budget=12, grow_width=3, offer_width=3, reconsider=2, max_batch=0)
-
-
-@pytest.fixture(scope="module")
-def target():
-    return load_model(TARGET, device="cpu", dtype="float32")
 
 
 def _engine(target, **kw) -> Engine:
