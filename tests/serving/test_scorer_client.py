@@ -200,3 +200,15 @@ def test_a_split_call_refused_part_way_keeps_what_landed(small_server):
         assert client.fallbacks == 1 and client._forks == [] and client._drops == ["z"]
     finally:
         client.close()
+
+
+def test_a_fork_or_drop_of_an_id_over_the_scorers_limit_is_refused_at_once():
+    """Queued, the Scorer refused it on every later call (``fork``/``drop`` missed the length rule)."""
+    client = RemoteScorer("127.0.0.1:1", H)
+    long_id = "r:" + "x" * 200
+    with pytest.raises(ValueError, match="fork: trace id .* bytes, at most 128"):
+        client.fork("r:1", long_id)
+    with pytest.raises(ValueError, match="drop: trace id .* bytes, at most 128"):
+        client.drop(long_id)
+    assert not client._forks and not client._drops
+    client.close()

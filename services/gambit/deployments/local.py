@@ -13,10 +13,11 @@ import os
 import socket
 import time
 from dataclasses import dataclass
+from functools import cache
 
 import grpc
 
-from gambit.checks import at_least
+from gambit.checks import above, at_least
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype, default_spec_max_batch
 from gambit.drafter_map import parse_drafters
 from gambit.ops.serve_env import SERVE_ENV, check_score_message
@@ -92,13 +93,13 @@ class ServeConfig:
         at_least(1, **sizes)
         at_most_limits(**sizes)  # the chart's limits
         at_least(0, hidden_size=self.hidden_size, max_resumes=self.max_resumes)
-        if not self.resume_wait_s > 0:
-            raise ValueError(f"resume_wait_s must be > 0, got {self.resume_wait_s!r}")
+        above(0, resume_wait_s=self.resume_wait_s)
         check_scorer_address(self.scorer_address)
         tls = (self.scorer_tls_ca, self.scorer_tls_cert, self.scorer_tls_key, self.scorer_tls_server_name)
         check_scorer_tls(self.scorer_address, *tls)
         check_client_tls("scorer_tls_", *tls)  # the files, here: a Target checked them after Ray started
         check_no_password(self.tree, "tree")  # it would travel in the app's args and every store message
+        width = cache(self._model_width)  # read from the model's config once, where a check needs it
         at_least(1, num_cpus=self.num_cpus, target_replicas=self.target_replicas,
                  coordinator_replicas=self.coordinator_replicas)
         at_least(1, retention_s=self.retention_s)
@@ -109,7 +110,7 @@ class ServeConfig:
         if self.scorer not in ("", "process", "mlp", "sequence"):  # a folder or a parametrised spec
             from gambit.scoring.spec import check_scorer_spec  # (imports torch: not for the shipped names)
 
-            check_scorer_spec(self.scorer, self._model_width())  # a folder loads: weights, kind, width
+            check_scorer_spec(self.scorer, width())  # a folder loads: weights, kind, width
         if self.spec_max_batch < 0:
             raise ValueError(f"spec_max_batch must be >= 0 (0 = no cap), got {self.spec_max_batch}")
         parse_drafters(self.drafters)
@@ -118,7 +119,7 @@ class ServeConfig:
         capacity = self.solve_defaults().capacity  # a bad one stopped every Coordinator, after Ray started
         check_engine_batch(self.max_num_seqs, capacity, None if self.scorer_address else self.max_rows)
         if not self.scorer_address:  # a full Score call must fit the gRPC message caps Ray is started with
-            check_score_message(self.max_rows, self.hidden_size or self._model_width())
+            check_score_message(self.max_rows, self.hidden_size or width())
 
     def _model_width(self) -> int:
         """The Targets' hidden size, the width a scorer folder must read (0: the model is not there,
@@ -154,9 +155,10 @@ class ServeConfig:
                 "defaults": {k: getattr(d, k) for k in ("capacity", "swap", "round_interval", "max_tokens")}}
 
     def scorer_args(self) -> dict:
-        return {"scorer": self.scorer, "token_env": self.token_env, "model": self.model,
-                "hidden_size": self.hidden_size, "batch_wait_ms": self.batch_wait_ms,
-                "max_keys": self.max_keys, "max_state_mb": self.max_state_mb, "max_rows": self.max_rows}
+        """The Scorer's kwargs: the chart's (``serve_config.scorer_args``), from the same fields."""
+        from gambit.ops.serve_config import scorer_args
+
+        return scorer_args(self)
 
 
 def busy_ports(ports, wait_s: float = 0.0) -> list[int]:

@@ -29,7 +29,7 @@ from gambit.scoring.scorer import MAX_KEYS, MAX_STATE_MB
 from gambit.scoring.spec import load_scorer_spec
 from gambit.serving.protos import load
 from gambit.serving.scorer_core import ScorerCore
-from gambit.serving.scorer_server import check_batch_wait_ms, scorer_grpc_server
+from gambit.serving.scorer_server import SCORER_METRICS, check_batch_wait_ms, scorer_grpc_server
 from gambit.serving.security import check_token, read_token
 
 log = logging.getLogger(__name__)
@@ -76,8 +76,7 @@ class Scorer:
         except ValueError as e:
             raise ValueError(f"Scorer: {e}") from None
         self.pb2, _ = load("scorer")
-        self.metrics = ray_metrics(("gambit_scorer_latency_seconds", "gambit_scorer_batch_size",
-                                    "gambit_request_errors_total", "gambit_scorer_evictions_total"))
+        self.metrics = ray_metrics(SCORER_METRICS)  # the standalone server's, on Ray's metrics
         if not hidden_size:
             try:
                 hidden_size = model_hidden_size(model)

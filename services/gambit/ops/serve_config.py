@@ -127,11 +127,9 @@ def check_scorer_address(address: str, where: str = "scorer_address") -> None:
 def check_scorer_tls(address: str, ca: str, cert: str, key: str, server_name: str) -> None:
     """The Targets' TLS settings for an outside Scorer, checked without reading the files (they are paths on
     the Targets' nodes, e.g. the chart's Secret mount; the Target checks them as it starts)."""
-    if (cert or key or server_name) and not ca:
-        raise ValueError("scorer_tls_ca: needed with scorer_tls_cert/scorer_tls_key/scorer_tls_server_name "
-                         "(they are for TLS; the CA verifies the Scorer)")
-    if bool(cert) != bool(key):
-        raise ValueError("scorer_tls_cert, scorer_tls_key: a client certificate and its key go together")
+    from gambit.serving.security import check_tls_pairs  # (grpc: imported only where it is checked)
+
+    check_tls_pairs("scorer_tls_", ca, cert, key, server_name, "Scorer")
     if ca and not address:
         raise ValueError("scorer_tls_ca: set only with scorer_address (a TLS ScorerService outside Ray, "
                          "e.g. `gambit scorer serve --tls-cert`): the scorer app behind Serve's proxy is "

@@ -34,7 +34,7 @@ import torch
 
 from gambit.ops.serve_env import SCORER_ENDPOINT_MESSAGE_BYTES
 from gambit.scoring.confidence import FEATURES
-from gambit.serving.payload import encode_states
+from gambit.serving.payload import check_ids, encode_states
 from gambit.serving.protos import load
 from gambit.serving.security import auth_metadata, open_channel
 
@@ -101,21 +101,23 @@ class RemoteScorer:
         self._maybe_resolve()
 
     def fork(self, parent_key: Hashable, child_key: Hashable) -> None:
-        if not str(parent_key) or not str(child_key) or str(parent_key) == str(child_key):
-            # the Scorer refuses it: kept for a retry, it would fail every later call
-            raise ValueError(f"fork: bad fork {str(parent_key)!r} -> {str(child_key)!r}")
+        parent, child = str(parent_key), str(child_key)
+        # the Scorer refuses it (``ScorerCore.validate``): kept for a retry, it would fail every later call
+        if not parent or not child or parent == child:
+            raise ValueError(f"fork: bad fork {parent!r} -> {child!r}")
+        check_ids("fork", (parent, child))  # an id over the Scorer's limit
         with self._lock:
-            self._forks.append((str(parent_key), str(child_key)))
-            if str(parent_key) in self._sum:
-                self._sum[str(child_key)] = self._sum[str(parent_key)]
+            self._forks.append((parent, child))
+            if parent in self._sum:
+                self._sum[child] = self._sum[parent]
 
     def drop(self, key: Hashable) -> None:
-        if not str(key):
-            raise ValueError("drop: empty trace id")
+        key = str(key)
+        check_ids("drop", (key,))
         with self._lock:
-            self._drops.append(str(key))
-            self._sum.pop(str(key), None)
-            self._dropped[str(key)] = None
+            self._drops.append(key)
+            self._sum.pop(key, None)
+            self._dropped[key] = None
             if len(self._dropped) > MAX_PENDING:
                 self._dropped.popitem(last=False)
 

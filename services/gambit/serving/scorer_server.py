@@ -20,7 +20,7 @@ from gambit.serving.grpc_common import add_health_and_reflection
 from gambit.serving.metrics import Metrics, PrometheusBackend
 from gambit.serving.protos import load
 from gambit.serving.scorer_core import ScorerCore
-from gambit.serving.security import BearerTokenInterceptor, TLSConfig, add_port, check_token, read_token
+from gambit.serving.security import BearerTokenInterceptor, TLSConfig, add_port, read_token
 
 log = logging.getLogger(__name__)
 
@@ -111,19 +111,17 @@ class ScorerServicer:
                                      features=self.core.features)
 
 
-class RefusalCounter(grpc.ServerInterceptor):
-    """Counts the calls the bearer-token interceptor refuses in ``gambit_request_errors_total`` (it answers
-    UNAUTHENTICATED before the servicer, which counts every other error), as the Ray deployment does."""
+def refusal_counter(metrics: Metrics):
+    """``BearerTokenInterceptor``'s ``on_deny``: counts the calls it refuses in
+    ``gambit_request_errors_total`` (it answers UNAUTHENTICATED before the servicer, which counts every
+    other error), as the Ray deployment does."""
 
-    def __init__(self, token: str, metrics: Metrics) -> None:
-        self.token, self.metrics = token, metrics
+    def on_deny(method: str) -> None:
+        service, _, rpc = method.rpartition("/")
+        if service == "/gambit.v1.ScorerService" and rpc in RPCS:
+            metrics.inc("gambit_request_errors_total", code="UNAUTHENTICATED", rpc=rpc)
 
-    def intercept_service(self, continuation, details):
-        rpc = details.method.rsplit("/", 1)[-1]
-        if (details.method.startswith("/gambit.v1.ScorerService/") and rpc in RPCS
-                and not check_token(details.invocation_metadata, self.token)):
-            self.metrics.inc("gambit_request_errors_total", code="UNAUTHENTICATED", rpc=rpc)
-        return continuation(details)
+    return on_deny
 
 
 @dataclass
@@ -147,7 +145,7 @@ def scorer_grpc_server(core: ScorerCore, metrics: Metrics, address: str, token: 
     """A started ScorerService server over ``core`` (health, reflection, bearer token, TLS); its port.
     The standalone server and each Ray Serve Scorer replica (its direct endpoint) use it."""
     pb2, pb2_grpc = load("scorer")
-    interceptors = [RefusalCounter(token, metrics), BearerTokenInterceptor(token)] if token else []
+    interceptors = [BearerTokenInterceptor(token, refusal_counter(metrics))] if token else []
     # so_reuseport 0: a taken port fails here; with gRPC's default a second server shares it silently and
     # the kernel splits the connections between the two
     server = grpc.server(futures.ThreadPoolExecutor(workers), interceptors=interceptors,

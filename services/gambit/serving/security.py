@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 import os
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,12 +49,13 @@ def add_port(server: grpc.Server, address: str, tls: TLSConfig | None) -> int:
 
 
 class BearerTokenInterceptor(grpc.ServerInterceptor):
-    """Rejects calls without ``authorization: Bearer <token>`` (health and reflection stay open)."""
+    """Rejects calls without ``authorization: Bearer <token>`` (health and reflection stay open).
+    ``on_deny``: called with the method of each call refused (e.g. to count it), the token checked once."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, on_deny: Callable[[str], None] | None = None) -> None:
         if not token:
             raise ValueError("token must be non-empty")
-        self._token = token
+        self._token, self._on_deny = token, on_deny
 
         def deny(request, context):
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
@@ -68,6 +70,8 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
         handler = continuation(details)
         if handler is None:
             return None
+        if self._on_deny is not None:
+            self._on_deny(details.method)
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(self._deny)
         return grpc.unary_stream_rpc_method_handler(self._deny)
@@ -128,14 +132,21 @@ def check_key_of(cert: str, key: str, where: str) -> None:
                          f"({e})") from None
 
 
+def check_tls_pairs(prefix: str, ca: str, cert: str, key: str, server_name: str,
+                    peer: str = "server") -> None:
+    """A client's TLS settings that go together, without reading the files: a certificate, key or server name
+    needs the CA (a plaintext channel drops them), a certificate its key. ``peer``: who the CA verifies."""
+    if (cert or key or server_name) and not ca:
+        raise ValueError(f"{prefix}ca: needed with {prefix}cert/{prefix}key/{prefix}server_name (they are "
+                         f"for TLS; the CA verifies the {peer})")
+    if bool(cert) != bool(key):
+        raise ValueError(f"{prefix}cert, {prefix}key: a client certificate and its key go together")
+
+
 def check_client_tls(prefix: str, ca: str, cert: str = "", key: str = "", server_name: str = "") -> None:
     """A client's TLS files, checked before any call: gRPC reports a missing, mismatched or non-PEM one
     only as UNAVAILABLE at the handshake. ``prefix`` names the fields ("tls_" gives "tls_cert")."""
-    if (cert or key or server_name) and not ca:
-        raise ValueError(f"{prefix}ca: needed with {prefix}cert/{prefix}key/{prefix}server_name (they are "
-                         "for TLS; the CA verifies the server)")
-    if bool(cert) != bool(key):
-        raise ValueError(f"{prefix}cert, {prefix}key: a client certificate and its key go together")
+    check_tls_pairs(prefix, ca, cert, key, server_name)
     for name, p, what in (("ca", ca, "CA certificate"), ("cert", cert, "certificate"),
                           ("key", key, "private key")):
         if p:
