@@ -94,8 +94,7 @@ class SearchDriver(Guidance):
         run = self.runs.get(run_id)
         if run is None:
             raise ValueError(f"no running run {run_id!r}")
-        self.held.pop(run_id, None)  # never launched: it ends with no traces (or its stored ones)
-        self._restored.discard(run_id)
+        self._unhold(run_id)  # never launched: it ends with no traces (or its stored ones)
         run.stop_all(T.STOPPED, "cancelled")
         return self._finish(run, "cancelled")
 
@@ -122,8 +121,7 @@ class SearchDriver(Guidance):
         if self.held:
             out = self._expire_held()  # before they may launch: a run out of time ends unlaunched
             self._admit()
-        runs = [r for r in self.runs.values() if r.run_id not in self.held] if self.held \
-            else list(self.runs.values())
+        runs = self._launched()
         if not runs:
             return out
         cpu, clock = self.cpu, self._clock
@@ -285,13 +283,13 @@ class SearchDriver(Guidance):
             if self.deferred:
                 self._score(self._take_deferred())
             if self.pending:
-                self._settle({r.run_id for r in kv_evict.over_ratio(self.runs.values(), usage)})
+                self._settle({r.run_id for r in kv_evict.over_ratio(self._launched(), usage)})
             self._evict_lowest(usage)
         if self.pending and self._engine_may_evict():
             self._settle()
 
     def _evict_lowest(self, usage: float) -> None:
-        worst = kv_evict.lowest_resident(self.runs.values(), usage, self.held)
+        worst = kv_evict.lowest_resident(self._launched(), usage)
         if worst is not None:
             run, node = worst
             self.engine.abort(node.engine_id)
@@ -304,17 +302,27 @@ class SearchDriver(Guidance):
         """``kv_evict.evict_ratio``, kept until the set of runs changes (it was a scan of every run's
         config twice a step)."""
         if self._ratio is None:
-            self._ratio = kv_evict.evict_ratio(self.runs.values(), self.held)
+            self._ratio = kv_evict.evict_ratio(self._launched())
         return self._ratio
 
     # -- batch slots ----------------------------------------------------------------------------
     def _max_seqs(self) -> int | None:
         return batch_slots.max_seqs(self.engine)
 
+    def _launched(self) -> list[SearchRun]:
+        """The runs that hold engine traces (or will this step): every run but the held ones."""
+        if not self.held:
+            return list(self.runs.values())
+        return [r for r in self.runs.values() if r.run_id not in self.held]
+
     def _fits(self, run: SearchRun) -> bool:
         """Whether ``run`` may launch now beside the launched runs (``batch_slots.fits``)."""
-        launched = [r for r in self.runs.values() if r.run_id not in self.held]
-        return batch_slots.fits(run, launched, self._max_seqs())
+        return batch_slots.fits(run, self._launched(), self._max_seqs())
+
+    def _unhold(self, run_id: str) -> None:
+        """``run_id`` leaves the held queue (launched, ended or refused)."""
+        self.held.pop(run_id, None)
+        self._restored.discard(run_id)
 
     def _enqueue(self, run: SearchRun) -> None:
         """Hold ``run`` behind the held runs and launch what fits (``_admit``); on an error it is gone."""
@@ -323,9 +331,8 @@ class SearchDriver(Guidance):
         try:
             self._admit()
         except Exception:
-            self.held.pop(run.run_id, None)
+            self._unhold(run.run_id)
             self.runs.pop(run.run_id, None)
-            self._restored.discard(run.run_id)
             self._ratio = None
             raise
 
@@ -352,8 +359,7 @@ class SearchDriver(Guidance):
         they free no slot and no KV (a restored one keeps its stored tree, its resident nodes stopped)."""
         out = []
         for run in batch_slots.out_of_time(self.held.values()):
-            del self.held[run.run_id]
-            self._restored.discard(run.run_id)
+            self._unhold(run.run_id)
             run.limit_hit = batch_slots.queued_limit(run)
             run.stop_all(T.STOPPED, "limit")
             out.append(self._finish(run, "limit"))

@@ -21,21 +21,19 @@ def over_ratio(runs: Iterable[SearchRun], usage: float) -> list[SearchRun]:
     return [r for r in runs if r.cfg.method in EVICTING and usage > r.cfg.kv_ratio]
 
 
-def evict_ratio(runs: Iterable[SearchRun], held) -> float:
-    """The lowest KV ratio r of the launched runs that evict under it (inf: none): above it the
-    KV-ratio check may evict this step. ``held``: run ids not launched (they hold no KV)."""
-    scored = [r.cfg.kv_ratio for r in runs if r.cfg.method in EVICTING and r.run_id not in held]
+def evict_ratio(launched: Iterable[SearchRun]) -> float:
+    """The lowest KV ratio r of the ``launched`` runs that evict under it (inf: none): above it the
+    KV-ratio check may evict this step. Held runs are not passed: they hold no KV."""
+    scored = [r.cfg.kv_ratio for r in launched if r.cfg.method in EVICTING]
     return min(scored, default=float("inf"))
 
 
-def lowest_resident(runs: Iterable[SearchRun], usage: float, held) -> tuple[SearchRun, Node] | None:
-    """The lowest-ranked resident trace (by its run's rank rule; ties: the newest) of the runs over their
-    r at ``usage``, among runs with two resident traces at least; None if there is none. Held runs
-    are skipped: they have no KV (a restored one's nodes say running, with no trace)."""
+def lowest_resident(launched: Iterable[SearchRun], usage: float) -> tuple[SearchRun, Node] | None:
+    """The lowest-ranked resident trace (by its run's rank rule; ties: the newest) of the ``launched``
+    runs over their r at ``usage``, among runs with two resident traces at least; None if there is none.
+    Held runs are not passed: they have no KV (a restored one's nodes say running, with no trace)."""
     worst: tuple[float, SearchRun, Node] | None = None
-    for run in over_ratio(runs, usage):
-        if run.run_id in held:
-            continue
+    for run in over_ratio(launched, usage):
         resident = [n for n in run.nodes.values() if n.resident]
         if len(resident) < 2:
             continue

@@ -81,8 +81,8 @@ class SolveConfig:
         TypeError from a comparison, capacity=2.5 a ValueError without its field, at admission."""
         for f in fields(self):
             v, kind = getattr(self, f.name), type(f.default)
-            ok = isinstance(v, kind) and (kind is bool or not isinstance(v, bool)) if kind is not float \
-                else isinstance(v, (int, float)) and not isinstance(v, bool)
+            ok = isinstance(v, bool) if kind is bool else \
+                not isinstance(v, bool) and isinstance(v, (int, float) if kind is float else kind)
             if not ok:
                 want = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[kind]
                 raise ValueError(f"{f.name}: must be {want}, got {v!r}")

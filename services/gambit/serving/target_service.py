@@ -348,12 +348,13 @@ class TargetService:
                 self._sinks.pop(rid, None)
                 self._reserved.pop(rid, None)
                 d["scorer_fallbacks"] = getattr(self.scorer, "fallbacks", 0) - self._marks.pop(rid, 0)
-                why = getattr(self.scorer, "unguided", "")  # a Scorer of another width: every call fell back
-                if d["scorer_fallbacks"] and why:  # a backend reads it in the Result, not in a log
-                    d["message"] = f"{d['message']}; {why}" if d.get("message") else why
-                note = self._notes.pop(rid, "")
-                if note and d["status"] in ("done", "limit"):  # it ran its course as self-consistency
-                    d["message"] = f"{d['message']}; {note}" if d.get("message") else note
+                # a Scorer of another width (every call fell back): a backend reads it in the Result
+                why = getattr(self.scorer, "unguided", "") if d["scorer_fallbacks"] else ""
+                note = self._notes.pop(rid, "")  # said when it ran its course as self-consistency
+                ran = d["status"] in ("done", "limit")
+                said = [m for m in (d.get("message"), why, note if ran else "") if m]
+                if said:
+                    d["message"] = "; ".join(said)
                 self._written.pop(rid, None)
                 last = self._unwritten.pop(rid, None)  # GetRun's last_progress: the run's last round
                 self.records.put_run(rid, status=d["status"], result=d, replica=self.replica,
