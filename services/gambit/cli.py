@@ -205,25 +205,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _commands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction | None:
+    """``parser``'s subcommands (argparse allows one such action a parser), None where it has none."""
+    return next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+
+
 def _describe(parser: argparse.ArgumentParser) -> None:
     """Each subcommand's ``--help`` opens with its line from the list above it: `gambit run --help`
     began with the usage and the flags, and never said what the command does."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for choice in action._choices_actions:  # one per subcommand, its help= line
-                sub = action.choices[choice.dest]
-                if sub.description is None and choice.help:
-                    sub.description = choice.help
-                _describe(sub)
+    action = _commands(parser)
+    for choice in action._choices_actions if action else ():  # one per subcommand, its help= line
+        sub = action.choices[choice.dest]
+        if sub.description is None and choice.help:
+            sub.description = choice.help
+        _describe(sub)
 
 
 def _subparser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
     """The (sub)parser that ``argv``'s command words lead to: ``gambit train drafter`` → its parser."""
     for word in argv:
-        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-        if not subs or word not in subs[0].choices:
+        action = _commands(parser)
+        if action is None or word not in action.choices:
             break
-        parser = subs[0].choices[word]
+        parser = action.choices[word]
     return parser
 
 

@@ -92,3 +92,14 @@ def closes_thought(tok, ids: list[int], p: int) -> bool:
     before = tok.decode([ids[p - 1]], skip_special=False) if p else ""
     return "\n\n" in text or (before.endswith("\n") and not before.endswith("\n\n")
                                 and text.startswith("\n"))
+
+
+def tied_row(V: int = 100) -> torch.Tensor:
+    """A row [V]: four clear leaders, then ids 29 and 84 tied for fifth (ATen's topk(5) lists 84, topk(20)
+    29): a row's top n must not depend on the k a batch asks for."""
+    g = torch.Generator().manual_seed(0)
+    row = torch.linspace(-5, 0, V)[torch.randperm(V, generator=g)]
+    for i, v in zip((7, 8, 9, 10), (6.0, 5.5, 5.0, 4.5), strict=True):
+        row[i] = v
+    row[29] = row[84] = 3.0
+    return row

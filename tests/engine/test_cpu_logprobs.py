@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from engine_util import tied_row
 
 from gambit.engine import cpu_attention
 from gambit.engine.sampler import top_entries
@@ -48,22 +49,12 @@ def test_topk_rows_orders_ties_by_id_among_nans(V, k):
         assert torch.equal(pv.nan_to_num(), want_v.nan_to_num()) and torch.equal(pv.isnan(), want_v.isnan())
 
 
-def _tied_row(V: int) -> torch.Tensor:
-    """The hunt's row: four clear leaders, then ids 29 and 84 tied for fifth (ATen's topk(5) lists 84)."""
-    g = torch.Generator().manual_seed(0)
-    row = torch.linspace(-5, 0, V)[torch.randperm(V, generator=g)]
-    for i, v in zip((7, 8, 9, 10), (6.0, 5.5, 5.0, 4.5), strict=True):
-        row[i] = v
-    row[29] = row[84] = 3.0
-    return row
-
-
 @needs_kernel
 @pytest.mark.parametrize("V", [100, 49152])
 def test_topk_rows_top_n_is_a_prefix_whatever_k(V):
     """A row's top 5 is the first 5 of its top 20 (what lets a batch ask for its largest ``logprobs``),
     the tie at the cut going to the lower id, on the compiled path and the Python one."""
-    x = torch.stack([_tied_row(V), torch.log_softmax(_tied_row(V), -1)])
+    x = torch.stack([tied_row(V), torch.log_softmax(tied_row(V), -1)])
     for top in (kernel.topk_rows, top_entries):
         ids = {k: top(x, k)[1] for k in (5, 6, 20)}
         assert torch.equal(ids[5], ids[20][:, :5]) and torch.equal(ids[6], ids[20][:, :6])

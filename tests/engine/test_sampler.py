@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from engine_util import closes_thought, drain, make_engine
+from engine_util import closes_thought, drain, make_engine, tied_row
 
 from gambit.engine import BoundaryEvent, FinishedEvent, SamplingParams, TokenEvent
 from gambit.engine.sampler import SamplingBatch, filter_logits, sample, top_logprobs, uniforms
@@ -193,21 +193,10 @@ def test_top_logprobs_equal_log_softmax():
     assert torch.allclose(vals.double(), lp.gather(1, ids), atol=1e-5)
 
 
-
-def _tied_logits(V: int = 100) -> torch.Tensor:
-    """Four clear leaders, then ids 29 and 84 tied for fifth (ATen's topk(5) lists 84, topk(20) 29)."""
-    g = torch.Generator().manual_seed(0)
-    row = torch.linspace(-5, 0, V)[torch.randperm(V, generator=g)]
-    for i, v in zip((7, 8, 9, 10), (6.0, 5.5, 5.0, 4.5), strict=True):
-        row[i] = v
-    row[29] = row[84] = 3.0
-    return row[None]
-
-
 def test_top_logprobs_of_a_row_ignore_what_the_batch_asks():
     """A trace's top 5 are the first 5 of the batch's top 20 (the engine asks for the largest
     ``logprobs`` of the batch): ties at the cut go to the lower id, whatever k."""
-    logits, tok = _tied_logits(), torch.tensor([0])
+    logits, tok = tied_row()[None], torch.tensor([0])
     tops = {n: top_logprobs(logits, tok, n) for n in (5, 6, 20)}
     assert tops[5][2][0].tolist() == [7, 8, 9, 10, 29]
     assert torch.equal(tops[5][2], tops[20][2][:, :5]) and torch.equal(tops[6][2], tops[20][2][:, :6])

@@ -308,7 +308,7 @@ def _vllm(py: Path, folder: Path, pfile: Path, batches: list[int], tokens: int, 
     log(f"vLLM ({py}, dtype {dtype}, {'eager' if eager else 'torch.compile'}): import ~20 s, engine start "
         f"~40-90 s")
     cmd = [str(py), str(Path(__file__).with_name("vllm_worker.py")), "--model", str(folder), "--prompts",
-           str(pfile), "--batches", ",".join(map(str, batches)), "--tokens", str(tokens), "--temperature",
+           str(pfile), "--batches", _csv(batches), "--tokens", str(tokens), "--temperature",
            str(temperature), "--top-p", str(top_p), "--dtype", dtype] + (["--eager"] if eager else [])
     out, err = _child(cmd, 3600, {**os.environ, "PYTHONPATH": ""})
     return out, err and f"vLLM failed: {err}"
@@ -382,7 +382,7 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
 
     bench_args.out_path("--json", str(json_path or ""))  # written after every backend ran: checked first
     me = [sys.executable, "-m", "gambit.bench.engine", "--model", str(folder), "--tokens", str(tokens),
-          "--temperature", str(temperature), "--top-p", str(top_p), "--batches", ",".join(map(str, batches))]
+          "--temperature", str(temperature), "--top-p", str(top_p), "--batches", _csv(batches)]
     res: dict = {}
     notes: list[str] = []
     from gambit.engine.linear import bf16_gemm_available

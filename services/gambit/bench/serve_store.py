@@ -14,6 +14,10 @@ import re
 import secrets
 import time
 
+# ``url`` without a password it may hold (``?password=`` too; the user name kept), as every other message
+# says a Redis URL: for logs and the result JSON
+from gambit.search.store import redact_url as shown
+
 DEFAULT_STORE = "redis://127.0.0.1:6379/0"
 
 
@@ -49,14 +53,6 @@ def store_errors() -> tuple[type[Exception], ...]:
     import redis
 
     return redis.exceptions.RedisError, OSError
-
-
-def shown(url: str) -> str:
-    """``url`` without a password it may hold (``?password=`` too; the user name kept), as every other
-    message says a Redis URL: for logs and the result JSON."""
-    from gambit.search.store import redact_url
-
-    return redact_url(url)
 
 
 def check_store(url: str, prefix: str, explicit: bool) -> None:

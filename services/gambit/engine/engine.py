@@ -118,8 +118,6 @@ class Engine:
         self._next_id = 0
         self._pending: list[Event] = []
         self.eos_ids = set(tokenizer.eos_ids) | set(mc.eos_ids)
-        self.boundary_set = frozenset(tokenizer.boundary_ids)
-        self.boundary_ids = torch.tensor(sorted(self.boundary_set), dtype=torch.long, device=self.device)
         self.boundary = BoundaryDetector(tokenizer, mc.vocab_size, self.device)  # also "\n" + "\n"
         self.taps = tuple(model.eagle_taps) if config.eagle_taps else ()
         self.last_taps: dict[int, torch.Tensor] = {}
