@@ -9,7 +9,11 @@ while each slot one of its traces freed went to a child (Case 1): three runs of 
 "limit" with no trace launched, one launched late has only the rest. Runs taken over (``adopt``,
 ``recover``) are held the same way, in the order adopted.
 
-Pure functions; the driver (``SearchDriver._fits``, ``_admit``, ``_expire_held``) owns the held queue.
+The rule is defined here once: which methods need their C free (``needs_free_slots``), the slots a run
+holds (``slots``), and the refusal of a C that never fits (``check``; ``config.check_batch`` is its
+message, for the callers that know only the method and C: the Target, ``gambit run``); the router ranks
+replicas by the same ``slots`` (``serving.kv_balance``). Pure functions; the driver's admission
+(``search.admission``: ``_fits``, ``_admit``, ``_expire_held``) owns the held queue.
 """
 
 from __future__ import annotations
@@ -19,6 +23,30 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gambit.search.run_state import SearchRun
+
+
+class OverBatch(ValueError):
+    """A Gambit run whose C is above the engine's batch: it never fits (a request error)."""
+
+
+def needs_free_slots(method: str) -> bool:
+    """Whether a run of ``method`` launches only with its C free in the batch: Gambit keeps C traces alive,
+    and one that waits is never scored while the slots its running traces free go to their children
+    (Case 1). SC, STEP and DeepConf traces only wait their turn."""
+    return method == "gambit"
+
+
+def slots(capacity: int, seqs: int) -> int:
+    """Batch slots a run of C ``capacity`` holds on a batch of ``seqs``: at most the whole batch."""
+    return min(capacity, seqs)
+
+
+def check(method: str, capacity: int, seqs: int | None, name: str = "capacity") -> None:
+    """Refuse (``OverBatch``) a run that would never fit, even alone; ``seqs`` None: the engine does
+    not say its batch, nothing to check."""
+    if seqs is not None and needs_free_slots(method) and capacity > seqs:
+        raise OverBatch(f"{name} {capacity}: Gambit keeps as many traces alive at once, more than one "
+                        f"engine batch holds (max_num_seqs {seqs}); lower it, or use method sc")
 
 
 def max_seqs(engine) -> int | None:
@@ -35,10 +63,10 @@ def fits(run: SearchRun, launched: list[SearchRun], seqs: int | None) -> bool:
     Nothing launched (or a batch the engine does not say): any run."""
     if seqs is None or not launched:
         return True
-    used = sum(min(r.cfg.capacity, seqs) for r in launched)
-    if used + min(run.cfg.capacity, seqs) <= seqs:
+    used = sum(slots(r.cfg.capacity, seqs) for r in launched)
+    if used + slots(run.cfg.capacity, seqs) <= seqs:
         return True
-    return run.cfg.method != "gambit" and all(r.cfg.method != "gambit" for r in launched)
+    return not needs_free_slots(run.cfg.method) and not any(needs_free_slots(r.cfg.method) for r in launched)
 
 
 def out_of_time(held: Iterable[SearchRun]) -> list[SearchRun]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from gambit.search import batch_slots
 from gambit.tasks.graded import ANSWER_KINDS, check_answer_rule
 
 MAX_WALL_S = 1e9  # the largest wall-time limit a run takes, seconds
@@ -56,10 +57,9 @@ def check_batch(method: str, capacity: int, max_num_seqs: int, name: str = "capa
     """Gambit keeps C traces alive at once; where one engine batch holds fewer, the traces beyond it wait
     unscored, every trace that ends frees a slot that Case 1 refills with a child, and the run branched
     on and on (C 8 on 2 slots: 165 traces, 157 of them children, at K 0). A request error: never
-    admissible here. SC, STEP and DeepConf traces only wait their turn."""
-    if method == "gambit" and capacity > max_num_seqs:
-        raise ValueError(f"{name} {capacity}: Gambit keeps as many traces alive at once, more than one "
-                         f"engine batch holds (max_num_seqs {max_num_seqs}); lower it, or use method sc")
+    admissible here. SC, STEP and DeepConf traces only wait their turn. The rule and its message are
+    ``batch_slots.check``'s (one place: the driver's submit and adopt call it too)."""
+    batch_slots.check(method, capacity, max_num_seqs, name)
 
 
 @dataclass

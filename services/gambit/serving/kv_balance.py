@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gambit.search.batch_slots import slots
+
 
 @dataclass(frozen=True)
 class ReplicaLoad:
@@ -44,7 +46,7 @@ class ReplicaLoad:
 
     def slots(self, capacity: int) -> int:
         """Batch slots a run of C ``capacity`` takes here (0: the replica does not report its batch)."""
-        return min(capacity, self.max_num_seqs)
+        return slots(capacity, self.max_num_seqs)  # the driver's count (``batch_slots.slots``)
 
     def launches(self, capacity: int) -> bool:
         """Whether a run of C ``capacity`` would launch at once here, not be held for batch slots: its C
