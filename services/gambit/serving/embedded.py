@@ -118,6 +118,9 @@ class Embedded:
         result, recorded, as the served Target answers it (no ``CancelFlagged`` raised at the caller)."""
         check_problem(problem)
         cfg = cfg or SolveConfig()
+        if not isinstance(cfg, SolveConfig):  # a dict raised AttributeError at admission, fields unchecked
+            raise ValueError(f"cfg: must be a SolveConfig (SolveConfig(**fields) checks them), "
+                             f"got {type(cfg).__name__}")
         own = bool(run_id)
         if own:  # a client's own id: refused where a run holds it (its record stays GetRun's)
             old = self.target.tree.claim_run(check_run_id(run_id), status="queued")

@@ -99,10 +99,20 @@ def server_defaults(defaults: dict | None = None) -> SolveConfig:
 
 
 def check_problem(problem: str, max_chars: int = MAX_PROBLEM_CHARS) -> str:
-    if not isinstance(problem, str) or not problem.strip():
+    """A problem gRPC could carry: text, not blank, not too long, and valid UTF-8. A lone surrogate (a
+    Python string from ``Embedded.solve``; gRPC refuses it at the client) raised TypeError from the
+    tokenizer at admission."""
+    if not isinstance(problem, str):
+        raise ValueError(f"problem: must be a string, got {type(problem).__name__}")
+    if not problem.strip():
         raise ValueError("problem: empty")
     if len(problem) > max_chars:
         raise ValueError(f"problem: {len(problem)} characters, at most {max_chars}")
+    try:
+        problem.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"problem: not valid UTF-8 text: {problem[e.start:e.end]!r} at character {e.start} "
+                         "(a lone surrogate)") from None
     return problem
 
 

@@ -25,6 +25,7 @@ import torch
 
 from gambit.engine.block_manager import shared_prompt_blocks
 from gambit.engine.torch_threads import voluntary_switches
+from gambit.search import batch_slots as slot_rule
 from gambit.search.config import check_batch, idle_warmup
 from gambit.serving.driver_adapter import DriverAdapter
 from gambit.serving.record_writer import InlineRecords, RecordWriter
@@ -49,6 +50,9 @@ FLAGS_RETRY_S = 5.0  # after Redis failed to answer at admission, runs are admit
 # EngineStats.spec_by_decoding's [drafts, draft tokens, accepted], exported with a decoding label
 SPEC_BY_DECODING = ("gambit_spec_decode_num_drafts_total", "gambit_spec_decode_num_draft_tokens_total",
                     "gambit_spec_decode_num_accepted_tokens_total")
+
+
+CLOSED = "the target's engine thread has stopped (closed)"
 
 
 class Overcommitted(RuntimeError):
@@ -102,8 +106,14 @@ class TargetService:
     # -- API -----------------------------------------------------------------------------------
     def blocks_needed(self, problem: str, cfg: SolveConfig) -> int:
         """KV blocks of C full-length traces; the prompt's full blocks are held once (the run's
-        traces start from one prefill and share them, ``Engine.add_samples``)."""
-        n = len(self.engine.tokenizer.encode(problem))
+        traces start from one prefill and share them, ``Engine.add_samples``). A prompt no run can
+        take (characters the vocabulary lacks, no room for a token) is a ValueError naming ``problem``
+        here, before the KV check: it was found only at submission, after it, so beside busy runs it
+        was Overcommitted (RESOURCE_EXHAUSTED, "retry later"), which never helps."""
+        n = len(self.engine.tokenizer.encode_checked(problem, "problem"))
+        if n >= self.engine.max_model_len:  # the driver's rule (``SearchDriver.submit``)
+            raise ValueError(f"problem: prompt has {n} tokens; the context holds {self.engine.max_model_len} "
+                             "including at least one generated token")
         return shared_prompt_blocks(n, min(n + cfg.max_tokens, self.engine.max_model_len), cfg.capacity,
                                     self.engine.blocks.block_size)
 
@@ -116,13 +126,13 @@ class TargetService:
 
     def batch_slots(self) -> dict:
         """The engine batch's slots as the driver counts them (``SearchDriver._fits``: each run holds
-        min(C, max_num_seqs)): ``max_num_seqs``; ``batch_slots``, those of the launched and held runs (a
+        ``batch_slots.slots``): ``max_num_seqs``; ``batch_slots``, those of the launched and held runs (a
         Gambit run launches now only if its own fit beside them: held ones are served first); ``slots_used``,
         the launched runs' alone; ``held``, runs waiting for slots. From any thread: it reads snapshots."""
         driver, seqs = self.driver.driver, int(self.engine.config.max_num_seqs)
         held = set(driver.held)
         runs = list(driver.runs.values())
-        slots = [(r.run_id in held, min(r.cfg.capacity, seqs)) for r in runs]
+        slots = [(r.run_id in held, slot_rule.slots(r.cfg.capacity, seqs)) for r in runs]
         return {"max_num_seqs": seqs, "batch_slots": sum(n for _, n in slots),
                 "slots_used": sum(n for h, n in slots if not h), "held": sum(h for h, _ in slots)}
 
@@ -136,7 +146,10 @@ class TargetService:
         fut: Future = Future()
         if self.format_problem is not None and not cfg.raw_prompt:
             problem = self.format_problem(problem)
-        with self._inbox_lock:
+        with self._inbox_lock:  # under the lock: close() answers what got in before it set _stop
+            if self._stop:  # nothing would admit it: its caller waited forever
+                fut.set_exception(RuntimeError(CLOSED))
+                return fut
             self._inbox.append((run_id, problem, cfg, sink, fut, resume))
         if self._idle:
             with self._cv:
@@ -155,7 +168,11 @@ class TargetService:
             return self._cancel_now(run_id, status, message)
         fut: Future = Future()
         with self._inbox_lock:
-            self._cancels.append((run_id, status, message, fut))
+            closing = self._stop  # close() may have answered the queue already: stop it here, under _cv
+            if not closing:
+                self._cancels.append((run_id, status, message, fut))
+        if closing:
+            return self._cancel_now(run_id, status, message)
         if self._idle:
             with self._cv:
                 self._cv.notify()
@@ -166,10 +183,10 @@ class TargetService:
         Torch work of this process belongs there (``gambit.engine.torch_threads``): a second thread
         running parallel regions would make every step's OpenMP workers sleep and wake."""
         fut: Future = Future()
-        if self._stop or not self._thread.is_alive():
-            fut.set_exception(RuntimeError("the target's engine thread has stopped (closed)"))
-            return fut
         with self._inbox_lock:
+            if self._stop or not self._thread.is_alive():
+                fut.set_exception(RuntimeError(CLOSED))
+                return fut
             self._calls.append((fn, fut))
         if self._idle:
             with self._cv:
@@ -192,7 +209,8 @@ class TargetService:
 
     def close(self) -> None:
         with self._cv:
-            self._stop = True
+            with self._inbox_lock:
+                self._stop = True
             self._cv.notify_all()
         self._thread.join(timeout=5)
         with self._cv:
@@ -225,6 +243,8 @@ class TargetService:
                 fut.set_exception(CancelFlagged(flags[run_id]))
                 continue
             try:
+                if run_id in self._sinks:  # before the KV check: "retry later" never frees this id
+                    raise ValueError(f"run_id: {run_id!r} is already running on replica {self.replica}")
                 need = self.blocks_needed(problem, cfg)
                 free = self.engine.num_blocks - sum(self._reserved.values())
                 if need <= self.engine.num_blocks:  # (else the KV error below) a request error, never a retry
@@ -240,8 +260,6 @@ class TargetService:
                     raise Overcommitted(f"run needs up to {need} KV blocks (capacity {cfg.capacity} x "
                                         f"{tokens}); {free} of {self.engine.num_blocks} "
                                         f"are free on replica {self.replica}")
-                if run_id in self._sinks:
-                    raise ValueError(f"run_id: {run_id!r} is already running on replica {self.replica}")
                 restored = self.driver.resume(run_id, problem, cfg) if resume else None
                 if not resume:
                     self.driver.submit(run_id, problem, cfg)

@@ -1,0 +1,129 @@
+"""Edge input at the Target and the embedded API: a closed service, a duplicate run id under a full KV,
+a problem or config Python can build but gRPC cannot carry (real engine, the shipped target)."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import pytest
+import torch
+
+from gambit.serving.embedded import Embedded, EmbeddedConfig, build_target
+from gambit.serving.solve_config import SolveConfig, check_problem
+from gambit.serving.target_service import Overcommitted
+from gambit.tasks.arithmetic import TaskConfig, generate
+
+PROBLEM = generate("test", 1, 0, TaskConfig(3, 4))[0].prompt
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _in_thread(fn, wait_s: float = 10.0):
+    """``fn()``'s result or exception, or "hang" when it has not returned after ``wait_s``."""
+    out: list = []
+
+    def go() -> None:
+        try:
+            out.append(fn())
+        except Exception as e:  # noqa: BLE001 — the test reads it
+            out.append(e)
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(wait_s)
+    return "hang" if t.is_alive() else out[0]
+
+
+def test_a_closed_service_refuses_runs_and_calls_at_once():
+    """``submit_run`` after ``close()`` queued the run for an engine thread that had exited: its future
+    never ended, so ``Embedded.solve`` (and a Target replica being torn down) waited forever."""
+    e = Embedded(EmbeddedConfig(num_blocks=100))
+    e.close()
+    got = _in_thread(lambda: list(e.solve(PROBLEM, SolveConfig(capacity=2, max_tokens=8, seed=1))))
+    assert isinstance(got, RuntimeError) and "closed" in str(got), got
+    own = _in_thread(lambda: list(e.solve(PROBLEM, SolveConfig(capacity=2, max_tokens=8), run_id="mine")))
+    assert isinstance(own, RuntimeError)
+    assert e.target.tree.get_run("mine") is None  # refused before it started: the id stays free
+    assert isinstance(_in_thread(lambda: e.target.call(lambda: 1).exception(timeout=5)), RuntimeError)
+    assert e.target.cancel("mine") is False
+
+
+def test_a_duplicate_run_id_is_a_request_error_even_when_the_kv_is_full():
+    """The duplicate-id check came after the KV check: a second run under an id in flight, where the
+    first left too little KV, got Overcommitted (RESOURCE_EXHAUSTED: "retry later", which never helps)."""
+    svc = build_target(EmbeddedConfig(num_blocks=120), None)
+    try:
+        cfg = SolveConfig(capacity=4, swap=1, max_tokens=400, seed=1)
+        need = svc.blocks_needed(svc.format_problem(PROBLEM), cfg)
+        assert need <= svc.engine.num_blocks < 2 * need  # one fits, two do not
+        release = threading.Event()
+        held = svc.call(release.wait)  # the engine thread waits: both runs reach one admission
+        first = svc.submit_run("dup", PROBLEM, cfg, lambda d: None)
+        second = svc.submit_run("dup", PROBLEM, cfg, lambda d: None)
+        release.set()
+        held.result(timeout=10)
+        assert first.result(timeout=10) is None
+        err = second.exception(timeout=10)
+        assert not isinstance(err, Overcommitted), err
+        assert isinstance(err, ValueError) and str(err).startswith("run_id: 'dup' is already running"), err
+    finally:
+        svc.cancel("dup")
+        svc.close()
+
+
+@pytest.mark.parametrize("problem, message", [
+    ("x\ud800y", r"problem: not valid UTF-8 text: '\\ud800' at character 1"),
+    (42, "problem: must be a string, got int"),
+    (None, "problem: must be a string, got NoneType"),
+    (" \n\t", "problem: empty"),
+])
+def test_a_problem_gRPC_could_not_carry_is_refused_naming_the_field(problem, message):  # noqa: N802
+    """A lone surrogate passed the check and raised TypeError in the tokenizer at admission; a
+    number was called "empty"."""
+    with pytest.raises(ValueError, match=message):
+        check_problem(problem)
+
+
+def test_embedded_solve_refuses_a_config_that_is_not_a_solve_config():
+    """A dict of fields raised AttributeError ('dict' object has no attribute 'raw_prompt') at
+    admission, and its values were never checked."""
+    e = Embedded(EmbeddedConfig(num_blocks=100))
+    try:
+        with pytest.raises(ValueError, match="cfg: must be a SolveConfig"):
+            next(e.solve(PROBLEM, {"capacity": 2}))
+        with pytest.raises(ValueError, match="problem: not valid UTF-8"):
+            next(e.solve("2+\udfff", SolveConfig(capacity=2, max_tokens=4)))
+    finally:
+        e.close()
+
+
+@pytest.mark.parametrize("problem, message", [
+    ("\x00 + 1", r"problem: characters the model's vocabulary cannot represent: '\\x00'"),
+    ("1 2 " * 700, "problem: prompt has [0-9]+ tokens; the context holds 1024"),
+])
+def test_a_problem_no_run_can_take_is_a_request_error_even_beside_busy_runs(problem, message):
+    """Its characters and length were checked at submission, after the KV check: with the KV held by
+    another run it was Overcommitted (RESOURCE_EXHAUSTED, "retry later", which never helps)."""
+    svc = build_target(EmbeddedConfig(num_blocks=120), None)
+    try:
+        cfg = SolveConfig(capacity=4, swap=1, max_tokens=400, seed=1)
+        release = threading.Event()
+        held = svc.call(release.wait)  # both reach one admission: the first holds the KV
+        busy = svc.submit_run("busy", PROBLEM, cfg, lambda d: None)
+        bad = svc.submit_run("bad", problem, cfg, lambda d: None)
+        release.set()
+        held.result(timeout=10)
+        assert busy.result(timeout=10) is None
+        err = bad.exception(timeout=10)
+        assert isinstance(err, ValueError) and not isinstance(err, Overcommitted), err
+        assert re.match(message, str(err)), err
+    finally:
+        svc.cancel("busy")
+        svc.close()
