@@ -11,9 +11,10 @@ cancelled" for those runs). Options: loadtest/README.md (Locust's --help does no
     locust -f loadtest/locustfile.py --headless --host 127.0.0.1:9000 -u 4 -r 2 -t 60s
     make loadtest   # starts a local deployment, runs this bounded, prints the summary table + CSV
 
-At the end it prints TTFT / end-to-end percentiles, throughput (runs/s, generated tokens/s) and
-failures (grouped by entry and gRPC code, one sample of the details each) as a table, and writes it
-as CSV (--summary-csv; the totals beside it in <name>.totals.json).
+At the end it prints TTFT / end-to-end percentiles (end to end also per method: "end to end gambit",
+...), throughput (runs/s, generated tokens/s) and failures (grouped by entry and gRPC code, one sample
+of the details each) as a table, and writes it as CSV (--summary-csv; the totals beside it in
+<name>.totals.json).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from gambit.ops.loadtest import (
     check_options,
     failure_kind,
     failure_lines,
+    method_rows,
     problem_pool,
     run_totals,
     summary_lines,
@@ -50,6 +52,8 @@ grpc_gevent.init_gevent()  # gRPC's blocking calls must yield to gevent, or one 
 _tokens = {"generated": 0, "runs": 0}
 _by_mix: dict[str, list[int]] = {}  # mix entry -> [finished runs, right answers] (their sums: the totals)
 _samples: dict[tuple[str, str], str] = {}  # (entry, failure kind) -> the first one's details
+# method -> (end-to-end ms of its runs with a result, not cancelled; its failed Solve calls)
+_by_method: dict[str, tuple[list[float], list[int]]] = {}
 _user_index = itertools.count()  # spawn order: seeds each user's draws reproducibly
 _lock = threading.Lock()
 
@@ -131,8 +135,12 @@ class SolveUser(User):
                                              response_time=(time.perf_counter() - t0) * 1000,
                                              response_length=length, exception=None, context={})
 
-    def _fail(self, entry, t0, kind, details):
-        """A failure under "<entry> (failed)", grouped by its kind (a gRPC code), one sample kept."""
+    def _fail(self, entry, t0, kind, details, method=""):
+        """A failure under "<entry> (failed)", grouped by its kind (a gRPC code), one sample kept; a
+        Solve's (``method``) counted against its method too."""
+        if method:
+            with _lock:
+                _by_method.setdefault(method, ([], [0]))[1][0] += 1
         name, kind = entry + FAILED, failure_kind(kind)
         _samples.setdefault((name, kind), details)
         self.environment.events.request.fire(request_type="grpc", name=name,
@@ -168,13 +176,13 @@ class SolveUser(User):
                     result = ev.result
         except grpc.RpcError as e:
             entry = "Solve first event" if first is None else "Solve end to end"
-            self._fail(entry, t0, e.code().name, f"{name}: {e.details()}")
+            self._fail(entry, t0, e.code().name, f"{name}: {e.details()}", method)
             return
         except Exception as e:  # a crash is a failure too, not a traceback beside "0 failures"
             entry = "Solve first event" if first is None else "Solve end to end"
-            self._fail(entry, t0, type(e).__name__, f"{name}: {e}")
+            self._fail(entry, t0, type(e).__name__, f"{name}: {e}", method)
             return
-        self._record(name, gold, t0, result)
+        self._record(name, method, gold, t0, result)
 
     def _cancel(self, run_id, name):
         tc = time.perf_counter()
@@ -184,16 +192,19 @@ class SolveUser(User):
         except grpc.RpcError as e:
             self._fail("CancelRun", tc, e.code().name, f"{name}: {e.details()}")
 
-    def _record(self, name, gold, t0, result):
+    def _record(self, name, method, gold, t0, result):
         cancelled = result is not None and result.status == "cancelled"
         entry = "Solve cancelled" if cancelled else "Solve end to end"
         if result is None:
-            self._fail(entry, t0, "no result", f"{name}: the stream ended without a result")
+            self._fail(entry, t0, "no result", f"{name}: the stream ended without a result", method)
         elif result.status not in ("done", "cancelled"):
-            self._fail(entry, t0, f"run ended {result.status}", f"{name}: {result.message}")
+            self._fail(entry, t0, f"run ended {result.status}", f"{name}: {result.message}", method)
         else:
+            ms = (time.perf_counter() - t0) * 1000
             self._fire(entry, t0, length=result.generated_tokens)
             with _lock:
+                if not cancelled:
+                    _by_method.setdefault(method, ([], [0]))[0].append(ms)
                 _tokens["generated"] += result.generated_tokens
                 _tokens["runs"] += 1
                 if result.status == "done":
@@ -243,7 +254,9 @@ def _on_quit(environment, **_):
     elapsed = time.perf_counter() - _t_start["t"]
     failed, errors = _failures(environment)
     totals = run_totals(elapsed, _tokens["runs"], _tokens["generated"], failed, errors, _by_mix)
-    rows = summary_rows(environment.stats, elapsed)
+    with _lock:
+        by_method = {m: (list(times), bad[0]) for m, (times, bad) in _by_method.items()}
+    rows = summary_rows(environment.stats, elapsed) + method_rows(by_method, elapsed)
     kinds = [(e.name, str(e.error), e.occurrences) for e in environment.stats.errors.values()]
     kinds += [("task error", failure_kind(row["msg"]), row["count"])
               for row in environment.runner.exceptions.values()]

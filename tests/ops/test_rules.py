@@ -71,11 +71,31 @@ SCENARIOS: dict[str, tuple[list[dict], str, list[dict]]] = {
         [{"series": f"{P}num_requests_waiting{{{RAY}}}", "values": "40x30"}], "20m",
         [{"series": f"{P}num_requests_waiting{{{RAY}}}", "values": "5x30"}]),
 }
-KV_SUMMARY = "KV cache above 95% on a Target replica for 5 minutes (97%)"
+# alert -> its summary when its scenario fires: each shows the value (a page says how bad it is)
+FIRING_SUMMARY = {
+    "GambitKVCacheSaturated": "KV cache above 95% on a Target replica for 5 minutes (97%)",
+    "GambitScorerDown": "Rounds are ranked without the scorer (0.08 fallback Score calls/s): the Scorer is "
+                        "unreachable or refuses the Target's calls",
+    "GambitTraceThroughputDrop": "Trace throughput (10 generated tokens/s) is below half its 1-hour average "
+                                 "while runs are in flight",
+    "GambitHighErrorRate": "9.091% of Solve calls end with a server-side gRPC error (above 5%)",
+    "GambitHighEndToEndLatency": "p95 end-to-end Solve latency 2m 57s (above 120 s)",
+    "GambitHighTimeToFirstToken": "p95 time to the first stream event 19.5s (above 10 s)",
+    "GambitQueueBacklog": "40 runs queued for 10 minutes (above 32)",
+}
 
 
 def test_every_alert_has_a_scenario():
-    assert set(SCENARIOS) == {a.name for a in ALERTS}
+    assert set(SCENARIOS) == {a.name for a in ALERTS} == set(FIRING_SUMMARY)
+
+
+def test_every_alert_shows_its_value_and_its_runbook():
+    """A page that says "latency high" without how high, or where to look next, costs the on-call a
+    dashboard round-trip: every summary templates $value and every rule names its runbook row."""
+    for a in ALERTS:
+        ann = a.rule()["annotations"]
+        assert "$value" in ann["summary"], a.name
+        assert ann["runbook"] == f"README.md#alerts ({a.name})" and ann["description"], a.name
 
 
 def test_promtool_check_rules(promtool):
@@ -99,9 +119,7 @@ def _unit_test(promtool, tmp_path, alert: str, series: list[dict], at: str, firi
     rule = a.rule()
     exp = []
     if firing:
-        ann = dict(rule["annotations"])
-        if alert == "GambitKVCacheSaturated":
-            ann["summary"] = KV_SUMMARY
+        ann = {**rule["annotations"], "summary": FIRING_SUMMARY[alert]}
         exp = [{"exp_labels": rule["labels"], "exp_annotations": ann}]
     test = {"rule_files": [str(RULES)], "evaluation_interval": "1m",
             "tests": [{"interval": "1m", "input_series": series,

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from gambit.ops.metrics import DEFAULT_PREFIX
 
+# where each alert's runbook lives: the README's Alerts table, one row per alert (what it means, what to do)
+RUNBOOK = "README.md#alerts"
 # gRPC codes that are the caller's doing, not the service failing (a reused run id, a missing token).
 CLIENT_CODES = "CANCELLED|INVALID_ARGUMENT|NOT_FOUND|ALREADY_EXISTS|UNAUTHENTICATED"
 
@@ -21,13 +23,15 @@ class Alert:
     expr: str  # PromQL with {p} for the prefix
     for_: str  # how long the condition must hold, e.g. "5m"
     severity: str  # "warning" | "critical"
-    summary: str
+    summary: str  # Prometheus template; shows the firing value ({{ $value }}) so a page says how bad it is
     action: str  # what the operator should do (README and the runbook annotation)
     checks: tuple[str, ...] = field(default=())  # queries that must return >= 1 series live
 
     def __post_init__(self):
         if self.severity not in ("warning", "critical"):
             raise ValueError(f"severity must be warning or critical, got {self.severity!r}")
+        if "$value" not in self.summary:
+            raise ValueError(f"alert {self.name}: summary must show the value ({{{{ $value }}}})")
         if not self.checks:
             raise ValueError(f"alert {self.name}: checks must name the queries its expression reads")
 
@@ -37,7 +41,8 @@ class Alert:
             "expr": self.expr.format(p=prefix),
             "for": self.for_,
             "labels": {"severity": self.severity, "service": "gambit"},
-            "annotations": {"summary": self.summary, "description": self.action},
+            "annotations": {"summary": self.summary, "description": self.action,
+                            "runbook": f"{RUNBOOK} ({self.name})"},
         }
 
 
@@ -59,9 +64,13 @@ ALERTS: tuple[Alert, ...] = (
         name="GambitScorerDown",
         expr="sum(rate({p}gambit_scorer_fallback_total[5m])) > 0",
         for_="2m", severity="critical",
-        summary="Rounds are ranked without the scorer: the Scorer is unreachable",
+        summary='Rounds are ranked without the scorer ({{ $value | printf "%.2f" }} fallback Score '
+                "calls/s): the Scorer is unreachable or refuses the Target's calls",
         action="Check the Scorer deployment's replicas in the Ray dashboard and `gambit cluster status`; "
-               "look at the CPU worker pods' logs. Search quality falls back to unscored ranking.",
+               "look at the CPU worker pods' logs. If the Scorer is up it refuses the calls: UNAUTHENTICATED "
+               "on Score (dashboard: Errors by code) means the Target's and Scorer's GAMBIT_TOKEN differ; a "
+               "Target log line naming two widths means the Scorer reads another hidden width. Search "
+               "quality falls back to unscored ranking.",
         checks=("sum(rate({p}gambit_scorer_fallback_total[5m]))",),
     ),
     Alert(
@@ -70,8 +79,8 @@ ALERTS: tuple[Alert, ...] = (
              "< 0.5 * sum(rate({p}gambit_generation_tokens_total[1h])) "
              "and sum({p}gambit_num_requests_running) > 0",
         for_="10m", severity="warning",
-        summary="Trace throughput (generated tokens/s) is below half its 1-hour average while runs are "
-                "in flight",
+        summary="Trace throughput ({{ $value | humanize }} generated tokens/s) is below half its 1-hour "
+                "average while runs are in flight",
         action="Look for a slow or restarting Target replica (GPU worker pod events, Ray dashboard), "
                "KV saturation (evictions) or a noisy neighbour on the GPU node.",
         checks=("sum(rate({p}gambit_generation_tokens_total[5m]))",
@@ -85,7 +94,8 @@ ALERTS: tuple[Alert, ...] = (
              "/ (sum(rate({p}gambit_e2e_request_latency_seconds_count[5m])) "
              '+ sum(rate({p}gambit_request_errors_total{{rpc="Solve"}}[5m]))) > 0.05',
         for_="5m", severity="critical",
-        summary="More than 5% of Solve calls end with a server-side gRPC error",
+        summary="{{ $value | humanizePercentage }} of Solve calls end with a server-side gRPC error "
+                "(above 5%)",
         action="Break the errors down by code on the dashboard (Errors by code). UNAVAILABLE or "
                "RESOURCE_EXHAUSTED: scale out or lower load; INTERNAL: read the Coordinator's logs.",
         checks=("sum(rate({p}gambit_request_errors_total[5m]))",
@@ -95,7 +105,7 @@ ALERTS: tuple[Alert, ...] = (
         name="GambitHighEndToEndLatency",
         expr=_quantile(0.95, "gambit_e2e_request_latency_seconds") + " > 120",
         for_="10m", severity="warning",
-        summary="p95 end-to-end Solve latency above 120 s",
+        summary="p95 end-to-end Solve latency {{ $value | humanizeDuration }} (above 120 s)",
         action="Check queue depth (runs waiting) and KV utilisation; add Target replicas, or lower the "
                "default trace budget per run.",
         checks=(_quantile(0.95, "gambit_e2e_request_latency_seconds"),),
@@ -104,7 +114,7 @@ ALERTS: tuple[Alert, ...] = (
         name="GambitHighTimeToFirstToken",
         expr=_quantile(0.95, "gambit_time_to_first_token_seconds") + " > 10",
         for_="10m", severity="warning",
-        summary="p95 time to the first stream event above 10 s",
+        summary="p95 time to the first stream event {{ $value | humanizeDuration }} (above 10 s)",
         action="Runs wait in the queue: see runs waiting on the dashboard; scale the Target or the "
                "Coordinator out, or lower max_ongoing_requests so the proxy sheds load instead.",
         checks=(_quantile(0.95, "gambit_time_to_first_token_seconds"),),
@@ -113,7 +123,7 @@ ALERTS: tuple[Alert, ...] = (
         name="GambitQueueBacklog",
         expr="sum({p}gambit_num_requests_waiting) > 32",
         for_="10m", severity="warning",
-        summary="More than 32 runs queued for 10 minutes",
+        summary="{{ $value }} runs queued for 10 minutes (above 32)",
         action="Demand exceeds capacity: add GPU workers and Target replicas (see Scaling in the README).",
         checks=("sum({p}gambit_num_requests_waiting)",),
     ),

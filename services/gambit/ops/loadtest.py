@@ -190,6 +190,25 @@ def summary_rows(stats, elapsed_s: float) -> list[dict]:
 
 
 COLUMNS = ("entry", "requests", "failures", "p50_ms", "p95_ms", "p99_ms", "mean_ms", "per_s")
+METHOD_ENTRY = "end to end "  # + method: the per-method rows after Locust's entries
+
+
+def method_rows(by_method: dict[str, tuple[list[float], int]], elapsed_s: float) -> list[dict]:
+    """"Solve end to end" split by method: (end-to-end ms of its runs with a result, failed Solve calls)
+    per method. Methods differ in cost by design (a gambit run is not an sc run), so one row over the
+    mix hid which method was slow or failing; cancelled runs are in neither (their end is the cancel)."""
+    rows = []
+    for method in sorted(by_method):
+        times, n_bad = by_method[method]
+        ms = sorted(times)
+        row = {"entry": METHOD_ENTRY + method, "requests": len(ms) + n_bad, "failures": n_bad}
+        for q in (50, 95, 99):  # nearest rank, as exact as the sample allows
+            row[f"p{q}_ms"] = round(ms[max(0, -(-q * len(ms) // 100) - 1)]) if ms else ""
+        row["mean_ms"] = round(sum(ms) / len(ms), 1) if ms else ""
+        row["per_s"] = round(len(ms) / max(elapsed_s, 1e-9), 3)
+        if row["requests"]:
+            rows.append(row)
+    return rows
 
 
 def run_totals(elapsed_s: float, runs: int, generated: int, request_failures: int, task_errors: int,
