@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gambit.scoring import random_scorer
-from gambit.serving import scorer_client
+from gambit.serving import scorer_client, scorer_endpoints
 from gambit.serving.scorer_client import RemoteScorer
 from gambit.serving.scorer_server import ScorerServerConfig, start_scorer_server
 
@@ -105,7 +105,7 @@ def test_channels_to_direct_endpoints_gone_since_are_closed(monkeypatch):
     """A Target kept one channel for every direct Scorer address it ever used: each replica restart (a new
     port) added one for the Target's life. Beyond MAX_DIRECT_CHANNELS the least recently used is closed;
     the proxy's channel stays."""
-    monkeypatch.setattr(scorer_client, "MAX_DIRECT_CHANNELS", 2)
+    monkeypatch.setattr(scorer_endpoints, "MAX_DIRECT_CHANNELS", 2)
     client = RemoteScorer("127.0.0.1:1", H)  # the "proxy": unreachable, so every call lands on the direct
     cfg = ScorerServerConfig(port=0, metrics_port=-1, token_env="", batch_wait_ms=0)
     used = []

@@ -461,7 +461,7 @@ def test_a_full_call_over_the_endpoints_message_cap_is_refused_at_start():
 
 def test_the_endpoint_and_the_client_take_serve_envs_message_cap(monkeypatch):
     """The 256 MiB the server receives and the client sends was written out in each: one constant now."""
-    from gambit.serving import scorer_client, scorer_server
+    from gambit.serving import scorer_endpoints, scorer_server
 
     monkeypatch.setattr(scorer_server, "SCORER_ENDPOINT_MESSAGE_BYTES", 1 << 16)
     srv = start_scorer_server(ScorerServerConfig(port=0, metrics_port=-1, token_env=""),
@@ -470,7 +470,7 @@ def test_the_endpoint_and_the_client_take_serve_envs_message_cap(monkeypatch):
         with pytest.raises(grpc.RpcError) as e:  # 4096 x 16 x 4 bytes of states: 256 KiB > 64 KiB
             stub(srv).Score(request(torch.randn(4096, H), [f"t:{i}" for i in range(4096)]))
         assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        monkeypatch.setattr(scorer_client, "SCORER_ENDPOINT_MESSAGE_BYTES", 1 << 16)
+        monkeypatch.setattr(scorer_endpoints, "SCORER_ENDPOINT_MESSAGE_BYTES", 1 << 16)  # the client's
         client = RemoteScorer(f"127.0.0.1:{srv.port}", H)
         try:
             client.score([f"t:{i}" for i in range(4096)], torch.randn(4096, H))

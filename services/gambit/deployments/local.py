@@ -17,12 +17,11 @@ from functools import cache
 
 import grpc
 
-from gambit.checks import above, at_least
-from gambit.cpu_info import check_cpu_weights, check_kv_dtype, default_spec_max_batch
-from gambit.drafter_map import parse_drafters
-from gambit.ops.serve_env import SERVE_ENV, check_score_message
-from gambit.search.store import check_no_password
+from gambit.checks import at_least
+from gambit.cpu_info import default_spec_max_batch
+from gambit.ops.serve_env import SERVE_ENV
 from gambit.serving.grpc_api import SERVICER_FUNCTIONS
+from gambit.serving.limits import MAX_KEYS, MAX_ROWS, MAX_STATE_MB
 from gambit.serving.security import read_token
 from gambit.serving.solve_config import SolveConfig, server_defaults
 from gambit.serving.tree_view import RETENTION_S
@@ -62,9 +61,9 @@ class ServeConfig:
     batch_invariant: bool | None = None  # a trace's floats its own in any batch (unset: on where it holds)
     batch_wait_ms: float = 0.0  # ms the Scorer waits to batch calls, 0-1000 (0: none; queued calls batch)
     hidden_size: int = 0  # the Scorer's input width (0 = the model's hidden size, read from its config)
-    max_keys: int = 65_536  # trace histories a sequence scorer keeps, least recently used forgotten beyond
-    max_state_mb: int = 512  # MiB of trace history a sequence scorer keeps (least recently used go beyond)
-    max_rows: int = 4096  # state rows the Scorer takes in one Score call (more: refused; >= --max-num-seqs)
+    max_keys: int = MAX_KEYS  # trace histories a sequence scorer keeps (least recently used go beyond)
+    max_state_mb: int = MAX_STATE_MB  # MiB of trace history a sequence scorer keeps (LRU beyond)
+    max_rows: int = MAX_ROWS  # state rows a Score call may carry (more: refused; >= --max-num-seqs)
     scorer_address: str = ""  # host:port of a ScorerService outside Ray (then no scorer app; "" = the app)
     scorer_tls_ca: str = ""  # PEM CA verifying the Scorer at --scorer-address ("" = plaintext)
     scorer_tls_cert: str = ""  # PEM client certificate for a Scorer run with --tls-client-ca (mTLS)
@@ -76,50 +75,25 @@ class ServeConfig:
     max_tokens: int = 320  # default tokens per trace
 
     def __post_init__(self) -> None:
-        from gambit.ops.serve_config import (
-            at_most_limits,
-            check_engine_batch,
-            check_ports,
-            check_scorer_address,
-            check_scorer_tls,
-        )
-        from gambit.serving.scorer_server import check_batch_wait_ms
+        from gambit.ops.serve_config import check_ports, check_serve_settings
         from gambit.serving.security import check_client_tls
 
         check_ports(grpc_port=self.grpc_port, http_port=self.http_port, metrics_port=self.metrics_port)
-        check_batch_wait_ms(self.batch_wait_ms)  # the Scorer replica refused it after Ray started
-        sizes = {"max_keys": self.max_keys, "max_state_mb": self.max_state_mb, "max_rows": self.max_rows,
-                 "max_num_seqs": self.max_num_seqs}
-        at_least(1, **sizes)
-        at_most_limits(**sizes)  # the chart's limits
-        at_least(0, hidden_size=self.hidden_size, max_resumes=self.max_resumes)
-        above(0, resume_wait_s=self.resume_wait_s)
-        check_scorer_address(self.scorer_address)
-        tls = (self.scorer_tls_ca, self.scorer_tls_cert, self.scorer_tls_key, self.scorer_tls_server_name)
-        check_scorer_tls(self.scorer_address, *tls)
-        check_client_tls("scorer_tls_", *tls)  # the files, here: a Target checked them after Ray started
-        check_no_password(self.tree, "tree")  # it would travel in the app's args and every store message
-        width = cache(self._model_width)  # read from the model's config once, where a check needs it
         at_least(1, num_cpus=self.num_cpus, target_replicas=self.target_replicas,
                  coordinator_replicas=self.coordinator_replicas)
-        at_least(1, retention_s=self.retention_s)
-        at_least(0, target_threads=self.target_threads, num_blocks=self.num_blocks)
-        if not (self.target_gpus == -1 or self.target_gpus >= 0):
-            raise ValueError(f"target_gpus must be >= 0, or -1 (one when the node has a GPU), got "
-                             f"{self.target_gpus}")
+        capacity = self.solve_defaults().capacity  # a bad one stopped every Coordinator, after Ray started
+        # the model's width, read from its config once, where a check needs it (a full Score call must fit
+        # the gRPC message caps Ray is started with)
+        width = cache(self._model_width)
+        need_width = not self.hidden_size and not self.scorer_address
+        # what the chart's ServeAppSpec checks too: the same function, so the two cannot drift
+        check_serve_settings(self, capacity, width() if need_width else 0)
+        tls = (self.scorer_tls_ca, self.scorer_tls_cert, self.scorer_tls_key, self.scorer_tls_server_name)
+        check_client_tls("scorer_tls_", *tls)  # the files, here: a Target checked them after Ray started
         if self.scorer not in ("", "process", "mlp", "sequence"):  # a folder or a parametrised spec
             from gambit.scoring.spec import check_scorer_spec  # (imports torch: not for the shipped names)
 
             check_scorer_spec(self.scorer, width())  # a folder loads: weights, kind, width
-        if self.spec_max_batch < 0:
-            raise ValueError(f"spec_max_batch must be >= 0 (0 = no cap), got {self.spec_max_batch}")
-        parse_drafters(self.drafters)
-        check_cpu_weights(self.cpu_weights)
-        check_kv_dtype(self.kv_dtype)
-        capacity = self.solve_defaults().capacity  # a bad one stopped every Coordinator, after Ray started
-        check_engine_batch(self.max_num_seqs, capacity, None if self.scorer_address else self.max_rows)
-        if not self.scorer_address:  # a full Score call must fit the gRPC message caps Ray is started with
-            check_score_message(self.max_rows, self.hidden_size or width())
 
     def _model_width(self) -> int:
         """The Targets' hidden size, the width a scorer folder must read (0: the model is not there,

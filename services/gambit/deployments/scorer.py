@@ -25,8 +25,8 @@ from gambit.checks import at_least
 from gambit.deployments.ray_metrics import ray_metrics
 from gambit.model.loader import model_hidden_size
 from gambit.ops.serve_env import check_score_message
-from gambit.scoring.scorer import MAX_KEYS, MAX_STATE_MB
 from gambit.scoring.spec import load_scorer_spec
+from gambit.serving.limits import MAX_KEYS, MAX_ROWS, MAX_STATE_MB
 from gambit.serving.protos import load
 from gambit.serving.scorer_core import ScorerCore
 from gambit.serving.scorer_server import SCORER_METRICS, check_batch_wait_ms, scorer_grpc_server
@@ -54,7 +54,7 @@ def _check_one_replica(scorer: str) -> None:
 @serve.deployment(max_ongoing_requests=32, ray_actor_options={"num_cpus": 0},
                   autoscaling_config={"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 8})
 class Scorer:
-    def __init__(self, scorer: str = "", hidden_size: int = 0, max_rows: int = 4096,
+    def __init__(self, scorer: str = "", hidden_size: int = 0, max_rows: int = MAX_ROWS,
                  batch_wait_ms: float = 0.0, token_env: str = "GAMBIT_TOKEN", direct_host: str = "127.0.0.1",
                  direct_port: int = 0, model: str = "", max_keys: int = MAX_KEYS,
                  max_state_mb: int = MAX_STATE_MB) -> None:
@@ -70,9 +70,12 @@ class Scorer:
         a full call would pass the gRPC message cap (``serve_env.check_score_message``)."""
         try:  # 40000 was taken: every call then failed after the core's 30 s with "scoring failed: "
             check_batch_wait_ms(batch_wait_ms)
-            at_least(1, max_keys=max_keys, max_state_mb=max_state_mb, max_rows=max_rows)
-            if isinstance(max_state_mb, bool) or not isinstance(max_state_mb, int):
-                raise ValueError(f"max_state_mb must be a whole number of MiB, got {max_state_mb!r}")
+            sizes = {"max_keys": max_keys, "max_state_mb": max_state_mb, "max_rows": max_rows}
+            for name, value in sizes.items():  # 1.5 passed where the scorer keeps no history
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise ValueError(f"{name} must be a whole number, got {value!r}")
+            at_least(1, **sizes)
+            at_least(0, hidden_size=hidden_size)  # -1 reached the scorer's build as a width
         except ValueError as e:
             raise ValueError(f"Scorer: {e}") from None
         self.pb2, _ = load("scorer")
@@ -83,15 +86,14 @@ class Scorer:
             except (OSError, ValueError) as e:
                 raise ValueError(f"Scorer: the hidden size of model {model!r} is unknown here ({e}); give "
                                  "hidden_size (the chart's serve.hiddenSize)") from None
-        scorer_net = load_scorer_spec(scorer, hidden_size, note=log.warning)
+        scorer_net = load_scorer_spec(scorer, hidden_size, note=log.warning, max_keys=max_keys,
+                                      max_state_mb=max_state_mb)  # bounded from the start
         try:  # a full call must fit the proxy's caps (this node's environment) and the direct endpoint's
             check_score_message(max_rows, scorer_net.hidden_size)
         except ValueError as e:
             raise ValueError(f"Scorer: {e}") from None
         if getattr(scorer_net, "kind", "") == "sequence":
             _check_one_replica(scorer)
-        if hasattr(scorer_net, "max_keys"):  # a BoundaryScorer (the MLP keeps none: no effect there)
-            scorer_net.max_keys, scorer_net.max_state_mb = max_keys, max_state_mb
         self.core = ScorerCore(scorer_net, max_rows, batch_wait_ms / 1000, metrics=self.metrics)
         self.token = read_token(token_env)
         self.direct, self._address = None, ""

@@ -17,14 +17,12 @@ from gambit.checks import above, at_least
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype
 from gambit.drafter_map import parse_drafters
 from gambit.ops.serve_env import check_score_message
+from gambit.serving.limits import MAX_KEYS, MAX_ROWS, MAX_STATE_MB  # (scoring.scorer's: tested equal)
 from gambit.serving.solve_config import server_defaults
 from gambit.serving.tree_view import RETENTION_S
 
 CPU_GROUP_RESOURCE = "gambit_cpu_worker"  # advertised by the chart's CPU worker group
-MAX_KEYS = 65_536  # gambit.scoring.scorer.MAX_KEYS (tested equal), without importing torch here
-MAX_STATE_MB = 512  # gambit.scoring.scorer.MAX_STATE_MB (tested equal)
 MAX_NUM_SEQS = 256  # the Target's (EngineConfig's) default engine batch (tested equal)
-MAX_ROWS = 4096  # the Scorer deployment's default rows per Score call (tested equal)
 # the most each may be: the chart's values.schema.json maxima (tested equal), so a value `helm install`
 # refuses is refused here too, and the other way round
 UPPER_LIMITS = {"max_keys": 2**31 - 1, "max_state_mb": 1 << 20, "max_rows": 1 << 20, "max_num_seqs": 1 << 16}
@@ -151,6 +149,43 @@ def check_engine_batch(max_num_seqs: int, capacity: int, max_rows: int | None = 
                          "unguided; raise max_rows or lower max_num_seqs")
 
 
+def check_serve_settings(s, capacity: int, width: int = 0) -> None:
+    """The checks ``ServeAppSpec`` and ``ServeConfig`` share, one function so they cannot drift (the spec
+    took a negative hidden_size, num_blocks or target_gpus that `gambit serve` refused): ``s`` has both
+    classes' common fields, ``capacity`` is its default run capacity and ``width`` the model's hidden
+    size where known (0: not read here). Each error a one-line ValueError naming the field."""
+    from gambit.search.store import check_no_password
+    from gambit.serving.scorer_server import check_batch_wait_ms
+
+    at_least(1, retention_s=s.retention_s)
+    check_batch_wait_ms(s.batch_wait_ms)  # the Scorer replica's own check, before Ray starts
+    sizes = {"max_keys": s.max_keys, "max_state_mb": s.max_state_mb, "max_rows": s.max_rows,
+             "max_num_seqs": s.max_num_seqs}
+    for name, value in sizes.items():  # the Scorer replica refused 1.5 after Ray started
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name} must be a whole number, got {value!r}")
+    at_least(1, **sizes)
+    at_most_limits(**sizes)  # the chart's limits
+    at_least(0, hidden_size=s.hidden_size, target_threads=s.target_threads, max_resumes=s.max_resumes,
+             num_blocks=s.num_blocks)
+    above(0, resume_wait_s=s.resume_wait_s)
+    if not (s.target_gpus == -1 or s.target_gpus >= 0):
+        raise ValueError(f"target_gpus must be >= 0, or -1 (one when the node has a GPU), got "
+                         f"{s.target_gpus}")
+    if s.spec_max_batch is not None:  # None: the engine's default (0: no cap)
+        at_least(0, spec_max_batch=s.spec_max_batch)
+    parse_drafters(s.drafters)
+    check_cpu_weights(s.cpu_weights)
+    check_kv_dtype(s.kv_dtype)
+    check_engine_batch(s.max_num_seqs, capacity, None if s.scorer_address else s.max_rows)
+    if not s.scorer_address:  # a full Score call must fit the gRPC message caps (an outside one: its own)
+        check_score_message(s.max_rows, s.hidden_size or width)
+    check_scorer_address(s.scorer_address)
+    check_scorer_tls(s.scorer_address, s.scorer_tls_ca, s.scorer_tls_cert, s.scorer_tls_key,
+                     s.scorer_tls_server_name)
+    check_no_password(s.tree, "tree")  # the password comes from GAMBIT_REDIS_PASSWORD, never the URL
+
+
 SCORER_AUTOSCALING = (("min_replicas", 1), ("max_replicas", 4), ("target_ongoing_requests", 8),
                       ("upscale_delay_s", 5), ("downscale_delay_s", 60))
 
@@ -199,36 +234,13 @@ class ServeAppSpec:
     ))
 
     def __post_init__(self):
-        at_least(1, retention_s=self.retention_s)
         check_ports(grpc_port=self.grpc_port, http_port=self.http_port)
         names = sorted(d.name for d in self.deployments)
         if names != ["Coordinator", "Scorer", "Target"]:
             raise ValueError(f"deployments must be Target, Coordinator, Scorer; got {names}")
-        parse_drafters(self.drafters)
-        check_cpu_weights(self.cpu_weights)
-        check_kv_dtype(self.kv_dtype)
         defaults = server_defaults(dict(self.solve_defaults))  # what each Coordinator would refuse at start
-        from gambit.serving.scorer_server import check_batch_wait_ms
-
-        check_batch_wait_ms(self.batch_wait_ms)  # the Scorer replica's own check, before Ray starts
-        sizes = {"max_keys": self.max_keys, "max_state_mb": self.max_state_mb, "max_rows": self.max_rows,
-                 "max_num_seqs": self.max_num_seqs}
-        at_least(1, **sizes)
-        at_most_limits(**sizes)
-        check_engine_batch(self.max_num_seqs, defaults.capacity,
-                           None if self.scorer_address else self.max_rows)
-        if not self.scorer_address:  # an outside Scorer's rows limit is its own (the model's width: unread)
-            check_score_message(self.max_rows, self.hidden_size)
-        if self.spec_max_batch is not None:
-            at_least(0, spec_max_batch=self.spec_max_batch)
-        at_least(0, target_threads=self.target_threads, max_resumes=self.max_resumes)
-        above(0, resume_wait_s=self.resume_wait_s)
-        check_scorer_address(self.scorer_address)
-        check_scorer_tls(self.scorer_address, self.scorer_tls_ca, self.scorer_tls_cert, self.scorer_tls_key,
-                         self.scorer_tls_server_name)
-        from gambit.search.store import check_no_password
-
-        check_no_password(self.tree, "tree")  # the password comes from GAMBIT_REDIS_PASSWORD, never the URL
+        # the model's width is not read here (a path on the Targets' nodes): hidden_size alone, if given
+        check_serve_settings(self, defaults.capacity)
 
     def deployment(self, name: str) -> DeploymentSpec:
         return next(d for d in self.deployments if d.name == name)

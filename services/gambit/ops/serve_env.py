@@ -12,6 +12,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from gambit.serving.limits import (  # the Scorer path's limits, read by client and server alike
+    EDIT_BYTES,
+    GRPC_MAX_MESSAGE_BYTES,
+    ROW_EXTRA_BYTES,
+    SCORER_ENDPOINT_MESSAGE_BYTES,
+    STATE_VALUE_BYTES,
+)
+
 # * RAY_worker_niceness 0: Ray starts its workers, hence every Serve replica and the Target's engine,
 #   at nice 15, below every ordinary process on the host; on a shared machine the engine then only
 #   gets the CPU others leave (it decoded ~20% slower than the same engine in a nice-0 process).
@@ -32,19 +40,8 @@ from collections.abc import Mapping
 #   drops a Target queued while its Scorer was down (up to ~35 MiB of ids): ~100 MiB, 128 MiB with
 #   margin. Wider models or more rows: raise both (serve.extraEnv, deploy/serve.env); ServeAppSpec,
 #   ServeConfig and the Scorer itself at start refuse a max_rows whose full call would not fit
-#   (``check_score_message``).
-GRPC_MAX_MESSAGE_BYTES = 128 << 20
-# the Scorer's own endpoints (each replica's direct one, `gambit scorer serve`) take, and a Target's client
-# sends, messages up to this (scorer_server.py and scorer_client.py read it here): raising the proxy's past
-# it gains nothing
-SCORER_ENDPOINT_MESSAGE_BYTES = 256 << 20
-STATE_VALUE_BYTES = 4  # float32 states, the widest a Target sends (``payload.encode_states``)
-# per row beside its states: a trace id of at most 128 bytes (payload.MAX_TRACE_ID_BYTES) and two
-# confidence floats, with their framing
-ROW_EXTRA_BYTES = 140
-# the forks and drops one call may carry (2 x scorer_client.MAX_PENDING ids, a Fork of two 128-byte ids at
-# most, with framing): a Target's queue while its Scorer was down
-EDIT_BYTES = 2 * 65536 * 262
+#   (``check_score_message``). The sizes (GRPC_MAX_MESSAGE_BYTES, EDIT_BYTES, ...) live in
+#   ``gambit.serving.limits``.
 PROXY_CAPS = ("RAY_SERVE_GRPC_MAX_MESSAGE_SIZE", "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH")
 SERVE_ENV: dict[str, str] = {
     "RAY_worker_niceness": "0",

@@ -299,9 +299,11 @@ def save_scorer(net: torch.nn.Module | BoundaryScorer, config: ScorerConfig, fol
     return folder
 
 
-def load_scorer(folder: str | Path, device: str | torch.device = "cpu",
-                invariant: bool = True) -> BoundaryScorer:
-    """A scorer from its folder; a missing, extra or wrong-shaped tensor is a ValueError naming it."""
+def load_scorer(folder: str | Path, device: str | torch.device = "cpu", invariant: bool = True,
+                max_keys: int = MAX_KEYS, max_state_mb: int = MAX_STATE_MB) -> BoundaryScorer:
+    """A scorer from its folder; a missing, extra or wrong-shaped tensor is a ValueError naming it.
+    ``max_keys`` / ``max_state_mb``: its history bounds (``BoundaryScorer``), given at construction so a
+    served scorer is never unbounded, not even between its load and a later assignment."""
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: scorer folder does not exist")
@@ -324,4 +326,4 @@ def load_scorer(folder: str | Path, device: str | torch.device = "cpu",
             raise ValueError(f"{path}: tensor {name} has shape {tuple(state[name].shape)}, "
                              f"config.json implies {tuple(t.shape)}")
     net.load_state_dict(state)
-    return BoundaryScorer(net, cfg, device, invariant)
+    return BoundaryScorer(net, cfg, device, invariant, max_keys=max_keys, max_state_mb=max_state_mb)

@@ -25,6 +25,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from gambit.serving.limits import MAX_KEYS, MAX_STATE_MB
+
 SHIPPED = ("process", "mlp", "sequence")
 DEFAULT_HIDDEN = 192  # the shipped target's width: what a spec without one means
 
@@ -96,21 +98,25 @@ def _checked(spec: str, width: int) -> tuple[str, list]:
 
 
 def load_scorer_spec(spec: str = "process", hidden_size: int = 0, invariant: bool = True,
-                     note: Callable[[str], None] | None = _stderr):
+                     note: Callable[[str], None] | None = _stderr, max_keys: int = MAX_KEYS,
+                     max_state_mb: int = MAX_STATE_MB):
     """The scorer ``spec`` names (module docstring). ``hidden_size``: the model's width (0: unknown,
     no fallback, the shipped target's for specs that need one); ``invariant``: a trained scorer's
     batch-invariant scoring (False: the batched network, for comparisons); ``note``: told of a
-    fallback (None: silent)."""
+    fallback (None: silent); ``max_keys`` / ``max_state_mb``: a ``BoundaryScorer``'s history bounds,
+    set as it is built (a served scorer was briefly unbounded, and a start path that forgot to set
+    them kept the defaults; the confidence scorer keeps no history: unused there)."""
     import gambit.scoring as scoring
 
     width = hidden_size or DEFAULT_HIDDEN
+    bounds = {"max_keys": max_keys, "max_state_mb": max_state_mb}
     kind, args = _checked(spec, width)
     if kind == "confidence":
         return scoring.ConfidenceScorer(args[0])
     if kind == "random":
-        return scoring.random_scorer(args[0], args[1], seed=args[2], invariant=invariant)
+        return scoring.random_scorer(args[0], args[1], seed=args[2], invariant=invariant, **bounds)
     if kind == "folder":
-        scorer = scoring.load_scorer(Path(args[0]), invariant=invariant)
+        scorer = scoring.load_scorer(Path(args[0]), invariant=invariant, **bounds)
         if hidden_size and scorer.hidden_size != hidden_size:  # served, every call fell back to 0.5
             raise ValueError(f"--scorer {spec!r}: this scorer folder reads hidden states of width "
                              f"{scorer.hidden_size}, the model's hidden size is {hidden_size}; give a scorer "
@@ -121,7 +127,7 @@ def load_scorer_spec(spec: str = "process", hidden_size: int = 0, invariant: boo
              f"(give ./{spec} for it)")
     folder = shipped_folder(kind)
     if (folder / "config.json").is_file():
-        scorer = scoring.load_scorer(folder, invariant=invariant)
+        scorer = scoring.load_scorer(folder, invariant=invariant, **bounds)
         if not hidden_size or scorer.hidden_size == hidden_size:
             return scorer
         why = f"the shipped {kind} scorer reads width {scorer.hidden_size}, this model has {hidden_size}"
@@ -133,7 +139,7 @@ def load_scorer_spec(spec: str = "process", hidden_size: int = 0, invariant: boo
         return scoring.ConfidenceScorer(width)
     if note:
         note(f"{why}; using a random one (no signal)")
-    return scoring.random_scorer(kind, width, invariant=invariant)
+    return scoring.random_scorer(kind, width, invariant=invariant, **bounds)
 
 
 def reads_confidence(spec: str) -> bool:

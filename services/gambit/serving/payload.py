@@ -11,13 +11,12 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from gambit.serving.limits import MAX_TRACE_ID_BYTES  # the longest trace id a Scorer keeps
+
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 MAX_STATE = 65504.0  # the largest |value| a hidden-state row may hold: float16's largest
 LOGPROB_SLACK = 1e-4  # a log-probability feature above 0 by more than rounding is not one
-# longest trace id (UTF-8 bytes) a Scorer keeps: a Target sends "run:node", a run id is at most 64
-# characters (``solve_config.RUN_ID``) and a node id a decimal int, so 85 bytes at most
-MAX_TRACE_ID_BYTES = 128
 
 
 def encode_states(states: torch.Tensor) -> tuple[bytes, str, list[int]]:

@@ -17,6 +17,9 @@ Before the first Score call, and again after a failed one, the client asks the S
 Scorer that reads another hidden width or another number of features refuses every call, so each run
 would end "done" on fallback scores. Then an ERROR line names both widths and the address, the call falls
 back (and backs off) as any failed one, and ``unguided`` says why, for the runs' results.
+
+Where the calls go (the proxy, or a replica's direct endpoint while it answers) and the channels kept to
+each: ``scorer_endpoints.ScorerEndpoints``, which a ``RemoteScorer`` is.
 """
 
 from __future__ import annotations
@@ -32,26 +35,20 @@ import grpc
 import numpy as np
 import torch
 
-from gambit.ops.serve_env import SCORER_ENDPOINT_MESSAGE_BYTES
 from gambit.scoring.confidence import FEATURES
+from gambit.serving.limits import MAX_PENDING
 from gambit.serving.payload import check_ids, encode_states
-from gambit.serving.protos import load
-from gambit.serving.security import auth_metadata, open_channel
+from gambit.serving.scorer_endpoints import ScorerEndpoints
+from gambit.serving.security import auth_metadata
 
 log = logging.getLogger(__name__)
 
 # longest back-off after failed calls in a row: a hung Scorer (each try waits out the timeout on the direct
 # endpoint and on the proxy) made runs 3.3x slower at a fixed 1 s; a Scorer back within 30 s is used again
 MAX_RETRY_AFTER_S = 30.0
-# forks + drops kept for the next call while the Scorer is down (the oldest go first beyond it: a Scorer
-# down that long keeps some dropped histories, as before, instead of the client growing without end)
-MAX_PENDING = 65536
-# channels kept to direct endpoints, besides ``address``'s (the least recently used closed beyond it): each
-# Scorer replica restart gives a new address, and a Target kept a channel to every one it ever used
-MAX_DIRECT_CHANNELS = 4
 
 
-class RemoteScorer:
+class RemoteScorer(ScorerEndpoints):
     def __init__(self, address: str, hidden_size: int, kind: str = "remote", token: str = "",
                  application: str = "", timeout_s: float = 2.0, retry_after_s: float = 1.0,
                  tls_ca: str = "", metrics=None, resolve: Callable[[], str] | None = None,
@@ -61,19 +58,9 @@ class RemoteScorer:
         off the scoring path, at start, every ``refresh_s`` and after the direct endpoint fails.
         Calls go there while it answers, else to ``address`` (the proxy). ``tls_*``: a TLS Scorer's CA,
         this client's certificate and key (mTLS) and the name its certificate holds (``open_channel``)."""
-        self.pb2, self._grpc = load("scorer")
-        self.address, self.tls_ca = address, tls_ca
-        self.tls_cert, self.tls_key, self.tls_server_name = tls_cert, tls_key, tls_server_name
-        self._channels: OrderedDict[str, tuple[grpc.Channel, object]] = OrderedDict()  # LRU order
-        self._channels_lock = threading.Lock()
-        self.channel, self.stub = self._stub(address)
+        super().__init__(address, tls_ca, tls_cert, tls_key, tls_server_name, resolve, refresh_s,
+                         retry_after_s)
         self.metadata = auth_metadata(token) + ((("application", application),) if application else ())
-        self.resolve, self.refresh_s = resolve, refresh_s
-        self.direct = ""  # the direct endpoint in use ("" = the proxy)
-        self._resolving = False
-        self._resolve_at = 0.0
-        self.resolve_error = ""
-        self.direct_calls = 0
         self.hidden_size, self.kind = hidden_size, kind
         self.confidence = confidence  # the driver appends the confidence features (``ScoreRequest.features``)
         self.width = hidden_size + (FEATURES if confidence else 0)  # of the rows ``score`` takes
@@ -208,7 +195,7 @@ class RemoteScorer:
         if direct := self.direct:
             scores = self._call(self._stub(direct)[1], req, n)
             if scores is None:  # the replica went away: the proxy routes to a live one
-                self.direct, self._resolve_at = "", 0.0
+                self._direct_gone()
             else:
                 self.direct_calls += 1
         return scores if scores is not None else self._call(self.stub, req, n)
@@ -244,7 +231,7 @@ class RemoteScorer:
             except grpc.RpcError as e:
                 self.last_error = f"{e.code().name}: {e.details()}"
                 if address == self.direct:  # the replica went away: the proxy routes to a live one
-                    self.direct, self._resolve_at = "", 0.0
+                    self._direct_gone()
                 continue
             if (info.hidden_size, info.features) == (self.hidden_size, sent):
                 self._info_ok, self.unguided, self.max_rows = True, "", info.max_rows
@@ -272,50 +259,6 @@ class RemoteScorer:
             self.last_error = (f"{e.code().name}: {e.details()}" if isinstance(e, grpc.RpcError)
                                else str(e))
             return None
-
-    def _stub(self, address: str):
-        """One channel per address, reused (channel set-up costs a handshake): ``address``'s for the
-        client's life, and the ``MAX_DIRECT_CHANNELS`` most recently used direct endpoints' (an older one,
-        most likely a replica gone since, is closed; a call still on it fails and takes the proxy)."""
-        with self._channels_lock:
-            if address in self._channels:
-                self._channels.move_to_end(address)
-                return self._channels[address]
-            ch = open_channel(address, self.tls_ca, self.tls_cert, self.tls_key,
-                              options=[("grpc.max_send_message_length", SCORER_ENDPOINT_MESSAGE_BYTES)],
-                              server_name=self.tls_server_name)
-            self._channels[address] = got = (ch, self._grpc.ScorerServiceStub(ch))
-            direct = [a for a in self._channels if a != self.address]
-            for old in direct[:max(0, len(direct) - MAX_DIRECT_CHANNELS)]:
-                self._channels.pop(old)[0].close()
-            return got
-
-    def refresh(self) -> None:
-        """Look the direct endpoint up now (in the background) unless one is known or being looked up."""
-        if not self.direct:
-            self._resolve_at = 0.0
-            self._maybe_resolve()
-
-    def _maybe_resolve(self) -> None:
-        """Look the direct endpoint up in the background (a Ray handle call must not stall scoring)."""
-        if self.resolve is None or self._resolving or time.monotonic() < self._resolve_at:
-            return
-        self._resolving = True
-        self._resolve_at = float("inf")  # set again once the look-up ends
-        threading.Thread(target=self._resolve_now, name="scorer-resolve", daemon=True).start()
-
-    def _resolve_now(self) -> None:
-        wait = self.refresh_s
-        try:
-            self.direct = self.resolve() or ""
-            self.resolve_error = ""
-        except Exception as e:  # noqa: BLE001 — no direct endpoint: keep using the proxy
-            log.info("no direct scorer endpoint: %s", e)
-            self.direct, wait = "", self.retry_after_s
-            self.resolve_error = f"{type(e).__name__}: {e}"
-        finally:
-            self._resolve_at = time.monotonic() + wait
-            self._resolving = False
 
     def score_async(self, keys: Sequence[Hashable], states: torch.Tensor) -> Future:
         """A future of ``score`` while the engine keeps decoding. Calls leave one at a time, in order
@@ -371,8 +314,5 @@ class RemoteScorer:
             self._wake.notify_all()
         if self._sender is not None:
             self._sender.join(timeout=5)
-        with self._channels_lock:
-            for ch, _ in self._channels.values():
-                ch.close()
-            self._channels.clear()
+        self.close_channels()
 

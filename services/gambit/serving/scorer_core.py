@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
+from gambit.serving.limits import MAX_PENDING
 from gambit.serving.metrics import Metrics
 from gambit.serving.payload import check_ids, decode_features, decode_states, states_with_features
-from gambit.serving.scorer_client import MAX_PENDING
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,16 @@ from dataclasses import dataclass, field
 import grpc
 
 from gambit.checks import at_least
-from gambit.ops.serve_env import SCORER_ENDPOINT_MESSAGE_BYTES, check_score_message
-from gambit.scoring.scorer import MAX_KEYS, MAX_STATE_MB
+from gambit.ops.serve_env import check_score_message
 from gambit.scoring.spec import load_scorer_spec
 from gambit.serving.grpc_common import add_health_and_reflection
+from gambit.serving.limits import (
+    MAX_BATCH_WAIT_MS,
+    MAX_KEYS,
+    MAX_ROWS,
+    MAX_STATE_MB,
+    SCORER_ENDPOINT_MESSAGE_BYTES,
+)
 from gambit.serving.metrics import Metrics, PrometheusBackend
 from gambit.serving.protos import load
 from gambit.serving.scorer_core import ScorerCore
@@ -27,8 +33,6 @@ log = logging.getLogger(__name__)
 SCORER_METRICS = ("gambit_scorer_latency_seconds", "gambit_scorer_batch_size", "gambit_request_errors_total",
                   "gambit_scorer_evictions_total")
 RPCS = ("Score", "Info")  # the ScorerService's methods: the only ``rpc`` labels counted
-# a longer wait delays every call by it; a Target's call times out after 2 s (RemoteScorer.timeout_s)
-MAX_BATCH_WAIT_MS = 1000.0
 
 
 @dataclass
@@ -44,7 +48,7 @@ class ScorerServerConfig:
     tls_cert: str = ""  # PEM server certificate chain ("" = plaintext)
     tls_key: str = ""  # PEM private key of --tls-cert ("" = plaintext)
     tls_client_ca: str = ""  # PEM CA for client certificates (mTLS; "" = none asked)
-    max_rows: int = 4096  # most state rows in one request (a full one must fit the 256 MiB message cap)
+    max_rows: int = MAX_ROWS  # most state rows in one request (a full one must fit the 256 MiB message cap)
     batch_wait_ms: float = 2.0  # how long the batcher waits for more requests, milliseconds (at most 1000)
     max_batch_rows: int = 1024  # rows scored by one forward at most
     workers: int = 8  # gRPC handler threads
@@ -60,6 +64,8 @@ class ScorerServerConfig:
                              f"{self.metrics_port}")
         if not self.host:
             raise ValueError("host must be an address to bind, e.g. 127.0.0.1")
+        if self.port > 0 and self.port == self.metrics_port:  # the metrics server failed "Address in use"
+            raise ValueError(f"port and metrics_port are both {self.port}; they must differ")
         at_least(1, max_rows=self.max_rows, max_batch_rows=self.max_batch_rows, workers=self.workers,
                  max_keys=self.max_keys, max_state_mb=self.max_state_mb)
         check_batch_wait_ms(self.batch_wait_ms)
@@ -170,12 +176,11 @@ def start_scorer_server(cfg: ScorerServerConfig, scorer=None) -> RunningScorer:
     metrics = Metrics(backend, names=SCORER_METRICS)
     if scorer is None:  # a folder of another width than the model's is refused here, naming --scorer
         width = model_width(cfg.model)
-        scorer = load_scorer_spec(cfg.scorer, width, note=log.warning)
+        scorer = load_scorer_spec(cfg.scorer, width, note=log.warning, max_keys=cfg.max_keys,
+                                  max_state_mb=cfg.max_state_mb)
         if cfg.model and scorer.hidden_size != width:  # confidence:H / random:kind:H of another width
             raise ValueError(f"--scorer {cfg.scorer!r} reads width {scorer.hidden_size}, but --model "
                              f"{cfg.model!r} has hidden size {width}: every Score call would be refused")
-        if hasattr(scorer, "max_keys"):  # a BoundaryScorer (the MLP keeps none: no effect there)
-            scorer.max_keys, scorer.max_state_mb = cfg.max_keys, cfg.max_state_mb
     # no proxy on the way: a full call must fit this server's own cap (else every one was refused)
     check_score_message(cfg.max_rows, scorer.hidden_size, endpoint_only=True)
     core = ScorerCore(scorer, cfg.max_rows, cfg.batch_wait_ms / 1000, cfg.max_batch_rows, metrics)
@@ -188,7 +193,11 @@ def start_scorer_server(cfg: ScorerServerConfig, scorer=None) -> RunningScorer:
         raise
     running = RunningScorer(server, port, -1, core, backend)
     if cfg.metrics_port >= 0:
-        http, _ = backend.serve_http(cfg.metrics_port, cfg.host)
+        try:
+            http, _ = backend.serve_http(cfg.metrics_port, cfg.host)
+        except OSError as e:  # the gRPC server and the batcher were left running, its port held
+            running.stop(0)
+            raise OSError(f"metrics_port {cfg.metrics_port}: cannot listen on {cfg.host} ({e})") from None
         running._http = http
         running.metrics_port = http.server_port
     return running
