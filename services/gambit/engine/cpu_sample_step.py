@@ -340,6 +340,10 @@ std::tuple<std::vector<int64_t>, std::vector<double>, at::Tensor, at::Tensor> sa
       float* y = wp + b * V;
       const float lo = filtered ? 0.f : sample_scale_row(x, y, V, temp[b]);
       const float m = sample_row_max(y, V);
+      if (!std::isfinite(m)) {  // +inf (a tiny temperature overflowed), NaN or all -inf: the argmax, as
+        hot[b] = 0;             // sampler.sample (its weights would be NaN or none)
+        continue;
+      }
       // exp of the entries that can be nonzero only: a filtered row's kept ones (its -inf entries give 0),
       // a cold row's above the zero shift; NaN: one exp over the row
       const float L = !filtered ? sample_row_shift(y, V, m, lo)

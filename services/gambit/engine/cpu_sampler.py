@@ -65,29 +65,6 @@ static int64_t sample_row(const float* w, int64_t V, const float* bsum, int64_t 
   return std::min(blk * block + last, V - 1);
 }
 
-// sampler._invert_cdf_ (w overwritten). The float work stays in ATen (exp, the blocks' pairwise fp32
-// sums); the rest is exact or sequential, as ATen's CPU kernels do it: the float64 cumsums accumulate
-// in order from 0 (cpu_cum_base_kernel), searchsorted(right=True) is the first entry > x, and the
-// inner cumsum gets the block's prefix added after (cumsum_, then add_).
-static at::Tensor sample_invert_cdf(at::Tensor w, const int64_t* seeds, const int64_t* counters,
-                                    int64_t block) {
-  const int64_t B = w.size(0), V = w.size(1);
-  w.sub_(w.amax(-1, true)).exp_();
-  const int64_t nb = (V + block - 1) / block;
-  if (nb * block != V) w = at::constant_pad_nd(w, {0, nb * block - V}, 0);
-  auto wc = w.contiguous();
-  auto bsum = wc.view({B, nb, block}).sum(-1).contiguous();
-  auto out = at::empty({B}, at::kLong);
-  const float* wp = wc.data_ptr<float>();
-  const float* sp = bsum.data_ptr<float>();
-  int64_t* op = out.data_ptr<int64_t>();
-  std::vector<double> bcdf(nb);
-  for (int64_t b = 0; b < B; ++b)
-    op[b] = sample_row(wp + b * nb * block, V, sp + b * nb, nb, block, sample_uniform(seeds[b], counters[b]),
-                       bcdf.data());
-  return out;
-}
-
 // A row's largest value, NaN if it holds one (amax's answer; the sign of a zero maximum may differ from
 // amax's, which no caller can see: x - (+0) and x - (-0) differ only at x = 0, whose exp is 1 either way,
 // and -0 == +0 for argmax_row). Four vectors a pass: the max is exact in any order.
@@ -160,6 +137,39 @@ torch::Tensor argmax_rows(torch::Tensor logits) {
   return out;
 }
 
+// sampler._invert_cdf_ (w overwritten). The float work stays in ATen (exp, the blocks' pairwise fp32
+// sums); the rest is exact or sequential, as ATen's CPU kernels do it: the float64 cumsums accumulate
+// in order from 0 (cpu_cum_base_kernel), searchsorted(right=True) is the first entry > x, and the
+// inner cumsum gets the block's prefix added after (cumsum_, then add_).
+// A row whose largest scaled value is not finite (+inf: logits / a tiny temperature overflowed; NaN; all
+// -inf) has NaN or no weights: it takes its logits' argmax instead (argmax_row of `logits`), T -> 0's limit.
+static at::Tensor sample_invert_cdf(at::Tensor w, const int64_t* seeds, const int64_t* counters,
+                                    int64_t block, const at::Tensor& logits) {
+  const int64_t B = w.size(0), V = w.size(1);
+  auto top = w.amax(-1, true);
+  w.sub_(top).exp_();
+  auto topc = top.contiguous();
+  const float* tp = topc.data_ptr<float>();
+  auto lc = logits.contiguous();
+  const float* lp = lc.data_ptr<float>();
+  const int64_t nb = (V + block - 1) / block;
+  if (nb * block != V) w = at::constant_pad_nd(w, {0, nb * block - V}, 0);
+  auto wc = w.contiguous();
+  auto bsum = wc.view({B, nb, block}).sum(-1).contiguous();
+  auto out = at::empty({B}, at::kLong);
+  const float* wp = wc.data_ptr<float>();
+  const float* sp = bsum.data_ptr<float>();
+  int64_t* op = out.data_ptr<int64_t>();
+  std::vector<double> bcdf(nb);
+  for (int64_t b = 0; b < B; ++b) {
+    const float u = sample_uniform(seeds[b], counters[b]);
+    const float* wr = wp + b * nb * block;
+    op[b] = std::isfinite(tp[b]) ? sample_row(wr, V, sp + b * nb, nb, block, u, bcdf.data())
+                                 : argmax_row(lp + b * V, V);
+  }
+  return out;
+}
+
 // sampler.sample(logits, SamplingBatch(temperature, top_k, top_p, seeds, counters, filtered))
 torch::Tensor sample_tokens(torch::Tensor logits, torch::Tensor temperature, torch::Tensor top_k,
                             torch::Tensor top_p, torch::Tensor seeds, torch::Tensor counters, bool filtered,
@@ -173,7 +183,7 @@ torch::Tensor sample_tokens(torch::Tensor logits, torch::Tensor temperature, tor
   auto scaled = at::div(logits, t.unsqueeze(1));
   if (filtered) scaled = filter_rows_impl(scaled, top_k, top_p, /*inplace=*/true);
   auto sc = seeds.contiguous(), cc = counters.contiguous();
-  auto sampled = sample_invert_cdf(scaled, sc.data_ptr<int64_t>(), cc.data_ptr<int64_t>(), block);
+  auto sampled = sample_invert_cdf(scaled, sc.data_ptr<int64_t>(), cc.data_ptr<int64_t>(), block, logits);
   return all_hot ? sampled : at::where(hot, sampled, argmax_rows(logits));
 }
 

@@ -77,24 +77,10 @@ def _needs_filter(V: int, top_k: torch.Tensor, top_p: torch.Tensor) -> bool:
     return bool(((top_k > 0) & (top_k < V)).any() | (top_p < 1).any())
 
 
-def _to_vocab(by_rank: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
-    """A [B, V] bool mask over ranks → the same mask over vocabulary entries."""
-    return torch.zeros_like(by_rank).scatter(1, order, by_rank)
-
-
-def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Set logits outside each row's top-k / top-p nucleus to -inf (keeps at least one token).
-
-    Ranks come from a stable sort: tied logits rank by vocabulary index, so the nucleus is one set
-    whatever finds it. Top-k keeps the first k ranks. Top-p (rows with top_p < 1) then takes the
-    softmax of what top-k kept, in vocabulary order, and ends the nucleus at the first rank whose
-    cumulative probability before it exceeds top_p: a prefix of the ranking by construction, which is
-    what lets the compiled filter (``cpu_filter``) find it without ranking the whole row."""
+def _filter_sorted(logits: torch.Tensor, k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """``filter_logits`` by a stable sort of whole rows (k: each row's top-k, V when off)."""
     V = logits.shape[-1]
-    if not _needs_filter(V, top_k, top_p):
-        return logits
     order = logits.sort(dim=-1, descending=True, stable=True)[1]  # rank → vocabulary index
-    k = torch.where(top_k > 0, top_k.clamp(max=V), V)
     outside = torch.arange(V, device=logits.device)[None, :] >= k[:, None]  # by rank
     probs = logits.masked_fill(_to_vocab(outside, order), float("-inf")).softmax(-1).gather(1, order)
     beyond = ((probs.cumsum(-1) - probs) > top_p[:, None]) & (top_p < 1)[:, None]
@@ -103,11 +89,91 @@ def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
     return logits.masked_fill(_to_vocab(outside, order), float("-inf"))
 
 
+def _to_vocab(by_rank: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """A [B, V] bool mask over ranks → the same mask over vocabulary entries."""
+    return torch.zeros_like(by_rank).scatter(1, order, by_rank)
+
+
+def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Set logits outside each row's top-k / top-p nucleus to -inf (keeps at least one token).
+
+    Ranks are a stable descending sort's: tied logits rank by vocabulary index (NaN first), so the
+    nucleus is one set whatever finds it. Top-k keeps the first k ranks. Top-p (rows with top_p < 1)
+    then takes the softmax of what top-k kept, in vocabulary order, and ends the nucleus at the first
+    rank whose cumulative probability before it exceeds top_p: a prefix of the ranking by construction,
+    which is what lets the compiled filter (``cpu_filter``) find it without ranking the whole row.
+    Only the top of the ranking is built here too (``top_entries``: ``topk`` with the ties at its cut
+    fixed up): the first max(k) ranks, and for top-p rows without a k a prefix grown until every
+    nucleus ends in it (a stable sort of SmolLM2's 49k entries cost 5-10 ms a row here)."""
+    B, V = logits.shape
+    if not _needs_filter(V, top_k, top_p):
+        return logits
+    k = torch.where(top_k > 0, top_k.clamp(max=V), V)
+    if V <= _SORT_WHOLE:
+        return _filter_sorted(logits, k, top_p)
+    nucleus = top_p < 1
+    open_p = nucleus & (k >= V)  # top-p rows whose prefix is not bounded by a k
+    k_host = k.tolist()
+    n = max([c for c in k_host if c < V] + [1])
+    if bool(open_p.any()):
+        n = max(n, min(V, _P_PREFIX))
+    ranks = torch.arange(V, device=logits.device)
+    probs_v = None
+    while True:
+        if n >= V:
+            return _filter_sorted(logits, k, top_p)
+        ids = top_entries(logits, n)[1]  # [B, n] rank -> vocabulary index
+        outside = ranks[None, :n] >= k[:, None]
+        if bool(nucleus.any()):
+            if probs_v is None:  # the softmax of what top-k kept (k <= n where k < V)
+                kept = torch.zeros(B, V, dtype=torch.bool, device=logits.device)
+                kept.scatter_(1, ids, ~outside)
+                kept |= (k >= V)[:, None]
+                probs_v = logits.masked_fill(~kept, float("-inf")).softmax(-1)
+                if bool(open_p.any()):  # size the prefix from the open rows' mass
+                    grown = max(n, _nucleus_bound(probs_v[open_p], top_p[open_p]))
+                    if grown > n:
+                        n = V if 2 * grown > V else grown
+                        continue
+            probs = probs_v.gather(1, ids)
+            beyond = ((probs.cumsum(-1) - probs) > top_p[:, None]) & nucleus[:, None]
+            if bool((open_p & ~beyond.any(-1)).any()):  # a nucleus runs past the prefix
+                n = V if n * 8 > V else n * 4
+                continue
+            outside |= beyond.cumsum(-1) > 0
+        break
+    outside[:, 0] = False
+    # an entry past the prefix ranks after it: outside wherever the row filters at all
+    keep = torch.zeros(B, V, dtype=torch.bool, device=logits.device).scatter_(1, ids, ~outside)
+    keep |= ((k >= V) & ~nucleus)[:, None]
+    return logits.masked_fill(~keep, float("-inf"))
+
+
+_P_PREFIX = 64  # the least prefix ranked for a top-p row without top-k
+_SORT_WHOLE = 1024  # rows up to this long are sorted whole (topk's extra calls cost more there)
+
+
+def _nucleus_bound(probs: torch.Tensor, top_p: torch.Tensor) -> int:
+    """About how many ranks the rows' nuclei span (+1, the rank that ends each), V if some row's never
+    ends: probabilities binned by their float exponent below the row's largest (bit arithmetic, no log);
+    the entries in the bins that first hold more than top_p (+1e-4) rank before all others. Only the
+    prefix's length comes from it: the cut is checked on the ranked entries themselves."""
+    R, V = probs.shape
+    e = probs.contiguous().view(torch.int32) >> 23  # probabilities are >= 0 (NaN: 255, a NaN row's)
+    bins = (e.amax(-1, keepdim=True) - e).clamp_(0, 63) + 64 * torch.arange(R, device=probs.device)[:, None]
+    mass = torch.bincount(bins.flatten(), probs.flatten(), minlength=64 * R).view(R, 64)
+    count = torch.bincount(bins.flatten(), minlength=64 * R).view(R, 64)
+    past = mass.cumsum(-1) > top_p[:, None] + 1e-4
+    spans = count.cumsum(-1).gather(1, past.to(torch.uint8).argmax(-1, keepdim=True))[:, 0] + 1
+    return int(torch.where(past.any(-1), spans, V).max().clamp(max=V))
+
+
 CDF_BLOCK = 256  # vocabulary entries per block of the two-level CDF
 
 
-def _invert_cdf_(w: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+def _invert_cdf_(w: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Index i with cdf[i-1] <= u * total < cdf[i] per row; zero-weight entries are never chosen.
+    Also which rows' largest value is finite (else their weights are NaN and the index means nothing).
 
     ``w`` holds scaled logits and is overwritten with exp(x - max) (no normalisation needed: u
     scales by the row's own total). The CDF is two-level, in float64 so that a 49k-entry row keeps
@@ -117,7 +183,8 @@ def _invert_cdf_(w: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     read twice instead of being copied to float64 and scanned.
     """
     B, V = w.shape
-    w.sub_(w.amax(-1, keepdim=True)).exp_()
+    top = w.amax(-1, keepdim=True)
+    w.sub_(top).exp_()
     nb = -(-V // CDF_BLOCK)
     if nb * CDF_BLOCK != V:
         w = torch.nn.functional.pad(w, (0, nb * CDF_BLOCK - V))
@@ -133,11 +200,12 @@ def _invert_cdf_(w: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     ranks = torch.arange(1, CDF_BLOCK + 1, device=inner.device)
     last = (inner > 0).to(torch.long).mul_(ranks).argmax(-1, keepdim=True)
     j = torch.where(j >= CDF_BLOCK, last, j)
-    return (blk * CDF_BLOCK + j)[:, 0].clamp_(max=V - 1)
+    return (blk * CDF_BLOCK + j)[:, 0].clamp_(max=V - 1), top[:, 0].isfinite()
 
 
 def sample(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
-    """Next token per row: argmax where temperature is 0, else one uniform per row inverts the CDF."""
+    """Next token per row: argmax where temperature is 0, else one uniform per row inverts the CDF
+    (argmax too for a row whose scaled logits are not a distribution: +inf, NaN or all -inf)."""
     logits = logits.float()
     hot = batch.temperature > 0
     all_hot = batch.hot == "all" if batch.hot is not None else bool(hot.all())
@@ -148,7 +216,10 @@ def sample(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     if batch.filtered:
         scaled = filter_logits(scaled, batch.top_k, batch.top_p)
     # always in vocabulary order, filtered or not, so a row's draw ignores its neighbours' settings
-    sampled = _invert_cdf_(scaled, uniforms(batch.seeds, batch.counters, 1)[:, 0])
+    sampled, drawn = _invert_cdf_(scaled, uniforms(batch.seeds, batch.counters, 1)[:, 0])
+    if not bool(drawn.all()):  # +inf (logits / a tiny temperature overflowed), NaN or all -inf: T -> 0's
+        hot = hot & drawn  # limit, the argmax (NaN first), not the index a NaN CDF search lands on
+        all_hot = False
     return sampled if all_hot else torch.where(hot, sampled, logits.argmax(-1))
 
 
