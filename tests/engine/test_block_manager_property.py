@@ -44,10 +44,13 @@ class EngineMachine(RuleBasedStateMachine):
 
     # -- setup ------------------------------------------------------------------------------
     @initialize(block_size=st.sampled_from([2, 4, 8]), num_blocks=st.integers(12, 40),
-                budget=st.sampled_from([6, 32, 4096]), max_seqs=st.sampled_from([3, 256]))
-    def setup(self, block_size, num_blocks, budget, max_seqs):
+                budget=st.sampled_from([6, 32, 4096]), max_seqs=st.sampled_from([3, 256]),
+                lookahead=st.sampled_from([0, 4, 16]))
+    def setup(self, block_size, num_blocks, budget, max_seqs, lookahead):
+        # admit_lookahead 0 (admit into the last blocks) keeps the preemption paths busy; > 0 its headroom
         self.eng = make_engine(self.model_tok, block_size=block_size, num_blocks=num_blocks,
-                               max_num_batched_tokens=budget, max_num_seqs=max_seqs, preemption=self.mode)
+                               max_num_batched_tokens=budget, max_num_seqs=max_seqs, preemption=self.mode,
+                               admit_lookahead=lookahead)
         self.capacity = block_size * num_blocks
 
     def _live_ids(self) -> list[int]:

@@ -18,6 +18,7 @@ from gambit.cpu_info import (
 from gambit.engine.sequence import is_number
 
 PREEMPTION_MODES = ("recompute", "evict")
+DEFAULT_ADMIT_LOOKAHEAD = 16  # tokens each running trace keeps room for when one is admitted (recompute)
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 DECODE_GRAPH_MODES = ("off", "static", "cuda")  # EngineConfig.decode_graphs (engine/decode_graphs.py)
 
@@ -121,6 +122,12 @@ class EngineConfig:
     max_num_seqs: int = 256  # traces running at once (a step's batch); more from add, add_samples, fork wait
     max_num_batched_tokens: int = 8192
     preemption: str = "recompute"  # what to do under KV pressure: "recompute" or "evict"
+    # a waiting trace is admitted beside running ones only while the free blocks let each of them grow
+    # this many more tokens (engine/scheduler.py): else, in a tight cache, it was admitted into the last
+    # blocks and preempted a token later, re-prefilling its prefix again and again. 0: admit into the
+    # last blocks. None: 16 with preemption "recompute", 0 with "evict" (the search's engines: their
+    # driver evicts by its own KV ratio and ranks, and an engine eviction drops a trace for good)
+    admit_lookahead: int | None = None
     seed: int = 0
     eagle_taps: bool = False  # also return hidden states entering layers (2, L//2, L-3)
     cpu_kernel: bool = True  # CPU fp32 decode attention reads KV blocks in place (compiled once)
@@ -161,6 +168,9 @@ class EngineConfig:
         kv = self.kv_memory_bytes  # -5 passed here and failed at Engine creation ("KV budget -5 B ...")
         if kv is not None and (not is_int(kv) or kv <= 0):
             raise ValueError(f"kv_memory_bytes must be a positive integer (or None), got {kv!r}")
+        la = self.admit_lookahead
+        if la is not None and (not is_int(la) or la < 0):
+            raise ValueError(f"admit_lookahead must be an integer >= 0 (or None), got {la!r}")
         for name in ("max_num_seqs", "max_num_batched_tokens"):
             if not is_int(getattr(self, name)):
                 raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
@@ -195,6 +205,12 @@ class EngineConfig:
             raise ValueError(f"graph_max_batch must be an integer >= 1, got {self.graph_max_batch!r}")
         if self.preemption not in PREEMPTION_MODES:
             raise ValueError(f"preemption must be one of {PREEMPTION_MODES}, got {self.preemption!r}")
+
+    def lookahead(self) -> int:
+        """``admit_lookahead`` resolved: None is 16 tokens under "recompute", 0 under "evict"."""
+        if self.admit_lookahead is not None:
+            return int(self.admit_lookahead)
+        return DEFAULT_ADMIT_LOOKAHEAD if self.preemption == "recompute" else 0
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":

@@ -108,7 +108,7 @@ class Engine:
         self.num_blocks = config.num_blocks or self._blocks_from_budget()
         self.blocks = BlockManager(self.num_blocks, config.block_size)
         self.scheduler = Scheduler(self.blocks, config.max_num_seqs, config.max_num_batched_tokens,
-                                   config.preemption)
+                                   config.preemption, config.lookahead())
         self.runner = ModelRunner(self.model, self.num_blocks, config.block_size, self.device, self.dtype,
                                   config.cpu_kernel, config.cpu_layers, config.decode_graphs,
                                   config.graph_max_batch, kv_dtype=self.kv_dtype,

@@ -4,6 +4,11 @@ Running traces go first in priority order (decode rows, or the rest of a chunked
 traces are admitted by free blocks while the token budget lasts. When a running trace cannot get
 the block it needs, the lowest-priority running trace is preempted (freed, requeued to recompute)
 or evicted (freed, reported, never requeued) — the caller's choice.
+
+Admission keeps headroom: a waiting trace joins running ones only when the blocks stay free for
+every one of them (itself included) to grow ``lookahead`` more tokens. Without it a trace was
+admitted into the last free blocks and preempted a token or two later, its whole prefix
+recomputed each time (a tiny cache spent most of its forwards re-prefilling).
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ def _rank(t: Trace) -> tuple[float, int]:
 
 class Scheduler:
     def __init__(self, blocks: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 preemption: str) -> None:
+                 preemption: str, lookahead: int = 0) -> None:
         self.blocks = blocks
+        self.lookahead = lookahead  # tokens of growth each running trace keeps room for at admission
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.preemption = preemption
@@ -100,16 +106,36 @@ class Scheduler:
                 budget -= n
         if batch.evicted or batch.preempted:
             return batch  # under pressure: admit nobody this step
+        if self.waiting:
+            self._admit(batch, budget)
+        return batch
+
+    def _ahead(self, t: Trace) -> int:
+        """Blocks ``t`` must still gain to cache its tokens and ``lookahead`` more (not past its
+        max_tokens: the last token sampled is never fed)."""
+        n = len(t.token_ids)
+        return self.blocks.extra_blocks(t, max(n, min(n + self.lookahead,
+                                                      t.prompt_len + t.params.max_tokens - 1)))
+
+    def _admit(self, batch: ScheduledBatch, budget: int) -> None:
+        """Waiting traces in rank order while the budget, the seat cap and the blocks last; with
+        traces running, only while the blocks free cover every one's ``_ahead`` (the first admitted
+        into an idle engine needs only its tokens: the cache may hold no more)."""
+        reserve = sum(self._ahead(r) for r in self.running.values()) if self.lookahead else 0
         for t in sorted(self.waiting.values(), key=_rank):
             if budget <= 0 or len(self.running) >= self.max_num_seqs:
                 break
             n = min(len(t.token_ids), budget)
-            if self.blocks.extra_blocks(t, n) > self.blocks.num_free:
+            need = self.blocks.extra_blocks(t, n)
+            if need > self.blocks.num_free:
+                break
+            ahead = self._ahead(t) if self.lookahead else 0
+            if self.running and reserve + ahead > self.blocks.num_free:
                 break
             del self.waiting[t.id]
             self.blocks.ensure(t, n)
+            reserve += ahead - need
             self.add_running(t)
             batch.traces.append(t)
             batch.num_new.append(n)
             budget -= n
-        return batch
