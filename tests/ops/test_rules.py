@@ -30,6 +30,12 @@ def exported_hist(name: str, above: float) -> list[dict]:
     return hist(name, {**counts, "+Inf": "0+10x30"})
 
 
+def spec(decoding: str, drafts: str, accepted: str) -> list[dict]:
+    """One decoding's speculative counters: verification forwards and the draft tokens they accepted."""
+    return [{"series": f'{P}spec_decode_num_{name}_total{{decoding="{decoding}",{RAY}}}', "values": v}
+            for name, v in (("drafts", drafts), ("accepted_tokens", accepted))]
+
+
 # alert -> (firing input, eval time, healthy input, expected annotations' summary when firing)
 SCENARIOS: dict[str, tuple[list[dict], str, list[dict]]] = {
     "GambitKVCacheSaturated": (
@@ -70,6 +76,15 @@ SCENARIOS: dict[str, tuple[list[dict], str, list[dict]]] = {
     "GambitQueueBacklog": (
         [{"series": f"{P}num_requests_waiting{{{RAY}}}", "values": "40x30"}], "20m",
         [{"series": f"{P}num_requests_waiting{{{RAY}}}", "values": "5x30"}]),
+    # pr's tau falls from 3 to 1.5 at 5 h (a mismatched drafter); eagle3.1 keeps its tau 2.5
+    "GambitSpecAcceptanceDrop": (
+        spec("pr", "0+100x480", "0+200x300 60050+50x179") + spec("eagle3.1", "0+100x480", "0+150x480"),
+        "400m",
+        # healthy: pr's load triples at the same tau 3 (the 6-hour tau is a ratio, not a traffic level);
+        # eagle3.1 always low (tau 1.2: a weak drafter, no drop); a drafter by path stops drafting at 5 h
+        spec("pr", "0+100x300 30300+300x179", "0+200x300 60600+600x179")
+        + spec("eagle3.1", "0+100x480", "0+20x480")
+        + spec("other", "0+100x300 30000x180", "0+200x300 60000x180")),
 }
 # alert -> its summary when its scenario fires: each shows the value (a page says how bad it is)
 FIRING_SUMMARY = {
@@ -82,7 +97,11 @@ FIRING_SUMMARY = {
     "GambitHighEndToEndLatency": "p95 end-to-end Solve latency 2m 57s (above 120 s)",
     "GambitHighTimeToFirstToken": "p95 time to the first stream event 19.5s (above 10 s)",
     "GambitQueueBacklog": "40 runs queued for 10 minutes (above 32)",
+    "GambitSpecAcceptanceDrop": "Acceptance length of pr 1.50 tokens per target forward over 15 minutes, "
+                                "below 0.75x its 6-hour average",
 }
+# alert -> the labels its firing series carries beyond the rule's (a per-decoding alert names its decoding)
+FIRING_LABELS = {"GambitSpecAcceptanceDrop": {"decoding": "pr"}}
 
 
 def test_every_alert_has_a_scenario():
@@ -120,7 +139,7 @@ def _unit_test(promtool, tmp_path, alert: str, series: list[dict], at: str, firi
     exp = []
     if firing:
         ann = {**rule["annotations"], "summary": FIRING_SUMMARY[alert]}
-        exp = [{"exp_labels": rule["labels"], "exp_annotations": ann}]
+        exp = [{"exp_labels": {**rule["labels"], **FIRING_LABELS.get(alert, {})}, "exp_annotations": ann}]
     test = {"rule_files": [str(RULES)], "evaluation_interval": "1m",
             "tests": [{"interval": "1m", "input_series": series,
                        "alert_rule_test": [{"eval_time": at, "alertname": alert, "exp_alerts": exp}]}]}

@@ -50,6 +50,17 @@ def _quantile(q: float, hist: str, window: str = "5m") -> str:
     return f"histogram_quantile({q}, sum by (le) (rate({{p}}{hist}_bucket[{window}])))"
 
 
+def _by_decoding(counter: str, window: str) -> str:
+    return f"sum by (decoding) (rate({{p}}gambit_spec_decode_{counter}_total[{window}]))"
+
+
+def _tau(window: str) -> str:
+    """Acceptance length tau over ``window``, per decoding: (accepted + drafts) / drafts, tokens per target
+    forward (the dashboard's "Acceptance length" panel, so a page and the panel show the same number)."""
+    drafts = _by_decoding("num_drafts", window)
+    return f"({_by_decoding('num_accepted_tokens', window)} + {drafts}) / {drafts}"
+
+
 ALERTS: tuple[Alert, ...] = (
     Alert(
         name="GambitKVCacheSaturated",
@@ -126,6 +137,22 @@ ALERTS: tuple[Alert, ...] = (
         summary="{{ $value }} runs queued for 10 minutes (above 32)",
         action="Demand exceeds capacity: add GPU workers and Target replicas (see Scaling in the README).",
         checks=("sum({p}gambit_num_requests_waiting)",),
+    ),
+    Alert(
+        name="GambitSpecAcceptanceDrop",
+        # the 6-hour tau is the ratio of 6-hour rates: each forward weighs the same, busy hour or quiet
+        expr=f"{_tau('15m')} < 0.75 * ({_tau('6h')}) and {_by_decoding('num_drafts', '15m')} > 0",
+        for_="30m", severity="warning",
+        summary='Acceptance length of {{ $labels.decoding }} {{ $value | printf "%.2f" }} tokens per target '
+                "forward over 15 minutes, below 0.75x its 6-hour average",
+        action="Each speculative forward yields fewer tokens, so speculative traces decode slower (the "
+               "answers still follow the target: rejected drafts are decoded by it). Causes: a drafter that "
+               "does not match the Target (a new target checkpoint without its drafter, a wrong "
+               "spec.drafters folder, a corrupted drafter file) or a workload shift (other problems, a "
+               "higher temperature). Compare the dashboard's Acceptance length panel per decoding and what "
+               "changed when it fell; redeploy the matching drafter, or have clients use decoding plain.",
+        checks=(_by_decoding("num_accepted_tokens", "15m"), _by_decoding("num_drafts", "15m"),
+                _by_decoding("num_accepted_tokens", "6h"), _by_decoding("num_drafts", "6h")),
     ),
 )
 
