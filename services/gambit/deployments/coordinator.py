@@ -56,6 +56,7 @@ class Call:
     first: float | None = None
     got_result: bool = False
     refused: bool = False  # every replica refused the run before it started: nothing to cancel
+    lost: bool = False  # its replica was lost and no other has started it yet: no Target ends its record
     avoid: tuple[str, ...] = ()
 
     def try_elsewhere(self, error: dict, replicas: int) -> bool:
@@ -132,19 +133,25 @@ class Coordinator:
 
     # -- RPCs ----------------------------------------------------------------------------------
     async def Solve(self, request, grpc_context):  # noqa: N802 — the RPC's name
+        """The run's events, then its Result. A Target stream that breaks before the Result with anything
+        but a Target's own error — a Ray actor error no replica took over (``TargetLost``), or the
+        RuntimeError Serve raises once the replica holding the run shuts down — ends the run as failed
+        in its record (``_target_lost``): the client gets UNAVAILABLE and GetRun that run, failed, with
+        the same message. The record of a Solve that no Target was asked for never stays "queued"."""
         call = Call(time.perf_counter())
-        run_id = ""
+        run_id, claimed = "", False
         try:
             self._check(grpc_context)
             problem, cfg = from_request(request, self.defaults)
             run_id = check_run_id(request.run_id) if request.run_id else uuid.uuid4().hex[:16]
             # written before the run starts (a late "queued" must never overwrite the Target's status),
             # and only where no run holds the id: a finished run's record and tree stay what GetRun reads
-            old = await asyncio.to_thread(self.tree.claim_run, run_id, status="queued",
-                                          request=MessageToDict(request, preserving_proto_field_name=True),
-                                          settings={k: getattr(cfg, k) for k in SETTINGS})
+            old = await self._claim(run_id, status="queued",
+                                    request=MessageToDict(request, preserving_proto_field_name=True),
+                                    settings={k: getattr(cfg, k) for k in SETTINGS})
             if old is not None:
                 raise RPCError(grpc.StatusCode.ALREADY_EXISTS, taken_message(run_id, old))
+            claimed = True
             self.waiting += 1
             self.metrics.set("gambit_num_requests_waiting", self.waiting)
             async for ev in self._relay(call, (run_id, problem, asdict(cfg)), cfg.method):
@@ -153,15 +160,33 @@ class Coordinator:
             if isinstance(e, TargetLost) or (call.stream is not None and not call.got_result
                                              and not isinstance(e, RPCError)):
                 e = await self._target_lost(run_id, e, time.perf_counter() - call.t0)
+            elif claimed and call.stream is None:  # no Target was asked (the handle raised): end it here
+                d = ended_result(run_id, "failed", f"{type(e).__name__}: {e}", time.perf_counter() - call.t0)
+                await asyncio.to_thread(end_queued_quietly, self.tree, run_id, d)
             self._fail(grpc_context, e, "Solve")
         finally:
-            if call.first is None and call.stream is not None:
+            if call.first is None and claimed:
                 self.waiting -= 1
                 self.metrics.set("gambit_num_requests_waiting", self.waiting)
             if call.stream is not None and not (call.got_result or call.refused):  # went away: free the KV
                 call.stream.cancel()
+                total_s = time.perf_counter() - call.t0
                 asyncio.get_running_loop().run_in_executor(None, self._flag_cancel, run_id,
-                                                           call.first is None, time.perf_counter() - call.t0)
+                                                           call.first is None, total_s, call.lost)
+
+    async def _claim(self, run_id: str, **fields) -> dict | None:
+        """``tree.claim_run`` off the loop. A Solve cancelled meanwhile (its client left, its deadline
+        passed) has its claim written all the same by the thread: that record then ends cancelled, as a
+        queued run's whose client left does (``flag_cancel``), not "queued" for the whole retention."""
+        claim = asyncio.ensure_future(asyncio.to_thread(self.tree.claim_run, run_id, **fields))
+        try:
+            return await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            loop = asyncio.get_running_loop()
+            claim.add_done_callback(lambda f: f.cancelled() or f.exception() is not None
+                                    or f.result() is not None
+                                    or loop.run_in_executor(None, self._flag_cancel, run_id, True))
+            raise
 
     async def _relay(self, call: Call, args: tuple, method: str):
         """The run's events from its Target as SolveEvents. A replica that refuses the run for its KV
@@ -170,6 +195,7 @@ class Coordinator:
         run_id = args[0]
         call.stream = self.stream.run.remote(*args)
         lost = Lost(self.max_resumes, self.resume_wait_s)
+        resume = False  # once a replica was lost, every re-send rebuilds the run from its tree
         while not call.got_result:
             retry = False
             try:
@@ -195,6 +221,7 @@ class Coordinator:
                                                                    {"first_event_s": call.first})
                     if d["kind"] == "started" and d.get("resumed"):
                         lost.taken_over()
+                        call.lost = False
                         await asyncio.to_thread(self.tree.put_run, run_id, status="running",
                                                 replica=d["replica"], resumes=lost.resumes)
                     if d["kind"] == "result":
@@ -206,20 +233,22 @@ class Coordinator:
                         yield ev
                     else:
                         yield event_msg(self.pb2, d)
-                if retry:
-                    call.stream = self.stream.run.remote(*args, avoid=call.avoid)
+                if retry:  # a takeover refused for its KV stays a takeover (else it restarted afresh)
+                    call.stream = self.stream.run.remote(*args, avoid=call.avoid, resume=resume)
                 elif not call.got_result:  # the stream ended without a result: nothing to take over
                     raise RPCError(grpc.StatusCode.INTERNAL, "target stream ended without a result")
             except Exception as e:  # noqa: BLE001 — a lost replica is taken over, the rest is raised
                 if isinstance(e, RPCError) or call.got_result or not target_died(e):
                     raise
+                call.lost = True
                 await lost.wait(e)  # raises TargetLost when the run cannot be taken over
                 rec = await asyncio.to_thread(self.tree.get_run, run_id)
                 if rec and rec.get("result"):  # it ended just before its replica went
                     call.got_result = True
                     yield self._result(rec["result"], call, method)
                     return
-                call.stream = self.stream.run.remote(*args, resume=True)
+                resume = True
+                call.stream = self.stream.run.remote(*args, avoid=call.avoid, resume=True)
 
     async def _events(self, call: Call, run_id: str):
         """``call.stream``'s dicts. While none has come (the run waits in Serve's queue, no Target admitted
@@ -275,9 +304,10 @@ class Coordinator:
         message = await asyncio.to_thread(end_lost, self.tree, run_id, e, total_s)
         return RPCError(grpc.StatusCode.UNAVAILABLE, message)
 
-    def _flag_cancel(self, run_id: str, unstarted: bool = False, total_s: float = 0.0) -> None:
+    def _flag_cancel(self, run_id: str, unstarted: bool = False, total_s: float = 0.0,
+                     lost: bool = False) -> None:
         """A Solve whose client went away: ``run_records.flag_cancel``."""
-        flag_cancel(self.tree, run_id, unstarted, total_s)
+        flag_cancel(self.tree, run_id, unstarted, total_s, lost)
 
     async def _known_run(self, request, grpc_context) -> tuple[str, dict]:
         """Authorised request for a run that exists: (run id, its record), else an RPCError."""

@@ -32,8 +32,10 @@ def drain(tree, replicas: set[str], wait_s: float = 10.0) -> list[str]:
     """Stop the runs ``tree`` says run on ``replicas`` and wait up to ``wait_s`` for their records to
     end; returns their ids. Runs of another server sharing the Redis prefix are left alone."""
     runs = tree.running_on(replicas) if replicas else []
-    for run_id in runs:
-        tree.request_cancel(run_id, SHUTTING_DOWN)
+    stopping = tree.cancel_requested(runs) if runs else {}
+    for run_id in runs:  # one being stopped already (CancelRun, a drain before) keeps its reason: a
+        if run_id not in stopping:  # run its client cancelled is not one to "retry with a new run_id"
+            tree.request_cancel(run_id, SHUTTING_DOWN)
     deadline = time.monotonic() + wait_s
     left = list(runs)
     while left and time.monotonic() < deadline:

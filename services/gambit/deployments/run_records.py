@@ -55,15 +55,21 @@ def cancel_queued(tree, run_id: str) -> bool:
     return end_queued(tree, run_id, ended_result(run_id, "cancelled", CANCELLED_BY_RPC + UNSTARTED))
 
 
-def flag_cancel(tree, run_id: str, unstarted: bool = False, total_s: float = 0.0) -> None:
+def flag_cancel(tree, run_id: str, unstarted: bool = False, total_s: float = 0.0,
+                lost: bool = False) -> None:
     """The Target polls these flags too: a stream cancel that is lost still stops the run. A run no
     Target admitted yet (``unstarted``: still in Serve's queue) has no Target to end its record: it
     ends here, unless a Target admitted it meanwhile (it said "queued" for the whole retention, its
-    run id taken)."""
+    run id taken). So does a run whose replica was ``lost`` and that no other one took over yet (it
+    said "running" on the dead replica); one that takes it over later reads the flag and refuses it."""
     try:
         tree.request_cancel(run_id, STREAM_CLOSED)
         if unstarted:
             end_queued(tree, run_id, ended_result(run_id, "cancelled", STREAM_CLOSED + UNSTARTED, total_s))
+        if lost:
+            d = ended_result(run_id, "cancelled", STREAM_CLOSED, total_s)
+            tree.put_run_if(run_id, "running", status="cancelled", message=d["message"], total_s=total_s,
+                            result=d)
     except StoreUnavailable:
         pass
 
