@@ -61,6 +61,15 @@ def test_running_on_lists_the_runs_a_servers_replicas_hold(tree):
     assert tree.running_on({"r1"}) == ["a"] and tree.running_on(set()) == []
 
 
+def test_running_on_includes_runs_held_for_batch_slots_on_those_replicas(tree):
+    """A run the Target admitted and holds for batch slots says "queued" with its replica: a drain of
+    that replica must flag it too (it was cut off with no Result); one no Target admitted has no replica."""
+    tree.put_run("held", status="queued", replica="r1")
+    tree.put_run("waiting", status="queued")
+    tree.put_run("other", status="queued", replica="r2")
+    assert tree.running_on({"r1"}) == ["held"]
+
+
 def test_running_on_skips_the_tree_stores_keys_that_share_its_prefix(tree):
     """`bench rounds --store redis://` (RedisStore, prefix "gambit") writes ``gambit:run:<id>:meta``...
     in the namespace of the services' records (``gambit:`` + ``run:<id>``): the stop's scan matched

@@ -122,10 +122,11 @@ class MemoryTreeView:
         return 0  # the embedded wiring keeps the trace tree in the driver's MemoryStore
 
     def running_on(self, replicas) -> list[str]:
-        """Ids of the runs whose records say running on one of ``replicas`` (Target replica ids)."""
+        """Ids of the runs held by one of ``replicas`` (Target replica ids): running there, or admitted
+        there and held for batch slots ("queued" with the replica set: a drain must flag those too)."""
         with self._lock:
             return [r for r, f in self._runs.items()
-                    if f.get("status") == _enc("running") and f.get("replica") in {_enc(x) for x in replicas}]
+                    if f.get("status") in _HELD and f.get("replica") in {_enc(x) for x in replicas}]
 
     def request_cancel(self, run_id: str, reason: str = CANCELLED_BY_RPC) -> None:
         with self._lock:
@@ -223,7 +224,7 @@ class RedisTreeView:
         return int(self._call(self.r.hlen, f"{self.prefix}tree:run:{run_id}:nodes"))
 
     def running_on(self, replicas) -> list[str]:
-        """Ids of the runs whose records say running on one of ``replicas`` (Target replica ids): a scan
+        """Ids of the runs held by one of ``replicas`` (Target replica ids; as ``MemoryTreeView``'s): a scan
         of the run records (a server's stop, not a request path). The scan also meets other keys in
         their namespace: a tree store under the bare prefix (``RedisStore``'s default "gambit" writes
         ``gambit:run:<id>:meta``, a list, a string...): those are skipped, as a run id has no ':', and
@@ -238,7 +239,7 @@ class RedisTreeView:
             p.hmget(k, "status", "replica")
         got = self._call(lambda: p.execute(raise_on_error=False))
         return [k[len(head):] for k, fields in zip(keys, got, strict=True)
-                if not isinstance(fields, Exception) and fields[0] == _enc("running") and fields[1] in want]
+                if not isinstance(fields, Exception) and fields[0] in _HELD and fields[1] in want]
 
     def request_cancel(self, run_id: str, reason: str = CANCELLED_BY_RPC) -> None:
         """A flag for the Target that holds the run; it lives no longer than the records (an hour at
@@ -286,6 +287,9 @@ def _flat(fields: dict) -> list[str]:
 
 def _enc(v) -> str:
     return json.dumps(v)
+
+
+_HELD = (_enc("running"), _enc("queued"))  # record statuses of a run a Target replica holds
 
 
 def _dec(v: str):
