@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import string
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 
@@ -52,7 +53,14 @@ class Tokenizer:
 
     def encode(self, text: str, add_bos: bool = True) -> list[int]:
         ids = self.tok.encode(text, add_special_tokens=False).ids
-        return ([self.bos_id] if add_bos and self.bos_id is not None else []) + ids
+        return self._with_bos(ids, add_bos)
+
+    def _with_bos(self, ids: list[int], add_bos: bool) -> list[int]:
+        """``ids`` after one BOS: none added where the text began with it (a chat template that writes
+        ``{{ bos_token }}``, as Llama 3's does; transformers encodes its render without adding another)."""
+        if not add_bos or self.bos_id is None or ids[:1] == [self.bos_id]:
+            return ids
+        return [self.bos_id] + ids
 
     def encode_checked(self, text: str, field: str = "prompt", add_bos: bool = True) -> list[int]:
         """``encode``, refusing text the vocabulary cannot represent. A vocabulary without an unknown
@@ -69,7 +77,7 @@ class Tokenizer:
             shown = ", ".join(f"{c!r} (U+{ord(c):04X})" for c in bad[:8])
             more = f" and {len(bad) - 8} more" if len(bad) > 8 else ""
             raise ValueError(f"{field}: characters the model's vocabulary cannot represent: {shown}{more}")
-        return ([self.bos_id] if add_bos and self.bos_id is not None else []) + ids
+        return self._with_bos(ids, add_bos)
 
     def kept_whitespace(self, text: str) -> str:
         """``text`` with each whitespace character the vocabulary drops read as a space, a line break as a
@@ -102,6 +110,14 @@ class Tokenizer:
 
     def decode(self, ids: list[int], skip_special: bool = True) -> str:
         return self.tok.decode(list(ids), skip_special_tokens=skip_special)
+
+    def stream(self, skip_special: bool = True) -> Callable[[int], str]:
+        """``id -> text piece`` for detokenising one sequence as it is generated: the pieces join to
+        ``decode`` of the ids. Decoding each id alone does not: a character of several UTF-8 bytes split
+        across byte-level tokens (an emoji, CJK) gives U+FFFD per fragment; here it comes whole, with the
+        token that completes it (until then, "")."""
+        state = decoders.DecodeStream(skip_special_tokens=skip_special)
+        return lambda token_id: state.step(self.tok, int(token_id)) or ""
 
     @cached_property
     def token_texts(self) -> list[str]:
