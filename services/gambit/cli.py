@@ -81,7 +81,7 @@ def _cmd_models_fetch(args) -> int:
     try:
         folder = fetch(args.name, force=args.force, progress=lambda m: print(m, file=sys.stderr))
     except FetchError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"gambit models fetch: error: {e}", file=sys.stderr)
         return 1
     print(folder)
     return 0
@@ -260,24 +260,31 @@ def main(argv: list[str] | None = None) -> int:
         import importlib
 
         # the import (torch: seconds) inside the guard too: a Ctrl-C there is one line as well
-        return _clean_errors(lambda: importlib.import_module(OWN_PARSERS[argv[1]]).main(argv[2:]))
-    return _clean_errors(lambda: _parsed_and_run(argv))
+        return _clean_errors(lambda: importlib.import_module(OWN_PARSERS[argv[1]]).main(argv[2:]),
+                             [f"gambit bench {argv[1]}"])
+    command = ["gambit"]  # the subcommand's words once the parser is built
+    return _clean_errors(lambda: _parsed_and_run(argv, command), command)
 
 
-def _parsed_and_run(argv: list[str]) -> int:
+def _parsed_and_run(argv: list[str], command: list[str]) -> int:
+    """Parse and run; ``command[0]`` becomes the subcommand's prog ("gambit run") for its error lines."""
     parser = build_parser()  # imports torch for some parsers' defaults
+    command[0] = _subparser(parser, argv).prog
     args, extra = parser.parse_known_args(argv)
     if extra:
         _refuse_unknown(parser, argv, extra)
     return args.func(args)
 
 
-def _clean_errors(command) -> int:
-    """A missing file, a refused connection, a taken port or a bad value: one line, exit 2. A reader
+def _clean_errors(run, command: list[str] | tuple[str, ...] = ("gambit",)) -> int:
+    """A missing file, a refused connection, a taken port or a bad value: one line naming the command
+    (``command[0]``, as set by then: "gambit run: error: /x: model folder does not exist"; it said
+    "error: ..." alone, and a script running several commands could not tell whose), exit 2. A reader
     that went away (`gambit inspect RUN | head`) is no error: the rest is dropped quietly. Ctrl-C: one
-    line, exit 130 (the shell's code for SIGINT), not a traceback through the engine."""
+    line, exit 130 (the shell's code for SIGINT), not a traceback through the engine. Anything else is
+    a bug: its traceback is kept."""
     try:
-        return command()
+        return run()
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -285,7 +292,7 @@ def _clean_errors(command) -> int:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 — the interpreter's final flush must not fail too
         return 0
     except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"{command[0]}: error: {e}", file=sys.stderr)
         return 2
 
 

@@ -2,9 +2,9 @@
 
 Precedence: explicit flag > YAML file > dataclass default. Validation stays in each dataclass's
 ``__post_init__``, so a bad value gets the same clear error from either surface. A class with
-``FLAG_ERRORS = True`` (run, eval, train and the bench commands') has its errors name the flags
-("--kv-share must be ...", not "kv_share must be ..."; a value from the YAML file keeps its key) on one
-line that opens with the command, "gambit bench search: error: ...", and exit 2, as argparse's do.
+``FLAG_ERRORS = True`` (run, eval, train, client, cluster and the bench commands') has its errors name
+the flags ("--kv-share must be ...", not "kv_share must be ..."; a value from the YAML file keeps its key)
+on one line that opens with the command, "gambit bench search: error: ...", and exit 2, as argparse's do.
 """
 
 from __future__ import annotations
@@ -114,10 +114,16 @@ def flag_named(message: str, names) -> str:
     with, if one of ``names``, spelt as its flag: "--kv-share must be in (0, 4], got 0"; a field with an
     underscore later in it too ("min_ops <= max_ops": "--min-ops <= --max-ops"), a plain word there
     being prose ("a model folder")."""
-    def spelt(m: re.Match) -> str:
-        return "--" + m[0].replace("_", "-") if m[0] in names and (m.start() == 0 or "_" in m[0]) else m[0]
+    def one(word: str, first: bool) -> str:
+        return "--" + word.replace("_", "-") if word in names and (first or "_" in word) else word
 
-    return re.sub(r"(?<![\w\-./])[a-z]\w*", spelt, message)
+    def spelt(m: re.Match) -> str:
+        words = m[0].split("/")  # "tls_cert/tls_key": each a flag, where every one of them is a field
+        if len(words) > 1 and not all(w in names for w in words):
+            return m[0]
+        return "/".join(one(w, m.start() == 0) for w in words)
+
+    return re.sub(r"(?<![\w\-./])[a-z]\w*(?:/[a-z]\w*)*", spelt, message)
 
 
 class FlagError(SystemExit):
@@ -152,7 +158,8 @@ def flag_checked(args: argparse.Namespace, check, *a, **k):
 
 def _exit(cls, message: str, flags=(), args: argparse.Namespace | None = None):
     """The SystemExit for a bad configuration: "error: MESSAGE" and exit 1; for a ``FLAG_ERRORS``
-    class, the fields in ``flags`` named as flags, printed here after the command, and exit 2."""
+    class, the fields in ``flags`` named as flags, printed here after the command, and exit 2
+    ("gambit client get: error: --rpc-timeout-s: ...")."""
     if not getattr(cls, "FLAG_ERRORS", False):
         return SystemExit(f"error: {message}")
     return flag_error(args, flag_named(message, flags))

@@ -20,7 +20,7 @@ from gambit.search.driver import SearchDriver
 from gambit.search.lineage import lineage_png, lineage_text
 from gambit.search.live import LiveView
 from gambit.search.store import MemoryStore
-from gambit.tasks.arithmetic import TaskConfig
+from gambit.tasks.arithmetic import TaskConfig, TooFewProblems
 from gambit.tasks.graded import (
     GradedProblem,
     answer_key,
@@ -202,7 +202,11 @@ def problems_of(cfg: RunConfig) -> list:
         gold = question_gold(cfg) if cfg.gold else None
         return [Question(cfg.question.strip(), problem_formatter(cfg.model)(cfg.question), gold)]
     if not cfg.benchmark:
-        return task_problems(cfg.model, "test", cfg.problems, cfg.seed, TaskConfig(cfg.min_ops, cfg.max_ops))
+        task = TaskConfig(cfg.min_ops, cfg.max_ops)
+        try:
+            return task_problems(cfg.model, "test", cfg.problems, cfg.seed, task)
+        except TooFewProblems as e:  # said with this command's flags
+            raise ValueError(e.said("--problems")) from None
     problems = graded_problems(cfg.benchmark, cfg.data, cfg.model, cfg.problems, cfg.seed)
     if len(problems) < cfg.problems:  # clipped without a word before
         print(f"{cfg.benchmark}: all {len(problems)} questions of the set (fewer than --problems "
@@ -213,13 +217,9 @@ def problems_of(cfg: RunConfig) -> list:
 def check_kv_blocks(cfg: RunConfig, problems: list) -> None:
     """``kv_blocks`` below what the longest prompt and one generated token fill, refused before the model
     loads (only its tokenizer is read): the engine refused it after the load, as "(1 of 16 tokens: 16)"."""
-    from gambit.model.config import ModelConfig
-    from gambit.model.loader import model_folder
-    from gambit.model.tokenizer import Tokenizer
+    from gambit.model.loader import load_tokenizer
 
-    folder = model_folder(cfg.model)
-    mc = ModelConfig.from_file(folder / "config.json")
-    tok = Tokenizer.from_file(folder / "tokenizer.json", mc.bos_token_id, mc.eos_ids)
+    tok = load_tokenizer(cfg.model)
     longest = max(len(tok.encode(p.prompt)) for p in problems)
     bs = EngineConfig.block_size
     need = -(-(longest + 1) // bs)

@@ -68,4 +68,5 @@ def test_the_cli_prints_one_error_line(monkeypatch, capsys):
     rc = main(["bench", "spec", "--device", "cuda:0", "--quick"])
     err = capsys.readouterr().err
     assert rc != 0
-    assert len(err.strip().splitlines()) == 1 and err.startswith("error: --device cuda:0: no such CUDA")
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith("gambit bench spec: error: --device cuda:0: no such CUDA")

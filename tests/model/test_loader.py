@@ -76,8 +76,8 @@ def test_missing_folder(tmp_path):
 def test_folder_is_a_file(tmp_path):
     f = tmp_path / "file"
     f.write_text("x")
-    with pytest.raises(FileNotFoundError, match=_named(f)):
-        load_model(f)
+    with pytest.raises(FileNotFoundError, match=_named(f) + ": a file, not a model folder"):
+        load_model(f)  # it said "model folder does not exist" of a file that is there
 
 
 def test_missing_config(saved):
@@ -304,3 +304,25 @@ def test_a_model_of_another_family_is_named_not_its_missing_fields(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "gpt2", "n_layer": 2, "n_embd": 64}')
     with pytest.raises(ValueError, match="model_type 'gpt2' is not a family this engine runs; one of llama"):
         load_model(tmp_path)
+
+
+def test_load_tokenizer_reads_no_weights_and_takes_the_configs_special_ids(saved):
+    """One way to load a model's tokenizer alone (run's kv-blocks check built it a third way)."""
+    from gambit.model.loader import load_tokenizer
+    from gambit.run import RunConfig, check_kv_blocks, problems_of
+
+    folder, _ = saved
+    _, full = load_model(folder)
+    (folder / "model.safetensors").unlink()  # a check before the load reads no weights
+    tok = load_tokenizer(folder)
+    assert tok.encode("12+3=15\n\n") == full.encode("12+3=15\n\n") and tok.eos_ids == full.eos_ids
+    _edit_config(folder, eos_token_id=[2, 5])
+    assert load_tokenizer(folder).eos_ids == [2, 5]  # config.json's ids, as load_model takes them
+    from gambit.paths import TARGET
+
+    assert load_tokenizer("").vocab_size == Tokenizer.from_file(TARGET / "tokenizer.json").vocab_size
+    cfg = RunConfig(model=str(folder), problems=1, save="", png="", kv_blocks=1)
+    with pytest.raises(ValueError, match="--kv-blocks 1: too few"):
+        check_kv_blocks(cfg, problems_of(cfg))
+    with pytest.raises(FileNotFoundError, match="model folder does not exist"):
+        load_tokenizer(folder / "absent")

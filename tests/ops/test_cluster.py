@@ -113,9 +113,10 @@ def test_no_configuration_or_no_api_server_is_a_clear_error(tmp_path, monkeypatc
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config either
     assert main(["cluster", "status"]) == 2
-    assert "error: no Kubernetes configuration: no kubeconfig" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "gambit cluster status: error: no Kubernetes configuration: no kubeconfig" in said
     assert main(["cluster", "status", "--kubeconfig", str(tmp_path / "none")]) == 2
-    assert f"error: kubeconfig {tmp_path / 'none'}" in capsys.readouterr().err
+    assert f"gambit cluster status: error: --kubeconfig {tmp_path / 'none'}" in capsys.readouterr().err
     import json
     import socket
 
@@ -130,5 +131,6 @@ def test_no_configuration_or_no_api_server_is_a_clear_error(tmp_path, monkeypatc
         "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
     t = time.monotonic()
     assert main(["cluster", "wait", "--kubeconfig", str(kc)]) == 2
-    assert f"error: the Kubernetes API at http://127.0.0.1:{port}: MaxRetryError" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert f"gambit cluster wait: error: the Kubernetes API at http://127.0.0.1:{port}: MaxRetryError" in said
     assert time.monotonic() - t < 60

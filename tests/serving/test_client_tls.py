@@ -133,11 +133,11 @@ def test_the_client_says_which_side_speaks_tls(pki, tls_server, capsys):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--tls-cert", "C"], "tls_ca: needed with tls_cert/tls_key/tls_server_name"),
-    (["--tls-server-name", NAME], "tls_ca: needed with"),
-    (["--tls-ca", "CA", "--tls-cert", "C"], "tls_cert, tls_key: a client certificate and its key go"),
-    (["--tls-ca", "BAD"], "tls_ca: .*bad.pem is not a PEM CA certificate"),
-    (["--tls-ca", "CA", "--tls-cert", "C", "--tls-key", "OK"], "tls_key: .*other.key is not an unencrypted "
+    (["--tls-cert", "C"], "--tls-ca: needed with --tls-cert/--tls-key/--tls-server-name"),
+    (["--tls-server-name", NAME], "--tls-ca: needed with"),
+    (["--tls-ca", "CA", "--tls-cert", "C"], "--tls-cert, --tls-key: a client certificate and its key go"),
+    (["--tls-ca", "BAD"], "--tls-ca: .*bad.pem is not a PEM CA certificate"),
+    (["--tls-ca", "CA", "--tls-cert", "C", "--tls-key", "OK"], "--tls-key: .*other.key is not an unencrypted "
                                                                "private key of the certificate .*client.crt"),
 ])
 def test_client_tls_flags_are_checked_naming_the_field(pki, flags, message):

@@ -166,7 +166,7 @@ def test_the_scorer_server_refuses_a_folder_of_another_width_than_its_model(tmp_
                           str(tmp_path / "w576"), "--port", "0", "--metrics-port", "-1"],
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 2 and out.stdout == "", out
-    assert out.stderr.count("\n") == 1 and out.stderr.startswith("error: --scorer ")
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("gambit scorer serve: error: --scorer ")
     assert "width 576, the model's hidden size is 192" in out.stderr
     srv = start_scorer_server(ScorerServerConfig(scorer=str(tmp_path / "w576"), model="smollm2", port=0,
                                                  metrics_port=-1, token_env=""))

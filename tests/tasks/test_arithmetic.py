@@ -246,5 +246,6 @@ def test_the_question_is_the_prompt_without_the_cue():
 def test_asking_for_more_problems_than_a_range_holds_is_refused_not_a_hang():
     """One operation gives ~1.6k distinct test problems: 2000 looped forever at full CPU, printing nothing."""
     with pytest.raises(ValueError, match=r"^only 1586 distinct test problems with 1-1 operations found .*"
-                                         r"asked for 2000$"):
+                                         r"asked for 2000: lower the count to at most 1586, "
+                                         r"or widen min_ops/max_ops$"):
         generate("test", 2000, 0, TaskConfig(1, 1))

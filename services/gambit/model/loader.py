@@ -48,6 +48,9 @@ def model_folder(name_or_path: str | Path) -> Path:
     from gambit.model.registry import MODELS
 
     folder = resolve_model(name_or_path)
+    if folder.exists() and not folder.is_dir():  # it said "model folder does not exist" of a file
+        raise FileNotFoundError(f"{folder}: a file, not a model folder (a folder holding config.json, "
+                                "tokenizer.json and *.safetensors)")
     if not folder.is_dir():
         known = "" if os.sep in str(folder) else f", nor a model name (known: {', '.join(sorted(MODELS))})"
         raise FileNotFoundError(f"{folder}: model folder does not exist{known}")
@@ -62,13 +65,28 @@ def model_hidden_size(model: str | Path = "") -> int:
     return ModelConfig.from_file(model_folder(model or TARGET) / "config.json").hidden_size
 
 
+def _tokenizer_of(folder: Path, config: ModelConfig) -> Tokenizer:
+    """The folder's tokenizer.json with config.json's BOS and EOS ids (the file's own ``<bos>`` /
+    ``<eos>`` are only a fallback: a real checkpoint's config names others)."""
+    return Tokenizer.from_file(folder / "tokenizer.json", config.bos_token_id, config.eos_ids)
+
+
+def load_tokenizer(model: str | Path = "") -> Tokenizer:
+    """A model's tokenizer alone, as ``load_model`` loads it (no weights read: a check before the load
+    counts tokens with it); a folder or a fetched model's name ("" = the shipped target)."""
+    from gambit.paths import TARGET
+
+    folder = model_folder(model or TARGET)
+    return _tokenizer_of(folder, ModelConfig.from_file(folder / "config.json"))
+
+
 def load_model(folder: str | Path, device: str | torch.device = "cpu",
                dtype: str | torch.dtype = "float32") -> tuple[CausalLM, Tokenizer]:
     """Model (eval mode) and tokenizer from a Hugging Face folder (or a fetched model's name, see
     ``gambit.model.registry``), with errors naming the file."""
     folder = model_folder(folder)
     config = ModelConfig.from_file(folder / "config.json")
-    tokenizer = Tokenizer.from_file(folder / "tokenizer.json", config.bos_token_id, config.eos_ids)
+    tokenizer = _tokenizer_of(folder, config)
     state = load_state_dict(folder)
     if config.tie_word_embeddings:
         state.pop("lm_head.weight", None)

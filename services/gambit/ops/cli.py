@@ -17,7 +17,7 @@ def _deploy(args) -> int:
     try:
         root = checkout(Path(args.root) if args.root else here if (here / VALUES).is_file() else REPO)
     except NotACheckout as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"{args._prog}: error: {e}", file=sys.stderr)
         return 2
     if args.action == "generate":
         written = generate(root)
@@ -44,15 +44,15 @@ def _cluster(args) -> int:
             return 0 if st.ready else 1
         st = wait_ready(cfg, api)
     except TimeoutError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"{args._prog}: error: {e}", file=sys.stderr)
         return 1
     except ClusterUnreachable as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"{args._prog}: error: {e}", file=sys.stderr)
         return 2
     except api_errors() as e:
         host = api.configuration.host if api is not None else "?"
         why = f"HTTP {e.status} {e.reason}" if getattr(e, "status", None) else f"{type(e).__name__}: {e}"
-        print(f"error: the Kubernetes API at {host}: {why}", file=sys.stderr)
+        print(f"{args._prog}: error: the Kubernetes API at {host}: {why}", file=sys.stderr)
         return 2
     print(st.format())
     return 0
@@ -71,7 +71,7 @@ def add_ops_commands(sub) -> None:
     d.add_argument("--root", default="", help="the Gambit checkout to write or check (a folder holding "
                    "helm/gambit/values.yaml; default: the current folder if it is one, else the checkout "
                    "this gambit is installed from)")
-    d.set_defaults(func=_deploy)
+    d.set_defaults(func=_deploy, _prog=d.prog)  # its error lines open with the command
     c = sub.add_parser("cluster", help="the RayService on Kubernetes: status, or wait until it serves")
     csub = c.add_subparsers(dest="action", required=True)
     # one parser each: `cluster status --help` listed --timeout-s / --poll-s, which only `wait` reads

@@ -10,22 +10,25 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
 @dataclass
 class ClusterConfig:
+    FLAG_ERRORS: ClassVar[bool] = True  # gambit.config_cli: its errors name the flags, exit 2
     name: str = "gambit"  # RayService name (the Helm release's fullname)
     namespace: str = "default"  # Kubernetes namespace
     kubeconfig: str | None = None  # kubeconfig file (default: $KUBECONFIG or ~/.kube/config, else in-cluster)
     context: str | None = None  # kubeconfig context (default: current)
-    timeout_s: float = 600.0  # `wait`: give up after this many seconds
-    poll_s: float = 5.0  # `wait`: seconds between polls
+    timeout_s: float = 600.0  # seconds to wait for the RayService to serve before giving up (exit 1)
+    poll_s: float = 5.0  # seconds between two reads of the RayService's status
 
     def __post_init__(self):
-        if not self.name or not self.namespace:
-            raise ValueError("name and namespace must be non-empty")
+        for name in ("name", "namespace"):
+            if not getattr(self, name).strip():
+                raise ValueError(f"{name} must be non-empty, got {getattr(self, name)!r}")
         for name in ("timeout_s", "poll_s"):  # NaN is refused too: a deadline it set never passed
             if not 0 < getattr(self, name) < float("inf"):
                 raise ValueError(f"{name} must be a number of seconds > 0, got {getattr(self, name)}")
@@ -118,7 +121,7 @@ def api_client(cfg: ClusterConfig):
         return config.new_client_from_config(config_file=cfg.kubeconfig, context=cfg.context)
     except (config.ConfigException, OSError) as e:
         if cfg.kubeconfig:
-            raise ClusterUnreachable(f"kubeconfig {cfg.kubeconfig}: {e}") from None
+            raise ClusterUnreachable(f"--kubeconfig {cfg.kubeconfig}: {e}") from None
         try:
             config.load_incluster_config()
         except config.ConfigException:

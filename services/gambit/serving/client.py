@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import ClassVar
 
 from gambit.serving.protos import load
 from gambit.serving.security import auth_metadata, check_address, check_client_tls, open_channel, read_token
@@ -14,6 +15,7 @@ from gambit.serving.security import auth_metadata, check_address, check_client_t
 class ConnectConfig:
     """Where and how to call the ReasoningService."""
 
+    FLAG_ERRORS: ClassVar[bool] = True  # gambit.config_cli: its errors name the flags, exit 2
     address: str = "127.0.0.1:9000"  # host:port of the gRPC endpoint
     application: str = "gambit"  # Ray Serve application (metadata "application"; "" for none)
     token_env: str = "GAMBIT_TOKEN"  # environment variable with the bearer token
@@ -27,7 +29,22 @@ class ConnectConfig:
         if not self.rpc_timeout_s > 0:
             raise ValueError(f"rpc_timeout_s: must be > 0 seconds, got {self.rpc_timeout_s}")
         check_address(self.address)
+        check_host_port(self.address)
         check_client_tls("tls_", self.tls_ca, self.tls_cert, self.tls_key, self.tls_server_name)
+
+
+GRPC_SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:")  # gRPC's own target forms
+
+
+def check_host_port(address: str) -> None:
+    """A plain ``--address`` with a port: gRPC read "" as no target ("UNKNOWN: Failed to create channel",
+    exit 1), "localhost" as port 443 (no server there: `gambit serve` listens on 9000), and "host:90x"
+    failed at the call; a gRPC target form (``dns:///h:p``, ``unix:/path``) is passed as it is."""
+    if address.startswith(GRPC_SCHEMES):
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"address: expected host:port (e.g. 127.0.0.1:9000, [::1]:9000), got {address!r}")
 
 
 @dataclass
@@ -36,9 +53,9 @@ class ClientConfig(ConnectConfig):
 
     method: str = ""  # gambit | sc | step | deepconf ("" = server default)
     decoding: str = ""  # plain | eagle3.1 | pr ("" = server default)
-    capacity: int = -1  # C (-1 = server default)
-    swap: int = -1  # K (-1 = server default)
-    round_interval: int = 0  # Δ in decode steps (0 = server default)
+    capacity: int = -1  # C: traces in the run's pool (-1 = server default)
+    swap: int = -1  # K: traces pruned and branched per round (-1 = server default)
+    round_interval: int = 0  # Δ: decode steps between rounds (0 = server default)
     max_tokens: int = 0  # tokens per trace (0 = server default)
     max_total_tokens: int = 0  # tokens over the whole run, all traces (0 = server default: none)
     temperature: float = -1.0  # sampling temperature, >= 0 (-1 = server default)
@@ -127,10 +144,11 @@ def _print_result(r, out, answer_rule: str = "") -> None:
         print("\n".join("  " + line for line in r.solution.rstrip().splitlines()), file=out)
 
 
-def _call(cfg: ConnectConfig, body, out) -> int:
+def _call(cfg: ConnectConfig, body, out, command: str) -> int:
     """Run ``body(pb2, stub, out)`` on a channel to ``cfg.address``; a gRPC error is printed (code and
-    details) and gives exit code 1. ``out``: where body prints (None: the ``sys.stdout`` of the call, not
-    of the import, so a redirected stdout gets it)."""
+    details, after ``command``: "gambit client get: error: NOT_FOUND: ...") and gives exit code 1.
+    ``out``: where body prints (None: the ``sys.stdout`` of the call, not of the import, so a redirected
+    stdout gets it)."""
     import grpc
 
     pb2, g = load("reasoning")
@@ -139,7 +157,7 @@ def _call(cfg: ConnectConfig, body, out) -> int:
         try:
             body(pb2, g.ReasoningServiceStub(ch), out or sys.stdout)
         except grpc.RpcError as e:
-            print(f"error: {e.code().name}: {e.details()}{_hint(e, cfg)}", file=sys.stderr)
+            print(f"{command}: error: {e.code().name}: {e.details()}{_hint(e, cfg)}", file=sys.stderr)
             return 1
     return 0
 
@@ -189,7 +207,7 @@ def solve(problem: str, cfg: ClientConfig, out=None) -> int:
                 _print_result(ev.result, out, cfg.answer_rule)
 
     try:
-        return _call(cfg, body, out)
+        return _call(cfg, body, out, "gambit client solve")
     except KeyboardInterrupt:  # Ctrl-C: the stream closes, and the server cancels the run (frees its KV)
         run = f"run {started[-1]} cancelled (the stream closed); `gambit client get {started[-1]}` reads it" \
             if started else "no run started"
@@ -217,7 +235,7 @@ def get_run(run_id: str, cfg: ConnectConfig, out=None) -> int:
         if info.HasField("result"):
             _print_result(info.result, out, req.answer_rule)
 
-    return _call(cfg, body, out)
+    return _call(cfg, body, out, "gambit client get")
 
 
 def cancel_run(run_id: str, cfg: ConnectConfig, out=None) -> int:
@@ -229,4 +247,4 @@ def cancel_run(run_id: str, cfg: ConnectConfig, out=None) -> int:
         what = "cancelled" if r.cancelled else "not in flight"
         print(f"run {r.run_id}: {what} (status {r.status or '-'})", file=out)
 
-    return _call(cfg, body, out)
+    return _call(cfg, body, out, "gambit client cancel")

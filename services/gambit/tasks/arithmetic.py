@@ -129,6 +129,21 @@ def make_problem(rng: random.Random, n_ops: int, spell_products: bool = False) -
 MAX_MISSES = 200_000  # draws in a row without a new problem before ``generate`` says the range is spent
 
 
+class TooFewProblems(ValueError):
+    """``generate`` was asked for more distinct problems than a split holds in its operation range; a
+    command re-says it with its own flags (``said``): the bare message named none of them."""
+
+    def __init__(self, split: str, found: int, asked: int, config: TaskConfig) -> None:
+        self.split, self.found, self.asked, self.config = split, found, asked, config
+        super().__init__(self.said("the count", "min_ops/max_ops"))
+
+    def said(self, count_flag: str, range_flags: str = "--min-ops/--max-ops") -> str:
+        c = self.config
+        return (f"only {self.found} distinct {self.split} problems with {c.min_ops}-{c.max_ops} operations "
+                f"found ({MAX_MISSES:,} draws without a new one); asked for {self.asked}: lower {count_flag} "
+                f"to at most {self.found}, or widen {range_flags}")
+
+
 def generate(split: str, n: int, seed: int, config: TaskConfig | None = None) -> list[Problem]:
     """``n`` distinct problems of ``split``, reproducible from ``seed``."""
     if split not in SPLITS:
@@ -147,9 +162,7 @@ def generate(split: str, n: int, seed: int, config: TaskConfig | None = None) ->
         else:  # a small range holds few distinct problems: asked for more, this looped forever
             misses += 1
             if misses > MAX_MISSES:
-                raise ValueError(f"only {len(out)} distinct {split} problems with {config.min_ops}-"
-                                 f"{config.max_ops} operations found ({MAX_MISSES:,} draws without a new "
-                                 f"one); asked for {n}")
+                raise TooFewProblems(split, len(out), n, config)
     return out
 
 
