@@ -401,8 +401,10 @@ def _check_latex(item: BenchmarkItem, completion: str) -> bool:
 
 
 _CHOICE_IN_BOX = re.compile(r"^\(?([A-D])\)?(?:[.:)]|\s|$)")
-_ANSWER_IS = re.compile(r"(?i:answer)\s*(?:is|:)\s*[:\-]?\s*"
-                        r"(?:\(([a-d])\)|[*_$({\[]*\s*(?:\\text\w*\{)?\s*([A-D])\b)")
+# "the answer is (B)", "correct option: B", "the best choice would be B"; "option B is correct"
+_ANSWER_IS = re.compile(r"(?i:answer|option|choice)\s*(?:is|:|(?:must|would|should|will)\s+be)\s*[:\-]?\s*"
+                        r"(?:\(([a-d])\)|[*_$({\[]*\s*(?:\\text\w*\{)?\s*([A-D])\b)"
+                        r"|(?i:option|choice)\s+\(?([A-D])\)?\s+is\s+(?:the\s+)?(?:correct|right|best)")
 _STANDALONE = re.compile(r"(?<![A-Za-z0-9_\\])([A-D])(?![A-Za-z0-9_])")
 # a line that is only a letter: "(B)", "**C**", "D."
 _LETTER_LINE = re.compile(r"^[\s*_($]*([A-D])[\s*_).:$]*$", re.M)
@@ -411,11 +413,12 @@ _LETTER_LINE = re.compile(r"^[\s*_($]*([A-D])[\s*_).:$]*$", re.M)
 def extract_choice(completion: str) -> str | None:
     """Letter A-D chosen in a completion.
 
-    ``\\boxed{X}`` first, else the last "answer is X" ("(b)" too), else the last line that is only a
-    letter, else the last standalone capital A-D of the final line. That last rule is loose (it can
-    catch a sentence-initial "A"), so it reads the final line only: over the whole text, a completion cut
-    mid-reasoning voted for the last option it happened to mention, and a model that never answered
-    scored chance, not 0.
+    ``\\boxed{X}`` first, else the last "answer is X" ("(b)" too; "option/choice is X", "option X is
+    correct"), else the last line that is only a letter, else the last standalone capital A-D of the
+    final line. That last rule is loose (it can catch a sentence-initial "A"), so it reads the final
+    line only: over the whole text, a completion cut mid-reasoning voted for the last option it
+    happened to mention, and a model that never answered scored chance, not 0. It read "The correct
+    option is B, because A and C are wrong." as C.
     """
     boxed = extract_boxed(completion)
     if boxed is not None:

@@ -8,9 +8,12 @@ they give the same answer, so votes can be counted. ``answer_key(kind, text)``:
 * ``integer``: the boxed integer, also the lone number amid units (``\\$18``, ``18 eggs``) (AIME);
 * ``gsm8k``: the same, or, without a box, GSM8K's ``#### N`` or the last number;
 * ``choice``: the letter A-D (``extract_choice``);
-* ``latex``: the boxed LaTeX in a textual normal form (``normalize_latex``). Two forms of one value
-  (``\\frac12`` / ``0.5``) count as different answers here; ``check_answer`` (math-verify) still
-  grades each against the gold, and so does a search run's verdict (``latex_right``), as ``gambit eval``.
+* ``latex``: the boxed LaTeX in a normal form (``latex_key``): a rational number in one spelling
+  (``1,000`` / ``1000.0`` / ``1000``; ``\\dfrac12`` / ``1/2`` / ``0.5`` / ``\\frac{2}{4}``), without a
+  unit or degree sign after a number or an ``x =`` before it, a list of roots in one order; else the
+  textual normal form (``normalize_latex``). Other forms of one value (``\\sqrt{8}`` / ``2\\sqrt{2}``)
+  still count as different answers; ``check_answer`` (math-verify) grades each against the gold, and so
+  does a search run's verdict (``latex_right``), as ``gambit eval``.
 
 The files sit in ``../shared/datasets/`` beside a checkout (``$GAMBIT_DATASETS`` elsewhere), or any
 path given with ``--data``.
@@ -20,11 +23,13 @@ from __future__ import annotations
 
 import os
 import random
+import re
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 from gambit.paths import REPO
-from gambit.tasks.answers import extract_boxed, parse_int
+from gambit.tasks.answers import ascii_minus, extract_boxed, parse_int
 from gambit.tasks.arithmetic import Problem, TaskConfig, generate
 from gambit.tasks.benchmarks import (
     _ALIASES,
@@ -116,13 +121,75 @@ def answer_kind(item: BenchmarkItem) -> str:
     raise ValueError(f"{item.id}: {item.kind!r} items have no answer key (no automatic checker)")
 
 
+# what math-verify reads as one value but the text normal form did not: a rational number however
+# written, a unit or degree sign after it, "x =" before it, and a list's order (the checker's sets)
+_THOUSANDS = re.compile(r"-?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?")
+_RATIONAL = re.compile(r"(-?)(?:(\d+(?:\.\d*)?|\.\d+)|\\frac\{(-?\d+)\}\{(-?\d+)\}|\\frac(\d)(\d)"
+                       r"|(-?\d+)/(-?\d+))")
+# a unit word after a number: two letters at least ("2\\mathrm{i}" is a number, not 2 in units of i)
+_UNIT = re.compile(r"\s*(?:\\(?:text|mbox|textrm|mathrm)\s*\{\s*[A-Za-z][A-Za-z .]*[A-Za-z]\s*\}"
+                   r"|\^\s*\{?\\circ\}?|°)\s*$")
+_AND = re.compile(r"\\text\s*\{\s*and\s*\}|\\quad\b|;")
+_VARIABLE = re.compile(r"^[A-Za-z]=(?!.*=)")
+
+
+def _rational_key(part: str) -> str | None:
+    """A rational number's one spelling (``7``, ``-\\frac{1}{2}``), None when ``part`` is not one."""
+    m = _RATIONAL.fullmatch(part)
+    if m is None:
+        return None
+    sign, dec, *pairs = m.groups()
+    if dec is not None:
+        value = Fraction(dec)
+    else:
+        num, den = next((int(a), int(b)) for a, b in zip(pairs[::2], pairs[1::2], strict=True) if a)
+        if den == 0:
+            return None
+        value = Fraction(num, den)
+    value = -value if sign else value
+    if value.denominator == 1:
+        return str(value.numerator)
+    return f"{'-' if value < 0 else ''}\\frac{{{abs(value.numerator)}}}{{{value.denominator}}}"
+
+
+def _top_level(s: str, sep: str = ",") -> list[str]:
+    """``s`` split at each ``sep`` outside braces, brackets and parentheses (a point ``(1,2)`` is one)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(s):
+        if ch in "{[(":
+            depth += 1
+        elif ch in "}])":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append(s[start:i])
+            start = i + 1
+    return parts + [s[start:]]
+
+
+def latex_key(answer: str) -> str:
+    """The vote key of a LaTeX answer: two spellings the checker takes for one value share it (module
+    docstring). ``\\frac{24}{17}``, ``24/17`` and ``\\frac{48}{34}`` split HMMT votes three ways."""
+    s = ascii_minus(answer).strip().strip("$").strip().rstrip(".")
+    s = re.sub(r"(?<=\d)\\,(?=\d{3}\b)", ",", s).replace("{,}", ",")  # "7\\,521" / "7{,}521": 7521
+    s = _AND.sub(",", re.sub(r"\\[,;:! ]", " ", s))  # a spacing command is no list separator
+    if _THOUSANDS.fullmatch(s.strip()):  # one number ("7, 521" is a list, to the checker too)
+        return _rational_key(s.strip().replace(",", "")) or s.strip()
+    keys = []
+    for raw in _top_level(s):
+        while (m := _UNIT.search(raw)) and re.search(r"\d", raw[:m.start()]):
+            raw = raw[:m.start()]  # "8\\sqrt{11} \\text{ cm}", "29^\\circ": the number is the answer
+        part = _VARIABLE.sub("", normalize_latex(raw))
+        keys.append(_rational_key(part) or part)
+    return ",".join(sorted(keys)) if len(keys) > 1 else keys[0]
+
+
 def answer_key(kind: str, text: str) -> str | None:
     """The normalised answer of a completion (module docstring), None when it gives none."""
     if kind == "choice":
         return extract_choice(text)
     boxed = extract_boxed(text)
     if kind == "latex":
-        return None if boxed is None or not boxed.strip() else normalize_latex(boxed)
+        return None if boxed is None or not boxed.strip() else latex_key(boxed)
     if kind in ("integer", "gsm8k"):
         if boxed is not None:
             value = _boxed_int(boxed)
@@ -138,7 +205,7 @@ def answer_key(kind: str, text: str) -> str | None:
 def gold_key(item: BenchmarkItem) -> str:
     """The gold answer as ``answer_key`` writes a right answer."""
     kind = answer_kind(item)
-    return normalize_latex(item.answer or "") if kind == "latex" else str(item.answer)
+    return latex_key(item.answer or "") if kind == "latex" else str(item.answer)
 
 
 def latex_right(text: str, gold: str) -> bool:
