@@ -108,6 +108,24 @@ class Tokenizer:
         chars = sorted({c for c in text if not c.isspace()})
         return [c for c in chars if not self.tok.encode(c, add_special_tokens=False).ids]
 
+    @cached_property
+    def special_ids(self) -> frozenset[int]:
+        """Ids of the special added tokens (BOS, EOS, a chat model's turn markers): the tokenizer reads
+        their text as the token wherever it stands, so text that holds one writes a control token."""
+        return frozenset(i for i, t in self.tok.get_added_tokens_decoder().items() if t.special)
+
+    def first_special(self, text: str) -> tuple[str, int] | None:
+        """The first special token ``text`` encodes to and its character offset, or None. Read from the
+        encoding, not by a text search: a normalizer or an ``lstrip`` token can match other text."""
+        if not self.special_ids:
+            return None
+        enc = self.tok.encode(text, add_special_tokens=False)
+        found = self.special_ids.intersection(enc.ids)
+        if not found:
+            return None
+        k = min(enc.ids.index(i) for i in found)
+        return self.tok.id_to_token(enc.ids[k]), enc.offsets[k][0]
+
     def decode(self, ids: list[int], skip_special: bool = True) -> str:
         return self.tok.decode(list(ids), skip_special_tokens=skip_special)
 

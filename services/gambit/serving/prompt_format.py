@@ -6,6 +6,11 @@ problem as one user turn followed by the usual math-reasoning instruction, so it
 ``\\boxed{}`` the vote reads; a base model such as the shipped target gets the task's format,
 ``<problem>\\nSolution:\\n`` (unchanged when the problem already ends with ``Solution:``, as clients
 that formatted it themselves send). ``SolveRequest.raw_prompt`` skips both.
+
+A problem is text: one holding a special token's text (``<|im_end|>`` of a ChatML model, the shipped
+target's ``<eos>``) is refused (``check_special_text``), as the tokenizer would read it as the control
+token and a request could end its turn and write the model's system turn or its answer. With
+``raw_prompt`` the caller owns the whole prompt, control tokens included.
 """
 
 from __future__ import annotations
@@ -29,6 +34,18 @@ def task_prompt(problem: str) -> str:
         return problem
     body = problem.rstrip().removesuffix(TASK_SUFFIX.strip())
     return body.rstrip() + TASK_SUFFIX
+
+
+def check_special_text(problem: str, tokenizer, field: str = "problem") -> str:
+    """``problem``, or a ValueError naming ``field`` and the first special token its text encodes to
+    (module docstring; ``tokenizer``: a ``gambit.model.tokenizer.Tokenizer``)."""
+    found = tokenizer.first_special(problem)
+    if found is not None:
+        token, at = found
+        raise ValueError(f"{field}: contains the special token {token!r} at character {at}: the model would "
+                         "read it as its control token, not as text (a request may not write the model's "
+                         "turns); remove it, or send the whole prompt with raw_prompt")
+    return problem
 
 
 def problem_formatter(model: str | Path) -> Callable[[str], str]:

@@ -28,6 +28,7 @@ from gambit.engine.torch_threads import voluntary_switches
 from gambit.search import batch_slots as slot_rule
 from gambit.search.config import check_batch, idle_warmup
 from gambit.serving.driver_adapter import DriverAdapter
+from gambit.serving.prompt_format import check_special_text
 from gambit.serving.record_writer import InlineRecords, RecordWriter
 from gambit.serving.solve_config import SolveConfig
 from gambit.serving.tree_view import StoreUnavailable
@@ -141,11 +142,18 @@ class TargetService:
         """Queue a run; the engine thread admits it before its next step. The future ends with None
         (``resume``: True when the run's tree was restored from the store, False when none was recorded
         and it started afresh), or ValueError (bad input), Overcommitted, NotImplementedError,
-        CancelFlagged (its cancel flag was set before admission: never stepped). It never
+        CancelFlagged (its cancel flag was set before admission: never stepped). A problem holding a
+        special token's text is a ValueError here unless ``raw_prompt`` (``check_special_text``). It never
         waits for a step to end, so an event loop can await it while the engine decodes."""
         fut: Future = Future()
-        if self.format_problem is not None and not cfg.raw_prompt:
-            problem = self.format_problem(problem)
+        if not cfg.raw_prompt:  # a request error on the future: INVALID_ARGUMENT, never a failed stream
+            try:
+                check_special_text(problem, self.engine.tokenizer)
+                if self.format_problem is not None:
+                    problem = self.format_problem(problem)
+            except ValueError as e:
+                fut.set_exception(e)
+                return fut
         with self._inbox_lock:  # under the lock: close() answers what got in before it set _stop
             if self._stop:  # nothing would admit it: its caller waited forever
                 fut.set_exception(RuntimeError(CLOSED))
