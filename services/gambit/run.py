@@ -197,8 +197,11 @@ def problems_of(cfg: RunConfig) -> list:
     """The task's held-out problems, the benchmark's questions in the model's prompt format, or the
     user's question in it."""
     if cfg.question:
-        from gambit.serving.prompt_format import problem_formatter
+        from gambit.model.loader import load_tokenizer
+        from gambit.serving.prompt_format import check_special_text, problem_formatter
 
+        # as the Target refuses it: the question's text must not forge the model's control tokens
+        check_special_text(cfg.question, load_tokenizer(cfg.model), "--question", "remove it")
         gold = question_gold(cfg) if cfg.gold else None
         return [Question(cfg.question.strip(), problem_formatter(cfg.model)(cfg.question), gold)]
     if not cfg.benchmark:

@@ -36,7 +36,8 @@ def task_prompt(problem: str) -> str:
     return body.rstrip() + TASK_SUFFIX
 
 
-def check_special_text(problem: str, tokenizer, field: str = "problem") -> str:
+def check_special_text(problem: str, tokenizer, field: str = "problem",
+                       remedy: str = "remove it, or send the whole prompt with raw_prompt") -> str:
     """``problem``, or a ValueError naming ``field`` and the first special token its text encodes to
     (module docstring; ``tokenizer``: a ``gambit.model.tokenizer.Tokenizer``)."""
     found = tokenizer.first_special(problem)
@@ -44,7 +45,7 @@ def check_special_text(problem: str, tokenizer, field: str = "problem") -> str:
         token, at = found
         raise ValueError(f"{field}: contains the special token {token!r} at character {at}: the model would "
                          "read it as its control token, not as text (a request may not write the model's "
-                         "turns); remove it, or send the whole prompt with raw_prompt")
+                         f"turns); {remedy}")
     return problem
 
 
