@@ -136,3 +136,71 @@ def test_no_flag_help_opens_with_the_name_of_a_command():
     stray = [f"{name} {a.option_strings[0]}: {a.help}" for name, sub in subcommands(build_parser())
              for a in sub._actions if a.option_strings and (a.help or "").startswith("`")]
     assert not stray, stray
+
+
+@pytest.mark.parametrize("args, line", [
+    (["serve", "--capacity", "0"], "gambit serve: error: --capacity: C must be >= 1, got 0"),
+    (["serve", "--grpc-port", "8000"],
+     "gambit serve: error: --http-port and --grpc-port are both 8000; they must differ"),
+    (["serve", "--num-cpus", "0"], "gambit serve: error: --num-cpus must be >= 1, got 0"),
+    (["scorer", "serve", "--port", "70000"],
+     "gambit scorer serve: error: --port must be in 0..65535 (0: any free one), got 70000"),
+    (["scorer", "serve", "--port", "9461"],
+     "gambit scorer serve: error: --port and --metrics-port are both 9461; they must differ"),
+    (["scorer", "serve", "--workers", "0"], "gambit scorer serve: error: --workers must be >= 1, got 0"),
+    (["loadtest", "--users", "0"], "gambit loadtest: error: --users must be >= 1, got 0"),
+    (["loadtest", "--cancel-fraction", "2"], "gambit loadtest: error: --cancel-fraction must be in "),
+    (["loadtest", "--address", "127.0.0.1:99999"],
+     "gambit loadtest: error: --address: port 99999 is not a TCP port (1-65535), in '127.0.0.1:99999'"),
+    # "localhost" dialled port 443 and every call of the run failed; " " was no target at all
+    (["loadtest", "--address", "localhost"],
+     "gambit loadtest: error: --address: expected host:port (e.g. 127.0.0.1:9000, [::1]:9000), got "
+     "'localhost'"),
+    (["loadtest", "--address", " "],
+     "gambit loadtest: error: --address: expected host:port (e.g. 127.0.0.1:9000, [::1]:9000), got ' '"),
+])
+def test_serve_scorer_and_loadtest_flag_errors_name_the_command_and_flag(args, line, capsys):
+    """They said "error: capacity: C must be >= 1" (the field, no command) and exit 1, where the other
+    commands say "gambit <cmd>: error: --flag ..." and exit 2. Refused before Ray or a server starts."""
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith(line) and err.count("\n") == 1, err
+
+
+def test_a_loadtest_address_takes_the_forms_the_client_takes():
+    """"" is the local deployment the load test starts; a host:port or a gRPC target form is a target."""
+    from gambit.ops.loadtest import LoadTestConfig
+
+    assert LoadTestConfig(address="").address == ""
+    assert LoadTestConfig(address="[::1]:9000").address == "[::1]:9000"
+    assert LoadTestConfig(address="dns:///gambit.example:9000").address == "dns:///gambit.example:9000"
+
+
+def test_eval_too_few_problems_names_its_own_flag(capsys):
+    """`gambit eval` said "lower the count ... or widen min_ops/max_ops" (no flag of its own), where
+    `gambit run` names --problems; refused before the model loads."""
+    assert main(["eval", "--min-ops", "1", "--max-ops", "1", "--split", "dev", "--n-problems", "100000",
+                 "--samples", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gambit eval: error: only ") and err.count("\n") == 1, err
+    assert "lower --n-problems to at most " in err and "or widen --min-ops/--max-ops" in err
+
+
+@pytest.mark.parametrize("problem, stdin, said", [
+    ("-", "", "problem -: read nothing from stdin"),
+    ("-", " \n", "problem -: read nothing from stdin"),
+    ("", "", "problem '': empty; give the problem's text (- reads it from stdin)"),
+])
+def test_client_solve_refuses_an_empty_problem_before_connecting(problem, stdin, said, monkeypatch, capsys):
+    """`gambit client solve -` with an empty pipe sent "" to the server (as `gambit run --question -`
+    refuses to do)."""
+    import io
+
+    import gambit.serving.client as client
+
+    monkeypatch.setattr(client, "solve", lambda *a, **k: pytest.fail("connected with an empty problem"))
+    monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    with pytest.raises(SystemExit) as e:
+        main(["client", "solve", problem])
+    assert e.value.code == 2 and capsys.readouterr().err == f"gambit client solve: error: {said}\n"

@@ -112,6 +112,22 @@ def test_weight_bytes_counts_every_tensor(tiny_folder: Path):
     assert weight_bytes(tiny_folder) == 4 * sum(p.numel() for p in model.parameters())
 
 
+def test_prompts_are_encoded_by_the_tokenizer_the_engine_loads(tiny_folder: Path):
+    """make_prompts built its tokenizer by hand (config.json + tokenizer.json): a model named by a
+    string failed with a TypeError (``str / str``), and a missing folder was no "model folder" error."""
+    from gambit.bench.engine import make_prompts
+    from gambit.model.loader import load_tokenizer
+    from gambit.tasks.arithmetic import generate
+
+    tok = load_tokenizer(tiny_folder)
+    prompts = make_prompts(str(tiny_folder), 2)
+    assert prompts == [tok.encode(p.prompt) for p in generate("test", 2, 0)]
+    assert prompts[0][0] == tok.bos_id
+    assert len(make_prompts(tiny_folder, 1, long_tokens=300)[0]) == 300
+    with pytest.raises(FileNotFoundError, match="model folder does not exist"):
+        make_prompts(tiny_folder.parent / "none", 1)
+
+
 def test_linears_bench_times_every_backend_at_every_shape():
     from gambit.bench.linears import measure
     from gambit.paths import TARGET

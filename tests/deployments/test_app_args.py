@@ -23,7 +23,7 @@ from gambit.serving.commands import add_commands  # noqa: E402
 
 
 def _serve_flags(*argv: str) -> ServeConfig:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(prog="gambit")
     add_commands(parser.add_subparsers(dest="cmd"))
     return from_args(ServeConfig, parser.parse_args(["serve", *argv]))
 
@@ -206,11 +206,11 @@ def test_rows_over_the_grpc_message_cap_are_refused_before_ray_starts():
     with pytest.raises(ValueError, match=r"^max_rows: 4096 rows of width 8192 .* lower max_rows to 3035"):
         ServeConfig(hidden_size=8192)
     assert _serve_flags("--hidden-size", "8192", "--max-rows", "3035").max_rows == 3035
-    with pytest.raises(SystemExit, match=r"^error: max_rows: 4096 rows of width 8192 make a Score call"):
+    with pytest.raises(SystemExit, match=r"^gambit serve: error: --max-rows: 4096 rows of width 8192 make a"):
         _serve_flags("--hidden-size", "8192")
     with pytest.raises(ValueError, match=r"^max_rows: 1048576 rows of width \d+ make a Score call"):
         ServeConfig(max_rows=1 << 20)  # the shipped target's width
-    with pytest.raises(SystemExit, match=r"^error: max_rows must be at most 1048576 \(the chart's limit\)"):
+    with pytest.raises(SystemExit, match=r"^gambit serve: error: --max-rows must be at most 1048576 \("):
         _serve_flags("--max-rows", str((1 << 20) + 1))
 
 

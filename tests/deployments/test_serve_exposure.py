@@ -53,9 +53,11 @@ def test_the_warning_says_how_to_set_a_token(monkeypatch):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--grpc-port", "6379"], "error: grpc_port: 6379 is Ray's GCS port (and Redis's); give another"),
-    (["--http-port", "8265"], "error: http_port: 8265 is Ray's dashboard port; give another"),
-    (["--grpc-port", "8000"], "error: http_port and grpc_port are both 8000; they must differ"),
+    (["--grpc-port", "6379"],
+     "gambit serve: error: --grpc-port: 6379 is Ray's GCS port (and Redis's); give another"),
+    (["--http-port", "8265"], "gambit serve: error: --http-port: 8265 is Ray's dashboard port; give another"),
+    (["--grpc-port", "8000"],
+     "gambit serve: error: --http-port and --grpc-port are both 8000; they must differ"),
 ])
 def test_serve_refuses_ports_ray_uses_before_ray_starts(flags, message):
     """6379 was reported "in use (another gambit serve?)" (Redis holds it here), 8265 and two equal

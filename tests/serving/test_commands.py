@@ -79,8 +79,8 @@ def test_busy_ports_sees_a_listener_and_not_a_free_port():
      "error: tree store (Redis at redis://127.0.0.1:1/0) unreachable", 2),
     (["--model", "llama3"],
      "error: llama3: model folder does not exist, nor a model name (known: smollm2)", 2),
-    # a bad run default stopped every Coordinator replica once Ray had started (a flag's value: exit 1)
-    (["--capacity", "0"], "error: capacity: C must be >= 1, got 0", 1),
+    # a bad run default stopped every Coordinator replica once Ray had started (named as its flag)
+    (["--capacity", "0"], "gambit serve: error: --capacity: C must be >= 1, got 0", 2),
 ])
 def test_gambit_serve_says_what_it_cannot_start_with_before_ray_starts(flags, message, code):
     """It failed after starting Ray with a traceback ending "Failed to update the deployments ['Target']"

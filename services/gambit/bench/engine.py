@@ -55,14 +55,14 @@ def log(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
-def make_prompts(folder: Path, n: int, long_tokens: int = 0) -> list[list[int]]:
-    """Token ids (BOS + text) of the first ``n`` test problems, with the folder's tokenizer; with
+def make_prompts(folder: str | Path, n: int, long_tokens: int = 0) -> list[list[int]]:
+    """Token ids (BOS + text) of the first ``n`` test problems, with the model's tokenizer as the engine
+    loads it (``load_tokenizer``: a folder or a fetched model's name, errors naming the folder); with
     ``long_tokens``, one prompt of that many ids made of concatenated problems and solutions."""
-    from gambit.model import ModelConfig, Tokenizer
+    from gambit.model.loader import load_tokenizer
     from gambit.tasks.arithmetic import generate
 
-    cfg = ModelConfig.from_file(folder / "config.json")
-    tok = Tokenizer.from_file(folder / "tokenizer.json", cfg.bos_token_id, cfg.eos_ids)
+    tok = load_tokenizer(folder)
     if not long_tokens:
         return [tok.encode(p.prompt) for p in generate("test", n, 0)]
     ids, k = [], 16

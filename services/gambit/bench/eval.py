@@ -25,7 +25,7 @@ from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.engine.engine import derive_seed
 from gambit.search.vote import majority_vote
 from gambit.tasks.answers import extract_boxed, parse_int
-from gambit.tasks.arithmetic import SPLITS, TaskConfig
+from gambit.tasks.arithmetic import SPLITS, TaskConfig, TooFewProblems
 from gambit.tasks.benchmarks import check_answer
 from gambit.tasks.graded import (
     answer_key,
@@ -101,8 +101,11 @@ def problems_of(cfg: EvalConfig) -> list:
     """The benchmark's questions or the task's problems, in the model's prompt format. Built before the
     model loads: a missing, empty or malformed file cost a full model load (a kernel build at times)."""
     if not cfg.benchmark:
-        return task_problems(cfg.model, cfg.split, cfg.n_problems, cfg.seed,
-                             TaskConfig(cfg.min_ops, cfg.max_ops))
+        try:
+            return task_problems(cfg.model, cfg.split, cfg.n_problems, cfg.seed,
+                                 TaskConfig(cfg.min_ops, cfg.max_ops))
+        except TooFewProblems as e:  # said with this command's flags ("lower the count" named none)
+            raise ValueError(e.said("--n-problems")) from None
     problems = graded_problems(cfg.benchmark, cfg.data, cfg.model, cfg.n_problems, cfg.seed)
     if len(problems) < cfg.n_problems:
         print(f"{cfg.benchmark}: all {len(problems)} questions of the set (fewer than --n-problems "

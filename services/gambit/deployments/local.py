@@ -14,6 +14,7 @@ import socket
 import time
 from dataclasses import dataclass
 from functools import cache
+from typing import ClassVar
 
 import grpc
 
@@ -34,6 +35,7 @@ from gambit.serving.tree_view import RETENTION_S
 class ServeConfig:
     """Local Ray Serve deployment of Coordinator, Target and Scorer."""
 
+    FLAG_ERRORS: ClassVar[bool] = True  # gambit.config_cli: its errors name the flags, exit 2
     host: str = "127.0.0.1"  # interface Serve's HTTP proxy binds (0.0.0.0: all; the gRPC proxy binds all)
     grpc_port: int = 9000  # Serve's gRPC proxy port, on every interface (ReasoningService, ScorerService)
     http_port: int = 8000  # Serve's HTTP proxy port (unused by gambit, but Serve starts it)

@@ -17,6 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import ClassVar
 
 from gambit.checks import above, at_least, finite, within
 from gambit.paths import REPO, nearest_existing
@@ -45,6 +46,7 @@ LOCAL_ONLY = ("model", "num_blocks", "num_cpus", "grpc_port", "http_port", "metr
 
 @dataclass
 class LoadTestConfig:
+    FLAG_ERRORS: ClassVar[bool] = True  # gambit.config_cli: its errors name the flags, exit 2
     address: str = ""  # host:port of a running deployment ("" = start a local one; no local-only options)
     users: int = 4  # concurrent Locust users, 1-10000 (each runs one Solve at a time)
     spawn_rate: float = 2.0  # users started per second (finite, > 0)
@@ -91,11 +93,13 @@ class LoadTestConfig:
         if self.tls_ca and not self.address:
             raise ValueError("tls_ca: the local deployment the load test starts speaks plaintext; --tls-ca "
                              "is for --address of a TLS-terminating proxy in front of one")
-        if self.address:
+        if self.address:  # "" is the local deployment; any other value a target as `gambit client` takes
             check_no_local_options(self)
+            from gambit.serving.client import check_host_port
             from gambit.serving.security import check_address
 
             check_address(self.address)
+            check_host_port(self.address)  # "localhost" dialled port 443 and every call failed the whole run
 
 
 def absolute(path: str) -> str:

@@ -7,7 +7,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from gambit.config_cli import add_dataclass_args, from_args
+from gambit.config_cli import add_dataclass_args, flag_error, from_args
 
 
 def stop_signals() -> Callable[[], int]:
@@ -79,6 +79,10 @@ def _cmd_client_solve(args) -> int:
 
     cfg = from_args(ClientConfig, args)
     problem = sys.stdin.read() if args.problem == "-" else args.problem  # a multi-line problem, piped
+    if not problem.strip():  # an empty pipe sent "" to the server, as `gambit run --question -` refuses
+        said = ("problem -: read nothing from stdin" if args.problem == "-" else
+                f"problem {args.problem!r}: empty; give the problem's text (- reads it from stdin)")
+        raise flag_error(args, said)
     return solve(problem, cfg)
 
 

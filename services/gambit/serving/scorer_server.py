@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from concurrent import futures
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import grpc
 
@@ -39,6 +40,7 @@ RPCS = ("Score", "Info")  # the ScorerService's methods: the only ``rpc`` labels
 class ScorerServerConfig:
     """The standalone Scorer server."""
 
+    FLAG_ERRORS: ClassVar[bool] = True  # gambit.config_cli: its errors name the flags, exit 2
     scorer: str = ""  # "" / process | mlp | sequence | confidence[:H] (H: width, else --model's) | folder
     model: str = ""  # which target model's width the scorer must read: a folder or smollm2 ("" = shipped)
     host: str = "127.0.0.1"  # address to bind
