@@ -440,17 +440,17 @@ class SpecDecoder:
         fused_parts = fused.split([a + 1 for a in n_l])
         want = max(x.logprobs for x in p)
         if want or self.records is not None:
-            path, bonus = torch.tensor(path_l, device=dev), torch.tensor(bonus_l, device=dev)
-            tokens, n_acc = torch.tensor(tok_l, device=dev), torch.tensor(n_l, device=dev)
-        if want:
-            emitted = torch.cat([tokens.gather(1, path[:, 1:]), bonus[:, None]], 1)  # [S, G]
-            for s_ in range(S):  # the bonus sits right after the accepted nodes
-                emitted[s_, n_l[s_]] = bonus_l[s_]
+            path = torch.tensor(path_l, device=dev)
+        if want:  # [S, G]: the accepted tokens, the bonus right after them, then padding (not read)
+            emitted = torch.tensor([[tl[x] for x in pth[1:a + 1]] + [b] + [0] * (G - 1 - a) for tl, pth, a, b
+                                    in zip(tok_l, path_l, n_l, bonus_l, strict=True)], device=dev)
             lp_rows = lg.gather(1, path[..., None].expand(S, G, lg.shape[-1]))
             ch, vals, ids = (x.view(S, G, -1).tolist() for x in
                              top_logprobs(lp_rows.reshape(S * G, -1), emitted.reshape(-1), want))
         closes = e.boundary.closes  # the detector's full rule: also "\n" then "\n" (BPE)
         if self.records is not None:  # confidences from the untempered target distribution
+            bonus, tokens = torch.tensor(bonus_l, device=dev), torch.tensor(tok_l, device=dev)
+            n_acc = torch.tensor(n_l, device=dev)
             self._record(plan, torch.softmax(lg.float(), -1), tokens, path, n_acc, bonus)
             self.cycle_ends += classify(tree, d, path_l, n_l, bonus_l)
         events: list[Event] = []
