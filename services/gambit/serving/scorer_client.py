@@ -191,14 +191,15 @@ class RemoteScorer(ScorerEndpoints):
 
     def _send(self, req, n: int) -> torch.Tensor | None:
         """One Score call at the direct endpoint, else the proxy; None when neither answers it."""
-        scores = None
         if direct := self.direct:
             scores = self._call(self._stub(direct)[1], req, n)
-            if scores is None:  # the replica went away: the proxy routes to a live one
-                self._direct_gone()
-            else:
+            if scores is not None:
                 self.direct_calls += 1
-        return scores if scores is not None else self._call(self.stub, req, n)
+                return scores
+            if self.last_error.startswith("INVALID_ARGUMENT"):  # the same ScorerCore refuses it there
+                return None
+            self._direct_gone(direct)  # the replica went away: the proxy routes to a live one
+        return self._call(self.stub, req, n)
 
     def _late(self, key: str, sent: list[str]) -> None:
         """A score of a trace dropped before it came back (the driver drops a trace that ends in the step
@@ -228,10 +229,11 @@ class RemoteScorer(ScorerEndpoints):
             try:
                 info = self._stub(address)[1].Info(self.pb2.InfoRequest(), timeout=self.timeout_s,
                                                    metadata=self.metadata)
-            except grpc.RpcError as e:
-                self.last_error = f"{e.code().name}: {e.details()}"
-                if address == self.direct:  # the replica went away: the proxy routes to a live one
-                    self._direct_gone()
+            except (grpc.RpcError, ValueError) as e:  # ValueError: its channel was closed (evicted)
+                self.last_error = (f"{e.code().name}: {e.details()}" if isinstance(e, grpc.RpcError)
+                                   else str(e))
+                if address != self.address:  # the replica went away: the proxy routes to a live one
+                    self._direct_gone(address)
                 continue
             if (info.hidden_size, info.features) == (self.hidden_size, sent):
                 self._info_ok, self.unguided, self.max_rows = True, "", info.max_rows

@@ -44,6 +44,7 @@ class ScorerEndpoints:
         self.direct = ""  # the direct endpoint in use ("" = the proxy)
         self._resolving = False
         self._resolve_at = 0.0
+        self._failures_seen = 0  # direct endpoint failures so far: a look-up begun before the last is stale
         self.resolve_error = ""
         self.direct_calls = 0
 
@@ -64,10 +65,20 @@ class ScorerEndpoints:
                 self._channels.pop(old)[0].close()
             return got
 
-    def _direct_gone(self) -> None:
-        """The direct endpoint did not answer (its replica went away): calls take the proxy, which routes
-        to a live one, and the next call looks the endpoint up again."""
-        self.direct, self._resolve_at = "", 0.0
+    def _direct_gone(self, address: str) -> None:
+        """The direct endpoint ``address`` did not answer (its replica went away): calls take the proxy,
+        which routes to a live one, and the next call looks the endpoint up again. Its channel is closed:
+        a replica restarted on the same port is reached by a fresh one at once, where the old one waited
+        out its reconnect back-off (1 s and more), every call meanwhile failing on it. A look-up under way
+        began before this failure and may return this very address: it is not used (``_resolve_now``)."""
+        with self._channels_lock:
+            self._failures_seen += 1
+            if self.direct == address:
+                self.direct = ""
+            self._resolve_at = 0.0
+            gone = self._channels.pop(address, None) if address != self.address else None
+        if gone is not None:  # a call still on it fails (CANCELLED) and takes the proxy
+            gone[0].close()
 
     def refresh(self) -> None:
         """Look the direct endpoint up now (in the background) unless one is known or being looked up."""
@@ -77,24 +88,31 @@ class ScorerEndpoints:
 
     def _maybe_resolve(self) -> None:
         """Look the direct endpoint up in the background (a Ray handle call must not stall scoring)."""
-        if self.resolve is None or self._resolving or time.monotonic() < self._resolve_at:
-            return
-        self._resolving = True
-        self._resolve_at = float("inf")  # set again once the look-up ends
-        threading.Thread(target=self._resolve_now, name="scorer-resolve", daemon=True).start()
+        with self._channels_lock:  # one look-up at a time (``score`` and the sender thread both ask)
+            if self.resolve is None or self._resolving or time.monotonic() < self._resolve_at:
+                return
+            self._resolving = True
+            self._resolve_at = float("inf")  # set again once the look-up ends
+            seen = self._failures_seen
+        threading.Thread(target=self._resolve_now, args=(seen,), name="scorer-resolve", daemon=True).start()
 
-    def _resolve_now(self) -> None:
-        wait = self.refresh_s
+    def _resolve_now(self, seen: int) -> None:
+        """``seen``: the direct failures when the look-up began. One failed since (a replica went away
+        while it ran) may have got the dead replica's address: it was tried first again, and failed, on
+        each call until a later look-up; now it is dropped and the next call looks up again."""
+        found, wait, error = "", self.refresh_s, ""
         try:
-            self.direct = self.resolve() or ""
-            self.resolve_error = ""
+            found = self.resolve() or ""
         except Exception as e:  # noqa: BLE001 — no direct endpoint: keep using the proxy
             log.info("no direct scorer endpoint: %s", e)
-            self.direct, wait = "", self.retry_after_s
-            self.resolve_error = f"{type(e).__name__}: {e}"
+            wait, error = self.retry_after_s, f"{type(e).__name__}: {e}"
         finally:
-            self._resolve_at = time.monotonic() + wait
-            self._resolving = False
+            with self._channels_lock:
+                if self._failures_seen != seen:  # stale: from before the failure
+                    found, wait = "", 0.0
+                self.direct, self.resolve_error = found, error
+                self._resolve_at = time.monotonic() + wait
+                self._resolving = False
 
     def close_channels(self) -> None:
         with self._channels_lock:
