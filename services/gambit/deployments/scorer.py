@@ -51,6 +51,18 @@ def _check_one_replica(scorer: str) -> None:
                          "chart: serve.deployments.Scorer.autoscaling.max_replicas 1)")
 
 
+def advertised_address(bind_host: str, port: int, node_ip) -> str:
+    """The direct endpoint's address for Targets: a wildcard bind advertises this node's IP
+    (``node_ip()``), and an IPv6 host is bracketed ("[fd00::5]:7000": bare, "fd00::5:7000" is no
+    address a Target can dial)."""
+    host = bind_host
+    if host in ("0.0.0.0", "::", "[::]"):  # advertise an address others can reach
+        host = node_ip()
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
 @serve.deployment(max_ongoing_requests=32, ray_actor_options={"num_cpus": 0},
                   autoscaling_config={"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 8})
 class Scorer:
@@ -100,10 +112,7 @@ class Scorer:
         if direct_host:
             self.direct, port = scorer_grpc_server(self.core, self.metrics, f"{direct_host}:{direct_port}",
                                                    self.token)
-            host = direct_host
-            if host in ("0.0.0.0", "::", "[::]"):  # advertise an address others can reach
-                host = ray.util.get_node_ip_address()
-            self._address = f"{host}:{port}"
+            self._address = advertised_address(direct_host, port, ray.util.get_node_ip_address)
 
     def address(self) -> dict:
         """This replica's direct ScorerService endpoint ("" if it has none) and its Ray node (a
