@@ -8,7 +8,7 @@ batch is refused at both doors (``batch_slots.check``): submit and adopt raise `
 ``recover`` ends such a run in the store with reason "limit" saying why (it never fits here).
 
 ``SearchDriver`` mixes it in; it needs ``engine``, ``scorer``, ``store``, ``lazy``, ``runs``, ``owner``,
-``held``, ``_restored``, ``_ratio`` and ``_finish`` on the instance.
+``held``, ``_restored``, ``_runs_changed`` and ``_finish`` on the instance.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class Admission:
         except Exception:
             self._unhold(run.run_id)
             self.runs.pop(run.run_id, None)
-            self._ratio = None
+            self._runs_changed()
             raise
 
     def _admit(self) -> None:
@@ -69,7 +69,7 @@ class Admission:
             if not self._fits(run):
                 return
             del self.held[run.run_id]
-            self._ratio = None
+            self._runs_changed()
             if run.run_id in self._restored:
                 self._restored.discard(run.run_id)
                 self._relaunch(run)
@@ -146,9 +146,9 @@ class Admission:
         return self._finish(run, "limit")
 
     def _register(self, run: SearchRun) -> SearchRun:
-        """Every run enters ``runs`` here (and leaves in ``_finish``): the KV-ratio cache follows."""
+        """Every run enters ``runs`` here (and leaves in ``_finish``): the per-set caches follow."""
         self.runs[run.run_id] = run
-        self._ratio = None
+        self._runs_changed()
         return run
 
     def _restore(self, run_id: str, data: dict) -> SearchRun:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import deque
 
 from gambit.engine import BoundaryEvent, EvictedEvent, FinishedEvent, TokenEvent
 from gambit.search import kv_evict
@@ -32,6 +33,9 @@ from gambit.search.tree import Node
 # cost on a shared machine; the forward's share is the main thread's part of it (one of the torch
 # threads), which on an idle machine is its wall time.
 CPU_KEYS = ("forward", "routing", "guidance", "round", "store", "finish", "kv_evict")
+# steps ``SearchDriver.kv_trace`` keeps (the latest): a served driver lives as long as its replica, and an
+# unbounded list grew by a tuple every step (~120 B, ~0.5 GB a day at 50 steps/s)
+KV_TRACE_STEPS = 4096
 
 
 def _no_clock() -> float:
@@ -48,7 +52,8 @@ class SearchDriver(Admission, Guidance):
         self.runs: dict[str, SearchRun] = {}
         self.owner: dict[int, tuple[SearchRun, int, Node]] = {}  # engine trace id -> (run, node id, node)
         self.timings = dict.fromkeys(TIMING_KEYS, 0.0)
-        self.kv_trace: list[tuple[float, float, int]] = []  # (time, KV use, resident traces) per step
+        # (time, KV use, resident traces) per step, the latest KV_TRACE_STEPS
+        self.kv_trace: deque[tuple[float, float, int]] = deque(maxlen=KV_TRACE_STEPS)
         self.pending: list[tuple[list, object]] = []  # (who, future of scores) from ``score_async``
         self.cpu = dict.fromkeys(CPU_KEYS, 0.0)
         self._clock = time.thread_time if cpu_clock else _no_clock
@@ -57,6 +62,7 @@ class SearchDriver(Admission, Guidance):
         self.defers = scorer is not None  # Gambit's boundaries wait for its rounds (``Guidance._defer``)
         self.rounds = self.steps = 0
         self._ratio: float | None = None  # the lowest KV ratio r of the scored runs (``_evict_ratio``)
+        self._mode: tuple[bool, bool | str] | None = None  # what the runs read of a step (``_events_mode``)
         # runs submitted or adopted but not launched (in ``runs`` too, so cancel and has_work see them):
         # waiting for batch slots, in submission order (``_admit``)
         self.held: dict[str, SearchRun] = {}
@@ -131,10 +137,8 @@ class SearchDriver(Admission, Guidance):
             if run.cfg.max_total_tokens:
                 run.fit_budget()  # the last steps before its budget: token caps, so it ends there exactly
         drafts = self.engine.stats.spec_drafts
-        # token events only for runs that read them (DeepConf's windows; speculative runs' Δ clocks, in
-        # the steps that drafted): the others read their tokens from the engine traces (``SearchRun.sync``)
-        events = self.engine.step(token_events=True if any(r.per_token for r in runs) else
-                                  "drafted" if any(r.cfg.decoding != "plain" for r in runs) else False)
+        per_token, token_events = self._events_mode(runs)
+        events = self.engine.step(token_events=token_events)
         t1 = time.perf_counter()
         c1 = clock()
         cpu["forward"] += c1 - c0
@@ -145,7 +149,6 @@ class SearchDriver(Admission, Guidance):
         gw = gc = 0.0  # guidance inside the loop: a trace ends, the deferred scores go first
         rows: list[tuple] = []  # (key, state, features, run, node) per boundary to score
         owner_get = self.owner.get
-        per_token = any(r.per_token for r in runs)  # DeepConf's windows; tokens are read by ``sync``
         # speculative runs' Δ clocks count tokens (``tick``); a step that verified no tree emitted one a trace
         drafted = self.engine.stats.spec_drafts != drafts
         spec = [r for r in runs if r.cfg.decoding != "plain"] if drafted else []
@@ -298,6 +301,21 @@ class SearchDriver(Admission, Guidance):
     def _engine_may_evict(self) -> bool:
         return kv_evict.engine_may_evict(self.engine)
 
+    def _runs_changed(self) -> None:
+        """The set of runs changed (one entered ``runs``, launched or ended): what is kept per set goes."""
+        self._ratio = self._mode = None
+
+    def _events_mode(self, runs: list[SearchRun]) -> tuple[bool, bool | str]:
+        """(whether a run reads token events, ``Engine.step``'s ``token_events``), kept until the set of
+        runs changes (it was three scans of every run's config a step). Token events only for runs that
+        read them (DeepConf's windows; speculative runs' Δ clocks, in the steps that drafted): the
+        others read their tokens from the engine traces (``SearchRun.sync``)."""
+        if self._mode is None:
+            per_token = any(r.per_token for r in runs)
+            spec = any(r.cfg.decoding != "plain" for r in runs)
+            self._mode = per_token, True if per_token else "drafted" if spec else False
+        return self._mode
+
     def _evict_ratio(self) -> float:
         """``kv_evict.evict_ratio``, kept until the set of runs changes (it was a scan of every run's
         config twice a step)."""
@@ -314,6 +332,6 @@ class SearchDriver(Admission, Guidance):
         result = run.finish(reason)
         self.store.update(run.run_id, run.flush(self.lazy))
         self.runs.pop(run.run_id, None)
-        self._ratio = None
+        self._runs_changed()
         self.cpu["finish"] += self._clock() - c
         return result
