@@ -360,3 +360,61 @@ def test_a_client_that_leaves_while_its_run_waits_for_a_takeover_ends_its_record
     rec = tree.get_run("grpc-left-lost")
     assert rec["status"] == "cancelled" and rec["result"]["message"].startswith("stream closed")
     assert tree.cancel_requested(["grpc-left-lost"])  # a replica that takes it over later refuses it
+
+
+def test_a_takeover_goes_on_when_a_get_run_ended_the_run_for_its_lease():
+    """While this Coordinator waited to hand a lost run on, another one's GetRun ended it for its dead
+    replica's lease: the takeover took that "lost" result for the run's own end and gave it up."""
+    from ray.exceptions import RayActorError
+
+    from gambit.deployments.run_records import end_if_lost, ended_result
+    from gambit.serving.tree_view import MemoryTreeView
+
+    async def replicas(run_id, problem, cfg, resume=False):
+        if not resume:
+            tree.put_run(run_id, status="running", replica="r0")
+            tree.beat("r0")
+            yield {"kind": "started", "run_id": run_id, "replica": "r0", "resumed": False, "restored": False}
+            await asyncio.sleep(0.15)  # r0 dies; its lease runs out and a GetRun elsewhere ends the run
+            assert end_if_lost(tree, run_id, tree.get_run(run_id))["result"]["lost"]
+            raise RayActorError()
+        yield {"kind": "started", "run_id": run_id, "replica": "r1", "resumed": True, "restored": True}
+        tree.put_run(run_id, status="done", result=ended_result(run_id, "done", ""), replica="r1")
+        yield ended_result(run_id, "done", "")
+
+    tree = MemoryTreeView()
+    tree.lease_s = 0.1
+    co = coordinator(tree, Handle(replicas), max_resumes=1)
+
+    async def go():
+        async with served(co) as stub:
+            req = pb2.SolveRequest(problem=PROBLEM, run_id="grpc-lease-takeover", **SHORT)
+            events = [ev async for ev in stub.Solve(req, timeout=10)]
+            assert events[-1].result.status == "done" and events[1].started.resumed
+            info = await stub.GetRun(pb2.GetRunRequest(run_id="grpc-lease-takeover"), timeout=5)
+            assert (info.status, info.result.status, info.replica) == ("done", "done", "r1")
+
+    _run(go())
+
+
+def test_a_run_id_held_by_a_lost_replica_is_said_ended_and_get_run_says_why():
+    """Both the run's replica and its Coordinator gone: a Solve with its id heard it was "in flight
+    (running)" and GetRun said "running" for the whole retention."""
+    from gambit.serving.tree_view import MemoryTreeView
+
+    tree = MemoryTreeView()
+    tree.lease_s = 0.1
+    co = coordinator(tree, Handle(lambda *a, **k: pytest.fail("the id is taken: no Target is asked")))
+    tree.put_run("grpc-orphan", status="running", replica="r-dead")
+    tree.beat("r-dead")
+    time.sleep(0.2)
+
+    async def go():
+        async with served(co) as stub:
+            req = pb2.SolveRequest(problem=PROBLEM, run_id="grpc-orphan", **SHORT)
+            code, details = await _code(lambda: stub.Solve(req, timeout=5))
+            assert code == grpc.StatusCode.ALREADY_EXISTS and "ended (failed)" in details
+            info = await stub.GetRun(pb2.GetRunRequest(run_id="grpc-orphan"), timeout=5)
+            assert info.status == "failed" and "replica r-dead stopped answering" in info.result.message
+
+    _run(go())

@@ -246,3 +246,48 @@ def test_the_contract_says_not_found_may_be_the_proxys_missing_application_metad
     assert "`application`" in not_found and "Application metadata not set" in not_found
     readme = (root / "README.md").read_text()
     assert "`application`" in readme[readme.index("* `NOT_FOUND`"):readme.index("* `ALREADY_EXISTS`")]
+
+
+def test_get_run_ends_a_run_whose_target_replica_stopped_beating(view):
+    """A run whose Target replica died while the Coordinator relaying it died too (or its client left)
+    said "running" for the whole retention: nobody was left to end it, and its id stayed in flight."""
+    import time
+
+    me = _coordinator(view)
+    view.lease_s = 0.2
+    progress = {"run_id": "gone", "round": 3, "active": 2, "ghost": 0, "pruned": 0, "branched": 0,
+                "finished": 0, "tokens": 40, "kv_usage": 0.1, "elapsed_s": 1.0}
+    view.put_run("gone", status="running", replica="r-dead", progress=progress)
+    view.put_run("live", status="running", replica="r-live")
+    view.put_run("old", status="running", replica="r-old")  # a replica of a version that never beat
+    view.beat("r-dead")
+    time.sleep(0.3)
+    view.beat("r-live")
+    info = _get(me, "gone")
+    assert info.status == "failed" and info.result.status == "failed"
+    assert info.result.message.startswith("lost: its Target replica r-dead stopped answering at ")
+    assert "UTC (no heartbeat for over 15 s)" in info.result.message and info.last_progress.round == 3
+    rec = view.get_run("gone")
+    assert rec["status"] == "failed" and rec["result"]["lost"] and rec["replica"] == "r-dead"
+    assert _get(me, "live").status == "running" and _get(me, "old").status == "running"
+    view.put_run("gone2", status="running", replica="r-dead")
+    got = asyncio.run(me.CancelRun(type("R", (), {"run_id": "gone2"})(), _Context()))
+    assert (got.cancelled, got.status) == (False, "failed")
+
+
+def test_a_run_taken_over_after_its_lease_ran_out_runs_again_with_no_result(view):
+    """A takeover renews the record (its new replica's status): the lost result left in it is no
+    result of a running run."""
+    import time
+
+    from gambit.deployments.run_records import end_if_lost
+
+    me = _coordinator(view)
+    view.lease_s = 0.1
+    view.put_run("t", status="running", replica="r0")
+    view.beat("r0")
+    time.sleep(0.2)
+    assert end_if_lost(view, "t", view.get_run("t"))["status"] == "failed"
+    view.put_run("t", status="running", replica="r1")  # the Coordinator's write at a takeover
+    info = _get(me, "t")
+    assert info.status == "running" and not info.HasField("result") and info.replica == "r1"

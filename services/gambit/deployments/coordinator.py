@@ -28,6 +28,7 @@ from gambit.deployments.run_records import (
     UNSTARTED,
     cancel_queued,
     end_failed,
+    end_if_lost,
     end_lost,
     end_queued_quietly,
     ended_result,
@@ -149,7 +150,8 @@ class Coordinator:
             old = await self._claim(run_id, status="queued",
                                     request=MessageToDict(request, preserving_proto_field_name=True),
                                     settings={k: getattr(cfg, k) for k in SETTINGS})
-            if old is not None:
+            if old is not None:  # one held by a replica that stopped beating says it ended
+                old = await asyncio.to_thread(end_if_lost, self.tree, run_id, old)
                 raise RPCError(grpc.StatusCode.ALREADY_EXISTS, taken_message(run_id, old))
             claimed = True
             self.waiting += 1
@@ -243,7 +245,9 @@ class Coordinator:
                 call.lost = True
                 await lost.wait(e)  # raises TargetLost when the run cannot be taken over
                 rec = await asyncio.to_thread(self.tree.get_run, run_id)
-                if rec and rec.get("result"):  # it ended just before its replica went
+                # it ended just before its replica went (a lease that ran out meanwhile is not an end
+                # here: this Coordinator is taking the run over, ``run_records.end_if_lost``)
+                if rec and rec.get("result") and not rec["result"].get("lost"):
                     call.got_result = True
                     yield self._result(rec["result"], call, method)
                     return
@@ -310,7 +314,8 @@ class Coordinator:
         flag_cancel(self.tree, run_id, unstarted, total_s, lost)
 
     async def _known_run(self, request, grpc_context) -> tuple[str, dict]:
-        """Authorised request for a run that exists: (run id, its record), else an RPCError."""
+        """Authorised request for a run that exists: (run id, its record), else an RPCError. A run whose
+        Target replica stopped beating ends here as failed (``run_records.end_if_lost``)."""
         self._check(grpc_context)
         run_id = check_run_id(request.run_id)
         try:
@@ -319,7 +324,7 @@ class Coordinator:
             raise RPCError(grpc.StatusCode.INTERNAL, str(e)) from None
         if rec is None:
             raise RPCError(grpc.StatusCode.NOT_FOUND, f"run_id: no run {run_id!r}")
-        return run_id, rec
+        return run_id, await asyncio.to_thread(end_if_lost, self.tree, run_id, rec)
 
     async def GetRun(self, request, grpc_context):  # noqa: N802
         try:

@@ -2,17 +2,21 @@
 
 A Target writes its runs' records; the Coordinator writes a run's end only where no Target can: the
 run was never admitted (cancelled while Serve queued it), or its Target was lost, or it failed after
-it started. Every ended run then has a result (RunInfo.result), whose message says why. Plain
-functions of the tree view, called off the event loop (they do network round trips).
+it started. Every ended run then has a result (RunInfo.result), whose message says why. A run whose
+Target replica stopped beating (``tree_view.LEASE_S``) ends as failed when read (``end_if_lost``): once
+its replica and the Coordinator relaying it were both gone, nobody else would end it. Plain functions
+of the tree view, called off the event loop (they do network round trips).
 """
 
 from __future__ import annotations
+
+import datetime
 
 from google.protobuf.json_format import ParseDict
 
 from gambit.deployments.takeover import TargetLost
 from gambit.serving.convert import progress_msg, result_msg, settings_msg
-from gambit.serving.tree_view import CANCELLED_BY_RPC, ENDED, STREAM_CLOSED, StoreUnavailable
+from gambit.serving.tree_view import CANCELLED_BY_RPC, ENDED, LEASE_S, STREAM_CLOSED, StoreUnavailable
 
 UNSTARTED = " (before a Target admitted it)"
 
@@ -92,6 +96,32 @@ def end_lost(tree, run_id: str, e: Exception, total_s: float = 0.0) -> str:
     return message
 
 
+def lost_message(replica: str, beat: float) -> str:
+    """Why a run whose replica's lease ran out ended (GetRun's result; the time in UTC)."""
+    at = datetime.datetime.fromtimestamp(beat, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return (f"lost: its Target replica {replica} stopped answering at {at} (no heartbeat for over "
+            f"{LEASE_S:g} s); the run ended as failed (a retry takes a new run_id)")
+
+
+def end_if_lost(tree, run_id: str, rec: dict) -> dict:
+    """``rec``, or the record ended as failed when the replica holding the run stopped beating: ended
+    only while that replica still holds it and has not beaten since (a takeover's record stays). Its
+    result is marked ``lost``: a Coordinator still taking the run over goes on (``Coordinator._relay``).
+    Redis not answering: ``rec`` as read."""
+    try:
+        beat = tree.stale_beat(rec)
+        if beat is None:
+            return rec
+        replica, message = str(rec["replica"]), lost_message(str(rec["replica"]), float(beat))
+        result = ended_result(run_id, "failed", message) | {"lost": True}
+        fields = {"status": "failed", "message": message, "result": result}
+        if tree.put_run_if_lost(run_id, replica, beat, **fields):
+            return {**rec, **fields}
+        return tree.get_run(run_id) or rec  # renewed (taken over, or its replica beat) meanwhile
+    except StoreUnavailable:
+        return rec
+
+
 def put_fields(tree, run_id: str, fields: dict) -> None:
     """Times measured by the Coordinator (``first_event_s``, ``total_s``), not on the Target that
     records the result: kept beside it in the run record so that GetRun's result carries them too."""
@@ -111,7 +141,8 @@ def run_info(pb2, run_id: str, rec: dict, num_traces: int):
         info.settings.CopyFrom(settings_msg(pb2, rec["settings"]))
     if rec.get("progress"):
         info.last_progress.CopyFrom(progress_msg(pb2, rec["progress"]))
-    result = rec.get("result")
+    # a result only once ended: a run taken over after its lease ran out (``end_if_lost``) runs again
+    result = rec.get("result") if info.status in ENDED else None
     if not result and info.status in ENDED:  # a record written with no result (before stop 66)
         result = ended_result(run_id, info.status, str(rec.get("message") or ""))
     if result:

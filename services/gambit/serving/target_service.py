@@ -31,7 +31,7 @@ from gambit.serving.driver_adapter import DriverAdapter
 from gambit.serving.prompt_format import check_special_text
 from gambit.serving.record_writer import InlineRecords, RecordWriter
 from gambit.serving.solve_config import SolveConfig
-from gambit.serving.tree_view import StoreUnavailable
+from gambit.serving.tree_view import HEARTBEAT_S, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -351,8 +351,17 @@ class TargetService:
                         "see gambit.engine.torch_threads) and steps run 2-3x slower", per_step)
 
     def _poll_cancels(self) -> None:
-        """CancelRun sets a flag in the tree view (any coordinator); stop flagged runs held here."""
+        """CancelRun sets a flag in the tree view (any coordinator); stop flagged runs held here. Also
+        this replica's heartbeat, every ``HEARTBEAT_S`` while its engine thread lives: the lease of the
+        runs it holds (``tree_view.LEASE_S``; here, not on the engine thread, so a long step is no death)."""
+        beat_due = 0.0
         while not self._stop:
+            if time.monotonic() >= beat_due and self._thread.is_alive():
+                beat_due = time.monotonic() + HEARTBEAT_S
+                try:
+                    self.tree.beat(self.replica)
+                except StoreUnavailable as e:
+                    log.warning("heartbeat not written: %s", e)
             time.sleep(self.cancel_poll_s)
             ids = list(self._sinks)
             if not ids:

@@ -1,6 +1,7 @@
 """Where runs and their trace trees are recorded: Redis (services) or memory (embedded, tests).
 
 Keys under a prefix: ``<p>run:<id>`` (hash: status, request, replica, progress, result, message),
+``<p>alive:<replica>`` (a Target replica's heartbeat: the Redis server's time of its last beat),
 ``<p>cancel:<id>`` (a flag holding the reason, with a TTL no longer than the records'; a new record
 under the id and the run's end drop it), and the driver's trees under ``<p>tree`` (``RedisStore``:
 ``<p>tree:run:<id>:meta`` ...). Values are JSON, never pickle. The Redis password comes from the environment
@@ -26,6 +27,11 @@ ENDED = ("done", "limit", "cancelled", "failed")
 RETENTION_S = 24 * 3600
 CANCELLED_BY_RPC = "cancelled by CancelRun"  # the message of a run stopped by a cancel flag
 STREAM_CLOSED = "stream closed: client disconnected or coordinator lost"
+# The liveness lease of the runs a Target replica holds: the replica beats this often (one write per
+# replica, not per run), and a run whose replica has not beaten for LEASE_S is lost (its record said
+# "running" for the whole retention once its replica and the Coordinator relaying it were both gone).
+HEARTBEAT_S = 5.0
+LEASE_S = 3 * HEARTBEAT_S  # three beats missed: a busy node's pause is not a death
 
 
 def taken_message(run_id: str, record: dict) -> str:
@@ -44,6 +50,28 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 redis.call('DEL', KEYS[2])
+return 1
+"""
+
+
+# KEYS[1] the replica's heartbeat; ARGV[1] its TTL. The Redis server's clock, one for every machine.
+_BEAT = """
+local t = redis.call('TIME')
+redis.call('SET', KEYS[1], t[1] .. '.' .. string.format('%06d', tonumber(t[2])), 'EX', ARGV[1])
+return 1
+"""
+
+
+# KEYS[1] the record, KEYS[2] its replica's heartbeat; ARGV: the TTL, the replica, the stale beat seen,
+# then fields: written only while the run is still held by that replica (a takeover writes its own)
+# and that beat is still the last one (a replica that beat again is alive)
+_IF_LOST = """
+local st = redis.call('HGET', KEYS[1], 'status')
+if st ~= '"running"' and st ~= '"queued"' then return 0 end
+if redis.call('HGET', KEYS[1], 'replica') ~= ARGV[2] then return 0 end
+if redis.call('GET', KEYS[2]) ~= ARGV[3] then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+redis.call('EXPIRE', KEYS[1], ARGV[1])
 return 1
 """
 
@@ -67,6 +95,8 @@ class MemoryTreeView:
         self._runs: dict[str, dict] = {}
         self._cancel: dict[str, str] = {}
         self._written: dict[str, float] = {}  # run id -> monotonic time of its record's last write
+        self._alive: dict[str, str] = {}  # replica -> time of its last heartbeat (``beat``)
+        self.lease_s = LEASE_S
         self._sweep_at = 0.0
         self._lock = threading.Lock()
 
@@ -128,6 +158,31 @@ class MemoryTreeView:
             return [r for r, f in self._runs.items()
                     if f.get("status") in _HELD and f.get("replica") in {_enc(x) for x in replicas}]
 
+    def beat(self, replica: str) -> None:
+        """The replica holding runs is alive now (``TargetService`` calls it every ``HEARTBEAT_S``)."""
+        with self._lock:
+            self._alive[replica] = repr(time.time())
+
+    def stale_beat(self, rec: dict) -> str | None:
+        """The last heartbeat of the replica holding the run of ``rec``, when older than ``lease_s``
+        (the run is lost); None while it is held by a live replica, not held, or its replica never beat."""
+        replica = _holder(rec)
+        with self._lock:
+            beat = self._alive.get(replica) if replica else None
+        return beat if beat is not None and time.time() - float(beat) > self.lease_s else None
+
+    def put_run_if_lost(self, run_id: str, replica: str, beat: str, /, **fields) -> bool:
+        """Write ``fields`` only while ``replica`` holds the run and ``beat`` is still its last heartbeat
+        (True when written): a takeover's record, or a replica that beat again, stays."""
+        with self._lock:
+            got = self._runs.get(run_id)
+            if (got is None or got.get("status") not in _HELD or got.get("replica") != _enc(replica)
+                    or self._alive.get(replica) != beat):
+                return False
+            got.update({k: _enc(v) for k, v in fields.items()})
+            self._written[run_id] = time.monotonic()
+            return True
+
     def request_cancel(self, run_id: str, reason: str = CANCELLED_BY_RPC) -> None:
         with self._lock:
             self._cancel[run_id] = reason
@@ -151,7 +206,7 @@ class RedisTreeView:
         import redis
 
         at_least(1, ttl_s=ttl_s)
-        self.prefix, self.ttl = prefix, int(ttl_s)
+        self.prefix, self.ttl, self.lease_s = prefix, int(ttl_s), LEASE_S
         password = os.environ.get(password_env) if password_env else None
         self.url, self.password_env = redact_url(url), password_env  # the URL said in messages
         try:
@@ -241,6 +296,27 @@ class RedisTreeView:
         return [k[len(head):] for k, fields in zip(keys, got, strict=True)
                 if not isinstance(fields, Exception) and fields[0] in _HELD and fields[1] in want]
 
+    def beat(self, replica: str) -> None:
+        """The replica holding runs is alive now: one write, the Redis server's time (no clock skew
+        between machines), kept as long as the records it speaks for."""
+        self._call(self.r.eval, _BEAT, 1, self._k("alive", replica), self.ttl)
+
+    def stale_beat(self, rec: dict) -> str | None:
+        """As ``MemoryTreeView.stale_beat``: the heartbeat and the server's time in one round trip."""
+        replica = _holder(rec)
+        if not replica:
+            return None
+        p = self.r.pipeline(transaction=False)
+        p.get(self._k("alive", replica))
+        p.time()
+        beat, (sec, usec) = self._call(p.execute)
+        return beat if beat is not None and sec + usec / 1e6 - float(beat) > self.lease_s else None
+
+    def put_run_if_lost(self, run_id: str, replica: str, beat: str, /, **fields) -> bool:
+        """As ``MemoryTreeView.put_run_if_lost``, in one Lua call."""
+        return bool(self._call(self.r.eval, _IF_LOST, 2, self._k("run", run_id), self._k("alive", replica),
+                               self.ttl, _enc(replica), beat, *_flat(fields)))
+
     def request_cancel(self, run_id: str, reason: str = CANCELLED_BY_RPC) -> None:
         """A flag for the Target that holds the run; it lives no longer than the records (an hour at
         most), so it never outlives a record by much (a new record under the id drops it anyway)."""
@@ -290,6 +366,11 @@ def _enc(v) -> str:
 
 
 _HELD = (_enc("running"), _enc("queued"))  # record statuses of a run a Target replica holds
+
+
+def _holder(rec: dict) -> str:
+    """The Target replica holding the run of a decoded record ("" when none: not admitted, or ended)."""
+    return str(rec.get("replica") or "") if rec.get("status") in ("running", "queued") else ""
 
 
 def _dec(v: str):

@@ -1,0 +1,112 @@
+"""The liveness lease of the runs a Target replica holds (``tree_view.beat``/``stale_beat``): in memory
+and in the real Redis (a prefix of its own, deleted after), and the TargetService that beats."""
+
+import time
+import uuid
+
+import pytest
+
+from gambit.serving.tree_view import HEARTBEAT_S, LEASE_S, MemoryTreeView, RedisTreeView
+
+
+@pytest.fixture(params=["memory", "redis"])
+def tree(request):
+    if request.param == "memory":
+        yield MemoryTreeView()
+        return
+    view = RedisTreeView(prefix=f"test-lease-{uuid.uuid4().hex[:8]}:")
+    yield view
+    keys = list(view.r.scan_iter(f"{view.prefix}*"))
+    if keys:
+        view.r.delete(*keys)
+
+
+def test_the_lease_is_three_beats():
+    assert LEASE_S == 3 * HEARTBEAT_S
+
+
+def test_a_run_is_lost_once_its_replica_stops_beating(tree):
+    tree.lease_s = 0.3
+    tree.put_run("a", status="running", replica="r1")
+    tree.put_run("h", status="queued", replica="r1")  # held for batch slots: r1 holds it too
+    tree.put_run("q", status="queued")  # no Target admitted it: no lease
+    tree.put_run("d", status="done", replica="r1")
+    tree.put_run("n", status="running", replica="never")  # a replica that never beat: not known lost
+    tree.beat("r1")
+    assert tree.stale_beat(tree.get_run("a")) is None  # alive
+    time.sleep(0.5)
+    beat = tree.stale_beat(tree.get_run("a"))
+    assert beat is not None and 0.4 < time.time() - float(beat) < 30
+    assert tree.stale_beat(tree.get_run("h")) == beat
+    assert [tree.stale_beat(tree.get_run(r)) for r in ("q", "d", "n")] == [None, None, None]
+    tree.beat("r1")  # alive again
+    assert tree.stale_beat(tree.get_run("a")) is None
+
+
+def test_a_lost_run_ends_only_while_its_replica_holds_it_and_has_not_beaten(tree):
+    tree.lease_s = 0.2
+    for r in ("a", "b", "c", "d"):
+        tree.put_run(r, status="running", replica="r1")
+    tree.beat("r1")
+    time.sleep(0.3)
+    beat = tree.stale_beat(tree.get_run("a"))
+    assert beat is not None
+    assert tree.put_run_if_lost("a", "r1", beat, status="failed", message="lost")
+    assert tree.get_run("a")["status"] == "failed"
+    tree.put_run("b", status="running", replica="r2")  # taken over meanwhile: the takeover's record stays
+    assert not tree.put_run_if_lost("b", "r1", beat, status="failed")
+    assert (tree.get_run("b")["status"], tree.get_run("b")["replica"]) == ("running", "r2")
+    tree.put_run("c", status="done", replica="r1")  # ended by its replica meanwhile
+    assert not tree.put_run_if_lost("c", "r1", beat, status="failed")
+    assert tree.get_run("c")["status"] == "done"
+    tree.beat("r1")  # its replica beat again: alive after all
+    assert not tree.put_run_if_lost("d", "r1", beat, status="failed")
+    assert tree.get_run("d")["status"] == "running"
+    assert not tree.put_run_if_lost("nope", "r1", beat, status="failed") and tree.get_run("nope") is None
+
+
+def test_a_redis_beat_is_one_key_per_replica_with_the_records_ttl():
+    view = RedisTreeView(prefix=f"test-lease-{uuid.uuid4().hex[:8]}:", ttl_s=600)
+    try:
+        view.beat("r1")
+        view.beat("r1")
+        assert list(view.r.scan_iter(f"{view.prefix}*")) == [f"{view.prefix}alive:r1"]
+        assert 590 < view.r.ttl(f"{view.prefix}alive:r1") <= 600
+        assert abs(float(view.r.get(f"{view.prefix}alive:r1")) - time.time()) < 5
+    finally:
+        view.r.delete(f"{view.prefix}alive:r1")
+
+
+def test_a_target_beats_while_its_engine_thread_lives(monkeypatch):
+    """The runs of a replica whose engine thread is gone are lost: its process may live on, its runs
+    never end (the beat is not on the engine thread: a long step is no death)."""
+    import torch
+
+    from gambit.serving import target_service
+    from gambit.serving.embedded import EmbeddedConfig, build_target
+
+    torch.set_num_threads(1)
+    monkeypatch.setattr(target_service, "HEARTBEAT_S", 0.05)
+    svc = build_target(EmbeddedConfig(num_blocks=120), None, replica="r-beat")
+    try:
+        svc.tree.lease_s = 0.5
+        held = {"status": "running", "replica": "r-beat"}
+        deadline = time.monotonic() + 5
+        while "r-beat" not in svc.tree._alive and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.7)  # longer than the lease: it beat meanwhile
+        assert svc.tree.stale_beat(held) is None
+
+        def broken():
+            raise RuntimeError("engine thread died")
+
+        monkeypatch.setattr(svc.driver, "has_work", broken)
+        with svc._cv:
+            svc._cv.notify_all()
+        svc._thread.join(timeout=5)
+        assert not svc._thread.is_alive()
+        time.sleep(0.8)
+        assert svc.tree.stale_beat(held) is not None
+    finally:
+        monkeypatch.undo()
+        svc.close()
