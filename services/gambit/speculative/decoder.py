@@ -25,6 +25,7 @@ from gambit.engine import cpu_sampler
 from gambit.engine.attention import PagedAttention, SeqInput, _padded_tables
 from gambit.engine.block_manager import OutOfBlocks
 from gambit.engine.events import BoundaryEvent, Event, TokenEvent
+from gambit.engine.host_lists import long_tensor
 from gambit.engine.kv_cache import KVCache, bytes_per_block
 from gambit.engine.linear import pack_drafter
 from gambit.engine.sampler import top_logprobs
@@ -91,6 +92,39 @@ def _resolve_path(decoding: str) -> Path:
     if decoding in SHIPPED:  # "hass+pr" ships as drafter-hass-pr ("+" is no character for a folder name)
         return ASSETS / f"drafter-{decoding.replace('+', '-')}"
     return Path(decoding)
+
+
+# Spans of at least this many positions a trace (on average) get their positions from ``torch.arange``;
+# shorter ones (a steady cycle's few accepted tokens) from Python ranges, which cost less than the ~2 µs
+# of a tensor op (Stop 68's notes).
+ARANGE_SPAN = 64
+
+
+def _span_positions(spans: list[tuple[int, int]], device: torch.device) -> torch.Tensor:
+    """Positions a .. b - 1 of each (a, b), in order (long): tensor ops over long spans, ranges
+    extended in C over short ones (no Python loop a position)."""
+    if len(spans) == 1:
+        return torch.arange(*spans[0], device=device)
+    if sum(b - a for a, b in spans) < ARANGE_SPAN * len(spans):
+        flat: list[int] = []
+        for a, b in spans:
+            flat += range(a, b)
+        return long_tensor(flat, device)
+    return torch.cat([torch.arange(a, b, device=device) for a, b in spans])
+
+
+def _span_slots(ts: list[Trace], block_size: int, device: torch.device) -> tuple[torch.Tensor, list[int]]:
+    """The KV slots of each trace's positions drafter_len .. num_cached - 1, flat and in order, and each
+    trace's end in them: per trace, its blocks' slot rows (an arange a block) cut to the span."""
+    parts, ends = [], []
+    offsets = torch.arange(block_size, device=device)
+    for t in ts:
+        a, b = t.draft.drafter_len, t.num_cached
+        base = a // block_size * block_size  # the first block's first position
+        blocks = long_tensor(t.block_table[base // block_size:-(-b // block_size)], device)
+        parts.append((blocks[:, None] * block_size + offsets).flatten()[a - base:b - base])
+        ends.append((ends[-1] if ends else 0) + b - a)
+    return (parts[0] if len(parts) == 1 else torch.cat(parts)), ends
 
 
 class SpecDecoder:
@@ -256,18 +290,24 @@ class SpecDecoder:
                 device=e.device)
         return buf
 
-    def _group_features(self, d: Drafter, ts: list[Trace]) -> torch.Tensor:
+    def _group_features(self, d: Drafter, ts: list[Trace], slots: torch.Tensor | None = None,
+                        ends: list[int] | None = None) -> torch.Tensor:
         """The pending rows of every trace of a group, in order, as drafter features [rows, H]: each
         trace's verified features, then its raw taps from the tap buffer (gathered and fused once for
-        the whole group)."""
-        bs = self.engine.config.block_size
-        slots: list[int] = []
+        the whole group). The raw rows are the last of each trace's context-pass rows and the drafter
+        KV shares the trace's block table, so their tap slots are the context pass's KV slots
+        (``slots``, flat; ``ends``: each trace's end in them): views, no slot list a token. Without
+        them (a caller outside the context pass) they come from the block tables (``_span_slots``)."""
+        if slots is None or ends is None:
+            slots, ends = _span_slots(ts, self.engine.config.block_size, self.engine.device)
         raws = [t.draft.raw(t.num_cached) for t in ts]
-        for t, raw in zip(ts, raws, strict=True):
-            N, bt = t.num_cached, t.block_table
-            slots.extend([bt[q // bs] * bs + q % bs for q in range(N - raw, N)])
+        if all(raw == e - b for raw, b, e in zip(raws, [0, *ends[:-1]], ends, strict=True)):
+            picked = slots  # every pending row raw (the first cycle, after a re-prefill): all of them
+        else:
+            picked = [slots[e - raw:e] for raw, e in zip(raws, ends, strict=True) if raw]
+            picked = (picked[0] if len(picked) == 1 else torch.cat(picked)) if picked else None
         buf = self._tap_buffer(d.config.target_taps)
-        fused = d.fuse(buf[torch.tensor(slots, device=self.engine.device)]) if slots else None
+        fused = d.fuse(buf[picked]) if picked is not None else None
         parts, at = [], 0
         for t, raw in zip(ts, raws, strict=True):
             parts.extend(t.draft.feats)  # verified features are fused already (width H)
@@ -319,21 +359,22 @@ class SpecDecoder:
         e, d, cache = self.engine, self.drafters[key], self.caches[key]
         dev = e.device
         # context pass: rows drafter_len .. N-1 (feature j, token j + 1) into the paged drafter cache
-        items = []
+        # (no Python work a token: after a prefill the span is the whole prompt)
+        items, tokens, spans, ends = [], [], [], []
         for t in ts:
-            st, N = t.draft, t.num_cached
-            items.append(SeqInput(t.token_ids[st.drafter_len + 1:N + 1], list(range(st.drafter_len, N)),
-                                  st.drafter_len, t.block_table))
-        feats = self._group_features(d, ts)
-        ids = torch.tensor([x for it in items for x in it.tokens], device=dev)
-        pos = torch.tensor([p for it in items for p in it.positions], device=dev)
+            a, N = t.draft.drafter_len, t.num_cached
+            row = t.token_ids[a + 1:N + 1]
+            # positions as a range: PagedAttention reads only their count (``pos`` feeds RoPE)
+            items.append(SeqInput(row, range(a, N), a, t.block_table))
+            tokens += row
+            spans.append((a, N))
+            ends.append((ends[-1] if ends else 0) + N - a)
+        ids = long_tensor(tokens, dev)
+        pos = _span_positions(spans, dev)
         attn = PagedAttention(cache, items, dev, e.runner.use_kernel, speculative=True)
+        feats = self._group_features(d, ts, attn.slots, ends)
         logits, nxt = d(ids[None], feats[None], pos[None], attention=attn)
-        ends, n = [], 0
-        for it in items:
-            n += it.q
-            ends.append(n - 1)
-        last = torch.tensor(ends, device=dev)
+        last = long_tensor([n - 1 for n in ends], dev)
         for t in ts:
             t.draft.drafter_len = t.num_cached
             t.draft.set_feats([])
