@@ -19,6 +19,7 @@ of the details each) as a table, and writes it as CSV (--summary-csv; the totals
 
 from __future__ import annotations
 
+import collections
 import itertools
 import random
 import re
@@ -52,8 +53,8 @@ grpc_gevent.init_gevent()  # gRPC's blocking calls must yield to gevent, or one 
 _tokens = {"generated": 0, "runs": 0}
 _by_mix: dict[str, list[int]] = {}  # mix entry -> [finished runs, right answers] (their sums: the totals)
 _samples: dict[tuple[str, str], str] = {}  # (entry, failure kind) -> the first one's details
-# method -> (end-to-end ms of its runs with a result, not cancelled; its failed Solve calls)
-_by_method: dict[str, tuple[list[float], list[int]]] = {}
+_method_ms: dict[str, list[float]] = {}  # method -> end-to-end ms of its runs with a result, not cancelled
+_method_failed: collections.Counter[str] = collections.Counter()  # method -> its failed Solve calls
 _user_index = itertools.count()  # spawn order: seeds each user's draws reproducibly
 _lock = threading.Lock()
 
@@ -140,7 +141,7 @@ class SolveUser(User):
         Solve's (``method``) counted against its method too."""
         if method:
             with _lock:
-                _by_method.setdefault(method, ([], [0]))[1][0] += 1
+                _method_failed[method] += 1
         name, kind = entry + FAILED, failure_kind(kind)
         _samples.setdefault((name, kind), details)
         self.environment.events.request.fire(request_type="grpc", name=name,
@@ -204,7 +205,7 @@ class SolveUser(User):
             self._fire(entry, t0, length=result.generated_tokens)
             with _lock:
                 if not cancelled:
-                    _by_method.setdefault(method, ([], [0]))[0].append(ms)
+                    _method_ms.setdefault(method, []).append(ms)
                 _tokens["generated"] += result.generated_tokens
                 _tokens["runs"] += 1
                 if result.status == "done":
@@ -255,7 +256,8 @@ def _on_quit(environment, **_):
     failed, errors = _failures(environment)
     totals = run_totals(elapsed, _tokens["runs"], _tokens["generated"], failed, errors, _by_mix)
     with _lock:
-        by_method = {m: (list(times), bad[0]) for m, (times, bad) in _by_method.items()}
+        by_method = {m: (list(_method_ms.get(m, ())), _method_failed[m])
+                     for m in {*_method_ms, *_method_failed}}
     rows = summary_rows(environment.stats, elapsed) + method_rows(by_method, elapsed)
     kinds = [(e.name, str(e.error), e.occurrences) for e in environment.stats.errors.values()]
     kinds += [("task error", failure_kind(row["msg"]), row["count"])

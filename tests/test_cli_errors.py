@@ -95,6 +95,25 @@ def test_a_bug_keeps_its_traceback(monkeypatch):
         main(["models", "list"])
 
 
+def _unpacks_wrong(*_a, **_k):
+    first, second = [1, 2, 3]  # noqa: F841 — the bug: a ValueError of the interpreter's own
+    return 0
+
+
+def test_a_value_error_that_is_a_bug_keeps_its_traceback(monkeypatch, capsys):
+    """ValueError is a bad value of the user's (one line, exit 2), but an unpacking of the wrong length
+    raises one too: it printed "gambit models list: error: too many values to unpack", hiding where."""
+    import gambit.cli as cli
+
+    monkeypatch.setattr(cli, "_cmd_models_list", _unpacks_wrong)
+    with pytest.raises(ValueError, match="too many values to unpack"):
+        main(["models", "list"])
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(cli, "_cmd_models_list", _fail(ValueError("--problems must be >= 1, got 0")))
+    assert main(["models", "list"]) == 2  # the user's bad value: still one line
+    assert capsys.readouterr().err == "gambit models list: error: --problems must be >= 1, got 0\n"
+
+
 def test_cluster_wait_help_says_what_each_flag_is_and_its_unit(capsys):
     with pytest.raises(SystemExit):
         main(["cluster", "wait", "--help"])

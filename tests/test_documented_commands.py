@@ -228,18 +228,16 @@ def test_make_targets_exist():
     assert not bad, "\n".join(bad)
 
 
-def test_python_modules_exist():
+def test_python_modules_exist(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "services"))
     bad = []
     for d in (d for d in ALL if re.match(r"python3? -m", d.text)):
         module = shlex.split(d.text)[2]
-        sys.path.insert(0, str(ROOT / "services"))
         try:
-            if importlib.util.find_spec(module) is None:
-                bad.append(f"{d}: no module {module}")
-        except ModuleNotFoundError:
-            bad.append(f"{d}: no module {module}")
-        finally:
-            sys.path.remove(str(ROOT / "services"))
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # its parent package is missing
+            found = False
+        bad += [] if found else [f"{d}: no module {module}"]
     assert not bad, "\n".join(bad)
 
 
@@ -336,6 +334,15 @@ def test_named_repo_files_exist():
     assert not bad, "\n".join(bad)
 
 
+def _docs_are(monkeypatch, tmp_path: Path, text: str) -> None:
+    """The checks below pointed at one README holding ``text``, in a checkout of its own."""
+    (tmp_path / "README.md").write_text(text)
+    here = sys.modules[__name__]
+    monkeypatch.setattr(here, "DOCS", [tmp_path / "README.md"])
+    monkeypatch.setattr(here, "ALL", doc_commands(tmp_path / "README.md"))
+    monkeypatch.setattr(here, "ROOT", tmp_path)
+
+
 @pytest.mark.parametrize(("doc", "why"), [
     ("gambit run --modle smollm2", "unrecognized arguments: --modle"),  # a renamed flag
     ("gambit train drafter --method eagle4", "--method"),  # a choice removed
@@ -346,19 +353,13 @@ def test_named_repo_files_exist():
 ])
 def test_the_check_catches_drift(gambit_parsers, monkeypatch, tmp_path, doc, why):
     """The check is not vacuous: drifted lines fail it, each with the reason named."""
-    monkeypatch.setattr(sys.modules[__name__], "DOCS", [tmp_path / "README.md"])
-    (tmp_path / "README.md").write_text(f"Run `{doc}`.\n")
-    monkeypatch.setattr(sys.modules[__name__], "ALL", doc_commands(tmp_path / "README.md"))
-    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    _docs_are(monkeypatch, tmp_path, f"Run `{doc}`.\n")
     with pytest.raises(AssertionError, match=re.escape(why)):
         test_gambit_commands_parse(gambit_parsers, monkeypatch, None)
 
 
 def test_the_make_and_path_checks_catch_drift(gambit_parsers, monkeypatch, tmp_path):
-    (tmp_path / "README.md").write_text("`make run`, `make no-such-target` and `tools/no_such_script.py`\n")
-    monkeypatch.setattr(sys.modules[__name__], "DOCS", [tmp_path / "README.md"])
-    monkeypatch.setattr(sys.modules[__name__], "ALL", doc_commands(tmp_path / "README.md"))
-    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    _docs_are(monkeypatch, tmp_path, "`make run`, `make no-such-target` and `tools/no_such_script.py`\n")
     (tmp_path / "Makefile").write_text("run:\n\t.venv/bin/gambit run --modle smollm2 & wait\n")
     with pytest.raises(AssertionError, match="no target 'no-such-target'"):
         test_make_targets_exist()
@@ -370,8 +371,6 @@ def test_the_make_and_path_checks_catch_drift(gambit_parsers, monkeypatch, tmp_p
 
 def test_example_commands_parse(monkeypatch):
     """`python examples/NAME.py ...` as the docs give it is taken by the example's own parser."""
-    import importlib.util
-
     monkeypatch.chdir(ROOT)
     bad = []
     for d in ALL:

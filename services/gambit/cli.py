@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from dataclasses import replace
 
@@ -292,8 +293,22 @@ def _clean_errors(run, command: list[str] | tuple[str, ...] = ("gambit",)) -> in
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 — the interpreter's final flush must not fail too
         return 0
     except (OSError, ValueError) as e:
+        if _is_interpreter_bug(e):
+            raise
         print(f"{command[0]}: error: {e}", file=sys.stderr)
         return 2
+
+
+# ValueErrors the interpreter raises for a mistake in the code, never for a bad value of the user's: an
+# unpacking of the wrong length, an index() or remove() of something absent, min()/max() of nothing
+INTERPRETER_BUGS = re.compile(r"values to unpack \(expected|\bnot in (?:list|tuple)$|^substring not found$|"
+                              r"^(?:min|max)\(\) (?:arg is an empty sequence|iterable argument is empty)")
+
+
+def _is_interpreter_bug(e: BaseException) -> bool:
+    """A plain ValueError with one of the interpreter's own messages: a bug, so its traceback is kept
+    (printed as "gambit run: error: too many values to unpack", it hid where)."""
+    return type(e) is ValueError and bool(INTERPRETER_BUGS.search(str(e)))
 
 
 if __name__ == "__main__":

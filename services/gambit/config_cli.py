@@ -2,9 +2,10 @@
 
 Precedence: explicit flag > YAML file > dataclass default. Validation stays in each dataclass's
 ``__post_init__``, so a bad value gets the same clear error from either surface. A class with
-``FLAG_ERRORS = True`` (run, eval, train, client, cluster, serve, scorer serve, loadtest and the bench commands') has its errors name
-the flags ("--kv-share must be ...", not "kv_share must be ..."; a value from the YAML file keeps its key)
-on one line that opens with the command, "gambit bench search: error: ...", and exit 2, as argparse's do.
+``FLAG_ERRORS = True`` (run, eval, train, client, cluster, serve, scorer serve, loadtest and the bench
+commands') has its errors name the flags ("--kv-share must be ...", not "kv_share must be ..."; a value
+from the YAML file keeps its key) on one line that opens with the command, "gambit bench search: error:
+...", and exit 2, as argparse's do.
 """
 
 from __future__ import annotations

@@ -157,6 +157,14 @@ def test_named_templates_give_the_default(tmp_path):
     assert render_user_turn(chat_template(folder), CONTENT) == f"<bos>user: {CONTENT}<eos>"
 
 
+def test_named_templates_without_a_default_are_refused(tmp_path):
+    """transformers refuses them ("multiple chat templates with no default"); read as no template, a chat
+    model was prompted as a base model without a word."""
+    folder = _char_folder(tmp_path, [{"name": "tool_use", "template": "tools"}])
+    with pytest.raises(ValueError, match='without a "default" one \\(names: tool_use\\)'):
+        chat_template(folder)
+
+
 def test_a_template_that_refuses_or_escapes_the_sandbox_is_a_value_error(tmp_path):
     with pytest.raises(ValueError, match="chat_template: TemplateError: no"):
         render_user_turn("{{ raise_exception('no') }}", CONTENT)

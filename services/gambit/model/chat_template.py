@@ -39,12 +39,17 @@ def _token_text(value) -> str | None:
 
 
 def _pick_template(value, conf: Path) -> str | None:
-    """The template itself; a list of named templates (``[{"name", "template"}]``) gives "default"."""
+    """The template itself; a list of named templates (``[{"name", "template"}]``) gives "default", and
+    one without it is refused as transformers refuses it (read as no template, a chat model was prompted
+    as a base model, without a word)."""
     if value is None or isinstance(value, str):
         return value or None
     if isinstance(value, list):
         named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
-        return named.get("default") or None
+        if not named.get("default"):
+            raise ValueError(f"{conf}: chat_template lists named templates without a \"default\" one "
+                             f"(names: {', '.join(map(str, named)) or 'none'})")
+        return named["default"]
     raise ValueError(f"{conf}: chat_template must be a string or a list of named templates, "
                      f"got {type(value).__name__}")
 
