@@ -326,16 +326,18 @@ def test_a_solve_that_ends_before_a_target_was_asked_leaves_no_queued_record():
     _run(go())
 
 
-def test_a_client_that_leaves_while_its_run_waits_for_a_takeover_ends_its_record():
+@pytest.mark.parametrize("held", ["running", "queued"])  # queued: the dead replica held it for batch slots
+def test_a_client_that_leaves_while_its_run_waits_for_a_takeover_ends_its_record(held):
     """Its replica was lost and the takeover waited for a live one when the client left: the record said
-    "running" on the dead replica for the whole retention (no Target held the run to end it)."""
+    "running" on the dead replica for the whole retention (no Target held the run to end it); a run held
+    there for batch slots stayed "queued" until its lease ended it as failed, though its client cancelled."""
     from ray.exceptions import RayActorError
 
     from gambit.serving.tree_view import MemoryTreeView
 
     async def replicas(run_id, problem, cfg, resume=False):
         if not resume:
-            tree.put_run(run_id, status="running", replica="r0")
+            tree.put_run(run_id, status=held, replica="r0")
             yield {"kind": "started", "run_id": run_id, "replica": "r0", "resumed": False, "restored": False}
             await asyncio.sleep(0.05)
             raise RayActorError()
@@ -353,7 +355,7 @@ def test_a_client_that_leaves_while_its_run_waits_for_a_takeover_ends_its_record
             await asyncio.sleep(0.3)  # lost, and a takeover asked for
             call.cancel()
             deadline = time.monotonic() + 3
-            while time.monotonic() < deadline and tree.get_run("grpc-left-lost")["status"] == "running":
+            while time.monotonic() < deadline and tree.get_run("grpc-left-lost")["status"] == held:
                 await asyncio.sleep(0.05)
 
     _run(go())

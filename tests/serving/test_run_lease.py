@@ -1,12 +1,13 @@
-"""The liveness lease of the runs a Target replica holds (``tree_view.beat``/``stale_beat``): in memory
-and in the real Redis (a prefix of its own, deleted after), and the TargetService that beats."""
+"""The liveness lease of the runs a Target replica holds (``run_lease``; the views' ``beat``/``stale_beat``):
+in memory and in the real Redis (a prefix of its own, deleted after), and the TargetService that beats."""
 
 import time
 import uuid
 
 import pytest
 
-from gambit.serving.tree_view import HEARTBEAT_S, LEASE_S, MemoryTreeView, RedisTreeView
+from gambit.serving.run_lease import HEARTBEAT_S, LEASE_S
+from gambit.serving.tree_view import MemoryTreeView, RedisTreeView
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -108,5 +109,47 @@ def test_a_target_beats_while_its_engine_thread_lives(monkeypatch):
         time.sleep(0.8)
         assert svc.tree.stale_beat(held) is not None
     finally:
+        monkeypatch.undo()
+        svc.close()
+
+
+def test_an_error_redis_answers_stops_neither_the_beat_nor_the_cancel_poll(monkeypatch):
+    """A ResponseError (OOM under maxmemory, READONLY in a failover) is no StoreUnavailable: it ended the
+    poll thread, so a live replica stopped beating (its runs read lost) and stopped reading cancels."""
+    import redis
+    import torch
+
+    from gambit.serving import target_service
+    from gambit.serving.embedded import EmbeddedConfig, build_target
+
+    torch.set_num_threads(1)
+    monkeypatch.setattr(target_service, "HEARTBEAT_S", 0.05)
+    svc = build_target(EmbeddedConfig(num_blocks=120), None, replica="r-err")
+    tree, failures, answered = svc.tree, {"beat": 2, "cancel_requested": 2}, []
+
+    class Refusing:  # the first calls of each kind refused by the server, then answered
+        def __getattr__(self, name):
+            def call(*a, **kw):
+                if failures.get(name):
+                    failures[name] -= 1
+                    raise redis.exceptions.ResponseError("OOM command not allowed (maxmemory)")
+                answered.append(name)
+                return getattr(tree, name)(*a, **kw)
+            return call
+
+    try:
+        tree.lease_s = 0.5
+        svc.tree = Refusing()
+        svc._sinks["held"] = None  # a run held here: its cancel flag is polled
+        deadline = time.monotonic() + 5
+        while not {"beat", "cancel_requested"} <= set(answered) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert failures == {"beat": 0, "cancel_requested": 0}
+        assert {"beat", "cancel_requested"} <= set(answered)
+        time.sleep(0.7)  # longer than the lease: it went on beating
+        assert tree.stale_beat({"status": "running", "replica": "r-err"}) is None
+    finally:
+        svc._sinks.pop("held", None)
+        svc.tree = tree
         monkeypatch.undo()
         svc.close()

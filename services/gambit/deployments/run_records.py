@@ -3,7 +3,7 @@
 A Target writes its runs' records; the Coordinator writes a run's end only where no Target can: the
 run was never admitted (cancelled while Serve queued it), or its Target was lost, or it failed after
 it started. Every ended run then has a result (RunInfo.result), whose message says why. A run whose
-Target replica stopped beating (``tree_view.LEASE_S``) ends as failed when read (``end_if_lost``): once
+Target replica stopped beating (``run_lease.LEASE_S``) ends as failed when read (``end_if_lost``): once
 its replica and the Coordinator relaying it were both gone, nobody else would end it. Plain functions
 of the tree view, called off the event loop (they do network round trips).
 """
@@ -16,7 +16,8 @@ from google.protobuf.json_format import ParseDict
 
 from gambit.deployments.takeover import TargetLost
 from gambit.serving.convert import progress_msg, result_msg, settings_msg
-from gambit.serving.tree_view import CANCELLED_BY_RPC, ENDED, LEASE_S, STREAM_CLOSED, StoreUnavailable
+from gambit.serving.run_lease import LEASE_S
+from gambit.serving.tree_view import CANCELLED_BY_RPC, ENDED, STREAM_CLOSED, StoreUnavailable
 
 UNSTARTED = " (before a Target admitted it)"
 
@@ -65,15 +66,17 @@ def flag_cancel(tree, run_id: str, unstarted: bool = False, total_s: float = 0.0
     Target admitted yet (``unstarted``: still in Serve's queue) has no Target to end its record: it
     ends here, unless a Target admitted it meanwhile (it said "queued" for the whole retention, its
     run id taken). So does a run whose replica was ``lost`` and that no other one took over yet (it
-    said "running" on the dead replica); one that takes it over later reads the flag and refuses it."""
+    said "running", or "queued" when held for batch slots, on the dead replica); one that takes it over
+    later reads the flag and refuses it."""
     try:
         tree.request_cancel(run_id, STREAM_CLOSED)
         if unstarted:
             end_queued(tree, run_id, ended_result(run_id, "cancelled", STREAM_CLOSED + UNSTARTED, total_s))
-        if lost:
+        if lost:  # a held run's record stayed "queued" until its lease ended it as failed, not cancelled
             d = ended_result(run_id, "cancelled", STREAM_CLOSED, total_s)
-            tree.put_run_if(run_id, "running", status="cancelled", message=d["message"], total_s=total_s,
-                            result=d)
+            fields = {"status": "cancelled", "message": d["message"], "total_s": total_s, "result": d}
+            if not tree.put_run_if(run_id, "running", **fields):
+                tree.put_run_if(run_id, "queued", **fields)
     except StoreUnavailable:
         pass
 

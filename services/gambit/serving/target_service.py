@@ -30,8 +30,9 @@ from gambit.search.config import check_batch, idle_warmup
 from gambit.serving.driver_adapter import DriverAdapter
 from gambit.serving.prompt_format import check_special_text
 from gambit.serving.record_writer import InlineRecords, RecordWriter
+from gambit.serving.run_lease import HEARTBEAT_S
 from gambit.serving.solve_config import SolveConfig
-from gambit.serving.tree_view import HEARTBEAT_S, StoreUnavailable
+from gambit.serving.tree_view import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -353,23 +354,30 @@ class TargetService:
     def _poll_cancels(self) -> None:
         """CancelRun sets a flag in the tree view (any coordinator); stop flagged runs held here. Also
         this replica's heartbeat, every ``HEARTBEAT_S`` while its engine thread lives: the lease of the
-        runs it holds (``tree_view.LEASE_S``; here, not on the engine thread, so a long step is no death)."""
-        beat_due = 0.0
+        runs it holds (``run_lease.LEASE_S``; here, not on the engine thread, so a long step is no death).
+        Any store error is logged and the loop goes on: an error Redis answers (OOM under maxmemory, READONLY
+        in a failover) ended this thread, silently stopping cancel flags and the heartbeat for good, so a
+        live replica's runs all read as lost one lease later."""
+        beat_due, said = 0.0, ""
         while not self._stop:
             if time.monotonic() >= beat_due and self._thread.is_alive():
                 beat_due = time.monotonic() + HEARTBEAT_S
                 try:
                     self.tree.beat(self.replica)
-                except StoreUnavailable as e:
-                    log.warning("heartbeat not written: %s", e)
+                except Exception as e:  # noqa: BLE001 — the next beat may be written
+                    log.warning("heartbeat not written: %s: %s", type(e).__name__, e)
             time.sleep(self.cancel_poll_s)
             ids = list(self._sinks)
             if not ids:
                 continue
             try:
                 flagged = self.tree.cancel_requested(ids)
-            except StoreUnavailable:
+            except Exception as e:  # noqa: BLE001 — read again next poll (said once per kind of error)
+                if not isinstance(e, StoreUnavailable) and said != repr(e):
+                    log.warning("cancel flags not read: %s: %s", type(e).__name__, e)
+                said = repr(e)
                 continue
+            said = ""
             for rid, reason in flagged.items():
                 self.cancel(rid, "cancelled", reason)
 

@@ -1,8 +1,8 @@
 """Where runs and their trace trees are recorded: Redis (services) or memory (embedded, tests).
 
 Keys under a prefix: ``<p>run:<id>`` (hash: status, request, replica, progress, result, message),
-``<p>alive:<replica>`` (a Target replica's heartbeat: the Redis server's time of its last beat),
-``<p>cancel:<id>`` (a flag holding the reason, with a TTL no longer than the records'; a new record
+``<p>alive:<replica>`` (a Target replica's heartbeat, ``run_lease``: the Redis server's time of its last
+beat), ``<p>cancel:<id>`` (a flag holding the reason, with a TTL no longer than the records'; a new record
 under the id and the run's end drop it), and the driver's trees under ``<p>tree`` (``RedisStore``:
 ``<p>tree:run:<id>:meta`` ...). Values are JSON, never pickle. The Redis password comes from the environment
 (``GAMBIT_REDIS_PASSWORD`` by default), never from a flag or a file in the repository. A Redis
@@ -18,6 +18,7 @@ import time
 
 from gambit.checks import at_least
 from gambit.search.store import PASSWORD_ENV, StoreUnavailable, login_refused, redact_url  # one error: both
+from gambit.serving.run_lease import BEAT, HELD, IF_LOST, LEASE_S, holder, stale
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 ENDED = ("done", "limit", "cancelled", "failed")
@@ -27,11 +28,6 @@ ENDED = ("done", "limit", "cancelled", "failed")
 RETENTION_S = 24 * 3600
 CANCELLED_BY_RPC = "cancelled by CancelRun"  # the message of a run stopped by a cancel flag
 STREAM_CLOSED = "stream closed: client disconnected or coordinator lost"
-# The liveness lease of the runs a Target replica holds: the replica beats this often (one write per
-# replica, not per run), and a run whose replica has not beaten for LEASE_S is lost (its record said
-# "running" for the whole retention once its replica and the Coordinator relaying it were both gone).
-HEARTBEAT_S = 5.0
-LEASE_S = 3 * HEARTBEAT_S  # three beats missed: a busy node's pause is not a death
 
 
 def taken_message(run_id: str, record: dict) -> str:
@@ -50,28 +46,6 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 redis.call('DEL', KEYS[2])
-return 1
-"""
-
-
-# KEYS[1] the replica's heartbeat; ARGV[1] its TTL. The Redis server's clock, one for every machine.
-_BEAT = """
-local t = redis.call('TIME')
-redis.call('SET', KEYS[1], t[1] .. '.' .. string.format('%06d', tonumber(t[2])), 'EX', ARGV[1])
-return 1
-"""
-
-
-# KEYS[1] the record, KEYS[2] its replica's heartbeat; ARGV: the TTL, the replica, the stale beat seen,
-# then fields: written only while the run is still held by that replica (a takeover writes its own)
-# and that beat is still the last one (a replica that beat again is alive)
-_IF_LOST = """
-local st = redis.call('HGET', KEYS[1], 'status')
-if st ~= '"running"' and st ~= '"queued"' then return 0 end
-if redis.call('HGET', KEYS[1], 'replica') ~= ARGV[2] then return 0 end
-if redis.call('GET', KEYS[2]) ~= ARGV[3] then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 4))
-redis.call('EXPIRE', KEYS[1], ARGV[1])
 return 1
 """
 
@@ -156,7 +130,7 @@ class MemoryTreeView:
         there and held for batch slots ("queued" with the replica set: a drain must flag those too)."""
         with self._lock:
             return [r for r, f in self._runs.items()
-                    if f.get("status") in _HELD and f.get("replica") in {_enc(x) for x in replicas}]
+                    if f.get("status") in HELD and f.get("replica") in {_enc(x) for x in replicas}]
 
     def beat(self, replica: str) -> None:
         """The replica holding runs is alive now (``TargetService`` calls it every ``HEARTBEAT_S``)."""
@@ -166,17 +140,17 @@ class MemoryTreeView:
     def stale_beat(self, rec: dict) -> str | None:
         """The last heartbeat of the replica holding the run of ``rec``, when older than ``lease_s``
         (the run is lost); None while it is held by a live replica, not held, or its replica never beat."""
-        replica = _holder(rec)
+        replica = holder(rec)
         with self._lock:
             beat = self._alive.get(replica) if replica else None
-        return beat if beat is not None and time.time() - float(beat) > self.lease_s else None
+        return stale(beat, time.time(), self.lease_s)
 
     def put_run_if_lost(self, run_id: str, replica: str, beat: str, /, **fields) -> bool:
         """Write ``fields`` only while ``replica`` holds the run and ``beat`` is still its last heartbeat
         (True when written): a takeover's record, or a replica that beat again, stays."""
         with self._lock:
             got = self._runs.get(run_id)
-            if (got is None or got.get("status") not in _HELD or got.get("replica") != _enc(replica)
+            if (got is None or got.get("status") not in HELD or got.get("replica") != _enc(replica)
                     or self._alive.get(replica) != beat):
                 return False
             got.update({k: _enc(v) for k, v in fields.items()})
@@ -294,27 +268,27 @@ class RedisTreeView:
             p.hmget(k, "status", "replica")
         got = self._call(lambda: p.execute(raise_on_error=False))
         return [k[len(head):] for k, fields in zip(keys, got, strict=True)
-                if not isinstance(fields, Exception) and fields[0] in _HELD and fields[1] in want]
+                if not isinstance(fields, Exception) and fields[0] in HELD and fields[1] in want]
 
     def beat(self, replica: str) -> None:
         """The replica holding runs is alive now: one write, the Redis server's time (no clock skew
         between machines), kept as long as the records it speaks for."""
-        self._call(self.r.eval, _BEAT, 1, self._k("alive", replica), self.ttl)
+        self._call(self.r.eval, BEAT, 1, self._k("alive", replica), self.ttl)
 
     def stale_beat(self, rec: dict) -> str | None:
         """As ``MemoryTreeView.stale_beat``: the heartbeat and the server's time in one round trip."""
-        replica = _holder(rec)
+        replica = holder(rec)
         if not replica:
             return None
         p = self.r.pipeline(transaction=False)
         p.get(self._k("alive", replica))
         p.time()
         beat, (sec, usec) = self._call(p.execute)
-        return beat if beat is not None and sec + usec / 1e6 - float(beat) > self.lease_s else None
+        return stale(beat, sec + usec / 1e6, self.lease_s)
 
     def put_run_if_lost(self, run_id: str, replica: str, beat: str, /, **fields) -> bool:
         """As ``MemoryTreeView.put_run_if_lost``, in one Lua call."""
-        return bool(self._call(self.r.eval, _IF_LOST, 2, self._k("run", run_id), self._k("alive", replica),
+        return bool(self._call(self.r.eval, IF_LOST, 2, self._k("run", run_id), self._k("alive", replica),
                                self.ttl, _enc(replica), beat, *_flat(fields)))
 
     def request_cancel(self, run_id: str, reason: str = CANCELLED_BY_RPC) -> None:
@@ -363,14 +337,6 @@ def _flat(fields: dict) -> list[str]:
 
 def _enc(v) -> str:
     return json.dumps(v)
-
-
-_HELD = (_enc("running"), _enc("queued"))  # record statuses of a run a Target replica holds
-
-
-def _holder(rec: dict) -> str:
-    """The Target replica holding the run of a decoded record ("" when none: not admitted, or ended)."""
-    return str(rec.get("replica") or "") if rec.get("status") in ("running", "queued") else ""
 
 
 def _dec(v: str):

@@ -1,0 +1,49 @@
+"""The liveness lease of the runs a Target replica holds: the rules both tree views share.
+
+A replica beats one key (``<p>alive:<replica>``) every ``HEARTBEAT_S`` (``TargetService._poll_cancels``):
+one write per replica, not per run. A run its record says a replica holds ("running", or "queued" when
+admitted and held for batch slots) is lost once that replica has not beaten for ``LEASE_S``: its record
+said "running" for the whole retention once its replica and the Coordinator relaying it were both gone.
+It ends as failed when read (``run_records.end_if_lost``), by a conditional write (``IF_LOST``) that
+never overwrites a takeover's record or a replica that beat again. Redis keeps the beat in its own
+clock (``TIME``), so machines' clocks never disagree on a lease.
+"""
+
+from __future__ import annotations
+
+import json
+
+HEARTBEAT_S = 5.0
+LEASE_S = 3 * HEARTBEAT_S  # three beats missed: a busy node's pause is not a death
+HELD = (json.dumps("running"), json.dumps("queued"))  # encoded record statuses of a held run
+
+# KEYS[1] the replica's heartbeat; ARGV[1] its TTL. The Redis server's clock, one for every machine.
+BEAT = """
+local t = redis.call('TIME')
+redis.call('SET', KEYS[1], t[1] .. '.' .. string.format('%06d', tonumber(t[2])), 'EX', ARGV[1])
+return 1
+"""
+
+# KEYS[1] the record, KEYS[2] its replica's heartbeat; ARGV: the TTL, the replica, the stale beat seen,
+# then fields: written only while the run is still held by that replica (a takeover writes its own)
+# and that beat is still the last one (a replica that beat again is alive)
+IF_LOST = """
+local st = redis.call('HGET', KEYS[1], 'status')
+if st ~= '"running"' and st ~= '"queued"' then return 0 end
+if redis.call('HGET', KEYS[1], 'replica') ~= ARGV[2] then return 0 end
+if redis.call('GET', KEYS[2]) ~= ARGV[3] then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return 1
+"""
+
+
+def holder(rec: dict) -> str:
+    """The Target replica holding the run of a decoded record ("" when none: not admitted, or ended)."""
+    return str(rec.get("replica") or "") if rec.get("status") in ("running", "queued") else ""
+
+
+def stale(beat: str | None, now: float, lease_s: float) -> str | None:
+    """``beat`` (a replica's last heartbeat, seconds) when older than ``lease_s`` at ``now``, else None
+    (alive, or never beat: a replica not known is not known lost)."""
+    return beat if beat is not None and now - float(beat) > lease_s else None
