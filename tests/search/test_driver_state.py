@@ -9,7 +9,7 @@ from gambit.search.driver import SearchDriver
 
 def test_the_kv_trace_keeps_the_latest_steps_only(make_engine, scorer, hard_problems, monkeypatch):
     """A served driver lives as long as its replica: its per-step KV trace grew a tuple every step."""
-    monkeypatch.setattr(driver_mod, "KV_TRACE_STEPS", 8, raising=False)
+    monkeypatch.setattr(driver_mod, "KV_TRACE_STEPS", 8)
     drv = SearchDriver(make_engine(num_blocks=400), scorer)
     drv.submit(hard_problems[0], SearchConfig(capacity=4, max_tokens=24), run_id="a")
     drv.run_until_done()

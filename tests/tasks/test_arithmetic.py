@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import pickle
 import random
 import re
 import statistics
@@ -19,6 +20,7 @@ from gambit.tasks.arithmetic import (
     THOUGHT_SEP,
     Problem,
     TaskConfig,
+    TooFewProblems,
     check_answer,
     check_thought,
     format_step,
@@ -249,3 +251,11 @@ def test_asking_for_more_problems_than_a_range_holds_is_refused_not_a_hang():
                                          r"asked for 2000: lower the count to at most 1586, "
                                          r"or widen min_ops/max_ops$"):
         generate("test", 2000, 0, TaskConfig(1, 1))
+
+
+def test_too_few_problems_survives_pickling():
+    """Ray pickles a task's error: the default rebuilt it from its message alone, a TypeError."""
+    err = TooFewProblems("test", 3, 10, TaskConfig(1, 1))
+    back = pickle.loads(pickle.dumps(err))
+    assert (type(back), str(back), back.found, back.asked) == (TooFewProblems, str(err), 3, 10)
+    assert back.said("--n") == err.said("--n")

@@ -20,11 +20,24 @@ from gambit.search import tree as T
 from gambit.search.config import SearchConfig
 from gambit.search.results import RunResult
 from gambit.search.run_state import SearchRun
-from gambit.search.store import RunUpdate
+from gambit.search.store import RunUpdate, TreeStore
 from gambit.search.tree import Node
 
 
 class Admission:
+    """Mixed into ``SearchDriver`` (one object: submit, step, cancel and the takeover share its queues).
+    The driver's state it reads is declared below; it also calls the driver's ``_runs_changed`` and
+    ``_finish`` (no stubs here: one would shadow a later base's method in the MRO)."""
+
+    engine: object
+    scorer: object
+    store: TreeStore
+    lazy: bool
+    runs: dict[str, SearchRun]
+    owner: dict[int, tuple[SearchRun, int, Node]]
+    held: dict[str, SearchRun]
+    _restored: set[str]
+
     # -- batch slots ----------------------------------------------------------------------------
     def _max_seqs(self) -> int | None:
         return batch_slots.max_seqs(self.engine)
@@ -88,7 +101,6 @@ class Admission:
             run.stop_all(T.STOPPED, "limit")
             out.append(self._finish(run, "limit"))
         return out
-
 
     # -- coordinator restart --------------------------------------------------------------------
     def recover(self) -> list[str]:

@@ -137,6 +137,11 @@ class TooFewProblems(ValueError):
         self.split, self.found, self.asked, self.config = split, found, asked, config
         super().__init__(self.said("the count", "min_ops/max_ops"))
 
+    def __reduce__(self):
+        """Rebuilt from its fields: pickle's default calls the class with ``args`` (the message alone),
+        a TypeError wherever the error crosses a process (a Ray task's failure)."""
+        return type(self), (self.split, self.found, self.asked, self.config)
+
     def said(self, count_flag: str, range_flags: str = "--min-ops/--max-ops") -> str:
         c = self.config
         return (f"only {self.found} distinct {self.split} problems with {c.min_ops}-{c.max_ops} operations "

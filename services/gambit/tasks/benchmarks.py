@@ -402,9 +402,10 @@ def _check_latex(item: BenchmarkItem, completion: str) -> bool:
 
 _CHOICE_IN_BOX = re.compile(r"^\(?([A-D])\)?(?:[.:)]|\s|$)")
 # "the answer is (B)", "correct option: B", "the best choice would be B"; "option B is correct"
-_ANSWER_IS = re.compile(r"(?i:answer|option|choice)\s*(?:is|:|(?:must|would|should|will)\s+be)\s*[:\-]?\s*"
-                        r"(?:\(([a-d])\)|[*_$({\[]*\s*(?:\\text\w*\{)?\s*([A-D])\b)"
-                        r"|(?i:option|choice)\s+\(?([A-D])\)?\s+is\s+(?:the\s+)?(?:correct|right|best)")
+# ("adoption is A" is no stated answer: option/choice start a word; "final_answer: B" still reads)
+_ANSWER_IS = re.compile(r"(?i:answer|(?<![A-Za-z])(?:option|choice))"
+                        r"\s*(?:is|:|(?:must|would|should|will)\s+be)\s*[:\-]?\s*(?:\(([a-d])\)|[*_$({\[]*\s*(?:\\text\w*\{)?\s*([A-D])\b)"
+                        r"|(?<![A-Za-z])(?i:option|choice)\s+\(?([A-D])\)?\s+is\s+(?:the\s+)?(?:correct|right|best)")
 _STANDALONE = re.compile(r"(?<![A-Za-z0-9_\\])([A-D])(?![A-Za-z0-9_])")
 # a line that is only a letter: "(B)", "**C**", "D."
 _LETTER_LINE = re.compile(r"^[\s*_($]*([A-D])[\s*_).:$]*$", re.M)

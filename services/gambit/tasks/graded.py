@@ -174,12 +174,17 @@ def latex_key(answer: str) -> str:
     s = _AND.sub(",", re.sub(r"\\[,;:! ]", " ", s))  # a spacing command is no list separator
     if _THOUSANDS.fullmatch(s.strip()):  # one number ("7, 521" is a list, to the checker too)
         return _rational_key(s.strip().replace(",", "")) or s.strip()
-    keys = []
+    parts = []
     for raw in _top_level(s):
         while (m := _UNIT.search(raw)) and re.search(r"\d", raw[:m.start()]):
             raw = raw[:m.start()]  # "8\\sqrt{11} \\text{ cm}", "29^\\circ": the number is the answer
-        part = _VARIABLE.sub("", normalize_latex(raw))
-        keys.append(_rational_key(part) or part)
+        parts.append(normalize_latex(raw))
+    # "x =" goes only where one variable names every part (roots "x=1, x=2"): "x=1, y=2" and "x=2, y=1"
+    # are different answers to the checker, and one key once both were "1,2"
+    names = {m.group() if (m := _VARIABLE.match(p)) else None for p in parts}
+    if len(names) == 1:
+        parts = [_VARIABLE.sub("", p) for p in parts]
+    keys = [_rational_key(p) or p for p in parts]
     return ",".join(sorted(keys)) if len(keys) > 1 else keys[0]
 
 
