@@ -33,7 +33,7 @@ import torch
 from gambit.bench.spec import ASSETS, SPLITS, load_drafters, prompts_for, run_once, spec_from_name
 from gambit.engine import Engine, EngineConfig
 from gambit.paths import TARGET
-from gambit.speculative import cpu_tree, decoder
+from gambit.speculative import cpu_tree, drafting
 from gambit.speculative.decoder import SpecDecoder
 
 FULL: list[int] = []  # prompt + plain greedy output of the prompt being decoded (batch 1)
@@ -116,7 +116,7 @@ def main() -> None:
                for p in prompts_for(ops, args.per, 100 + i, eng.tokenizer)]
     greedy = [list(p) + list(run_once(eng, [p], 1, "plain", args.max_tokens)[1][0]) for p in prompts]
     cpu_tree.serves = lambda *a: False  # the Python tree: the hook lives there
-    plain_draft = decoder.draft_tree
+    plain_draft = drafting.draft_tree
     plain_config = SpecDecoder.tree_config
 
     def config_with(force: bool):
@@ -142,7 +142,7 @@ def main() -> None:
             raise SystemExit(f"--trees: {e}") from None
         table[name] = {}
         for row, (key, oracle, force, select) in rows.items():
-            decoder.draft_tree = plain_draft if oracle is None else \
+            drafting.draft_tree = plain_draft if oracle is None else \
                 partial(plain_draft, reconsider_hook=partial(oracle_hook, k=spec.offer_width, sure=oracle))
             SpecDecoder.tree_config = config_with(force)
             eng.config.spec = replace(spec, select=select)
@@ -162,7 +162,7 @@ def main() -> None:
                      f"given the target's token") if oracle is not None else ""
             print(f"{name:8s} {row:40s} tau {tau:.3f}  / eagle3.1 {tau / table[name]['eagle3.1']['tau']:.3f}"
                   f"  ({cycles} cycles, {time.perf_counter() - t0:.0f} s{extra})", flush=True)
-    decoder.draft_tree, SpecDecoder.tree_config = plain_draft, plain_config
+    drafting.draft_tree, SpecDecoder.tree_config = plain_draft, plain_config
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"prompts": len(prompts), "max_tokens": args.max_tokens, "tau": table}, f, indent=1)

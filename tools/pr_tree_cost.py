@@ -18,7 +18,7 @@ import torch
 from gambit.bench.spec import BASE, load_drafters, prompts_for
 from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.paths import ASSETS, TARGET
-from gambit.speculative import decoder
+from gambit.speculative import cpu_tree
 
 if {"-h", "--help"} & set(sys.argv[1:]):  # the usage (the positional form read "--help" as a value)
     print(__doc__)
@@ -31,7 +31,7 @@ load_drafters(eng, ASSETS)
 prompts = prompts_for((6, 8), 1, 100, eng.tokenizer)
 systems = {"eagle3.1": ("eagle3.1", BASE), "pr": ("pr", BASE),
            "pr, no self-query": ("pr", replace(BASE, self_query=False))}
-draft, calls = decoder.cpu_tree.draft, {}
+draft, calls = cpu_tree.draft, {}
 
 
 def capture(label):
@@ -42,9 +42,9 @@ def capture(label):
 
 
 for label, (key, spec) in systems.items():
-    decoder.cpu_tree.draft, eng.config.spec = capture(label), spec
+    cpu_tree.draft, eng.config.spec = capture(label), spec
     eng.generate(prompts, SamplingParams(temperature=0, max_tokens=48, decoding=key))
-decoder.cpu_tree.draft = draft
+cpu_tree.draft = draft
 one = {label: c[3] for label, c in calls.items()}  # the fourth cycle: a context of some length
 times = {label: [] for label in one}
 for _ in range(15):

@@ -9,7 +9,7 @@ from gambit.deployments.local import ServeConfig
 from gambit.drafter_map import parse_drafters
 from gambit.serving.embedded import Embedded, EmbeddedConfig
 from gambit.serving.solve_config import SolveConfig
-from gambit.speculative.decoder import DecodingUnavailable
+from gambit.speculative.decodings import DecodingUnavailable
 
 PROMPT = "What is 12 + 30? Think step by step."
 

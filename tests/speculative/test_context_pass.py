@@ -12,9 +12,9 @@ from spec_util import tiny_target
 
 from gambit.engine import Engine, EngineConfig, FinishedEvent, SamplingParams
 from gambit.engine.config import SpecConfig
-from gambit.speculative import decoder as decoder_mod
+from gambit.speculative import drafting as decoder_mod
 from gambit.speculative import random_drafter
-from gambit.speculative.decoder import _span_positions, _span_slots
+from gambit.speculative.draft_state import _span_positions, _span_slots
 
 
 @pytest.fixture(scope="module")

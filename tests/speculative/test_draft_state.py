@@ -11,7 +11,7 @@ import torch
 from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.engine.config import SpecConfig
 from gambit.speculative import random_drafter
-from gambit.speculative.decoder import DraftState
+from gambit.speculative.draft_state import DraftState
 
 
 def _capped_engine(target) -> Engine:

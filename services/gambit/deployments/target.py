@@ -18,7 +18,7 @@ from gambit.serving.security import read_token
 from gambit.serving.solve_config import SolveConfig
 from gambit.serving.target_service import CancelFlagged, Overcommitted
 from gambit.serving.tree_view import CANCELLED_BY_RPC, STREAM_CLOSED, StoreUnavailable
-from gambit.speculative.decoder import DecodingUnavailable
+from gambit.speculative.decodings import DecodingUnavailable
 
 
 @serve.deployment(max_ongoing_requests=64, ray_actor_options={"num_cpus": 0},

@@ -111,7 +111,7 @@ class Trace:
     num_cached: int = 0  # leading tokens whose KV is in the cache
     finish_reason: str | None = None
     logprobs: list[float] = field(default_factory=list)  # generated tokens' log-probs (params.logprobs > 0)
-    draft: Any = None  # speculative decoding state (gambit.speculative.decoder.DraftState)
+    draft: Any = None  # speculative decoding state (gambit.speculative.draft_state.DraftState)
 
     @property
     def num_generated(self) -> int:
