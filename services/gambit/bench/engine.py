@@ -49,6 +49,9 @@ VLLM_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
 FULL_BATCHES, QUICK_BATCHES = [1, 16, 64, 256], [1, 16, 64]
 FULL_TOKENS, QUICK_TOKENS = 128, 32
 FORK_TOKENS = 1000
+# what fixes the inputs of a rerun: the prompts are the task's test problems at these seeds; the sampled
+# tokens are not seeded (decode speed does not depend on which tokens come out, EOS being ignored)
+SEEDS = {"prompts": 0, "fork_prompt": 1, "sampling": None}
 
 
 def log(msg: str) -> None:
@@ -340,8 +343,23 @@ def kernel_notes(rounds: dict[str, list], fork: dict | None) -> list[str]:
     return grouped(said)
 
 
-def _rows(batches: list[int], by_backend: dict[str, list | None]) -> list[dict]:
-    """One row per batch size joining the backends (``BACKENDS`` keys; missing numbers are None)."""
+def _pair_ratio(rounds: dict[str, list], a: str, c: str, batch: int) -> dict | None:
+    """``a`` / ``c`` tok/s at ``batch`` within each round (the two ran minutes apart, not hours),
+    summarised over the rounds (``record.pair_ratios``); None: no round measured both."""
+    from gambit.bench import record
+
+    def rates(key: str) -> list[float | None]:
+        return [next((r["tok_s"] for r in rows or [] if r["batch"] == batch), None)
+                for rows in rounds.get(key, [])]
+
+    return record.pair_ratios(rates(a), rates(c))
+
+
+def _rows(batches: list[int], by_backend: dict[str, list | None], rounds: dict[str, list] | None = None
+          ) -> list[dict]:
+    """One row per batch size joining the backends (``BACKENDS`` keys; missing numbers are None). With
+    ``rounds`` (backend → per-round rows) each ratio is the median of the per-round ratios, its
+    min-max in ``{a}_vs_{c}_spread``; without, the ratio of the medians."""
     by = {k: {r["batch"]: r for r in (by_backend.get(k) or [])} for k in BACKENDS}
     rows = []
     for b in batches:
@@ -352,7 +370,9 @@ def _rows(batches: list[int], by_backend: dict[str, list | None]) -> list[dict]:
                         f"{k}_total_tok_s": r.get("total_tok_s"), f"{k}_prefill_s": r.get("prefill_s"),
                         f"{k}_tok_s_min": r.get("tok_s_min"), f"{k}_tok_s_max": r.get("tok_s_max")})
         for a, c in RATIOS:
-            row[f"{a}_vs_{c}"] = _ratio(row[f"{a}_tok_s"], row[f"{c}_tok_s"])
+            pr = _pair_ratio(rounds, a, c, b) if rounds else None
+            row[f"{a}_vs_{c}"] = pr["median"] if pr else _ratio(row[f"{a}_tok_s"], row[f"{c}_tok_s"])
+            row[f"{a}_vs_{c}_spread"] = [pr["min"], pr["max"]] if pr else None
         rows.append({**row, "native_kv_mb": got["native"].get("kv_mb")})
     return rows
 
@@ -364,8 +384,11 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
                      vllm_python: str | Path | None = None,
                      vllm_configs: tuple[str, ...] = tuple(VLLM_CONFIGS),
                      native_dtypes: tuple[str, ...] = ("float32",),
-                     fork_tokens: int = FORK_TOKENS, repeats: int = 1) -> dict:
-    """Run all parts, print the table, write JSON (if ``json_path``) and return the result dict."""
+                     fork_tokens: int = FORK_TOKENS, repeats: int = 1,
+                     argv: list[str] | None = None) -> dict:
+    """Run all parts, print the table, write JSON (if ``json_path``) and return the result dict.
+    ``argv``: the flags as typed, recorded in the JSON (None: this process's)."""
+    from gambit.bench import record
     folder = resolve_model(model_folder or DEFAULT_MODEL).resolve()
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"{folder}: no model folder (train it with `gambit train target` or "
@@ -406,27 +429,38 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
                                            NATIVE_DTYPES[d][2]] + ["--batch-invariant"] * NATIVE_DTYPES[d][3])
                     for d in native_dtypes]
         children.insert(1, ("hf", ["--role", "hf"]))
-        for r in range(repeats):  # interleaved rounds, each backend in a fresh process
-            bandwidth.append(memory_bandwidth_gbs())
-            log(f"round {r + 1}/{repeats}: memory bandwidth {bandwidth[-1]:.1f} GB/s")
-            for key, role in children:
-                log(f"{LABELS[key]}: batches {batches}, {tokens} new tokens, T={temperature}, top-p {top_p}")
-                out, err = _child(me + role + ["--prompts", str(pfile)], 3600)
-                rounds[key].append(out)
-                if err:
-                    notes.append(f"{key} failed (round {r + 1}): {err}")
-            for name in vllm_configs if vllm else ():
-                key, dtype, eager = VLLM_CONFIGS[name]
-                out, err = _vllm(py, folder, pfile, batches, tokens, temperature, dtype, eager, top_p)
-                if out:
-                    vinfo[key] = out
-                    rounds[key].append(out["rows"])
-                if err:
-                    notes.append(err)
-                    vllm = False  # missing or broken: said once, not retried for other configs or rounds
-                    break
-            if not vllm and r == 0 and not vinfo and not any(n.startswith("vLLM") for n in notes):
-                notes.append("vLLM skipped")
+
+        def partial() -> dict | None:  # Ctrl-C: the rounds every backend finished
+            med = {k: _median_rows(v) for k, v in rounds.items()}
+            if not any(med.values()):
+                return None
+            return {"rows": _rows(batches, med, rounds), "rounds_done": len(bandwidth),
+                    "repeats": repeats, "model": str(folder), "new_tokens": tokens, "batches": batches,
+                    "notes": notes, "provenance": record.provenance("engine", argv, SEEDS)}
+
+        with record.on_interrupt("engine", json_path, partial):
+            for r in range(repeats):  # interleaved rounds, each backend in a fresh process
+                bandwidth.append(memory_bandwidth_gbs())
+                log(f"round {r + 1}/{repeats}: memory bandwidth {bandwidth[-1]:.1f} GB/s")
+                for key, role in children:
+                    log(f"{LABELS[key]}: batches {batches}, {tokens} new tokens, T={temperature}, "
+                        f"top-p {top_p}")
+                    out, err = _child(me + role + ["--prompts", str(pfile)], 3600)
+                    rounds[key].append(out)
+                    if err:
+                        notes.append(f"{key} failed (round {r + 1}): {err}")
+                for name in vllm_configs if vllm else ():
+                    key, dtype, eager = VLLM_CONFIGS[name]
+                    out, err = _vllm(py, folder, pfile, batches, tokens, temperature, dtype, eager, top_p)
+                    if out:
+                        vinfo[key] = out
+                        rounds[key].append(out["rows"])
+                    if err:
+                        notes.append(err)
+                        vllm = False  # missing or broken: said once, not retried for other configs or rounds
+                        break
+                if not vllm and r == 0 and not vinfo and not any(n.startswith("vLLM") for n in notes):
+                    notes.append("vLLM skipped")
         log(f"fork: re-prefill vs fork of a {fork_tokens}-token trace")
         res["fork"], err = _child(me + ["--role", "fork", "--prompts", str(ffile), "--reps",
                                         "3" if quick else "7"], 3600)
@@ -436,7 +470,7 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
         medians = {k: _median_rows(v) for k, v in rounds.items()}
         bw = statistics.median(bandwidth)
         wbytes, wbytes16 = weight_bytes(folder), weight_bytes(folder, 2)
-    rows = _rows(batches, medians)
+    rows = _rows(batches, medians, rounds)
     half = {key for key, weights, _, _ in NATIVE_DTYPES.values() if weights == "bfloat16"}
     half |= {k for k, v in vinfo.items() if v.get("dtype") in ("bfloat16", "float16")}
     for row in rows:
@@ -455,9 +489,12 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
               "quick": quick, "vllm": vllm_info.get("vllm"), "vllm_fp32": vllm_info.get("vllm_fp32"),
               "native_dtypes": list(native_dtypes),
               "machine": machine_info(), "notes": notes,
+              "provenance": record.provenance("engine", argv, SEEDS),
               "method": {"tok_s": "decode tokens/s after every trace has its first token",
                          "total_tok_s": "B*N tokens over the whole generate call (prefill included)",
-                         "peak_mb": "peak RSS of the backend's own process during the batch (VmHWM)"}}
+                         "peak_mb": "peak RSS of the backend's own process during the batch (VmHWM)",
+                         "ratios": "per round a/b tok/s, then the median over rounds ({a}_vs_{b}; min-max "
+                                   "in {a}_vs_{b}_spread)"}}
     print(format_table(result))
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
@@ -497,7 +534,14 @@ def format_table(result: dict) -> str:
             lines.append(f"{LABELS[key]}: vLLM {v.get('version')}, dtype {v.get('dtype')}, "
                          f"{'eager' if v.get('enforce_eager') else 'torch.compile'}")
     if result.get("repeats", 1) > 1:
-        lines.append(f"medians of {result['repeats']} interleaved rounds; tok/s spread (min-max) in the JSON")
+        lines.append(f"medians of {result['repeats']} interleaved rounds; ratios: the median of the "
+                     "per-round ratios; spread (min-max over rounds):")
+        for r in result["rows"]:
+            lines.append(f"  batch {r['batch']}: " + "; ".join(
+                [f"{LABELS[k]} {f(r.get(f'{k}_tok_s_min'))}-{f(r.get(f'{k}_tok_s_max'))} tok/s" for k in shown
+                 if r.get(f"{k}_tok_s_min") is not None]
+                + [f"{SHORT[a]}/{SHORT[c]} {r[f'{a}_vs_{c}_spread'][0]:.2f}-{r[f'{a}_vs_{c}_spread'][1]:.2f}"
+                   for a, c in ratios if r.get(f"{a}_vs_{c}_spread")]))
     fk = result.get("fork_vs_prefill")
     if fk:
         lines.append(f"fork {fk['tokens']}-token trace: {fk['fork_ms']:.3f} ms; re-prefill "
@@ -601,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
                            temperature=args.temperature, top_p=args.top_p, vllm=not args.no_vllm,
                            vllm_python=args.vllm_python,
                            vllm_configs=args.vllm_configs, native_dtypes=args.native_dtypes,
-                           repeats=args.repeats)
+                           repeats=args.repeats, argv=argv)
     if args.plot:
         from gambit.bench.bench_plots import plot_engine
 

@@ -48,22 +48,29 @@ def backends(ws: list):
 
 
 GEMV = "streamed gemv"
+SEED = 0
 
 
 def measure(folder: str, rows: list[int], repeats: int, threads: int, calls: int = 10,
-            distinct_mb: float = 0.0) -> dict:
+            distinct_mb: float = 0.0, out: dict | None = None) -> dict:
     """``distinct_mb`` > 0: each call cycles through that many MB of distinct copies of the weight, so it
-    streams from memory as a model's layers do (more than the last-level cache), not from the cache."""
+    streams from memory as a model's layers do (more than the last-level cache), not from the cache.
+    ``out``: the dict filled shape by shape (a stopped run keeps the shapes it finished)."""
     import torch
 
     from gambit.cpu_info import cpu_vendor
     from gambit.model import load_model
 
     torch.set_num_threads(threads)
+    torch.manual_seed(SEED)  # the weights and inputs: the same on a rerun
     cfg = load_model(folder)[0].config
-    out: dict = {"model": folder, "threads": threads, "vendor": cpu_vendor(), "distinct_mb": distinct_mb,
-                 "us": {}, "gb_s": {}}
-    for name, (i, o) in shapes(cfg).items():
+    out = {} if out is None else out
+    out.update({"model": folder, "threads": threads, "vendor": cpu_vendor(), "distinct_mb": distinct_mb,
+                "repeats": repeats, "us": {}, "us_spread": {}, "gb_s": {}})
+    todo = shapes(cfg)
+    for n_shape, (name, (i, o)) in enumerate(todo.items()):
+        print(f"[bench linears] shape {n_shape + 1}/{len(todo)}: {name} {i}->{o}", file=sys.stderr,
+              flush=True)
         copies = max(1, round(distinct_mb * 1e6 / (i * o * 4)))
         fs = backends([torch.randn(o, i) * 0.02 for _ in range(copies)])
         for r in rows:
@@ -80,8 +87,23 @@ def measure(folder: str, rows: list[int], repeats: int, threads: int, calls: int
                     times[k].append((time.perf_counter() - t0) / (calls * copies) * 1e6)
             key = f"{name} {i}->{o} x{r}"
             out["us"][key] = {k: statistics.median(v) for k, v in times.items()}
+            out["us_spread"][key] = {k: [min(v), max(v)] for k, v in times.items()}  # over the rounds
             out["gb_s"][key] = {k: i * o * 4 / (v * 1e3) for k, v in out["us"][key].items()}
     return out
+
+
+def format_table(r: dict) -> str:
+    """µs per call: the median over the rounds, [min-max] beside it, and the weight GB/s at the median."""
+    names = list(dict.fromkeys(n for v in r["us"].values() for n in v))
+    lines = [f"CPU {r['vendor'] or '?'}, {r['threads']} threads, µs per call, median [min-max] of "
+             f"{r['repeats']} interleaved rounds",
+             "| shape x rows | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for k, v in r["us"].items():
+        g, sp = r["gb_s"][k], r.get("us_spread", {}).get(k, {})
+        lines.append(f"| {k} | " + " | ".join(
+            (f"{v[n]:.0f} [{sp[n][0]:.0f}-{sp[n][1]:.0f}] ({g[n]:.1f} GB/s)" if n in sp else
+             f"{v[n]:.0f} ({g[n]:.1f} GB/s)") if n in v else "—" for n in names) + " |")
+    return "\n".join(lines)
 
 
 def row_counts(text: str) -> list[int]:
@@ -97,7 +119,6 @@ def row_counts(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     from gambit.bench import args as bench_args
-    from gambit.bench.eval import write_json
     from gambit.checks import at_least, finite
     from gambit.config_cli import DefaultsFormatter
 
@@ -119,17 +140,15 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"--distinct-mb must be >= 0, got {args.distinct_mb!r}")
     folder = bench_args.model("--model", args.model)
     bench_args.out_path("--json", args.json)  # written after the measurement: checked first
-    r = measure(str(folder), rows, args.repeats, args.threads, calls=1 if args.distinct_mb else 10,
-                distinct_mb=args.distinct_mb)
-    names = list(dict.fromkeys(n for v in r["us"].values() for n in v))
-    print(f"CPU {r['vendor'] or '?'}, {r['threads']} threads, µs per call (median of {args.repeats} rounds)")
-    print("| shape x rows | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names))
-    for k, v in r["us"].items():
-        g = r["gb_s"][k]
-        print(f"| {k} | " + " | ".join(f"{v[n]:.0f} ({g[n]:.1f} GB/s)" if n in v else "—" for n in names)
-              + " |")
+    from gambit.bench import record
+
+    r: dict = {"provenance": record.provenance("linears", argv, {"torch": SEED})}
+    with record.on_interrupt("linears", args.json, lambda: r if r.get("us") else None):
+        measure(str(folder), rows, args.repeats, args.threads, calls=1 if args.distinct_mb else 10,
+                distinct_mb=args.distinct_mb, out=r)
+    print(format_table(r))
     if args.json:
-        write_json(r, args.json)
+        record.write_json(r, args.json)
     return 0
 
 

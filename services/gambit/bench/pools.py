@@ -85,6 +85,29 @@ def check_args(a: argparse.Namespace) -> None:
     bench_args.out_path("--json", a.json)  # written after every child: checked first
 
 
+def summary(got: dict[str, list[dict]], a: argparse.Namespace, argv: list[str]) -> dict | None:
+    """The JSON of the repetitions in ``got`` (None before any pair finished): per mode the median and
+    min-max latency; two pools / one pool as the median of each repetition's own ratio (the two
+    processes ran next to each other), its spread beside it."""
+    from gambit.bench import record
+
+    done = min(len(v) for v in got.values())
+    if not done:
+        return None
+    res: dict = {"config": vars(a), "modes": {}, "reps_done": done,
+                 "provenance": record.provenance("pools", argv, {"solve_seed": 0})}
+    for mode in MODES:
+        lat = [r["latency_s"] * 1e3 for r in got[mode][:done]]
+        res["modes"][mode] = {"latency_ms": statistics.median(lat), "spread_ms": [min(lat), max(lat)],
+                              "switches_per_step": statistics.median(r["switches_per_step"]
+                                                                     for r in got[mode][:done]),
+                              "latency_ms_per_rep": lat}
+    pairs = record.pair_ratios(res["modes"]["two pools"]["latency_ms_per_rep"],
+                               res["modes"]["one pool"]["latency_ms_per_rep"])
+    res["two_over_one"], res["two_over_one_pairs"] = pairs["median"], pairs
+    return res
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["--child"]:
@@ -111,29 +134,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default="", help="write the result JSON here (\"\" = not written)")
     a = ap.parse_args(argv)
     check_args(a)
+    from gambit.bench import record
+
     got: dict[str, list[dict]] = {m: [] for m in MODES}
-    for rep in range(a.reps):
-        for mode in MODES:
-            got[mode].append(run_child(mode, a.capacity, a.max_tokens, a.runs, a.model, a.scorer))
-            print(f"rep {rep + 1}/{a.reps}  {mode:9s}  {got[mode][-1]['latency_s'] * 1e3:6.1f} ms per run  "
-                  f"{got[mode][-1]['switches_per_step']:5.1f} switches/step", file=sys.stderr, flush=True)
-    res = {"config": vars(a), "modes": {}}
+    with record.on_interrupt("pools", a.json, lambda: summary(got, a, argv)):
+        for rep in range(a.reps):
+            for mode in MODES if rep % 2 == 0 else MODES[::-1]:  # A B B A: neither always goes first
+                got[mode].append(run_child(mode, a.capacity, a.max_tokens, a.runs, a.model, a.scorer))
+                last = got[mode][-1]
+                print(f"rep {rep + 1}/{a.reps}  {mode:9s}  {last['latency_s'] * 1e3:6.1f} ms per run  "
+                      f"{last['switches_per_step']:5.1f} switches/step", file=sys.stderr, flush=True)
+    res = summary(got, a, argv)
     print(f"| wiring ({a.model or 'shipped target'}, C = {a.capacity}, {a.max_tokens} tokens) | "
           "run latency ms, median [min, max] | "
           "engine-thread voluntary switches per step |\n|---|---|---:|")
-    for mode in MODES:
-        lat = [r["latency_s"] * 1e3 for r in got[mode]]
-        sw = statistics.median(r["switches_per_step"] for r in got[mode])
-        res["modes"][mode] = {"latency_ms": statistics.median(lat), "spread_ms": [min(lat), max(lat)],
-                              "switches_per_step": sw}
-        print(f"| {mode} | {statistics.median(lat):.1f} [{min(lat):.1f}, {max(lat):.1f}] | {sw:.1f} |")
-    ratio = res["modes"]["two pools"]["latency_ms"] / res["modes"]["one pool"]["latency_ms"]
-    res["two_over_one"] = ratio
-    print(f"two pools / one pool: {ratio:.2f}x run latency")
+    for mode, m in res["modes"].items():
+        print(f"| {mode} | {m['latency_ms']:.1f} [{m['spread_ms'][0]:.1f}, {m['spread_ms'][1]:.1f}] | "
+              f"{m['switches_per_step']:.1f} |")
+    r = res["two_over_one_pairs"]
+    print(f"two pools / one pool: {res['two_over_one']:.2f}x run latency (median of {r['n']} per-repetition "
+          f"ratios, [{r['min']:.2f}, {r['max']:.2f}]); the wiring as shipped (one pool) vs the old one")
     if a.json:  # its folder made, as every bench does (a missing results/ once lost the measurement)
-        from gambit.bench.eval import write_json
-
-        write_json(res, a.json)
+        record.write_json(res, a.json)
         print(f"wrote {a.json}")
     return 0
 

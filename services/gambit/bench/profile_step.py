@@ -154,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     for k, g in r["groups"].items():
         print(f"| {k} | {g['ms']:.2f} | {g['share']:.1%} |")
     if args.json:
-        write_json(r, args.json)
+        from gambit.bench import record
+
+        write_json({**r, "provenance": record.provenance("profile", argv, {"sampling": 1})}, args.json)
     return 0
 
 

@@ -368,6 +368,9 @@ def _report(out, cfg, json_path, check_targets, format_tables, plot_all) -> dict
     out["targets"] = check_targets(out)
     print(format_tables(out))
     out["plots"] = plot_all(out, cfg.plots)
+    from gambit.bench import record
+
+    out["provenance"] = record.provenance("search", None, {"seed": cfg.seed})
     if json_path:
         path = Path(json_path)
         path.parent.mkdir(parents=True, exist_ok=True)

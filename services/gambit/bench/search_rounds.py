@@ -208,19 +208,26 @@ def main(argv: list[str] | None = None) -> int:
     model, tok = load_model(str(TARGET), device="cpu", dtype="float32")
     scorer = load_scorer_spec(args.scorer, model.config.hidden_size)
     problems = generate("test", args.problems, 1, TaskConfig(*DIFFICULTIES["hard"]))
-    reps = []
-    for i in range(args.repeat):  # each a search of minutes: said as it starts
-        print(f"repeat {i}: searching {args.problems} problems at C = {args.capacity} ...", file=sys.stderr,
-              flush=True)
-        store = open_store(args.store) if args.store else MemoryStore()
-        r = _one(model, tok, scorer, problems, args, store)
-        reps.append(r)
-        print(f"repeat {i}: {r['rounds']} rounds, {r['steps']} steps, {r['score_calls']} scorer calls; "
-              f"µs/round round "
-              f"{r['us_per_round']['round']:.0f} store {r['us_per_round']['store']:.0f}; µs/step routing "
-              f"{r['us_per_step']['routing']:.0f} guidance {r['us_per_step']['guidance']:.0f}; overhead "
-              f"{100 * r['overhead_cpu_fraction']:.2f}% of CPU "
-              f"({100 * r['wall_overhead_fraction']:.2f}% of wall)")
+    from gambit.bench import record
+
+    reps: list[dict] = []
+    prov = record.provenance("rounds", argv, {"problems": 1})
+    def partial() -> dict | None:  # Ctrl-C: the repeats that finished
+        return {"args": vars(args), "repeats": reps, "provenance": prov} if reps else None
+
+    with record.on_interrupt("rounds", args.json, partial):
+        for i in range(args.repeat):  # each a search of minutes: said as it starts
+            print(f"repeat {i}: searching {args.problems} problems at C = {args.capacity} ...",
+                  file=sys.stderr, flush=True)
+            store = open_store(args.store) if args.store else MemoryStore()
+            r = _one(model, tok, scorer, problems, args, store)
+            reps.append(r)
+            print(f"repeat {i}: {r['rounds']} rounds, {r['steps']} steps, {r['score_calls']} scorer calls; "
+                  f"µs/round round "
+                  f"{r['us_per_round']['round']:.0f} store {r['us_per_round']['store']:.0f}; µs/step routing "
+                  f"{r['us_per_step']['routing']:.0f} guidance {r['us_per_step']['guidance']:.0f}; overhead "
+                  f"{100 * r['overhead_cpu_fraction']:.2f}% of CPU "
+                  f"({100 * r['wall_overhead_fraction']:.2f}% of wall)")
     med: dict = {}
     if reps:
         med = {k: statistics.median(r[k] for r in reps) for k in
@@ -235,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
                 for k in ("routing", "guidance")}
         print("median: " + ", ".join(f"{k} {v:.4f}" if "fraction" in k or k.endswith("_s") else f"{k} {v:.0f}"
                                      for k, v in med.items()))
-    out = {"args": vars(args), "repeats": reps, "median": med}
+    out = {"args": vars(args), "repeats": reps, "median": med, "provenance": prov}
     if args.ops:
         out["ops"] = ops(model, tok, scorer, problems, args)
         print("ops (µs, best of batches): " + ", ".join(

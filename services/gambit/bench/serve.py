@@ -355,7 +355,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = from_args(BenchServeConfig, args, **fixed)
     bench_args.out_path("--json", args.json)  # written after the whole run: checked first
     bench_args.out_path("--plot", args.plot, image=True)
-    res = bench(cfg)
+    from gambit.bench import record
+
+    with record.on_interrupt("serve", args.json, lambda: None):
+        res = bench(cfg)
+    res["provenance"] = record.provenance("serve", argv, {"run": "run index i of each level's problems"})
     print(table(res))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

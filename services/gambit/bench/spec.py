@@ -461,7 +461,12 @@ def main(argv: list[str] | None = None) -> int:
                          "that holds them, or --allow-random-drafters for a smoke test")
     bench_args.out_path("--json", a.json)  # written after the whole run: checked first
     bench_args.out_path("--plots", a.plots, folder=True)
-    r = run_bench(a.quick, reps, a.max_tokens, a.threads, Path(a.drafters), a.device, Path(a.target))
+    from gambit.bench import record
+
+    with record.on_interrupt("spec", a.json, lambda: None):  # its cells fill one table at a time: said
+        r = run_bench(a.quick, reps, a.max_tokens, a.threads, Path(a.drafters), a.device, Path(a.target))
+    # prompts: the task's test split at these seeds; greedy decoding, so no sampling seed
+    r["provenance"] = record.provenance("spec", argv, {"prompts": "100+split index, 7, 11", "sampling": None})
     print(r["tables_md"])
     if a.json or a.plots:
         folder = Path(a.plots) if a.plots else Path(a.json).parent
