@@ -251,6 +251,12 @@ NewCluster upgrade never switches), port clashes, keys the chart sets, duplicate
 {{- if eq $v.gpuWorkers.groupName $v.cpuWorkers.groupName -}}
 {{- fail (printf "cpuWorkers.groupName: %q is also gpuWorkers.groupName; KubeRay needs distinct group names" $v.cpuWorkers.groupName) -}}
 {{- end -}}
+{{- /* labels the chart sets (a second copy of a key in metadata.labels: the object no longer says what selects it) */ -}}
+{{- range $k, $_ := $v.commonLabels | default dict -}}
+{{- if has $k (list "helm.sh/chart" "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/version" "app.kubernetes.io/managed-by" "app.kubernetes.io/component") -}}
+{{- fail (printf "commonLabels.%s: set by the chart (it names and selects the chart's objects); use another key" $k) -}}
+{{- end -}}
+{{- end -}}
 {{- $name := include "gambit.fullname" . -}}
 {{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $name) -}}
 {{- fail (printf "fullnameOverride (or the release name): %q is not a valid name for the RayService and its Services (lowercase letters, digits and '-', starting with a letter)" $name) -}}
@@ -358,4 +364,67 @@ NewCluster upgrade never switches), port clashes, keys the chart sets, duplicate
 {{- if and (ge $cpuCpus 0) (gt $need (mul $cpuCpus $cpuWorkers | float64)) -}}
 {{- fail (printf "cpuWorkers: %s up to %v CPUs (replicas x numCpus), but %d CPU worker(s) (cpuWorkers.%s) have %d CPUs each (cpuWorkers.resources.limits.cpu)" (ternary "the Coordinator needs" "the Coordinator and Scorer need" (not (empty $v.serve.scorerAddress))) $need $cpuWorkers (ternary "maxReplicas" "replicas" $auto) $cpuCpus) -}}
 {{- end -}}
+{{- end -}}
+
+{{/* A pod's labels (.root, .component): the selector labels and its component, never the chart's version
+(a chart upgrade would then restart every Ray pod: KubeRay starts a NewCluster on any template change). */}}
+{{- define "gambit.podLabels" -}}
+{{- include "gambit.selectorLabels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Where a pod runs (.root, .group: the group's values, .component): nodeSelector, tolerations, affinity,
+priorityClassName and topologySpreadConstraints, each entry without a labelSelector given the pod's labels. */}}
+{{- define "gambit.podPlacement" -}}
+{{- with .group.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .group.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .group.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .group.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- $labels := include "gambit.podLabels" . | fromYaml }}
+{{- with .group.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- range . }}
+  {{- $c := deepCopy . }}
+  {{- if not (hasKey $c "labelSelector") }}{{- $_ := set $c "labelSelector" (dict "matchLabels" $labels) }}{{- end }}
+  - {{ toYaml $c | nindent 4 | trim }}
+  {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* A Ray pod's spec apart from its containers and volumes (.root, .group, .component). The API token is
+mounted only where something calls the API: the head with Ray's autoscaler (KubeRay gives it the RBAC). */}}
+{{- define "gambit.rayPodSpec" -}}
+{{- $v := .root.Values -}}
+{{- with $v.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.serviceAccount.name }}
+serviceAccountName: {{ . }}
+{{- end }}
+automountServiceAccountToken: {{ or $v.serviceAccount.automountToken (and (eq .component "head") $v.autoscaling.enabled) }}
+{{- with $v.podSecurityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- include "gambit.podPlacement" . }}
+{{- end -}}
+
+{{/* A Ray container's securityContext (values securityContext). */}}
+{{- define "gambit.rayContainerSecurity" -}}
+{{- with .Values.securityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
