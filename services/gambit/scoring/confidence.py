@@ -29,38 +29,75 @@ class ConfidenceTracker:
 
     Positions make it independent of event order within an engine step (the boundary token's state
     arrives a step after the token was sampled, possibly after the next token's event). A trace's
-    tokens come in position order, so positions and log-probabilities are two parallel lists, split
-    at a boundary by bisection: no tuple per token (the search adds every generated token here).
+    tokens come in position order with none missing, so the log-probabilities are kept as one list
+    from position ``start`` and split at a boundary by subtraction: no position per token (the search
+    adds every generated token here). Tokens that leave a gap (a ``token`` without a log-probability)
+    keep their positions in a list, split by bisection, until a boundary empties it.
     """
 
-    __slots__ = ("positions", "logprobs", "trace_min")
+    __slots__ = ("start", "logprobs", "trace_min", "_positions")
 
     def __init__(self, positions: list[int] | None = None, logprobs: list[float] | None = None,
                  trace_min: float = 0.0) -> None:
-        self.positions = positions if positions is not None else []
         self.logprobs = logprobs if logprobs is not None else []
         self.trace_min = trace_min
+        self.start = positions[0] if positions else 0  # the position of ``logprobs[0]``
+        self._positions = None  # the positions, only while they are not start, start + 1, ...
+        if positions and positions != list(range(self.start, self.start + len(positions))):
+            self._positions = positions
+
+    @property
+    def positions(self) -> list[int]:
+        """The position of each kept log-probability (a new list while they are consecutive, so
+        ``del c.positions[-k:], c.logprobs[-k:]`` forgets the last k tokens either way)."""
+        if self._positions is not None:
+            return self._positions
+        return list(range(self.start, self.start + len(self.logprobs)))
+
+    def _append_at(self, position: int) -> None:
+        """Before log-probabilities from ``position`` on join: start there, or keep positions past a gap."""
+        if self._positions is None:
+            if not self.logprobs:
+                self.start = position
+            elif position != self.start + len(self.logprobs):
+                self._positions = list(range(self.start, self.start + len(self.logprobs)))
 
     def token(self, position: int, logprob: float | None) -> None:
         if logprob is not None:
-            self.positions.append(position)
+            self._append_at(position)
+            if self._positions is not None:
+                self._positions.append(position)
             self.logprobs.append(logprob)
 
     def tokens(self, start: int, logprobs: list[float]) -> None:
         """The log-probabilities of the tokens at ``start``, ``start + 1``, ... (none missing)."""
-        self.positions.extend(range(start, start + len(logprobs)))
+        if not logprobs:
+            return
+        self._append_at(start)
+        if self._positions is not None:
+            self._positions.extend(range(start, start + len(logprobs)))
         self.logprobs.extend(logprobs)
 
     def boundary(self, position: int) -> list[float]:
         """The features of the boundary whose token sits at ``position`` (it closes the thought)."""
-        n = bisect_right(self.positions, position)
+        if self._positions is None:
+            n = min(max(position + 1 - self.start, 0), len(self.logprobs))
+            self.start += n
+        else:
+            n = bisect_right(self._positions, position)
+            del self._positions[:n]
+            if not self._positions:
+                self._positions = None
         thought = min(self.logprobs[:n], default=0.0)
-        del self.positions[:n], self.logprobs[:n]
+        del self.logprobs[:n]
         self.trace_min = min(self.trace_min, thought)
         return features(thought, self.trace_min)
 
     def fork(self) -> ConfidenceTracker:
-        return ConfidenceTracker(list(self.positions), list(self.logprobs), self.trace_min)
+        c = ConfidenceTracker(None, list(self.logprobs), self.trace_min)
+        c.start = self.start
+        c._positions = None if self._positions is None else list(self._positions)
+        return c
 
 
 def with_confidence(states: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
