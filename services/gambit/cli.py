@@ -50,7 +50,8 @@ def _cmd_inspect(args) -> int:
 def _cmd_bench_search(args) -> int:
     from gambit.bench.search import BenchSearchConfig, run_bench
 
-    run_bench(from_args(BenchSearchConfig, args), args.json)
+    # the flags as typed, for the JSON's command line (sys.argv is not them where main(argv) was called)
+    run_bench(from_args(BenchSearchConfig, args), args.json, getattr(args, "bench_argv", None))
     return 0
 
 
@@ -274,6 +275,8 @@ def _parsed_and_run(argv: list[str], command: list[str]) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:
         _refuse_unknown(parser, argv, extra)
+    if args.func is _cmd_bench_search:  # `gambit bench search FLAGS`: its JSON records the flags
+        args.bench_argv = argv[2:]
     return args.func(args)
 
 

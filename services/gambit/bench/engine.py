@@ -30,13 +30,11 @@ import argparse
 import gc
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 
 import gambit
@@ -261,20 +259,6 @@ def _child(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[obj
     return json.loads(lines[-1]), ""
 
 
-def machine_info() -> dict:
-    import torch
-
-    from gambit.cpu_info import cpu_model
-
-    try:
-        tf = metadata.version("transformers")
-    except metadata.PackageNotFoundError:
-        tf = None
-    return {"cpu": cpu_model() or platform.processor(), "cores": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
-            "torch": torch.__version__, "transformers": tf, "platform": platform.platform()}
-
-
 # the vLLM configurations measured: name -> (row key, dtype, enforce_eager)
 VLLM_CONFIGS = {"defaults": ("vllm", "auto", False), "float32": ("vllm_fp32", "float32", True)}
 # the native engine's configurations measured: name -> (row key, cpu_weights, kv_dtype)
@@ -488,7 +472,7 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
               "batches": batches,
               "quick": quick, "vllm": vllm_info.get("vllm"), "vllm_fp32": vllm_info.get("vllm_fp32"),
               "native_dtypes": list(native_dtypes),
-              "machine": machine_info(), "notes": notes,
+              "machine": record.machine(), "notes": notes,
               "provenance": record.provenance("engine", argv, SEEDS),
               "method": {"tok_s": "decode tokens/s after every trace has its first token",
                          "total_tok_s": "B*N tokens over the whole generate call (prefill included)",
@@ -497,8 +481,7 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
                                    "in {a}_vs_{b}_spread)"}}
     print(format_table(result))
     if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(result, indent=2))
+        record.write_json(result, json_path)
         log(f"wrote {json_path}")
     return result
 

@@ -11,15 +11,14 @@ checker (``gambit.tasks.benchmarks.check_answer``) and votes are counted on answ
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import ClassVar
 
 from tqdm import tqdm
 
+from gambit.bench.record import write_json as write_json  # the benches' one writer, re-exported (cli)
 from gambit.checks import at_least
 from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.engine.engine import derive_seed
@@ -215,10 +214,3 @@ def format_table(result: dict) -> str:
                      f"{result['config']['max_tokens']} (their answers are read from unfinished text)")
     return "\n".join(lines)
 
-
-def write_json(result: dict, path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(path)

@@ -11,10 +11,13 @@ the wall time per step without the profiler is measured first and reported besid
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+
+from gambit.bench import record
 
 LINEAR_OPS = {"mkldnn::_linear_pointwise", "aten::mm", "aten::addmm", "mkl::_mkl_linear", "aten::bmm",
               "gambit::gemv_t"}
@@ -108,15 +111,33 @@ def profile(folder: str, batch: int, steps: int, threads: int, cpu_linear: str,
     return {"model": folder, "batch": batch, "threads": threads, "cpu_linear": cpu_linear, "steps": steps,
             "wall_ms_per_step": walls[len(walls) // 2] * 1e3, "profiled_ms_per_step": total,
             "groups": {k: {"ms": v, "share": v / total} for k, v in ranked},
-            "layer_loop_ms": {("cpp" if k else "python"): sorted(v)[len(v) // 2] * 1e3 for k, v in ab.items()
-                              if v},
-            "stream_ms": {("gemv" if k else "gemm"): sorted(v)[len(v) // 2] * 1e3
-                          for k, v in stream_ab.items()}}
+            **ab_summary("layer_loop", {"python": ab[False], "cpp": ab[True]}),
+            **ab_summary("stream", {"gemm": stream_ab.get(False, []), "gemv": stream_ab.get(True, [])})}
+
+
+def ab_summary(name: str, sides: dict[str, list[float]]) -> dict:
+    """An interleaved A/B's JSON: per side the median ms (``NAME_ms``, as before) and the min-max
+    (``NAME_spread_ms``), and first / second as the median of adjacent steps' ratios with its spread
+    (``NAME_ratio``): a median alone hid a noisy A/B. Empty where the A/B did not run."""
+    xs, ys = sides.values()
+    if not xs or not ys:
+        return {f"{name}_ms": {}, f"{name}_spread_ms": {}}
+    ms = {k: [x * 1e3 for x in v] for k, v in sides.items()}
+    return {f"{name}_ms": {k: statistics.median(v) for k, v in ms.items()},
+            f"{name}_spread_ms": {k: [min(v), max(v)] for k, v in ms.items()},
+            f"{name}_ratio": record.pair_ratios(xs, ys)}
+
+
+def _ab_line(r: dict, name: str, a: str, b: str) -> str:
+    """``A x ms [lo-hi], B y ms [lo-hi] (ratio, lo-hi)`` of an A/B in ``profile``'s result."""
+    ms, spread, ratio = r[f"{name}_ms"], r[f"{name}_spread_ms"], r[f"{name}_ratio"]
+    a_ms, b_ms = (f"{ms[k]:.1f} ms [{spread[k][0]:.1f}-{spread[k][1]:.1f}]" for k in (a, b))
+    return (f"{a_ms} vs {b_ms}: {ratio['median']:.2f}x (adjacent-step ratios {ratio['min']:.2f}-"
+            f"{ratio['max']:.2f}, {ratio['n']} pairs)")
 
 
 def main(argv: list[str] | None = None) -> int:
     from gambit.bench import args as bench_args
-    from gambit.bench.eval import write_json
     from gambit.checks import at_least
     from gambit.config_cli import DefaultsFormatter
 
@@ -144,19 +165,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"batch {r['batch']}, {r['threads']} threads, cpu_linear={r['cpu_linear']}: "
           f"{r['wall_ms_per_step']:.1f} ms per step unprofiled, {r['profiled_ms_per_step']:.1f} ms profiled")
     if r["layer_loop_ms"]:
-        py, cpp = r["layer_loop_ms"]["python"], r["layer_loop_ms"]["cpp"]
-        print(f"step with the Python layer loop {py:.1f} ms, with the C++ one {cpp:.1f} ms ({py / cpp:.2f}x)")
+        print("step with the Python layer loop vs the C++ one, median [min-max]: "
+              + _ab_line(r, "layer_loop", "python", "cpp"))
     if r["stream_ms"]:
-        mm, gv = r["stream_ms"]["gemm"], r["stream_ms"]["gemv"]
-        print(f"step with MKL/oneDNN one-row products {mm:.1f} ms, streamed through cpu_gemv {gv:.1f} ms "
-              f"({mm / gv:.2f}x)")
+        print("step with MKL/oneDNN one-row products vs streamed through cpu_gemv, median [min-max]: "
+              + _ab_line(r, "stream", "gemm", "gemv"))
     print("| part | ms / step | share |\n|---|---:|---:|")
     for k, g in r["groups"].items():
         print(f"| {k} | {g['ms']:.2f} | {g['share']:.1%} |")
     if args.json:
-        from gambit.bench import record
-
-        write_json({**r, "provenance": record.provenance("profile", argv, {"sampling": 1})}, args.json)
+        record.write_json({**r, "provenance": record.provenance("profile", argv, {"sampling": 1})}, args.json)
     return 0
 
 

@@ -18,7 +18,6 @@ per round and per step, is ``gambit bench rounds``.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -290,14 +289,16 @@ def summarise(rec: dict) -> dict:
     return out
 
 
-def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
+def run_bench(cfg: BenchSearchConfig, json_path: str | None, argv: list[str] | None = None) -> dict:
+    """Every table; ``argv``: the flags after ``gambit bench search``, recorded as the command line in
+    the JSON (None: this process's own, which is not the command where a caller passes its own)."""
     from gambit.bench.search_report import check_targets, format_tables, merge_results, plot_all
 
     bench_args.out_path("--json", json_path)  # written after the whole run: checked first
     bench_args.out_path("--plots", cfg.plots, folder=True)
     if cfg.merge:
         out = merge_results(cfg.merge.split(","))
-        return _report(out, cfg, json_path, check_targets, format_tables, plot_all)
+        return _report(out, cfg, json_path, check_targets, format_tables, plot_all, argv)
     torch.set_num_threads(cfg.threads)
     where = EngineConfig(device=cfg.device, dtype=cfg.dtype)
     model, tok = load_model(cfg.model, device=where.torch_device(), dtype=where.torch_dtype())
@@ -336,9 +337,10 @@ def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
                 """Partial results after every chunk (a long run that is stopped keeps them)."""
                 out["by_difficulty"][diff] = {"ops": ops, "kv_blocks_per_run": per_run, "partial": True,
                                               "methods": {k: summarise(v) for k, v in records.items()}}
-                if json_path:
-                    Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-                    Path(json_path + ".partial").write_text(json.dumps(out, indent=1))
+                if json_path:  # through a temporary file: a Ctrl-C mid-write keeps the last one whole
+                    from gambit.bench import record
+
+                    record.write_json(out, json_path + ".partial")
 
             run_variants(drivers, list(main_vs), main_vs, problems, cfg, bar, records, checkpoint)
             if headline(diff) and extra_vs:
@@ -347,7 +349,7 @@ def run_bench(cfg: BenchSearchConfig, json_path: str | None) -> dict:
                                           "methods": {k: summarise(v) for k, v in records.items()}}
     out["seconds"] = time.perf_counter() - t_start
     out["notes"] = [n for n in (cpu_kernels_note(),) if n]  # timed the PyTorch path: said
-    return _report(out, cfg, json_path, check_targets, format_tables, plot_all)
+    return _report(out, cfg, json_path, check_targets, format_tables, plot_all, argv)
 
 
 def problem_sets(cfg: BenchSearchConfig) -> dict[str, tuple[tuple[int, int] | None, list]]:
@@ -361,7 +363,7 @@ def problem_sets(cfg: BenchSearchConfig) -> dict[str, tuple[tuple[int, int] | No
             for diff, (lo, hi) in DIFFICULTIES.items() if diff in cfg.difficulties.split(",")}
 
 
-def _report(out, cfg, json_path, check_targets, format_tables, plot_all) -> dict:
+def _report(out, cfg, json_path, check_targets, format_tables, plot_all, argv=None) -> dict:
     head = headline_set(out) or next(iter(out["by_difficulty"].values()))
     out["methods"] = {k: v for k, v in head["methods"].items()
                       if k in ("sc", "step", "deepconf", "gambit", "gambit_pr")}
@@ -370,10 +372,7 @@ def _report(out, cfg, json_path, check_targets, format_tables, plot_all) -> dict
     out["plots"] = plot_all(out, cfg.plots)
     from gambit.bench import record
 
-    out["provenance"] = record.provenance("search", None, {"seed": cfg.seed})
+    out["provenance"] = record.provenance("search", argv, {"seed": cfg.seed})
     if json_path:
-        path = Path(json_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(out, indent=1))
-        print(f"wrote {path}")
+        print(f"wrote {record.write_json(out, json_path)}")
     return out

@@ -28,7 +28,6 @@ import pstats
 import statistics
 import sys
 import time
-from pathlib import Path
 
 PARTS = ("round", "store", "finish", "routing", "guidance", "kv_evict")
 OVERHEAD = ("guidance", "tree", "scheduling")  # the bench's overhead_fraction parts (wall time)
@@ -161,6 +160,32 @@ def ops(model, tok, scorer, problems, args) -> dict:
     return out
 
 
+def summary(reps: list[dict]) -> dict:
+    """The repeats' medians, and for the per-round and per-step costs their min and max (``min_*``,
+    ``max_*``): a median of three alone hid whether one repeat ran on a busy machine. {} for none."""
+    if not reps:
+        return {}
+    per = {f"us_per_round_{k}": [r["us_per_round"][k] for r in reps] for k in ("round", "store")}
+    per |= {f"us_per_step_{k}": [r["us_per_step"][k] for r in reps]
+            for k in ("routing", "guidance", "kv_evict")}
+    med = {k: statistics.median(r[k] for r in reps) for k in
+           ("overhead_cpu_fraction", "tree_cpu_fraction", "wall_overhead_fraction")}
+    med |= {k: statistics.median(v) for k, v in per.items()}
+    med |= {"finish_cpu_s": statistics.median(r["cpu"]["finish"] for r in reps)}
+    med |= {f"min_{k}": min(v) for k, v in per.items()}
+    med |= {f"max_{k}": max(v) for k, v in per.items()}
+    return med
+
+
+def format_summary(med: dict, n: int) -> str:
+    """One line: the fractions and seconds to 4 places; each µs cost as median [min-max]."""
+    costs = [k for k in med if k.startswith("us_per_")]
+    other = [k for k in med if not k.startswith(("us_per_", "min_", "max_"))]
+    parts = [f"{k} {med[k]:.4f}" for k in other]
+    parts += [f"{k} {med[k]:.0f} [{med['min_' + k]:.0f}-{med['max_' + k]:.0f}]" for k in costs]
+    return f"median of {n} repeats [min-max]: " + ", ".join(parts)
+
+
 def check_args(args: argparse.Namespace) -> None:
     """The flags, before the model loads: ValueError naming the one that is wrong."""
     from gambit.bench import args as bench_args
@@ -228,20 +253,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['us_per_step']['routing']:.0f} guidance {r['us_per_step']['guidance']:.0f}; overhead "
                   f"{100 * r['overhead_cpu_fraction']:.2f}% of CPU "
                   f"({100 * r['wall_overhead_fraction']:.2f}% of wall)")
-    med: dict = {}
-    if reps:
-        med = {k: statistics.median(r[k] for r in reps) for k in
-               ("overhead_cpu_fraction", "tree_cpu_fraction", "wall_overhead_fraction")}
-        med |= {f"us_per_round_{k}": statistics.median(r["us_per_round"][k] for r in reps)
-                for k in ("round", "store")}
-        med |= {f"us_per_step_{k}": statistics.median(r["us_per_step"][k] for r in reps)
-                for k in ("routing", "guidance", "kv_evict")}
-        med |= {"finish_cpu_s": statistics.median(r["cpu"]["finish"] for r in reps)}
-        med |= {f"min_us_per_round_{k}": min(r["us_per_round"][k] for r in reps) for k in ("round", "store")}
-        med |= {f"min_us_per_step_{k}": min(r["us_per_step"][k] for r in reps)
-                for k in ("routing", "guidance")}
-        print("median: " + ", ".join(f"{k} {v:.4f}" if "fraction" in k or k.endswith("_s") else f"{k} {v:.0f}"
-                                     for k, v in med.items()))
+    med = summary(reps)
+    if med:
+        print(format_summary(med, len(reps)))
     out = {"args": vars(args), "repeats": reps, "median": med, "provenance": prov}
     if args.ops:
         out["ops"] = ops(model, tok, scorer, problems, args)
@@ -261,7 +275,6 @@ def main(argv: list[str] | None = None) -> int:
         pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(args.profile)
         print(s.getvalue())
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=1))
+        record.write_json(out, args.json)
         print(f"wrote {args.json}")
     return 0

@@ -24,17 +24,15 @@ this run's own, deleted when the bench ends (``gambit.bench.serve_store``).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import ClassVar
 
 from gambit.bench import args as bench_args
-from gambit.bench import serve_store
+from gambit.bench import record, serve_store
 from gambit.checks import at_least
 
 QUICK = {"capacity": 4, "max_tokens": 96}  # `--quick` (with 2 repetitions); tools reuse it
@@ -211,8 +209,9 @@ def serve_config(cfg: BenchServeConfig, prefix: str):
                              batch_invariant=cfg.batch_invariant, token_env="GAMBIT_BENCH_NO_TOKEN")
 
 
-def bench(cfg: BenchServeConfig) -> dict:
-    """Both wirings measured; the store's keys under this run's prefix deleted at the end, run or fail."""
+def bench(cfg: BenchServeConfig, got: dict | None = None) -> dict:
+    """Both wirings measured; the store's keys under this run's prefix deleted at the end, run or fail.
+    ``got``: filled with the walls and one-run pairs as each finishes (``finished``: what a Ctrl-C keeps)."""
     from gambit.deployments import local
 
     prefix = cfg.prefix or serve_store.fresh_prefix()
@@ -220,7 +219,7 @@ def bench(cfg: BenchServeConfig) -> dict:
     serve_store.check_store(cfg.store, prefix, explicit=bool(cfg.prefix))
     local.check_startable(scfg)  # ports taken, the store, the model: before the wiring loads
     try:
-        return measure(cfg, scfg)
+        return measure(cfg, scfg) if got is None else measure(cfg, scfg, got)
     finally:
         where = serve_store.shown(cfg.store)
         try:
@@ -230,7 +229,27 @@ def bench(cfg: BenchServeConfig) -> dict:
             log(f"could not remove the bench's keys under {prefix!r} from {where}: {e}")
 
 
-def measure(cfg: BenchServeConfig, scfg) -> dict:
+def finished(cfg: BenchServeConfig, got: dict) -> dict | None:
+    """What a stopped run measured (Ctrl-C: ``<json>.partial``): per wiring and level the walls done, and
+    the one-run pairs' ratios with their spread; None before the first measured run."""
+    rows, ratios = got.get("rows", {}), got.get("ratios", [])
+    if not rows:
+        return None
+    systems: dict = {}
+    for (name, n), reps in sorted(rows.items()):
+        walls = [r["wall"] for r in reps]
+        systems.setdefault(name, []).append({"runs": n, "reps_done": len(walls), "wall_s": walls,
+                                             "runs_per_s": n * cfg.waves / statistics.median(walls),
+                                             "wall_spread_s": [min(walls), max(walls)]})
+    pairs = record.spread(ratios) if ratios else None
+    return {"config": {**asdict(cfg), "store": serve_store.shown(cfg.store), "prefix": got.get("prefix")},
+            "systems": systems, "wall_ratio_values": ratios, "wall_ratio_pairs": len(ratios),
+            "wall_ratio": pairs and pairs["median"],
+            "wall_ratio_spread": pairs and [pairs["min"], pairs["max"]]}
+
+
+def measure(cfg: BenchServeConfig, scfg, got: dict | None = None) -> dict:
+    """``got``: the caller's dict, filled with ``rows`` and ``ratios`` as they are measured."""
     import grpc
 
     from gambit.deployments import local
@@ -247,10 +266,12 @@ def measure(cfg: BenchServeConfig, scfg) -> dict:
         warm = problems(2)
         run_embedded(emb, warm, cfg)
         run_distributed(address, warm, cfg, channel)
-        rows: dict[tuple[str, int], list[dict]] = {}
+        got = {} if got is None else got
+        rows: dict[tuple[str, int], list[dict]] = got.setdefault("rows", {})
         # distributed / embedded wall of each adjacent one-run pair (the order alternating): a pair is
         # close in time, so the machine's drift between hours cancels in its ratio
-        ratios: list[float] = []
+        ratios: list[float] = got.setdefault("ratios", [])
+        got["prefix"] = scfg.prefix
         for rep in range(cfg.reps):
             for n in cfg.levels:
                 ps = problems(n * cfg.waves)  # n clients, each sending `waves` runs back to back
@@ -355,15 +376,19 @@ def main(argv: list[str] | None = None) -> int:
     cfg = from_args(BenchServeConfig, args, **fixed)
     bench_args.out_path("--json", args.json)  # written after the whole run: checked first
     bench_args.out_path("--plot", args.plot, image=True)
-    from gambit.bench import record
+    seeds = {"run": "run index i of each level's problems"}
+    got: dict = {}  # the walls and pairs as they finish: a Ctrl-C writes them
 
-    with record.on_interrupt("serve", args.json, lambda: None):
-        res = bench(cfg)
-    res["provenance"] = record.provenance("serve", argv, {"run": "run index i of each level's problems"})
+    def partial() -> dict | None:
+        done = finished(cfg, got)
+        return done and {**done, "provenance": record.provenance("serve", argv, seeds)}
+
+    with record.on_interrupt("serve", args.json, partial):
+        res = bench(cfg, got)
+    res["provenance"] = record.provenance("serve", argv, seeds)
     print(table(res))
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(res, indent=2))
+        record.write_json(res, args.json)
         print(f"wrote {args.json}")
     if args.plot:
         from gambit.bench.bench_plots import plot_serve

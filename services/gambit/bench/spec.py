@@ -14,7 +14,6 @@ stand-ins alone, a smoke test).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -274,8 +273,21 @@ def _cycle_ratio(rows: dict, a: str, b: str) -> dict:
             "t_cycle_ms": [statistics.median(ra) * 1e3, statistics.median(rb) * 1e3]}
 
 
+TABLES = ("headline", "defaults", "table1", "table2", "table3", "table4", "table5", "table6", "batch_cap")
+
+
+def finished_cells(out: dict) -> dict | None:
+    """What a stopped run finished (Ctrl-C: ``<json>.partial``): the settings and every measured cell,
+    table by table; None before the first cell."""
+    if not any(out.get(t) for t in TABLES):
+        return None
+    return {**out, "cells_done": sum(len(out.get(t, {})) for t in TABLES)}
+
+
 def run_bench(quick: bool, reps: int, max_tokens: int, threads: int, folder: Path = ASSETS,
-              device: str = "auto", target: Path = TARGET) -> dict:
+              device: str = "auto", target: Path = TARGET, out: dict | None = None) -> dict:
+    """Every table; ``out``: the dict the cells are written into as each finishes (the caller's, so a
+    Ctrl-C keeps them), returned."""
     threads = threads or os.cpu_count() or 1  # 0: every core, as the serving engine runs (Target)
     torch.set_num_threads(threads)
     # every drafter below gets a KV cache: the budget (on CUDA ~all free memory) reserves room for each
@@ -328,9 +340,10 @@ def run_bench(quick: bool, reps: int, max_tokens: int, threads: int, folder: Pat
             "pr, no cap": (P, DEFAULTS), CAPPED: (P, SpecConfig())}))
     total = sum(reps * (1 + len(s)) for *_, s in plan)
     ref: dict = {}
-    out: dict = {"target": str(target), "drafters": found, "reps": reps, "max_tokens": max_tokens,
-                 "threads": threads, "quick": quick, "spec": BASE.__dict__,
-                 "spec_defaults": SpecConfig().__dict__}
+    out = {} if out is None else out
+    out.update({"target": str(target), "drafters": found, "reps": reps, "max_tokens": max_tokens,
+                "threads": threads, "quick": quick, "spec": BASE.__dict__,
+                "spec_defaults": SpecConfig().__dict__})
     with tqdm(total=total, desc="bench spec", unit="run") as bar:
         for table, name, ps, b, systems in plan:
             out.setdefault(table, {})[name] = measure(eng, ps, b, systems, reps, max_tokens, ref, bar)
@@ -343,8 +356,7 @@ def run_bench(quick: bool, reps: int, max_tokens: int, threads: int, folder: Pat
     t9["B=24"] = _cycle_ratio(pooled, P, E)  # every split's chunk pairs
     t9["serial_bound"] = (BASE.gamma + BASE.reconsider) / BASE.gamma
     out["table9"] = t9
-    tables = ("headline", "defaults", "table1", "table2", "table3", "table4", "table5", "table6", "batch_cap")
-    lossless = all(r["lossless"] for t in tables for cell in out[t].values() for r in cell.values())
+    lossless = all(r["lossless"] for t in TABLES for cell in out[t].values() for r in cell.values())
     out.update(eagle={"tau": h[E]["tau"], "speedup": h[E]["speedup"]},
                pr={"tau": h[P]["tau"], "speedup": h[P]["speedup"]},
                cycle_cost_ratio=t9["B=48"]["median"], lossless=lossless)
@@ -463,17 +475,23 @@ def main(argv: list[str] | None = None) -> int:
     bench_args.out_path("--plots", a.plots, folder=True)
     from gambit.bench import record
 
-    with record.on_interrupt("spec", a.json, lambda: None):  # its cells fill one table at a time: said
-        r = run_bench(a.quick, reps, a.max_tokens, a.threads, Path(a.drafters), a.device, Path(a.target))
     # prompts: the task's test split at these seeds; greedy decoding, so no sampling seed
-    r["provenance"] = record.provenance("spec", argv, {"prompts": "100+split index, 7, 11", "sampling": None})
+    seeds = {"prompts": "100+split index, 7, 11", "sampling": None}
+    got: dict = {}  # filled cell by cell: a Ctrl-C writes the finished ones
+
+    def partial() -> dict | None:
+        return finished_cells({**got, "provenance": record.provenance("spec", argv, seeds)})
+
+    with record.on_interrupt("spec", a.json, partial):
+        r = run_bench(a.quick, reps, a.max_tokens, a.threads, Path(a.drafters), a.device, Path(a.target),
+                      out=got)
+    r["provenance"] = record.provenance("spec", argv, seeds)  # after run_bench set the threads
     print(r["tables_md"])
     if a.json or a.plots:
         folder = Path(a.plots) if a.plots else Path(a.json).parent
         r["plots"] = plots(r, folder)
         print("plots:", ", ".join(r["plots"]))
     if a.json:
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.json).write_text(json.dumps(r, indent=1, default=str))
+        record.write_json(r, a.json)
         print(f"wrote {a.json}")
     return 0
