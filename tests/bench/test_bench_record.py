@@ -123,3 +123,19 @@ def test_spread_of_one_value():
     assert record.spread([2.0]) == {"median": 2.0, "min": 2.0, "max": 2.0, "iqr": [2.0, 2.0], "n": 1}
     assert record.pair_ratios([None, 4.0], [1.0, 2.0])["median"] == 2.0
     assert record.pair_ratios([None], [1.0]) is None
+
+
+def test_ctrl_c_whose_partial_results_fail_says_why_not_that_nothing_finished(tmp_path, capsys):
+    """A ``partial()`` that raised was reported as "nothing finished yet (the partial results failed...)":
+    the first half contradicted the second (the run may have finished a lot)."""
+    from gambit.bench.record import on_interrupt
+
+    def broken() -> dict:
+        raise KeyError("rows")
+
+    with pytest.raises(KeyboardInterrupt), on_interrupt("x", tmp_path / "x.json", broken):
+        raise KeyboardInterrupt
+    err = capsys.readouterr().err
+    assert ("gambit bench x: interrupted; nothing written (its partial results failed: KeyError: 'rows')"
+            in err)
+    assert "nothing finished yet" not in err and not list(tmp_path.iterdir())

@@ -44,6 +44,9 @@ def test_every_pod_runs_non_root_without_privileges(rendered, variant):
         sc = pod["spec"]["securityContext"]
         assert sc["runAsNonRoot"] is True and sc["seccompProfile"] == {"type": "RuntimeDefault"}, name
         assert sc["runAsUser"] == (999 if name == "redis" else 1000)  # the images' own users
+        # and groups: rayproject/ray's "users" (100); redis:*-alpine's "redis" is 1000 (999 is alpine's
+        # "ping"), and the PVC's group (fsGroup) is the one Redis runs as, so /data stays writable
+        assert sc["runAsGroup"] == sc["fsGroup"] == (1000 if name == "redis" else 100), name
         for c in pod["spec"]["containers"]:
             assert c["securityContext"]["allowPrivilegeEscalation"] is False, name
             assert c["securityContext"]["capabilities"]["drop"] == ["ALL"], name

@@ -466,14 +466,15 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
                     bound = row["bound_16bit_tok_s" if k in half else "bound_tok_s"]
                     row[f"{k}_vs_bound"] = _ratio(row[f"{k}_tok_s"], bound)
     vllm_info = {k: {x: y for x, y in v.items() if x != "rows"} for k, v in vinfo.items()}
+    prov = record.provenance("engine", argv, SEEDS)
     result = {"rows": rows, "fork_vs_prefill": res["fork"], "repeats": repeats,
               "bandwidth_gbs": bw, "bandwidth_rounds": bandwidth, "weight_bytes": wbytes,
               "model": str(folder), "new_tokens": tokens, "temperature": temperature, "top_p": top_p,
               "batches": batches,
               "quick": quick, "vllm": vllm_info.get("vllm"), "vllm_fp32": vllm_info.get("vllm_fp32"),
               "native_dtypes": list(native_dtypes),
-              "machine": record.machine(), "notes": notes,
-              "provenance": record.provenance("engine", argv, SEEDS),
+              "notes": notes, "provenance": prov,
+              "machine": prov["machine"],  # kept at the top too: bench_plots and older readers look there
               "method": {"tok_s": "decode tokens/s after every trace has its first token",
                          "total_tok_s": "B*N tokens over the whole generate call (prefill included)",
                          "peak_mb": "peak RSS of the backend's own process during the batch (VmHWM)",

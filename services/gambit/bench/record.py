@@ -90,15 +90,13 @@ def on_interrupt(name: str, json_path: str | Path | None,
         yield
     except KeyboardInterrupt:
         try:
-            got = partial()
+            got, what = partial(), ""
         except Exception as e:  # noqa: BLE001 — the interrupt is what the user must see
-            got, why = None, f" (the partial results failed: {e})"
-        else:
-            why = ""
+            got, what = None, f"its partial results failed: {type(e).__name__}: {e}"
         if got and json_path:
             where = write_json({**got, "interrupted": True}, str(json_path) + ".partial")
             print(f"gambit bench {name}: interrupted; wrote what it finished to {where}", file=sys.stderr)
         else:
-            what = "nothing finished yet" if not got else "no --json given"
-            print(f"gambit bench {name}: interrupted; nothing written ({what}){why}", file=sys.stderr)
+            what = what or ("nothing finished yet" if not got else "no --json given")
+            print(f"gambit bench {name}: interrupted; nothing written ({what})", file=sys.stderr)
         raise

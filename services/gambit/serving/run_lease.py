@@ -6,7 +6,9 @@ admitted and held for batch slots) is lost once that replica has not beaten for 
 said "running" for the whole retention once its replica and the Coordinator relaying it were both gone.
 It ends as failed when read (``run_records.end_if_lost``), by a conditional write (``IF_LOST``) that
 never overwrites a takeover's record or a replica that beat again. Redis keeps the beat in its own
-clock (``TIME``), so machines' clocks never disagree on a lease.
+clock (``TIME``), so machines' clocks never disagree on a lease. ``BEAT`` writes after ``TIME`` (a
+non-deterministic command): Redis >= 5 replicates a script's effects, not the script, and allows that (the
+chart's 7.2 does); Redis 3.2-4 would refuse the write ("Write commands not allowed after non deterministic").
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import json
 
 HEARTBEAT_S = 5.0
 LEASE_S = 3 * HEARTBEAT_S  # three beats missed: a busy node's pause is not a death
-HELD = (json.dumps("running"), json.dumps("queued"))  # encoded record statuses of a held run
+HELD_STATUSES = ("running", "queued")  # record statuses of a run a replica holds (with its "replica")
+HELD = tuple(json.dumps(s) for s in HELD_STATUSES)  # the same, as encoded in the records
 
 # KEYS[1] the replica's heartbeat; ARGV[1] its TTL. The Redis server's clock, one for every machine.
 BEAT = """
@@ -27,9 +30,9 @@ return 1
 # KEYS[1] the record, KEYS[2] its replica's heartbeat; ARGV: the TTL, the replica, the stale beat seen,
 # then fields: written only while the run is still held by that replica (a takeover writes its own)
 # and that beat is still the last one (a replica that beat again is alive)
-IF_LOST = """
+IF_LOST = f"""
 local st = redis.call('HGET', KEYS[1], 'status')
-if st ~= '"running"' and st ~= '"queued"' then return 0 end
+if {' and '.join(f"st ~= '{s}'" for s in HELD)} then return 0 end
 if redis.call('HGET', KEYS[1], 'replica') ~= ARGV[2] then return 0 end
 if redis.call('GET', KEYS[2]) ~= ARGV[3] then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 4))
@@ -40,7 +43,7 @@ return 1
 
 def holder(rec: dict) -> str:
     """The Target replica holding the run of a decoded record ("" when none: not admitted, or ended)."""
-    return str(rec.get("replica") or "") if rec.get("status") in ("running", "queued") else ""
+    return str(rec.get("replica") or "") if rec.get("status") in HELD_STATUSES else ""
 
 
 def stale(beat: str | None, now: float, lease_s: float) -> str | None:
