@@ -1,5 +1,6 @@
-"""The CPU kernel's row metadata (``PagedAttention._few_rows``) the same whichever way its slots are built:
-a Python list for a few tree rows, tensor ops past ``FEW_SLOTS_LIST`` rows (a drafter's context pass)."""
+"""The CPU kernel's row metadata (``PagedAttention._kernel_rows``) the same whichever way its slots are
+built: a Python list for a few tree rows, tensor ops past ``SLOTS_LIST_MAX_TOKENS`` rows (a drafter's
+context pass)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def _items() -> list[SeqInput]:
 
 
 def _meta(monkeypatch, cut: int) -> PagedAttention:
-    monkeypatch.setattr(attention, "FEW_SLOTS_LIST", cut)
+    monkeypatch.setattr(attention, "SLOTS_LIST_MAX_TOKENS", cut)
     cache = KVCache(CFG, 400, BS, torch.float32, torch.device("cpu"))
     return PagedAttention(cache, _items(), torch.device("cpu"), use_kernel=True, speculative=True)
 

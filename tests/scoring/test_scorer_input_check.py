@@ -86,3 +86,18 @@ def test_an_unhashable_key_is_still_named():
     with pytest.raises(ValueError, match=r"key \[1\] is not hashable"):
         scorer.check_keys([0, [1], 2], 3)
     assert scorer.check_keys((0, ("a", 1)), 2) == [0, ("a", 1)]
+
+
+
+@pytest.mark.parametrize("arch", ["attn", "gru"])
+def test_a_history_kept_from_uncopied_rows_is_not_the_callers_tensor(arch):
+    """check_rows hands back the caller's float32 rows themselves; a sequence scorer's history must still
+    be its own copy: the caller reusing its buffer afterwards changes no later score (a guard: the old
+    ``detach().to()`` aliased them too)."""
+    x = torch.randn(2, 194)
+    kept, fresh = (random_scorer("sequence", 192, confidence=True, arch=arch) for _ in range(2))
+    kept.score([0, 1], x)
+    fresh.score([0, 1], x.clone())
+    x.fill_(7.0)  # the caller's buffer, reused
+    nxt = torch.randn(2, 194)
+    assert torch.equal(kept.score([0, 1], nxt), fresh.score([0, 1], nxt))

@@ -12,9 +12,8 @@ from spec_util import tiny_target
 
 from gambit.engine import Engine, EngineConfig, FinishedEvent, SamplingParams
 from gambit.engine.config import SpecConfig
-from gambit.speculative import drafting as decoder_mod
-from gambit.speculative import random_drafter
-from gambit.speculative.draft_state import _span_positions, _span_slots
+from gambit.speculative import drafting, random_drafter
+from gambit.speculative.draft_state import span_positions, span_slots
 
 
 @pytest.fixture(scope="module")
@@ -37,18 +36,18 @@ def _prompts(tok) -> list[list[int]]:
 
 @pytest.mark.parametrize("spans", [[(0, 700)], [(3, 7)], [(3, 7), (10, 12), (0, 1)], [(0, 300), (5, 9)],
                                    [(0, 130), (200, 330)]])
-def test_span_positions_match_the_flat_lists(spans):
+def testspan_positions_match_the_flat_lists(spans):
     want = [p for a, b in spans for p in range(a, b)]
-    assert _span_positions(spans, torch.device("cpu")).tolist() == want
+    assert span_positions(spans, torch.device("cpu")).tolist() == want
 
 
 @pytest.mark.parametrize("spans", [[(0, 700)], [(17, 18)], [(5, 40), (0, 3), (31, 33)], [(16, 48)]])
-def test_span_slots_match_the_per_token_slots(spans):
+def testspan_slots_match_the_per_token_slots(spans):
     bs, g = 16, torch.Generator().manual_seed(0)
     ts = [SimpleNamespace(draft=SimpleNamespace(drafter_len=a), num_cached=b,
                           block_table=torch.randperm(500, generator=g)[:-(-b // bs) + 1].tolist())
           for a, b in spans]
-    slots, ends = _span_slots(ts, bs, torch.device("cpu"))
+    slots, ends = span_slots(ts, bs, torch.device("cpu"))
     want = [t.block_table[q // bs] * bs + q % bs
             for t in ts for q in range(t.draft.drafter_len, t.num_cached)]
     assert slots.tolist() == want
@@ -130,12 +129,12 @@ def test_context_pass_builds_no_position_list(long_tiny, monkeypatch):
     list a position (PagedAttention reads only their count; RoPE reads one arange)."""
     seen = []
 
-    class Recording(decoder_mod.PagedAttention):
+    class Recording(drafting.PagedAttention):
         def __init__(self, cache, items, *a, **kw):
             seen.extend(it.positions for it in items)
             super().__init__(cache, items, *a, **kw)
 
-    monkeypatch.setattr(decoder_mod, "PagedAttention", Recording)
+    monkeypatch.setattr(drafting, "PagedAttention", Recording)
     eng = _engine(long_tiny)
     prompt = _prompts(long_tiny[1])[0]
     _run(eng, [prompt], "pr", max_tokens=4)

@@ -4,7 +4,8 @@ Each sequence brings ``q`` new tokens that see its ``ctx`` cached tokens plus, a
 a causal mask or a caller-given ``[q, q]`` mask. New keys/values are first written to their cache
 slots; then each group of sequences (single-token decode rows, multi-token rows) gathers its
 blocks and runs one SDPA call. Metadata is built with tensor ops; Python loops over sequences
-only to flatten their lists, never over tokens.
+only to flatten their lists, and over tokens only for the KV slots of a kernel forward of at most
+``SLOTS_LIST_MAX_TOKENS`` rows, where a list is cheaper than the tensor ops' fixed cost.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ KERNEL_MAX_TOKENS = 12
 # False: speculative forwards follow plain decoding's rule (SDPA above KERNEL_MAX_TOKENS), for tests
 # and A/B measurements.
 SPECULATIVE_ROWS_IN_KERNEL = True
-# Above this many rows in a kernel forward (a drafter's context pass over a prompt) the slots are
-# computed with tensor ops; below, a Python list is cheaper than their fixed cost (2-core AMD EPYC,
-# stop 68: 512 rows 70 vs 169 us, 2,000 rows 201 vs 152 us, 8 x 2,000 rows 2.29 vs 0.81 ms)
-FEW_SLOTS_LIST = 1024
+# Up to this many rows in a kernel forward (draft trees, short chunks) the KV slots are a Python list,
+# cheaper than the tensor ops' fixed cost; above it (a drafter's context pass over a prompt) tensor ops
+# (2-core AMD EPYC, stop 68, list vs tensor: 512 rows 70 vs 169 us, 2,000 rows 201 vs 152 us,
+# 8 x 2,000 rows 2.29 vs 0.81 ms)
+SLOTS_LIST_MAX_TOKENS = 1024
 
 
 @dataclass
@@ -63,6 +65,15 @@ class Group:
 def _padded_tables(items: list[SeqInput], block_size: int) -> torch.Tensor:
     nb = max(-(-(it.ctx + it.q) // block_size) for it in items)
     return padded_rows([it.block_table for it in items], nb)
+
+
+def _token_slots(tables: torch.Tensor, ctx: torch.Tensor, q_len: torch.Tensor, offsets: torch.Tensor,
+                 block_size: int, device: torch.device) -> torch.Tensor:
+    """The KV slot of every new token, flat in item order, with no Python step a token:
+    ``table[item, pos // bs] * bs + pos % bs`` at ``pos = ctx + i`` (``offsets``: each item's first row)."""
+    item = torch.repeat_interleave(torch.arange(len(q_len)), q_len)
+    pos = torch.arange(item.numel()) - offsets[item] + ctx[item]
+    return to_device(tables[item, pos // block_size] * block_size + pos % block_size, device)
 
 
 def _group(items: list[SeqInput], offsets: torch.Tensor, tables: torch.Tensor, block_size: int,
@@ -121,17 +132,13 @@ class PagedAttention:
             self.num_tokens = len(items)
             return
         if use_kernel and (invariant or kernel_serves(items, speculative)):
-            self._few_rows(items, device, speculative, invariant)
+            self._kernel_rows(items, device, speculative, invariant)
             return
         q_len = torch.tensor([it.q for it in items])
         offsets = torch.cumsum(q_len, 0) - q_len
         self.num_tokens = int(q_len.sum())
         tables = _padded_tables(items, bs)
-        # slot of every new token: table[item, pos // bs] * bs + pos % bs, pos = ctx + i
-        item = torch.repeat_interleave(torch.arange(len(items)), q_len)
-        ctx = torch.tensor([it.ctx for it in items])
-        pos = torch.arange(self.num_tokens) - offsets[item] + ctx[item]
-        self.slots = to_device(tables[item, pos // bs] * bs + pos % bs, device)
+        self.slots = _token_slots(tables, torch.tensor([it.ctx for it in items]), q_len, offsets, bs, device)
         is_decode = q_len == 1
         dec = is_decode.nonzero().flatten()
         multi = (~is_decode).nonzero().flatten()
@@ -145,10 +152,10 @@ class PagedAttention:
                 self.groups.append(_group([items[i] for i in ids], offsets[idx], tables[idx], bs, device))
         self.all_decode = len(multi) == 0  # rows 0..N-1 are the sequences in order
 
-    def _few_rows(self, items: list[SeqInput], device: torch.device, speculative: bool = False,
-                  invariant: bool = False) -> None:
-        """Every row through the CPU kernel (draft trees, short chunks): read the blocks in place, one
-        call, no gathered copy and no padded mask. The metadata comes from the items' lists. A causal
+    def _kernel_rows(self, items: list[SeqInput], device: torch.device, speculative: bool = False,
+                     invariant: bool = False) -> None:
+        """Every row through the CPU kernel (draft trees, short chunks, a drafter's context pass over a
+        prompt): read the blocks in place, one call, no gathered copy and no padded mask. A causal
         sequence's ``moff`` is -1 (the one-row order: plain decoding's floats) or, in a speculative
         forward, -2 (the tiled order trees take); a tree's is the offset m of its mask rows (tiled
         order) or, ``invariant``, -3 - m (the one-row order)."""
@@ -166,15 +173,14 @@ class PagedAttention:
         self.num_tokens = n
         tables, ctx, q_len = _padded_tables(items, bs), long_tensor([it.ctx for it in items]), \
             long_tensor([it.q for it in items])
-        if n > FEW_SLOTS_LIST:  # a drafter's context pass over a prompt: no Python step per token
-            item = torch.repeat_interleave(torch.arange(len(items)), q_len)
-            pos = torch.arange(n) - long_tensor(qoff)[item] + ctx[item]
-            self.slots = to_device(tables[item, pos // bs] * bs + pos % bs, device)
+        offsets = long_tensor(qoff)
+        if n > SLOTS_LIST_MAX_TOKENS:  # a drafter's context pass over a prompt
+            self.slots = _token_slots(tables, ctx, q_len, offsets, bs, device)
         else:  # a few tree rows: the list is cheaper than the tensor ops' fixed cost
             self.slots = long_tensor([it.block_table[p // bs] * bs + p % bs for it in items
                                       for p in range(it.ctx, it.ctx + it.q)], device)
         mask = torch.cat(masks).to(torch.bool) if masks else torch.zeros(1, dtype=torch.bool)
-        self.multi = (tables, ctx, long_tensor(qoff), q_len, long_tensor(moff), mask.contiguous())
+        self.multi = (tables, ctx, offsets, q_len, long_tensor(moff), mask.contiguous())
         self.decode, self.all_decode = None, False
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -61,7 +61,9 @@ def _all_finite(x: torch.Tensor) -> bool:
 
 def check_rows(states, width: int, hidden_size: int, confidence: bool, device: torch.device) -> torch.Tensor:
     """A scorer's input rows as float32 ``[N, width]`` on ``device``, or ValueError saying what was
-    expected (``width``: ``hidden_size``, plus the confidence features when the scorer reads them)."""
+    expected (``width``: ``hidden_size``, plus the confidence features when the scorer reads them).
+    Rows already float32 on ``device`` without grad come back as ``states`` itself (no copy on the
+    search's hot path): read them, never write them in place, and copy what is kept past the call."""
     w = width
     if not isinstance(states, torch.Tensor):
         raise ValueError(f"states must be a torch.Tensor of shape [N, {w}], got {type(states).__name__}")

@@ -185,9 +185,12 @@ class SpecDecoder:
         return buf
 
     # -- drafting and verification: functions of the decoder in their own files, bound as its methods
-    # (the engine calls them so; tests and tools wrap them per decoder or on the class)
+    # (the engine calls them so; tests and tools wrap ``draft``, ``_draft_group``, ``tree_config`` and
+    # ``verify`` per decoder or on the class, and the drafting code calls them through ``spec``)
     tree_config = drafting.tree_config
     draft = drafting.draft
     _draft_group = drafting.draft_group
+    # for callers outside the context pass (slots from the block tables); the context pass calls
+    # ``drafting.group_features`` itself with its own slots, so wrapping this does not see it
     _group_features = drafting.group_features
     verify = verifying.verify

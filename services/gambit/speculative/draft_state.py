@@ -60,7 +60,7 @@ class Plan:
 ARANGE_SPAN = 64
 
 
-def _span_positions(spans: list[tuple[int, int]], device: torch.device) -> torch.Tensor:
+def span_positions(spans: list[tuple[int, int]], device: torch.device) -> torch.Tensor:
     """Positions a .. b - 1 of each (a, b), in order (long): tensor ops over long spans, ranges
     extended in C over short ones (no Python loop a position)."""
     if len(spans) == 1:
@@ -73,7 +73,7 @@ def _span_positions(spans: list[tuple[int, int]], device: torch.device) -> torch
     return torch.cat([torch.arange(a, b, device=device) for a, b in spans])
 
 
-def _span_slots(ts: list[Trace], block_size: int, device: torch.device) -> tuple[torch.Tensor, list[int]]:
+def span_slots(ts: list[Trace], block_size: int, device: torch.device) -> tuple[torch.Tensor, list[int]]:
     """The KV slots of each trace's positions drafter_len .. num_cached - 1, flat and in order, and each
     trace's end in them: per trace, its blocks' slot rows (an arange a block) cut to the span."""
     parts, ends = [], []

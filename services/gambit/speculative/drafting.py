@@ -15,7 +15,7 @@ from gambit.engine.block_manager import OutOfBlocks
 from gambit.engine.host_lists import long_tensor
 from gambit.engine.sequence import Trace
 from gambit.speculative import cpu_tree
-from gambit.speculative.draft_state import Plan, _span_positions, _span_slots
+from gambit.speculative.draft_state import Plan, span_positions, span_slots
 from gambit.speculative.drafter import Drafter
 from gambit.speculative.tree import TreeAttention, TreeConfig, draft_tree
 
@@ -89,7 +89,7 @@ def draft_group(spec: SpecDecoder, key: str, ts: list[Trace]) -> Plan:
         spans.append((a, N))
         ends.append((ends[-1] if ends else 0) + N - a)
     ids = long_tensor(tokens, dev)
-    pos = _span_positions(spans, dev)
+    pos = span_positions(spans, dev)
     attn = PagedAttention(cache, items, dev, e.runner.use_kernel, speculative=True)
     feats = group_features(spec, d, ts, attn.slots, ends)
     logits, nxt = d(ids[None], feats[None], pos[None], attention=attn)
@@ -132,9 +132,9 @@ def group_features(spec: SpecDecoder, d: Drafter, ts: list[Trace], slots: torch.
     the whole group). The raw rows are the last of each trace's context-pass rows and the drafter
     KV shares the trace's block table, so their tap slots are the context pass's KV slots
     (``slots``, flat; ``ends``: each trace's end in them): views, no slot list a token. Without
-    them (a caller outside the context pass) they come from the block tables (``_span_slots``)."""
+    them (a caller outside the context pass) they come from the block tables (``span_slots``)."""
     if slots is None or ends is None:
-        slots, ends = _span_slots(ts, spec.engine.config.block_size, spec.engine.device)
+        slots, ends = span_slots(ts, spec.engine.config.block_size, spec.engine.device)
     raws = [t.draft.raw(t.num_cached) for t in ts]
     if all(raw == e - b for raw, b, e in zip(raws, [0, *ends[:-1]], ends, strict=True)):
         picked = slots  # every pending row raw (the first cycle, after a re-prefill): all of them

@@ -126,8 +126,8 @@ def verify(spec: SpecDecoder, plan: Plan, logits: torch.Tensor, hidden: torch.Te
 
 def _sampled_paths(spec: SpecDecoder, ts: list[Trace], tree: DraftTree, lg: torch.Tensor, lists: tuple,
                    G: int) -> tuple[list[list[int]], list[int], list[int]]:
-    """(path, accepted count, bonus) per trace when some row samples: ``spec.verify`` "match" walks
-    plain decoding's own draws like greedy; "rejection" runs ``accept``. ``lists``: the tree's
+    """(path, accepted count, bonus) per trace when some row samples: ``SpecConfig.verify`` "match"
+    walks plain decoding's own draws like greedy; "rejection" runs ``accept``. ``lists``: the tree's
     (tokens with the root, parent, depth, valid) as lists."""
     dev, (S, B), p = spec.engine.device, tree.tokens.shape, [t.params for t in ts]
     Ns = torch.tensor([t.num_cached for t in ts], device=dev)
