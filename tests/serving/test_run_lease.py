@@ -78,6 +78,8 @@ def test_a_redis_beat_is_one_key_per_replica_with_the_records_ttl():
         view.r.delete(f"{view.prefix}alive:r1")
 
 
+# the engine thread is made to die on purpose: its exception is the point, not a leak
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_target_beats_while_its_engine_thread_lives(monkeypatch):
     """The runs of a replica whose engine thread is gone are lost: its process may live on, its runs
     never end (the beat is not on the engine thread: a long step is no death)."""
