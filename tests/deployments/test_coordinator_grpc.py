@@ -420,3 +420,64 @@ def test_a_run_id_held_by_a_lost_replica_is_said_ended_and_get_run_says_why():
             assert info.status == "failed" and "replica r-dead stopped answering" in info.result.message
 
     _run(go())
+
+
+def _left_after_loss(replicas, run_id: str, wait_started: bool):
+    """A Solve whose client leaves 0.3 s after its replica was lost; its record once the cancel is done."""
+    from gambit.serving.tree_view import MemoryTreeView
+
+    tree = MemoryTreeView()
+    co = coordinator(tree, Handle(lambda *a, **k: replicas(tree, *a, **k)), max_resumes=1)
+
+    async def go():
+        async with served(co) as stub:
+            call = stub.Solve(pb2.SolveRequest(problem=PROBLEM, run_id=run_id, **SHORT), timeout=10)
+            if wait_started:  # else no event comes before the loss (the call is sent all the same)
+                async for ev in call:
+                    assert ev.WhichOneof("event") == "started"
+                    break
+            await asyncio.sleep(0.4)  # lost, and (maybe) a takeover asked for
+            call.cancel()
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline and not tree.cancel_requested([run_id]):
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.2)  # the cancel's record write, if any, comes right after the flag
+
+    _run(go())
+    assert tree.cancel_requested([run_id])
+    return tree.get_run(run_id)
+
+
+def test_a_client_leaving_before_a_takeovers_started_event_leaves_its_record():
+    """The replica taking a lost run over wrote "running" but its started event had not reached the
+    Coordinator when the client left: the record was marked cancelled (its status alone was checked)
+    while the new replica held the run. Only the lost replica's record ends here."""
+    from ray.exceptions import RayActorError
+
+    async def replicas(tree, run_id, problem, cfg, resume=False):
+        if not resume:
+            tree.put_run(run_id, status="running", replica="r0")
+            yield {"kind": "started", "run_id": run_id, "replica": "r0", "resumed": False, "restored": False}
+            await asyncio.sleep(0.05)
+            raise RayActorError()
+        tree.put_run(run_id, status="running", replica="r1")  # admitted: its started event still to come
+        await asyncio.Event().wait()
+
+    rec = _left_after_loss(replicas, "grpc-gap", wait_started=True)
+    assert (rec["status"], rec["replica"]) == ("running", "r1") and "result" not in rec
+
+
+def test_a_client_leaving_after_a_replica_lost_before_its_started_event_ends_its_record():
+    """The lost replica wrote "running" but died before its started event came: its record names it."""
+    from ray.exceptions import RayActorError
+
+    async def replicas(tree, run_id, problem, cfg, resume=False):
+        if not resume:
+            tree.put_run(run_id, status="running", replica="r0")
+            await asyncio.sleep(0.05)
+            raise RayActorError()
+            yield {}
+        await asyncio.Event().wait()  # Serve waits for a live replica
+
+    rec = _left_after_loss(replicas, "grpc-lost-early", wait_started=False)
+    assert rec["status"] == "cancelled" and rec["result"]["message"].startswith("stream closed")

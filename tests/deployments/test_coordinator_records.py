@@ -291,3 +291,27 @@ def test_a_run_taken_over_after_its_lease_ran_out_runs_again_with_no_result(view
     view.put_run("t", status="running", replica="r1")  # the Coordinator's write at a takeover
     info = _get(me, "t")
     assert info.status == "running" and not info.HasField("result") and info.replica == "r1"
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_a_client_leaving_after_a_takeover_wrote_running_leaves_the_new_replicas_record(view, kind):
+    """Replica r-new took the lost run over and wrote "running", but its started event had not reached the
+    Coordinator when the client left: the lost-run cancel checked only the status and marked cancelled a
+    run r-new held. It ends only while the lost replica still holds it."""
+    from gambit.serving.tree_view import MemoryTreeView
+
+    tree = view if kind == "redis" else MemoryTreeView()
+    me = _coordinator(tree)
+    tree.put_run("gap", status="running", replica="r-dead")
+    tree.put_run("gap", status="running", replica="r-new")  # the takeover's own record
+    me._flag_cancel("gap", False, 1.0, "r-dead")
+    rec = tree.get_run("gap")
+    assert (rec["status"], rec["replica"]) == ("running", "r-new") and "result" not in rec
+    assert tree.cancel_requested(["gap"])  # r-new reads the flag and stops the run itself
+    for held in ("running", "queued"):  # still on the dead replica (queued: held for batch slots)
+        tree.put_run(held, status=held, replica="r-dead")
+        me._flag_cancel(held, False, 1.0, "r-dead")
+        rec = tree.get_run(held)
+        assert rec["status"] == "cancelled" and rec["result"]["message"].startswith("stream closed")
+    with pytest.raises(TypeError, match="lost"):  # the replica's id, not a flag
+        me._flag_cancel("gap", False, 1.0, True)

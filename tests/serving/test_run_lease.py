@@ -155,3 +155,17 @@ def test_an_error_redis_answers_stops_neither_the_beat_nor_the_cancel_poll(monke
         svc.tree = tree
         monkeypatch.undo()
         svc.close()
+
+
+def test_a_write_while_held_by_a_replica_leaves_a_takeovers_record(tree):
+    """``put_run_if_held``: the Coordinator ends the run of a replica it lost only while that one holds it."""
+    tree.put_run("a", status="running", replica="r1")
+    tree.put_run("h", status="queued", replica="r1")  # held for batch slots
+    tree.put_run("b", status="running", replica="r2")  # taken over
+    tree.put_run("d", status="done", replica="r1")  # ended
+    tree.put_run("q", status="queued")  # not admitted
+    got = {r: tree.put_run_if_held(r, "r1", status="cancelled") for r in ("a", "h", "b", "d", "q", "nope")}
+    assert got == {"a": True, "h": True, "b": False, "d": False, "q": False, "nope": False}
+    assert [tree.get_run(r)["status"] for r in ("a", "h", "b", "d", "q")] == [
+        "cancelled", "cancelled", "running", "done", "queued"]
+    assert tree.get_run("nope") is None

@@ -34,6 +34,7 @@ from gambit.deployments.run_records import (
     ended_result,
     flag_cancel,
     flagged,
+    held_by,
     put_fields,
     run_info,
 )
@@ -57,7 +58,8 @@ class Call:
     first: float | None = None
     got_result: bool = False
     refused: bool = False  # every replica refused the run before it started: nothing to cancel
-    lost: bool = False  # its replica was lost and no other has started it yet: no Target ends its record
+    replica: str = ""  # the replica its last "started" event came from
+    lost: str = ""  # the replica lost (its id) while no other has started the run: no Target ends its record
     avoid: tuple[str, ...] = ()
 
     def try_elsewhere(self, error: dict, replicas: int) -> bool:
@@ -217,13 +219,15 @@ class Coordinator:
                             await asyncio.to_thread(end_failed, self.tree, run_id, d["message"],
                                                     time.perf_counter() - call.t0)
                         raise RPCError(getattr(grpc.StatusCode, d["code"]), d["message"])
+                    if d["kind"] == "started":
+                        call.replica = str(d.get("replica") or "")
                     if call.first is None:
                         call.first = self._first_event(call.t0, method)
                         asyncio.get_running_loop().run_in_executor(None, put_fields, self.tree, run_id,
                                                                    {"first_event_s": call.first})
                     if d["kind"] == "started" and d.get("resumed"):
                         lost.taken_over()
-                        call.lost = False
+                        call.lost = ""
                         await asyncio.to_thread(self.tree.put_run, run_id, status="running",
                                                 replica=d["replica"], resumes=lost.resumes)
                     if d["kind"] == "result":
@@ -242,7 +246,9 @@ class Coordinator:
             except Exception as e:  # noqa: BLE001 — a lost replica is taken over, the rest is raised
                 if isinstance(e, RPCError) or call.got_result or not target_died(e):
                     raise
-                call.lost = True
+                # no takeover was asked for yet: its record names the lost replica (its started event
+                # may not have come), and a client that leaves from now on ends the run only there
+                call.lost = await asyncio.to_thread(held_by, self.tree, run_id) or call.replica
                 await lost.wait(e)  # raises TargetLost when the run cannot be taken over
                 rec = await asyncio.to_thread(self.tree.get_run, run_id)
                 # it ended just before its replica went (a lease that ran out meanwhile is not an end
@@ -309,8 +315,8 @@ class Coordinator:
         return RPCError(grpc.StatusCode.UNAVAILABLE, message)
 
     def _flag_cancel(self, run_id: str, unstarted: bool = False, total_s: float = 0.0,
-                     lost: bool = False) -> None:
-        """A Solve whose client went away: ``run_records.flag_cancel``."""
+                     lost: str = "") -> None:
+        """A Solve whose client went away: ``run_records.flag_cancel`` (``lost``: the replica it lost)."""
         flag_cancel(self.tree, run_id, unstarted, total_s, lost)
 
     async def _known_run(self, request, grpc_context) -> tuple[str, dict]:

@@ -16,7 +16,7 @@ from google.protobuf.json_format import ParseDict
 
 from gambit.deployments.takeover import TargetLost
 from gambit.serving.convert import progress_msg, result_msg, settings_msg
-from gambit.serving.run_lease import LEASE_S
+from gambit.serving.run_lease import LEASE_S, holder
 from gambit.serving.tree_view import CANCELLED_BY_RPC, ENDED, STREAM_CLOSED, StoreUnavailable
 
 UNSTARTED = " (before a Target admitted it)"
@@ -60,25 +60,34 @@ def cancel_queued(tree, run_id: str) -> bool:
     return end_queued(tree, run_id, ended_result(run_id, "cancelled", CANCELLED_BY_RPC + UNSTARTED))
 
 
-def flag_cancel(tree, run_id: str, unstarted: bool = False, total_s: float = 0.0,
-                lost: bool = False) -> None:
+def flag_cancel(tree, run_id: str, unstarted: bool = False, total_s: float = 0.0, lost: str = "") -> None:
     """The Target polls these flags too: a stream cancel that is lost still stops the run. A run no
     Target admitted yet (``unstarted``: still in Serve's queue) has no Target to end its record: it
     ends here, unless a Target admitted it meanwhile (it said "queued" for the whole retention, its
-    run id taken). So does a run whose replica was ``lost`` and that no other one took over yet (it
-    said "running", or "queued" when held for batch slots, on the dead replica); one that takes it over
-    later reads the flag and refuses it."""
+    run id taken). So does a run whose replica ``lost`` (that replica's id) died and that no other one
+    took over yet: ended only while the lost replica still holds it ("running", or "queued" when held
+    for batch slots), never where a takeover already wrote its own "running" though its started event
+    had not reached the Coordinator (that replica reads the flag and stops the run, ending it itself)."""
+    if not isinstance(lost, str):
+        raise TypeError(f"lost: the lost replica's id (a str), got {type(lost).__name__}")
     try:
         tree.request_cancel(run_id, STREAM_CLOSED)
         if unstarted:
             end_queued(tree, run_id, ended_result(run_id, "cancelled", STREAM_CLOSED + UNSTARTED, total_s))
         if lost:  # a held run's record stayed "queued" until its lease ended it as failed, not cancelled
             d = ended_result(run_id, "cancelled", STREAM_CLOSED, total_s)
-            fields = {"status": "cancelled", "message": d["message"], "total_s": total_s, "result": d}
-            if not tree.put_run_if(run_id, "running", **fields):
-                tree.put_run_if(run_id, "queued", **fields)
+            tree.put_run_if_held(run_id, lost, status="cancelled", message=d["message"], total_s=total_s,
+                                 result=d)
     except StoreUnavailable:
         pass
+
+
+def held_by(tree, run_id: str) -> str:
+    """The replica its record says holds the run ("" when none, or Redis does not answer)."""
+    try:
+        return holder(tree.get_run(run_id) or {})
+    except StoreUnavailable:
+        return ""
 
 
 def end_failed(tree, run_id: str, message: str, total_s: float) -> None:

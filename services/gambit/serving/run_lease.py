@@ -27,18 +27,31 @@ redis.call('SET', KEYS[1], t[1] .. '.' .. string.format('%06d', tonumber(t[2])),
 return 1
 """
 
-# KEYS[1] the record, KEYS[2] its replica's heartbeat; ARGV: the TTL, the replica, the stale beat seen,
-# then fields: written only while the run is still held by that replica (a takeover writes its own)
-# and that beat is still the last one (a replica that beat again is alive)
-IF_LOST = f"""
+# KEYS[1] the record; ARGV[2] a replica: the run is still held by that replica (a takeover writes its own)
+_HELD_BY = f"""
 local st = redis.call('HGET', KEYS[1], 'status')
 if {' and '.join(f"st ~= '{s}'" for s in HELD)} then return 0 end
 if redis.call('HGET', KEYS[1], 'replica') ~= ARGV[2] then return 0 end
-if redis.call('GET', KEYS[2]) ~= ARGV[3] then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+"""
+
+
+def _write_from(first: int) -> str:
+    """The Lua that writes the field/value pairs from ARGV[first] on, and renews the TTL (ARGV[1])."""
+    return f"""redis.call('HSET', KEYS[1], unpack(ARGV, {first}))
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 return 1
 """
+
+
+# KEYS[1] the record; ARGV: the TTL, the replica, then fields: written only while that replica holds the
+# run (a Coordinator ending the run of a replica it lost: a takeover's record stays)
+IF_HELD = _HELD_BY + _write_from(3)
+
+# KEYS[1] the record, KEYS[2] its replica's heartbeat; ARGV: the TTL, the replica, the stale beat seen,
+# then fields: written only while the run is still held by that replica (a takeover writes its own)
+# and that beat is still the last one (a replica that beat again is alive)
+IF_LOST = _HELD_BY + """if redis.call('GET', KEYS[2]) ~= ARGV[3] then return 0 end
+""" + _write_from(4)
 
 
 def holder(rec: dict) -> str:

@@ -18,7 +18,7 @@ import time
 
 from gambit.checks import at_least
 from gambit.search.store import PASSWORD_ENV, StoreUnavailable, login_refused, redact_url  # one error: both
-from gambit.serving.run_lease import BEAT, HELD, IF_LOST, LEASE_S, holder, stale
+from gambit.serving.run_lease import BEAT, HELD, IF_HELD, IF_LOST, LEASE_S, holder, stale
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 ENDED = ("done", "limit", "cancelled", "failed")
@@ -145,13 +145,22 @@ class MemoryTreeView:
             beat = self._alive.get(replica) if replica else None
         return stale(beat, time.time(), self.lease_s)
 
+    def put_run_if_held(self, run_id: str, replica: str, /, **fields) -> bool:
+        """Write ``fields`` only while ``replica`` holds the run (True when written): a Coordinator that
+        lost that replica ends its run, and a takeover's record (another replica's) stays."""
+        return self._put_if_held(run_id, replica, None, fields)
+
     def put_run_if_lost(self, run_id: str, replica: str, beat: str, /, **fields) -> bool:
         """Write ``fields`` only while ``replica`` holds the run and ``beat`` is still its last heartbeat
         (True when written): a takeover's record, or a replica that beat again, stays."""
+        return self._put_if_held(run_id, replica, beat, fields)
+
+    def _put_if_held(self, run_id: str, replica: str, beat: str | None, fields: dict) -> bool:
+        """``put_run_if_held``; with ``beat``, only while that is still the replica's last heartbeat."""
         with self._lock:
             got = self._runs.get(run_id)
             if (got is None or got.get("status") not in HELD or got.get("replica") != _enc(replica)
-                    or self._alive.get(replica) != beat):
+                    or (beat is not None and self._alive.get(replica) != beat)):
                 return False
             got.update({k: _enc(v) for k, v in fields.items()})
             self._written[run_id] = time.monotonic()
@@ -285,6 +294,11 @@ class RedisTreeView:
         p.time()
         beat, (sec, usec) = self._call(p.execute)
         return stale(beat, sec + usec / 1e6, self.lease_s)
+
+    def put_run_if_held(self, run_id: str, replica: str, /, **fields) -> bool:
+        """As ``MemoryTreeView.put_run_if_held``, in one Lua call."""
+        return bool(self._call(self.r.eval, IF_HELD, 1, self._k("run", run_id), self.ttl, _enc(replica),
+                               *_flat(fields)))
 
     def put_run_if_lost(self, run_id: str, replica: str, beat: str, /, **fields) -> bool:
         """As ``MemoryTreeView.put_run_if_lost``, in one Lua call."""
