@@ -25,8 +25,7 @@ import time
 
 import torch
 
-from gambit.bench.spec import (
-    ASSETS,
+from gambit.bench.spec_cells import (
     BASE,
     SPLITS,
     _pool_analysis,
@@ -38,7 +37,7 @@ from gambit.bench.spec import (
 from gambit.cpu_info import CPU_WEIGHTS, KV_DTYPES
 from gambit.engine import Engine, EngineConfig
 from gambit.model.registry import resolve_model
-from gambit.paths import TARGET
+from gambit.paths import ASSETS, TARGET
 from gambit.speculative import load_drafter
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -36,11 +36,11 @@ from pathlib import Path
 import torch
 
 from gambit.bench import args as bench_args
-from gambit.bench.spec import ASSETS, BASE, SPLITS, load_drafters, prompts_for, run_once
+from gambit.bench.spec_cells import BASE, SPLITS, load_drafters, prompts_for, run_once
 from gambit.engine import Engine, EngineConfig
 from gambit.engine.config import SpecConfig
 from gambit.model.loader import load_model
-from gambit.paths import TARGET
+from gambit.paths import ASSETS, TARGET
 
 TREES = {"paper (B=48)": BASE, "engine defaults": SpecConfig(max_batch=0)}
 

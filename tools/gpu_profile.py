@@ -20,10 +20,10 @@ import torch
 from gpu_check import check_device, check_out, positive  # tools/ is the script's own folder on sys.path
 from torch.profiler import ProfilerActivity, profile
 
-from gambit.bench.spec import ASSETS, BASE, load_drafters, prompts_for, run_once
+from gambit.bench.spec_cells import BASE, load_drafters, prompts_for, run_once
 from gambit.engine import Engine, EngineConfig
 from gambit.model.loader import load_model
-from gambit.paths import TARGET
+from gambit.paths import ASSETS, TARGET
 
 # host-side CUDA calls counted per generated token (torch.profiler's CPU events)
 COUNTED = {"kernel launches": ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx"),

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from gambit.bench.engine import make_prompts
+from gambit.bench.engine_backends import make_prompts
 from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.model.registry import resolve_model
 

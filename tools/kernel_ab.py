@@ -32,9 +32,9 @@ import torch
 from torch.utils.cpp_extension import load_inline
 
 import gambit.engine.attention as attention
-from gambit.bench.spec import ASSETS, BASE, load_drafters, prompts_for, run_once, spec_from_name
+from gambit.bench.spec_cells import BASE, load_drafters, prompts_for, run_once, spec_from_name
 from gambit.engine import Engine, EngineConfig, cpu_attention, cpu_sample_step
-from gambit.paths import TARGET
+from gambit.paths import ASSETS, TARGET
 
 # the extension's sources in cpu_attention.kernel()'s order, and the functions it may export
 SOURCES = [(f"services/gambit/{path}.py", name) for path, name in (
@@ -96,7 +96,7 @@ ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("rev", help="the other commit (e.g. HEAD~1)")
 ap.add_argument("--batches", default="1", help="batch sizes, comma-separated")
 ap.add_argument("--trees", default="B=48;defaults",
-                help="tree names (bench.spec.spec_from_name), ';'-separated")
+                help="tree names (bench.spec_cells.spec_from_name), ';'-separated")
 ap.add_argument("--reps", type=int, default=6, help="repetitions (each: both sides, the order alternating)")
 ap.add_argument("--search-pairs", type=int, default=0,
                 help="also time this many old/new pairs of one search chunk (6 Gambit runs of C = 16 at "

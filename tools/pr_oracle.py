@@ -30,9 +30,9 @@ from pathlib import Path
 
 import torch
 
-from gambit.bench.spec import ASSETS, SPLITS, load_drafters, prompts_for, run_once, spec_from_name
+from gambit.bench.spec_cells import SPLITS, load_drafters, prompts_for, run_once, spec_from_name
 from gambit.engine import Engine, EngineConfig
-from gambit.paths import TARGET
+from gambit.paths import ASSETS, TARGET
 from gambit.speculative import cpu_tree, drafting
 from gambit.speculative.decoder import SpecDecoder
 

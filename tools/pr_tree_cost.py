@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import torch
 
-from gambit.bench.spec import BASE, load_drafters, prompts_for
+from gambit.bench.spec_cells import BASE, load_drafters, prompts_for
 from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.paths import ASSETS, TARGET
 from gambit.speculative import cpu_tree

@@ -1,12 +1,12 @@
 """Speculative decoding against plain greedy decoding by batch size, uncapped: where a tree per trace
 stops paying on this machine (what ``SpecConfig.max_batch`` should be), and whether a smaller tree
 pays at the batch sizes a search runs. Plain and every (drafter, tree) interleaved
-(``gambit.bench.spec.measure``), ``--reps`` repetitions per batch; after them, one more pass of each
+(``gambit.bench.spec_cells.measure``), ``--reps`` repetitions per batch; after them, one more pass of each
 system splits its time into drafting and the rest (verification forwards, sampling, bookkeeping).
 
 Usage: .venv/bin/python tools/spec_batch_speed.py [BATCH,...] [--trees "T1;T2"] [--reps N]
   BATCH,...  batch sizes (default 1,2,3,4,6)
-  --trees    tree names for ``bench.spec.spec_from_name``, ";"-separated: "defaults" (the engine's
+  --trees    tree names for ``bench.spec_cells.spec_from_name``, ";"-separated: "defaults" (the engine's
              tree) or the paper's tree with changes, e.g. "g=3 B=3 Bw=1 k=1 m=0" (a 3-token chain)
              (default "defaults")
   --reps     interleaved repetitions per batch (default 4)
@@ -16,9 +16,9 @@ import os
 
 import torch
 
-from gambit.bench.spec import ASSETS, load_drafters, measure, prompts_for, run_once, tree_systems
+from gambit.bench.spec_cells import load_drafters, measure, prompts_for, run_once, tree_systems
 from gambit.engine import Engine, EngineConfig
-from gambit.paths import TARGET
+from gambit.paths import ASSETS, TARGET
 
 
 class _Quiet:
@@ -28,7 +28,8 @@ class _Quiet:
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("batches", nargs="?", default="1,2,3,4,6", help="batch sizes, comma-separated")
-ap.add_argument("--trees", default="defaults", help="tree names (bench.spec.spec_from_name), ';'-separated")
+ap.add_argument("--trees", default="defaults",
+                help="tree names (bench.spec_cells.spec_from_name), ';'-separated")
 ap.add_argument("--reps", type=int, default=4, help="interleaved repetitions per batch")
 args = ap.parse_args()
 batches = [int(b) for b in args.batches.split(",")]

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from gambit.bench.spec import load_drafters, prompts_for
+from gambit.bench.spec_cells import load_drafters, prompts_for
 from gambit.engine import Engine, EngineConfig, SamplingParams
 from gambit.engine.config import SpecConfig
 from gambit.paths import ASSETS, TARGET

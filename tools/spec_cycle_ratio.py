@@ -1,5 +1,5 @@
 """PR / EAGLE-3.1 per-cycle cost at the paper's tree (B = 48, and B = 24), batch 1, in one process:
-plain, EAGLE-3.1 and PR interleaved (``gambit.bench.spec.measure``), REPS repetitions; prints the
+plain, EAGLE-3.1 and PR interleaved (``gambit.bench.spec_cells.measure``), REPS repetitions; prints the
 ratio's median and spread, each method's cycle time, tau and losslessness. The bench's Table 9 alone,
 for A/B runs of two versions (PYTHONPATH=<other checkout>/services).
 
@@ -11,9 +11,10 @@ from dataclasses import replace
 
 import torch
 
-from gambit.bench.spec import ASSETS, BASE, SPLITS, _cycle_ratio, load_drafters, measure, prompts_for
+from gambit.bench.spec_cells import BASE, SPLITS, load_drafters, measure, prompts_for
+from gambit.bench.spec_report import _cycle_ratio
 from gambit.engine import Engine, EngineConfig
-from gambit.paths import TARGET
+from gambit.paths import ASSETS, TARGET
 
 if {"-h", "--help"} & set(sys.argv[1:]):  # the usage (the positional form read "--help" as a value)
     print(__doc__)

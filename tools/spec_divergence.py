@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from gambit.bench.spec import run_once
+from gambit.bench.spec_cells import run_once
 from gambit.engine import Engine, EngineConfig
 from gambit.model.registry import resolve_model
 from gambit.speculative import load_drafter

@@ -15,9 +15,9 @@ import statistics
 import torch
 
 import gambit.engine.attention as attention
-from gambit.bench.spec import ASSETS, load_drafters, measure, prompts_for, tree_systems
+from gambit.bench.spec_cells import load_drafters, measure, prompts_for, tree_systems
 from gambit.engine import Engine, EngineConfig
-from gambit.paths import TARGET
+from gambit.paths import ASSETS, TARGET
 
 
 class _Quiet:
@@ -30,7 +30,7 @@ RULES = {"old": lambda items, speculative=False: sum(it.q for it in items) <= 12
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("batches", nargs="?", default="1,4,16,48", help="batch sizes, comma-separated")
 ap.add_argument("--trees", default="defaults;B=48",
-                help="tree names (bench.spec.spec_from_name), ';'-separated")
+                help="tree names (bench.spec_cells.spec_from_name), ';'-separated")
 ap.add_argument("--reps", type=int, default=4, help="interleaved repetitions (each: old rule, then new)")
 ap.add_argument("--max-tokens", type=int, default=96, help="tokens generated per prompt")
 ap.add_argument("--json", default=None, help="write the rows here")

@@ -66,7 +66,7 @@ def test_pools_ctrl_c_before_a_pair_says_nothing_was_written(monkeypatch, tmp_pa
 
 
 def test_engine_ratios_are_per_round_then_the_median():
-    from gambit.bench.engine import _median_rows, _rows
+    from gambit.bench.engine_report import _median_rows, _rows
 
     rounds = {"native": [[{"batch": 1, "tok_s": t}] for t in (100, 60, 30)],
               "hf": [[{"batch": 1, "tok_s": t}] for t in (50, 60, 10)]}
@@ -78,7 +78,7 @@ def test_engine_ratios_are_per_round_then_the_median():
 
 
 def test_engine_table_shows_the_spread_of_rounds():
-    from gambit.bench.engine import _median_rows, _rows, format_table
+    from gambit.bench.engine_report import _median_rows, _rows, format_table
 
     rounds = {"native": [[{"batch": 1, "tok_s": t}] for t in (100, 60, 30)],
               "hf": [[{"batch": 1, "tok_s": t}] for t in (50, 60, 10)]}

@@ -28,7 +28,8 @@ def tiny_folder(tmp_path: Path) -> Path:
 
 
 def test_engine_bench_smoke(tiny_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gambit.bench.engine import format_table, run_engine_bench
+    from gambit.bench.engine import run_engine_bench
+    from gambit.bench.engine_report import format_table
     from gambit.engine.linear import bf16_gemm_available
 
     monkeypatch.setenv("GAMBIT_NO_CPU_KERNEL", "1")  # the children skip compiling the C++ kernel
@@ -90,7 +91,8 @@ def test_a_missing_vllm_venv_is_said_once(tiny_folder: Path, tmp_path: Path,
         f"vLLM not measured: {tmp_path / 'nope' / 'python'} is missing; run `make vllm-venv`"]
 
 def test_rounds_reduce_to_medians_with_spread():
-    from gambit.bench.engine import _median_rows, weight_bytes
+    from gambit.bench.engine_backends import weight_bytes
+    from gambit.bench.engine_report import _median_rows
 
     rounds = [[{"batch": 1, "tok_s": 10.0, "peak_mb": 5}, {"batch": 4, "tok_s": 40.0, "peak_mb": 9}],
               None,  # a failed round is skipped
@@ -105,7 +107,7 @@ def test_rounds_reduce_to_medians_with_spread():
 
 
 def test_weight_bytes_counts_every_tensor(tiny_folder: Path):
-    from gambit.bench.engine import weight_bytes
+    from gambit.bench.engine_backends import weight_bytes
     from gambit.model import load_model
 
     model, _ = load_model(tiny_folder)
@@ -115,7 +117,7 @@ def test_weight_bytes_counts_every_tensor(tiny_folder: Path):
 def test_prompts_are_encoded_by_the_tokenizer_the_engine_loads(tiny_folder: Path):
     """make_prompts built its tokenizer by hand (config.json + tokenizer.json): a model named by a
     string failed with a TypeError (``str / str``), and a missing folder was no "model folder" error."""
-    from gambit.bench.engine import make_prompts
+    from gambit.bench.engine_backends import make_prompts
     from gambit.model.loader import load_tokenizer
     from gambit.tasks.arithmetic import generate
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gambit.bench.spec import BASE, _pool_analysis, measure, plots
+from gambit.bench.spec_cells import BASE, _pool_analysis, measure
+from gambit.bench.spec_report import plots
 from gambit.engine import Engine, EngineConfig
 from gambit.engine.config import SpecConfig
 from gambit.model import CausalLM, ModelConfig, build_char_tokenizer
@@ -53,7 +54,7 @@ def test_spec_from_name():
     """The analysis tools' tree names: the engine's defaults, or the paper's tree with changes."""
     from dataclasses import replace
 
-    from gambit.bench.spec import DEFAULTS, spec_from_name
+    from gambit.bench.spec_cells import DEFAULTS, spec_from_name
 
     assert spec_from_name("defaults") == DEFAULTS
     assert spec_from_name("B=48") == BASE
@@ -66,7 +67,7 @@ def test_spec_from_name():
 
 def test_tree_systems():
     """The tools' ``--trees``: PR and EAGLE-3.1 at every named tree."""
-    from gambit.bench.spec import DEFAULTS, tree_systems
+    from gambit.bench.spec_cells import DEFAULTS, tree_systems
 
     got = tree_systems("defaults;B=48 m=0")
     assert list(got) == ["pr [defaults]", "eagle3.1 [defaults]", "pr [B=48 m=0]", "eagle3.1 [B=48 m=0]"]
@@ -77,7 +78,7 @@ def test_tree_systems():
 def test_cycle_ratio_pairs_chunks():
     """Table 9 pairs each chunk's seconds per cycle with the other system's on the same chunk (run
     next to it), leaving out chunks where either drafted nothing; per-repetition ratios beside it."""
-    from gambit.bench.spec import _cycle_ratio
+    from gambit.bench.spec_report import _cycle_ratio
 
     rows = {"p": {"cycle_seconds": [2.0, 4.0], "chunk_cycle_seconds": [1.1, None, 3.0, 1.2, 0.5]},
             "e": {"cycle_seconds": [2.0, 2.0], "chunk_cycle_seconds": [1.0, 1.0, 1.0, 1.0, None]}}
@@ -135,8 +136,8 @@ def test_a_target_folder_without_a_model_is_refused(tmp_path, no_run):
 def test_a_missing_drafter_in_a_real_folder_stays_a_random_stand_in(tmp_path, monkeypatch):
     """The stand-in is deliberate where the folder is there but lacks a drafter (the command runs; the
     ablation drafters are left out); only a folder that is not there is refused."""
-    import gambit.bench.spec
-    from gambit.bench.spec import OPTIONAL, load_drafters
+    import gambit.bench.spec_cells
+    from gambit.bench.spec_cells import OPTIONAL, load_drafters
 
     class Eng:
         model = None
@@ -145,7 +146,7 @@ def test_a_missing_drafter_in_a_real_folder_stays_a_random_stand_in(tmp_path, mo
             pass
 
     made = []
-    monkeypatch.setattr(gambit.bench.spec, "random_drafter",
+    monkeypatch.setattr(gambit.bench.spec_cells, "random_drafter",
                         lambda model, seed, method: made.append(method) or object())
     found = load_drafters(Eng(), tmp_path)
     assert set(found.values()) == {"random"} and not set(found) & set(OPTIONAL)
@@ -162,7 +163,7 @@ def test_threads_help_says_its_default(capsys):
 
 def test_a_cell_without_a_drafted_tree_shows_no_tau():
     """The Batch-cap table printed tau 0.00 when every step was capped: no tree, so no tau."""
-    from gambit.bench.spec import _cell
+    from gambit.bench.spec_report import _cell
 
     row = {"tau": 0.0, "cycles": 0, "speedup": 1.02, "speedup_spread": [0.99, 1.05]}
     assert _cell(row) == "— / 1.02x (0.99-1.05)"

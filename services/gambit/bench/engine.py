@@ -27,18 +27,27 @@ here (a multi-threaded sum over a 512 MiB fp32 tensor, median of several, once p
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import gambit
-from gambit.bench.vllm_worker import peak_mb, reset_peak
+from gambit.bench.engine_backends import log, make_prompts, memory_bandwidth_gbs, role_main, weight_bytes
+from gambit.bench.engine_report import (
+    BACKENDS,
+    LABELS,
+    NATIVE_DTYPES,
+    VLLM_CONFIGS,
+    _median_rows,
+    _ratio,
+    _rows,
+    format_table,
+    kernel_notes,
+)
 from gambit.model.registry import resolve_model
 
 DEFAULT_MODEL = Path(gambit.__file__).parent / "assets" / "target"
@@ -52,201 +61,6 @@ FORK_TOKENS = 1000
 SEEDS = {"prompts": 0, "fork_prompt": 1, "sampling": None}
 
 
-def log(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-
-def make_prompts(folder: str | Path, n: int, long_tokens: int = 0) -> list[list[int]]:
-    """Token ids (BOS + text) of the first ``n`` test problems, with the model's tokenizer as the engine
-    loads it (``load_tokenizer``: a folder or a fetched model's name, errors naming the folder); with
-    ``long_tokens``, one prompt of that many ids made of concatenated problems and solutions."""
-    from gambit.model.loader import load_tokenizer
-    from gambit.tasks.arithmetic import generate
-
-    tok = load_tokenizer(folder)
-    if not long_tokens:
-        return [tok.encode(p.prompt) for p in generate("test", n, 0)]
-    ids, k = [], 16
-    while len(ids) < long_tokens:
-        ids = tok.encode("\n\n".join(p.prompt + p.solution for p in generate("test", k, 1)))
-        k *= 2
-    return [ids[:long_tokens]]
-
-
-# -- backends, each run in its own process (``--role``) --------------------------------------------
-def native_batch(folder: str, prompts: list[list[int]], tokens: int, temperature: float,
-                 weights: str = "float32", kv_dtype: str = "auto", top_p: float = 1.0,
-                 batch_invariant: bool = False) -> dict:
-    """Decode ``len(prompts)`` traces for ``tokens`` tokens on a fresh engine sized to the batch, its linear
-    weights in ``weights`` (``EngineConfig.cpu_weights``; activations fp32 either way), its KV cache in
-    ``kv_dtype`` (``EngineConfig.kv_dtype``), with ``EngineConfig.batch_invariant``."""
-    from gambit.engine import Engine, EngineConfig, SamplingParams, TokenEvent
-
-    b, bs = len(prompts), 16
-    need = sum(-(-(len(p) + tokens + 1) // bs) for p in prompts)
-    eng = Engine.from_pretrained(folder, EngineConfig(model=folder, device="cpu", cpu_weights=weights,
-                                                      kv_dtype=kv_dtype, block_size=bs, num_blocks=need + 4,
-                                                      max_num_seqs=b, batch_invariant=batch_invariant))
-    warm = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=min(8, tokens), ignore_eos=True)
-    eng.generate(prompts, warm)
-    reset_peak()
-    sp = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=tokens, ignore_eos=True)
-    for p in prompts:
-        eng.add(p, sp)
-    first: set[int] = set()
-    n, t_first = 0, None
-    t0 = time.perf_counter()
-    while eng.has_unfinished():
-        for ev in eng.step():
-            if isinstance(ev, TokenEvent):
-                n += 1
-                first.add(ev.trace_id)
-        if t_first is None and len(first) == b:
-            t_first = time.perf_counter()
-    t1 = time.perf_counter()
-    if n != b * tokens:
-        raise RuntimeError(f"native batch {b}: got {n} tokens, expected {b * tokens}")
-    kv_mb = eng.runner.cache.k.nbytes * 2 / 2**20
-    return {"batch": b, "tok_s": b * (tokens - 1) / max(t1 - t_first, 1e-9), "total_tok_s": n / (t1 - t0),
-            "total_s": t1 - t0, "prefill_s": t_first - t0, "peak_mb": peak_mb(), "kv_mb": kv_mb}
-
-
-def hf_batch(model, prompts: list[list[int]], tokens: int, temperature: float, pad_id: int,
-             top_p: float = 1.0) -> dict:
-    """``transformers`` generate with left padding; decode rate from t(N) - t(1)."""
-    import torch
-
-    b, width = len(prompts), max(len(p) for p in prompts)
-    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    kw = {"do_sample": temperature > 0, "pad_token_id": pad_id}
-    if temperature > 0:
-        kw.update(temperature=temperature, top_k=0, top_p=top_p)
-
-    def gen(n: int) -> float:
-        t0 = time.perf_counter()
-        with torch.inference_mode():
-            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, **kw)
-        if out.shape[1] != width + n:
-            raise RuntimeError(f"HF batch {b}: generated {out.shape[1] - width} tokens, expected {n}")
-        return time.perf_counter() - t0
-
-    gen(min(8, tokens))  # warm-up
-    reset_peak()
-    t1, tn = gen(1), gen(tokens)
-    return {"batch": b, "tok_s": b * (tokens - 1) / max(tn - t1, 1e-9), "total_tok_s": b * tokens / tn,
-            "total_s": tn, "prefill_s": t1, "peak_mb": peak_mb()}
-
-
-def fork_vs_prefill(folder: str, ids: list[int], reps: int) -> dict:
-    """Median time of ``engine.fork`` of a prefilled trace vs the prefill step of the same ids."""
-    from gambit.engine import Engine, EngineConfig, SamplingParams
-
-    eng = Engine.from_pretrained(folder, EngineConfig(model=folder, device="cpu", dtype="float32"))
-    sp = SamplingParams(temperature=0.8, max_tokens=16, ignore_eos=True)
-    prefill, fork, parent = [], [], None
-    for i in range(reps + 1):  # the first prefill is a warm-up; the step runs this trace alone
-        if parent is not None:
-            eng.abort(parent)
-        parent = eng.add(ids, sp)
-        t0 = time.perf_counter()
-        eng.step()
-        if i:
-            prefill.append(time.perf_counter() - t0)
-    if eng.get(parent).num_cached != len(ids):
-        raise RuntimeError("the long prompt was not prefilled in one step")
-    for _ in range(5 * reps):
-        t0 = time.perf_counter()
-        children = eng.fork(parent, 1)
-        fork.append(time.perf_counter() - t0)
-        for c in children:
-            eng.abort(c)
-    fork_ms, prefill_ms = statistics.median(fork) * 1e3, statistics.median(prefill) * 1e3
-    return {"tokens": len(ids), "fork_ms": fork_ms, "prefill_ms": prefill_ms,
-            "ratio": prefill_ms / max(fork_ms, 1e-9), "fork_reps": len(fork), "prefill_reps": len(prefill)}
-
-
-def role_main(args: argparse.Namespace) -> None:
-    """Child process: run one backend over all batches, print one JSON line."""
-    from gambit.bench.kernel_note import cpu_kernels_note
-
-    folder, out = str(args.model), []
-    if args.role == "fork":
-        fk = fork_vs_prefill(folder, json.loads(Path(args.prompts).read_text()), args.reps)
-        print(json.dumps({**fk, "kernel_note": cpu_kernels_note()}))
-        return
-    prompts = json.loads(Path(args.prompts).read_text())
-    if args.role == "hf":
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-        pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
-    for b in args.batches:
-        if args.role == "native":
-            row = native_batch(folder, prompts[:b], args.tokens, args.temperature, args.weights,
-                               args.kv_dtype, args.top_p, args.batch_invariant)
-        else:
-            row = hf_batch(model, prompts[:b], args.tokens, args.temperature, pad, args.top_p)
-        log(f"{args.role} batch {b}: {row['tok_s']:.0f} tok/s decode, {row['total_tok_s']:.0f} tok/s "
-            f"total, peak {row['peak_mb']:.0f} MB")
-        if args.role == "native":  # the parent's notes say when it timed the PyTorch path
-            row["kernel_note"] = cpu_kernels_note()
-        out.append(row)
-        gc.collect()
-    print(json.dumps(out))
-
-
-# -- orchestration -------------------------------------------------------------------------------
-def memory_bandwidth_gbs(mib: int = 512, reps: int = 7) -> float:
-    """Read bandwidth (GB/s): median time of ``x.sum()`` over a ``mib`` MiB fp32 tensor."""
-    import torch
-
-    x = torch.ones(mib * 2**20 // 4)
-    x.sum()  # touch every page first
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        x.sum()
-        times.append(time.perf_counter() - t0)
-    return x.nbytes / statistics.median(times) / 1e9
-
-
-def weight_bytes(folder: Path, element_bytes: int | None = None) -> int:
-    """Bytes of the weights a decode step reads (the safetensors tensors; a tied head counts once), as
-    stored, or at ``element_bytes`` per element (2: the same weights in bfloat16)."""
-    from safetensors import safe_open
-
-    total = 0
-    for f in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(f), "pt") as st:
-            for k in st.keys():
-                sl = st.get_slice(k)
-                n = 1
-                for d in sl.get_shape():
-                    n *= d
-                total += n * (element_bytes or {"F32": 4, "BF16": 2, "F16": 2}.get(sl.get_dtype(), 4))
-    return total
-
-
-def _median_rows(rounds: list[list[dict] | None]) -> list[dict] | None:
-    """Per batch: the median of every numeric field over rounds, plus the tok/s spread."""
-    by: dict[int, list[dict]] = {}
-    for rows in rounds:
-        for r in rows or []:
-            by.setdefault(r["batch"], []).append(r)
-    if not by:
-        return None
-    out = []
-    for b, rs in sorted(by.items()):
-        row = {k: statistics.median(r[k] for r in rs) for k in rs[0] if k != "batch"
-               and isinstance(rs[0][k], int | float)}
-        row.update(batch=b, rounds=len(rs), tok_s_min=min(r["tok_s"] for r in rs),
-                   tok_s_max=max(r["tok_s"] for r in rs))
-        out.append(row)
-    return out
-
-
 def _child(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[object | None, str]:
     """Run a child; (parsed last stdout line, error note). Its stderr goes straight to ours."""
     try:
@@ -257,24 +71,6 @@ def _child(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[obj
     if r.returncode or not lines:
         return None, f"exit code {r.returncode}; see the log above"
     return json.loads(lines[-1]), ""
-
-
-# the vLLM configurations measured: name -> (row key, dtype, enforce_eager)
-VLLM_CONFIGS = {"defaults": ("vllm", "auto", False), "float32": ("vllm_fp32", "float32", True)}
-# the native engine's configurations measured: name -> (row key, cpu_weights, kv_dtype)
-# --native-dtypes name: (row key, cpu_weights, kv_dtype, batch_invariant)
-NATIVE_DTYPES = {"float32": ("native", "float32", "auto", False),
-                 "bfloat16": ("native_bf16", "bfloat16", "auto", False),
-                 "bfloat16+kv": ("native_bf16kv", "bfloat16", "bfloat16", False),
-                 "float32+inv": ("native_inv", "float32", "auto", True),
-                 "bfloat16+kv+inv": ("native_bf16kv_inv", "bfloat16", "bfloat16", True)}
-BACKENDS = ("native", "native_bf16", "native_bf16kv", "native_inv", "native_bf16kv_inv", "hf", "vllm",
-            "vllm_fp32")  # row keys, in table order
-SHORT = {"native": "nat", "native_bf16": "nat16", "native_bf16kv": "nat16kv", "native_inv": "natI",
-         "native_bf16kv_inv": "nat16kvI", "hf": "HF", "vllm": "vLLM", "vllm_fp32": "vLLM32"}
-LABELS = {"native": "native fp32", "native_bf16": "native bf16", "native_bf16kv": "native bf16+kv",
-          "native_inv": "native fp32 invariant", "native_bf16kv_inv": "native bf16+kv invariant",
-          "hf": "HF fp32", "vllm": "vLLM defaults", "vllm_fp32": "vLLM fp32"}
 
 
 def name_list(known: dict):
@@ -299,66 +95,6 @@ def _vllm(py: Path, folder: Path, pfile: Path, batches: list[int], tokens: int, 
            str(temperature), "--top-p", str(top_p), "--dtype", dtype] + (["--eager"] if eager else [])
     out, err = _child(cmd, 3600, {**os.environ, "PYTHONPATH": ""})
     return out, err and f"vLLM failed: {err}"
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a and b else None
-
-
-# (numerator, denominator) row keys of the ratios each row reports
-RATIOS = (("native", "hf"), ("native", "vllm"), ("native", "vllm_fp32"), ("native_bf16", "vllm"),
-          ("native_bf16kv", "vllm"), ("native_inv", "native"), ("native_bf16kv_inv", "native_bf16kv"),
-          ("native_bf16kv_inv", "vllm"))
-
-
-def kernel_notes(rounds: dict[str, list], fork: dict | None) -> list[str]:
-    """The native children's word on the C++ CPU kernels (``gambit.bench.kernel_note``), one line per
-    distinct note naming the backends it holds for: a child that lost a build race to another process
-    once timed the PyTorch path while the table looked as usual."""
-    from gambit.bench.kernel_note import grouped
-
-    said: dict[str, str] = {}
-    for key, rows in rounds.items():
-        for r in (x for rs in rows for x in rs or []):
-            if r.get("kernel_note"):
-                said[LABELS[key]] = r["kernel_note"]
-    if fork and fork.get("kernel_note"):
-        said["fork"] = fork["kernel_note"]
-    return grouped(said)
-
-
-def _pair_ratio(rounds: dict[str, list], a: str, c: str, batch: int) -> dict | None:
-    """``a`` / ``c`` tok/s at ``batch`` within each round (the two ran minutes apart, not hours),
-    summarised over the rounds (``record.pair_ratios``); None: no round measured both."""
-    from gambit.bench import record
-
-    def rates(key: str) -> list[float | None]:
-        return [next((r["tok_s"] for r in rows or [] if r["batch"] == batch), None)
-                for rows in rounds.get(key, [])]
-
-    return record.pair_ratios(rates(a), rates(c))
-
-
-def _rows(batches: list[int], by_backend: dict[str, list | None], rounds: dict[str, list] | None = None
-          ) -> list[dict]:
-    """One row per batch size joining the backends (``BACKENDS`` keys; missing numbers are None). With
-    ``rounds`` (backend → per-round rows) each ratio is the median of the per-round ratios, its
-    min-max in ``{a}_vs_{c}_spread``; without, the ratio of the medians."""
-    by = {k: {r["batch"]: r for r in (by_backend.get(k) or [])} for k in BACKENDS}
-    rows = []
-    for b in batches:
-        got = {k: by[k].get(b, {}) for k in BACKENDS}
-        row: dict = {"batch": b}
-        for k, r in got.items():
-            row.update({f"{k}_tok_s": r.get("tok_s"), f"{k}_peak_mb": r.get("peak_mb"),
-                        f"{k}_total_tok_s": r.get("total_tok_s"), f"{k}_prefill_s": r.get("prefill_s"),
-                        f"{k}_tok_s_min": r.get("tok_s_min"), f"{k}_tok_s_max": r.get("tok_s_max")})
-        for a, c in RATIOS:
-            pr = _pair_ratio(rounds, a, c, b) if rounds else None
-            row[f"{a}_vs_{c}"] = pr["median"] if pr else _ratio(row[f"{a}_tok_s"], row[f"{c}_tok_s"])
-            row[f"{a}_vs_{c}_spread"] = [pr["min"], pr["max"]] if pr else None
-        rows.append({**row, "native_kv_mb": got["native"].get("kv_mb")})
-    return rows
 
 
 def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] | None = None,
@@ -485,53 +221,6 @@ def run_engine_bench(model_folder: str | Path | None = None, batches: list[int] 
         record.write_json(result, json_path)
         log(f"wrote {json_path}")
     return result
-
-
-def format_table(result: dict) -> str:
-    def f(x: float | None, fmt: str = ".0f") -> str:
-        return "-" if x is None else format(x, fmt)
-
-    shown = [k for k in BACKENDS if any(r.get(f"{k}_tok_s") for r in result["rows"])] or ["native"]
-    ratios = [(a, c) for a, c in RATIOS if a in shown and c in shown]
-    names = [f"{SHORT[a]}/{SHORT[c]}" for a, c in ratios]
-    head = " | ".join([f"{'batch':>5}"] + [f"{LABELS[k] + ' tok/s':>18}" for k in shown]
-                      + [f"{n:>11}" for n in names])
-    lines = [f"model {result['model']}, {result['new_tokens']} new tokens, T={result['temperature']}, "
-             f"top-p {result.get('top_p', 1.0)}",
-             head, "-" * len(head)]
-    for r in result["rows"]:
-        cells = [f"{r['batch']:>5}"] + [f"{f(r.get(f'{k}_tok_s')):>18}" for k in shown]
-        cells += [f"{f(r.get(f'{a}_vs_{c}'), '.2f'):>11}" for a, c in ratios]
-        lines.append(" | ".join(cells))
-    lines.append("peak MB: " + "; ".join(
-        f"{LABELS[k]} " + "/".join(f(r.get(f"{k}_peak_mb")) for r in result["rows"]) for k in shown))
-    for r in result["rows"]:
-        if r.get("bound_tok_s"):
-            lines.append(f"batch 1 bandwidth bound: {result['weight_bytes'] / 1e6:.0f} MB of weights / "
-                         f"{result['bandwidth_gbs']:.1f} GB/s = {r['bound_tok_s']:.1f} tok/s (16-bit "
-                         f"weights: {f(r.get('bound_16bit_tok_s'), '.1f')}); " + ", ".join(
-                             f"{LABELS[k]} {f(r.get(f'{k}_vs_bound') and 100 * r[f'{k}_vs_bound'])}%"
-                             for k in shown if k != "hf") + " of its bound")
-    for key in ("vllm", "vllm_fp32"):
-        v = result.get(key)
-        if v:
-            lines.append(f"{LABELS[key]}: vLLM {v.get('version')}, dtype {v.get('dtype')}, "
-                         f"{'eager' if v.get('enforce_eager') else 'torch.compile'}")
-    if result.get("repeats", 1) > 1:
-        lines.append(f"medians of {result['repeats']} interleaved rounds; ratios: the median of the "
-                     "per-round ratios; spread (min-max over rounds):")
-        for r in result["rows"]:
-            lines.append(f"  batch {r['batch']}: " + "; ".join(
-                [f"{LABELS[k]} {f(r.get(f'{k}_tok_s_min'))}-{f(r.get(f'{k}_tok_s_max'))} tok/s" for k in shown
-                 if r.get(f"{k}_tok_s_min") is not None]
-                + [f"{SHORT[a]}/{SHORT[c]} {r[f'{a}_vs_{c}_spread'][0]:.2f}-{r[f'{a}_vs_{c}_spread'][1]:.2f}"
-                   for a, c in ratios if r.get(f"{a}_vs_{c}_spread")]))
-    fk = result.get("fork_vs_prefill")
-    if fk:
-        lines.append(f"fork {fk['tokens']}-token trace: {fk['fork_ms']:.3f} ms; re-prefill "
-                     f"{fk['prefill_ms']:.1f} ms; ratio {fk['ratio']:.0f}x")
-    lines += [f"note: {n}" for n in result.get("notes", [])]
-    return "\n".join(lines)
 
 
 def batch_list(text: str) -> list[int]:

@@ -61,7 +61,7 @@ def profile(folder: str, batch: int, steps: int, threads: int, cpu_linear: str,
     import torch
     from torch.profiler import profile as torch_profile
 
-    from gambit.bench.engine import make_prompts
+    from gambit.bench.engine_backends import make_prompts
     from gambit.engine import Engine, EngineConfig, SamplingParams
 
     torch.set_num_threads(threads)
