@@ -315,3 +315,27 @@ def test_a_client_leaving_after_a_takeover_wrote_running_leaves_the_new_replicas
         assert rec["status"] == "cancelled" and rec["result"]["message"].startswith("stream closed")
     with pytest.raises(TypeError, match="lost"):  # the replica's id, not a flag
         me._flag_cancel("gap", False, 1.0, True)
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_an_unstarted_cancel_leaves_a_run_a_replica_holds_for_batch_slots(view, kind):
+    """A replica that admitted the run and holds it for batch slots writes "queued" with its id: the
+    unstarted cancel (end_queued) ended that record as cancelled-unstarted while the replica held it.
+    It ends only a "queued" record with no replica; the replica reads the flag and ends the run itself."""
+    from gambit.deployments.run_records import cancel_queued, flag_cancel
+    from gambit.serving.tree_view import MemoryTreeView
+
+    tree = view if kind == "redis" else MemoryTreeView()
+    for end in (lambda r: flag_cancel(tree, r, unstarted=True), lambda r: cancel_queued(tree, r)):
+        tree.delete_run("held")
+        tree.delete_run("free")
+        tree.put_run("held", status="queued", replica="r1")
+        tree.put_run("free", status="queued")
+        end("held")
+        end("free")
+        rec = tree.get_run("held")
+        assert (rec["status"], rec["replica"]) == ("queued", "r1") and "result" not in rec
+        assert tree.get_run("free")["status"] == "cancelled"
+        assert tree.get_run("free")["result"]["message"].endswith("(before a Target admitted it)")
+    flag_cancel(tree, "held", unstarted=True)
+    assert tree.cancel_requested(["held"])  # the holding replica stops the run on its flag

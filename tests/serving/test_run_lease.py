@@ -169,3 +169,13 @@ def test_a_write_while_held_by_a_replica_leaves_a_takeovers_record(tree):
     assert [tree.get_run(r)["status"] for r in ("a", "h", "b", "d", "q")] == [
         "cancelled", "cancelled", "running", "done", "queued"]
     assert tree.get_run("nope") is None
+
+
+def test_a_conditional_queued_write_skips_a_record_a_replica_holds(tree):
+    """``put_run_if`` (a Coordinator ending a run no Target admitted) writes only a record naming no
+    replica: "queued" with a replica id is a run held for batch slots, which its replica ends."""
+    tree.put_run("q-held", status="queued", replica="r1")
+    tree.put_run("q-none", status="queued", replica="")
+    assert not tree.put_run_if("q-held", "queued", status="cancelled")
+    assert tree.put_run_if("q-none", "queued", status="cancelled")
+    assert tree.get_run("q-held")["status"] == "queued" and tree.get_run("q-none")["status"] == "cancelled"

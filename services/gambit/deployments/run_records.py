@@ -40,8 +40,10 @@ def flagged(tree, run_id: str) -> str:
 
 
 def end_queued(tree, run_id: str, result: dict) -> bool:
-    """End a run's record with ``result`` while it is still queued (no Target admitted it): True when
-    ended; a Target that admitted it meanwhile keeps its own status. Raises StoreUnavailable."""
+    """End a run's record with ``result`` while it is still queued with no replica (no Target admitted
+    it): True when ended. A Target that admitted it meanwhile keeps its own record, "queued" with its
+    replica id too while it holds the run for batch slots: that replica reads the cancel flag and ends
+    the run itself. Raises StoreUnavailable."""
     return tree.put_run_if(run_id, "queued", status=result["status"], message=result["message"],
                            total_s=result["total_s"], result=result)
 

@@ -19,6 +19,7 @@ HEARTBEAT_S = 5.0
 LEASE_S = 3 * HEARTBEAT_S  # three beats missed: a busy node's pause is not a death
 HELD_STATUSES = ("running", "queued")  # record statuses of a run a replica holds (with its "replica")
 HELD = tuple(json.dumps(s) for s in HELD_STATUSES)  # the same, as encoded in the records
+NO_REPLICA = (None, json.dumps(""), json.dumps(None))  # a record's "replica" (encoded) when none holds it
 
 # KEYS[1] the replica's heartbeat; ARGV[1] its TTL. The Redis server's clock, one for every machine.
 BEAT = """
@@ -42,6 +43,18 @@ redis.call('EXPIRE', KEYS[1], ARGV[1])
 return 1
 """
 
+
+# KEYS[1] the record; ARGV[2] a status: the record says it and names no replica (a run not admitted yet:
+# a replica that admitted it and holds it for batch slots also says "queued", with its id)
+_UNHELD_IN = f"""
+if redis.call('HGET', KEYS[1], 'status') ~= ARGV[2] then return 0 end
+local r = redis.call('HGET', KEYS[1], 'replica')
+if r and {' and '.join(f"r ~= '{x}'" for x in NO_REPLICA if x)} then return 0 end
+"""
+
+# KEYS[1] the record; ARGV: the TTL, the status, then fields: written only while the record says that
+# status and no replica holds the run (a Coordinator ending a run no Target admitted)
+IF_UNHELD = _UNHELD_IN + _write_from(3)
 
 # KEYS[1] the record; ARGV: the TTL, the replica, then fields: written only while that replica holds the
 # run (a Coordinator ending the run of a replica it lost: a takeover's record stays)

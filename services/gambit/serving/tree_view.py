@@ -18,7 +18,17 @@ import time
 
 from gambit.checks import at_least
 from gambit.search.store import PASSWORD_ENV, StoreUnavailable, login_refused, redact_url  # one error: both
-from gambit.serving.run_lease import BEAT, HELD, IF_HELD, IF_LOST, LEASE_S, holder, stale
+from gambit.serving.run_lease import (
+    BEAT,
+    HELD,
+    IF_HELD,
+    IF_LOST,
+    IF_UNHELD,
+    LEASE_S,
+    NO_REPLICA,
+    holder,
+    stale,
+)
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 ENDED = ("done", "limit", "cancelled", "failed")
@@ -46,15 +56,6 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 redis.call('DEL', KEYS[2])
-return 1
-"""
-
-
-# the record's fields replaced only while its status is still ARGV[2] (a queued run nobody admitted)
-_IF_STATUS = """
-if redis.call('HGET', KEYS[1], 'status') ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 3))
-redis.call('EXPIRE', KEYS[1], ARGV[1])
 return 1
 """
 
@@ -107,10 +108,13 @@ class MemoryTreeView:
             return None
 
     def put_run_if(self, run_id: str, while_status: str, /, **fields) -> bool:
-        """Write ``fields`` only while the run's status is ``while_status`` (True when written)."""
+        """Write ``fields`` only while the run's status is ``while_status`` and its record names no
+        replica (True when written): a Target replica that admitted the run and holds it for batch
+        slots says "queued" too, with its id, and ends the run itself (``run_lease.IF_UNHELD``)."""
         with self._lock:
             got = self._runs.get(run_id)
-            if got is None or got.get("status") != _enc(while_status):
+            if (got is None or got.get("status") != _enc(while_status)
+                    or got.get("replica") not in NO_REPLICA):
                 return False
             got.update({k: _enc(v) for k, v in fields.items()})
             self._written[run_id] = time.monotonic()
@@ -247,10 +251,10 @@ class RedisTreeView:
         return self.get_run(run_id) or {}
 
     def put_run_if(self, run_id: str, while_status: str, /, **fields) -> bool:
-        """Write ``fields`` only while the run's status is ``while_status``, in one Lua call (True when
-        written): a Target that admits the run meanwhile writes its own status, and that one stays."""
+        """As ``MemoryTreeView.put_run_if``, in one Lua call: a Target that admits the run meanwhile
+        writes its own status and replica, and that record stays."""
         flat = _flat(fields)
-        return bool(self._call(self.r.eval, _IF_STATUS, 1, self._k("run", run_id), self.ttl,
+        return bool(self._call(self.r.eval, IF_UNHELD, 1, self._k("run", run_id), self.ttl,
                                _enc(while_status), *flat))
 
     def get_run(self, run_id: str) -> dict | None:
