@@ -5,21 +5,15 @@ import time
 import uuid
 
 import pytest
+from serving_util import tree_views
 
 from gambit.serving.run_lease import HEARTBEAT_S, LEASE_S
-from gambit.serving.tree_view import MemoryTreeView, RedisTreeView
+from gambit.serving.tree_view import RedisTreeView
 
 
 @pytest.fixture(params=["memory", "redis"])
 def tree(request):
-    if request.param == "memory":
-        yield MemoryTreeView()
-        return
-    view = RedisTreeView(prefix=f"test-lease-{uuid.uuid4().hex[:8]}:")
-    yield view
-    keys = list(view.r.scan_iter(f"{view.prefix}*"))
-    if keys:
-        view.r.delete(*keys)
+    yield from tree_views(request.param, "test-lease")
 
 
 def test_the_lease_is_three_beats():

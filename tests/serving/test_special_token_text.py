@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import re
-import threading
 
 import pytest
 import torch
+from serving_util import second_of_two_runs
 
 from gambit.model.loader import load_tokenizer
 from gambit.model.registry import model_dir
@@ -81,14 +81,7 @@ def test_the_target_refuses_it_as_a_request_error_even_when_the_kv_is_full():
     svc = build_target(EmbeddedConfig(num_blocks=120), None)
     try:
         cfg = SolveConfig(capacity=4, swap=1, max_tokens=400, seed=1)
-        release = threading.Event()
-        held = svc.call(release.wait)
-        busy = svc.submit_run("busy", PROBLEM, cfg, lambda d: None)
-        bad = svc.submit_run("bad", FORGED, cfg, lambda d: None)
-        release.set()
-        held.result(timeout=10)
-        assert busy.result(timeout=10) is None
-        err = bad.exception(timeout=10)
+        err = second_of_two_runs(svc, cfg, ("busy", PROBLEM), ("bad", FORGED))
         assert isinstance(err, ValueError) and not isinstance(err, Overcommitted), err
         assert str(err).startswith("problem: contains the special token '<eos>'"), err
     finally:

@@ -8,6 +8,7 @@ import threading
 
 import pytest
 import torch
+from serving_util import second_of_two_runs
 
 from gambit.serving.embedded import Embedded, EmbeddedConfig, build_target
 from gambit.serving.solve_config import SolveConfig, check_problem
@@ -63,14 +64,7 @@ def test_a_duplicate_run_id_is_a_request_error_even_when_the_kv_is_full():
         cfg = SolveConfig(capacity=4, swap=1, max_tokens=400, seed=1)
         need = svc.blocks_needed(svc.format_problem(PROBLEM), cfg)
         assert need <= svc.engine.num_blocks < 2 * need  # one fits, two do not
-        release = threading.Event()
-        held = svc.call(release.wait)  # the engine thread waits: both runs reach one admission
-        first = svc.submit_run("dup", PROBLEM, cfg, lambda d: None)
-        second = svc.submit_run("dup", PROBLEM, cfg, lambda d: None)
-        release.set()
-        held.result(timeout=10)
-        assert first.result(timeout=10) is None
-        err = second.exception(timeout=10)
+        err = second_of_two_runs(svc, cfg, ("dup", PROBLEM), ("dup", PROBLEM))
         assert not isinstance(err, Overcommitted), err
         assert isinstance(err, ValueError) and str(err).startswith("run_id: 'dup' is already running"), err
     finally:
@@ -114,14 +108,7 @@ def test_a_problem_no_run_can_take_is_a_request_error_even_beside_busy_runs(prob
     svc = build_target(EmbeddedConfig(num_blocks=120), None)
     try:
         cfg = SolveConfig(capacity=4, swap=1, max_tokens=400, seed=1)
-        release = threading.Event()
-        held = svc.call(release.wait)  # both reach one admission: the first holds the KV
-        busy = svc.submit_run("busy", PROBLEM, cfg, lambda d: None)
-        bad = svc.submit_run("bad", problem, cfg, lambda d: None)
-        release.set()
-        held.result(timeout=10)
-        assert busy.result(timeout=10) is None
-        err = bad.exception(timeout=10)
+        err = second_of_two_runs(svc, cfg, ("busy", PROBLEM), ("bad", problem))
         assert isinstance(err, ValueError) and not isinstance(err, Overcommitted), err
         assert re.match(message, str(err)), err
     finally:

@@ -2,9 +2,9 @@
 
 import socket
 import threading
-import uuid
 
 import pytest
+from serving_util import tree_views
 
 from gambit.serving.tree_view import MemoryTreeView, RedisTreeView, taken_message
 
@@ -12,14 +12,7 @@ from gambit.serving.tree_view import MemoryTreeView, RedisTreeView, taken_messag
 @pytest.fixture(params=["memory", "redis"])
 def tree(request):
     """Each test on both views; the Redis one under a prefix of its own, deleted after."""
-    if request.param == "memory":
-        yield MemoryTreeView()
-        return
-    view = RedisTreeView(prefix=f"test-tree-{uuid.uuid4().hex[:8]}:")
-    yield view
-    keys = list(view.r.scan_iter(f"{view.prefix}*"))
-    if keys:
-        view.r.delete(*keys)
+    yield from tree_views(request.param, "test-tree")
 
 
 def test_claim_run_writes_a_record_only_where_none_is(tree):
