@@ -32,14 +32,12 @@ import grpc
 import grpc.experimental.gevent as grpc_gevent
 from locust import User, between, events, task
 
-from gambit.ops.loadtest import (
+from gambit.ops.loadtest_config import MIX, check_options, problem_pool
+from gambit.ops.loadtest_summary import (
     FAILED,
-    MIX,
-    check_options,
     failure_kind,
     failure_lines,
     method_rows,
-    problem_pool,
     run_totals,
     summary_lines,
     summary_rows,

@@ -134,3 +134,33 @@ def test_no_configuration_or_no_api_server_is_a_clear_error(tmp_path, monkeypatc
     said = capsys.readouterr().err
     assert f"gambit cluster wait: error: the Kubernetes API at http://127.0.0.1:{port}: MaxRetryError" in said
     assert time.monotonic() - t < 60
+
+
+def test_an_api_server_that_never_answers_ends_the_wait(tmp_path, capsys):
+    """It took the connection and said nothing: `cluster wait --timeout-s 0.2` waited for ever (the
+    client reads with no timeout); now each read is bounded by the time left and the error is named."""
+    import json
+    import socket
+    import threading
+
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(16)  # the kernel accepts; nobody ever reads or answers
+    port = lsock.getsockname()[1]
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+    got = []
+    t = threading.Thread(target=lambda: got.append(main(["cluster", "wait", "--kubeconfig", str(kc),
+                                                         "--timeout-s", "0.2", "--poll-s", "0.1"])),
+                         daemon=True)
+    t0 = time.monotonic()
+    t.start()
+    t.join(20)
+    lsock.close()
+    assert got == [2], "cluster wait still waiting on an API server that never answers"
+    assert time.monotonic() - t0 < 20
+    assert f"the Kubernetes API at http://127.0.0.1:{port}: " in capsys.readouterr().err

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# one read of the API at most (the client's default is none: an API server that took the connection and
+# never answered held `cluster status`, and `cluster wait` past its --timeout-s, for ever)
+REQUEST_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -144,13 +147,14 @@ def _wants_gpu(container: dict) -> bool:
     return str(limits.get(GPU_RESOURCE, "0")) not in ("0", "")
 
 
-def fetch_status(cfg: ClusterConfig, api) -> ClusterStatus:
+def fetch_status(cfg: ClusterConfig, api, timeout_s: float = REQUEST_TIMEOUT_S) -> ClusterStatus:
+    """The RayService's status and its GPU worker pods; each API read bounded by ``timeout_s``."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
     try:
         rs = client.CustomObjectsApi(api).get_namespaced_custom_object(
-            "ray.io", "v1", cfg.namespace, "rayservices", cfg.name)
+            "ray.io", "v1", cfg.namespace, "rayservices", cfg.name, _request_timeout=timeout_s)
     except ApiException as e:
         if e.status == 404:
             return ClusterStatus(found=False)
@@ -169,7 +173,8 @@ def fetch_status(cfg: ClusterConfig, api) -> ClusterStatus:
     pods = []
     if cluster and gpu_groups:
         listed = client.CoreV1Api(api).list_namespaced_pod(
-            cfg.namespace, label_selector=f"ray.io/cluster={cluster},ray.io/node-type=worker")
+            cfg.namespace, label_selector=f"ray.io/cluster={cluster},ray.io/node-type=worker",
+            _request_timeout=timeout_s)
         for pod in listed.items:
             if (pod.metadata.labels or {}).get("ray.io/group") not in gpu_groups:
                 continue
@@ -184,10 +189,12 @@ def fetch_status(cfg: ClusterConfig, api) -> ClusterStatus:
 
 
 def wait_ready(cfg: ClusterConfig, api, clock=time.monotonic, sleep=time.sleep) -> ClusterStatus:
-    """Poll until ready; TimeoutError naming what is still not ready after `cfg.timeout_s`."""
+    """Poll until ready; TimeoutError naming what is still not ready after `cfg.timeout_s`. A read
+    is bounded by the time left (0.25 s at least), so an API server that never answers ends the wait too
+    (the client's error: the CLI names it, exit 2)."""
     deadline = clock() + cfg.timeout_s
     while True:
-        st = fetch_status(cfg, api)
+        st = fetch_status(cfg, api, min(REQUEST_TIMEOUT_S, max(0.25, deadline - clock())))
         if st.ready:
             return st
         if clock() >= deadline:
