@@ -4,15 +4,18 @@ It validates requests, records runs in the tree view (Redis), starts each run on
 (the run stays pinned there: its KV lives there; the Target's request router, ``kv_router``, picks
 the replica whose KV holds it with the most room left; a replica that cannot hold it refuses, and
 the run is tried on the others before RESOURCE_EXHAUSTED) and relays the run's events. If that
-replica dies mid-run, another one takes the run over from its tree in Redis (``takeover``). The
+replica dies mid-run, or its stream goes silent and its lease lapses (``run_lease``: its engine
+stopped), another one takes the run over from its tree in Redis (``takeover``). The
 tournament itself runs inside the Target next to its engine (see README, "Architecture"), so a
 Coordinator holds no run state: any replica serves GetRun/CancelRun. The records it writes itself
-(runs that end with no Target's result) and GetRun's reading are ``run_records``.
+(runs that end with no Target's result), GetRun's reading and the sweep of lost runs are
+``run_records``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
@@ -25,6 +28,7 @@ from ray import serve
 
 from gambit.deployments.ray_metrics import ray_metrics
 from gambit.deployments.run_records import (
+    SWEEP_S,
     UNSTARTED,
     cancel_queued,
     end_failed,
@@ -35,17 +39,22 @@ from gambit.deployments.run_records import (
     flag_cancel,
     flagged,
     held_by,
+    lease_lapsed,
     put_fields,
     run_info,
+    sweep_lost,
 )
-from gambit.deployments.takeover import Lost, TargetLost, target_died
+from gambit.deployments.takeover import LeaseLost, Lost, TargetLost, target_died
 from gambit.serving.convert import SETTINGS, event_msg, result_msg, settings_msg
 from gambit.serving.protos import load
+from gambit.serving.run_lease import HEARTBEAT_S
 from gambit.serving.security import check_token, read_token
 from gambit.serving.solve_config import check_run_id, from_request, server_defaults
 from gambit.serving.tree_view import ENDED, RETENTION_S, StoreUnavailable, open_tree_view, taken_message
 
 QUEUED_POLL_S = 0.5  # while a Solve waits in Serve's queue, its cancel flag is read this often
+LEASE_POLL_S = HEARTBEAT_S  # while a started run's stream is silent, its lease is read this often
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -111,11 +120,28 @@ class Coordinator:
         self.metrics.set("gambit_num_requests_waiting", 0)
         # Ray drops a gauge that was not set for ~2 export intervals: keep it fresh while idle (ops).
         threading.Thread(target=self._refresh_gauges, name="gauges", daemon=True).start()
+        threading.Thread(target=self._sweep, name="lost-runs", daemon=True).start()
 
     def _refresh_gauges(self) -> None:
         while True:
             time.sleep(5.0)
             self.metrics.set("gambit_num_requests_waiting", self.waiting)
+
+    def _sweep(self, every_s: float = SWEEP_S, rounds: int | None = None) -> None:
+        """End the runs of replicas whose lease lapsed, every ``every_s`` (``run_records.sweep_lost``):
+        nobody else may ever read them. ``rounds``: stop after that many (tests)."""
+        swept: dict[str, str] = {}
+        while rounds is None or rounds > 0:
+            time.sleep(every_s)
+            rounds = None if rounds is None else rounds - 1
+            try:
+                ended = sweep_lost(self.tree, swept)
+            except Exception as e:  # noqa: BLE001 — the next sweep may read
+                log.warning("lost runs not swept: %s: %s", type(e).__name__, e)
+                continue
+            if ended:
+                log.warning("ended %d run(s) whose Target replica stopped beating: %s", len(ended),
+                            ", ".join(ended[:10]) + (" ..." if len(ended) > 10 else ""))
 
     # -- helpers -------------------------------------------------------------------------------
     def _check(self, grpc_context) -> None:
@@ -203,7 +229,7 @@ class Coordinator:
         while not call.got_result:
             retry = False
             try:
-                async for d in self._events(call, run_id):
+                async for d in self._events(call, run_id, lost):
                     if d.get("unstarted"):  # cancelled while Serve queued it (``_events``)
                         call.got_result = True
                         yield self._result(d, call, method)
@@ -246,6 +272,9 @@ class Coordinator:
             except Exception as e:  # noqa: BLE001 — a lost replica is taken over, the rest is raised
                 if isinstance(e, RPCError) or call.got_result or not target_died(e):
                     raise
+                if isinstance(e, LeaseLost):  # alive to Serve, so it may be routed to: avoided
+                    call.stream.cancel()  # its run stops there (freeing its KV) if its engine moves again
+                    call.avoid += (e.replica,) if e.replica not in call.avoid else ()
                 # no takeover was asked for yet: its record names the lost replica (its started event
                 # may not have come), and a client that leaves from now on ends the run only there
                 call.lost = await asyncio.to_thread(held_by, self.tree, run_id) or call.replica
@@ -260,24 +289,34 @@ class Coordinator:
                 resume = True
                 call.stream = self.stream.run.remote(*args, avoid=call.avoid, resume=True)
 
-    async def _events(self, call: Call, run_id: str):
+    async def _events(self, call: Call, run_id: str, lost: Lost | None = None):
         """``call.stream``'s dicts. While none has come (the run waits in Serve's queue, no Target admitted
         it) its cancel flag is read every ``QUEUED_POLL_S``: a flagged run ends here at once, with a
-        cancelled result marked ``unstarted``, where it ended only once a Target slot freed."""
+        cancelled result marked ``unstarted``, where it ended only once a Target slot freed. Once it
+        started on a replica, a silent stream has that replica's lease read every ``LEASE_POLL_S``:
+        lapsed, it is ``LeaseLost`` (its engine stopped, the stream would wait for ever). A re-sent run
+        that no replica starts gives up at the takeover's deadline (``Lost.overdue``)."""
         it = call.stream.__aiter__()
-        while call.first is None:
+        started = ""  # the replica this stream's run started on
+        while True:
             nxt = asyncio.ensure_future(it.__anext__())
             nxt.add_done_callback(lambda f: f.cancelled() or f.exception())  # read even when left behind
             try:
-                while not (await asyncio.wait({nxt}, timeout=QUEUED_POLL_S))[0]:
-                    reason = await asyncio.to_thread(flagged, self.tree, run_id)
-                    if reason:
-                        call.stream.cancel()
-                        total_s = time.perf_counter() - call.t0
-                        d = ended_result(run_id, "cancelled", reason + UNSTARTED, total_s)
-                        await asyncio.to_thread(end_queued_quietly, self.tree, run_id, d)
-                        yield d | {"unstarted": True}
-                        return
+                while not (await asyncio.wait({nxt}, timeout=self._poll_s(call, started, lost)))[0]:
+                    if call.first is None:
+                        reason = await asyncio.to_thread(flagged, self.tree, run_id)
+                        if reason:
+                            call.stream.cancel()
+                            total_s = time.perf_counter() - call.t0
+                            d = ended_result(run_id, "cancelled", reason + UNSTARTED, total_s)
+                            await asyncio.to_thread(end_queued_quietly, self.tree, run_id, d)
+                            yield d | {"unstarted": True}
+                            return
+                    elif started:
+                        if await asyncio.to_thread(lease_lapsed, self.tree, run_id, started):
+                            raise LeaseLost(started)
+                    elif lost is not None and (late := lost.overdue()) is not None:
+                        raise late
             finally:
                 if not nxt.done():
                     nxt.cancel()
@@ -285,9 +324,19 @@ class Coordinator:
                 d = nxt.result()
             except StopAsyncIteration:
                 return
+            if d.get("kind") == "started":
+                started = str(d.get("replica") or "")
             yield d
-        async for d in it:
-            yield d
+
+    def _poll_s(self, call: Call, started: str, lost: Lost | None) -> float | None:
+        """How long a silent stream is waited on before ``_events`` looks again (None: for ever)."""
+        if call.first is None:
+            return QUEUED_POLL_S
+        if started:
+            return LEASE_POLL_S
+        if lost is not None and lost.deadline is not None:
+            return max(0.01, min(LEASE_POLL_S, lost.deadline - lost.clock()))
+        return None
 
     def _first_event(self, t0: float, method: str) -> float:
         first = time.perf_counter() - t0

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from gambit.serving.tree_view import ENDED
+from gambit.serving.tree_view import ENDED, StoreUnavailable
 
 SHUTTING_DOWN = "server shutting down; retry with a new run_id"
 RELAY_S = 0.5  # after the records end: the Results' way through the Coordinators to the clients
@@ -30,7 +30,9 @@ def target_replicas(app: str = "gambit") -> set[str]:
 
 def drain(tree, replicas: set[str], wait_s: float = 10.0) -> list[str]:
     """Stop the runs ``tree`` says run on ``replicas`` and wait up to ``wait_s`` for their records to
-    end; returns their ids. Runs of another server sharing the Redis prefix are left alone."""
+    end; returns their ids. Runs of another server sharing the Redis prefix are left alone. Once the
+    flags are set, a Redis blip while waiting is waited through: it ended the drain, so Serve went down
+    at once and the Results on their way to the clients with it."""
     runs = tree.running_on(replicas) if replicas else []
     stopping = tree.cancel_requested(runs) if runs else {}
     for run_id in runs:  # one being stopped already (CancelRun, a drain before) keeps its reason: a
@@ -40,7 +42,15 @@ def drain(tree, replicas: set[str], wait_s: float = 10.0) -> list[str]:
     left = list(runs)
     while left and time.monotonic() < deadline:
         time.sleep(0.1)
-        left = [r for r in left if ((tree.get_run(r) or {}).get("status") not in ENDED)]
+        left = [r for r in left if not _ended(tree, r)]
     if runs:
         time.sleep(RELAY_S)
     return runs
+
+
+def _ended(tree, run_id: str) -> bool:
+    """The run's record says it ended (False when Redis does not answer: asked again)."""
+    try:
+        return (tree.get_run(run_id) or {}).get("status") in ENDED
+    except StoreUnavailable:
+        return False

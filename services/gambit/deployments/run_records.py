@@ -4,22 +4,28 @@ A Target writes its runs' records; the Coordinator writes a run's end only where
 run was never admitted (cancelled while Serve queued it), or its Target was lost, or it failed after
 it started. Every ended run then has a result (RunInfo.result), whose message says why. A run whose
 Target replica stopped beating (``run_lease.LEASE_S``) ends as failed when read (``end_if_lost``): once
-its replica and the Coordinator relaying it were both gone, nobody else would end it. Plain functions
-of the tree view, called off the event loop (they do network round trips).
+its replica and the Coordinator relaying it were both gone, nobody else would end it. Nobody may read
+it either, so the Coordinators also sweep (``sweep_lost``, every ``SWEEP_S``): a run a lost replica
+held ends within a lease and a sweep, read or not (it said "running" until a GetRun came, in Redis and
+in a drain's listing). Plain functions of the tree view, called off the event loop (they do network
+round trips).
 """
 
 from __future__ import annotations
 
 import datetime
+import time
 
 from google.protobuf.json_format import ParseDict
 
 from gambit.deployments.takeover import TargetLost
 from gambit.serving.convert import progress_msg, result_msg, settings_msg
-from gambit.serving.run_lease import LEASE_S, holder
+from gambit.serving.run_lease import LEASE_S, holder, stale
 from gambit.serving.tree_view import CANCELLED_BY_RPC, ENDED, STREAM_CLOSED, StoreUnavailable
 
 UNSTARTED = " (before a Target admitted it)"
+SWEEP_S = 60.0  # how often a Coordinator looks for replicas whose lease lapsed (one SCAN of the keys)
+SWEEP_MAX = 1000  # runs one sweep ends at most (the rest: the next sweep)
 
 
 def ended_result(run_id: str, status: str, message: str, total_s: float = 0.0) -> dict:
@@ -134,6 +140,64 @@ def end_if_lost(tree, run_id: str, rec: dict) -> dict:
         return tree.get_run(run_id) or rec  # renewed (taken over, or its replica beat) meanwhile
     except StoreUnavailable:
         return rec
+
+
+def lease_lapsed(tree, run_id: str, replica: str) -> bool:
+    """True when ``replica`` held the run and stopped beating: its record still names it and its beat
+    is older than the lease, or a read already ended the run for that (``end_if_lost``). Redis not
+    answering, or a record this version cannot read: False (the stream is waited on)."""
+    try:
+        rec = tree.get_run(run_id) or {}
+        if str(rec.get("replica") or "") != replica or not replica:
+            return False
+        if rec.get("status") == "failed" and (rec.get("result") or {}).get("lost"):
+            return True
+        return holder(rec) == replica and tree.stale_beat(rec) is not None
+    except (StoreUnavailable, ValueError):
+        return False
+
+
+def _beats(tree) -> tuple[dict[str, str], float]:
+    """Every replica's last heartbeat and the clock they are read against (the Redis server's)."""
+    r = getattr(tree, "r", None)
+    if r is None:  # the in-memory view (one process)
+        with tree._lock:
+            return dict(tree._alive), time.time()
+    head = tree._k("alive", "")
+    keys = tree._call(lambda: list(r.scan_iter(head + "*", count=1000)))
+    p = r.pipeline(transaction=False)
+    if keys:
+        p.mget(keys)
+    p.time()
+    got = tree._call(p.execute)
+    sec, usec = got[-1]
+    beats = dict(zip((k[len(head):] for k in keys), got[0], strict=True)) if keys else {}
+    return {k: v for k, v in beats.items() if v is not None}, sec + usec / 1e6
+
+
+def sweep_lost(tree, swept: dict[str, str], limit: int = SWEEP_MAX) -> list[str]:
+    """End as failed (``end_if_lost``) the runs held by replicas whose lease lapsed, read or not; returns
+    their ids. ``swept`` (replica -> the stale beat whose runs were all ended) is the caller's memory
+    between sweeps: a replica is scanned for once per lapse, not at every sweep for the retention.
+    Raises StoreUnavailable."""
+    beats, now = _beats(tree)
+    for r in [r for r in swept if r not in beats]:  # its beat expired: forgotten
+        del swept[r]
+    lapsed = {r: b for r, b in beats.items() if stale(b, now, tree.lease_s) and swept.get(r) != b}
+    if not lapsed:
+        return []
+    runs = tree.running_on(set(lapsed))
+    ended = []
+    for run_id in runs[:limit]:
+        try:
+            rec = tree.get_run(run_id)
+        except ValueError:  # a record this version cannot read: left as it is
+            continue
+        if rec and end_if_lost(tree, run_id, rec).get("status") == "failed":
+            ended.append(run_id)
+    if len(runs) <= limit:
+        swept.update(lapsed)
+    return ended
 
 
 def put_fields(tree, run_id: str, fields: dict) -> None:

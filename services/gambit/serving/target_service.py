@@ -30,7 +30,7 @@ from gambit.search.config import check_batch, idle_warmup
 from gambit.serving.driver_adapter import DriverAdapter
 from gambit.serving.prompt_format import check_special_text
 from gambit.serving.record_writer import InlineRecords, RecordWriter
-from gambit.serving.run_lease import HEARTBEAT_S
+from gambit.serving.run_lease import HEARTBEAT_S, Progress
 from gambit.serving.solve_config import SolveConfig
 from gambit.serving.tree_view import StoreUnavailable
 
@@ -100,6 +100,7 @@ class TargetService:
         self._metrics_due = 0.0  # monotonic time of the next gauge/counter export while decoding
         self._flags_at = 0.0  # monotonic time from which admission reads cancel flags again
         self._gauges()  # exported from the start (Ray exports a gauge once it was set)
+        self.progress = Progress()  # the heartbeat is written while the engine loop moves (``run_lease``)
         self._thread = threading.Thread(target=self._loop, name="target-loop", daemon=True)
         self._thread.start()
         if tree is not None:
@@ -308,11 +309,13 @@ class TargetService:
         while True:
             with self._cv:
                 self._idle = True
+                self.progress.idle()
                 while not (self._stop or self.driver.has_work() or self._inbox or self._cancels
                            or self._calls):
                     if not self._cv.wait(timeout=GAUGE_REFRESH_S):
                         self._gauges()  # Ray drops a gauge not set for ~2 export intervals (ops)
                 self._idle = False
+                self.progress.busy()
                 if self._stop:
                     self._admit()  # answers the cancels that are waiting; close() stops the rest
                     return
@@ -353,17 +356,26 @@ class TargetService:
 
     def _poll_cancels(self) -> None:
         """CancelRun sets a flag in the tree view (any coordinator); stop flagged runs held here. Also
-        this replica's heartbeat, every ``HEARTBEAT_S`` while its engine thread lives: the lease of the
-        runs it holds (``run_lease.LEASE_S``; here, not on the engine thread, so a long step is no death).
+        this replica's heartbeat, every ``HEARTBEAT_S`` while its engine thread lives and moves: the lease
+        of the runs it holds (``run_lease.LEASE_S``; here, not on the engine thread, so a long step is no
+        death; one stuck for over ``run_lease.STUCK_S`` is, ``self.progress``).
         Any store error is logged and the loop goes on: an error Redis answers (OOM under maxmemory, READONLY
         in a failover) ended this thread, silently stopping cancel flags and the heartbeat for good, so a
         live replica's runs all read as lost one lease later."""
-        beat_due, said = 0.0, ""
+        beat_due, said, stuck = 0.0, "", False
         while not self._stop:
             if time.monotonic() >= beat_due and self._thread.is_alive():
                 beat_due = time.monotonic() + HEARTBEAT_S
+                if stuck == self.progress.moving():  # it changed: said once each way
+                    stuck = not stuck
+                    if stuck:
+                        log.error("engine step running for %.0f s: heartbeat withheld, so the runs held "
+                                  "here go to other replicas", self.progress.stuck_for())
+                    else:
+                        log.warning("engine moving again: heartbeat resumed")
                 try:
-                    self.tree.beat(self.replica)
+                    if not stuck:
+                        self.tree.beat(self.replica)
                 except Exception as e:  # noqa: BLE001 — the next beat may be written
                     log.warning("heartbeat not written: %s: %s", type(e).__name__, e)
             time.sleep(self.cancel_poll_s)
