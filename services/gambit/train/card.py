@@ -22,11 +22,19 @@ def command_line(cfg: dict, folder: Path | None = None) -> str:
     from gambit.train.target import TrainTargetConfig
 
     default = asdict(TrainTargetConfig())
-    flags = [f" --{k.replace('_', '-')} {v}" for k, v in cfg.items()
-             if k != "out" and k in default and v != default[k]]
+    flags = [_flag(k, v) for k, v in cfg.items() if k != "out" and k in default and v != default[k]]
     if folder is not None and not _is_shipped(folder):
         flags.append(f" --out {_shown(folder)}")
     return "gambit train target" + "".join(flags)
+
+
+def _flag(name: str, value) -> str:
+    """`` --name value``; a switch as its argparse form (``--spell-products``, ``--no-…``): the
+    command said ``--spell-products True``, which the parser refuses."""
+    flag = name.replace("_", "-")
+    if isinstance(value, bool):
+        return f" --{flag}" if value else f" --no-{flag}"
+    return f" --{flag} {value}"
 
 
 def _is_shipped(folder: Path) -> bool:

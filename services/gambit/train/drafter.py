@@ -44,6 +44,7 @@ from gambit.speculative.drafter import Drafter, DrafterConfig, save_drafter
 from gambit.train import repro
 from gambit.train.drafter_data import DrafterDataConfig, build_data
 from gambit.train.drafter_eval import heldout_acceptance
+from gambit.train.out_folder import check_out_kind
 from gambit.train.ttt import fresh_ce, soft_ce, topk_ce, unroll
 
 METHODS = ("eagle3.1", "pr", "hass", "hass+pr")
@@ -129,11 +130,14 @@ class TrainDrafterConfig:
             if Path(self.target).resolve() != TARGET.resolve():
                 raise ValueError("give --out for a drafter of a target other than the shipped one")
             self.out = str(ASSETS / SHIPPED[self.method])
+        check_out_kind(self.out, "drafter")  # e.g. --out the target's folder: its weights replaced
         self.data()  # the data config's own checks (the prompts file), before any model loads
         target = target_config(self.target)
         if target is not None and self.draft_vocab >= target.vocab_size:
             raise ValueError(f"draft_vocab must be < the target's vocabulary ({target.vocab_size} tokens; "
                              f"0 = all of it), got {self.draft_vocab}")
+        if target is not None:  # else a RuntimeError (topk) or a zero loss term after the data phase
+            self._check_vocab_widths(self.draft_vocab or target.vocab_size)
         if self.init:  # what init_from compares, checked before the data is generated
             check_init(self, target)
 
@@ -149,6 +153,15 @@ class TrainDrafterConfig:
                 raise ValueError(f"{', '.join(wrong)}: for --method {methods} only, not {self.method}")
         if "fresh_k" in given and self.reconsider_loss != "fresh":
             raise ValueError("--fresh-k: for --reconsider-loss fresh only")
+
+    def _check_vocab_widths(self, vocab: int) -> None:
+        """Top-k widths against the draft vocabulary the logits span (``vocab`` tokens)."""
+        if self.uses_hass and self.hass_topk > vocab:
+            raise ValueError(f"hass_topk must be <= the draft vocabulary ({vocab} tokens), "
+                             f"got {self.hass_topk}")
+        if self.uses_pr and self.reconsider_loss == "fresh" and self.fresh_k >= vocab:
+            raise ValueError(f"fresh_k must be < the draft vocabulary ({vocab} tokens: the reconsideration "
+                             f"learns the tokens outside the first pass's top fresh_k), got {self.fresh_k}")
 
     @property
     def uses_pr(self) -> bool:

@@ -116,20 +116,58 @@ def isa_pinned(isa: str) -> bool:
             and torch.backends.cpu.get_cpu_capability() == env["ATEN_CPU_CAPABILITY"].upper())
 
 
+class PinnedRunError(RuntimeError, ValueError):
+    """A ``run_pinned`` child that stopped on a bad value or a missing file: its one-line message (a
+    ValueError too, so a command says it in one line, not as two tracebacks: the child's and this)."""
+
+
+# the child: the result as the last stdout line; a bad value or a missing file as {"error": ...}, exit 3
+_CHILD = """import json, sys, importlib
+m = importlib.import_module(sys.argv[1]); fn = getattr(m, sys.argv[2])
+cls = fn.__annotations__['cfg']
+cls = getattr(m, cls) if isinstance(cls, str) else cls
+try:
+    r = fn(cls(**json.loads(sys.argv[3])), **json.loads(sys.argv[4]))
+except (ValueError, OSError) as e:
+    print('\\n' + json.dumps({'error': str(e)}))
+    sys.exit(3)
+except KeyboardInterrupt:
+    sys.exit(130)
+print('\\n' + json.dumps(r))
+"""
+
+
 def run_pinned(isa: str, module: str, function: str, config: dict, **kwargs) -> dict:
     """Run ``module.function(Config(**config), **kwargs)`` in a child process under ``isa``'s switches
-    and return its JSON result; the child's progress (stderr) shows through."""
+    and return its JSON result. The child's progress (stderr) and its printed lines (stdout: a
+    drafter's held-out figures) show through as they come; its ValueError or OSError comes back as a
+    ``PinnedRunError`` with its message."""
     if os.environ.get(PINNED_CHILD):  # the switches did not take effect here: do not spawn forever
         raise RuntimeError(f"isa={isa}: this CPU or torch build ignores {sorted(ISA_ENV[isa])}")
-    code = ("import json, sys, importlib\n"
-            "m = importlib.import_module(sys.argv[1]); fn = getattr(m, sys.argv[2])\n"
-            "cls = fn.__annotations__['cfg']\n"
-            "cls = getattr(m, cls) if isinstance(cls, str) else cls\n"
-            "r = fn(cls(**json.loads(sys.argv[3])), **json.loads(sys.argv[4]))\n"
-            "print('\\n' + json.dumps(r))\n")
-    env = {**os.environ, **ISA_ENV[isa], PINNED_CHILD: "1"}
-    argv = [sys.executable, "-c", code, module, function, json.dumps(config), json.dumps(kwargs)]
-    out = subprocess.run(argv, env=env, stdout=subprocess.PIPE, text=True)
-    if out.returncode:
-        raise RuntimeError(f"{module}.{function} under isa={isa} exited with {out.returncode}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    env = {**os.environ, **ISA_ENV[isa], PINNED_CHILD: "1", "PYTHONUNBUFFERED": "1"}  # lines as printed
+    argv = [sys.executable, "-c", _CHILD, module, function, json.dumps(config), json.dumps(kwargs)]
+    pending: list[str] = []  # the last two lines: the result and the blank line before it
+    with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True) as child:
+        try:
+            for line in child.stdout:
+                pending.append(line)
+                if len(pending) > 2:
+                    sys.stdout.write(pending.pop(0))
+                    sys.stdout.flush()
+            child.wait()
+        except BaseException:  # Ctrl-C here (the child got it too) or an error: no orphan keeps training
+            child.kill()
+            raise
+    if pending and pending[0].strip() and len(pending) == 2:
+        sys.stdout.write(pending.pop(0))
+    last = pending[-1].strip() if pending else ""
+    try:
+        result = json.loads(last) if last.startswith("{") else None
+    except json.JSONDecodeError:
+        result = None
+    what = f"{module}.{function} under isa={isa} exited with {child.returncode}"
+    if child.returncode == 3 and isinstance(result, dict) and "error" in result:
+        raise PinnedRunError(f"{result['error']} ({what})")
+    if child.returncode or result is None:
+        raise RuntimeError(what)
+    return result

@@ -26,6 +26,7 @@ from gambit.model import CausalLM, ModelConfig, Tokenizer, build_char_tokenizer,
 from gambit.paths import TARGET, check_output_dir
 from gambit.tasks.arithmetic import PROMPT_TEMPLATE, TaskConfig, format_step, make_problem
 from gambit.train import repro
+from gambit.train.out_folder import check_out_kind
 
 
 @dataclass
@@ -83,6 +84,7 @@ class TrainTargetConfig:
             raise ValueError(f"train_dtype must be one of {', '.join(TRAIN_DTYPES)}, "
                              f"got {self.train_dtype!r}")
         repro.check_isa(self.isa)
+        check_out_kind(self.out, "model")  # e.g. --out a drafter's folder: its weights replaced
 
 
 TRAIN_DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -110,6 +112,12 @@ def save_float32(model: CausalLM, tok: Tokenizer, out) -> None:
     """Save the weights as float32 (what the engine serves), whatever the training arithmetic."""
     save_model(model if all(p.dtype == torch.float32 for p in model.parameters())
                else copy.deepcopy(model).float(), tok, out)
+
+
+def checkpoint_dir(out: str, step: int) -> Path:
+    """``<out>-step<N>``, beside the output folder: ``--out runs/t/`` put it inside, as ``runs/t/-stepN``."""
+    p = Path(out).absolute()
+    return p.with_name(f"{p.name}-step{step}")
 
 
 def model_config(cfg: TrainTargetConfig, tok: Tokenizer) -> ModelConfig:
@@ -154,7 +162,8 @@ def lr_at(cfg: TrainTargetConfig, step: int) -> float:
 
 
 def train_target(cfg: TrainTargetConfig, stop: int | None = None) -> dict:
-    """Train and save; ``stop`` runs only the first steps and saves nothing (reproducibility test)."""
+    """Train and save; ``stop`` runs only the first steps and saves nothing, checkpoints neither
+    (reproducibility test)."""
     if stop is None:
         check_output_dir(cfg.out, beside=True)  # before the training, not when it is saved
     if not repro.isa_pinned(cfg.isa):
@@ -195,8 +204,8 @@ def train_target(cfg: TrainTargetConfig, stop: int | None = None) -> dict:
         bar.set_postfix(loss=f"{ema:.4f}", tok_s=f"{tokens / elapsed:.0f}", refresh=False)
         if step % 100 == 0 or step == cfg.steps - 1:
             history.append({"step": step, "loss": round(ema, 5), "elapsed_s": round(elapsed, 1)})
-        if cfg.checkpoint_every and step and step % cfg.checkpoint_every == 0:
-            save_float32(model, tok, f"{cfg.out}-step{step}")
+        if stop is None and cfg.checkpoint_every and step and step % cfg.checkpoint_every == 0:
+            save_float32(model, tok, checkpoint_dir(cfg.out, step))
     if stop is not None:
         return {"config": asdict(cfg), "loss_history": history, **repro.environment()}
     model.eval()
