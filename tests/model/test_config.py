@@ -121,7 +121,7 @@ def test_eos_ids(eos, ids):
     ({"head_dim": 0}, "head_dim"),
     ({"max_position_embeddings": 0}, "max_position_embeddings"),
     ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "yarn"),
-    ({"rope_scaling": {"type": "linear", "factor": 4.0}}, "linear"),
+    ({"rope_scaling": {"type": "dynamic", "factor": 4.0}}, "dynamic"),
     ({"rope_scaling": {"rope_type": "llama3"}}, "llama3"),
 ])
 def test_validation_errors(change, match):

@@ -112,3 +112,47 @@ def test_models_fetch_cli_prints_the_folder_last(smollm2_folder, capsys):
     assert main(["models", "fetch", "smollm2"]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == str(smollm2_folder)
     assert sys.modules["gambit.model.registry"] is registry
+
+
+class _Field:
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def contents(self):
+        return self.value
+
+
+class _Reader:
+    """What ``read_config`` reads of a ``GGUFReader``: metadata fields and tensor names."""
+
+    def __init__(self, tensors=("token_embd.weight",), **meta) -> None:
+        base = {"general.architecture": "llama", "llama.attention.head_count": 4,
+                "llama.embedding_length": 64, "tokenizer.ggml.tokens": ["a"] * 10,
+                "llama.feed_forward_length": 96, "llama.block_count": 2, "llama.context_length": 128,
+                "llama.attention.layer_norm_rms_epsilon": 1e-5, "tokenizer.ggml.eos_token_id": 2,
+                "tokenizer.ggml.bos_token_id": 1}
+        self.fields = {k: _Field(v) for k, v in {**base, **meta}.items()}
+        self.tensors = [type("T", (), {"name": n})() for n in tensors]
+
+
+def test_gguf_rope_scaling_is_converted_or_refused():
+    """``llama.rope.scaling.*`` was not read: a linear-scaled GGUF became plain RoPE without a word."""
+    from gambit.model.config import ModelConfig
+    from gambit.model.gguf_import import read_config
+
+    assert read_config(_Reader())["rope_scaling"] is None
+    assert read_config(_Reader(**{"llama.rope.scaling.type": "none"}))["rope_scaling"] is None
+    cfg = read_config(_Reader(**{"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 4.0}))
+    assert cfg["rope_scaling"] == {"rope_type": "linear", "factor": 4.0}
+    assert ModelConfig.from_dict(cfg).rope_scaling == {"rope_type": "linear", "factor": 4.0}
+    with pytest.raises(ValueError, match="GGUF rope scaling 'yarn' is not supported"):
+        read_config(_Reader(**{"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0}))
+    with pytest.raises(ValueError, match="rope_freqs.weight"):
+        read_config(_Reader(tensors=("token_embd.weight", "rope_freqs.weight")))
+
+
+def test_gguf_head_dim_is_the_key_length():
+    from gambit.model.gguf_import import read_config
+
+    assert read_config(_Reader())["head_dim"] == 16
+    assert read_config(_Reader(**{"llama.attention.key_length": 32}))["head_dim"] == 32

@@ -15,9 +15,36 @@ def check_family(model_type: str) -> None:
                          f"one of {', '.join(FAMILIES)}")
 
 
+ROPE_TYPES = ("default", "linear", "llama3")  # others (dynamic, yarn, longrope) are refused, not ignored
+
+
+def _rope_scaling(scaling) -> dict:
+    """``rope_scaling`` with the legacy "type" key read as "rope_type" (so to_hf_dict writes the real
+    kind), checked: a kind this engine does not compute is an error, never RoPE without the scaling."""
+    if not isinstance(scaling, dict):
+        raise ValueError(f"rope_scaling must be a JSON object or null, got {scaling!r}")
+    if scaling and "rope_type" not in scaling and "type" not in scaling:
+        raise ValueError(f"rope_scaling names no rope_type: {scaling!r}")
+    rope = {k: v for k, v in scaling.items() if k != "type"}
+    kind = rope.setdefault("rope_type", scaling.get("type", "default"))
+    if kind not in ROPE_TYPES:
+        raise ValueError(f"rope type {kind!r} is not supported ({', '.join(ROPE_TYPES)})")
+    need = {"default": (), "linear": ("factor",),
+            "llama3": ("factor", "original_max_position_embeddings")}[kind]
+    if any(k not in rope for k in need):
+        raise ValueError(f"{kind} rope scaling needs {need}, got {sorted(rope)}")
+    for k in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+        v = rope.get(k)
+        if k in rope and (isinstance(v, bool) or not isinstance(v, int | float) or not v > 0):
+            raise ValueError(f"rope scaling {k} must be a positive number, got {v!r}")
+    if kind == "llama3" and rope.get("high_freq_factor", 4.0) <= rope.get("low_freq_factor", 1.0):
+        raise ValueError("llama3 rope scaling needs high_freq_factor > low_freq_factor")
+    return rope
+
+
 @dataclass
 class ModelConfig:
-    """Llama-family decoder: Llama 3 (llama3 RoPE scaling), Qwen2 (q/k/v bias), Qwen3 (q/k norm)."""
+    """Llama-family decoder: Llama 3 (llama3 or linear RoPE scaling), Qwen2 (q/k/v bias), Qwen3 (q/k norm)."""
 
     vocab_size: int
     hidden_size: int
@@ -29,7 +56,7 @@ class ModelConfig:
     max_position_embeddings: int = 2048
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
-    rope_scaling: dict | None = None  # {"rope_type": "llama3", "factor", "low_freq_factor", ...}
+    rope_scaling: dict | None = None  # {"rope_type": "llama3" | "linear", "factor", ...}
     tie_word_embeddings: bool = False
     model_type: str = "llama"
     attention_bias: bool = False  # q/k/v/o bias (Llama, Qwen3); Qwen2 always has q/k/v bias, no o bias
@@ -57,17 +84,19 @@ class ModelConfig:
             self.head_dim = self.hidden_size // self.num_attention_heads
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        # a null or a string here ran: a null rms_norm_eps became torch's default (1.2e-7, silently
+        # other logits), a null or string rope_theta a TypeError from deep inside the rotary table
+        for name in ("rms_norm_eps", "rope_theta"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        for name in ("tie_word_embeddings", "attention_bias", "mlp_bias"):
+            if getattr(self, name) is None:  # null reads as absent, as transformers' truth test reads it
+                setattr(self, name, False)
+            elif not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.rope_scaling is not None:
-            # the legacy "type" key becomes "rope_type", so to_hf_dict writes the real kind
-            rope = {k: v for k, v in self.rope_scaling.items() if k != "type"}
-            kind = rope.setdefault("rope_type", self.rope_scaling.get("type", "default"))
-            if kind not in ("default", "llama3"):
-                raise ValueError(f"rope type {kind!r} is not supported (default, llama3)")
-            if kind == "llama3":
-                need = ("factor", "original_max_position_embeddings")
-                if any(k not in rope for k in need):
-                    raise ValueError(f"llama3 rope scaling needs {need}, got {sorted(rope)}")
-            self.rope_scaling = rope
+            self.rope_scaling = _rope_scaling(self.rope_scaling)
 
     @property
     def qkv_bias(self) -> bool:
@@ -91,13 +120,19 @@ class ModelConfig:
         check_family(d.get("model_type", "llama"))  # before the fields it lacks (a GPT-2 config has none)
         d = dict(d)
         rope = d.pop("rope_parameters", None)  # transformers >= 5 layout
+        if rope is not None and not isinstance(rope, dict):
+            raise ValueError(f"rope_parameters must be a JSON object, got {rope!r}")
         if rope is not None:
-            d.setdefault("rope_theta", rope.get("rope_theta", 10000.0))
-            if rope.get("rope_type", rope.get("type", "default")) != "default":
-                d.setdefault("rope_scaling", {k: v for k, v in rope.items() if k != "rope_theta"})
+            # a null legacy key beside it is absent (setdefault kept it: llama3 scaling was dropped)
+            if d.get("rope_theta") is None:
+                d["rope_theta"] = rope.get("rope_theta", 10000.0)
+            kind = rope.get("rope_type", rope.get("type", "default"))
+            if kind != "default" and d.get("rope_scaling") is None:
+                d["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
         scaling = d.get("rope_scaling")
-        if scaling and scaling.get("rope_type", scaling.get("type")) == "default":
-            d["rope_scaling"] = None
+        if isinstance(scaling, dict) and (not scaling
+                                          or scaling.get("rope_type", scaling.get("type")) == "default"):
+            d["rope_scaling"] = None  # {} and {"rope_type": "default"}: no scaling
         known = set(cls.__dataclass_fields__) - {"extra"}
         extra = {k: v for k, v in d.items() if k not in known}
         return cls(**{k: v for k, v in d.items() if k in known}, extra=extra)

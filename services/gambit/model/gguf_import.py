@@ -52,6 +52,7 @@ def read_config(reader) -> dict:
     hidden = int(_meta(reader, "llama.embedding_length"))
     tokens = _meta(reader, "tokenizer.ggml.tokens")
     add_bos = bool(_meta(reader, "tokenizer.ggml.add_bos_token", True))
+    head_dim = _meta(reader, "llama.attention.key_length", _meta(reader, "llama.rope.dimension_count"))
     return {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
         "vocab_size": int(_meta(reader, "llama.vocab_size", len(tokens))),
@@ -60,16 +61,32 @@ def read_config(reader) -> dict:
         "num_hidden_layers": int(_meta(reader, "llama.block_count")),
         "num_attention_heads": heads,
         "num_key_value_heads": int(_meta(reader, "llama.attention.head_count_kv", heads)),
-        "head_dim": int(_meta(reader, "llama.rope.dimension_count", hidden // heads)),
+        "head_dim": int(hidden // heads if head_dim is None else head_dim),
         "max_position_embeddings": int(_meta(reader, "llama.context_length")),
         "rms_norm_eps": float(f"{float(_meta(reader, 'llama.attention.layer_norm_rms_epsilon')):.6g}"),
         "rope_theta": float(_meta(reader, "llama.rope.freq_base", 10000.0)),
+        "rope_scaling": _rope_scaling(reader, names),
         "tie_word_embeddings": "output.weight" not in names,
         "bos_token_id": int(_meta(reader, "tokenizer.ggml.bos_token_id")) if add_bos else None,
         "eos_token_id": int(_meta(reader, "tokenizer.ggml.eos_token_id")),
         "pad_token_id": _meta(reader, "tokenizer.ggml.padding_token_id"),
         "torch_dtype": "float32",
     }
+
+
+def _rope_scaling(reader, names: set[str]) -> dict | None:
+    """``llama.rope.scaling.*`` as Hugging Face ``rope_scaling``: it was not read, so a linear-scaled
+    checkpoint converted to plain RoPE (other logits past the first positions, without a word)."""
+    if "rope_freqs.weight" in names:  # llama.cpp stores Llama 3.1's scaling as per-frequency factors
+        raise ValueError("GGUF rope_freqs.weight (Llama 3 frequency scaling) is not supported: "
+                         "load the Hugging Face checkpoint instead")
+    kind = _meta(reader, "llama.rope.scaling.type", "none")
+    factor = _meta(reader, "llama.rope.scaling.factor")
+    if kind == "none" or (kind == "linear" and factor in (None, 1.0)):
+        return None
+    if kind != "linear":
+        raise ValueError(f"GGUF rope scaling {kind!r} is not supported (none, linear)")
+    return {"rope_type": "linear", "factor": float(factor)}
 
 
 def read_state_dict(reader, config: dict) -> dict[str, torch.Tensor]:

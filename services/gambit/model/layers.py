@@ -1,4 +1,4 @@
-"""Building blocks: RMSNorm, rotary embeddings (default and llama3 scaling), SwiGLU MLP."""
+"""Building blocks: RMSNorm, rotary embeddings (default, linear and llama3 scaling), SwiGLU MLP."""
 
 from __future__ import annotations
 
@@ -39,11 +39,15 @@ class RMSNorm(nn.Module):
 
 
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
-    """Inverse frequencies, with Llama 3.1 frequency-dependent scaling when configured."""
+    """Inverse frequencies: linear scaling (positions / factor) or Llama 3.1's frequency-dependent one
+    when configured (``ModelConfig`` refuses the kinds not computed here)."""
     dim = config.head_dim
     inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
     s = config.rope_scaling
-    if not s or s.get("rope_type", s.get("type")) != "llama3":
+    kind = s.get("rope_type", s.get("type")) if s else "default"
+    if kind == "linear":
+        return inv_freq / s["factor"]
+    if kind != "llama3":
         return inv_freq
     factor, low, high = s["factor"], s.get("low_freq_factor", 1.0), s.get("high_freq_factor", 4.0)
     old_len = s["original_max_position_embeddings"]

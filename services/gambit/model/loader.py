@@ -13,6 +13,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from gambit.model.config import ModelConfig
+from gambit.model.layers import RotaryEmbedding
 from gambit.model.llama import CausalLM
 from gambit.model.registry import resolve_model
 from gambit.model.tokenizer import Tokenizer, write_tokenizer_config
@@ -29,16 +30,47 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return DTYPES[dtype]
 
 
+INDEX = "model.safetensors.index.json"
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The shards ``model.safetensors.index.json`` names (a sharded checkpoint), else every
+    ``*.safetensors``. Without reading the index a missing shard read as a list of missing tensors,
+    and a stray file beside the shards (a consolidated copy) was loaded over them."""
+    index = folder / INDEX
+    if not index.is_file():
+        files = sorted(folder.glob("*.safetensors"))
+        if not files:
+            bins = " (pytorch_model*.bin is not read: save it with safetensors)" if any(
+                folder.glob("pytorch_model*.bin")) else ""
+            raise FileNotFoundError(f"{folder}: no *.safetensors weights in the model folder{bins}")
+        return files
+    try:
+        weight_map = json.loads(index.read_text()).get("weight_map")
+    except (json.JSONDecodeError, AttributeError):
+        weight_map = None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{index}: not a safetensors index (a JSON object with a \"weight_map\")")
+    files = [folder / name for name in sorted(set(weight_map.values()))]
+    absent = [f for f in files if not f.is_file()]
+    if absent:
+        raise FileNotFoundError(f"{absent[0]}: a shard {INDEX} names is missing "
+                                f"({len(absent)} of {len(files)} shards missing)")
+    return files
+
+
 def load_state_dict(folder: Path) -> dict[str, torch.Tensor]:
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"{folder}: no *.safetensors weights in the model folder")
     state: dict[str, torch.Tensor] = {}
-    for f in files:
+    where: dict[str, Path] = {}
+    for f in weight_files(folder):
         try:
-            state.update(load_file(str(f)))
+            part = load_file(str(f))
         except (SafetensorError, OSError) as e:
             raise ValueError(f"{f}: unreadable safetensors file: {e}") from None
+        for k in part.keys() & where.keys():  # one silently replaced the other
+            raise ValueError(f"{f}: tensor {k} is also in {where[k].name}")
+        where.update(dict.fromkeys(part, f))
+        state.update(part)
     return state
 
 
@@ -65,10 +97,32 @@ def model_hidden_size(model: str | Path = "") -> int:
     return ModelConfig.from_file(model_folder(model or TARGET) / "config.json").hidden_size
 
 
+def _json_object(path: Path) -> dict:
+    """A side file's JSON object, or {} where it is absent (a malformed one is a clear error)."""
+    if not path.is_file():
+        return {}
+    try:
+        d = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: malformed JSON at line {e.lineno}: {e.msg}") from None
+    if not isinstance(d, dict):
+        raise ValueError(f"{path}: must hold a JSON object, got {type(d).__name__}")
+    return d
+
+
 def _tokenizer_of(folder: Path, config: ModelConfig) -> Tokenizer:
     """The folder's tokenizer.json with config.json's BOS and EOS ids (the file's own ``<bos>`` /
-    ``<eos>`` are only a fallback: a real checkpoint's config names others)."""
-    return Tokenizer.from_file(folder / "tokenizer.json", config.bos_token_id, config.eos_ids)
+    ``<eos>`` are only a fallback: a real checkpoint's config names others). EOS ids also come from
+    generation_config.json, as transformers' generate stops on them: Llama 3 Instruct's config.json
+    names <|end_of_text|> only, its turns end in <|eot_id|>, so generation ran past the answer. BOS
+    only where the tokenizer adds one (see ``post_processor_bos``)."""
+    eos = config.eos_ids
+    gen = _json_object(folder / "generation_config.json").get("eos_token_id")
+    for i in [gen] if isinstance(gen, int) else (gen if isinstance(gen, list) else []):
+        if isinstance(i, int) and not isinstance(i, bool) and i not in eos:
+            eos = [*eos, i]
+    add_bos = _json_object(folder / "tokenizer_config.json").get("add_bos_token") is True
+    return Tokenizer.from_file(folder / "tokenizer.json", config.bos_token_id, eos, add_bos=add_bos)
 
 
 def load_tokenizer(model: str | Path = "") -> Tokenizer:
@@ -85,12 +139,14 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
     """Model (eval mode) and tokenizer from a Hugging Face folder (or a fetched model's name, see
     ``gambit.model.registry``), with errors naming the file."""
     folder = model_folder(folder)
+    dtype = resolve_dtype(dtype)  # before reading gigabytes
     config = ModelConfig.from_file(folder / "config.json")
     tokenizer = _tokenizer_of(folder, config)
     state = load_state_dict(folder)
     if config.tie_word_embeddings:
         state.pop("lm_head.weight", None)
-    model = CausalLM(config)
+    with torch.device("meta"):  # no random init of weights the checkpoint replaces (54 s for 1B params)
+        model = CausalLM(config)
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(k for k in set(state) - set(expected) if "rotary_emb" not in k)
@@ -101,8 +157,9 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
         if state[k].shape != v.shape:
             raise ValueError(f"{folder}: weight {k} has shape {tuple(state[k].shape)}, "
                              f"config.json implies {tuple(v.shape)}")
-    model.load_state_dict({k: state[k] for k in expected}, strict=True)
-    model = model.to(device=device, dtype=resolve_dtype(dtype)).eval()
+    model.load_state_dict({k: state[k] for k in expected}, strict=True, assign=True)
+    model.rope = RotaryEmbedding(config)  # its tables are computed, not loaded
+    model = model.to(device=device, dtype=dtype).eval()
     model.rope.cos, model.rope.sin = model.rope.cos.float(), model.rope.sin.float()
     return model, tokenizer
 

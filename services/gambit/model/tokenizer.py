@@ -23,6 +23,32 @@ BOUNDARY = "\n\n"
 LINE_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # whitespace str.splitlines breaks at, but \n
 
 
+def post_processor_bos(tok: HFTokenizer) -> tuple[bool, int | None]:
+    """(whether the file says, the BOS id its post-processor puts first): what transformers' tokenizer
+    adds. A byte-level one (Qwen2, SmolLM2) adds none although config.json names a ``bos_token_id``;
+    prepending that id anyway fed every prompt an ``<|endoftext|>`` the model never saw first. No
+    post-processor (the shipped tokenizer): not said, config.json's id is prepended."""
+    if tok.post_processor is None:
+        return False, None
+    procs, flat = [json.loads(tok.post_processor.__getstate__())], []
+    while procs:  # a Sequence (Llama 3: ByteLevel then TemplateProcessing), nested or not, in order
+        proc = procs.pop(0)
+        if proc.get("type") == "Sequence":
+            procs = proc.get("processors", []) + procs
+        else:
+            flat.append(proc)
+    for proc in flat:
+        if proc.get("type") in ("BertProcessing", "RobertaProcessing"):
+            return True, proc["cls"][1]
+        if proc.get("type") == "TemplateProcessing":
+            first = (proc.get("single") or [{}])[0]
+            if "SpecialToken" not in first:
+                return True, None
+            ids = proc.get("special_tokens", {}).get(first["SpecialToken"]["id"], {}).get("ids")
+            return True, ids[0] if ids else None
+    return True, None
+
+
 class Tokenizer:
     def __init__(self, tok: HFTokenizer, bos_id: int | None, eos_ids: list[int], pad_id: int | None) -> None:
         self.tok = tok
@@ -31,8 +57,10 @@ class Tokenizer:
         self.pad_id = pad_id if pad_id is not None else (eos_ids[0] if eos_ids else 0)
 
     @classmethod
-    def from_file(cls, path: str | Path, bos_id: int | None = None, eos_ids: list[int] | None = None
-                  ) -> Tokenizer:
+    def from_file(cls, path: str | Path, bos_id: int | None = None, eos_ids: list[int] | None = None,
+                  add_bos: bool = False) -> Tokenizer:
+        """``bos_id`` is prepended unless the file's post-processor says which BOS it adds, if any
+        (``add_bos``: the checkpoint's tokenizer_config.json says it adds one, keep ``bos_id``)."""
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no tokenizer.json in the model folder")
@@ -40,7 +68,10 @@ class Tokenizer:
             tok = HFTokenizer.from_file(str(path))
         except Exception as e:  # the Rust side raises plain Exceptions
             raise ValueError(f"{path}: malformed tokenizer: {e}") from None
-        if bos_id is None:
+        known, template_bos = post_processor_bos(tok)
+        if known and (template_bos is not None or not add_bos):
+            bos_id = template_bos
+        elif bos_id is None:
             bos_id = tok.token_to_id(BOS)
         if not eos_ids:
             eos = tok.token_to_id(EOS)
