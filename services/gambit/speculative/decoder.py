@@ -49,6 +49,18 @@ class SpecDecoder:
         if drafter.config.hidden_size != e.model.config.hidden_size or \
                 drafter.config.vocab_size != e.model.config.vocab_size:
             raise ValueError(f"drafter {name!r} does not fit the target model")
+        # the engine's tree must be buildable with this drafter: else the first draft raised inside
+        # Engine.step (every trace of the batch failed) instead of here, where the caller asked for it
+        s, c = e.config.spec, drafter.config
+        try:
+            drafting.tree_settings(s, c.method, name)
+        except ValueError as err:
+            raise ValueError(f"drafter {name!r} cannot draft the engine's tree (spec.gamma={s.gamma}, "
+                             f"grow_width={s.grow_width}, offer_width={s.offer_width}, reconsider="
+                             f"{s.reconsider}, method {c.method!r}): {err}") from None
+        if s.offer_width > c.draft_vocab_size:  # each row offers its top-k draft tokens
+            raise ValueError(f"drafter {name!r}: spec.offer_width={s.offer_width} exceeds its draft "
+                             f"vocabulary of {c.draft_vocab_size} tokens")
         drafter = drafter.to(device=e.device, dtype=e.dtype).eval()
         drafter.rope.cos, drafter.rope.sin = drafter.rope.cos.float(), drafter.rope.sin.float()
         drafter.cover_positions(e.max_model_len)  # its config may say fewer positions than the context

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from gambit.engine.attention import SeqInput
-from gambit.engine.host_lists import long_tensor
+from gambit.engine.host_lists import long_tensor, padded_rows, to_device
 from gambit.engine.sequence import Trace
 from gambit.speculative.tree import DraftTree
 
@@ -85,3 +85,11 @@ def span_slots(ts: list[Trace], block_size: int, device: torch.device) -> tuple[
         parts.append((blocks[:, None] * block_size + offsets).flatten()[a - base:b - base])
         ends.append((ends[-1] if ends else 0) + b - a)
     return (parts[0] if len(parts) == 1 else torch.cat(parts)), ends
+
+
+def context_tables(ts: list[Trace], block_size: int, device: torch.device) -> torch.Tensor:
+    """[S, nb] block tables wide enough for the longest context (``num_cached``): each trace's cut or
+    zero-padded to ``nb`` blocks. The tree steps gather the drafter's context dense from them; keys past a
+    trace's ``num_cached`` (a shorter one's, or a tree's blocks) are masked there."""
+    nb = max(-(-t.num_cached // block_size) for t in ts)
+    return to_device(padded_rows([t.block_table for t in ts], nb), device)

@@ -10,25 +10,31 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from gambit.engine.attention import PagedAttention, SeqInput, _padded_tables
+from gambit.engine.attention import PagedAttention, SeqInput
 from gambit.engine.block_manager import OutOfBlocks
 from gambit.engine.host_lists import long_tensor
 from gambit.engine.sequence import Trace
 from gambit.speculative import cpu_tree
-from gambit.speculative.draft_state import Plan, span_positions, span_slots
+from gambit.speculative.draft_state import Plan, context_tables, span_positions, span_slots
 from gambit.speculative.drafter import Drafter
 from gambit.speculative.tree import TreeAttention, TreeConfig, draft_tree
 
 if TYPE_CHECKING:
+    from gambit.engine.config import SpecConfig
     from gambit.speculative.decoder import SpecDecoder
 
 
 def tree_config(spec: SpecDecoder, key: str) -> TreeConfig:
     """The tree settings for drafter ``key``: ``spec`` (the engine's), reconsideration where it fits."""
-    s = spec.engine.config.spec
+    return tree_settings(spec.engine.config.spec, spec.drafters[key].config.method, key)
+
+
+def tree_settings(s: SpecConfig, method: str, key: str) -> TreeConfig:
+    """``s`` as a ``TreeConfig`` for a drafter trained by ``method`` and served as ``key``; a ValueError
+    where the tree cannot be built (a budget above the candidates it offers): ``register`` calls it so
+    that the error comes when the drafter is loaded, not from inside ``Engine.step``."""
     # reconsideration needs a drafter trained for it; "advance" (extra one-pass rows) fits any
-    pr = spec.drafters[key].config.method.endswith("pr") or key in ("pr", "hass+pr") \
-        or s.extra == "advance"
+    pr = method.endswith("pr") or key in ("pr", "hass+pr") or s.extra == "advance"
     return TreeConfig(s.gamma, s.budget, s.grow_width, s.offer_width, s.reconsider if pr else 0,
                       s.extra, s.self_query, s.fresh, s.select)
 
@@ -99,8 +105,7 @@ def draft_group(spec: SpecDecoder, key: str, ts: list[Trace]) -> Plan:
         t.draft.set_feats([])
     # the context, gathered dense once per cycle for the tree steps
     Ns = torch.tensor([t.num_cached for t in ts], device=dev)
-    tables = _padded_tables([SeqInput([], [], t.num_cached, t.block_table) for t in ts],
-                            e.config.block_size).to(dev)
+    tables = context_tables(ts, e.config.block_size, dev)
     S, nb = tables.shape
     cfg = spec.tree_config(key)  # the method: tools swap it on the class
     root_tok = torch.tensor([t.token_ids[-1] for t in ts], device=dev)
