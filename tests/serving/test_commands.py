@@ -111,13 +111,28 @@ def test_the_serve_stop_drains_its_runs_and_goes_on_whatever_fails(monkeypatch, 
 
     def fake_drain(tree, replicas, wait_s=10.0):
         seen["replicas"] = replicas
+        for r in ("r1", "r2"):
+            tree.put_run(r, status="cancelled", replica="rep-a")
         return ["r1", "r2"]
 
     monkeypatch.setattr(drain, "target_replicas", lambda app="gambit": {"rep-a"})
     monkeypatch.setattr(drain, "drain", fake_drain)
     commands._drain(ServeConfig(tree="memory"))
     assert seen["replicas"] == {"rep-a"}
-    assert capsys.readouterr().out.strip() == f"2 run(s) in flight ended cancelled: {drain.SHUTTING_DOWN}"
+    said = capsys.readouterr().out.strip()
+    assert said == f"{drain.SHUTTING_DOWN}: 2 of 2 run(s) in flight ended (cancelled 2)"
+
+    def slow_drain(tree, replicas, wait_s=10.0):  # r2 ended on its own; r3 still runs at the deadline
+        tree.put_run("r1", status="cancelled", replica="rep-a")
+        tree.put_run("r2", status="done", replica="rep-a")
+        tree.put_run("r3", status="running", replica="rep-a")
+        return ["r1", "r2", "r3"]
+
+    monkeypatch.setattr(drain, "drain", slow_drain)
+    commands._drain(ServeConfig(tree="memory"))  # it said "3 run(s) in flight ended cancelled"
+    assert capsys.readouterr().out.strip() == (
+        f"{drain.SHUTTING_DOWN}: 2 of 3 run(s) in flight ended (cancelled 1, done 1); 1 had not ended when "
+        "the drain's wait ran out (no Result reached their clients; GetRun shows how they end)")
 
     def broken(tree, replicas, wait_s=10.0):
         raise ConnectionError("redis went away")

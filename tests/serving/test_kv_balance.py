@@ -133,3 +133,10 @@ def test_coordinator_tries_each_replica_once_before_resource_exhausted():
     assert not call.try_elsewhere({**refusal, "replica": "r3"}, replicas=3)  # all three refused
     assert not Call(0.0).try_elsewhere(refusal, replicas=1)  # one replica: refused at once
     assert not Call(0.0).try_elsewhere({**refusal, "code": "INVALID_ARGUMENT"}, replicas=3)
+
+
+def test_estimate_need_takes_a_problem_with_a_lone_surrogate():
+    """``problem.encode()`` raised UnicodeEncodeError on a lone surrogate (JSON "\\ud800" decodes to one):
+    the router failed where the Target answers INVALID_ARGUMENT. Counted as its 3 bytes: still a bound."""
+    load = ReplicaLoad("r", num_blocks=100, reserved_blocks=0, runs=0, block_size=16, max_model_len=2048)
+    assert estimate_need("a\ud800b", 2, 10, load) == 2 * -(-(1 + 3 + 1 + 1 + 10) // 16)

@@ -42,7 +42,7 @@ def _kill(svc, frozen: bool = False) -> None:
     if not frozen:
         svc._cv.acquire()  # the engine thread takes it before every step: it never steps again
     svc.records.flush()
-    for name in ("update", "put_run", "after"):
+    for name in ("update", "put_run", "put_held", "after"):
         setattr(svc.records, name, lambda *a, **k: None)
 
 

@@ -14,7 +14,6 @@ round trips).
 from __future__ import annotations
 
 import datetime
-import time
 
 from google.protobuf.json_format import ParseDict
 
@@ -157,30 +156,12 @@ def lease_lapsed(tree, run_id: str, replica: str) -> bool:
         return False
 
 
-def _beats(tree) -> tuple[dict[str, str], float]:
-    """Every replica's last heartbeat and the clock they are read against (the Redis server's)."""
-    r = getattr(tree, "r", None)
-    if r is None:  # the in-memory view (one process)
-        with tree._lock:
-            return dict(tree._alive), time.time()
-    head = tree._k("alive", "")
-    keys = tree._call(lambda: list(r.scan_iter(head + "*", count=1000)))
-    p = r.pipeline(transaction=False)
-    if keys:
-        p.mget(keys)
-    p.time()
-    got = tree._call(p.execute)
-    sec, usec = got[-1]
-    beats = dict(zip((k[len(head):] for k in keys), got[0], strict=True)) if keys else {}
-    return {k: v for k, v in beats.items() if v is not None}, sec + usec / 1e6
-
-
 def sweep_lost(tree, swept: dict[str, str], limit: int = SWEEP_MAX) -> list[str]:
     """End as failed (``end_if_lost``) the runs held by replicas whose lease lapsed, read or not; returns
     their ids. ``swept`` (replica -> the stale beat whose runs were all ended) is the caller's memory
     between sweeps: a replica is scanned for once per lapse, not at every sweep for the retention.
     Raises StoreUnavailable."""
-    beats, now = _beats(tree)
+    beats, now = tree.beats()
     for r in [r for r in swept if r not in beats]:  # its beat expired: forgotten
         del swept[r]
     lapsed = {r: b for r, b in beats.items() if stale(b, now, tree.lease_s) and swept.get(r) != b}

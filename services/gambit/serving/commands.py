@@ -62,16 +62,41 @@ def _cmd_serve(args) -> int:
 def _drain(cfg) -> None:
     """The runs in flight end with a Result (``cancelled``, "server shutting down") before Serve goes;
     whatever fails here, the stop goes on."""
-    from gambit.deployments.drain import SHUTTING_DOWN, drain, target_replicas
+    from gambit.deployments.drain import drain, target_replicas
     from gambit.serving.tree_view import open_tree_view
 
     try:
-        stopped = drain(open_tree_view(cfg.tree, cfg.prefix), target_replicas())
+        tree = open_tree_view(cfg.tree, cfg.prefix)
+        stopped = drain(tree, target_replicas())
     except Exception as e:  # noqa: BLE001 — Redis gone, Ray half down: stop anyway
         print(f"runs in flight not drained ({type(e).__name__}: {e})", flush=True)
         return
     if stopped:
-        print(f"{len(stopped)} run(s) in flight ended cancelled: {SHUTTING_DOWN}", flush=True)
+        print(_drained(tree, stopped), flush=True)
+
+
+def _drained(tree, stopped: list[str]) -> str:
+    """What the drain did, as the records say now: it said "N run(s) ended cancelled" of every run it
+    flagged, also of those still running when its wait ran out (their clients got no Result)."""
+    from gambit.deployments.drain import SHUTTING_DOWN
+    from gambit.serving.tree_view import ENDED
+
+    ended: dict[str, int] = {}
+    for run_id in stopped:
+        try:
+            status = str((tree.get_run(run_id) or {}).get("status") or "")
+        except Exception:  # noqa: BLE001 — Redis gone: not known to have ended
+            status = ""
+        if status in ENDED:
+            ended[status] = ended.get(status, 0) + 1
+    n = sum(ended.values())
+    said = f"{SHUTTING_DOWN}: {n} of {len(stopped)} run(s) in flight ended"
+    if ended:
+        said += " (" + ", ".join(f"{k} {v}" for k, v in sorted(ended.items())) + ")"
+    if n < len(stopped):
+        said += (f"; {len(stopped) - n} had not ended when the drain's wait ran out (no Result reached "
+                 "their clients; GetRun shows how they end)")
+    return said
 
 
 def _cmd_client_solve(args) -> int:

@@ -69,7 +69,7 @@ class ReplicaLoad:
 
 def estimate_need(problem: str, capacity: int, max_tokens: int, load: ReplicaLoad) -> int:
     """Upper bound of the KV blocks a run reserves on ``load``'s replica."""
-    prompt = len(problem.encode()) + 1
+    prompt = len(problem.encode("utf-8", "surrogatepass")) + 1  # a lone surrogate (JSON "\\ud800"): 3 bytes
     per_trace = -(-min(prompt + max_tokens, load.max_model_len) // load.block_size)
     return capacity * per_trace
 

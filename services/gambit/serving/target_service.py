@@ -10,6 +10,9 @@ the driver (its record says queued) until it does (``SearchDriver._fits``).
 Cancel flags in the tree view are polled, so a CancelRun that reaches any coordinator stops the
 run on the replica that holds it; they are read again at admission, so a run flagged while it waited
 (Serve's queue, a takeover) is refused (``CancelFlagged``) before any engine step.
+A replica that finds a run it holds taken over by another (a refused conditional write, ``record_writer``;
+or a read of its runs' records once it beats again after its beat was withheld or failed) stops it and
+frees its KV, and writes nothing more of it: it wrote its progress and result over the takeover's record.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from gambit.search.config import check_batch, idle_warmup
 from gambit.serving.driver_adapter import DriverAdapter
 from gambit.serving.prompt_format import check_special_text
 from gambit.serving.record_writer import InlineRecords, RecordWriter
-from gambit.serving.run_lease import HEARTBEAT_S, Progress
+from gambit.serving.run_lease import HEARTBEAT_S, LEASE_S, Progress
 from gambit.serving.solve_config import SolveConfig
 from gambit.serving.tree_view import StoreUnavailable
 
@@ -75,7 +78,8 @@ class TargetService:
         self.format_problem = format_problem
         self.engine, self.tree, self.metrics, self.replica = engine, tree, metrics, replica
         self.scorer = scorer
-        self.records = RecordWriter(store, tree) if async_records else InlineRecords(store, tree)
+        writer = RecordWriter if async_records else InlineRecords
+        self.records = writer(store, tree, on_lost=self._taken_over)
         self.driver = DriverAdapter(engine, scorer, store, metrics, writes=self.records)
         self.cancel_poll_s = cancel_poll_s
         self._sinks: dict[str, Callable] = {}
@@ -84,6 +88,7 @@ class TargetService:
         # runs to admit at the next step: (run id, problem, cfg, sink, future, resume)
         self._inbox: list[tuple] = []
         self._cancels: list[tuple] = []  # runs to stop at the next step: (run id, status, message, future)
+        self._stopping: set[str] = set()  # run ids in _cancels from ``_cancel_soon`` (one each)
         self._calls: list[tuple] = []  # (fn, future): torch work to run on the engine thread (``call``)
         self._inbox_lock = threading.Lock()
         self._idle = False
@@ -203,6 +208,24 @@ class TargetService:
                 self._cv.notify()
         return fut
 
+    def _cancel_soon(self, run_id: str, status: str, message: str) -> None:
+        """``cancel`` that does not wait for the step under way: the heartbeat's thread waited in
+        ``cancel`` for a flagged run, so a long step (a big prefill: legit up to ``run_lease.STUCK_S``)
+        withheld the beat, and the lease of every run here could lapse (taken over, its work redone)."""
+        with self._inbox_lock:
+            if self._stop or run_id in self._stopping:
+                return
+            self._stopping.add(run_id)
+            self._cancels.append((run_id, status, message, Future()))
+        if self._idle:
+            with self._cv:
+                self._cv.notify()
+
+    def _taken_over(self, run_id: str, holder: str) -> None:
+        """Another replica holds the run now (``record_writer``): stop it here and free its KV."""
+        self._cancel_soon(run_id, "cancelled", f"taken over by Target replica {holder} (this replica "
+                                               f"{self.replica} lost its lease)")
+
     @property
     def engine_thread_id(self) -> int | None:
         """Native id of the engine thread (its OS thread, for CPU and context-switch accounting)."""
@@ -236,6 +259,7 @@ class TargetService:
         with self._inbox_lock:
             inbox, self._inbox = self._inbox, []
             cancels, self._cancels = self._cancels, []
+            self._stopping.clear()
             calls, self._calls = self._calls, []
         flags = self._flags([r[0] for r in inbox]) if inbox else {}
         for fn, fut in calls:
@@ -362,7 +386,7 @@ class TargetService:
         Any store error is logged and the loop goes on: an error Redis answers (OOM under maxmemory, READONLY
         in a failover) ended this thread, silently stopping cancel flags and the heartbeat for good, so a
         live replica's runs all read as lost one lease later."""
-        beat_due, said, stuck = 0.0, "", False
+        beat_due, said, stuck, beaten = 0.0, "", False, time.monotonic()
         while not self._stop:
             if time.monotonic() >= beat_due and self._thread.is_alive():
                 beat_due = time.monotonic() + HEARTBEAT_S
@@ -373,11 +397,19 @@ class TargetService:
                                   "here go to other replicas", self.progress.stuck_for())
                     else:
                         log.warning("engine moving again: heartbeat resumed")
+                if stuck or time.monotonic() - beaten > LEASE_S - HEARTBEAT_S:  # the lease may lapse
+                    self.records.suspect = self.replica
                 try:
                     if not stuck:
                         self.tree.beat(self.replica)
+                        beaten = time.monotonic()
                 except Exception as e:  # noqa: BLE001 — the next beat may be written
                     log.warning("heartbeat not written: %s: %s", type(e).__name__, e)
+                if self.records.suspect and beaten >= beat_due - HEARTBEAT_S:  # beaten just now
+                    try:
+                        self._check_held()
+                    except Exception as e:  # noqa: BLE001 — the next beat checks again
+                        log.warning("runs held here not checked for takeovers: %s: %s", type(e).__name__, e)
             time.sleep(self.cancel_poll_s)
             ids = list(self._sinks)
             if not ids:
@@ -391,7 +423,17 @@ class TargetService:
                 continue
             said = ""
             for rid, reason in flagged.items():
-                self.cancel(rid, "cancelled", reason)
+                self._cancel_soon(rid, "cancelled", reason)
+
+    def _check_held(self) -> None:
+        """After a beat that may have come too late (the lease may have lapsed meanwhile): the runs here
+        that another replica took over are lost (``records.lose``: stopped, nothing more written); then
+        writes go unchecked again. Raises what the read raises (the next beat checks again)."""
+        ids = list(self._sinks)
+        if ids and hasattr(self.tree, "holders"):
+            held = self.tree.holders(ids)
+            self.records.lose({r: h for r, h in held.items() if h and h != self.replica})
+        self.records.suspect = ""
 
     def _deliver(self, outs, gauges: bool = True) -> None:
         for o in outs:
@@ -412,15 +454,15 @@ class TargetService:
                     d["message"] = "; ".join(said)
                 self._written.pop(rid, None)
                 last = self._unwritten.pop(rid, None)  # GetRun's last_progress: the run's last round
-                self.records.put_run(rid, status=d["status"], result=d, replica=self.replica,
-                                     **({"progress": last} if last is not None else {}))
+                self.records.put_held(rid, status=d["status"], result=d, replica=self.replica,
+                                      **({"progress": last} if last is not None else {}))
                 if sink is not None:  # once its records are written: GetRun then sees the result
                     self.records.after(functools.partial(_send, sink, d))
                 continue
             if time.monotonic() - self._written.get(rid, 0.0) > 0.5:
                 self._written[rid] = time.monotonic()  # at most two progress writes a second per run
                 self._unwritten.pop(rid, None)
-                self.records.put_run(rid, status="running", progress=d, replica=self.replica)
+                self.records.put_held(rid, status="running", progress=d, replica=self.replica)
             else:
                 self._unwritten[rid] = d
             if sink is not None:  # once its round's tree write was tried: a takeover resumes at or past it

@@ -60,6 +60,28 @@ return 1
 """
 
 
+# KEYS: per run, its record then its cancel flag; ARGV[1] the TTL, then per run: the writing replica
+# (encoded), "1" when the write ends the run, the number of field/value strings, those: each written
+# unless the record names another replica (a takeover's), whose encoded id is returned for it ('' written)
+_PUT_HELD = """
+local out, a = {}, 2
+for i = 1, #KEYS, 2 do
+  local me, ended, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+  local r = redis.call('HGET', KEYS[i], 'replica')
+  if r and r ~= me and r ~= '""' and r ~= 'null' then
+    out[#out + 1] = r
+  else
+    redis.call('HSET', KEYS[i], unpack(ARGV, a + 3, a + 2 + n))
+    redis.call('EXPIRE', KEYS[i], ARGV[1])
+    if ended == '1' then redis.call('DEL', KEYS[i + 1]) end
+    out[#out + 1] = ''
+  end
+  a = a + 3 + n
+end
+return out
+"""
+
+
 class MemoryTreeView:
     """The records of the embedded wiring (one process). As in Redis, a record goes ``ttl_s`` after its
     last write and its flag with it: they grew for the life of a long benchmark's process."""
@@ -91,10 +113,38 @@ class MemoryTreeView:
     def put_run(self, run_id: str, **fields) -> None:
         with self._lock:
             self._expire()
-            self._runs.setdefault(run_id, {}).update({k: _enc(v) for k, v in fields.items()})
-            self._written[run_id] = time.monotonic()
-            if fields.get("status") in ENDED:  # its flag has done its work
-                self._cancel.pop(run_id, None)
+            self._put(run_id, fields)
+
+    def _put(self, run_id: str, fields: dict) -> None:
+        self._runs.setdefault(run_id, {}).update({k: _enc(v) for k, v in fields.items()})
+        self._written[run_id] = time.monotonic()
+        if fields.get("status") in ENDED:  # its flag has done its work
+            self._cancel.pop(run_id, None)
+
+    def put_runs_held(self, items: list[tuple[str, dict]]) -> dict[str, str]:
+        """A Target's writes of the runs it holds (each ``fields`` names its ``replica``), in order: each
+        written unless the record names another replica (a takeover's: a replica that was stuck and
+        recovered must not write over it). Returns the refused run ids -> the replica holding each."""
+        refused = {}
+        with self._lock:
+            self._expire()
+            for run_id, fields in items:
+                other = _other(self._runs.get(run_id, {}).get("replica"), fields.get("replica"))
+                if other is not None:
+                    refused[run_id] = other
+                else:
+                    self._put(run_id, fields)
+        return refused
+
+    def holders(self, run_ids) -> dict[str, str]:
+        """The replica each run's record names ("" none) for the ids that have a record."""
+        with self._lock:
+            return {r: _replica(self._runs[r].get("replica")) for r in run_ids if r in self._runs}
+
+    def beats(self) -> tuple[dict[str, str], float]:
+        """Every replica's last heartbeat and the clock they are read against (``run_records.sweep_lost``)."""
+        with self._lock:
+            return dict(self._alive), time.time()
 
     def claim_run(self, run_id: str, **fields) -> dict | None:
         """A new run's record, written unless one holds ``run_id``: None when written, else that record."""
@@ -241,6 +291,49 @@ class RedisTreeView:
         if fields.get("status") in ENDED:  # its flag has done its work (and must not stop a later run)
             p.delete(self._k("cancel", run_id))
 
+    def put_runs_held(self, items: list[tuple[str, dict]]) -> dict[str, str]:
+        """As ``MemoryTreeView.put_runs_held``, in one Lua call (one round trip for the batch)."""
+        if not items:
+            return {}
+        return held_refused(items, self._call(self.r.eval, _PUT_HELD, *self._held_args(items)))
+
+    def add_runs_held(self, p, items: list[tuple[str, dict]]) -> None:
+        """Queue ``put_runs_held`` on a pipeline ``p`` (its result: ``held_refused(items, result)``)."""
+        p.eval(_PUT_HELD, *self._held_args(items))
+
+    def _held_args(self, items: list[tuple[str, dict]]) -> list:
+        keys, argv = [], [self.ttl]
+        for run_id, fields in items:
+            keys += [self._k("run", run_id), self._k("cancel", run_id)]
+            flat = _flat(fields)
+            argv += [_enc(fields.get("replica")), int(fields.get("status") in ENDED), len(flat), *flat]
+        return [len(keys), *keys, *argv]
+
+    def holders(self, run_ids) -> dict[str, str]:
+        """As ``MemoryTreeView.holders``: one pipeline of reads."""
+        ids = list(run_ids)
+        if not ids:
+            return {}
+        p = self.r.pipeline(transaction=False)
+        for r in ids:
+            p.hmget(self._k("run", r), "status", "replica")
+        got = self._call(lambda: p.execute(raise_on_error=False))  # a key that is no record: none
+        return {r: _replica(f[1]) for r, f in zip(ids, got, strict=True)
+                if not isinstance(f, Exception) and (f[0] is not None or f[1])}
+
+    def beats(self) -> tuple[dict[str, str], float]:
+        """As ``MemoryTreeView.beats``: a scan of the heartbeat keys against the Redis server's clock."""
+        head = self._k("alive", "")
+        keys = self._call(lambda: list(self.r.scan_iter(head + "*", count=1000)))
+        p = self.r.pipeline(transaction=False)
+        if keys:
+            p.mget(keys)
+        p.time()
+        got = self._call(p.execute)
+        sec, usec = got[-1]
+        beats = dict(zip((k[len(head):] for k in keys), got[0], strict=True)) if keys else {}
+        return {k: v for k, v in beats.items() if v is not None}, sec + usec / 1e6
+
     def claim_run(self, run_id: str, **fields) -> dict | None:
         """A new run's record, written unless one holds ``run_id`` (in one Lua call: of two Solves with
         one id, one writes): None when written, else that record."""
@@ -346,6 +439,27 @@ def open_tree_view(url: str, prefix: str = "gambit:", password_env: str = PASSWO
     if url == "memory":
         return MemoryTreeView(retention_s)
     return RedisTreeView(url, prefix, password_env, ttl_s=retention_s)
+
+
+def held_refused(items: list[tuple[str, dict]], got: list) -> dict[str, str]:
+    """``_PUT_HELD``'s answer for ``items``: the refused run ids -> the replica holding each."""
+    return {run_id: _replica(r) for (run_id, _), r in zip(items, got, strict=True) if r}
+
+
+def _replica(v: str | None) -> str:
+    """A record's encoded "replica" field as the id ("" when none, or not an id this version reads)."""
+    try:
+        got = _dec(v) if v is not None else None
+    except ValueError:
+        return ""
+    return got if isinstance(got, str) else ""
+
+
+def _other(held: str | None, mine) -> str | None:
+    """The replica other than ``mine`` that a record's encoded ``held`` field names, else None."""
+    if held in NO_REPLICA or held == _enc(mine):
+        return None
+    return _replica(held) or held
 
 
 def _flat(fields: dict) -> list[str]:
