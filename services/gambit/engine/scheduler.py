@@ -3,7 +3,9 @@
 Running traces go first in priority order (decode rows, or the rest of a chunked prefill); waiting
 traces are admitted by free blocks while the token budget lasts. When a running trace cannot get
 the block it needs, the lowest-priority running trace is preempted (freed, requeued to recompute)
-or evicted (freed, reported, never requeued) — the caller's choice.
+or evicted (freed, reported, never requeued) — the caller's choice — passing over one whose release
+frees no block (every block also held by a trace that stays: a fork's child at a block boundary
+holds only its parent's blocks), which was dropped for nothing.
 
 Admission keeps headroom: a waiting trace joins running ones only when the blocks stay free for
 every one of them (itself included) to grow ``lookahead`` more tokens. Without it a trace was
@@ -96,7 +98,7 @@ class Scheduler:
                     self.blocks.ensure(t, t.num_cached + n)
                     break
                 except OutOfBlocks:
-                    victim = queue.pop(0) if queue else t  # lowest-ranked not yet scheduled
+                    victim = self._victim(queue, t, traces)
                     self._release(victim, batch)
                     if victim is t:
                         break
@@ -110,6 +112,22 @@ class Scheduler:
             self._admit(batch, budget)
         return batch
 
+    def _victim(self, queue: list[Trace], t: Trace, kept: list[Trace]) -> Trace:
+        """The lowest-ranked trace not yet scheduled (``queue[0]`` first) whose release can free a
+        block for ``t``; ``t`` itself when none is left. A trace whose every block ``t`` or a trace
+        already scheduled (``kept``) also holds frees nothing: it was preempted or evicted for no
+        block (in "evict" mode lost), and the next victim taken anyway."""
+        rc, held = self.blocks.refcount, None
+        for i, v in enumerate(queue):
+            table = v.block_table
+            if table and rc[table[-1]] == 1:  # its own last block (the usual case): that one frees
+                return queue.pop(i)
+            if held is None:  # shared blocks at most: which of them stay held (built once)
+                held = {b for x in (t, *kept) for b in x.block_table}
+            if any(b not in held for b in table):
+                return queue.pop(i)
+        return t
+
     def _ahead(self, t: Trace) -> int:
         """Blocks ``t`` must still gain to cache its tokens and ``lookahead`` more (not past its
         max_tokens: the last token sampled is never fed)."""
@@ -121,7 +139,9 @@ class Scheduler:
         """Waiting traces in rank order while the budget, the seat cap and the blocks last; with
         traces running, only while the blocks free cover every one's ``_ahead`` (the first admitted
         into an idle engine needs only its tokens: the cache may hold no more)."""
-        reserve = sum(self._ahead(r) for r in self.running.values()) if self.lookahead else 0
+        if budget <= 0 or len(self.running) >= self.max_num_seqs or not self.blocks.num_free:
+            return  # nobody can join: no sort of the queue, no sum over the running traces
+        reserve = None  # the running traces' ``_ahead``, summed once the first candidate fits
         for t in sorted(self.waiting.values(), key=_rank):
             if budget <= 0 or len(self.running) >= self.max_num_seqs:
                 break
@@ -129,6 +149,8 @@ class Scheduler:
             need = self.blocks.extra_blocks(t, n)
             if need > self.blocks.num_free:
                 break
+            if reserve is None:
+                reserve = sum(self._ahead(r) for r in self.running.values()) if self.lookahead else 0
             ahead = self._ahead(t) if self.lookahead else 0
             if self.running and reserve + ahead > self.blocks.num_free:
                 break

@@ -24,7 +24,7 @@ class SamplingParams:
     decoding: str = "plain"  # "plain" | "eagle3.1" | "pr" (shipped drafters) | a drafter folder path
 
     def __post_init__(self) -> None:
-        check_temperature(self.temperature)
+        self.temperature = check_temperature(self.temperature)
         if not (is_number(self.top_p) and 0 < self.top_p <= 1):  # a str compared raised a bare TypeError
             raise ValueError(f"top_p must be a number in (0, 1], got {self.top_p!r}")
         if not is_int(self.top_k) or not 0 <= self.top_k <= MAX_SEED:  # a C++ int64 as well
@@ -45,7 +45,7 @@ class SamplingParams:
         """A copy with a new seed and temperature, those two checked (``dataclasses.replace`` would
         re-run every check of fields already checked: a fifth of a fork's cost)."""
         check_seed(seed)
-        check_temperature(temperature)
+        temperature = check_temperature(temperature)
         out = object.__new__(SamplingParams)  # a shallow copy (every field is immutable)
         out.__dict__.update(self.__dict__)
         out.seed, out.temperature = seed, temperature
@@ -76,9 +76,12 @@ def check_stop(stop) -> tuple[str, ...]:
     return tuple(stop)
 
 
-def check_temperature(t) -> None:
-    if not (isinstance(t, (int, float)) and math.isfinite(t)) or t < 0:
+def check_temperature(t) -> float:
+    """``t`` as a float: a finite real >= 0. A bool passed (True sampled at temperature 1, as top_p
+    and top_k already refuse it); numpy's float32 was refused as "not a number" (top_p takes it)."""
+    if not (is_number(t) and math.isfinite(t)) or t < 0:
         raise ValueError(f"temperature must be a finite number >= 0, got {t!r}")
+    return float(t)
 
 
 MAX_SEED = 2**63 - 1  # the samplers take a signed 64-bit seed: 2**63 failed in the step, after the add
