@@ -33,14 +33,22 @@ UINT32 = 2**32 - 1  # SolveRequest.capacity is a uint32: a value outside it was 
 
 
 def stubs(folder: str) -> tuple:
-    """``reasoning_pb2`` and ``reasoning_pb2_grpc`` from ``folder`` ("": generated into a temporary one)."""
-    if not folder:
-        from grpc_tools import protoc
+    """``reasoning_pb2`` and ``reasoning_pb2_grpc`` from ``folder`` ("": generated into a temporary one,
+    removed once they are imported: each run left a ``gambit-stubs-*`` folder behind in /tmp)."""
+    if folder:
+        return _import(folder)
+    from grpc_tools import protoc
 
-        folder = tempfile.mkdtemp(prefix="gambit-stubs-")
-        if protoc.main(["protoc", f"-I{PROTOS}", f"--python_out={folder}", f"--grpc_python_out={folder}",
+    with tempfile.TemporaryDirectory(prefix="gambit-stubs-") as tmp:
+        if protoc.main(["protoc", f"-I{PROTOS}", f"--python_out={tmp}", f"--grpc_python_out={tmp}",
                         str(PROTOS / "reasoning.proto")]) != 0:
             raise SystemExit(f"protoc failed on {PROTOS / 'reasoning.proto'}")
+        modules = _import(tmp)
+        sys.path.remove(tmp)
+        return modules
+
+
+def _import(folder: str) -> tuple:
     for name in ("reasoning_pb2.py", "reasoning_pb2_grpc.py"):  # else a ModuleNotFoundError traceback
         if not (Path(folder) / name).is_file():
             raise SystemExit(f"--stubs {folder}: no {name} there (generate it: {GENERATE})")

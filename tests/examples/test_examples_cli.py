@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 ENV = {**{k: v for k, v in os.environ.items() if k != "GAMBIT_TOKEN"}, "PYTHONPATH": str(ROOT / "services")}
 
 
-def call(script: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+def call(script: str, *args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "examples" / script), *args], capture_output=True,
-                          text=True, timeout=120, env=ENV, cwd=cwd)
+                          text=True, timeout=120, env={**ENV, **(env or {})}, cwd=cwd)
 
 
 @pytest.mark.parametrize("script, defaults", [
@@ -35,8 +35,12 @@ def test_help_gives_each_flags_default(script, defaults):
 @pytest.mark.parametrize("script, server", [("solve_from_a_backend.py", "`gambit serve`, port 9000"),
                                             ("score_states.py", "`gambit scorer serve`, port 50061")])
 def test_nothing_listening_names_the_server_to_start(tmp_path, script, server):
+    """Also: the stubs solve_from_a_backend.py generates (no --stubs) are removed; each run left a
+    gambit-stubs-* folder in the temporary directory."""
     args = ["--address", "127.0.0.1:1"] + (["Compute 1+1."] if script.startswith("solve") else [])
-    r = call(script, *args, cwd=tmp_path)
+    (tmp := tmp_path / "tmp").mkdir()
+    r = call(script, *args, cwd=tmp_path, env={"TMPDIR": str(tmp)})
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     hint = f"(no server at --address: start {server} by default)"
     assert r.stderr.startswith("UNAVAILABLE: ") and hint in r.stderr, r.stderr
+    assert not list(tmp.iterdir())

@@ -358,3 +358,33 @@ def test_item_is_frozen_and_kind_checked() -> None:
         it.answer = "2"  # type: ignore[misc]
     with pytest.raises(ValueError, match="unknown kind"):
         BenchmarkItem("a", "p", "1", "essay")
+
+
+@pytest.mark.parametrize("line, needle", [
+    ('{"question": "q", "answer": ' + "1" * 5000 + "}", "Exceeds the limit (4300 digits)"),
+    ("[" * 100_000, "nested too deeply"),
+])
+def test_unreadable_json_names_file_and_line(tmp_path: Path, line: str, needle: str) -> None:
+    """A number over the digit limit raised a bare ValueError, deep nesting a RecursionError: no file."""
+    f = write_jsonl(tmp_path / "odd.jsonl", [{"question": "q", "answer": "1"}, line])
+    with pytest.raises(ValueError, match=r"odd\.jsonl line 2: not readable JSON") as e:
+        load_benchmark("aime", f)
+    assert needle in str(e.value) and "set_int_max_str_digits" not in str(e.value)
+    f.with_suffix(".json").write_text(line)
+    with pytest.raises(ValueError, match=r"odd\.json: not readable JSON"):
+        load_benchmark("mbpp", f.with_suffix(".json"))
+
+
+@pytest.mark.parametrize("name, row, field", [
+    ("gsm8k", {"question": " ", "answer": "#### 1"}, "question"),
+    ("aime", {"question": "", "answer": "1"}, "question"),
+    ("hmmt", {"question": "\n", "answer": "1"}, "question"),
+    ("gpqa", {"question": "", "answer": "A"}, "question"),
+    ("math500", {"problem": "", "answer": "1"}, "problem"),
+    ("mt_bench", {"question_id": 1, "category": "x", "turns": ["hi", " "]}, "turns"),
+])
+def test_a_blank_question_is_refused(tmp_path: Path, name: str, row: dict, field: str) -> None:
+    """It loaded, and the model was sent an empty prompt."""
+    f = write_jsonl(tmp_path / "blank.jsonl", [row])
+    with pytest.raises(ValueError, match=rf"blank\.jsonl line 1: field '{field}'"):
+        load_benchmark(name, f)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 from dataclasses import dataclass
 
 from gambit.tasks.answers import check_integer, extract_boxed
@@ -179,13 +180,42 @@ def check_answer(completion: str, answer: int | str) -> bool:
 def check_thought(thought: str) -> bool | None:
     """Whether one arithmetic thought ``a op b = ... = c`` is correct; None if it is not one."""
     lhs, _, rest = thought.partition("=")
-    if not rest or "**" in thought:  # no power is a step here, and eval("9**9**9") would not finish
+    if not rest:
         return None
     sides = [lhs] + rest.split("=")
-    try:
-        values = [eval(s, {"__builtins__": {}}, {}) for s in sides if s and set(s) <= set("0123456789+-* ")]
-    except (SyntaxError, ValueError):  # ValueError: over the int-string digit limit
-        return None
-    if len(values) != len(sides):
+    values = [_evaluate(s) for s in sides]
+    if any(v is None for v in values):
         return None
     return all(v == values[0] for v in values)
+
+
+_TOKEN = re.compile(r"\d+|[-+*]")
+
+
+def _evaluate(side: str) -> int | None:
+    """Value of ``side`` as written with integers, ``+``, ``-`` (also a sign) and ``*``, else None. Not
+    Python's eval: a long run of "+1" ended in a RecursionError, a long run of "-" in a MemoryError
+    (both escaped the rollout labeller), and "07*2=14" was no thought (a leading zero is Python's
+    SyntaxError). No power is a step here (eval("9**9**9") would not finish)."""
+    if not side.strip() or not set(side) <= _CHARS or re.search(r"\d\s+\d", side):
+        return None
+    total, product, sign, operand = 0, None, 1, True  # operand: a number (or a sign) comes next
+    for tok in _TOKEN.findall(side):
+        if operand and tok in "+-":
+            sign = -sign if tok == "-" else sign
+        elif operand and tok != "*":
+            try:
+                factor = sign * int(tok)
+            except ValueError:  # over the int-string digit limit
+                return None
+            product, sign, operand = factor if product is None else product * factor, 1, False
+        elif operand:
+            return None  # "2**3", "2+*3", "*3"
+        elif tok == "*":
+            operand = True
+        else:
+            total, product, sign, operand = total + product, None, -1 if tok == "-" else 1, True
+    return None if operand else total + product
+
+
+_CHARS = set("0123456789+-* ")

@@ -65,6 +65,8 @@ def _records(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
             data = json.loads(text)
         except json.JSONDecodeError as e:
             raise ValueError(f"{p} line {e.lineno}: not valid JSON ({e.msg})") from e
+        except (ValueError, RecursionError) as e:
+            raise ValueError(f"{p}: not readable JSON ({_why(e)})") from None
         if not isinstance(data, list):
             raise ValueError(f"{p}: expected a JSON array of objects, got {type(data).__name__}")
         rows = [(f"{p} item {n}", obj) for n, obj in enumerate(data, start=1)]
@@ -77,10 +79,18 @@ def _records(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
                 rows.append((f"{p} line {n}", json.loads(line)))
             except json.JSONDecodeError as e:
                 raise ValueError(f"{p} line {n}: not valid JSON ({e.msg})") from e
+            except (ValueError, RecursionError) as e:  # a number over the digit limit, deep nesting
+                raise ValueError(f"{p} line {n}: not readable JSON ({_why(e)})") from None
     for where, obj in rows:
         if not isinstance(obj, dict):
             raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
         yield where, obj
+
+
+def _why(e: Exception) -> str:
+    """A JSON error in a few words: the digit limit's message runs to a paragraph, recursion's names
+    Python's internals. Both escaped bare, naming no file or line."""
+    return "nested too deeply" if isinstance(e, RecursionError) else str(e).split(";")[0]
 
 
 def _req(obj: dict[str, Any], key: str, where: str) -> Any:
@@ -98,6 +108,14 @@ def _req_str(obj: dict[str, Any], key: str, where: str) -> str:
     return str(v)
 
 
+def _req_text(obj: dict[str, Any], key: str, where: str) -> str:
+    """A required question text: a blank one was loaded and sent to the model as an empty prompt."""
+    v = _req_str(obj, key, where)
+    if not v.strip():
+        raise _bad(where, key, "is empty")
+    return v
+
+
 def _bad(where: str, key: str, why: str) -> ValueError:
     return ValueError(f"{where}: field {key!r} {why}")
 
@@ -111,7 +129,7 @@ def load_gsm8k(path: str | Path) -> list[BenchmarkItem]:
     """GSM8K (openai/grade-school-math): ``question``, ``answer`` ending in ``#### N``; gold is N as int."""
     items = []
     for where, obj in _records(path):
-        q = _req_str(obj, "question", where)
+        q = _req_text(obj, "question", where)
         a = _req_str(obj, "answer", where)
         m = _GSM8K_FINAL.search(a)
         gold = parse_int(m.group(1)) if m else None
@@ -126,7 +144,7 @@ def load_aime(path: str | Path) -> list[BenchmarkItem]:
     """AIME: ``question``, ``answer`` (an integer 0-999 as a string)."""
     items = []
     for where, obj in _records(path):
-        q = _req_str(obj, "question", where)
+        q = _req_text(obj, "question", where)
         gold = parse_int(_req_str(obj, "answer", where))
         if gold is None:
             raise _bad(where, "answer", "is not an integer")
@@ -141,7 +159,7 @@ def load_hmmt(path: str | Path) -> list[BenchmarkItem]:
     and GPQA's are letters. Either loaded silently and scored 0%, so both are refused."""
     items = []
     for where, obj in _records(path):
-        q = _req_str(obj, "question", where)
+        q = _req_text(obj, "question", where)
         a = _req_str(obj, "answer", where).strip()
         if not a:
             raise _bad(where, "answer", "is empty")
@@ -157,7 +175,7 @@ def load_gpqa(path: str | Path) -> list[BenchmarkItem]:
     """GPQA (Diamond), pre-shuffled layout: ``question`` with the options inlined, ``answer`` a letter A-D."""
     items = []
     for where, obj in _records(path):
-        q = _req_str(obj, "question", where)
+        q = _req_text(obj, "question", where)
         a = _req_str(obj, "answer", where).strip().upper()
         if a not in CHOICES:
             raise _bad(where, "answer", f"should be one of {'/'.join(CHOICES)}, got {a!r}")
@@ -176,7 +194,7 @@ def load_humaneval(path: str | Path) -> list[BenchmarkItem]:
             "canonical_solution": _req_str(obj, "canonical_solution", where),
         }
         tid = _req_str(obj, "task_id", where)
-        items.append(BenchmarkItem(tid, _req_str(obj, "prompt", where), None, "code", meta))
+        items.append(BenchmarkItem(tid, _req_text(obj, "prompt", where), None, "code", meta))
     return items
 
 
@@ -186,8 +204,9 @@ def load_mt_bench(path: str | Path) -> list[BenchmarkItem]:
     for where, obj in _records(path):
         qid = _req_str(obj, "question_id", where)
         turns = _req(obj, "turns", where)
-        if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
-            raise _bad(where, "turns", "should be a non-empty list of strings")
+        if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip()
+                                                                 for t in turns):
+            raise _bad(where, "turns", "should be a non-empty list of non-blank strings")
         meta: dict[str, Any] = {
             "benchmark": "mt_bench",
             "turns": list(turns),
@@ -203,7 +222,7 @@ def load_math500(path: str | Path) -> list[BenchmarkItem]:
     """MATH-500 (HuggingFaceH4/MATH-500 ``test.jsonl``): ``problem``, ``answer`` (LaTeX), ``unique_id``..."""
     items = []
     for where, obj in _records(path):
-        q = _req_str(obj, "problem", where)
+        q = _req_text(obj, "problem", where)
         a = _req_str(obj, "answer", where).strip()
         if not a:
             raise _bad(where, "answer", "is empty")
@@ -222,7 +241,7 @@ def load_mbpp(path: str | Path) -> list[BenchmarkItem]:
     items = []
     for where, obj in _records(path):
         tid = _req_str(obj, "task_id", where)
-        text = _req_str(obj, "text" if "text" in obj or "prompt" not in obj else "prompt", where)
+        text = _req_text(obj, "text" if "text" in obj or "prompt" not in obj else "prompt", where)
         tests = _req(obj, "test_list", where)
         if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
             raise _bad(where, "test_list", "should be a list of strings")
@@ -273,8 +292,8 @@ _FRACTION = re.compile(r"(-?)\s*(?:\\[dt]?frac\s*\{\s*(-?\d+)\s*\}\s*\{\s*(-?\d+
 
 
 def _as_int(s: str) -> int | None:
-    """Integer value of a number string ("1,234", "18.00" → 1234, 18); None for non-integers."""
-    s = s.replace(",", "")
+    """Integer value of a number string ("1,234", "18.00" → 1234, 18); None for non-integers (and "1,2",
+    which ``parse_int`` refuses as a list; GSM8K's "#### 1,2" read 12)."""
     if "." in s:
         whole, frac = s.split(".", 1)
         if frac.strip("0"):
@@ -293,8 +312,22 @@ def _boxed_int(content: str) -> int | None:
     if _FRACTION.fullmatch(content.strip().strip("$").strip()):  # "\\frac62" is 3, not the lone "62"
         return _loose_int(content)
     nums = _NUMBER.findall(content)
-    v = _as_int(nums[0]) if len(nums) == 1 else None
+    v = _lone_int(content, nums)
     return v if v is not None else _loose_int(content)
+
+
+# what makes a lone number part of an expression rather than a quantity with its unit: "\\sqrt{25}" is 5,
+# "5!" 120, "25\\pi", "2i", "x^2", "a_5", "\\log 8" are no integer (each read as its lone number)
+_OPERATED = re.compile(r"\\(?:sqrt|pi|log|ln|exp|sin|cos|tan|cot|sec|csc|binom|choose|infty|cdot|times|div"
+                       r"|pm|mp|lfloor|lceil)(?![A-Za-z])|(?<!\\)!|_|\^(?!\s*\{?\s*\\circ)|\d[A-Za-z]")
+
+
+def _lone_int(content: str, nums: list[str]) -> int | None:
+    """The one number in ``content`` amid units or words ("\\$18", "18 eggs"), None where there are more
+    or an operator takes it (``_OPERATED``)."""
+    if len(nums) != 1 or _OPERATED.search(content):
+        return None
+    return _as_int(nums[0])
 
 
 def _loose_int(content: str) -> int | None:
@@ -313,12 +346,12 @@ def _loose_int(content: str) -> int | None:
     m = _FRACTION.fullmatch(s)
     if m:
         sign, *parts = m.groups()
-        num, den = next((int(a), int(b)) for a, b in zip(parts[::2], parts[1::2], strict=True) if a)
-        if den and num % den == 0:
+        num, den = next((parse_int(a), parse_int(b)) for a, b in zip(parts[::2], parts[1::2], strict=True)
+                        if a)
+        if num is not None and den and num % den == 0:
             return -(num // den) if sign else num // den
         return None
-    nums = _NUMBER.findall(s)
-    return _as_int(nums[0]) if len(nums) == 1 else None
+    return _lone_int(s, _NUMBER.findall(s))
 
 
 # "the answer is 7." (not "the answer is 3 + 4 = 7": a number an operator follows is a step, not the answer)
@@ -379,6 +412,14 @@ def _mv_parse(text: str) -> list[Any]:
     return out if any(not isinstance(x, str) for x in out) else []
 
 
+# a number sympy evaluates eagerly and cannot finish: a power tower ("10^{10^{10}}"), an exponent, a
+# factorial or a binomial of 5+ digits. In a thread math-verify has no timeout (``_mv_timeout``) and the
+# computation holds the GIL: one such boxed answer hung the whole process (the main thread: 5 s each).
+# The gold answers stay within reach ("\\dfrac{4^{2024}}{\\binom{4048}{2024}}", "2^{25} \\cdot 26!").
+_HUGE = re.compile(r"\^\s*\{[^{}]*[\^!]|\^\s*\{?\s*\(?\s*\d{5}|\d{5}\s*!|[)}\]]\s*!"
+                   r"|\\[dt]?binom\s*\{?\s*\d{5}")
+
+
 def _check_latex(item: BenchmarkItem, completion: str) -> bool:
     """The boxed answer against the gold. An unboxed completion gives none, as for AIME: math-verify
     on the whole text took its last number, which a cut or echoing model writes from the question."""
@@ -389,6 +430,8 @@ def _check_latex(item: BenchmarkItem, completion: str) -> bool:
     if boxed is None:
         return False
     pred_s = boxed = ascii_minus(boxed)
+    if _HUGE.search(boxed):  # no math-verify: sympy would build the number itself
+        return normalize_latex(gold_s) == normalize_latex(pred_s)
     gold = _mv_parse(f"${gold_s}$") or _mv_parse(f"\\boxed{{{gold_s}}}")
     pred = _mv_parse(f"\\boxed{{{boxed}}}")
     if gold and pred:

@@ -139,13 +139,16 @@ def _rational_key(part: str) -> str | None:
     if m is None:
         return None
     sign, dec, *pairs = m.groups()
-    if dec is not None:
-        value = Fraction(dec)
-    else:
-        num, den = next((int(a), int(b)) for a, b in zip(pairs[::2], pairs[1::2], strict=True) if a)
-        if den == 0:
-            return None
-        value = Fraction(num, den)
+    try:  # ValueError: over the int-string digit limit (a model's runaway digits are no number here)
+        if dec is not None:
+            value = Fraction(dec)
+        else:
+            num, den = next((int(a), int(b)) for a, b in zip(pairs[::2], pairs[1::2], strict=True) if a)
+            if den == 0:
+                return None
+            value = Fraction(num, den)
+    except ValueError:
+        return None
     value = -value if sign else value
     if value.denominator == 1:
         return str(value.numerator)
