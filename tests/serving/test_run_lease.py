@@ -79,11 +79,11 @@ def test_a_target_beats_while_its_engine_thread_lives(monkeypatch):
     never end (the beat is not on the engine thread: a long step is no death)."""
     import torch
 
-    from gambit.serving import target_service
+    from gambit.serving import target_heartbeat
     from gambit.serving.embedded import EmbeddedConfig, build_target
 
     torch.set_num_threads(1)
-    monkeypatch.setattr(target_service, "HEARTBEAT_S", 0.05)
+    monkeypatch.setattr(target_heartbeat, "HEARTBEAT_S", 0.05)
     svc = build_target(EmbeddedConfig(num_blocks=120), None, replica="r-beat")
     try:
         svc.tree.lease_s = 0.5
@@ -115,11 +115,11 @@ def test_an_error_redis_answers_stops_neither_the_beat_nor_the_cancel_poll(monke
     import redis
     import torch
 
-    from gambit.serving import target_service
+    from gambit.serving import target_heartbeat
     from gambit.serving.embedded import EmbeddedConfig, build_target
 
     torch.set_num_threads(1)
-    monkeypatch.setattr(target_service, "HEARTBEAT_S", 0.05)
+    monkeypatch.setattr(target_heartbeat, "HEARTBEAT_S", 0.05)
     svc = build_target(EmbeddedConfig(num_blocks=120), None, replica="r-err")
     tree, failures, answered = svc.tree, {"beat": 2, "cancel_requested": 2}, []
 

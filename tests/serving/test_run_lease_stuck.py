@@ -9,11 +9,11 @@ def test_a_target_stops_beating_while_its_engine_is_stuck_and_beats_again_after(
     deadlock) kept the wedged replica's runs held for ever, and no other replica took them over."""
     import torch
 
-    from gambit.serving import target_service
+    from gambit.serving import target_heartbeat
     from gambit.serving.embedded import EmbeddedConfig, build_target
 
     torch.set_num_threads(1)
-    monkeypatch.setattr(target_service, "HEARTBEAT_S", 0.05)
+    monkeypatch.setattr(target_heartbeat, "HEARTBEAT_S", 0.05)
     svc = build_target(EmbeddedConfig(num_blocks=120), None, replica="r-stuck")
     release = threading.Event()
     try:

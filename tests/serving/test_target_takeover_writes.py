@@ -20,11 +20,11 @@ PROBLEM = generate("test", 1, 0, TaskConfig(3, 4))[0].prompt
 
 @pytest.fixture
 def svc(monkeypatch):
-    from gambit.serving import target_service
+    from gambit.serving import target_heartbeat
 
     n = torch.get_num_threads()
     torch.set_num_threads(1)
-    monkeypatch.setattr(target_service, "HEARTBEAT_S", 0.05)
+    monkeypatch.setattr(target_heartbeat, "HEARTBEAT_S", 0.05)
     s = build_target(EmbeddedConfig(scorer="random:mlp:192", num_blocks=200), None, replica="A")
     yield s
     s.close()
@@ -45,7 +45,7 @@ def test_a_run_taken_over_is_stopped_here_and_its_record_stays_the_new_replicas(
     def sink(d: dict) -> None:
         if d["kind"] == "progress" and not taken.is_set():  # B resumes the run meanwhile
             svc.tree.put_run("t1", status="running", replica="B")
-            svc._written["t1"] = 0.0  # the next round's progress is written (not throttled)
+            svc.delivery.written["t1"] = 0.0  # the next round's progress is written (not throttled)
             taken.set()
         got.put(d)
 

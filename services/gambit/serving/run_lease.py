@@ -1,6 +1,6 @@
 """The liveness lease of the runs a Target replica holds: the rules both tree views share.
 
-A replica beats one key (``<p>alive:<replica>``) every ``HEARTBEAT_S`` (``TargetService._poll_cancels``):
+A replica beats one key (``<p>alive:<replica>``) every ``HEARTBEAT_S`` (``target_heartbeat.Heartbeat.run``):
 one write per replica, not per run. A run its record says a replica holds ("running", or "queued" when
 admitted and held for batch slots) is lost once that replica has not beaten for ``LEASE_S``: its record
 said "running" for the whole retention once its replica and the Coordinator relaying it were both gone.

@@ -13,28 +13,35 @@ run on the replica that holds it; they are read again at admission, so a run fla
 A replica that finds a run it holds taken over by another (a refused conditional write, ``record_writer``;
 or a read of its runs' records once it beats again after its beat was withheld or failed) stops it and
 frees its KV, and writes nothing more of it: it wrote its progress and result over the takeover's record.
+Its parts: ``kv_admission`` (the KV check), ``run_delivery`` (records, then sinks), ``target_heartbeat``
+(the beat and the cancel poll), ``target_metrics``, ``pool_watch``; their public names import from here.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
-import torch
-
-from gambit.engine.block_manager import shared_prompt_blocks
-from gambit.engine.torch_threads import voluntary_switches
 from gambit.search import batch_slots as slot_rule
-from gambit.search.config import check_batch, idle_warmup
 from gambit.serving.driver_adapter import DriverAdapter
+from gambit.serving.kv_admission import Overcommitted, check_fits  # noqa: F401 (Overcommitted: re-exported)
+from gambit.serving.kv_admission import blocks_needed as kv_blocks_needed
+from gambit.serving.pool_watch import (  # noqa: F401 (SWITCH_*: re-exported)
+    SWITCH_CHECK,
+    SWITCH_PERIOD,
+    SWITCH_WARN_PER_STEP,
+    PoolWatch,
+)
 from gambit.serving.prompt_format import check_special_text
 from gambit.serving.record_writer import InlineRecords, RecordWriter
-from gambit.serving.run_lease import HEARTBEAT_S, LEASE_S, Progress
+from gambit.serving.run_delivery import RunDelivery
+from gambit.serving.run_lease import Progress
 from gambit.serving.solve_config import SolveConfig
+from gambit.serving.target_heartbeat import Heartbeat
+from gambit.serving.target_metrics import SPEC_BY_DECODING, TargetMetrics  # noqa: F401 (re-exported)
 from gambit.serving.tree_view import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -45,23 +52,9 @@ GAUGE_REFRESH_S = 5.0  # idle replicas re-set their gauges this often, so dashbo
 # (so a run's tokens are counted before its result is sent). Every step, they cost ~0.2 ms of the
 # engine thread under Ray's metrics API: ~2% of a one-run step on 2 cores, on the critical path.
 METRICS_EVERY_S = 0.25
-# engine steps between which the engine thread's voluntary context switches are counted, again every
-# SWITCH_PERIOD steps (a second pool can appear at any time: a thread that runs torch work only for
-# large batches), and the count per step above which it is reported (0-1 with one pool, ~30 with two)
-SWITCH_CHECK = (16, 80)
-SWITCH_PERIOD = 2048
-SWITCH_WARN_PER_STEP = 8.0
 FLAGS_RETRY_S = 5.0  # after Redis failed to answer at admission, runs are admitted unread this long
-# EngineStats.spec_by_decoding's [drafts, draft tokens, accepted], exported with a decoding label
-SPEC_BY_DECODING = ("gambit_spec_decode_num_drafts_total", "gambit_spec_decode_num_draft_tokens_total",
-                    "gambit_spec_decode_num_accepted_tokens_total")
-
 
 CLOSED = "the target's engine thread has stopped (closed)"
-
-
-class Overcommitted(RuntimeError):
-    """The run would overcommit the target's KV memory."""
 
 
 class CancelFlagged(RuntimeError):
@@ -95,35 +88,23 @@ class TargetService:
         self._stop = False
         self.step_seconds = 0.0
         self._steps = 0
-        self._switches_at = (0, 0)  # (step, engine-thread voluntary switches) when the check began
-        self._pool_warned = False
-        self._last: dict[str, int] = {}
-        self._marks: dict[str, int] = {}  # run id -> scorer fallbacks when it started
-        self._notes: dict[str, str] = {}  # run id -> what its result says of its settings (``idle_warmup``)
-        self._written: dict[str, float] = {}  # run id -> last progress write to the run record
-        self._unwritten: dict[str, dict] = {}  # run id -> its latest progress not written (throttled)
+        self.delivery = RunDelivery(scorer)  # records, then sinks (``run_delivery``)
         self._metrics_due = 0.0  # monotonic time of the next gauge/counter export while decoding
         self._flags_at = 0.0  # monotonic time from which admission reads cancel flags again
+        self.exports = TargetMetrics(engine)  # token counters and gauges (``target_metrics``)
         self._gauges()  # exported from the start (Ray exports a gauge once it was set)
         self.progress = Progress()  # the heartbeat is written while the engine loop moves (``run_lease``)
         self._thread = threading.Thread(target=self._loop, name="target-loop", daemon=True)
+        self._pool_watch = PoolWatch(self._thread)  # warns of a second OpenMP pool (``pool_watch``)
         self._thread.start()
-        if tree is not None:
-            threading.Thread(target=self._poll_cancels, name="cancel-poll", daemon=True).start()
+        if tree is not None:  # its heartbeat and the runs' cancel flags (``target_heartbeat``)
+            threading.Thread(target=Heartbeat(self).run, name="cancel-poll", daemon=True).start()
 
     # -- API -----------------------------------------------------------------------------------
     def blocks_needed(self, problem: str, cfg: SolveConfig) -> int:
-        """KV blocks of C full-length traces; the prompt's full blocks are held once (the run's
-        traces start from one prefill and share them, ``Engine.add_samples``). A prompt no run can
-        take (characters the vocabulary lacks, no room for a token) is a ValueError naming ``problem``
-        here, before the KV check: it was found only at submission, after it, so beside busy runs it
-        was Overcommitted (RESOURCE_EXHAUSTED, "retry later"), which never helps."""
-        n = len(self.engine.tokenizer.encode_checked(problem, "problem"))
-        if n >= self.engine.max_model_len:  # the driver's rule (``SearchDriver.submit``)
-            raise ValueError(f"problem: prompt has {n} tokens; the context holds {self.engine.max_model_len} "
-                             "including at least one generated token")
-        return shared_prompt_blocks(n, min(n + cfg.max_tokens, self.engine.max_model_len), cfg.capacity,
-                                    self.engine.blocks.block_size)
+        """KV blocks of C full-length traces, the prompt's full blocks held once (``kv_admission``);
+        a ValueError naming ``problem`` when no run can take it."""
+        return kv_blocks_needed(self.engine, problem, cfg)
 
     def load(self) -> dict:
         return {"replica": self.replica, "runs": len(self._sinks),
@@ -281,19 +262,7 @@ class TargetService:
                     raise ValueError(f"run_id: {run_id!r} is already running on replica {self.replica}")
                 need = self.blocks_needed(problem, cfg)
                 free = self.engine.num_blocks - sum(self._reserved.values())
-                if need <= self.engine.num_blocks:  # (else the KV error below) a request error, never a retry
-                    check_batch(cfg.method, cfg.capacity, self.engine.config.max_num_seqs, "capacity: C")
-                if need > free:
-                    cap = self.engine.max_model_len  # a trace ends there whatever max_tokens says
-                    tokens = (f"{cfg.max_tokens} tokens" if cfg.max_tokens < cap else f"max_tokens "
-                              f"{cfg.max_tokens}, at most {cap} with the prompt: the model's length")
-                    if need > self.engine.num_blocks:  # never admitted: a request error, not a retry later
-                        raise ValueError(f"capacity: the run needs up to {need} KV blocks (capacity "
-                                         f"{cfg.capacity} x {tokens}), more than a Target replica holds "
-                                         f"({self.engine.num_blocks}); lower capacity or max_tokens")
-                    raise Overcommitted(f"run needs up to {need} KV blocks (capacity {cfg.capacity} x "
-                                        f"{tokens}); {free} of {self.engine.num_blocks} "
-                                        f"are free on replica {self.replica}")
+                check_fits(self.engine, cfg, need, free, self.replica)
                 restored = self.driver.resume(run_id, problem, cfg) if resume else None
                 if not resume:
                     self.driver.submit(run_id, problem, cfg)
@@ -301,11 +270,8 @@ class TargetService:
                 fut.set_exception(e)
                 continue
             self._sinks[run_id] = sink
-            self._marks[run_id] = getattr(self.scorer, "fallbacks", 0)
             self._reserved[run_id] = need
-            note = idle_warmup(cfg.method, cfg.warmup, cfg.max_tokens)  # ran, and the result says why idle
-            if note:
-                self._notes[run_id] = note
+            self.delivery.admitted(run_id, cfg)
             # GetRun says running, on which replica, from admission (it said queued until the first
             # round's progress: a whole run with a long round interval); queued while the driver holds
             # it for batch slots (``SearchDriver._fits``), until its first round's progress
@@ -354,8 +320,7 @@ class TargetService:
                     outs = [self.driver.cancel(r, "failed", f"target error: {e}") for r in list(self._sinks)]
                 self.step_seconds += time.perf_counter() - t0
                 self._steps += 1
-                if self._steps % SWITCH_PERIOD in SWITCH_CHECK and not self._pool_warned:
-                    self._check_switches()
+                self._pool_watch.after_step(self._steps)
                 now = time.monotonic()
                 ended = any(o is not None and o["kind"] == "result" for o in outs)
                 export = ended or now >= self._metrics_due
@@ -364,147 +329,23 @@ class TargetService:
                     self._counters()
                 self._deliver(outs, gauges=export)
 
-    def _check_switches(self) -> None:
-        """Warn (once per process) when the engine thread sleeps at nearly every parallel region of
-        its steps, the sign of a second OpenMP pool (``gambit.engine.torch_threads``), 2-3x slower."""
-        n = voluntary_switches(self._thread.native_id)
-        if self._steps % SWITCH_PERIOD == SWITCH_CHECK[0] or n < 0:
-            self._switches_at = (self._steps, n)
-            return
-        per_step = (n - self._switches_at[1]) / max(1, self._steps - self._switches_at[0])
-        if per_step > SWITCH_WARN_PER_STEP and torch.get_num_threads() > 1:
-            self._pool_warned = True
-            log.warning("the engine thread slept %.0f times per step: another thread of this process ran "
-                        "torch parallel work, so OpenMP workers sleep between regions (a second pool; "
-                        "see gambit.engine.torch_threads) and steps run 2-3x slower", per_step)
-
-    def _poll_cancels(self) -> None:
-        """CancelRun sets a flag in the tree view (any coordinator); stop flagged runs held here. Also
-        this replica's heartbeat, every ``HEARTBEAT_S`` while its engine thread lives and moves: the lease
-        of the runs it holds (``run_lease.LEASE_S``; here, not on the engine thread, so a long step is no
-        death; one stuck for over ``run_lease.STUCK_S`` is, ``self.progress``).
-        Any store error is logged and the loop goes on: an error Redis answers (OOM under maxmemory, READONLY
-        in a failover) ended this thread, silently stopping cancel flags and the heartbeat for good, so a
-        live replica's runs all read as lost one lease later."""
-        beat_due, said, stuck, beaten = 0.0, "", False, time.monotonic()
-        while not self._stop:
-            if time.monotonic() >= beat_due and self._thread.is_alive():
-                beat_due = time.monotonic() + HEARTBEAT_S
-                if stuck == self.progress.moving():  # it changed: said once each way
-                    stuck = not stuck
-                    if stuck:
-                        log.error("engine step running for %.0f s: heartbeat withheld, so the runs held "
-                                  "here go to other replicas", self.progress.stuck_for())
-                    else:
-                        log.warning("engine moving again: heartbeat resumed")
-                if stuck or time.monotonic() - beaten > LEASE_S - HEARTBEAT_S:  # the lease may lapse
-                    self.records.suspect = self.replica
-                try:
-                    if not stuck:
-                        self.tree.beat(self.replica)
-                        beaten = time.monotonic()
-                except Exception as e:  # noqa: BLE001 — the next beat may be written
-                    log.warning("heartbeat not written: %s: %s", type(e).__name__, e)
-                if self.records.suspect and beaten >= beat_due - HEARTBEAT_S:  # beaten just now
-                    try:
-                        self._check_held()
-                    except Exception as e:  # noqa: BLE001 — the next beat checks again
-                        log.warning("runs held here not checked for takeovers: %s: %s", type(e).__name__, e)
-            time.sleep(self.cancel_poll_s)
-            ids = list(self._sinks)
-            if not ids:
-                continue
-            try:
-                flagged = self.tree.cancel_requested(ids)
-            except Exception as e:  # noqa: BLE001 — read again next poll (said once per kind of error)
-                if not isinstance(e, StoreUnavailable) and said != repr(e):
-                    log.warning("cancel flags not read: %s: %s", type(e).__name__, e)
-                said = repr(e)
-                continue
-            said = ""
-            for rid, reason in flagged.items():
-                self._cancel_soon(rid, "cancelled", reason)
-
-    def _check_held(self) -> None:
-        """After a beat that may have come too late (the lease may have lapsed meanwhile): the runs here
-        that another replica took over are lost (``records.lose``: stopped, nothing more written); then
-        writes go unchecked again. Raises what the read raises (the next beat checks again)."""
-        ids = list(self._sinks)
-        if ids and hasattr(self.tree, "holders"):
-            held = self.tree.holders(ids)
-            self.records.lose({r: h for r, h in held.items() if h and h != self.replica})
-        self.records.suspect = ""
-
     def _deliver(self, outs, gauges: bool = True) -> None:
         for o in outs:
             if o is None:
                 continue
-            d, rid = o, o["run_id"]
-            sink = self._sinks.get(rid)
-            if d["kind"] == "result":
-                self._sinks.pop(rid, None)
-                self._reserved.pop(rid, None)
-                d["scorer_fallbacks"] = getattr(self.scorer, "fallbacks", 0) - self._marks.pop(rid, 0)
-                # a Scorer of another width (every call fell back): a backend reads it in the Result
-                why = getattr(self.scorer, "unguided", "") if d["scorer_fallbacks"] else ""
-                note = self._notes.pop(rid, "")  # said when it ran its course as self-consistency
-                ran = d["status"] in ("done", "limit")
-                said = [m for m in (d.get("message"), why, note if ran else "") if m]
-                if said:
-                    d["message"] = "; ".join(said)
-                self._written.pop(rid, None)
-                last = self._unwritten.pop(rid, None)  # GetRun's last_progress: the run's last round
-                self.records.put_held(rid, status=d["status"], result=d, replica=self.replica,
-                                      **({"progress": last} if last is not None else {}))
-                if sink is not None:  # once its records are written: GetRun then sees the result
-                    self.records.after(functools.partial(_send, sink, d))
-                continue
-            if time.monotonic() - self._written.get(rid, 0.0) > 0.5:
-                self._written[rid] = time.monotonic()  # at most two progress writes a second per run
-                self._unwritten.pop(rid, None)
-                self.records.put_held(rid, status="running", progress=d, replica=self.replica)
+            sink = self._sinks.get(o["run_id"])
+            if o["kind"] == "result":
+                self._sinks.pop(o["run_id"], None)
+                self._reserved.pop(o["run_id"], None)
+                self.delivery.result(o, sink, self.records, self.replica)
             else:
-                self._unwritten[rid] = d
-            if sink is not None:  # once its round's tree write was tried: a takeover resumes at or past it
-                self.records.after(functools.partial(_send, sink, d))
+                self.delivery.progress(o, sink, self.records, self.replica)
         if gauges:
             self._gauges()
 
     def _counters(self) -> None:
-        if self.metrics is None:
-            return
-        s, last = self.engine.stats, self._last
-        now = {"gambit_generation_tokens_total": s.generated_tokens,
-               "gambit_prompt_tokens_total": s.prompt_tokens,
-               "gambit_prompt_tokens_shared_total": s.shared_prompt_tokens}
-        now["gambit_spec_decode_capped_steps_total"] = s.spec_capped_steps
-        for k, v in now.items():
-            self.metrics.inc(k, v - last.get(k, 0))
-        for label, counts in list(s.spec_by_decoding.items()):  # tau per decoding method
-            for name, v in zip(SPEC_BY_DECODING, tuple(counts), strict=True):
-                key = f"{name}|{label}"
-                now[key] = v
-                self.metrics.inc(name, v - last.get(key, 0), decoding=label)
-        self._last = now
+        self.exports.counters(self.metrics)
 
     def _gauges(self) -> None:
-        m = self.metrics
-        if m is None:
-            return
-        m.set("gambit_num_requests_running", len(self._sinks))
-        slots = self.batch_slots()
-        m.set("gambit_num_requests_held", slots["held"])
-        m.set("gambit_batch_slots_used", slots["slots_used"])
-        m.set("gambit_batch_slots_total", slots["max_num_seqs"])
-        m.set("gambit_kv_cache_usage_perc", self.engine.kv_usage())
-        active, ghost, _ = self.driver.gauges()
-        m.set("gambit_traces_active", active)
-        m.set("gambit_traces_ghost", ghost)
-        m.set("gambit_traces_resident", len(self.engine.traces))
-
-
-def _send(sink: Callable, d: dict) -> None:
-    try:
-        sink(d)
-    except Exception:  # noqa: BLE001 — a gone consumer must not stop the loop
-        log.exception("run sink failed")
+        if self.metrics is not None:
+            self.exports.gauges(self.metrics, len(self._sinks), self.batch_slots(), self.driver.gauges())
