@@ -288,8 +288,14 @@ class SearchDriver(Admission, Guidance):
             if self.pending:
                 self._settle({r.run_id for r in kv_evict.over_ratio(self._launched(), usage)})
             self._evict_lowest(usage)
-        if self.pending and self._engine_may_evict():
-            self._settle()
+        if (self.pending or self.deferred) and self._engine_may_evict():
+            # the engine evicts by priority inside its next step: Gambit's deferred boundaries go now
+            # (at r = 1, or a step that forks or prefills past the free blocks, it evicted by scores
+            # up to Δ steps old)
+            if self.deferred:
+                self._score(self._take_deferred())
+            if self.pending:
+                self._settle()
 
     def _evict_lowest(self, usage: float) -> None:
         worst = kv_evict.lowest_resident(self._launched(), usage)

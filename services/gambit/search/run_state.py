@@ -1,16 +1,18 @@
-"""One search run over a shared engine: its nodes, the method's rules, its votes and its record.
+"""One search run over a shared engine: its nodes, the method's rules, its rounds.
 
-The driver routes engine events here and calls ``round`` every Δ decode steps. Methods:
+The driver routes engine events here and calls ``do_round`` every Δ decode steps. Methods:
 * gambit: tournament rounds (Case 1 / Case 2), evicted traces become ghosts;
 * sc: C independent traces; an evicted trace is requeued (recompute, as vLLM preempts);
 * step: scored traces, the lowest-ranked evicted under memory pressure, never replaced;
 * deepconf: warm-up traces set a confidence threshold, later traces stop below it.
+
+Mixed in, one concept each: the run's limits (``run_limits``), its vote and result (``run_vote``), its
+writes to the tree store (``run_persist``).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 from gambit.engine import SamplingParams
 from gambit.engine.engine import derive_seed
@@ -18,20 +20,22 @@ from gambit.engine.sequence import Trace
 from gambit.scoring.confidence import ConfidenceTracker
 from gambit.search import tree as T
 from gambit.search.config import MAX_TEMPERATURE, SearchConfig
-from gambit.search.deepconf import ConfidenceWindow, threshold, token_confidence, vote_weights
-from gambit.search.node_json import NodeJSON, NodeSnapshot
+from gambit.search.deepconf import ConfidenceWindow, threshold, token_confidence
+from gambit.search.node_json import NodeJSON
 from gambit.search.results import Progress, RunResult
-from gambit.search.store import EncodedNode, RunUpdate
+from gambit.search.run_limits import RunLimits
+from gambit.search.run_persist import SCORE_WRITE_EVERY, RunPersist
+from gambit.search.run_vote import RunVote
 from gambit.search.tournament import plan_round
 from gambit.search.tree import Node, RoundRecord
-from gambit.search.vote import majority_vote, weighted_vote
-from gambit.tasks.graded import answer_key, latex_right
+from gambit.tasks.graded import answer_key
+
+__all__ = ["SCORE_WRITE_EVERY", "TIMING_KEYS", "SearchRun"]
 
 TIMING_KEYS = ("forward", "guidance", "tree", "scheduling")
-SCORE_WRITE_EVERY = 4  # rounds: a node whose only change is new scores is rewritten at most this often
 
 
-class SearchRun:
+class SearchRun(RunLimits, RunVote, RunPersist):
     def __init__(self, run_id: str, cfg: SearchConfig, prompt: str, prompt_ids: list[int],
                  gold: str | None, engine, scorer, owner: dict) -> None:
         if cfg.method in ("gambit", "step") and scorer is None:
@@ -272,31 +276,6 @@ class SearchRun:
                 return
             self._end(node, T.FINISHED, reason)
 
-    def fit_budget(self) -> None:
-        """Before a step: a run nearer its ``max_total_tokens`` than one step's tokens (one a trace plain,
-        up to γ + 1 speculative) shares what is left among its running traces as token caps, the best
-        ranked first, and stops those that get none ("limit"): it ends at the budget exactly. Checked
-        after the step alone, a budget of 1 at C = 64 generated 64 tokens."""
-        c = self.cfg
-        if not c.max_total_tokens or not self.traces:
-            return
-        self.sync_all()
-        per_step = 1 if c.decoding == "plain" else self.engine.config.spec.gamma + 1
-        left, n = c.max_total_tokens - self.tokens, len(self.traces)
-        if left >= n * per_step:
-            return
-        ranked = sorted((self.nodes[i] for i in self.traces), key=lambda x: -x.rank_score(c.rank))
-        share, extra = divmod(max(left, 0), n)
-        for k, node in enumerate(ranked):
-            give = share + (k < extra)
-            if not give:
-                self._end(node, T.STOPPED, "limit")
-                self.limit_hit = f"max_total_tokens {c.max_total_tokens}"  # "limit", once this step ran
-                continue
-            t = self.traces[node.id]
-            own = self.budget_caps.setdefault(node.id, t.params.max_tokens)
-            t.params = replace(t.params, max_tokens=min(own, t.num_generated + give))
-
     def boundary_features(self, node: Node, position: int) -> list[float] | None:
         """Every boundary advances the node's confidence tracker (scored or not, the trace-level
         minimum covers all its thoughts); the features when the scorer reads them."""
@@ -379,39 +358,6 @@ class SearchRun:
         self.phase = 2
         self._launch_roots(self.cfg.capacity - self.cfg.deepconf_warm)
 
-    def decided(self) -> bool:
-        """``stop_when_decided``: the leading answer has more votes than the runner-up could reach
-        if every trace still active answered for it (refills after that are not counted)."""
-        if not self.cfg.stop_when_decided or self.cfg.method != "gambit":
-            return False
-        votes = self.votes
-        if not votes:
-            return False
-        top = sorted(votes.values(), reverse=True) + [0]
-        return top[0] > top[1] + len(self.active)
-
-    def over_limit(self) -> bool:
-        """Whether a run limit is reached; ``limit_hit`` says which (the result and the client say it)."""
-        c = self.cfg
-        if self.limit_hit:  # ``fit_budget`` stopped traces for the budget
-            return True
-        if c.max_total_tokens:
-            self.sync_all()
-            # spent with traces left, or a trace cut at its budget cap (speculative steps: every trace
-            # may get a share, so none is stopped by ``fit_budget`` itself); not when all ended by themselves
-            spent, done = self.tokens >= c.max_total_tokens, self.is_done()
-            if (spent and not done) or (self.budget_cut and (spent or done)):
-                self.limit_hit = f"max_total_tokens {c.max_total_tokens}"
-                return True
-        if self.out_of_time():
-            self.limit_hit = f"max_wall_s {c.max_wall_s:g}"
-            return True
-        return False
-
-    def out_of_time(self) -> bool:
-        """Whether ``max_wall_s`` passed since ``t0`` (its submit: a held run's wait counts)."""
-        return bool(self.cfg.max_wall_s) and time.perf_counter() - self.t0 >= self.cfg.max_wall_s
-
     def is_done(self) -> bool:
         """No trace generates any more: none is resident (a node is RUNNING exactly while its engine
         trace is in ``traces``; nothing creates WAITING nodes) and DeepConf launched its second wave."""
@@ -420,101 +366,3 @@ class SearchRun:
     def stop_all(self, state: str, reason: str) -> None:
         for i in sorted(self.active):
             self._end(self.nodes[i], state, reason)
-
-    # -- the end --------------------------------------------------------------------------------
-    def finish(self, reason: str) -> RunResult:
-        for i in sorted(self.active):
-            n = self.nodes[i]
-            if n.state == T.GHOST:  # still a ghost when the pool ran out: it never got an answer
-                n.state, n.end_reason, n.end_step = T.PRUNED, "ghost", self.step
-                self.active.discard(i)
-                self.dirty.add(n.id)
-        # in creation order: a majority tie goes to the oldest trace's answer (a root before its children).
-        # Tried at stop 63: ties by total score (dev +0.5 / -0.3 points at C = 16 / 8, test -0.5 / -0.5)
-        # and by finishing order (test: SC@4 and SC@8 two problems fewer each): kept
-        fin = [n for n in self.nodes.values() if n.state == T.FINISHED]
-        answers = [n.answer for n in fin]
-        if self.cfg.method == "deepconf":
-            weights, rule = vote_weights([n.conf_min for n in fin], self.threshold), "confidence-weighted"
-        else:
-            weights = [n.rank_score(self.cfg.rank) for n in fin]
-            rule = "score-weighted" if self.cfg.method == "step" else "majority"
-        votes, wvotes = {}, {}
-        for a, w in zip(answers, weights, strict=True):
-            if a is not None:
-                votes[a] = votes.get(a, 0) + 1
-                wvotes[a] = wvotes.get(a, 0.0) + w
-        maj = majority_vote(answers)
-        # no finished trace has a weight (sc: no scores; or none scored): the weighted answer is the
-        # majority's, its votes all 0 (the contract; the bench tables' "weighted" column reads it so)
-        wv = weighted_vote(answers, weights) if sum(weights) > 0 else maj
-        answer = maj if rule == "majority" else wv
-        traces = [{"id": n.id, "parent": n.parent, "state": n.state, "answer": n.answer,
-                   "tokens": n.depth, "own_tokens": n.own_tokens, "score": n.mean_score,
-                   "birth_step": n.birth_step, "end_step": n.end_step, "end_reason": n.end_reason}
-                  for n in self.nodes.values()]
-        # the run's solution: the best-ranked finished trace that gave the answer (its vote weight, then
-        # the earliest), decoded once here
-        best = max(((w, -n.id, n) for n, w in zip(fin, weights, strict=True)
-                    if answer is not None and n.answer == answer), default=None, key=lambda x: x[:2])
-        self.result = RunResult(
-            self.run_id, self.cfg.method, answer, maj, wv, rule, votes, wvotes, traces, self.tokens,
-            sum(n.answer is not None for n in fin), self.round, self.pruned, self.branched, self.evicted,
-            time.perf_counter() - self.t0, dict(self.timings), reason,
-            None if self.gold is None else self.graded(answer, fin), self.threshold, len(self.prompt_ids),
-            "" if best is None else self.engine.tokenizer.decode(best[2].tokens),
-            None if best is None else best[2].id, self.limit_hit)
-        return self.result
-
-    def graded(self, answer: str | None, fin: list[Node]) -> bool:
-        """Whether the voted answer is the gold, as ``gambit eval`` grades its vote: the key, or under
-        the LaTeX rule the checker on a trace that gave it (``1/576`` for ``\\frac{1}{576}``: keys
-        compare text, and HMMT's verdict undercounted against ``eval`` on the same traces)."""
-        if answer is None or answer == self.gold:
-            return answer is not None
-        if self.cfg.answer_rule != "latex":
-            return False
-        decode = self.engine.tokenizer.decode
-        return any(latex_right(decode(n.tokens), self.gold) for n in fin if n.answer == answer)
-
-    # -- persistence ----------------------------------------------------------------------------
-    def meta(self, tokens: int | None = None) -> dict:
-        counters = {"step": self.step, "clock": self.clock, "next_round": self.next_round,
-                    "round": self.round, "tokens": self.tokens if tokens is None else tokens,
-                    "pruned": self.pruned, "branched": self.branched, "evicted": self.evicted,
-                    "phase": self.phase, "threshold": self.threshold, "target": self.target}
-        if self.meta_written:
-            return counters
-        return {"config": self.cfg.to_dict(), "prompt": self.prompt, "prompt_ids": self.prompt_ids,
-                "gold": self.gold, "started_at": self.started_at, **counters}
-
-    def _json(self, node_id: int) -> NodeJSON:
-        j = self.json.get(node_id)
-        if j is None:  # a reloaded run's node: its cache starts empty
-            j = self.json[node_id] = NodeJSON()
-        return j
-
-    def flush(self, lazy: bool = False) -> RunUpdate:
-        """The changes since the last write: counters, the nodes whose record changed (created or a
-        new state: every round; new scores only: every ``SCORE_WRITE_EVERY`` rounds and at the end),
-        the rounds, the result. A running node whose only change is new tokens is not rewritten (that
-        was most of a round's cost); its stored tokens and scores lag, and
-        ``meta["tokens"]`` is written consistent with the stored nodes, so a restart that adopts the
-        engine's live trace (its tokens past the stored ones) counts every token once. ``lazy``: the
-        store keeps node snapshots (``MemoryStore.lazy_nodes``) and encodes them when read."""
-        self.sync_all()
-        if self.result is not None or self.round % SCORE_WRITE_EVERY == 0:
-            self.dirty |= self.scored
-            self.scored = set()
-        nodes = []
-        for i in sorted(self.dirty):
-            n = self.nodes[i]
-            nodes.append(NodeSnapshot(n) if lazy else EncodedNode(i, self._json(i).encode(n)))
-            self.written[i] = n.depth
-        lag = sum(self.nodes[i].depth - self.written.get(i, 0) for i in self.active
-                  if self.nodes[i].resident)
-        up = RunUpdate(self.meta(self.tokens - lag), nodes, self.pending_rounds,
-                       None if self.result is None else self.result.to_dict())
-        self.meta_written = True
-        self.dirty, self.pending_rounds = set(), []
-        return up
