@@ -106,10 +106,9 @@ def profile(folder: str, batch: int, steps: int, threads: int, cpu_linear: str,
             key = "other ops"
         groups[key] += ev.self_cpu_time_total / 1e3 / steps
     total = sum(groups.values())
-    walls.sort()
     ranked = sorted(groups.items(), key=lambda kv: -kv[1])
     return {"model": folder, "batch": batch, "threads": threads, "cpu_linear": cpu_linear, "steps": steps,
-            "wall_ms_per_step": walls[len(walls) // 2] * 1e3, "profiled_ms_per_step": total,
+            "wall_ms_per_step": statistics.median(walls) * 1e3, "profiled_ms_per_step": total,
             "groups": {k: {"ms": v, "share": v / total} for k, v in ranked},
             **ab_summary("layer_loop", {"python": ab[False], "cpp": ab[True]}),
             **ab_summary("stream", {"gemm": stream_ab.get(False, []), "gemv": stream_ab.get(True, [])})}

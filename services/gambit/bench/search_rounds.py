@@ -196,6 +196,14 @@ def check_args(args: argparse.Namespace) -> None:
     at_least(0, **{"--repeat": args.repeat, "--profile": args.profile})
     if not (args.repeat or args.ops or args.profile):  # it once ran, printed nothing and exited 0
         raise ValueError("--repeat 0 measures nothing without --ops or --profile")
+    if args.store:  # once checked by the first repeat's open, after the model and scorer had loaded
+        from gambit.bench import serve_store
+        from gambit.search.store import is_redis_url
+
+        if not is_redis_url(args.store):
+            raise ValueError(f"--store must be a redis://, rediss:// or unix:// URL (\"\" = in memory), got "
+                             f"{args.store!r}")
+        serve_store.check_store(args.store, "bench-rounds:", explicit=False)  # it answers
     bench_args.scorer("--scorer", args.scorer)
     bench_args.out_path("--json", args.json)  # written after the whole run: checked first
 
@@ -225,7 +233,6 @@ def main(argv: list[str] | None = None) -> int:
     from gambit.model.loader import load_model
     from gambit.paths import TARGET
     from gambit.scoring.spec import load_scorer_spec
-    from gambit.search.store import MemoryStore, open_store
     from gambit.tasks.arithmetic import TaskConfig, generate
 
     torch.set_num_threads(args.threads)
@@ -233,18 +240,39 @@ def main(argv: list[str] | None = None) -> int:
     model, tok = load_model(str(TARGET), device="cpu", dtype="float32")
     scorer = load_scorer_spec(args.scorer, model.config.hidden_size)
     problems = generate("test", args.problems, 1, TaskConfig(*DIFFICULTIES["hard"]))
-    from gambit.bench import record
+    from gambit.bench import record, serve_store
 
     reps: list[dict] = []
     prov = record.provenance("rounds", argv, {"problems": 1})
+
     def partial() -> dict | None:  # Ctrl-C: the repeats that finished
         return {"args": vars(args), "repeats": reps, "provenance": prov} if reps else None
+
+    # a Redis store: the bench's runs under a prefix of its own, deleted at the end (they went under the
+    # services' default prefix, kept a day beside the served runs)
+    prefix = serve_store.fresh_prefix("rounds", sep="") if args.store else ""
+    try:
+        return _measure(args, argv, model, tok, scorer, problems, prefix, reps, prov, partial)
+    finally:
+        if prefix:
+            try:
+                n = serve_store.delete_prefix(args.store, prefix + ":")
+                print(f"removed the bench's {n} keys under {prefix!r}", file=sys.stderr, flush=True)
+            except serve_store.store_errors() as e:  # said; the run's own error (if any) goes on
+                print(f"could not remove the bench's keys under {prefix!r}: {e}", file=sys.stderr, flush=True)
+
+
+def _measure(args, argv, model, tok, scorer, problems, prefix: str, reps: list, prov: dict, partial) -> int:
+    """The repeats, ``--ops`` and ``--profile``; the JSON written. ``prefix``: the Redis store's."""
+    from gambit.bench import record
+    from gambit.search import run_state
+    from gambit.search.store import MemoryStore, open_store
 
     with record.on_interrupt("rounds", args.json, partial):
         for i in range(args.repeat):  # each a search of minutes: said as it starts
             print(f"repeat {i}: searching {args.problems} problems at C = {args.capacity} ...",
                   file=sys.stderr, flush=True)
-            store = open_store(args.store) if args.store else MemoryStore()
+            store = open_store(args.store, prefix) if args.store else MemoryStore()
             r = _one(model, tok, scorer, problems, args, store)
             reps.append(r)
             print(f"repeat {i}: {r['rounds']} rounds, {r['steps']} steps, {r['score_calls']} scorer calls; "
@@ -263,9 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in out["ops"].items()))
     if args.profile:
         prof = cProfile.Profile()
-        store = open_store(args.store) if args.store else MemoryStore()
-        from gambit.search import run_state
-
+        store = open_store(args.store, prefix) if args.store else MemoryStore()
         orig = run_state.SearchRun.do_round, run_state.SearchRun.flush
         try:
             _one(model, tok, scorer, problems, args, store, prof)

@@ -26,13 +26,15 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from gambit.bench import args as bench_args
 from gambit.bench import record, serve_store
+from gambit.bench.serve_report import finished, table
+from gambit.bench.serve_runs import EngineBaseline, pct, problems, run_distributed, run_embedded
+from gambit.bench.serve_runs import _threads as _threads  # re-exported: the tests drive it from here
 from gambit.checks import at_least
 
 QUICK = {"capacity": 4, "max_tokens": 96}  # `--quick` (with 2 repetitions); tools reuse it
@@ -89,116 +91,6 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def problems(n: int) -> list[str]:
-    from gambit.tasks.arithmetic import TaskConfig, generate
-
-    return [p.prompt for p in generate("dev", n, 7, TaskConfig(3, 6))]
-
-
-def run_embedded(emb, prompts, cfg: BenchServeConfig, clients: int | None = None) -> list[dict]:
-    from gambit.serving.solve_config import SolveConfig
-
-    out: list[dict] = [{} for _ in prompts]
-
-    def one(i):
-        t0 = time.perf_counter()
-        sc = SolveConfig(capacity=cfg.capacity, swap=min(2, cfg.capacity), round_interval=cfg.round_interval,
-                         max_tokens=cfg.max_tokens, seed=i)
-        res = list(emb.solve(prompts[i], sc))[-1]
-        out[i] = {"latency": time.perf_counter() - t0, "tokens": res["generated_tokens"],
-                  "sync": res["scorer_s"], "total": res["total_s"], "answer": res["answer"]}
-
-    _threads(one, len(prompts), clients)
-    return out
-
-
-def run_distributed(address: str, prompts, cfg: BenchServeConfig, channel=None, clients: int | None = None
-                    ) -> list[dict]:
-    """``channel``: an open channel to reuse, as a long-lived client would (None: one for this call)."""
-    import grpc
-
-    from gambit.serving.protos import load
-
-    pb2, g = load("reasoning")
-    out: list[dict] = [{} for _ in prompts]
-    own = channel is None
-    channel = grpc.insecure_channel(address) if own else channel
-    stub = g.ReasoningServiceStub(channel)
-
-    def one(i):
-        t0 = time.perf_counter()
-        req = pb2.SolveRequest(problem=prompts[i], capacity=cfg.capacity, swap=min(2, cfg.capacity),
-                               round_interval=cfg.round_interval, max_tokens=cfg.max_tokens, seed=i)
-        res = list(stub.Solve(req, metadata=(("application", "gambit"),), timeout=600))[-1].result
-        out[i] = {"latency": time.perf_counter() - t0, "tokens": res.generated_tokens,
-                  "sync": res.timings.scorer_s, "total": res.timings.total_s, "answer": res.answer}
-
-    _threads(one, len(prompts), clients)
-    if own:
-        channel.close()
-    return out
-
-
-def _threads(fn, n: int, clients: int | None = None) -> None:
-    """``fn(0..n-1)`` from ``clients`` threads (default n), each calling its share back to back: a closed
-    loop that keeps ``clients`` runs in flight until the last share starts."""
-    clients = min(n, clients or n)
-
-    def client(c: int) -> None:
-        for i in range(c, n, clients):
-            fn(i)
-
-    ts = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-
-
-class EngineBaseline:
-    """Decode tokens/s of the bare engine at batch n·C (EOS ignored), measured between the service
-    repetitions so that it sees the same machine load as they do. Its engine runs on the embedded
-    Target's engine thread (``TargetService.call``), like every engine of that wiring: a second
-    thread with OpenMP work would slow both (``gambit.engine.torch_threads``)."""
-
-    def __init__(self, cfg: BenchServeConfig, target) -> None:
-        from gambit.engine import Engine, EngineConfig, SamplingParams
-        from gambit.engine.torch_threads import on_fresh_thread
-        from gambit.paths import TARGET
-
-        self.cfg, self.sp, self.target = cfg, SamplingParams, target
-        model = cfg.model or str(TARGET)
-        ecfg = EngineConfig(model=model, batch_invariant=cfg.batch_invariant)  # the Targets' arithmetic
-        self.eng = on_fresh_thread(lambda: Engine.from_pretrained(model, ecfg))
-        self.prompt = problems(1)[0]
-        self.rates: dict[int, list[float]] = {n: [] for n in cfg.levels}
-        warm = self.sp(max_tokens=8, ignore_eos=True)
-        target.call(lambda: self.eng.generate([self.prompt] * cfg.capacity, warm)).result()
-
-    def measure(self, n: int) -> None:
-        b = n * self.cfg.capacity
-        sp = [self.sp(temperature=0.8, max_tokens=self.cfg.max_tokens, ignore_eos=True, seed=i)
-              for i in range(b)]
-
-        def timed() -> float:
-            t0 = time.perf_counter()
-            self.eng.generate([self.prompt] * b, sp)
-            return time.perf_counter() - t0
-
-        self.rates[n].append(b * self.cfg.max_tokens / self.target.call(timed).result())
-
-    def speedup(self) -> dict[int, float]:
-        """Median rate at each batch relative to batch C."""
-        rate = {n: statistics.median(r) for n, r in self.rates.items()}
-        first = self.cfg.levels[0]
-        return {n: rate[n] / rate[first] for n in self.cfg.levels}
-
-
-def pct(xs, q):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
-
-
 def serve_config(cfg: BenchServeConfig, prefix: str):
     """The distributed wiring's ``ServeConfig``: the bench's ports, model, scorer, store and prefix."""
     from gambit.deployments import local
@@ -227,25 +119,6 @@ def bench(cfg: BenchServeConfig, got: dict | None = None) -> dict:
             log(f"removed the bench's {n} keys under {prefix!r} from {where}")
         except serve_store.store_errors() as e:  # said; the run's own error (if any) goes on
             log(f"could not remove the bench's keys under {prefix!r} from {where}: {e}")
-
-
-def finished(cfg: BenchServeConfig, got: dict) -> dict | None:
-    """What a stopped run measured (Ctrl-C: ``<json>.partial``): per wiring and level the walls done, and
-    the one-run pairs' ratios with their spread; None before the first measured run."""
-    rows, ratios = got.get("rows", {}), got.get("ratios", [])
-    if not rows:
-        return None
-    systems: dict = {}
-    for (name, n), reps in sorted(rows.items()):
-        walls = [r["wall"] for r in reps]
-        systems.setdefault(name, []).append({"runs": n, "reps_done": len(walls), "wall_s": walls,
-                                             "runs_per_s": n * cfg.waves / statistics.median(walls),
-                                             "wall_spread_s": [min(walls), max(walls)]})
-    pairs = record.spread(ratios) if ratios else None
-    return {"config": {**asdict(cfg), "store": serve_store.shown(cfg.store), "prefix": got.get("prefix")},
-            "systems": systems, "wall_ratio_values": ratios, "wall_ratio_pairs": len(ratios),
-            "wall_ratio": pairs and pairs["median"],
-            "wall_ratio_spread": pairs and [pairs["min"], pairs["max"]]}
 
 
 def measure(cfg: BenchServeConfig, scfg, got: dict | None = None) -> dict:
@@ -334,31 +207,6 @@ def measure(cfg: BenchServeConfig, scfg, got: dict | None = None) -> dict:
                                                                         strict=True)),
     })
     return out
-
-
-def table(res: dict) -> str:
-    lines = ["| runs | embedded runs/s | distributed runs/s | embedded p50 / p95 s "
-             "| distributed p50 / p95 s |",
-             "|---:|---:|---:|---|---|"]
-    for e, d in zip(res["systems"]["embedded"]["concurrency"], res["concurrency"], strict=True):
-        lines.append(f"| {e['runs']} | {e['runs_per_s']:.2f} | {d['runs_per_s']:.2f} | "
-                     f"{e['p50_s']:.2f} / {e['p95_s']:.2f} | {d['p50_s']:.2f} / {d['p95_s']:.2f} |")
-    lines.append("")
-    lo, hi = res["wall_ratio_spread"]
-    lines.append(f"wall ratio (distributed / embedded, 1 run): {res['wall_ratio']:.3f}, the median of "
-                 f"{res['wall_ratio_pairs']} adjacent pairs [{lo:.3f}, {hi:.3f}]; ratio of the medians "
-                 f"{res['wall_ratio_of_medians']:.3f}")
-    e1, d1 = res["systems"]["embedded"]["concurrency"][0], res["concurrency"][0]
-    lines.append(f"1 run, p50 s: latency embedded {e1['p50_s']:.3f} / distributed {d1['p50_s']:.3f}; "
-                 f"the run as its driver timed it {e1['run_p50_s']:.3f} / {d1['run_p50_s']:.3f}")
-    lines.append(f"guidance-sync share: distributed {res['sync_share']:.3f}, embedded "
-                 f"{res['systems']['embedded']['sync_share']:.3f}")
-    top = res["concurrency"][-1]["runs"]
-    lines.append(f"scaling efficiency at {top} runs: {res['scaling_efficiency']:.3f} (service speed-up "
-                 f"{res['service_speedup']:.2f} / engine speed-up {res['engine_speedup'][str(top)]:.2f}); "
-                 f"embedded {res['embedded_scaling_efficiency']:.3f}")
-    lines.append(f"same tokens in both systems: {res['same_tokens']}")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,9 +21,10 @@ from gambit.search.store import redact_url as shown
 DEFAULT_STORE = "redis://127.0.0.1:6379/0"
 
 
-def fresh_prefix() -> str:
-    """A prefix no other run uses: the bench's name, the time, this process and a random tag."""
-    return f"bench-serve:{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{secrets.token_hex(3)}:"
+def fresh_prefix(bench: str = "serve", sep: str = ":") -> str:
+    """A prefix no other run uses: the bench's name, the time, this process and a random tag (``sep``
+    after it: "" where the store adds its own, as ``RedisStore`` does)."""
+    return f"bench-{bench}:{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{secrets.token_hex(3)}{sep}"
 
 
 def check_store_url(url: str) -> None:

@@ -74,7 +74,8 @@ def _cycle_ratio(rows: dict, a: str, b: str) -> dict:
     ca, cb = rows[a].get("chunk_cycle_seconds", []), rows[b].get("chunk_cycle_seconds", [])
     pairs = [x / y for x, y in zip(ca, cb, strict=True) if x and y] if len(ca) == len(cb) else []
     pairs = pairs or per_rep
-    q = statistics.quantiles(pairs, n=4) if len(pairs) > 1 else [pairs[0]] * 3
+    # inclusive, as record.spread: the default (exclusive) put a few pairs' IQR outside their range
+    q = statistics.quantiles(pairs, n=4, method="inclusive") if len(pairs) > 1 else [pairs[0]] * 3
     return {"median": statistics.median(pairs), "spread": [min(pairs), max(pairs)], "iqr": [q[0], q[2]],
             "pairs": len(pairs), "per_rep_median": statistics.median(per_rep),
             "t_cycle_ms": [statistics.median(ra) * 1e3, statistics.median(rb) * 1e3]}
