@@ -85,7 +85,7 @@ class SpecConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"spec.{name} must be an integer >= 1, got {v!r}")
-        if not isinstance(self.reconsider, int) or self.reconsider < 0:
+        if type(self.reconsider) is not int or self.reconsider < 0:  # True passed as m = 1
             raise ValueError(f"spec.reconsider must be an integer >= 0, got {self.reconsider!r}")
         if self.extra not in ("reconsider", "advance"):
             raise ValueError(f"spec.extra must be 'reconsider' or 'advance', got {self.extra!r}")
@@ -93,7 +93,7 @@ class SpecConfig:
             raise ValueError(f"spec.select must be 'confidence' or 'miss', got {self.select!r}")
         if self.verify not in ("rejection", "match"):
             raise ValueError(f"spec.verify must be 'rejection' or 'match', got {self.verify!r}")
-        if not isinstance(self.max_drafters, int) or self.max_drafters < 0:
+        if type(self.max_drafters) is not int or self.max_drafters < 0:
             raise ValueError(f"spec.max_drafters must be an integer >= 0, got {self.max_drafters!r}")
         if not isinstance(self.max_batch, int) or isinstance(self.max_batch, bool) or self.max_batch < 0:
             raise ValueError(f"spec.max_batch must be an integer >= 0 (0: no cap), got {self.max_batch!r}")
@@ -185,7 +185,7 @@ class EngineConfig:
             self.spec = SpecConfig(**self.spec)
         if not isinstance(self.spec, SpecConfig):
             raise ValueError("spec must be a SpecConfig")
-        if not isinstance(self.min_macs_per_thread, int) or self.min_macs_per_thread < 0:
+        if not is_int(self.min_macs_per_thread) or self.min_macs_per_thread < 0:
             raise ValueError(f"min_macs_per_thread must be an integer >= 0, got {self.min_macs_per_thread!r}")
         if self.cpu_linear not in ("transposed", "packed", "plain"):
             raise ValueError(f"cpu_linear must be transposed, packed or plain, got {self.cpu_linear!r}")
@@ -201,7 +201,7 @@ class EngineConfig:
             raise ValueError("batch_invariant needs cpu_linear=transposed, cpu_kernel and decode_graphs=off")
         if self.decode_graphs not in DECODE_GRAPH_MODES:
             raise ValueError(f"decode_graphs must be one of {DECODE_GRAPH_MODES}, got {self.decode_graphs!r}")
-        if not isinstance(self.graph_max_batch, int) or self.graph_max_batch < 1:
+        if not is_int(self.graph_max_batch) or self.graph_max_batch < 1:
             raise ValueError(f"graph_max_batch must be an integer >= 1, got {self.graph_max_batch!r}")
         if self.preemption not in PREEMPTION_MODES:
             raise ValueError(f"preemption must be one of {PREEMPTION_MODES}, got {self.preemption!r}")

@@ -20,7 +20,7 @@ from gambit.engine.linear import install_cpu_linears
 from gambit.engine.model_runner import ModelRunner
 from gambit.engine.sampler import CDF_BLOCK, SamplingBatch, mix64, sample, top_logprobs, uses_filter
 from gambit.engine.scheduler import Scheduler
-from gambit.engine.sequence import SamplingParams, Trace, TraceStatus
+from gambit.engine.sequence import SamplingParams, Trace, TraceStatus, is_int
 from gambit.engine.shared_prompt import SharedPrompts
 from gambit.engine.stats import EngineStats
 from gambit.engine.step_threads import StepThreads, macs_per_row
@@ -41,7 +41,10 @@ def invariant_holds(config: EngineConfig, device: torch.device, dtype: torch.dty
 
 
 def check_priority(priority) -> float:
-    """A finite float, or ValueError (NaN would make the scheduler's order undefined)."""
+    """A finite float, or ValueError (NaN would make the scheduler's order undefined; True and "2"
+    passed as 1.0 and 2.0)."""
+    if isinstance(priority, (bool, str, bytes)):
+        raise ValueError(f"priority must be a number, got {priority!r}")
     try:
         value = float(priority)
     except (TypeError, ValueError):
@@ -200,11 +203,15 @@ class Engine:
         if not all(isinstance(p, SamplingParams) for p in params):
             raise ValueError("params must be a SamplingParams")
         priority = check_priority(priority)
+        if isinstance(prompt, (bytes, bytearray)) or not isinstance(prompt, str | Iterable):
+            # bytes passed as their byte values' token ids; 5 or None raised a bare TypeError
+            raise ValueError(f"prompt must be a string or a sequence of token ids, "
+                             f"got {type(prompt).__name__}")
         ids = self.tokenizer.encode_checked(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids or (isinstance(prompt, str) and not prompt):
             raise ValueError("prompt is empty")
         vocab = self.model.config.vocab_size
-        if any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
+        if any(not is_int(t) or not 0 <= t < vocab for t in ids):  # True passed as token 1
             raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
         for d in {p.decoding for p in params} - {"plain"}:
             self.speculator().prepare(d)  # ValueError for an unknown drafter
@@ -238,11 +245,15 @@ class Engine:
         bounds every step's batch, forks included.
         """
         parent = self._live(trace_id)
-        if not isinstance(n, int) or n < 1:
+        if not is_int(n) or n < 1:  # True passed as n = 1
             raise ValueError(f"n must be an integer >= 1, got {n!r}")
         priority = parent.priority if priority is None else check_priority(priority)
         for name, vals in (("seeds", seeds), ("temperatures", temperatures)):
-            if vals is not None and len(vals) != n:
+            if vals is None:
+                continue
+            if isinstance(vals, str | bytes) or not hasattr(vals, "__len__"):  # seeds=7: a bare TypeError
+                raise ValueError(f"{name} must be a list of {n} values, got {type(vals).__name__}")
+            if len(vals) != n:
                 raise ValueError(f"{name} has {len(vals)} values for {n} children")
         params = [parent.params.child(None if seeds is None else seeds[i],
                                       parent.params.temperature if temperatures is None
@@ -514,7 +525,11 @@ class Engine:
         the caller's next ``step()`` returns them first, in order."""
         prompts = list(prompts)
         plist = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
-        ids = [self.add(p, sp) for p, sp in zip(prompts, plist, strict=True)]
+        if len(plist) != len(prompts):  # checked first: zip's strict check came after adding the pairs
+            raise ValueError(f"{len(plist)} SamplingParams for {len(prompts)} prompts")
+        # every prompt checked before any is queued: a bad one left the ones before it running
+        checked = [self._check_new(p, [sp], 0.0)[0] for p, sp in zip(prompts, plist, strict=True)]
+        ids = [self._queue(x, sp, 0.0).id for x, sp in zip(checked, plist, strict=True)]
         index = {tid: i for i, tid in enumerate(ids)}
         outputs: list[list[int]] = [[] for _ in ids]
         remaining, others = len(ids), []

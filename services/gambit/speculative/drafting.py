@@ -54,6 +54,9 @@ def _draft(spec: SpecDecoder, traces: list[Trace], num_new: list[int]) -> dict[i
     t0 = time.perf_counter()
     groups: dict[str, list[Trace]] = {}
     cap = e.num_blocks * e.config.block_size
+    # the step's token budget: the scheduler counted one row a trace, a tree feeds 1 + B; trees go to
+    # the batch's first traces (rank order) while the rows left after its prefill and decode rows last
+    room = e.config.max_num_batched_tokens - sum(num_new)
     for t, n in zip(traces, num_new, strict=True):
         if t.params.decoding == "plain":
             continue
@@ -65,10 +68,17 @@ def _draft(spec: SpecDecoder, traces: list[Trace], num_new: list[int]) -> dict[i
             continue
         if N + s.gamma + 2 > e.max_model_len or N + 1 + s.budget > cap:
             continue  # too close to the end of the context: a plain step
+        if s.budget > room:  # no tree fits the step's token budget: a plain step (lossless either way)
+            if "spec_tokens" not in e._told:
+                e._tell_once("spec_tokens", "a speculative trace decoded plainly: its tree's %d rows "
+                             "did not fit the step's max_num_batched_tokens = %d (%d left after the "
+                             "step's other rows)", 1 + s.budget, e.config.max_num_batched_tokens, room + 1)
+            continue
         try:
             e.blocks.ensure(t, N + 1 + s.budget)
         except OutOfBlocks:
             continue
+        room -= s.budget
         groups.setdefault(st.key, []).append(t)
     out: dict[int, tuple[Plan, int]] = {}
     for key, ts in groups.items():
