@@ -3,6 +3,7 @@
 import math
 import random
 
+import pytest
 import torch
 
 from gambit.scoring import auc
@@ -45,3 +46,17 @@ def test_grouped_auc_mean_over_groups_or_weighted_by_pairs():
     g = torch.tensor([0, 0, 1, 1, 1, 1, 2, 2])
     assert grouped_auc(s, y, g) == (0.5, 2)
     assert grouped_auc(s, y, g, by_pairs=True) == (0.8, 2)
+
+
+def test_a_nan_score_gives_nan_not_a_perfect_ranking():
+    """NaN sorted as the largest score: a diverged net's NaN positives scored AUC 1.0."""
+    assert math.isnan(auc([float("nan"), 0.1, 0.2], [1, 0, 1]))
+    assert math.isnan(auc(torch.tensor([0.3, float("nan")]), torch.tensor([True, False])))
+
+
+def test_labels_that_are_not_zero_or_one_are_refused():
+    """A 0.5 or a NaN label counted as a positive."""
+    for bad in ([0.5, 0], [1, float("nan")], [2, 0]):
+        with pytest.raises(ValueError, match="labels must be 0/1 or bool"):
+            auc([0.1, 0.2], bad)
+    assert auc([0.1, 0.2], [0.0, 1.0]) == auc([0.1, 0.2], torch.tensor([0, 1], dtype=torch.uint8)) == 1.0

@@ -300,13 +300,18 @@ def probe_history(cfg: TrainScorerConfig) -> list[dict]:
     """The card's reproducibility probe from scratch: the first rollout chunk regenerated (no cache),
     then ``repro_epochs`` epochs on it, under ``cfg.isa`` (in a child process when this one is not
     pinned to it)."""
-    if not isa_pinned(cfg.isa):
-        return run_pinned(cfg.isa, __name__, "probe_history", asdict(cfg))
+    if not isa_pinned(cfg.isa):  # the child answers a JSON object (run_pinned refused the bare list)
+        return run_pinned(cfg.isa, __name__, "pinned_probe_history", asdict(cfg))["loss_history"]
     rc = cfg.rollouts("train")
     rc.n_problems = cfg.repro_problems
     chunk = collect_rollouts(rc, cache_dir="", quiet=True)
     with fixed_threads(cfg.train_threads):
         return repro_probe(cfg, chunk)
+
+
+def pinned_probe_history(cfg: TrainScorerConfig) -> dict:
+    """``probe_history`` as ``run_pinned``'s child runs it: its result is a JSON object."""
+    return {"loss_history": probe_history(cfg)}
 
 
 def train_scorer(cfg: TrainScorerConfig, quiet: bool = False) -> dict:

@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 # longest back-off after failed calls in a row: a hung Scorer (each try waits out the timeout on the direct
 # endpoint and on the proxy) made runs 3.3x slower at a fixed 1 s; a Scorer back within 30 s is used again
 MAX_RETRY_AFTER_S = 30.0
+MAX_DOUBLINGS = 32  # failures in a row the back-off counts (beyond, it stays at ``MAX_RETRY_AFTER_S``)
 
 
 class RemoteScorer(ScorerEndpoints):
@@ -151,7 +152,8 @@ class RemoteScorer(ScorerEndpoints):
                         break
                     parts.append(scores)
             if len(parts) < calls or not calls:  # back off: retry_after_s, doubled per failure in a row
-                wait = min(self.retry_after_s * 2 ** self._failures, MAX_RETRY_AFTER_S)
+                # the exponent bounded: 2 ** 1024 is no float (OverflowError), ~8 h into an outage
+                wait = min(self.retry_after_s * 2 ** min(self._failures, MAX_DOUBLINGS), MAX_RETRY_AFTER_S)
                 self._failures += 1
                 self._info_ok = False  # a Scorer back up may be another one: its Info is asked again
                 log.warning("scorer call failed (%s): falling back for %.0f s", self.last_error, wait)
@@ -274,6 +276,9 @@ class RemoteScorer(ScorerEndpoints):
             fut.set_exception(e)
             return fut
         with self._lock:
+            if self._closed:  # its sender has ended: queued, the future was never answered (a hang)
+                fut.set_exception(RuntimeError("scorer client is closed"))
+                return fut
             self._queue.append((keys, enc, feats, fut))
             if self._sender is None:
                 self._sender = threading.Thread(target=self._send_loop, name="scorer-client", daemon=True)

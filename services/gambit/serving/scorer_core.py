@@ -6,6 +6,7 @@ deployment, so both give the same answers and the same INVALID_ARGUMENT messages
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -19,6 +20,12 @@ from gambit.serving.metrics import Metrics
 from gambit.serving.payload import check_ids, decode_features, decode_states, states_with_features
 
 log = logging.getLogger(__name__)
+
+SCORE_TIMEOUT_S = 30.0  # how long a Score call waits for its batch at most (a Target gives up after 2 s)
+
+
+def timed_out(timeout: float | None) -> str:
+    return f"timed out after {timeout:g} s waiting for the scorer (busy or stuck)"
 
 
 def max_edits(max_rows: int) -> int:
@@ -99,12 +106,21 @@ class ScorerCore:
             self._cv.notify()
         return job.future
 
-    def score(self, job: ScoreJob, timeout: float | None = 30.0) -> torch.Tensor:
+    def score(self, job: ScoreJob, timeout: float | None = SCORE_TIMEOUT_S) -> torch.Tensor:
+        fut = self.submit(job)
         try:
-            return self.submit(job).result(timeout)
+            return fut.result(timeout)
         except TimeoutError:  # its str() is empty: the server answered "scoring failed: "
-            msg = f"timed out after {timeout:g} s waiting for the scorer (busy or stuck)"
-            raise TimeoutError(msg) from None
+            fut.cancel()  # not scored for nobody if still queued
+            raise TimeoutError(timed_out(timeout)) from None
+
+    async def score_async(self, job: ScoreJob, timeout: float | None = SCORE_TIMEOUT_S) -> torch.Tensor:
+        """``score`` for an asyncio handler (the Ray deployment); cancelling it cancels the job while
+        it is queued."""
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(self.submit(job)), timeout)
+        except TimeoutError:
+            raise TimeoutError(timed_out(timeout)) from None
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Stop taking jobs and wait for the batcher to end. Joined, not left running as a daemon: the
@@ -116,12 +132,13 @@ class ScorerCore:
         if self._thread is not threading.current_thread():
             self._thread.join(timeout_s)
 
-    def _take(self) -> list[ScoreJob]:
+    def _take(self) -> list[ScoreJob] | None:
+        """The next batch ([] when all its jobs were cancelled); None once closed and drained."""
         with self._cv:
             while not self._queue and not self._closed:
                 self._cv.wait()
             if not self._queue:
-                return []
+                return None
             deadline = time.monotonic() + self.batch_wait_s
             while sum(len(j.keys) for j in self._queue) < self.max_batch_rows:
                 left = deadline - time.monotonic()
@@ -132,6 +149,11 @@ class ScorerCore:
             while self._queue and (not jobs or (rows + len(self._queue[0].keys) <= self.max_batch_rows
                                                 and _joins(self._queue[0], seen, dropped))):
                 job = self._queue.pop(0)
+                # running from here on: a caller that gives up later cannot cancel it under the batcher
+                # (a cancelled Ray request cancelled its future, and set_result on it raised
+                # InvalidStateError: the batcher thread died, and the replica never answered again)
+                if not job.future.set_running_or_notify_cancel():
+                    continue  # cancelled while queued: not scored (its caller re-sends forks and drops)
                 rows += len(job.keys)
                 seen.update(job.keys, job.drops)
                 dropped.update(job.drops)
@@ -141,8 +163,10 @@ class ScorerCore:
     def _loop(self) -> None:
         while True:
             jobs = self._take()
-            if not jobs:
+            if jobs is None:
                 return
+            if not jobs:
+                continue
             try:
                 for j in jobs:
                     for parent, child in j.forks:
