@@ -4,6 +4,17 @@ import threading
 import time
 
 
+def _until(cond, timeout_s: float = 5.0) -> bool:
+    """Polls ``cond`` until it holds or ``timeout_s`` passes (a loaded machine delays threads, never
+    the lease's own arithmetic: fixed sleeps were timing-flaky)."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def test_a_target_stops_beating_while_its_engine_is_stuck_and_beats_again_after(monkeypatch):
     """The beat came from its own thread while the engine thread lived: a step that hung (a kernel, a
     deadlock) kept the wedged replica's runs held for ever, and no other replica took them over."""
@@ -12,6 +23,7 @@ def test_a_target_stops_beating_while_its_engine_is_stuck_and_beats_again_after(
     from gambit.serving import target_heartbeat
     from gambit.serving.embedded import EmbeddedConfig, build_target
 
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
     monkeypatch.setattr(target_heartbeat, "HEARTBEAT_S", 0.05)
     svc = build_target(EmbeddedConfig(num_blocks=120), None, replica="r-stuck")
@@ -20,17 +32,15 @@ def test_a_target_stops_beating_while_its_engine_is_stuck_and_beats_again_after(
         svc.tree.lease_s = 0.4
         svc.progress.stuck_s = 0.2
         held = {"status": "running", "replica": "r-stuck"}
-        deadline = time.monotonic() + 5
-        while "r-stuck" not in svc.tree._alive and time.monotonic() < deadline:
-            time.sleep(0.02)
+        assert _until(lambda: "r-stuck" in svc.tree._alive)
         hung = svc.call(lambda: release.wait(10))  # work on the engine thread that does not end
-        time.sleep(0.9)
-        assert svc._thread.is_alive() and svc.tree.stale_beat(held) is not None
+        assert _until(lambda: svc.tree.stale_beat(held) is not None)  # old code: it beat on for ever
+        assert svc._thread.is_alive() and not hung.done()
         release.set()
         assert hung.result(timeout=5)
-        time.sleep(0.2)
-        assert svc.tree.stale_beat(held) is None  # moving again: beating again
+        assert _until(lambda: svc.tree.stale_beat(held) is None)  # moving again: beating again
     finally:
         release.set()
         monkeypatch.undo()
         svc.close()
+        torch.set_num_threads(threads)

@@ -68,7 +68,9 @@ def test_a_cancel_flag_during_a_long_step_does_not_hold_the_heartbeat_back(svc):
     svc.start_run("f1", PROBLEM, cfg, got.put)
     long_step = svc.call(lambda: release.wait(10))  # a step that lasts (not stuck: STUCK_S is 120 s)
     try:
+        deadline = time.monotonic() + 10
         while not long_step.running():
+            assert time.monotonic() < deadline, "the engine thread never took the long step"
             time.sleep(0.01)
         svc.tree.request_cancel("f1")
         time.sleep(0.8)
