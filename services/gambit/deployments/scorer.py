@@ -2,8 +2,10 @@
 each replica's own gRPC endpoint for the Targets.
 
 Requests are validated (INVALID_ARGUMENT naming the field) and micro-batched by ``ScorerCore``;
-replicas autoscale on ongoing requests (``deploy/serve.yaml``). A sequence scorer keeps per-trace
-history in its replica, so for ``kind: sequence`` keep ``max_replicas: 1``.
+replicas autoscale on ongoing requests (``deploy/serve.yaml``): the proxy's, which Serve counts, plus
+the direct endpoint's, which each replica reports (``record_autoscaling_stats``) to the policy of
+``scorer_autoscaling``. A sequence scorer keeps per-trace history in its replica, so for
+``kind: sequence`` keep ``max_replicas: 1``.
 
 Direct endpoint: a Target calls Score once per few decode steps, and through the proxy each call
 crosses two more processes (proxy, then a Ray actor call), ~7 ms and CPU the engine needs on a small
@@ -22,16 +24,20 @@ from ray import serve
 
 from gambit.checks import at_least
 from gambit.deployments.ray_metrics import ray_metrics
+from gambit.deployments.scorer_autoscaling import DIRECT_ONGOING, POLICY
 from gambit.model.loader import model_hidden_size
 from gambit.ops.serve_env import check_score_message
 from gambit.scoring.spec import load_scorer_spec
 from gambit.serving.limits import MAX_KEYS, MAX_ROWS, MAX_STATE_MB
+from gambit.serving.ongoing import OngoingCalls
 from gambit.serving.protos import load
 from gambit.serving.scorer_core import ScorerCore
 from gambit.serving.scorer_server import SCORER_METRICS, check_batch_wait_ms, scorer_grpc_server
 from gambit.serving.security import check_token, read_token
 
 log = logging.getLogger(__name__)
+
+MAX_ONGOING = 32  # Score calls one replica serves at once, through the proxy and on its direct endpoint each
 
 
 def _check_one_replica(scorer: str) -> None:
@@ -62,8 +68,9 @@ def advertised_address(bind_host: str, port: int, node_ip) -> str:
     return f"{host}:{port}"
 
 
-@serve.deployment(max_ongoing_requests=32, ray_actor_options={"num_cpus": 0},
-                  autoscaling_config={"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 8})
+@serve.deployment(max_ongoing_requests=MAX_ONGOING, ray_actor_options={"num_cpus": 0},
+                  autoscaling_config={"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 8,
+                                      "policy": {"policy_function": POLICY}})
 class Scorer:
     def __init__(self, scorer: str = "", hidden_size: int = 0, max_rows: int = MAX_ROWS,
                  batch_wait_ms: float = 0.0, token_env: str = "GAMBIT_TOKEN", direct_host: str = "127.0.0.1",
@@ -108,15 +115,23 @@ class Scorer:
         self.core = ScorerCore(scorer_net, max_rows, batch_wait_ms / 1000, metrics=self.metrics)
         self.token = read_token(token_env)
         self.direct, self._address = None, ""
-        if direct_host:
+        self.direct_ongoing = OngoingCalls()  # its Score calls in flight: Serve does not see them
+        if direct_host:  # as many handler threads as the proxy's calls: 8 capped the count Serve saw at 8
             self.direct, port = scorer_grpc_server(self.core, self.metrics, f"{direct_host}:{direct_port}",
-                                                   self.token)
+                                                   self.token, workers=MAX_ONGOING,
+                                                   ongoing=self.direct_ongoing)
             self._address = advertised_address(direct_host, port, ray.util.get_node_ip_address)
 
     def address(self) -> dict:
         """This replica's direct ScorerService endpoint ("" if it has none) and its Ray node (a
         loopback address only serves Targets on the same node). Ray handle call."""
         return {"address": self._address, "node": ray.get_runtime_context().get_node_id()}
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """Serve's hook (sampled a few times per look-back window): the mean Score calls in flight on
+        the direct endpoint since the last sample, which ``scorer_autoscaling_policy`` adds to the
+        proxy's ongoing requests. Without it a Scorer busy with its Targets' direct calls never scaled."""
+        return {DIRECT_ONGOING: self.direct_ongoing.mean()}
 
     def _fail(self, grpc_context, code: grpc.StatusCode, message: str, rpc: str = "Score"):
         self.metrics.inc("gambit_request_errors_total", code=code.name, rpc=rpc)

@@ -25,6 +25,7 @@ from gambit.serving.limits import (
     SCORER_ENDPOINT_MESSAGE_BYTES,
 )
 from gambit.serving.metrics import Metrics, PrometheusBackend
+from gambit.serving.ongoing import OngoingCalls
 from gambit.serving.protos import load
 from gambit.serving.scorer_core import ScorerCore
 from gambit.serving.security import BearerTokenInterceptor, TLSConfig, add_port, read_token
@@ -96,10 +97,17 @@ def model_width(model: str) -> int:
 
 
 class ScorerServicer:
-    def __init__(self, core: ScorerCore, pb2, metrics: Metrics) -> None:
+    def __init__(self, core: ScorerCore, pb2, metrics: Metrics, ongoing: OngoingCalls | None = None) -> None:
+        """``ongoing``: counts the Score calls in flight (a Ray replica reports them to Serve's
+        autoscaler)."""
         self.core, self.pb2, self.metrics = core, pb2, metrics
+        self.ongoing = ongoing if ongoing is not None else OngoingCalls()
 
     def Score(self, request, context):
+        with self.ongoing:
+            return self._score(request, context)
+
+    def _score(self, request, context):
         try:
             job = self.core.validate(request.states, request.dtype, request.shape, request.trace_ids,
                                      request.forks, request.drops, request.features)
@@ -149,9 +157,11 @@ class RunningScorer:
 
 
 def scorer_grpc_server(core: ScorerCore, metrics: Metrics, address: str, token: str = "",
-                       tls: TLSConfig | None = None, workers: int = 8) -> tuple[grpc.Server, int]:
+                       tls: TLSConfig | None = None, workers: int = 8,
+                       ongoing: OngoingCalls | None = None) -> tuple[grpc.Server, int]:
     """A started ScorerService server over ``core`` (health, reflection, bearer token, TLS); its port.
-    The standalone server and each Ray Serve Scorer replica (its direct endpoint) use it."""
+    The standalone server and each Ray Serve Scorer replica (its direct endpoint) use it. ``ongoing``
+    counts its Score calls in flight, up to ``workers`` (more wait in gRPC's queue, uncounted)."""
     pb2, pb2_grpc = load("scorer")
     interceptors = [BearerTokenInterceptor(token, refusal_counter(metrics))] if token else []
     # so_reuseport 0: a taken port fails here; with gRPC's default a second server shares it silently and
@@ -159,7 +169,7 @@ def scorer_grpc_server(core: ScorerCore, metrics: Metrics, address: str, token: 
     server = grpc.server(futures.ThreadPoolExecutor(workers), interceptors=interceptors,
                          options=[("grpc.max_receive_message_length", SCORER_ENDPOINT_MESSAGE_BYTES),
                                   ("grpc.so_reuseport", 0)])
-    pb2_grpc.add_ScorerServiceServicer_to_server(ScorerServicer(core, pb2, metrics), server)
+    pb2_grpc.add_ScorerServiceServicer_to_server(ScorerServicer(core, pb2, metrics, ongoing), server)
     add_health_and_reflection(server, [pb2.DESCRIPTOR.services_by_name["ScorerService"].full_name])
     try:
         port = add_port(server, address, tls)
