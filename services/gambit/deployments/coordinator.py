@@ -2,8 +2,9 @@
 
 It validates requests, records runs in the tree view (Redis), starts each run on a Target replica
 (the run stays pinned there: its KV lives there; the Target's request router, ``kv_router``, picks
-the replica whose KV holds it with the most room left; a replica that cannot hold it refuses, and
-the run is tried on the others before RESOURCE_EXHAUSTED) and relays the run's events. If that
+the replica whose KV holds it with the most room left; a replica that cannot hold it refuses, as does
+one whose engine is stuck, and the run is tried on the others before RESOURCE_EXHAUSTED or UNAVAILABLE)
+and relays the run's events. If that
 replica dies mid-run, or its stream goes silent and its lease lapses (``run_lease``: its engine
 stopped), another one takes the run over from its tree in Redis (``takeover``). The
 tournament itself runs inside the Target next to its engine (see README, "Architecture"), so a
@@ -54,6 +55,8 @@ from gambit.serving.tree_view import ENDED, RETENTION_S, StoreUnavailable, open_
 
 QUEUED_POLL_S = 0.5  # while a Solve waits in Serve's queue, its cancel flag is read this often
 LEASE_POLL_S = HEARTBEAT_S  # while a started run's stream is silent, its lease is read this often
+# a Target's refusals (with its "replica") that another replica may not give: its KV, its engine stuck
+REFUSALS = ("RESOURCE_EXHAUSTED", "UNAVAILABLE")
 log = logging.getLogger(__name__)
 
 
@@ -72,10 +75,11 @@ class Call:
     avoid: tuple[str, ...] = ()
 
     def try_elsewhere(self, error: dict, replicas: int) -> bool:
-        """A replica refused the run for its KV: True (and that replica avoided from now on) while some
-        of the ``replicas`` have not refused it yet; False: no replica can hold it."""
+        """A replica refused the run for its KV (RESOURCE_EXHAUSTED), or as its engine is stuck (UNAVAILABLE,
+        ``target_service.EngineStuck``): True (and that replica avoided from now on) while some of the
+        ``replicas`` have not refused it yet; False: no replica can hold it."""
         who = error.get("replica", "")
-        if error.get("code") != "RESOURCE_EXHAUSTED" or not who or who in self.avoid:
+        if error.get("code") not in REFUSALS or not who or who in self.avoid:
             return False
         if len(self.avoid) + 1 >= replicas:
             return False

@@ -16,7 +16,7 @@ from gambit.deployments.run_records import UNSTARTED, ended_result
 from gambit.serving.embedded import EmbeddedConfig, build_target
 from gambit.serving.security import read_token
 from gambit.serving.solve_config import SolveConfig
-from gambit.serving.target_service import CancelFlagged, Overcommitted
+from gambit.serving.target_service import CancelFlagged, EngineStuck, Overcommitted
 from gambit.serving.tree_view import CANCELLED_BY_RPC, STREAM_CLOSED, StoreUnavailable
 from gambit.speculative.decodings import DecodingUnavailable
 
@@ -59,7 +59,8 @@ class Target:
     async def run(self, run_id: str, problem: str, cfg: dict, avoid: tuple = (), resume: bool = False):
         """Stream of dicts for one run: started, progress..., result — or one ``error`` dict.
 
-        ``avoid``: replicas that refused the run (read by the request router, ``kv_router``).
+        ``avoid``: replicas that refused the run (read by the request router, ``kv_router``): for its KV
+        (RESOURCE_EXHAUSTED) or because their engine is stuck (UNAVAILABLE, ``EngineStuck``).
         ``resume``: the replica that held the run was lost; rebuild it from its tree in Redis
         (``DriverAdapter.resume``). Its ``started`` dict then says ``resumed``, and ``restored``
         (False: no tree was recorded, the run started afresh under its id)."""
@@ -81,6 +82,9 @@ class Target:
             return
         except Overcommitted as e:
             yield {"kind": "error", "code": "RESOURCE_EXHAUSTED", "message": str(e), "replica": self.replica}
+            return
+        except EngineStuck as e:  # its engine is wedged: the Coordinator tries another replica
+            yield {"kind": "error", "code": "UNAVAILABLE", "message": str(e), "replica": self.replica}
             return
         except DecodingUnavailable as e:  # a valid decoding this Target has no drafter for
             yield {"kind": "error", "code": "UNIMPLEMENTED", "message": str(e)}

@@ -4,7 +4,8 @@ for takeovers after a beat that may have come too late.
 CancelRun sets a flag in the tree view (any coordinator); this thread stops the flagged runs held here.
 It also writes the replica's heartbeat every ``HEARTBEAT_S`` while its engine thread lives and moves: the
 lease of the runs it holds (``run_lease.LEASE_S``; here, not on the engine thread, so a long step is no
-death; one stuck for over ``run_lease.STUCK_S`` is, ``TargetService.progress``).
+death; one stuck for over ``run_lease.STUCK_S`` is, ``TargetService.progress``). While it is stuck, the
+runs waiting for admission are refused (``TargetService._refuse_queued``): another replica takes them.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class Heartbeat:
         svc = self.svc
         beat_due, said, stuck, beaten = 0.0, "", False, time.monotonic()
         while not svc._stop:
+            if svc._inbox and not svc._thread.is_alive():  # it died: nothing admits them
+                svc._refuse_queued()
             if time.monotonic() >= beat_due and svc._thread.is_alive():
                 beat_due = time.monotonic() + HEARTBEAT_S
                 if stuck == svc.progress.moving():  # it changed: said once each way
@@ -46,6 +49,8 @@ class Heartbeat:
                                   "here go to other replicas", svc.progress.stuck_for())
                     else:
                         log.warning("engine moving again: heartbeat resumed")
+                if stuck and svc._refuse_queued():  # queued behind the stuck step: never admitted
+                    log.warning("runs waiting for admission refused: the engine is stuck")
                 if stuck or time.monotonic() - beaten > LEASE_S - HEARTBEAT_S:  # the lease may lapse
                     svc.records.suspect = svc.replica
                 try:

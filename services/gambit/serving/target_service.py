@@ -7,6 +7,9 @@ share the engine's batch and KV. A run whose worst-case KV (C traces × (prompt 
 does not fit beside the runs already admitted is refused (``Overcommitted`` → RESOURCE_EXHAUSTED).
 A Gambit run whose C does not fit in the batch slots the admitted runs leave is admitted but held by
 the driver (its record says queued) until it does (``SearchDriver._fits``).
+A replica whose engine is stuck in one step (``run_lease.STUCK_S``: its heartbeat is withheld) refuses new
+runs at once (``EngineStuck`` → UNAVAILABLE: the Coordinator tries another replica), and those waiting for
+admission too (``target_heartbeat``): queued behind the stuck step, they never started and nothing ended them.
 Cancel flags in the tree view are polled, so a CancelRun that reaches any coordinator stops the
 run on the replica that holds it; they are read again at admission, so a run flagged while it waited
 (Serve's queue, a takeover) is refused (``CancelFlagged``) before any engine step.
@@ -59,6 +62,11 @@ CLOSED = "the target's engine thread has stopped (closed)"
 
 class CancelFlagged(RuntimeError):
     """The run's cancel flag was set before admission (its message: the flag's reason)."""
+
+
+class EngineStuck(RuntimeError):
+    """The engine thread has run one piece of work past ``run_lease.STUCK_S`` (its heartbeat is withheld):
+    a run is refused before admission, so that another replica takes it (retryable: UNAVAILABLE)."""
 
 
 class TargetService:
@@ -130,7 +138,8 @@ class TargetService:
         """Queue a run; the engine thread admits it before its next step. The future ends with None
         (``resume``: True when the run's tree was restored from the store, False when none was recorded
         and it started afresh), or ValueError (bad input), Overcommitted, NotImplementedError,
-        CancelFlagged (its cancel flag was set before admission: never stepped). A problem holding a
+        CancelFlagged (its cancel flag was set before admission: never stepped), EngineStuck (this
+        replica's engine is wedged in one step: at once, or while it waits for admission). A problem holding a
         special token's text is a ValueError here unless ``raw_prompt`` (``check_special_text``). It never
         waits for a step to end, so an event loop can await it while the engine decodes."""
         fut: Future = Future()
@@ -143,8 +152,11 @@ class TargetService:
                 fut.set_exception(e)
                 return fut
         with self._inbox_lock:  # under the lock: close() answers what got in before it set _stop
-            if self._stop:  # nothing would admit it: its caller waited forever
+            if self._stop or not self._thread.is_alive():  # nothing would admit it: its caller waited forever
                 fut.set_exception(RuntimeError(CLOSED))
+                return fut
+            if (stuck_s := self.progress.stuck_for()) > self.progress.stuck_s:  # (``Progress.moving``)
+                fut.set_exception(self._stuck(stuck_s))  # it would wait behind a step that may never end
                 return fut
             self._inbox.append((run_id, problem, cfg, sink, fut, resume))
         if self._idle:
@@ -159,9 +171,14 @@ class TargetService:
     def cancel(self, run_id: str, status: str = "cancelled", message: str = "") -> bool:
         """Stop a run and free its KV; its sink gets the result. False if it is not here. From another
         thread the engine thread does it between two steps (a lock taken here would wait for the run
-        to end: the engine thread takes it again right after each step)."""
+        to end: the engine thread takes it again right after each step). While the engine is stuck it is
+        queued and not waited for (True: the run is here)."""
         if threading.current_thread() is self._thread or not self._thread.is_alive():
             return self._cancel_now(run_id, status, message)
+        if not self.progress.moving():  # a wedged step: the wait never ended (a Serve thread per CancelRun)
+            here = run_id in self._sinks
+            self._cancel_soon(run_id, status, message)  # done if the engine ever moves again
+            return here
         fut: Future = Future()
         with self._inbox_lock:
             closing = self._stop  # close() may have answered the queue already: stop it here, under _cv
@@ -202,6 +219,23 @@ class TargetService:
             with self._cv:
                 self._cv.notify()
 
+    def _stuck(self, stuck_s: float | None = None) -> EngineStuck:
+        stuck_s = self.progress.stuck_for() if stuck_s is None else stuck_s
+        return EngineStuck(f"Target replica {self.replica}: its engine has run one step for "
+                           f"{stuck_s:.1f} s (over {self.progress.stuck_s:g} s: wedged, "
+                           "its heartbeat withheld); it takes no run now: retry, another replica takes it")
+
+    def _refuse_queued(self) -> int:
+        """While the engine is stuck, or once its thread died (the heartbeat's thread): the runs waiting for
+        admission are refused (``EngineStuck``; ``CLOSED``); they never started, and no lease covered them.
+        Returns how many."""
+        with self._inbox_lock:
+            inbox, self._inbox = self._inbox, []
+        for *_, fut, _resume in inbox:
+            if fut.set_running_or_notify_cancel():
+                fut.set_exception(self._stuck() if self._thread.is_alive() else RuntimeError(CLOSED))
+        return len(inbox)
+
     def _taken_over(self, run_id: str, holder: str) -> None:
         """Another replica holds the run now (``record_writer``): stop it here and free its KV."""
         self._cancel_soon(run_id, "cancelled", f"taken over by Target replica {holder} (this replica "
@@ -222,10 +256,14 @@ class TargetService:
             return True
 
     def close(self) -> None:
+        """Stop the engine thread, end the runs here (cancelled), flush their records, close the scorer
+        client. Once: a second call returns at once (it waited ``flush``'s 5 s on the closed writer)."""
         with self._cv:
             with self._inbox_lock:
-                self._stop = True
+                again, self._stop = self._stop, True
             self._cv.notify_all()
+        if again:
+            return
         self._thread.join(timeout=5)
         with self._cv:
             self._admit()
@@ -233,6 +271,12 @@ class TargetService:
                 self._deliver([self.driver.cancel(rid, "cancelled", "target shutting down")])
         self.records.flush()
         self.records.close()
+        close = getattr(self.scorer, "close", None)  # a RemoteScorer's sender thread and gRPC channels
+        if callable(close):
+            try:
+                close()
+            except Exception:  # noqa: BLE001 — the service is closed all the same
+                log.exception("scorer client not closed")
 
     # -- loop ----------------------------------------------------------------------------------
     def _admit(self) -> None:
