@@ -30,6 +30,10 @@ def test_serve_yaml_is_valid_for_ray_serve():
         assert callable(getattr(importlib.import_module(module), attr))
     scorer = next(d for d in apps["scorer"].deployments if d.name == "Scorer")
     assert scorer.autoscaling_config["min_replicas"] >= 1
+    # the block replaces the code's, policy included: without it Serve's default never sees direct calls
+    from gambit.deployments.scorer_autoscaling import POLICY
+
+    assert scorer.autoscaling_config["policy"] == {"policy_function": POLICY}
 
 
 def test_builders_make_applications_from_the_yaml_args():

@@ -77,9 +77,10 @@ def test_serve_config_matches_the_generated_one_and_scales_with_gpus(rendered):
     deps = _deployments(multi)
     reps = {name: d.get("num_replicas") for name, d in deps.items()}
     assert reps == {"Target": None, "Scorer": None, "Coordinator": 2}  # Targets and Scorers autoscale
-    assert deps["Scorer"]["autoscaling_config"] == {
+    assert deps["Scorer"]["autoscaling_config"] == {  # the values file's block merges into the default's
         "min_replicas": 2, "max_replicas": 6, "target_ongoing_requests": 8, "upscale_delay_s": 5,
-        "downscale_delay_s": 60}
+        "downscale_delay_s": 60,
+        "policy": {"policy_function": "gambit.deployments.scorer_autoscaling:scorer_autoscaling_policy"}}
     # 4 workers x 2 GPUs at start; Serve moves the Targets between 2 and 6 workers' worth, Ray follows
     target = deps["Target"]["autoscaling_config"]
     assert (target["min_replicas"], target["initial_replicas"], target["max_replicas"]) == (4, 8, 12)

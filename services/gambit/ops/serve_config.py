@@ -11,10 +11,12 @@ Coordinator ask for a custom resource only the CPU worker group advertises).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 
 from gambit.checks import above, at_least
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype
+from gambit.deployments.scorer_autoscaling import POLICY as SCORER_POLICY  # (imports nothing: no Ray)
 from gambit.drafter_map import parse_drafters
 from gambit.ops.serve_env import check_score_message
 from gambit.serving.limits import MAX_KEYS, MAX_ROWS, MAX_STATE_MB  # (scoring.scorer's: tested equal)
@@ -52,6 +54,9 @@ def check_ports(**ports: int) -> None:
         seen[port] = name
 
 
+_IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")  # Serve's policy_function form
+
+
 @dataclass(frozen=True)
 class DeploymentSpec:
     name: str
@@ -61,6 +66,9 @@ class DeploymentSpec:
     num_gpus: float | None = None  # GPUs reserved per replica (None: the deployment's code default)
     resources: tuple[tuple[str, float], ...] = ()  # custom Ray resources per replica
     autoscaling: tuple[tuple[str, float], ...] = ()  # Serve autoscaling_config (unused with num_replicas)
+    # autoscaling_config.policy.policy_function, "module:function" ("": Serve's default policy). A config's
+    # autoscaling_config replaces the code's whole block, policy included: it must be written here.
+    autoscaling_policy: str = ""
 
     def __post_init__(self):
         if not self.name.isidentifier():
@@ -71,6 +79,9 @@ class DeploymentSpec:
             raise ValueError(f"{self.name}: num_cpus and num_gpus must be >= 0")
         if self.max_ongoing_requests < 1:
             raise ValueError(f"{self.name}: max_ongoing_requests must be >= 1")
+        if self.autoscaling_policy and not _IMPORT_PATH.fullmatch(self.autoscaling_policy):
+            raise ValueError(f"{self.name}: autoscaling_policy must be module.path:function, got "
+                             f"{self.autoscaling_policy!r}")
 
     @property
     def autoscaled(self) -> bool:
@@ -94,6 +105,8 @@ class DeploymentSpec:
         out["max_ongoing_requests"] = self.max_ongoing_requests
         if self.autoscaled:
             out["autoscaling_config"] = dict(self.autoscaling)
+            if self.autoscaling_policy:
+                out["autoscaling_config"]["policy"] = {"policy_function": self.autoscaling_policy}
         opts: dict = {}
         if self.num_cpus is not None:
             opts["num_cpus"] = self.num_cpus
@@ -188,6 +201,8 @@ def check_serve_settings(s, capacity: int, width: int = 0) -> None:
 
 SCORER_AUTOSCALING = (("min_replicas", 1), ("max_replicas", 4), ("target_ongoing_requests", 8),
                       ("upscale_delay_s", 5), ("downscale_delay_s", 60))
+# SCORER_POLICY: Serve's count plus the replicas' direct-endpoint calls (``scorer_autoscaling``); Serve's
+# default counts only the proxy's, and the Targets' calls go to each replica's own endpoint.
 
 
 @dataclass(frozen=True)
@@ -230,7 +245,8 @@ class ServeAppSpec:
     deployments: tuple[DeploymentSpec, ...] = field(default_factory=lambda: (
         DeploymentSpec("Coordinator", max_ongoing_requests=256),
         DeploymentSpec("Target", max_ongoing_requests=64),
-        DeploymentSpec("Scorer", max_ongoing_requests=32, autoscaling=SCORER_AUTOSCALING),
+        DeploymentSpec("Scorer", max_ongoing_requests=32, autoscaling=SCORER_AUTOSCALING,
+                       autoscaling_policy=SCORER_POLICY),
     ))
 
     def __post_init__(self):
