@@ -74,8 +74,9 @@ class Target:
         try:
             restored = await asyncio.shield(asyncio.wrap_future(admitted))  # admitted between steps
         except asyncio.CancelledError:  # the caller left before admission: stop the run once it is in
+            # without waiting for a step: admitted already, this runs here, on the event loop
             admitted.add_done_callback(
-                lambda f: f.exception() or self.svc.cancel(run_id, "cancelled", STREAM_CLOSED))
+                lambda f: f.exception() or self.svc.cancel_soon(run_id, "cancelled", STREAM_CLOSED))
             raise
         except CancelFlagged as e:  # cancelled while it waited in Serve's queue (or for a takeover)
             yield await asyncio.to_thread(_refuse_cancelled, self.svc.tree, run_id, str(e), resume)
@@ -101,8 +102,8 @@ class Target:
                 done = d["kind"] == "result"
                 yield d
         finally:
-            if not done:  # cancelled stream: free the run's KV now (in a thread: it waits for a step)
-                loop.run_in_executor(None, self.svc.cancel, run_id, "cancelled", STREAM_CLOSED)
+            if not done:  # cancelled stream: free the run's KV between two steps (never waited for here)
+                self.svc.cancel_soon(run_id, "cancelled", STREAM_CLOSED)
 
     def cancel(self, run_id: str) -> bool:
         return self.svc.cancel(run_id, "cancelled", CANCELLED_BY_RPC)
@@ -110,12 +111,22 @@ class Target:
     def load(self) -> dict:
         return self.svc.load()
 
+    def check_health(self) -> None:
+        """Serve's health check (every ``health_check_period_s``): raises while the engine is stuck in one
+        step past ``run_lease.STUCK_S`` or its thread died, so Serve replaces the replica (it was only
+        avoided: its heartbeat withheld, its runs refused and taken over, its KV and slot held for ever).
+        Reads ``Progress`` only: a long legit step never fails it, and it never waits for the engine."""
+        if why := self.svc.health():
+            raise RuntimeError(why)
+
     def record_routing_stats(self) -> dict:
         """What the request router ranks replicas by (``kv_router``): KV blocks free and reserved, and the
-        engine batch's slots (``max_num_seqs``; ``batch_slots``: the launched and held runs')."""
+        engine batch's slots (``max_num_seqs``; ``batch_slots``: the launched and held runs'); ``stuck``: it
+        cannot serve now (``check_health`` fails: it refuses every run until Serve replaces it)."""
         load = self.svc.load()
-        return {k: load[k] for k in ("runs", "reserved_blocks", "num_blocks", "block_size", "max_model_len",
-                                     "max_num_seqs", "batch_slots")} | {"stamp": time.time()}
+        keys = ("runs", "reserved_blocks", "num_blocks", "block_size", "max_model_len", "max_num_seqs",
+                "batch_slots")
+        return {k: load[k] for k in keys} | {"stamp": time.time(), "stuck": bool(self.svc.health())}
 
     def __del__(self) -> None:
         svc = getattr(self, "svc", None)

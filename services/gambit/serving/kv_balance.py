@@ -13,6 +13,10 @@ Batch slots: a Target launches a Gambit run only when its C fits in the engine b
 there, held runs served first (``SearchDriver._fits``); until then it holds it, queued, KV reserved. Of
 the replicas whose KV can hold a run, those where it launches now come first (stop 67: ranked by KV
 alone, a run went to a replica whose batch was full and waited there while another had free slots).
+
+A replica that reports ``stuck`` (its engine wedged in one step, or its thread dead: ``Target.check_health``
+fails until Serve replaces it) refuses every run (UNAVAILABLE): it is ranked after all the others (stop 69:
+ranked by its KV, a wedged replica with free blocks came first, and every run paid a refusal there).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ class ReplicaLoad:
     max_model_len: int = 2048  # tokens per trace at most
     max_num_seqs: int = 0  # slots of its engine batch; 0: not reported (a replica before stop 67)
     batch_slots: int = 0  # slots its launched and held runs take: min(C, max_num_seqs) each
+    stuck: bool = False  # it cannot serve now (engine wedged or dead): it refuses every run
 
     def __post_init__(self) -> None:
         if self.num_blocks < 1 or self.block_size < 1 or self.max_model_len < 1:
@@ -62,7 +67,8 @@ class ReplicaLoad:
         try:
             return cls(replica, int(stats["num_blocks"]), int(stats["reserved_blocks"]), int(stats["runs"]),
                        int(stats.get("block_size", 16)), int(stats.get("max_model_len", 2048)),
-                       int(stats.get("max_num_seqs", 0)), int(stats.get("batch_slots", 0)))
+                       int(stats.get("max_num_seqs", 0)), int(stats.get("batch_slots", 0)),
+                       stats.get("stuck") is True)
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -81,14 +87,16 @@ def rank(loads: list[ReplicaLoad], need: dict[str, int], unknown: list[str] = ()
     where it launches at once (``capacity``: its C, ``ReplicaLoad.launches``; 0: not checked) before
     those that would hold it for batch slots, the replicas that have not reported (as a rule just
     started: empty) between the two; then those that cannot hold it, most free blocks first (they
-    refuse, and the Coordinator moves on). ``avoid``: replicas that refused it; they come last, and
-    only when nothing else is left."""
-    fits = [x for x in loads if x.replica not in avoid and x.free_blocks >= need[x.replica]]
+    refuse, and the Coordinator moves on); then the ``stuck`` ones (they refuse any run). ``avoid``:
+    replicas that refused it; they come last, and only when nothing else is left."""
+    live = [x for x in loads if x.replica not in avoid and not x.stuck]
+    fits = [x for x in live if x.free_blocks >= need[x.replica]]
     fits.sort(key=lambda x: (-(x.free_blocks - need[x.replica]) / x.num_blocks, x.runs, x.replica))
-    full = [x for x in loads if x.replica not in avoid and x.free_blocks < need[x.replica]]
+    full = [x for x in live if x.free_blocks < need[x.replica]]
     full.sort(key=lambda x: (-x.free_blocks, x.runs, x.replica))
     order = [x.replica for x in fits if x.launches(capacity)] + sorted(r for r in unknown if r not in avoid)
     order += [x.replica for x in fits if not x.launches(capacity)] + [x.replica for x in full]
+    order += sorted(x.replica for x in loads if x.replica not in avoid and x.stuck)
     if not order:  # every replica refused: let one answer again (its refusal ends the run's tries)
         order = sorted([x.replica for x in loads] + list(unknown))
     return [[r] for r in order]

@@ -56,6 +56,9 @@ GAUGE_REFRESH_S = 5.0  # idle replicas re-set their gauges this often, so dashbo
 # engine thread under Ray's metrics API: ~2% of a one-run step on 2 cores, on the critical path.
 METRICS_EVERY_S = 0.25
 FLAGS_RETRY_S = 5.0  # after Redis failed to answer at admission, runs are admitted unread this long
+# close() waits this long in all for the engine thread (its step under way) and then for its lock; past it,
+# the runs here are left to the lease (taken over): a wedged step held the lock, and close() waited for ever
+CLOSE_WAIT_S = 10.0
 
 CLOSED = "the target's engine thread has stopped (closed)"
 
@@ -191,6 +194,24 @@ class TargetService:
                 self._cv.notify()
         return fut.result()
 
+    def cancel_soon(self, run_id: str, status: str = "cancelled", message: str = "") -> None:
+        """``cancel`` that never waits for a step: the engine thread stops the run between two steps (at
+        once when called from it, or once it died). For an event loop (a stream its client left)."""
+        if threading.current_thread() is self._thread or not self._thread.is_alive():
+            self._cancel_now(run_id, status, message)
+        else:
+            self._cancel_soon(run_id, status, message)
+
+    def health(self) -> str:
+        """Why this replica cannot serve ("" when it can): its engine thread died, or it is stuck in one
+        piece of work past ``progress.stuck_s`` (``run_lease.STUCK_S``, far above any legit step). Cheap
+        and lock-free (``Progress`` only), so a health check on an event loop never waits for a step."""
+        if not self._thread.is_alive():
+            return f"Target replica {self.replica}: {CLOSED}"
+        if (stuck_s := self.progress.stuck_for()) > self.progress.stuck_s:
+            return str(self._stuck(stuck_s))
+        return ""
+
     def call(self, fn: Callable[[], object]) -> Future:
         """Run ``fn()`` on the engine thread between two steps; the future ends with its result.
         Torch work of this process belongs there (``gambit.engine.torch_threads``): a second thread
@@ -257,18 +278,33 @@ class TargetService:
 
     def close(self) -> None:
         """Stop the engine thread, end the runs here (cancelled), flush their records, close the scorer
-        client. Once: a second call returns at once (it waited ``flush``'s 5 s on the closed writer)."""
-        with self._cv:
-            with self._inbox_lock:
-                again, self._stop = self._stop, True
-            self._cv.notify_all()
+        client. Once: a second call returns at once (it waited ``flush``'s 5 s on the closed writer).
+        It waits ``CLOSE_WAIT_S`` at most for the step under way: the engine thread holds ``_cv`` through
+        a step, so a wedged one hung close() (and Serve's replacement of the replica) for ever; past it,
+        the runs here are not ended (the driver is the engine thread's): their lease lapses, others take
+        them over."""
+        with self._inbox_lock:
+            again, self._stop = self._stop, True
         if again:
             return
-        self._thread.join(timeout=5)
-        with self._cv:
-            self._admit()
-            for rid in list(self._sinks):
-                self._deliver([self.driver.cancel(rid, "cancelled", "target shutting down")])
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        # it sees _stop before it waits again (read under _cv): a notify is due only if it waits now,
+        # and then _cv is free
+        if self._cv.acquire(timeout=CLOSE_WAIT_S):
+            self._cv.notify_all()
+            self._cv.release()
+        self._thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        if self._cv.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            try:
+                self._admit()
+                for rid in list(self._sinks):
+                    self._deliver([self.driver.cancel(rid, "cancelled", "target shutting down")])
+            finally:
+                self._cv.release()
+        else:
+            log.error("engine step running for %.0f s: closed without ending the %d run(s) here (their "
+                      "lease lapses: other replicas take them over)", self.progress.stuck_for(),
+                      len(self._sinks))
         self.records.flush()
         self.records.close()
         close = getattr(self.scorer, "close", None)  # a RemoteScorer's sender thread and gRPC channels
