@@ -62,7 +62,7 @@ def test_a_number_under_an_operator_is_not_the_answer(text, wrong):
 @pytest.mark.parametrize("text, value", [
     ("18 eggs", 18), ("\\$18.00", 18), ("18^\\circ", 18), ("18^{\\circ}", 18), ("12\\%", 12),
     ("\\text{5 dollars}", 5), ("x = \\sqrt{25} = 5", 5), ("a_5 = 12", 12), ("\\$1\\!000", 1000),
-    ("\\textbf{(B) } 5", 5),
+    ("\\textbf{(B) } 5", 5), ("5cm", 5), ("18km", 18),  # a unit word after the digits: not "2i"
 ])
 def test_a_number_with_its_unit_still_reads(text, value):
     assert answer_key("integer", f"\\boxed{{{text}}}") == str(value)

@@ -38,7 +38,7 @@ def test_a_drafter_and_a_target_do_not_replace_each_others_folders(tmp_path):
         TrainDrafterConfig(out=str(TARGET))
     with pytest.raises(ValueError, match=r"drafter-pr holds an EAGLE-3 drafter; training a target"):
         TrainTargetConfig(out=str(ASSETS / "drafter-pr"))
-    with pytest.raises(ValueError, match=r"scorer-mlp holds a BoundaryScorerMLP model"):
+    with pytest.raises(ValueError, match=r"scorer-mlp holds a boundary scorer; training a drafter"):
         TrainDrafterConfig(out=str(ASSETS / "scorer-mlp"))
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "config.json").write_text("{not json")
@@ -85,6 +85,9 @@ def work(cfg: Cfg) -> dict:
     print("step 0: held-out", cfg.n)
     if cfg.n < 0:
         raise ValueError(f"n must be >= 0, got {cfg.n}")
+    if cfg.n == 99:
+        print("step 1: held-out", cfg.n)
+        raise SystemExit(1)
     return {"n": cfg.n}
 '''
 
@@ -102,6 +105,9 @@ def test_pinned_child_shows_its_lines_and_says_its_error_in_one(tmp_path, monkey
         repro.run_pinned("compatible", "s69_child", "work", {"n": -1})
     assert isinstance(e.value, RuntimeError)  # what callers caught before
     assert "Traceback" not in capsys.readouterr().err
+    with pytest.raises(RuntimeError, match="exited with 1"):  # no result: its last line is shown too
+        repro.run_pinned("compatible", "s69_child", "work", {"n": 99})
+    assert capsys.readouterr().out == "step 0: held-out 99\nstep 1: held-out 99\n"
 
 
 def test_reduced_vocabulary_acceptance_counts_the_traces_token(monkeypatch):

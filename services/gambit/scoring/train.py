@@ -40,6 +40,7 @@ from gambit.scoring.repro import environment, fixed_threads
 from gambit.scoring.rollouts import RolloutConfig, cache_path, collect_rollouts
 from gambit.scoring.scorer import save_scorer
 from gambit.tasks.arithmetic import TaskConfig, generate
+from gambit.train.out_folder import check_out_kind
 from gambit.train.repro import check_isa, isa_pinned, run_pinned
 
 # (kind, label, confidence) -> the shipped folder a default --out writes to
@@ -317,6 +318,7 @@ def pinned_probe_history(cfg: TrainScorerConfig) -> dict:
 def train_scorer(cfg: TrainScorerConfig, quiet: bool = False) -> dict:
     """Roll out (or load cached), train, evaluate on held-out problems, save the scorer folder."""
     check_output_dir(cfg.out)  # before the rollouts and the training, not when it is saved
+    check_out_kind(cfg.out, "scorer")  # e.g. --out the target's folder: its config.json replaced
     if not isa_pinned(cfg.isa):  # the switches are read when torch loads: a child process runs it
         return run_pinned(cfg.isa, __name__, "train_scorer", asdict(cfg), quiet=quiet)
     cache = cfg.cache_dir or None

@@ -317,9 +317,11 @@ def _boxed_int(content: str) -> int | None:
 
 
 # what makes a lone number part of an expression rather than a quantity with its unit: "\\sqrt{25}" is 5,
-# "5!" 120, "25\\pi", "2i", "x^2", "a_5", "\\log 8" are no integer (each read as its lone number)
+# "5!" 120, "25\\pi", "2i", "x^2", "a_5", "\\log 8" are no integer (each read as its lone number). A
+# digit before one letter is a product ("2i", "3n"), before a word a unit ("5cm", "5kg" still read 5)
 _OPERATED = re.compile(r"\\(?:sqrt|pi|log|ln|exp|sin|cos|tan|cot|sec|csc|binom|choose|infty|cdot|times|div"
-                       r"|pm|mp|lfloor|lceil)(?![A-Za-z])|(?<!\\)!|_|\^(?!\s*\{?\s*\\circ)|\d[A-Za-z]")
+                       r"|pm|mp|lfloor|lceil)(?![A-Za-z])|(?<!\\)!|_|\^(?!\s*\{?\s*\\circ)"
+                       r"|\d[A-Za-z](?![A-Za-z])")
 
 
 def _lone_int(content: str, nums: list[str]) -> int | None:

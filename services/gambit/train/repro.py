@@ -165,6 +165,8 @@ def run_pinned(isa: str, module: str, function: str, config: dict, **kwargs) -> 
         result = json.loads(last) if last.startswith("{") else None
     except json.JSONDecodeError:
         result = None
+    if result is None and last:  # no result: the child stopped, and its last line is its own (shown)
+        sys.stdout.write(pending[-1])
     what = f"{module}.{function} under isa={isa} exited with {child.returncode}"
     if child.returncode == 3 and isinstance(result, dict) and "error" in result:
         raise PinnedRunError(f"{result['error']} ({what})")
