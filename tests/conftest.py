@@ -7,6 +7,18 @@ from pathlib import Path
 import pytest
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Torch on one intra-op thread for a module of tiny-model tests (``pytest.mark.usefixtures``), its
+    count restored after: a module that set it and never restored it ran every later test on one thread."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="session")
 def self_signed_cert(tmp_path_factory):
     """``make(name) -> (crt, key)``: a self-signed P-256 certificate naming DNS ``name`` (its own CA), one

@@ -10,7 +10,6 @@ import threading
 import time
 
 import pytest
-import torch
 
 from gambit.deployments.target import Target
 from gambit.serving import target_service
@@ -21,12 +20,7 @@ PROBLEM = "Compute 2+3."
 SHORT = dict(capacity=2, swap=1, round_interval=4, max_tokens=8)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one intra-op thread, restored
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -34,3 +35,14 @@ def second_of_two_runs(svc, cfg, first: tuple[str, str], second: tuple[str, str]
     held.result(timeout=10)
     assert a.result(timeout=10) is None
     return b.exception(timeout=10)
+
+
+def until(cond, timeout_s: float = 5.0) -> bool:
+    """Polls ``cond`` until it holds or ``timeout_s`` passes: a loaded machine delays threads, so a fixed
+    sleep before an assertion was timing-flaky."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True

@@ -1,18 +1,8 @@
 """A Target whose engine loop is stuck in one piece of work stops beating (``run_lease.Progress``)."""
 
 import threading
-import time
 
-
-def _until(cond, timeout_s: float = 5.0) -> bool:
-    """Polls ``cond`` until it holds or ``timeout_s`` passes (a loaded machine delays threads, never
-    the lease's own arithmetic: fixed sleeps were timing-flaky)."""
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+from serving_util import until
 
 
 def test_a_target_stops_beating_while_its_engine_is_stuck_and_beats_again_after(monkeypatch):
@@ -32,13 +22,13 @@ def test_a_target_stops_beating_while_its_engine_is_stuck_and_beats_again_after(
         svc.tree.lease_s = 0.4
         svc.progress.stuck_s = 0.2
         held = {"status": "running", "replica": "r-stuck"}
-        assert _until(lambda: "r-stuck" in svc.tree._alive)
+        assert until(lambda: "r-stuck" in svc.tree._alive)
         hung = svc.call(lambda: release.wait(10))  # work on the engine thread that does not end
-        assert _until(lambda: svc.tree.stale_beat(held) is not None)  # old code: it beat on for ever
+        assert until(lambda: svc.tree.stale_beat(held) is not None)  # old code: it beat on for ever
         assert svc._thread.is_alive() and not hung.done()
         release.set()
         assert hung.result(timeout=5)
-        assert _until(lambda: svc.tree.stale_beat(held) is None)  # moving again: beating again
+        assert until(lambda: svc.tree.stale_beat(held) is None)  # moving again: beating again
     finally:
         release.set()
         monkeypatch.undo()

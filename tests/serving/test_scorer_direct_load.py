@@ -6,6 +6,7 @@ import time
 
 import grpc
 import torch
+from serving_util import until
 
 from gambit.scoring import random_scorer
 from gambit.serving.ongoing import OngoingCalls
@@ -61,13 +62,6 @@ def score_request(key: str):
     return pb2.ScoreRequest(states=raw, dtype=dtype, shape=shape, trace_ids=[key])
 
 
-def wait_for(cond, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def test_direct_endpoint_counts_its_calls_in_flight():
@@ -81,12 +75,12 @@ def test_direct_endpoint_counts_its_calls_in_flight():
         stub.Info(pb2.InfoRequest(), timeout=5)
         assert ongoing.mean() == 0.0  # Info is no Score call
         futures = [stub.Score.future(score_request(f"t:{i}"), timeout=10) for i in range(12)]
-        assert wait_for(lambda: ongoing.now == 12), ongoing.now  # 12 > gRPC's 8 default workers
+        assert until(lambda: ongoing.now == 12), ongoing.now  # 12 > gRPC's 8 default workers
         time.sleep(0.05)
         assert 0 < ongoing.mean() <= 12
         release.set()
         assert all(len(f.result().scores) == 1 for f in futures)
-        assert wait_for(lambda: ongoing.now == 0)
+        assert until(lambda: ongoing.now == 0)
     finally:
         release.set()
         channel.close()

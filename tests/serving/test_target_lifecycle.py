@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 import torch
+from serving_util import until
 
 from gambit.serving import target_heartbeat
 from gambit.serving.embedded import EmbeddedConfig, build_target
@@ -19,21 +20,9 @@ PROBLEM = "Compute 2+3."
 CFG = SolveConfig(capacity=2, swap=1, max_tokens=8, seed=1)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one intra-op thread, restored
 
 
-def _until(cond, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def test_a_stuck_replica_refuses_new_and_queued_runs_at_once(monkeypatch):
@@ -51,7 +40,7 @@ def test_a_stuck_replica_refuses_new_and_queued_runs_at_once(monkeypatch):
         hung = svc.call(lambda: inside.set() or release.wait(10))  # a step that does not end
         assert inside.wait(5)
         queued = svc.submit_run("q1", PROBLEM, CFG, lambda d: None)  # in before it counts as stuck
-        assert _until(lambda: not svc.progress.moving())
+        assert until(lambda: not svc.progress.moving())
         assert isinstance(queued.exception(timeout=2), EngineStuck)  # old code: waited for the step
         fresh = svc.submit_run("q2", PROBLEM, CFG, lambda d: None)
         assert fresh.done() and isinstance(fresh.exception(), EngineStuck)  # old code: queued
@@ -63,11 +52,11 @@ def test_a_stuck_replica_refuses_new_and_queued_runs_at_once(monkeypatch):
         assert answer == [True]  # old code: waited for the stuck step (a thread per CancelRun, for ever)
         release.set()
         assert hung.result(timeout=5)
-        assert _until(svc.progress.moving)  # the step after the hung work ended too
+        assert until(svc.progress.moving)  # the step after the hung work ended too
         ok = svc.submit_run("q3", PROBLEM, CFG, lambda d: None)  # moving again: admitted
         assert ok.result(timeout=5) is None
         assert svc.tree.get_run("q1") is None and svc.tree.get_run("q2") is None  # never admitted
-        assert _until(lambda: any(d["kind"] == "result" for d in ended))  # stopped once it moved again
+        assert until(lambda: any(d["kind"] == "result" for d in ended))  # stopped once it moved again
         assert [d["status"] for d in ended if d["kind"] == "result"] == ["cancelled"]
     finally:
         release.set()
@@ -84,7 +73,7 @@ def test_a_run_sent_after_the_engine_thread_died_is_refused_at_once():
             raise SystemExit  # not an Exception: it ends the engine thread, as a bug outside the guard would
 
         svc.call(die)
-        assert _until(lambda: not svc._thread.is_alive())
+        assert until(lambda: not svc._thread.is_alive())
         fut = svc.submit_run("after", PROBLEM, CFG, lambda d: None)
         assert isinstance(fut.exception(timeout=2), RuntimeError) and "stopped" in str(fut.exception())
     finally:

@@ -7,7 +7,6 @@ import re
 import threading
 
 import pytest
-import torch
 from serving_util import second_of_two_runs
 
 from gambit.serving.embedded import Embedded, EmbeddedConfig, build_target
@@ -18,12 +17,7 @@ from gambit.tasks.arithmetic import TaskConfig, generate
 PROBLEM = generate("test", 1, 0, TaskConfig(3, 4))[0].prompt
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one intra-op thread, restored
 
 
 def _in_thread(fn, wait_s: float = 10.0):
