@@ -68,3 +68,39 @@ def smollm2_pr_drafter(smollm2_folder, tmp_path_factory) -> Path:
     drafter.t2d.zero_()
     drafter.t2d[ids] = True
     return save_drafter(drafter, tmp_path_factory.mktemp("smollm2-pr"))
+
+
+_REPRO_TEST = ("test_drafter_repro", "test_shipped_drafter_reproduces_on_any_cpu")
+_drafter_reruns = None  # gambit.train.drafter_reruns.DrafterReruns, when the session started one
+
+
+def pytest_collection_finish(session):
+    """Start the selected drafter reproducibility reruns in the background now: on one thread each, they
+    run beside the other tests on the second core, and their tests (late in the session) read the results."""
+    global _drafter_reruns
+    items = [i for i in session.items
+             if (getattr(i.module, "__name__", ""), getattr(i, "originalname", "")) == _REPRO_TEST]
+    if not items or session.config.option.collectonly:
+        return
+    import tempfile
+
+    from gambit.train import drafter_reruns
+
+    steps = items[0].module.planned_steps([i.callspec.params["name"] for i in items])
+    if steps:
+        root = Path(tempfile.mkdtemp(prefix="gambit-drafter-reruns-"))
+        _drafter_reruns = drafter_reruns.start(steps, root / "cache", root / "out")
+
+
+def pytest_sessionfinish(session):
+    if _drafter_reruns is not None:
+        import shutil
+
+        _drafter_reruns.stop()
+        shutil.rmtree(_drafter_reruns.out_dir.parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def drafter_reruns():
+    """The background drafter reruns this session started (``None``: the tests rerun in line)."""
+    return _drafter_reruns
