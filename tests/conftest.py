@@ -70,37 +70,49 @@ def smollm2_pr_drafter(smollm2_folder, tmp_path_factory) -> Path:
     return save_drafter(drafter, tmp_path_factory.mktemp("smollm2-pr"))
 
 
-_REPRO_TEST = ("test_drafter_repro", "test_shipped_drafter_reproduces_on_any_cpu")
-_drafter_reruns = None  # gambit.train.drafter_reruns.DrafterReruns, when the session started one
+
+# the reproducibility tests whose reruns go to the background: (module, test) -> how to plan them
+_REPRO_TESTS = {("test_drafter_repro", "test_shipped_drafter_reproduces_on_any_cpu"): "drafters",
+                ("test_target_repro", "test_shipped_target_reproduces_200_steps_on_any_cpu"): "target"}
+_repro_reruns = None  # gambit.train.repro_reruns.ReproReruns, when the session started one
 
 
 def pytest_collection_finish(session):
-    """Start the selected drafter reproducibility reruns in the background now: on one thread each, they
-    run beside the other tests on the second core, and their tests (late in the session) read the results."""
-    global _drafter_reruns
-    items = [i for i in session.items
-             if (getattr(i.module, "__name__", ""), getattr(i, "originalname", "")) == _REPRO_TEST]
-    if not items or session.config.option.collectonly:
+    """Start the selected reproducibility reruns in the background now (drafters on one thread, then the
+    target on two, niced): they run on what the other tests leave of the cores, and their tests (late in
+    the session) read the results."""
+    global _repro_reruns
+    if session.config.option.collectonly:
         return
-    import tempfile
-
-    from gambit.train import drafter_reruns
-
-    steps = items[0].module.planned_steps([i.callspec.params["name"] for i in items])
+    steps: dict[str, int] = {}
+    drafters = [i for i in session.items if _REPRO_TESTS.get(_key(i)) == "drafters"]
+    if drafters:
+        steps.update(drafters[0].module.planned_steps([i.callspec.params["name"] for i in drafters]))
+    target = [i for i in session.items if _REPRO_TESTS.get(_key(i)) == "target"]
+    if target:
+        steps.update(target[0].module.planned_steps())
     if steps:
-        root = Path(tempfile.mkdtemp(prefix="gambit-drafter-reruns-"))
-        _drafter_reruns = drafter_reruns.start(steps, root / "cache", root / "out")
+        import tempfile
+
+        from gambit.train import repro_reruns
+
+        root = Path(tempfile.mkdtemp(prefix="gambit-repro-reruns-"))
+        _repro_reruns = repro_reruns.start(steps, root / "cache", root / "out")
+
+
+def _key(item) -> tuple[str, str]:
+    return getattr(getattr(item, "module", None), "__name__", ""), getattr(item, "originalname", "")
 
 
 def pytest_sessionfinish(session):
-    if _drafter_reruns is not None:
+    if _repro_reruns is not None:
         import shutil
 
-        _drafter_reruns.stop()
-        shutil.rmtree(_drafter_reruns.out_dir.parent, ignore_errors=True)
+        _repro_reruns.stop()
+        shutil.rmtree(_repro_reruns.out_dir.parent, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
-def drafter_reruns():
-    """The background drafter reruns this session started (``None``: the tests rerun in line)."""
-    return _drafter_reruns
+def repro_reruns():
+    """The background reproducibility reruns this session started (``None``: the tests rerun in line)."""
+    return _repro_reruns

@@ -19,7 +19,7 @@ FULL_STEPS = 200
 
 def planned_steps(names: list[str]) -> dict[str, int]:
     """Steps of each selected drafter that has a reference here (the rest skip): what tests/conftest.py
-    starts in the background when the session starts (``gambit.train.drafter_reruns``)."""
+    starts in the background when the session starts (``gambit.train.repro_reruns``)."""
     out = {}
     for name in names:
         card = json.loads((ASSETS / name / "training.json").read_text())
@@ -43,7 +43,7 @@ STEPS = {"drafter-pr": 200, "drafter-eagle3.1": 20, "drafter-hass": 20, "drafter
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(STEPS))
-def test_shipped_drafter_reproduces_on_any_cpu(name, fresh_cache, drafter_reruns):
+def test_shipped_drafter_reproduces_on_any_cpu(name, fresh_cache, repro_reruns):
     """The shipped drafters and ablations (``--isa compatible``: data and training under the kernels that
     give one history on every x86 CPU tried) retrain to their card's first steps exactly, here, whatever
     this CPU is (the card's history on AMD, the Intel record elsewhere: ``gambit.train.vendor_history``).
@@ -58,8 +58,8 @@ def test_shipped_drafter_reproduces_on_any_cpu(name, fresh_cache, drafter_reruns
     expected, source = vendor_history.reference(folder, card["loss_history"], card["cpu_vendor"])
     if expected is None:
         pytest.skip(source)
-    if drafter_reruns is not None and name in drafter_reruns.names:  # started with the session
-        fresh = drafter_reruns.result(name, timeout_s=3600)
+    if repro_reruns is not None and name in repro_reruns.names:  # started with the session
+        fresh = repro_reruns.result(name, timeout_s=3600)
     else:
         fresh = vendor_history.rerun_drafter(name, steps, fresh_cache)
     assert fresh["cpu_capability"] == "DEFAULT" and fresh["torch_threads"] == card["torch_threads"]

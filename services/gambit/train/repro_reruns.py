@@ -1,10 +1,11 @@
-"""Shipped drafters retrained in one background process, one after another, each result to a file.
+"""Shipped models retrained in one background process, one after another, each result to a file.
 
-The reproducibility tests retrain the drafters on one torch thread (the cards' count): data ~2.5 min, PR's
-200 steps ~2 min on 2 cores. Run in line they leave the second core idle; started when the test session
-starts (tests/conftest.py), niced so the tests in front keep their priority, they run beside the session's
-other tests and each drafter's test only reads its result. The floats are the same: the same pinned child
-(``repro.run_pinned``), the same thread count.
+The reproducibility tests retrain the drafters on one torch thread (the cards' count: data ~2.5 min, PR's
+200 steps ~2 min on 2 cores) and the target on two (~2.5 min). Run in line, the drafters leave the second
+core idle and the target holds both while nothing else runs; started when the test session starts
+(tests/conftest.py), niced so the tests in front keep their priority, they take what the session's other
+tests leave, and each model's test only reads its result. The floats are the same: the same pinned child
+(``repro.run_pinned``), the same thread counts.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 NICE = 10  # the background process's niceness: the tests in front of it keep the CPU first
+TARGET = "target"  # the name that reruns the shipped target (the others are drafter folders under assets/)
 
 
 def _file(out_dir: Path, name: str) -> Path:
@@ -27,7 +29,7 @@ def _file(out_dir: Path, name: str) -> Path:
 
 
 @dataclass
-class DrafterReruns:
+class ReproReruns:
     """A running background process and where its results land."""
 
     proc: subprocess.Popen
@@ -35,7 +37,7 @@ class DrafterReruns:
     names: tuple[str, ...]
 
     def result(self, name: str, timeout_s: float = 3600.0) -> dict:
-        """Block until ``name``'s rerun is written (its ``train_drafter`` info); an error in the background
+        """Block until ``name``'s rerun is written (its training info); an error in the background
         comes back as a RuntimeError with its traceback, a process that died with its log's tail."""
         if name not in self.names:
             raise KeyError(f"{name} is not among the background reruns {self.names}")
@@ -43,7 +45,7 @@ class DrafterReruns:
         while not path.exists():
             if self.proc.poll() is not None and not path.exists():
                 tail = (self.out_dir / "log.txt").read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"the drafter reruns exited ({self.proc.returncode}) before {name}:\n"
+                raise RuntimeError(f"the repro reruns exited ({self.proc.returncode}) before {name}:\n"
                                    f"{tail}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no rerun of {name} after {timeout_s:.0f} s")
@@ -63,36 +65,40 @@ class DrafterReruns:
             self.proc.wait(timeout=30)
 
 
-def start(steps: dict[str, int], cache_dir: str | Path, out_dir: str | Path) -> DrafterReruns:
-    """Start retraining each ``name: steps`` in order (the first one writes the data into ``cache_dir``,
-    an empty folder, for the rest) in its own process group, its output in ``out_dir/log.txt``."""
+def start(steps: dict[str, int], cache_dir: str | Path, out_dir: str | Path) -> ReproReruns:
+    """Start retraining each ``name: steps`` in order (the first drafter writes the data into ``cache_dir``,
+    an empty folder, for the rest; ``TARGET`` is the shipped target) in its own process group, its output
+    in ``out_dir/log.txt``."""
     if not steps:
-        raise ValueError("no drafter to rerun")
+        raise ValueError("no model to rerun")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     Path(cache_dir).mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "gambit.train.drafter_reruns", str(cache_dir), str(out)]
+    argv = [sys.executable, "-m", "gambit.train.repro_reruns", str(cache_dir), str(out)]
     argv += [f"{name}={n}" for name, n in steps.items()]
     with open(out / "log.txt", "w") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, preexec_fn=lambda: os.nice(NICE))
-    return DrafterReruns(proc, out, tuple(steps))
+    return ReproReruns(proc, out, tuple(steps))
 
 
 def main(argv: list[str]) -> None:
-    from gambit.train.vendor_history import rerun_drafter
+    from gambit.train.vendor_history import rerun_drafter, rerun_target
 
     cache_dir, out = argv[0], Path(argv[1])
     for spec in argv[2:]:
         name, n = spec.rsplit("=", 1)
         try:
-            info = rerun_drafter(name, int(n), cache_dir)
+            if name == TARGET:
+                info = rerun_target(str(out / "target"), int(n))
+            else:
+                info = rerun_drafter(name, int(n), cache_dir)
         except Exception:  # written for the waiting test; the next drafter still runs
             info = {"error": traceback.format_exc()}
         tmp = _file(out, name).with_suffix(".tmp")
         tmp.write_text(json.dumps(info))
         tmp.rename(_file(out, name))  # whole or not there: the test polls for it
-        print(f"[drafter reruns] {name}: done", flush=True)
+        print(f"[repro reruns] {name}: done", flush=True)
 
 
 if __name__ == "__main__":

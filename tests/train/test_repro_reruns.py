@@ -1,4 +1,4 @@
-"""The background drafter reruns (what the reproducibility tests read): a failure reaches the waiting
+"""The background reproducibility reruns (what the reproducibility tests read): a failure reaches the waiting
 test with its cause, and stopping ends the whole process group."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import os
 
 import pytest
 
-from gambit.train import drafter_reruns
+from gambit.train import repro_reruns
 
 
 def test_a_failed_rerun_reaches_its_test_with_the_cause(tmp_path):
-    runs = drafter_reruns.start({"no-such-drafter": 1}, tmp_path / "cache", tmp_path / "out")
+    runs = repro_reruns.start({"no-such-drafter": 1}, tmp_path / "cache", tmp_path / "out")
     try:
         with pytest.raises(RuntimeError, match="no-such-drafter"):
             runs.result("no-such-drafter", timeout_s=120)
@@ -23,8 +23,8 @@ def test_a_failed_rerun_reaches_its_test_with_the_cause(tmp_path):
 
 
 def test_stop_kills_the_process_group(tmp_path):
-    runs = drafter_reruns.start({"drafter-pr": 200}, tmp_path / "cache", tmp_path / "out")
-    assert os.getpriority(os.PRIO_PROCESS, runs.proc.pid) >= drafter_reruns.NICE
+    runs = repro_reruns.start({"drafter-pr": 200}, tmp_path / "cache", tmp_path / "out")
+    assert os.getpriority(os.PRIO_PROCESS, runs.proc.pid) >= repro_reruns.NICE
     runs.stop()
     assert runs.proc.returncode is not None
     with pytest.raises(ProcessLookupError):
@@ -34,5 +34,5 @@ def test_stop_kills_the_process_group(tmp_path):
 
 
 def test_nothing_to_rerun_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="no drafter"):
-        drafter_reruns.start({}, tmp_path / "cache", tmp_path / "out")
+    with pytest.raises(ValueError, match="no model"):
+        repro_reruns.start({}, tmp_path / "cache", tmp_path / "out")
