@@ -147,8 +147,7 @@ def test_gguf_rope_scaling_is_converted_or_refused():
     assert ModelConfig.from_dict(cfg).rope_scaling == {"rope_type": "linear", "factor": 4.0}
     with pytest.raises(ValueError, match="GGUF rope scaling 'yarn' is not supported"):
         read_config(_Reader(**{"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0}))
-    with pytest.raises(ValueError, match="rope_freqs.weight"):
-        read_config(_Reader(tensors=("token_embd.weight", "rope_freqs.weight")))
+    # rope_freqs.weight (Llama 3.x): test_gguf_llama3.py
 
 
 def test_gguf_head_dim_is_the_key_length():

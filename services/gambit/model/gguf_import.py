@@ -7,8 +7,10 @@ What the conversion has to undo or rebuild:
   ``(head, i, half)``, so each head's rows are de-interleaved back;
 * the tokenizer lives in metadata (``tokenizer.ggml.*``): byte-level BPE vocabulary, merges, token
   types (3 = control → special) and the pre-tokenizer family; it becomes a ``tokenizer.json``;
-* whether the tokenizer adds BOS (``add_bos_token``) decides ``bos_token_id`` in ``config.json``:
-  our tokenizer prepends ``bos_token_id`` when it is set, and SmolLM2 adds none.
+* whether the tokenizer adds BOS (``add_bos_token``) decides ``bos_token_id`` in ``config.json`` and a
+  BOS template in ``tokenizer.json`` (Llama 3.x adds one, SmolLM2 none);
+* ``rope_freqs.weight`` (Llama 3.x) holds the llama3 RoPE scaling as per-frequency divisors: it becomes
+  ``rope_scaling`` (checked against the factors it computes), not a weight.
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ _LAYER = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"
           "ffn_down": "mlp.down_proj"}
 _GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
            "output.weight": "lm_head.weight"}
-# llama.cpp pre-tokenizer families we can rebuild (byte-level BPE with or without single digits)
-_DIGIT_SPLIT = {"smollm": True, "gpt2": False, "default": False}
+# llama.cpp pre-tokenizer families we can rebuild (byte-level BPE): GPT-2's split, with single digits
+# (SmolLM), or Llama 3's (digits in threes; llama.cpp and transformers also ignore merges for it)
+_PRE = {"smollm": "digits", "gpt2": "gpt2", "default": "gpt2", "llama-bpe": "llama3"}
+_LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
 def unpermute_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -77,9 +82,8 @@ def read_config(reader) -> dict:
 def _rope_scaling(reader, names: set[str]) -> dict | None:
     """``llama.rope.scaling.*`` as Hugging Face ``rope_scaling``: it was not read, so a linear-scaled
     checkpoint converted to plain RoPE (other logits past the first positions, without a word)."""
-    if "rope_freqs.weight" in names:  # llama.cpp stores Llama 3.1's scaling as per-frequency factors
-        raise ValueError("GGUF rope_freqs.weight (Llama 3 frequency scaling) is not supported: "
-                         "load the Hugging Face checkpoint instead")
+    if "rope_freqs.weight" in names:  # llama.cpp stores Llama 3.x's scaling as per-frequency factors
+        return _llama3_scaling(reader)
     kind = _meta(reader, "llama.rope.scaling.type", "none")
     factor = _meta(reader, "llama.rope.scaling.factor")
     if kind == "none" or (kind == "linear" and factor in (None, 1.0)):
@@ -89,12 +93,49 @@ def _rope_scaling(reader, names: set[str]) -> dict | None:
     return {"rope_type": "linear", "factor": float(factor)}
 
 
+def _llama3_scaling(reader) -> dict | None:
+    """``rope_freqs.weight`` (the divisor of each RoPE frequency llama.cpp's converter writes for
+    ``rope_type: llama3``) as that ``rope_scaling``. The tensor does not carry the parameters: factor is
+    its largest entry, the rest are the converter's and Llama 3.1-3.3's (low 1, high 4, original context
+    8192 unless the GGUF names one); the factors they compute must equal the tensor's, else an error
+    (a refusal made every Llama 3.x GGUF unloadable)."""
+    from gguf.quants import dequantize
+
+    from gambit.model.config import ModelConfig
+    from gambit.model.layers import rope_inv_freq
+
+    t = next(t for t in reader.tensors if t.name == "rope_freqs.weight")
+    got = torch.from_numpy(np.array(dequantize(t.data, t.tensor_type), dtype=np.float32)).reshape(-1)
+    heads = int(_meta(reader, "llama.attention.head_count"))
+    hidden = int(_meta(reader, "llama.embedding_length"))
+    dim = int(_meta(reader, "llama.rope.dimension_count", hidden // heads))
+    if got.numel() != dim // 2 or not bool((got >= 1).all()):
+        raise ValueError(f"GGUF rope_freqs.weight: expected {dim // 2} factors >= 1 (one per RoPE "
+                         f"frequency of head dimension {dim}), got {got.numel()} values, min {got.min():.3g}")
+    if bool((got == 1).all()):
+        return None
+    scaling = {"rope_type": "llama3", "factor": float(f"{got.max().item():.6g}"), "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings":
+               int(_meta(reader, "llama.rope.scaling.original_context_length", 8192))}
+    theta = float(_meta(reader, "llama.rope.freq_base", 10000.0))
+    shape = {"vocab_size": 1, "hidden_size": dim, "intermediate_size": 1, "num_hidden_layers": 1,
+             "num_attention_heads": 1, "rope_theta": theta}
+    plain = rope_inv_freq(ModelConfig(**shape))
+    want = plain / rope_inv_freq(ModelConfig(**shape, rope_scaling=scaling))
+    if not torch.allclose(got, want, rtol=1e-5, atol=0):
+        raise ValueError(f"GGUF rope_freqs.weight is not llama3 rope scaling with {scaling} "
+                         f"(largest difference {(got - want).abs().max().item():.3g}): not supported")
+    return scaling
+
+
 def read_state_dict(reader, config: dict) -> dict[str, torch.Tensor]:
     """Every tensor dequantised to fp32 under its Hugging Face name, q/k rows de-interleaved."""
     from gguf.quants import dequantize
 
     state = {}
     for t in reader.tensors:
+        if t.name == "rope_freqs.weight":  # computed from config.json's rope_scaling (see _llama3_scaling)
+            continue
         if t.name in _GLOBAL:
             name = _GLOBAL[t.name]
         else:
@@ -115,23 +156,36 @@ def read_state_dict(reader, config: dict) -> dict[str, torch.Tensor]:
 
 def build_tokenizer(reader):
     """A ``tokenizers.Tokenizer`` (byte-level BPE) from ``tokenizer.ggml.*`` metadata."""
-    from tokenizers import AddedToken, decoders, models, pre_tokenizers, processors
+    from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors
     from tokenizers import Tokenizer as HFTokenizer
 
     kind, pre = _meta(reader, "tokenizer.ggml.model"), _meta(reader, "tokenizer.ggml.pre", "default")
-    if kind != "gpt2" or pre not in _DIGIT_SPLIT:
+    if kind != "gpt2" or pre not in _PRE:
         raise ValueError(f"GGUF tokenizer {kind!r}/{pre!r} is not supported (byte-level BPE: "
-                         f"gpt2 with pre-tokenizer {sorted(_DIGIT_SPLIT)})")
+                         f"gpt2 with pre-tokenizer {sorted(_PRE)})")
     tokens = list(_meta(reader, "tokenizer.ggml.tokens"))
     types = list(_meta(reader, "tokenizer.ggml.token_type", [1] * len(tokens)))
     merges = [tuple(m.split(" ", 1)) for m in _meta(reader, "tokenizer.ggml.merges")]
     tok = HFTokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges,
-                                 unk_token=None, fuse_unk=False, byte_fallback=False))
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-                         if _DIGIT_SPLIT[pre] else byte_level)
+                                 unk_token=None, fuse_unk=False, byte_fallback=False,
+                                 ignore_merges=_PRE[pre] == "llama3"))
+    if _PRE[pre] == "llama3":
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(_LLAMA3_SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    else:
+        byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        tok.pre_tokenizer = (byte_level if _PRE[pre] == "gpt2" else pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), byte_level]))
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    bos = _meta(reader, "tokenizer.ggml.bos_token_id")
+    if bool(_meta(reader, "tokenizer.ggml.add_bos_token", True)) and bos is not None:
+        # the BOS in the file, as Llama 3's tokenizer.json has it: transformers reads only this (not
+        # tokenizer_config.json's add_bos_token), so it encoded without the BOS the engine prepends
+        name = tokens[int(bos)]
+        tok.post_processor = processors.Sequence([tok.post_processor, processors.TemplateProcessing(
+            single=f"{name}:0 $A:0", pair=f"{name}:0 $A:0 {name}:1 $B:1", special_tokens=[(name, int(bos))])])
     # control (3) and user-defined (4) tokens match whole before BPE; control ones are special
     tok.add_tokens([AddedToken(tokens[i], special=types[i] == 3, normalized=False)
                     for i in range(len(tokens)) if types[i] in (3, 4)])

@@ -115,14 +115,32 @@ def _tokenizer_of(folder: Path, config: ModelConfig) -> Tokenizer:
     ``<eos>`` are only a fallback: a real checkpoint's config names others). EOS ids also come from
     generation_config.json, as transformers' generate stops on them: Llama 3 Instruct's config.json
     names <|end_of_text|> only, its turns end in <|eot_id|>, so generation ran past the answer. BOS
-    only where the tokenizer adds one (see ``post_processor_bos``)."""
+    only where the tokenizer adds one (see ``post_processor_bos``). PAD as transformers reads it:
+    tokenizer_config.json's pad_token, else config.json's pad_token_id (only a ``<pad>`` token or the
+    first EOS was read: Qwen2.5 Instruct pads with <|endoftext|>, not its EOS <|im_end|>)."""
     eos = config.eos_ids
     gen = _json_object(folder / "generation_config.json").get("eos_token_id")
     for i in [gen] if isinstance(gen, int) else (gen if isinstance(gen, list) else []):
         if isinstance(i, int) and not isinstance(i, bool) and i not in eos:
             eos = [*eos, i]
-    add_bos = _json_object(folder / "tokenizer_config.json").get("add_bos_token") is True
-    return Tokenizer.from_file(folder / "tokenizer.json", config.bos_token_id, eos, add_bos=add_bos)
+    tok_config = _json_object(folder / "tokenizer_config.json")
+    add_bos = tok_config.get("add_bos_token") is True
+    pad = tok_config.get("pad_token")  # what transformers pads with: a token's text, or an AddedToken dict
+    pad = pad.get("content") if isinstance(pad, dict) else pad
+    tokenizer = Tokenizer.from_file(folder / "tokenizer.json", config.bos_token_id, eos, add_bos=add_bos)
+    pad_id = tokenizer.tok.token_to_id(pad) if isinstance(pad, str) else None
+    if pad_id is None and _in_vocab(config.pad_token_id, config):  # a -1 some old configs carry: unused
+        pad_id = config.pad_token_id
+    if pad_id is not None:
+        tokenizer.pad_id = pad_id
+    if tokenizer.bos_id is not None and not _in_vocab(tokenizer.bos_id, config):
+        raise ValueError(f"{folder / 'config.json'}: bos_token_id {tokenizer.bos_id} is outside the "
+                         f"vocabulary (0..{config.vocab_size - 1})")
+    return tokenizer
+
+
+def _in_vocab(i, config: ModelConfig) -> bool:
+    return isinstance(i, int) and not isinstance(i, bool) and 0 <= i < config.vocab_size
 
 
 def load_tokenizer(model: str | Path = "") -> Tokenizer:
@@ -202,7 +220,7 @@ def save_model(model: CausalLM, tokenizer: Tokenizer, folder: str | Path) -> Non
         readable(tmp, tmp / "model.safetensors")
         (tmp / "config.json").write_text(json.dumps(model.config.to_hf_dict(), indent=2))
         tokenizer.save(tmp / "tokenizer.json")
-        write_tokenizer_config(tmp)
+        write_tokenizer_config(tmp, tokenizer, model.config.max_position_embeddings)
         if folder.exists():
             for f in folder.iterdir():  # keep files we do not own (model card, eval JSON)
                 if (tmp / f.name).exists() or _is_weights(f.name):  # stale shards would be loaded

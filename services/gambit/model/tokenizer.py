@@ -16,7 +16,7 @@ from functools import cached_property
 from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import decoders, models
+from tokenizers import decoders, models, processors
 
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 BOUNDARY = "\n\n"
@@ -189,7 +189,20 @@ class Tokenizer:
         return frozenset(i for i, t in enumerate(self.token_texts) if t.startswith("\n"))
 
     def save(self, path: str | Path) -> None:
-        self.tok.save(str(path))
+        """tokenizer.json; one without a post-processor gets a template that puts ``bos_id`` first, as
+        ``encode`` does: transformers (5) reads only the file's post-processor (tokenizer_config.json's
+        ``add_bos_token`` is dropped beside a tokenizer.json), so it encoded our checkpoints without
+        the BOS they were trained with. Our loader reads the same BOS back from the template."""
+        tok = self.tok
+        if tok.post_processor is None and self.bos_id is not None:
+            tok = HFTokenizer.from_str(tok.to_str())  # a copy: this tokenizer stays as it is
+            bos = tok.id_to_token(self.bos_id)
+            if bos is None:
+                raise ValueError(f"bos id {self.bos_id} is not in the vocabulary ({self.vocab_size} tokens)")
+            tok.post_processor = processors.TemplateProcessing(
+                single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
+                special_tokens=[(bos, self.bos_id)])
+        tok.save(str(path))
 
 
 def build_char_tokenizer() -> Tokenizer:
@@ -205,8 +218,17 @@ def build_char_tokenizer() -> Tokenizer:
     return Tokenizer(tok, 1, [2], 0)
 
 
-def write_tokenizer_config(folder: Path) -> None:
-    """``tokenizer_config.json`` so ``transformers.AutoTokenizer`` loads the folder too."""
+def write_tokenizer_config(folder: Path, tokenizer: Tokenizer | None = None, max_length: int = 1024) -> None:
+    """``tokenizer_config.json`` so ``transformers.AutoTokenizer`` loads the folder too, naming
+    ``tokenizer``'s own special tokens (default: the shipped character tokenizer's). It said
+    ``add_bos_token: false`` of a tokenizer that prepends BOS, and named ``<bos>`` / ``<eos>`` /
+    ``<pad>`` whatever the vocabulary held (transformers adds a token it does not find)."""
+    tok = tokenizer or build_char_tokenizer()
+
+    def text(i: int | None) -> str | None:
+        return None if i is None else tok.tok.id_to_token(i)
+
     (folder / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS,
-        "pad_token": PAD, "add_bos_token": False, "model_max_length": 1024}, indent=2))
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": text(tok.bos_id),
+        "eos_token": text(tok.eos_ids[0] if tok.eos_ids else None), "pad_token": text(tok.pad_id),
+        "add_bos_token": tok.bos_id is not None, "model_max_length": max_length}, indent=2))
