@@ -7,7 +7,7 @@ import re
 import threading
 
 import pytest
-from serving_util import second_of_two_runs
+from serving_util import second_of_two_runs, until
 
 from gambit.serving.embedded import Embedded, EmbeddedConfig, build_target
 from gambit.serving.solve_config import SolveConfig, check_problem
@@ -107,4 +107,28 @@ def test_a_problem_no_run_can_take_is_a_request_error_even_beside_busy_runs(prob
         assert re.match(message, str(err)), err
     finally:
         svc.cancel("busy")
+        svc.close()
+
+
+def test_a_cancel_waiting_for_an_engine_thread_that_dies_returns():
+    """A cancel queued for the engine thread waited on its future with no bound: a thread that died
+    before it read the queue left that caller (a Serve thread per CancelRun) waiting for ever."""
+    svc = build_target(EmbeddedConfig(num_blocks=200), None)
+    got: list = []
+    release = threading.Event()
+
+    def die() -> None:  # the engine thread ends here (a BaseException: nothing catches it)
+        release.wait(10)
+        raise SystemExit
+
+    try:
+        svc.start_run("r1", PROBLEM, SolveConfig(capacity=2, max_tokens=400, seed=1), got.append)
+        held = svc.call(die)
+        assert until(held.running, 10)
+        threading.Timer(0.3, release.set).start()  # it dies once the cancel below is queued
+        assert _in_thread(lambda: svc.cancel("r1"), wait_s=10) is True
+        assert got[-1]["kind"] == "result" and got[-1]["status"] == "cancelled"
+        assert svc.load()["runs"] == 0 and not svc._thread.is_alive()
+    finally:
+        release.set()
         svc.close()

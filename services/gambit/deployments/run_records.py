@@ -97,10 +97,25 @@ def held_by(tree, run_id: str) -> str:
         return ""
 
 
-def end_failed(tree, run_id: str, message: str, total_s: float) -> None:
-    """A run that failed after it started, with no Target's result. Raises StoreUnavailable."""
-    tree.put_run(run_id, status="failed", message=message, total_s=total_s,
-                 result=ended_result(run_id, "failed", message, total_s))
+def end_failed(tree, run_id: str, message: str, total_s: float) -> bool:
+    """A run that failed after it started, with no Target's result: True when written. Never over an
+    ended record (final: the result a Target wrote before its stream broke, or an end for a lost replica):
+    written only while the replica its record names still holds it, or while no replica does (each a
+    conditional write: one that a Target's end gets ahead of is refused). Raises StoreUnavailable."""
+    fields = {"status": "failed", "message": message, "total_s": total_s,
+              "result": ended_result(run_id, "failed", message, total_s)}
+    try:
+        rec = tree.get_run(run_id)
+    except ValueError:  # a record this version cannot read: written over, as before
+        rec = None
+    if not (rec or {}).get("status"):  # none (gone with its retention), or only the Coordinator's times
+        tree.put_run(run_id, **fields)
+        return True
+    if rec["status"] in ENDED:
+        return False
+    if replica := holder(rec):
+        return tree.put_run_if_held(run_id, replica, **fields)
+    return tree.put_run_if(run_id, rec["status"], **fields)
 
 
 def end_lost(tree, run_id: str, e: Exception, total_s: float = 0.0) -> str:

@@ -55,8 +55,8 @@ class _Lost:
             fresh = {r: h for r, h in refused.items() if r not in self.lost}
             self.lost.update(fresh)
         for run_id, holder in fresh.items():
-            log.warning("run %s is held by replica %s now (taken over): its writes here are dropped",
-                        run_id, holder)
+            log.warning("run %s is held by replica %s now (taken over), or its record ended: its writes "
+                        "here are dropped", run_id, holder)
             if self.on_lost is not None:
                 try:
                     self.on_lost(run_id, holder)

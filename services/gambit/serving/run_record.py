@@ -15,12 +15,33 @@ ENDED = ("done", "limit", "cancelled", "failed")
 # Redis holds every finished run's tree, its traces' tokens included, for this long: size it by the load.
 RETENTION_S = 24 * 3600
 CANCELLED_BY_RPC = "cancelled by CancelRun"  # the message of a run stopped by a cancel flag
+# A held write refused because the record already ended (its end is final: a replica that recovers after
+# its run was ended as lost, or cancelled for it, never writes over it) names "ended:<status>", no holder
+ENDED_MARK = "ended:"
+ENDED_ENC = tuple(json.dumps(s) for s in ENDED)  # the end states as encoded in the records
 
 
 def held_refused(items: list[tuple[str, dict]], got: list) -> dict[str, str]:
     """``_PUT_HELD``'s answer for ``items`` (``tree_view_redis``): the refused run ids -> the replica
-    holding each."""
-    return {run_id: replica_of(r) for (run_id, _), r in zip(items, got, strict=True) if r}
+    holding each, or ``ended_mark`` of the record's end state."""
+    return {run_id: _refusal(r) for (run_id, _), r in zip(items, got, strict=True) if r}
+
+
+def ended_mark(status_enc: str) -> str:
+    """What a held write refused by an ended record (its encoded ``status``) names in place of a holder."""
+    return ENDED_MARK + (replica_of(status_enc) or "ended")
+
+
+def _refusal(r: str) -> str:
+    return ended_mark(r[len(ENDED_MARK):]) if r.startswith(ENDED_MARK) else replica_of(r)
+
+
+def lost_why(holder: str, replica: str) -> str:
+    """Why this ``replica`` stopped a run whose held write was refused (``holder``: ``held_refused``'s)."""
+    if holder.startswith(ENDED_MARK):
+        return (f"its record ended meanwhile ({holder[len(ENDED_MARK):]}): this replica {replica} lost its "
+                "lease, and a final record is never written over")
+    return f"taken over by Target replica {holder} (this replica {replica} lost its lease)"
 
 
 def replica_of(v: str | None) -> str:

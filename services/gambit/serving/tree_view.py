@@ -25,9 +25,11 @@ from gambit.serving.run_lease import HELD, LEASE_S, NO_REPLICA, holder, stale
 from gambit.serving.run_record import (  # noqa: F401 (re-exported: the services and tests read them here)
     CANCELLED_BY_RPC,
     ENDED,
+    ENDED_ENC,
     RETENTION_S,
     dec_record,
     enc,
+    ended_mark,
     held_refused,
     other_replica,
     replica_of,
@@ -88,14 +90,18 @@ class MemoryTreeView:
     def put_runs_held(self, items: list[tuple[str, dict]]) -> dict[str, str]:
         """A Target's writes of the runs it holds (each ``fields`` names its ``replica``), in order: each
         written unless the record names another replica (a takeover's: a replica that was stuck and
-        recovered must not write over it). Returns the refused run ids -> the replica holding each."""
+        recovered must not write over it) or ended (final: ended as lost, or cancelled, while this replica
+        was thought gone). Returns the refused run ids -> the replica holding each (or ``ended_mark``)."""
         refused = {}
         with self._lock:
             self._expire()
             for run_id, fields in items:
-                other = other_replica(self._runs.get(run_id, {}).get("replica"), fields.get("replica"))
+                got = self._runs.get(run_id, {})
+                other = other_replica(got.get("replica"), fields.get("replica"))
                 if other is not None:
                     refused[run_id] = other
+                elif got.get("status") in ENDED_ENC:  # final: a recovered replica never writes over it
+                    refused[run_id] = ended_mark(got["status"])
                 else:
                     self._put(run_id, fields)
         return refused

@@ -16,6 +16,8 @@ from gambit.serving.run_lease import BEAT, HELD, IF_HELD, IF_LOST, IF_UNHELD, LE
 from gambit.serving.run_record import (
     CANCELLED_BY_RPC,
     ENDED,
+    ENDED_ENC,
+    ENDED_MARK,
     RETENTION_S,
     dec_record,
     enc,
@@ -39,14 +41,18 @@ return 1
 
 # KEYS: per run, its record then its cancel flag; ARGV[1] the TTL, then per run: the writing replica
 # (encoded), "1" when the write ends the run, the number of field/value strings, those: each written
-# unless the record names another replica (a takeover's), whose encoded id is returned for it ('' written)
-_PUT_HELD = """
-local out, a = {}, 2
+# unless the record names another replica (a takeover's), whose encoded id is returned for it, or ended
+# (final: 'ended:' and its status returned); '' written
+_PUT_HELD = f"""
+local out, a = {{}}, 2
 for i = 1, #KEYS, 2 do
   local me, ended, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+  local st = redis.call('HGET', KEYS[i], 'status')
   local r = redis.call('HGET', KEYS[i], 'replica')
   if r and r ~= me and r ~= '""' and r ~= 'null' then
     out[#out + 1] = r
+  elseif {' or '.join(f"st == '{s}'" for s in ENDED_ENC)} then
+    out[#out + 1] = '{ENDED_MARK}' .. st
   else
     redis.call('HSET', KEYS[i], unpack(ARGV, a + 3, a + 2 + n))
     redis.call('EXPIRE', KEYS[i], ARGV[1])
