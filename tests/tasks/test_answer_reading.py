@@ -99,3 +99,17 @@ def test_a_choice_is_read_where_the_text_states_it_or_in_its_final_line(text, le
     """A loose last-capital rule over the whole text voted for the last option a cut completion
     mentioned: a model that never answered scored chance on GPQA, not 0."""
     assert extract_choice(text) == letter
+
+
+@pytest.mark.parametrize("text, letter", [
+    ("\\boxed{B, C}", None),  # read C (the final line's last capital)
+    ("\\boxed{A or B}", None),  # read A
+    ("So it is $\\boxed{\\text{(A) and (C)}}$", None),
+    ("\\boxed{B/D}", None),
+    ("\\boxed{C) 12}", "C"),  # a letter and its option's text is one choice
+    ("\\boxed{\\text{B. A ring of carbon}}", "B"),
+])
+def test_a_box_of_several_letters_is_no_choice(text, letter):
+    """A hedged box graded right whenever one of its letters was the gold: credit for not choosing."""
+    assert extract_choice(text) == letter
+    assert check_answer(item("choice", "C", "gpqa"), text) is (letter == "C")

@@ -13,7 +13,6 @@ import torch
 from gambit.paths import TARGET
 from gambit.train import vendor_history
 from gambit.train.repro import compare_history
-from gambit.train.repro_reruns import TARGET as TARGET_RERUN
 from gambit.train.target import TrainTargetConfig, train_target
 
 
@@ -104,16 +103,8 @@ def test_an_instruction_set_is_pinned_in_a_child_process(tmp_path):
         repro.run_pinned("compatible", "gambit.train.target", "train_target", {"steps": 0})
 
 
-def planned_steps() -> dict[str, int]:
-    """The target's rerun when it has a reference here (else its test skips): what tests/conftest.py
-    starts in the background when the session starts (``gambit.train.repro_reruns``)."""
-    card = vendor_history.card(TARGET)
-    known = vendor_history.reference(TARGET, card["loss_history"], card["cpu_vendor"])[0] is not None
-    return {TARGET_RERUN: 200} if known else {}
-
-
 @pytest.mark.slow
-def test_shipped_target_reproduces_200_steps_on_any_cpu(tmp_path, repro_reruns):
+def test_shipped_target_reproduces_200_steps_on_any_cpu(tmp_path):
     """The shipped target (``gambit train target --isa compatible``): its first 200 steps, retrained
     under the same switches in a child process, give its card's loss history exactly on whatever x86
     CPU runs this (its card came from a 2-core AMD EPYC with AVX-512; an AVX2-only one gave the same):
@@ -123,10 +114,7 @@ def test_shipped_target_reproduces_200_steps_on_any_cpu(tmp_path, repro_reruns):
     expected, source = vendor_history.reference(TARGET, card["loss_history"], card["cpu_vendor"])
     if expected is None:
         pytest.skip(source)
-    if repro_reruns is not None and TARGET_RERUN in repro_reruns.names:  # started with the session
-        fresh = repro_reruns.result(TARGET_RERUN, timeout_s=3600)
-    else:
-        fresh = vendor_history.rerun_target(str(tmp_path / "target"))
+    fresh = vendor_history.rerun_target(str(tmp_path / "target"))
     assert [h["step"] for h in fresh["loss_history"]] == [0, 100, 200]
     assert compare_history(expected, fresh["loss_history"], upto=200) == [], source
     assert fresh["cpu_capability"] == "DEFAULT" and fresh["torch_threads"] == card["torch_threads"]

@@ -31,17 +31,9 @@ from pathlib import Path
 from gambit.paths import REPO
 from gambit.tasks.answers import ascii_minus, extract_boxed, parse_int
 from gambit.tasks.arithmetic import Problem, TaskConfig, generate
-from gambit.tasks.benchmarks import (
-    _ALIASES,
-    LOADERS,
-    BenchmarkItem,
-    _boxed_int,
-    _gsm8k_fallback,
-    check_answer,
-    extract_choice,
-    load_benchmark,
-    normalize_latex,
-)
+from gambit.tasks.benchmarks import _ALIASES, LOADERS, BenchmarkItem, load_benchmark
+from gambit.tasks.checking import check_answer, extract_choice, normalize_latex
+from gambit.tasks.integers import _boxed_int, _gsm8k_fallback
 
 # name -> (loader, file in the datasets folder); only sets with an automatic checker
 GRADED = {
