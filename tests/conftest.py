@@ -71,26 +71,21 @@ def smollm2_pr_drafter(smollm2_folder, tmp_path_factory) -> Path:
 
 
 
-# the reproducibility tests whose reruns go to the background: (module, test) -> how to plan them
-_REPRO_TESTS = {("test_drafter_repro", "test_shipped_drafter_reproduces_on_any_cpu"): "drafters",
-                ("test_target_repro", "test_shipped_target_reproduces_200_steps_on_any_cpu"): "target"}
+# the drafter reproducibility test, whose reruns go to the background: (module, test)
+_REPRO_TEST = ("test_drafter_repro", "test_shipped_drafter_reproduces_on_any_cpu")
 _repro_reruns = None  # gambit.train.repro_reruns.ReproReruns, when the session started one
 
 
 def pytest_collection_finish(session):
-    """Start the selected reproducibility reruns in the background now (drafters on one thread, then the
-    target on two, niced): they run on what the other tests leave of the cores, and their tests (late in
-    the session) read the results."""
+    """Start the selected drafter reproducibility reruns in the background now (one thread, niced): they
+    run on what the other tests leave of the cores, and their tests (late in the session) read the results.
+    The target's rerun stays in line: on its card's two threads beside the other tests it ran several times
+    slower (its two OpenMP threads waiting on each other), past the point where its test came to read it."""
     global _repro_reruns
     if session.config.option.collectonly:
         return
-    steps: dict[str, int] = {}
-    drafters = [i for i in session.items if _REPRO_TESTS.get(_key(i)) == "drafters"]
-    if drafters:
-        steps.update(drafters[0].module.planned_steps([i.callspec.params["name"] for i in drafters]))
-    target = [i for i in session.items if _REPRO_TESTS.get(_key(i)) == "target"]
-    if target:
-        steps.update(target[0].module.planned_steps())
+    items = [i for i in session.items if _key(i) == _REPRO_TEST]
+    steps = items[0].module.planned_steps([i.callspec.params["name"] for i in items]) if items else {}
     if steps:
         import tempfile
 

@@ -1,4 +1,4 @@
-"""The background reproducibility reruns (what the reproducibility tests read): a failure reaches the waiting
+"""The background drafter reruns (what the reproducibility tests read): a failure reaches the waiting
 test with its cause, and stopping ends the whole process group."""
 
 from __future__ import annotations
@@ -34,5 +34,5 @@ def test_stop_kills_the_process_group(tmp_path):
 
 
 def test_nothing_to_rerun_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="no model"):
+    with pytest.raises(ValueError, match="no drafter"):
         repro_reruns.start({}, tmp_path / "cache", tmp_path / "out")

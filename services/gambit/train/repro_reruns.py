@@ -1,11 +1,11 @@
-"""Shipped models retrained in one background process, one after another, each result to a file.
+"""Shipped drafters retrained in one background process, one after another, each result to a file.
 
-The reproducibility tests retrain the drafters on one torch thread (the cards' count: data ~2.5 min, PR's
-200 steps ~2 min on 2 cores) and the target on two (~2.5 min). Run in line, the drafters leave the second
-core idle and the target holds both while nothing else runs; started when the test session starts
-(tests/conftest.py), niced so the tests in front keep their priority, they take what the session's other
-tests leave, and each model's test only reads its result. The floats are the same: the same pinned child
-(``repro.run_pinned``), the same thread counts.
+The reproducibility tests retrain the drafters on one torch thread (the cards' count): data ~2.5 min, PR's
+200 steps ~2 min on 2 cores. Run in line they leave the second core idle; started when the test session
+starts (tests/conftest.py), niced so the tests in front keep their priority, they run beside the session's
+other tests and each drafter's test only reads its result. The floats are the same: the same pinned child
+(``repro.run_pinned``), the same thread count. (The target's rerun, on two threads, stays in line: beside
+the other tests its OpenMP threads waited on each other and it ran several times slower.)
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 NICE = 10  # the background process's niceness: the tests in front of it keep the CPU first
-TARGET = "target"  # the name that reruns the shipped target (the others are drafter folders under assets/)
 
 
 def _file(out_dir: Path, name: str) -> Path:
@@ -66,11 +65,10 @@ class ReproReruns:
 
 
 def start(steps: dict[str, int], cache_dir: str | Path, out_dir: str | Path) -> ReproReruns:
-    """Start retraining each ``name: steps`` in order (the first drafter writes the data into ``cache_dir``,
-    an empty folder, for the rest; ``TARGET`` is the shipped target) in its own process group, its output
-    in ``out_dir/log.txt``."""
+    """Start retraining each ``name: steps`` in order (the first one writes the data into ``cache_dir``,
+    an empty folder, for the rest) in its own process group, its output in ``out_dir/log.txt``."""
     if not steps:
-        raise ValueError("no model to rerun")
+        raise ValueError("no drafter to rerun")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     Path(cache_dir).mkdir(parents=True, exist_ok=True)
@@ -83,16 +81,13 @@ def start(steps: dict[str, int], cache_dir: str | Path, out_dir: str | Path) -> 
 
 
 def main(argv: list[str]) -> None:
-    from gambit.train.vendor_history import rerun_drafter, rerun_target
+    from gambit.train.vendor_history import rerun_drafter
 
     cache_dir, out = argv[0], Path(argv[1])
     for spec in argv[2:]:
         name, n = spec.rsplit("=", 1)
         try:
-            if name == TARGET:
-                info = rerun_target(str(out / "target"), int(n))
-            else:
-                info = rerun_drafter(name, int(n), cache_dir)
+            info = rerun_drafter(name, int(n), cache_dir)
         except Exception:  # written for the waiting test; the next drafter still runs
             info = {"error": traceback.format_exc()}
         tmp = _file(out, name).with_suffix(".tmp")
