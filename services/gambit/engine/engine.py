@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import numbers
 import time
 from collections.abc import Iterable, Sequence
 
@@ -207,12 +208,20 @@ class Engine:
             # bytes passed as their byte values' token ids; 5 or None raised a bare TypeError
             raise ValueError(f"prompt must be a string or a sequence of token ids, "
                              f"got {type(prompt).__name__}")
-        ids = self.tokenizer.encode_checked(prompt) if isinstance(prompt, str) else list(prompt)
+        if isinstance(prompt, str):
+            ids = self.tokenizer.encode_checked(prompt)
+        else:  # a numpy array or torch tensor of ids: its Python ints (its elements were refused)
+            ids = prompt.tolist() if hasattr(prompt, "tolist") else list(prompt)
+            if not isinstance(ids, list):
+                raise ValueError(f"prompt must be a sequence of token ids, got {prompt!r}")
         if not ids or (isinstance(prompt, str) and not prompt):
             raise ValueError("prompt is empty")
         vocab = self.model.config.vocab_size
         if any(not is_int(t) or not 0 <= t < vocab for t in ids):  # True passed as token 1
-            raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
+            # numpy's integers in a list, as ints ("must be integers" named them wrongly)
+            ids = [int(t) if isinstance(t, numbers.Integral) and not isinstance(t, bool) else t for t in ids]
+            if any(not is_int(t) or not 0 <= t < vocab for t in ids):
+                raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
         for d in {p.decoding for p in params} - {"plain"}:
             self.speculator().prepare(d)  # ValueError for an unknown drafter
         if len(ids) >= self.max_model_len:
@@ -472,7 +481,10 @@ class Engine:
         if tok in self.eos_ids and not t.params.ignore_eos:
             return "eos"
         if t.params.stop:
-            tail = self.tokenizer.decode(t.output_ids[-64:])
+            # enough tokens for the longest stop string (a character may take up to 4 byte tokens):
+            # 64 tokens missed a longer one (a char tokenizer never stopped on 80 characters)
+            n = max(64, 4 * max(map(len, t.params.stop)) + 4)
+            tail = self.tokenizer.decode(t.token_ids[max(t.prompt_len, len(t.token_ids) - n):])
             if any(s in tail for s in t.params.stop):
                 return "stop"
         if t.num_generated >= t.params.max_tokens or len(t.token_ids) >= self.max_model_len:
@@ -493,6 +505,12 @@ class Engine:
         know of but that recurs every step: one line, not one a step)."""
         self._told.add(key)
         log.warning(message, *args)
+
+    def tell_once(self, key: str, message: str, *args) -> None:
+        """``_tell_once`` unless ``key`` was told already: for the engine's parts outside this class
+        (the speculative decoder), which read the private ``_told`` set before."""
+        if key not in self._told:
+            self._tell_once(key, message, *args)
 
     def _finish(self, t: Trace, reason: str) -> None:
         if self.shared:
