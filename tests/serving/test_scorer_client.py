@@ -23,10 +23,9 @@ def server():
     srv.stop()
 
 
-def refused() -> torch.Tensor:
-    bad = X[5:6].clone()
-    bad[0, 0] = 1e6  # |value| > 65504: INVALID_ARGUMENT, the call falls back
-    return bad
+# a trace id over the Scorer's 128 bytes: INVALID_ARGUMENT, the call falls back (a row of NaN or |value| >
+# 65504 is no longer sent: ``scorer_core.bad_rows``)
+REFUSED = "t:" + "x" * 200
 
 
 @pytest.mark.parametrize("in_back_off", [False, True])
@@ -41,7 +40,7 @@ def test_a_fork_survives_a_refused_call_and_a_skipped_one(server, in_back_off):
             ref.score(["t:p"], X[i:i + 1])
         client.fork("t:p", "t:c")
         ref.fork("t:p", "t:c")
-        assert client.score(["t:x"], refused()).tolist() == [0.5] and client.fallbacks == 1
+        assert client.score([REFUSED], X[5:6]).tolist() == [0.5] and client.fallbacks == 1
         if in_back_off:  # no call at all: the fallback (the parent's running mean), the fork still queued
             assert client.score(["t:c"], X[2:3]).item() == pytest.approx(sum(parent) / 2)
             assert client.fallbacks == 2
@@ -50,7 +49,7 @@ def test_a_fork_survives_a_refused_call_and_a_skipped_one(server, in_back_off):
         assert got == pytest.approx(ref.score(["t:c"], X[3:4]).item(), abs=1e-6)  # 0.5166 vs 0.4045 before
         for k in ("t:p", "t:c"):
             client.drop(k)
-        client.score(["t:x"], refused())  # the drops ride on a refused call ...
+        client.score([REFUSED], X[5:6])  # the drops ride on a refused call ...
         client._down_until = 0.0
         client.score(["t:y"], X[4:5])  # ... and on the next one, which lands
         client.drop("t:y")
@@ -189,12 +188,13 @@ def test_a_split_call_refused_part_way_keeps_what_landed(small_server):
     carried stay queued for the next call, the forks do not go twice."""
     small_server.release.set()
     x = torch.randn(12, H, generator=torch.Generator().manual_seed(2))
-    x[10, 0] = 1e6  # the second part is refused (INVALID_ARGUMENT)
     client = RemoteScorer(f"127.0.0.1:{small_server.port}", H, kind="sequence", retry_after_s=60.0)
     try:
         client.fork("a", "b")
         client.drop("z")
-        got = client.score([f"k{i}" for i in range(12)], x)
+        keys = [f"k{i}" for i in range(12)]
+        keys[10] = REFUSED  # the second part is refused (INVALID_ARGUMENT)
+        got = client.score(keys, x)
         ref = random_scorer("sequence", H, seed=3).score([f"k{i}" for i in range(8)], x[:8])
         assert got[:8].tolist() == pytest.approx(ref.tolist(), abs=1e-5) and got[8:].tolist() == [0.5] * 4
         assert client.fallbacks == 1 and client._forks == [] and client._drops == ["z"]

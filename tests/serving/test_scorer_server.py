@@ -256,10 +256,8 @@ def test_a_refused_call_falls_back_and_says_why(server, caplog):
     """A refused call was told "scorer unreachable (StatusCode.INVALID_ARGUMENT)": now the server's
     reason is in the log."""
     client = RemoteScorer(f"127.0.0.1:{server.port}", H, token="s3cret", retry_after_s=0.0)
-    bad = torch.randn(1, H)
-    bad[0, 0] = 1e6  # |value| > 65504: refused
-    with caplog.at_level("WARNING", logger="gambit.serving.scorer_client"):
-        assert client.score(["w:1"], bad).tolist() == [0.5]
+    with caplog.at_level("WARNING", logger="gambit.serving.scorer_client"):  # an id over 128 bytes: refused
+        assert client.score(["w:" + "1" * 200], torch.randn(1, H)).tolist() == [0.5]
     assert client.fallbacks == 1 and client.last_error.startswith("INVALID_ARGUMENT: ")
     assert "scorer call failed (INVALID_ARGUMENT: " in caplog.text and client.unguided == ""
     client.close()

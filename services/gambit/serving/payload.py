@@ -60,12 +60,20 @@ def decode_states(raw: bytes, dtype: str, shape: Sequence[int], trace_ids: Seque
         a = np.frombuffer(raw, dtype="<f4" if dtype == "float32" else "<f2").astype(np.float32)
     a = a.reshape(n, d)
     if not np.isfinite(a).all():
-        raise ValueError("states: contains NaN or infinity")
+        raise ValueError(f"states: contains NaN or infinity ({_rows(~np.isfinite(a).all(1), trace_ids)})")
     big = float(np.abs(a).max()) if n else 0.0
     if big > MAX_STATE:  # finite, but a scorer's layers overflow on it: NaN scores, not in [0, 1]
+        where = _rows(np.abs(a).max(1) > MAX_STATE, trace_ids)
         raise ValueError(f"states: |value| up to {big:.3g}, at most {MAX_STATE:g} (float16's range; a "
-                         "post-norm hidden state is far smaller)")
+                         f"post-norm hidden state is far smaller; {where})")
     return torch.from_numpy(a)
+
+
+def _rows(bad: np.ndarray, trace_ids: Sequence[str]) -> str:
+    """The refused rows, named for the caller: a caller scores the others alone (``scorer_core.bad_rows``)."""
+    rows = np.flatnonzero(bad).tolist()
+    more = f" and {len(rows) - 4} more" if len(rows) > 4 else ""
+    return f"rows {rows[:4]}{more}, trace_ids {[trace_ids[i] for i in rows[:4]]}"
 
 
 def check_ids(field: str, ids: Sequence[str]) -> None:

@@ -11,7 +11,9 @@ new boundaries neither help nor hurt. ``gambit_scorer_fallback_total`` counts su
 the client skips the network for ``retry_after_s`` before trying again, doubled for each failure in a row
 up to ``MAX_RETRY_AFTER_S``. Forks and drops stay queued until a call carries them through (a retried
 fork or drop is harmless: the Scorer drops a fork's child first), so a failed call costs its own scores,
-not the history of every trace forked meanwhile.
+not the history of every trace forked meanwhile. A row the Scorer would refuse (``scorer_core.bad_rows``: a
+NaN state) is not sent: it gets its trace's running mean and the call scores the others, as in process
+(``LocalScorer``); ``bad_rows`` counts such rows.
 
 Before the first Score call, and again after a failed one, the client asks the Scorer's ``Info``: a
 Scorer that reads another hidden width or another number of features refuses every call, so each run
@@ -25,6 +27,7 @@ each: ``scorer_endpoints.ScorerEndpoints``, which a ``RemoteScorer`` is.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -37,7 +40,8 @@ import torch
 
 from gambit.scoring.confidence import FEATURES
 from gambit.serving.limits import MAX_PENDING
-from gambit.serving.payload import check_ids, encode_states
+from gambit.serving.payload import MAX_STATE, check_ids, encode_states
+from gambit.serving.scorer_core import bad_rows
 from gambit.serving.scorer_endpoints import ScorerEndpoints
 from gambit.serving.security import auth_metadata
 
@@ -47,6 +51,16 @@ log = logging.getLogger(__name__)
 # endpoint and on the proxy) made runs 3.3x slower at a fixed 1 s; a Scorer back within 30 s is used again
 MAX_RETRY_AFTER_S = 30.0
 MAX_DOUBLINGS = 32  # failures in a row the back-off counts (beyond, it stays at ``MAX_RETRY_AFTER_S``)
+BAD_ROWS_LOG_S = 60.0  # the warning about rows left out (NaN states) is said at most this often
+
+
+def as_float32(raw: bytes, dtype: str) -> bytes:
+    """Encoded states (``encode_states``) as float32 bytes, exactly (numpy: no ATen work on the sender)."""
+    if dtype == "float32":
+        return raw
+    if dtype == "bfloat16":  # float32's top 16 bits
+        return (np.frombuffer(raw, dtype="<u2").astype("<u4") << 16).tobytes()
+    return np.frombuffer(raw, dtype="<f2").astype("<f4").tobytes()
 
 
 class RemoteScorer(ScorerEndpoints):
@@ -81,8 +95,12 @@ class RemoteScorer(ScorerEndpoints):
         self.unguided = ""  # why every call falls back: the Scorer reads other rows than this Target sends
         self._info_ok = False  # the Scorer's Info matched (asked again after a failed call)
         self.max_rows = 0  # rows one Score call may carry, from the Scorer's Info (0: not said)
-        # (keys, encoded states, features, future) per score_async call not sent yet
-        self._queue: list[tuple[list[str], tuple[bytes, str, list[int]], list[float], Future]] = []
+        # (keys, keys sent, their encoded states, features, rows left out, future) per score_async call not
+        # sent yet
+        self._queue: list[tuple[list[str], list[str], tuple[bytes, str, list[int]], list[float], list[int],
+                                Future]] = []
+        self.bad_rows = 0  # rows never sent: the Scorer refuses them (``bad_rows``); each scored its mean
+        self._bad_logged_at = -math.inf
         self._wake = threading.Condition(self._lock)
         self._sender: threading.Thread | None = None
         self._closed = False
@@ -98,6 +116,8 @@ class RemoteScorer(ScorerEndpoints):
             self._forks.append((parent, child))
             if parent in self._sum:
                 self._sum[child] = self._sum[parent]
+            else:  # the Scorer drops the child's history first: its old scores are not its mean either
+                self._sum.pop(child, None)
 
     def drop(self, key: Hashable) -> None:
         key = str(key)
@@ -109,19 +129,53 @@ class RemoteScorer(ScorerEndpoints):
             if len(self._dropped) > MAX_PENDING:
                 self._dropped.popitem(last=False)
 
-    def _encode(self, keys: list[str], states: torch.Tensor) -> tuple[tuple, list[float]]:
-        """The hidden states as a payload (``encode_states``) and the features as floats, or ValueError."""
+    def _encode(self, keys: list[str], states: torch.Tensor) -> tuple[list[str], tuple, list[float],
+                                                                      list[int]]:
+        """The keys to send, their hidden states as a payload (``encode_states``), their features as
+        floats and the rows left out (``bad_rows``: the Scorer refuses them), or ValueError."""
         if states.dim() != 2 or states.shape[0] != len(keys) or states.shape[1] != self.width:
             extra = f" (hidden {self.hidden_size} + {FEATURES} confidence)" if self.confidence else ""
             raise ValueError(f"states must be [{len(keys)}, {self.width}]{extra}, got {tuple(states.shape)}")
+        if bad := bad_rows(states, self.hidden_size):
+            self._note_bad(keys, bad)
+            out = set(bad)
+            keep = [i for i in range(len(keys)) if i not in out]
+            keys, states = [keys[i] for i in keep], states[keep]
         if not self.confidence:
-            return encode_states(states), []
-        return encode_states(states[:, :self.hidden_size]), states[:, self.hidden_size:].reshape(-1).tolist()
+            return keys, encode_states(states), [], bad
+        feats = states[:, self.hidden_size:].reshape(-1).tolist()
+        return keys, encode_states(states[:, :self.hidden_size]), feats, bad
+
+    def _note_bad(self, keys: list[str], bad: list[int]) -> None:
+        """Count the rows left out and say so (a WARNING at most every ``BAD_ROWS_LOG_S``)."""
+        with self._lock:
+            self.bad_rows += len(bad)
+            now = time.monotonic()
+            if now < self._bad_logged_at + BAD_ROWS_LOG_S:
+                return
+            self._bad_logged_at = now
+        named = ", ".join(repr(keys[i]) for i in bad[:4]) + (" ..." if len(bad) > 4 else "")
+        log.warning("%d of %d boundary states hold NaN, infinity or values past %g (traces %s): not "
+                    "scored, each gets its trace's running mean (%d such rows so far)", len(bad), len(keys),
+                    MAX_STATE, named, self.bad_rows)
+
+    def _with_bad(self, keys: list[str], bad: list[int], scores: torch.Tensor) -> torch.Tensor:
+        """``scores`` of the rows sent, with each left-out row's running mean put back in its place
+        (numpy: no ATen work on the sender thread)."""
+        if not bad:
+            return scores
+        got, out = iter(scores.tolist()), set(bad)
+        with self._lock:
+            vals = [self._mean(k) if i in out else next(got) for i, k in enumerate(keys)]
+        return torch.from_numpy(np.asarray(vals, dtype=np.float32))
 
     def score(self, keys: Sequence[Hashable], states: torch.Tensor) -> torch.Tensor:
+        with self._lock:  # as ``score_async``: its channels are closed (one asked again stayed open)
+            if self._closed:
+                raise RuntimeError("scorer client is closed")
         keys = [str(k) for k in keys]
-        enc, feats = self._encode(keys, states)
-        return self._score_raw(keys, *enc, feats)
+        sent, enc, feats, bad = self._encode(keys, states)
+        return self._with_bad(keys, bad, self._score_raw(sent, *enc, feats))
 
     def _score_raw(self, keys: list[str], raw: bytes, dtype: str, shape: list[int],
                    features: list[float] | None = None) -> torch.Tensor:
@@ -271,7 +325,7 @@ class RemoteScorer(ScorerEndpoints):
         fut: Future = Future()
         keys = [str(k) for k in keys]
         try:  # encoded here, on the caller's (the engine's) thread: see ``_score_raw``
-            enc, feats = self._encode(keys, states)
+            sent, enc, feats, bad = self._encode(keys, states)
         except ValueError as e:
             fut.set_exception(e)
             return fut
@@ -279,7 +333,7 @@ class RemoteScorer(ScorerEndpoints):
             if self._closed:  # its sender has ended: queued, the future was never answered (a hang)
                 fut.set_exception(RuntimeError("scorer client is closed"))
                 return fut
-            self._queue.append((keys, enc, feats, fut))
+            self._queue.append((keys, sent, enc, feats, bad, fut))
             if self._sender is None:
                 self._sender = threading.Thread(target=self._send_loop, name="scorer-client", daemon=True)
                 self._sender.start()
@@ -294,21 +348,22 @@ class RemoteScorer(ScorerEndpoints):
                 if not self._queue:
                     return
                 jobs, self._queue = self._queue, []
-            keys = [k for ks, _, _, _ in jobs for k in ks]
             try:
-                encs = [enc for _, enc, _, _ in jobs]  # each [n, hidden_size] (``_encode``)
-                if len({d for _, d, _ in encs}) > 1:
-                    raise ValueError("queued states differ in dtype")
+                encs = [enc for _, _, enc, _, _, _ in jobs]  # each [n, hidden_size] (``_encode``)
+                dtype = encs[0][1]
+                if any(d != dtype for _, d, _ in encs):  # callers' rows of several dtypes: all as float32
+                    encs, dtype = [(as_float32(r, d), "float32", sh) for r, d, sh in encs], "float32"
+                sent = [k for _, ks, _, _, _, _ in jobs for k in ks]
                 # the rows one after the other: the bytes of their concatenation along dim 0
-                out = self._score_raw(keys, b"".join(r for r, _, _ in encs), encs[0][1],
-                                      [len(keys), self.hidden_size], [x for _, _, f, _ in jobs for x in f])
+                out = self._score_raw(sent, b"".join(r for r, _, _ in encs), dtype,
+                                      [len(sent), self.hidden_size], [x for *_, f, _, _ in jobs for x in f])
             except Exception as e:  # noqa: BLE001 — hand the error to every waiting caller
-                for _, _, _, f in jobs:
+                for *_, f in jobs:
                     f.set_exception(e)
                 continue
             i = 0
-            for ks, _, _, f in jobs:
-                f.set_result(out[i:i + len(ks)])
+            for keys, ks, _, _, bad, f in jobs:
+                f.set_result(self._with_bad(keys, bad, out[i:i + len(ks)]))
                 i += len(ks)
 
     def _mean(self, key: str) -> float:

@@ -27,7 +27,7 @@ from gambit.serving.limits import (
 from gambit.serving.metrics import Metrics, PrometheusBackend
 from gambit.serving.ongoing import OngoingCalls
 from gambit.serving.protos import load
-from gambit.serving.scorer_core import ScorerCore
+from gambit.serving.scorer_core import SCORE_TIMEOUT_S, ScorerCore
 from gambit.serving.security import BearerTokenInterceptor, TLSConfig, add_port, read_token
 
 log = logging.getLogger(__name__)
@@ -114,8 +114,16 @@ class ScorerServicer:
         except ValueError as e:
             self.metrics.inc("gambit_request_errors_total", code="INVALID_ARGUMENT", rpc="Score")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        left = context.time_remaining()  # the caller's deadline (None: none): a call it gave up on while
+        # queued is not scored for nobody, its forks and drops not applied (the caller sends them again),
+        # and its handler thread is free again (it waited out the core's 30 s after a Target's 2 s)
+        timeout = SCORE_TIMEOUT_S if left is None else max(0.0, min(SCORE_TIMEOUT_S, left))
         try:
-            scores = self.core.score(job)
+            scores = self.core.score(job, timeout)
+        except TimeoutError as e:  # the caller's deadline, else the core's own bound
+            code = "DEADLINE_EXCEEDED" if timeout < SCORE_TIMEOUT_S else "INTERNAL"
+            self.metrics.inc("gambit_request_errors_total", code=code, rpc="Score")
+            context.abort(grpc.StatusCode[code], f"scoring failed: {e}")
         except Exception as e:  # noqa: BLE001
             self.metrics.inc("gambit_request_errors_total", code="INTERNAL", rpc="Score")
             context.abort(grpc.StatusCode.INTERNAL, f"scoring failed: {e}")
