@@ -65,7 +65,9 @@ def threshold(lowest_confidences: Sequence[float], keep_percent: float) -> float
 
 def vote_weights(lowest_confidences: Sequence[float | None], bar: float | None) -> list[float]:
     """The reference's online vote (deepconf-online.py): a finished trace votes with its lowest group
-    confidence, and only when that is at or above the threshold; a warm-up trace below it, or a later
-    one shorter than the window (never checked while it ran), gets 0. ``bar`` None: no threshold set."""
+    confidence, and only when that is at or above the threshold; below it (a warm-up trace, or a later
+    one shorter than the window, never checked while it ran: its lowest is its overall mean, as the
+    reference's ``compute_least_grouped``), or with no confidence (None), it gets 0. ``bar`` None: no
+    threshold set, every trace with a confidence votes."""
     floor = float("-inf") if bar is None else bar
     return [0.0 if v is None or v < floor else float(v) for v in lowest_confidences]

@@ -13,6 +13,7 @@ admission of runs (the held queue, ``adopt``/``recover``) is ``admission.Admissi
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections import deque
@@ -27,6 +28,8 @@ from gambit.search.results import Progress, RunResult
 from gambit.search.run_state import TIMING_KEYS, SearchRun
 from gambit.search.store import MemoryStore, RunUpdate, TreeStore, check_run_id
 from gambit.search.tree import Node
+
+log = logging.getLogger(__name__)
 
 # main-thread CPU seconds by part (``SearchDriver.cpu``): what ``gambit bench rounds`` reads. Thread
 # CPU time does not grow when another process takes the cores, so it measures the tournament's own
@@ -67,6 +70,9 @@ class SearchDriver(Admission, Guidance):
         # waiting for batch slots, in submission order (``_admit``)
         self.held: dict[str, SearchRun] = {}
         self._restored: set[str] = set()  # held runs rebuilt from the store: launched by ``_relaunch``
+        # results of runs that ended in a step that then raised: ``step`` returns them first next time
+        # (they had left ``runs``, so a caller that fails the runs it knows of never saw them end)
+        self._carried: list[RunResult] = []
 
     # -- API ------------------------------------------------------------------------------------
     def submit(self, problem, config: SearchConfig | dict | None = None, run_id: str | None = None) -> str:
@@ -105,7 +111,7 @@ class SearchDriver(Admission, Guidance):
         return self._finish(run, "cancelled")
 
     def has_work(self) -> bool:
-        return bool(self.runs)
+        return bool(self.runs or self._carried)
 
     def run_until_done(self, run_ids=None, on_event=None) -> dict[str, RunResult]:
         """Step until the given runs (default: all) end; ``on_event`` sees every Progress/Result."""
@@ -121,15 +127,27 @@ class SearchDriver(Admission, Guidance):
 
     # -- one iteration --------------------------------------------------------------------------
     def step(self) -> list[Progress | RunResult]:
+        """One engine step for every launched run. A run whose own part raises (its round, vote or
+        store write) ends alone as "failed" (``_fail``); an error of the shared part (the engine, the
+        scorer) propagates, and the results of runs that ended before it come with the next step."""
+        out: list[Progress | RunResult] = self._carried
+        self._carried = []
+        try:
+            self._step(out)
+        except Exception:
+            self._carried = [ev for ev in out if isinstance(ev, RunResult)]
+            raise
+        return out
+
+    def _step(self, out: list[Progress | RunResult]) -> None:
         if not self.runs:
-            return []
-        out: list[Progress | RunResult] = []
+            return
         if self.held:
-            out = self._expire_held()  # before they may launch: a run out of time ends unlaunched
+            out.extend(self._expire_held())  # before they may launch: a run out of time ends unlaunched
             self._admit()
         runs = self._launched()
         if not runs:
-            return out
+            return
         cpu, clock = self.cpu, self._clock
         c0 = clock()
         t0 = time.perf_counter()
@@ -203,30 +221,12 @@ class SearchDriver(Admission, Guidance):
         usage = self.engine.kv_usage()
         writes: list[tuple[str, RunUpdate]] = []  # this step's rounds, written at once
         for run in runs:
-            round_due = run.count_step()
-            if run.over_limit():
-                run.stop_all(T.STOPPED, "limit")
-                out.append(self._finish(run, "limit"))
-                continue
-            run.maybe_next_phase()
-            if run.decided():
-                run.stop_all(T.STOPPED, "decided")
-                out.append(self._finish(run, "decided"))
-                continue
-            if run.is_done():
-                out.append(self._finish(run, "done"))
-                continue
-            if round_due:
-                c = clock()
-                out.append(run.do_round(usage))
-                t, c4 = time.perf_counter(), clock()
-                writes.append((run.run_id, run.flush(self.lazy)))
-                run.timings["tree"] += time.perf_counter() - t
-                cpu["round"] += c4 - c
-                cpu["store"] += clock() - c4
-                self.rounds += 1
+            try:
+                self._run_step(run, usage, out, writes)
+            except Exception as e:  # noqa: BLE001 — this run fails alone, the others go on
+                out.append(self._fail(run, e))
         if writes:
-            self._write(writes)
+            out.extend(self._write(writes))
         t4 = time.perf_counter()
         c4 = clock()
         self._kv_evict()
@@ -238,7 +238,32 @@ class SearchDriver(Admission, Guidance):
         self.timings["tree"] += t4 - t3
         self.timings["scheduling"] += t5 - t4
         self.kv_trace.append((t5, self.engine.kv_usage(), len(self.owner)))
-        return out
+
+    def _run_step(self, run: SearchRun, usage: float, out: list, writes: list) -> None:
+        """One run's part of a step after the scorer call: its limits, its end or its round."""
+        cpu, clock = self.cpu, self._clock
+        round_due = run.count_step()
+        if run.over_limit():
+            run.stop_all(T.STOPPED, "limit")
+            out.append(self._finish(run, "limit"))
+            return
+        run.maybe_next_phase()
+        if run.decided():
+            run.stop_all(T.STOPPED, "decided")
+            out.append(self._finish(run, "decided"))
+            return
+        if run.is_done():
+            out.append(self._finish(run, "done"))
+            return
+        if round_due:
+            c = clock()
+            out.append(run.do_round(usage))
+            t, c4 = time.perf_counter(), clock()
+            writes.append((run.run_id, run.flush(self.lazy)))
+            run.timings["tree"] += time.perf_counter() - t
+            cpu["round"] += c4 - c
+            cpu["store"] += clock() - c4
+            self.rounds += 1
 
     def _score_deferred(self, wall: float, cpu: float) -> tuple[float, float]:
         """Score the deferred boundaries before the first trace that ends this step is routed (so
@@ -248,20 +273,33 @@ class SearchDriver(Admission, Guidance):
         self._score(self._take_deferred())
         return wall + time.perf_counter() - t, cpu + self._clock() - c
 
-    def _write(self, writes: list[tuple[str, RunUpdate]]) -> None:
+    def _write(self, writes: list[tuple[str, RunUpdate]]) -> list[RunResult]:
         """A step's round updates in one store call (Redis: one MULTI/EXEC, one round trip); each
-        run's update stays whole, so a reader still sees whole rounds only."""
+        run's update stays whole, so a reader still sees whole rounds only. If that call fails (it
+        wrote none of them), each is written alone, and a run whose write fails ends as "failed"
+        (returned): one bad update lost every run's results of the step."""
         t, c = time.perf_counter(), self._clock()
         many = getattr(self.store, "update_many", None)
+        failed: list[RunResult] = []
+        alone = writes
         if many is not None and len(writes) > 1:
-            many(writes)
-        else:
-            for run_id, up in writes:
+            try:
+                many(writes)
+                alone = []
+            except Exception:  # noqa: BLE001 — retried run by run: a bad update fails its run only
+                log.warning("a step's round writes failed together; writing them one by one", exc_info=True)
+        for run_id, up in alone:
+            try:
                 self.store.update(run_id, up)
+            except Exception as e:  # noqa: BLE001
+                failed.append(self._fail(self.runs[run_id], e, up))
         dt = (time.perf_counter() - t) / len(writes)
         for run_id, _ in writes:
-            self.runs[run_id].timings["tree"] += dt
+            run = self.runs.get(run_id)
+            if run is not None:
+                run.timings["tree"] += dt
         self.cpu["store"] += self._clock() - c
+        return failed
 
     def _account(self, runs, forward, routing, guidance, who) -> None:
         self.timings["forward"] += forward
@@ -330,14 +368,56 @@ class SearchDriver(Admission, Guidance):
         return self._ratio
 
     def _finish(self, run: SearchRun, reason: str) -> RunResult:
+        """End ``run`` with its vote and write it; if that raises, it ends as "failed" (``_fail``)."""
         c = self._clock()
-        if self.deferred:
-            self._score(self._take_deferred(run))
-        if self.pending:
-            self.timings["guidance"] += self._settle({run.run_id})
-        result = run.finish(reason)
-        self.store.update(run.run_id, run.flush(self.lazy))
+        try:
+            if self.deferred:
+                self._score(self._take_deferred(run))
+            if self.pending:
+                self.timings["guidance"] += self._settle({run.run_id})
+            result = run.finish(reason)
+            self.store.update(run.run_id, run.flush(self.lazy))
+        except Exception as e:  # noqa: BLE001 — the run ends all the same, reported as failed
+            result = self._fail(run, e)
         self.runs.pop(run.run_id, None)
         self._runs_changed()
         self.cpu["finish"] += self._clock() - c
+        return result
+
+    def _fail(self, run: SearchRun, error: Exception, up: RunUpdate | None = None) -> RunResult:
+        """End ``run`` as "failed" after its part of a step raised: its traces stopped and their KV
+        freed, its vote over what finished, the error in ``RunResult.error``, every node rewritten
+        (``up``: a round update that was not written, its rounds kept). The store write is tried
+        once; the other runs go on."""
+        msg = f"{type(error).__name__}: {error}"
+        log.error("run %s failed: %s", run.run_id, msg, exc_info=error)
+        self._unhold(run.run_id)
+        self._take_deferred(run)
+        try:
+            run.stop_all(T.STOPPED, "failed")
+        except Exception:  # noqa: BLE001 — its engine traces are freed below all the same
+            log.exception("run %s: traces not stopped cleanly", run.run_id)
+        for eid in [eid for eid, o in self.owner.items() if o[0] is run]:
+            self.owner.pop(eid, None)
+            try:
+                self.engine.abort(eid)
+            except Exception:  # noqa: BLE001 — already gone in the engine
+                pass
+        try:
+            result = run.finish("failed")
+        except Exception:  # noqa: BLE001 — its vote is what failed: a result without one
+            result = run.result = RunResult(
+                run.run_id, run.cfg.method, None, None, None, "none", {}, {}, [], run.tokens, 0, run.round,
+                run.pruned, run.branched, run.evicted, time.perf_counter() - run.t0, dict(run.timings),
+                "failed", prompt_tokens=len(run.prompt_ids))
+        result.error = msg
+        if up is not None:
+            run.pending_rounds[:0] = up.rounds
+        run.dirty |= set(run.nodes)
+        try:
+            self.store.update(run.run_id, run.flush(self.lazy))
+        except Exception:  # noqa: BLE001 — the result is returned all the same
+            log.exception("run %s: failed result not written", run.run_id)
+        self.runs.pop(run.run_id, None)
+        self._runs_changed()
         return result

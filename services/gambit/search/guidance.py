@@ -80,7 +80,7 @@ class Guidance:
             n = max((i + 1 for i, (who, _) in enumerate(self.pending)
                      if any(run.run_id in due for run, _ in who)), default=0)
         t = time.perf_counter()
-        for who, fut in self.pending[:n]:
+        for _ in range(n):  # each call leaves ``pending`` as it is applied: one that raises (the scorer
+            who, fut = self.pending.pop(0)  # failed) does not apply the calls before it a second time
             self._apply(who, fut.result())
-        del self.pending[:n]
         return time.perf_counter() - t

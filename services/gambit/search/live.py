@@ -39,7 +39,8 @@ def format_result(r: RunResult) -> list[str]:
     0, votes —" above the answer when every trace ended between two rounds (`make run`'s problems)."""
     ends = Counter(t["state"] for t in r.traces)
     stopped = f"  stopped {ends['stopped']}" if ends["stopped"] else ""
-    limit = f" ({r.limit})" if r.limit else ""
+    why = r.limit or r.error  # which limit, or the error that failed the run
+    limit = f" ({why})" if why else ""
     return [f"{r.run_id} [{r.method}] {r.reason}{limit} after round {r.rounds:3d}  {r.wall_s:5.1f}s  "
             f"tokens {r.tokens:6d}",
             f"  ended: finished {ends['finished']} (answered {r.finished_traces}){stopped}  pruned {r.pruned}"

@@ -46,13 +46,14 @@ class RunResult:
     evicted: int
     wall_s: float
     timings: dict[str, float]  # forward, guidance, tree, scheduling (seconds)
-    reason: str  # done | limit | cancelled
+    reason: str  # done | decided | limit | cancelled | failed
     correct: bool | None = None  # when the problem's answer was given
     deepconf_threshold: float | None = None
     prompt_tokens: int = 0  # the prompt's tokens (every trace starts from them)
     solution: str = ""  # the text of the best-ranked finished trace that gave ``answer`` ("" = no answer)
     solution_trace: int | None = None  # that trace's id
     limit: str = ""  # for reason "limit": which one, e.g. "max_total_tokens 4000" or "max_wall_s 30"
+    error: str = ""  # for reason "failed": the error that ended the run (``SearchDriver._fail``)
 
     def to_dict(self) -> dict:
         # shallow: asdict deep-copies every trace summary, and the store serialises this at once

@@ -127,12 +127,18 @@ class MemoryStore:
         self._result: dict[str, dict] = {}
 
     def update(self, run_id: str, up: RunUpdate) -> None:
+        self._put(*self._encode(run_id, up))
+
+    @staticmethod
+    def _encode(run_id: str, up: RunUpdate) -> tuple:
+        """Everything an update writes, serialised (snapshots: pinned) before anything is written."""
         check_run_id(run_id)
         meta = {k: scalar(v) for k, v in up.meta.items()}
         nodes = encode_nodes([n for n in up.nodes if not isinstance(n, NodeSnapshot)])
         nodes.update((str(n.id), n) for n in up.nodes if isinstance(n, NodeSnapshot))
-        rounds, result = list(up.rounds), up.result  # encoded when read (``load``)
-        # all serialised first (snapshots: pinned): a bad node or meta value changes nothing
+        return run_id, meta, nodes, list(up.rounds), up.result  # rounds, result: encoded when read
+
+    def _put(self, run_id: str, meta: dict, nodes: dict, rounds: list, result: dict | None) -> None:
         self._meta[run_id] = self._meta.pop(run_id, {})  # written last: at the end of the order (``runs``)
         self._meta[run_id].update(meta)
         self._nodes.setdefault(run_id, {}).update(nodes)
@@ -142,7 +148,11 @@ class MemoryStore:
             self._expires[run_id] = time.monotonic() + self.ttl_s
 
     def update_many(self, items: list[tuple[str, RunUpdate]]) -> None:
-        """Several updates in order (the driver writes a step's rounds at once; Redis: one MULTI)."""
+        """Several updates in order (the driver writes a step's rounds at once; Redis: one MULTI). All
+        or none, as Redis's: each is encoded before any is written, so a bad one writes none (the
+        driver then writes them one by one, and the rounds of those before it were appended twice)."""
+        for run_id, up in items:
+            self._encode(run_id, up)  # cheap for the driver's writes: its nodes are snapshots
         for run_id, up in items:
             self.update(run_id, up)
 

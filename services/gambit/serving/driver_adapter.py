@@ -144,6 +144,7 @@ class DriverAdapter:
         if r.reason == "limit" and not message:  # the request's name for it (it said timeout_s for both)
             limit = r.limit.replace("max_wall_s", "timeout_s") or "a run limit"
             message = f"{limit} reached ({r.tokens} tokens generated)"
+        message = message or r.error  # a run the driver failed alone says why (``SearchDriver._fail``)
         return {"kind": "result", "run_id": r.run_id, "status": status, "answer": r.answer or "",
                 "majority_answer": r.majority or "", "weighted_answer": r.weighted or "",
                 "majority_votes": {k: float(v) for k, v in r.votes.items()},
