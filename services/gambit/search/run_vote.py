@@ -24,6 +24,8 @@ class RunVote:
                 n.state, n.end_reason, n.end_step = T.PRUNED, "ghost", self.step
                 self.active.discard(i)
                 self.dirty.add(n.id)
+                if self.scorer is not None:  # its history goes too (a served scorer kept every run's last
+                    self.scorer.drop(self.key(i))  # ghosts, and the client its running means, for good)
         # in creation order: a majority tie goes to the oldest trace's answer (a root before its children).
         # Tried at stop 63: ties by total score (dev +0.5 / -0.3 points at C = 16 / 8, test -0.5 / -0.5)
         # and by finishing order (test: SC@4 and SC@8 two problems fewer each): kept
