@@ -9,7 +9,7 @@ import sys
 from dataclasses import replace
 
 from gambit.config_cli import add_dataclass_args, flag_checked, flag_error, from_args
-from gambit.paths import check_output, check_output_dir, say_if_overwriting
+from gambit.paths import check_cache_dir, check_output, check_output_dir, say_if_overwriting
 
 
 def _cmd_run(args) -> int:
@@ -108,6 +108,7 @@ def _cmd_train_drafter(args) -> int:
 
     cfg = from_args(TrainDrafterConfig, args)
     flag_checked(args, check_output_dir, cfg.out, "--out")  # train_drafter's check, as a flag
+    flag_checked(args, check_cache_dir, cfg.cache_dir, "--cache-dir")  # before the data, not at its save
     say_if_overwriting(cfg.out)
     info = train_drafter(cfg)
     print(f"trained {info['config']['method']} drafter in {info['train_seconds']} s; held-out "

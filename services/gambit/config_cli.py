@@ -21,6 +21,8 @@ from pathlib import Path
 
 import yaml
 
+_KIND = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+
 
 def _base_type(tp):
     if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
@@ -71,10 +73,15 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls, skip: tuple[str, ..
     """Add ``--field-name`` for each field (default None, so we can tell what was given)."""
     hints = typing.get_type_hints(cls)
     notes = field_comments(cls)
-    parser.set_defaults(_prog=parser.prog)  # from_args's errors open with the command, as argparse's
-    parser.add_argument("--config", help="YAML file with values for these options")
+    # from_args's errors open with the command, as argparse's; a field with no flag here is no option of
+    # the command in its YAML file either (`cluster status` took `timeout_s:` and never waited)
+    no_flag = tuple(f.name for f in dataclasses.fields(cls) if f.name in skip or f.name.startswith("_")
+                    or not f.init or _base_type(hints[f.name]) not in _KIND)
+    parser.set_defaults(_prog=parser.prog, _no_flag=no_flag)
+    parser.add_argument("--config", help="YAML file of these options' values, keyed by their names with "
+                        "underscores (max_tokens: 200); a flag given as well wins over the file")
     for f in dataclasses.fields(cls):
-        if f.name in skip or f.name.startswith("_"):
+        if f.name in no_flag:
             continue
         tp = _base_type(hints[f.name])
         flag = "--" + f.name.replace("_", "-")
@@ -83,11 +90,8 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls, skip: tuple[str, ..
         text = _with_default(note, default)
         if tp is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
-        elif tp in (int, float, str):
+        else:
             parser.add_argument(flag, type=tp, default=None, help=text)
-
-
-_KIND = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
 
 def yaml_value(path: Path, name: str, hint, value):
@@ -166,24 +170,45 @@ def _exit(cls, message: str, flags=(), args: argparse.Namespace | None = None):
     return flag_error(args, flag_named(message, flags))
 
 
+def _load_yaml(cls, path: Path, args: argparse.Namespace):
+    """``path``'s YAML, or the one-line error naming the file (and for a syntax error its line and
+    column): PyYAML's own message took two lines and named the file twice, a folder or a binary file
+    ended as "[Errno 21] Is a directory" or "'utf-8' codec can't decode" without the file."""
+    try:
+        with path.open(encoding="utf-8") as f:
+            return yaml.safe_load(f) or {}
+    except FileNotFoundError:
+        raise _exit(cls, f"config file {path} does not exist", args=args) from None
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        why = " ".join(str(x) for x in (e.context, e.problem) if x)
+        raise _exit(cls, f"{path}: malformed YAML{where}: {why}", args=args) from None
+    except yaml.YAMLError as e:  # a reader error (a control character): its message is one line
+        raise _exit(cls, f"{path}: malformed YAML: {' '.join(str(e).split())}", args=args) from None
+    except UnicodeDecodeError as e:
+        raise _exit(cls, f"{path}: not UTF-8 text (byte {e.start}); a YAML file of option values",
+                    args=args) from None
+    except OSError as e:
+        raise _exit(cls, f"config file {path}: cannot read it ({e.strerror})", args=args) from None
+
+
 def from_args(cls, args: argparse.Namespace, **fixed):
     """Build ``cls`` from YAML (if ``--config``) overlaid by the flags that were given."""
     values: dict = {}
     if getattr(args, "config", None):
         path = Path(args.config)
-        try:
-            with path.open() as f:  # a stream: YAML's errors name the file
-                loaded = yaml.safe_load(f) or {}
-        except FileNotFoundError:
-            raise _exit(cls, f"config file {path} does not exist", args=args) from None
-        except yaml.YAMLError as e:
-            raise _exit(cls, f"{path}: malformed YAML: {e}", args=args) from None
+        loaded = _load_yaml(cls, path, args)
         if not isinstance(loaded, dict):
             raise _exit(cls, f"{path}: expected a mapping of option names to values", args=args)
-        names = {f.name for f in dataclasses.fields(cls)}
+        no_flag = set(getattr(args, "_no_flag", ()))  # a field this command has no flag for
+        names = {f.name for f in dataclasses.fields(cls) if f.init} - no_flag
         unknown = sorted(set(loaded) - names, key=str)  # a YAML key may be a number: `1: 2`
         if unknown:
-            raise _exit(cls, f"{path}: unknown options {unknown}; known: {sorted(names)}", args=args)
+            prog = getattr(args, "_prog", None)
+            elsewhere = [k for k in unknown if k in no_flag]
+            why = f" ({', '.join(elsewhere)}: no option of {prog or 'this command'})" if elsewhere else ""
+            raise _exit(cls, f"{path}: unknown options {unknown}{why}; known: {sorted(names)}", args=args)
         hints = typing.get_type_hints(cls)
         try:
             values.update({k: yaml_value(path, k, hints[k], v) for k, v in loaded.items()})

@@ -73,6 +73,19 @@ def check_output_dir(path: str, field: str = "out", beside: bool = False) -> Non
         check_writable(folder, f"{field}: {path}")
 
 
+def check_cache_dir(path: str, field: str = "cache_dir") -> None:
+    """A training's data cache (``path``; "" = ``cache_dir()``) refused before the data is generated:
+    a file there, or a missing folder that cannot be made (the data was generated, then its save
+    failed: "[Errno 2] No such file or directory"). A folder that exists passes unprobed: the cached
+    data may be all a run reads, from a read-only shared cache."""
+    p = Path(path) if path else cache_dir()
+    if p.exists():
+        if not p.is_dir():
+            raise ValueError(f"{field}: {path or p} is a file; give a folder")
+        return
+    check_writable(nearest_existing(p.absolute()), f"{field}: {path or p}")
+
+
 def check_writable(folder: Path, what: str) -> None:
     """``folder`` (an existing path) is a folder a file can be made in, probed with one: ``os.access``
     says yes to root on a read-only mount. ``what`` starts the error line."""

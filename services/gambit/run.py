@@ -108,6 +108,7 @@ class RunConfig:
         check_cpu_weights(self.cpu_weights)
         check_kv_dtype(self.kv_dtype)
         check_unused(self)
+        TaskConfig(self.min_ops, self.max_ops)  # its range check, as flags (problems_of said fields)
         check_greedy_pool(self.method, self.temperature, self.samples, "samples")
         check_batch(self.method, self.samples, EngineConfig.max_num_seqs, "samples")  # the engine's default
         if self.method == "gambit" and self.warmup != RunConfig.warmup and self.warmup >= self.max_tokens:

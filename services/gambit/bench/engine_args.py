@@ -107,6 +107,9 @@ def check_args(args: argparse.Namespace) -> None:
     at_least(1, **{"--repeats": args.repeats})
     if args.model is not None:
         bench_args.model("--model", args.model)
+    if args.vllm_python and not args.no_vllm and not Path(args.vllm_python).is_file():  # typed, not a default
+        raise ValueError(f"--vllm-python {args.vllm_python}: no such file (the vLLM venv's python: `make "
+                         "vllm-venv`; --no-vllm measures without vLLM)")
     for f in (f for f in args.plot_beside.split(",") if f):  # read after the whole run: check it first
         if not Path(f).is_file():
             raise ValueError(f"--plot-beside {f}: no such file (a result JSON of an earlier run)")

@@ -4,6 +4,7 @@ and sensitivity sweep on the hard problems)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
@@ -13,6 +14,7 @@ from gambit.checks import at_least
 from gambit.engine.config import SpecConfig
 from gambit.model.loader import DTYPES
 from gambit.paths import TARGET
+from gambit.scoring.spec import check_scorer_spec
 from gambit.search.config import SearchConfig
 from gambit.tasks.graded import check_benchmark
 
@@ -86,6 +88,11 @@ class BenchSearchConfig:
         if bad:
             raise ValueError(f"methods: unknown {sorted(bad)}; known {list(METHODS)}")
         check_benchmark(self.benchmark, self.data)
+        for name in ("scorer", "scorer_mlp", "scorer_sequence"):  # after the model's load, all as "scorer"
+            try:
+                check_scorer_spec(getattr(self, name))
+            except ValueError as e:
+                raise ValueError(re.sub(r"^scorer\b", name, str(e))) from None
         if self.max_tokens < 0:
             raise ValueError(f"max_tokens must be >= 0 (0: the default), got {self.max_tokens}")
         self.search()  # SearchConfig's checks (rank, temperature, ...): before the model loads, not after

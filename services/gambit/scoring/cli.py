@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from gambit.config_cli import add_dataclass_args, flag_checked, from_args
-from gambit.paths import check_output, check_output_dir, say_if_overwriting
+from gambit.paths import check_cache_dir, check_output, check_output_dir, say_if_overwriting
 from gambit.scoring.train import TrainScorerConfig
 
 
@@ -25,6 +25,7 @@ def train_scorer_command(args) -> int:
     cfg = from_args(TrainScorerConfig, args)
     flag_checked(args, check_output_dir, cfg.out, "--out")  # train_scorer's check, as a flag
     flag_checked(args, check_output, args.json or "", "--json")  # before the rollouts and training
+    flag_checked(args, check_cache_dir, cfg.cache_dir, "--cache-dir")  # not after the first rollout chunk
     say_if_overwriting(cfg.out)
     info = train_scorer(cfg)
     d = info["data"]
