@@ -95,6 +95,11 @@ per GPU slot and the others run 1. */}}
 {{- $opts := dict "num_cpus" $d.numCpus "num_gpus" $d.numGpus -}}
 {{- if $d.resources -}}{{- $_ := set $opts "resources" $d.resources -}}{{- end -}}
 {{- $out := dict "name" .name "max_ongoing_requests" $d.maxOngoingRequests "ray_actor_options" $opts -}}
+{{- /* Serve's health check and stop (gambit.ops.serve_config.TIMINGS) */ -}}
+{{- $_ := set $out "health_check_period_s" $d.healthCheckPeriodS -}}
+{{- $_ := set $out "health_check_timeout_s" $d.healthCheckTimeoutS -}}
+{{- $_ := set $out "graceful_shutdown_wait_loop_s" $d.gracefulShutdownWaitLoopS -}}
+{{- $_ := set $out "graceful_shutdown_timeout_s" $d.gracefulShutdownTimeoutS -}}
 {{- if and (eq .name "Scorer") (include "gambit.sequenceScorer" .root) -}}
 {{- $_ := set $out "num_replicas" 1 -}}
 {{- else if not (kindIs "invalid" $d.numReplicas) -}}
@@ -327,6 +332,9 @@ NewCluster upgrade never switches), port clashes, keys the chart sets, duplicate
 {{- if and (hasKey . "initial_replicas") (or (lt (int .initial_replicas) (int .min_replicas)) (gt (int .initial_replicas) (int .max_replicas))) -}}
 {{- fail (printf "serve.deployments.%s.autoscaling: initial_replicas %v is outside [min_replicas, max_replicas]" $dname .initial_replicas) -}}
 {{- end -}}
+{{- end -}}
+{{- if gt (float64 $d.gracefulShutdownWaitLoopS) (float64 $d.gracefulShutdownTimeoutS) -}}
+{{- fail (printf "serve.deployments.%s.gracefulShutdownWaitLoopS: %v is above gracefulShutdownTimeoutS %v: Serve would kill every stopping replica before its first drain poll" $dname $d.gracefulShutdownWaitLoopS $d.gracefulShutdownTimeoutS) -}}
 {{- end -}}
 {{- end -}}
 {{- $sc := $v.serve.deployments.Scorer -}}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from gambit.deployments.coordinator import Coordinator
 from gambit.deployments.scorer import Scorer
 from gambit.deployments.target import Target
+from gambit.ops.serve_config import timing_options
 from gambit.scoring.spec import keeps_history
 from gambit.serving.tree_view import RETENTION_S
 
@@ -34,9 +35,12 @@ def build_gambit(args: dict):
         gpus = 1.0 if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
     if gpus:
         actor["num_gpus"] = gpus
-    target = Target.options(num_replicas=int(args.get("target_replicas", 1)), ray_actor_options=actor).bind(
+    # health checks and stop times: the config's (serve_config.TIMINGS), also where no config names them
+    target = Target.options(num_replicas=int(args.get("target_replicas", 1)), ray_actor_options=actor,
+                            **timing_options("Target")).bind(
         tree=tree, prefix=prefix, token_env=token_env, retention_s=retention, **tkw)
-    return Coordinator.options(num_replicas=int(args.get("coordinator_replicas", 1))).bind(
+    return Coordinator.options(num_replicas=int(args.get("coordinator_replicas", 1)),
+                               **timing_options("Coordinator")).bind(
         target, tree=tree, prefix=prefix, retention_s=retention, defaults=args.get("defaults"),
         token_env=token_env,
         target_replicas=int(args.get("target_replicas", 1)), **dict(args.get("coordinator", {})))
@@ -48,5 +52,6 @@ def build_scorer(args: dict):
     not autoscaled (a config file's Scorer settings still override this: ``serve_config`` and the chart
     pin it there too)."""
     if keeps_history(args.get("scorer", "")):
-        return Scorer.options(num_replicas=1, autoscaling_config=None).bind(**args)
-    return Scorer.bind(**args)
+        return Scorer.options(num_replicas=1, autoscaling_config=None,
+                              **timing_options("Scorer")).bind(**args)
+    return Scorer.options(**timing_options("Scorer")).bind(**args)

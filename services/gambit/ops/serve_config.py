@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from gambit.checks import above, at_least
+from gambit.checks import above, at_least, finite
 from gambit.cpu_info import check_cpu_weights, check_kv_dtype
 from gambit.deployments.scorer_autoscaling import POLICY as SCORER_POLICY  # (imports nothing: no Ray)
 from gambit.drafter_map import parse_drafters
@@ -56,6 +56,56 @@ def check_ports(**ports: int) -> None:
 
 _IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")  # Serve's policy_function form
 
+# Serve's replica health check and stop (DeploymentSpec's defaults are Ray 2.60's, ray/serve/_private/
+# constants.py: a check every 10 s, 30 s to answer, unhealthy after 3 failures in a row; a stop polls the
+# replica's ongoing requests every 2 s until none is left, then runs __del__, and the controller kills the
+# replica 20 s after asking). Written into every config, so `serve deploy`, the chart and `gambit serve`
+# (``timing_options``) run the same, and a Serve upgrade that moves its defaults moves none of these.
+TARGET_CLOSE_S = 25.0  # Target.__del__ -> TargetService.close() at worst: CLOSE_WAIT_S (10 s) for a wedged
+# step, then RecordWriter.flush (5 s) and its thread's join (5 s), then RemoteScorer.close's join (5 s)
+TIMING_FIELDS = ("health_check_period_s", "health_check_timeout_s", "graceful_shutdown_wait_loop_s",
+                 "graceful_shutdown_timeout_s")
+TIMINGS: dict[str, dict[str, float]] = {
+    # Every 10 s: check_health fails from run_lease.STUCK_S (120 s) of a wedged step on, and three failures
+    # later (~30 s) Serve replaces the replica, its runs already taken over once its lease lapsed (STUCK_S +
+    # LEASE_S). 30 s to answer: check_health reads Progress only and never waits for the engine, so only an
+    # event loop blocked that long (three times in a row) fails it on a busy node. 60 s to stop: close()
+    # runs once the streams have ended (Serve's drain) and needs TARGET_CLOSE_S after a 2 s poll; under
+    # Serve's 20 s a wedged step (10 s) and a slow Redis (the writer's 5 s + 5 s) were killed mid-close, and
+    # runs streaming at a redeploy were cut at 20 s and taken over instead of ending where they ran.
+    "Target": {"health_check_period_s": 10.0, "health_check_timeout_s": 30.0,
+               "graceful_shutdown_wait_loop_s": 2.0, "graceful_shutdown_timeout_s": 60.0},
+    # A stopped Coordinator ends the runs it relays (their Target streams close with it): it waits as long
+    # as the Targets do, so a run a stopping Target finishes still reaches its client. No check_health:
+    # Serve's default check (the actor answers).
+    "Coordinator": {"health_check_period_s": 10.0, "health_check_timeout_s": 30.0,
+                    "graceful_shutdown_wait_loop_s": 2.0, "graceful_shutdown_timeout_s": 60.0},
+    # Score calls are short (a Target gives up after RemoteScorer's 2 s) and __del__ stops the direct
+    # endpoint at once: Serve's 20 s is ample for a scaled-in replica to finish the proxy's calls.
+    "Scorer": {"health_check_period_s": 10.0, "health_check_timeout_s": 30.0,
+               "graceful_shutdown_wait_loop_s": 2.0, "graceful_shutdown_timeout_s": 20.0},
+}
+
+
+def timing_options(name: str) -> dict[str, float]:
+    """``TIMINGS[name]`` as ``Deployment.options`` kwargs (``build_gambit`` / ``build_scorer``)."""
+    return dict(TIMINGS[name])
+
+
+def check_timings(where: str, t: dict) -> None:
+    """Serve's own ranges (checks > 0, stop >= 0), finite, and a stop poll within the stop's time (a longer
+    one meant the replica was always killed, never drained); a one-line error naming the field."""
+    for k, v in t.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"{where}: {k} must be a number of seconds, got {v!r}")
+        finite(**{f"{where}: {k}": v})
+    above(0, **{f"{where}: {k}": t[k] for k in TIMING_FIELDS[:2]})
+    at_least(0, **{f"{where}: {k}": t[k] for k in TIMING_FIELDS[2:]})
+    if t["graceful_shutdown_wait_loop_s"] > t["graceful_shutdown_timeout_s"]:
+        raise ValueError(f"{where}: graceful_shutdown_wait_loop_s {t['graceful_shutdown_wait_loop_s']} is "
+                         f"above graceful_shutdown_timeout_s {t['graceful_shutdown_timeout_s']}: Serve would "
+                         "kill every stopping replica before its first drain poll")
+
 
 @dataclass(frozen=True)
 class DeploymentSpec:
@@ -69,6 +119,20 @@ class DeploymentSpec:
     # autoscaling_config.policy.policy_function, "module:function" ("": Serve's default policy). A config's
     # autoscaling_config replaces the code's whole block, policy included: it must be written here.
     autoscaling_policy: str = ""
+    health_check_period_s: float = 10.0  # Serve's defaults; each deployment's own: TIMINGS
+    health_check_timeout_s: float = 30.0
+    graceful_shutdown_wait_loop_s: float = 2.0
+    graceful_shutdown_timeout_s: float = 20.0
+
+    @classmethod
+    def of(cls, name: str, **kw) -> DeploymentSpec:
+        """``name``'s spec with its ``TIMINGS``."""
+        return cls(name, **(TIMINGS[name] | kw))
+
+    @property
+    def timings(self) -> dict[str, float]:
+        """Serve's health check and stop settings, as a config's deployment names them."""
+        return {k: getattr(self, k) for k in TIMING_FIELDS}
 
     def __post_init__(self):
         if not self.name.isidentifier():
@@ -82,6 +146,7 @@ class DeploymentSpec:
         if self.autoscaling_policy and not _IMPORT_PATH.fullmatch(self.autoscaling_policy):
             raise ValueError(f"{self.name}: autoscaling_policy must be module.path:function, got "
                              f"{self.autoscaling_policy!r}")
+        check_timings(self.name, self.timings)
 
     @property
     def autoscaled(self) -> bool:
@@ -103,6 +168,7 @@ class DeploymentSpec:
         if self.num_replicas is not None:
             out["num_replicas"] = self.num_replicas
         out["max_ongoing_requests"] = self.max_ongoing_requests
+        out |= self.timings
         if self.autoscaled:
             out["autoscaling_config"] = dict(self.autoscaling)
             if self.autoscaling_policy:
@@ -243,10 +309,10 @@ class ServeAppSpec:
     target_gpus: float = -1  # GPUs per Target (-1: one when the cluster has GPUs)
     solve_defaults: tuple[tuple[str, int], ...] = SOLVE_DEFAULTS  # SolveConfig defaults of a run
     deployments: tuple[DeploymentSpec, ...] = field(default_factory=lambda: (
-        DeploymentSpec("Coordinator", max_ongoing_requests=256),
-        DeploymentSpec("Target", max_ongoing_requests=64),
-        DeploymentSpec("Scorer", max_ongoing_requests=32, autoscaling=SCORER_AUTOSCALING,
-                       autoscaling_policy=SCORER_POLICY),
+        DeploymentSpec.of("Coordinator", max_ongoing_requests=256),
+        DeploymentSpec.of("Target", max_ongoing_requests=64),
+        DeploymentSpec.of("Scorer", max_ongoing_requests=32, autoscaling=SCORER_AUTOSCALING,
+                          autoscaling_policy=SCORER_POLICY),
     ))
 
     def __post_init__(self):
