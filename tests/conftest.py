@@ -91,8 +91,8 @@ def pytest_collection_finish(session):
 
         from gambit.train import repro_reruns
 
-        root = Path(tempfile.mkdtemp(prefix="gambit-repro-reruns-"))
-        _repro_reruns = repro_reruns.start(steps, root / "cache", root / "out")
+        root = Path(tempfile.mkdtemp(prefix="gambit-repro-reruns-"))  # its results; the data in cache/
+        _repro_reruns = repro_reruns.start(steps, root / "cache", root)
 
 
 def _key(item) -> tuple[str, str]:
@@ -104,7 +104,7 @@ def pytest_sessionfinish(session):
         import shutil
 
         _repro_reruns.stop()
-        shutil.rmtree(_repro_reruns.out_dir.parent, ignore_errors=True)
+        shutil.rmtree(_repro_reruns.out_dir, ignore_errors=True)  # a killed session: the reruns do it
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,10 @@ test with its cause, and stopping ends the whole process group."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -36,3 +40,35 @@ def test_stop_kills_the_process_group(tmp_path):
 def test_nothing_to_rerun_is_refused(tmp_path):
     with pytest.raises(ValueError, match="no drafter"):
         repro_reruns.start({}, tmp_path / "cache", tmp_path / "out")
+
+
+def test_a_killed_session_leaves_no_rerun_and_no_folder(tmp_path):
+    """A session killed past its finish hook (``timeout``'s SIGTERM): the reruns see their parent gone,
+    end their training child and remove their folders."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom gambit.train import repro_reruns\n"
+         "r = repro_reruns.start({'drafter-pr': 200}, sys.argv[1], sys.argv[2])\n"
+         "print(r.proc.pid, flush=True)\ntime.sleep(120)", str(tmp_path / "cache"), str(tmp_path / "out")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(parent.stdout.readline())
+    finally:
+        parent.kill()
+        parent.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while (_alive_in_group(pid) or (tmp_path / "out").exists()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive_in_group(pid) and not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+
+
+def _alive_in_group(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (zombies left to an init that does not reap: not)."""
+    for entry in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except (OSError, ValueError):
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()  # state, ppid, pgrp, ...
+        if entry.isdigit() and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False

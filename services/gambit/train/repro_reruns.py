@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
 NICE = 10  # the background process's niceness: the tests in front of it keep the CPU first
+PARENT = "GAMBIT_REPRO_PARENT"  # the starting process's pid: when it is gone, the reruns end themselves
 
 
 def _file(out_dir: Path, name: str) -> Path:
@@ -75,16 +78,47 @@ def start(steps: dict[str, int], cache_dir: str | Path, out_dir: str | Path) -> 
     argv = [sys.executable, "-m", "gambit.train.repro_reruns", str(cache_dir), str(out)]
     argv += [f"{name}={n}" for name, n in steps.items()]
     with open(out / "log.txt", "w") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, preexec_fn=lambda: os.nice(NICE))
+        proc = subprocess.Popen(argv, env={**os.environ, PARENT: str(os.getpid())}, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=lambda: os.nice(NICE))
     return ReproReruns(proc, out, tuple(steps))
 
 
-def main(argv: list[str]) -> None:
+def _kill_group_but_me() -> None:
+    """SIGKILL the other processes of this process group (the pinned training child)."""
+    me, group = os.getpid(), os.getpgid(0)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != me:
+            try:
+                if os.getpgid(int(entry)) == group:
+                    os.kill(int(entry), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def _watch_parent(parent: int, dirs: tuple[Path, ...], orphaned: threading.Event, every_s: float) -> None:
+    """A test session killed without its finish hook (``timeout``'s SIGTERM, SIGKILL) cannot stop us (we
+    are in our own session): when the parent is gone, end the training child, remove our folders, exit."""
+    while os.getppid() == parent:
+        time.sleep(every_s)
+    orphaned.set()  # the main loop starts no further drafter
+    _kill_group_but_me()
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+    os._exit(1)
+
+
+def main(argv: list[str], watch_every_s: float = 0.5) -> None:
+    cache_dir, out = argv[0], Path(argv[1])
+    orphaned = threading.Event()
+    parent = int(os.environ.get(PARENT, os.getppid()))
+    threading.Thread(target=_watch_parent, args=(parent, (Path(cache_dir), out), orphaned, watch_every_s),
+                     daemon=True).start()
     from gambit.train.vendor_history import rerun_drafter
 
-    cache_dir, out = argv[0], Path(argv[1])
     for spec in argv[2:]:
+        if orphaned.is_set():
+            break
         name, n = spec.rsplit("=", 1)
         try:
             info = rerun_drafter(name, int(n), cache_dir)
