@@ -1,5 +1,7 @@
 """``gambit client solve`` against a server that is not there: a clear error, exit code 1."""
 
+import re
+
 import pytest
 
 from gambit.cli import main
@@ -105,3 +107,20 @@ def test_ctrl_c_during_a_solve_is_one_line_naming_the_run(monkeypatch, capsys):
     assert "run r9 on replica rep" in captured.out
     assert captured.err.strip() == ("interrupted: run r9 cancelled (the stream closed); "
                                     "`gambit client get r9` reads it")
+
+
+@pytest.mark.parametrize("argv, stdin, said", [
+    (["client", "solve", "Compute \udcff1+1."], "", "problem: not UTF-8 text (byte 0xff at character 8)"),
+    (["client", "solve", "-"], "Compute \udcfe1+1.", "problem -: not UTF-8 text (byte 0xfe at character 8)"),
+    (["client", "solve", "--run-id", "ab\udcff", "Compute 1+1."], "", "--run-id: not UTF-8 text"),
+    (["client", "get", "ab\udcff"], "", "run_id: not UTF-8 text (byte 0xff at character 2)"),
+    (["client", "cancel", "ab\udcff"], "", "run_id: not UTF-8 text (byte 0xff at character 2)"),
+])
+def test_client_text_that_is_not_utf8_is_refused_naming_it(argv, stdin, said, monkeypatch):
+    """A non-UTF-8 argument or pipe arrives as surrogates (surrogateescape): protobuf's "'utf-8' codec can't
+    encode character '\\udcff' in position 8" named no field (stop 70)."""
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    with pytest.raises(SystemExit, match=f"error: {re.escape(said)}"):
+        main([*argv, "--address", "127.0.0.1:1"])

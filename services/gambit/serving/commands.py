@@ -99,11 +99,29 @@ def _drained(tree, stopped: list[str]) -> str:
     return said
 
 
+def _utf8(args, name: str, text: str) -> str:
+    """``text`` where it is UTF-8; else a flag error naming ``name`` and the first byte that is not: a
+    non-UTF-8 argument or pipe arrives as surrogates, and protobuf's "'utf-8' codec can't encode
+    character '\\udcff' in position 8" named no field."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        c = ord(text[e.start])
+        byte = f"byte {c - 0xDC00:#04x}" if 0xDC80 <= c <= 0xDCFF else f"U+{c:04X}"
+        raise flag_error(args, f"{name}: not UTF-8 text ({byte} at character {e.start})") from None
+    return text
+
+
 def _cmd_client_solve(args) -> int:
     from gambit.serving.client import ClientConfig, solve
 
     cfg = from_args(ClientConfig, args)
-    problem = sys.stdin.read() if args.problem == "-" else args.problem  # a multi-line problem, piped
+    try:
+        problem = sys.stdin.read() if args.problem == "-" else args.problem  # a multi-line problem, piped
+    except UnicodeDecodeError as e:  # a strict stdin (surrogateescape's is checked below)
+        raise flag_error(args, f"problem -: not UTF-8 text (byte {e.object[e.start]:#04x})") from None
+    problem = _utf8(args, "problem" if args.problem != "-" else "problem -", problem)
+    _utf8(args, "--run-id", cfg.run_id)
     if not problem.strip():  # an empty pipe sent "" to the server, as `gambit run --question -` refuses
         said = ("problem -: read nothing from stdin" if args.problem == "-" else
                 f"problem {args.problem!r}: empty; give the problem's text (- reads it from stdin)")
@@ -114,13 +132,13 @@ def _cmd_client_solve(args) -> int:
 def _cmd_client_get(args) -> int:
     from gambit.serving.client import ConnectConfig, get_run
 
-    return get_run(args.run_id, from_args(ConnectConfig, args))
+    return get_run(_utf8(args, "run_id", args.run_id), from_args(ConnectConfig, args))
 
 
 def _cmd_client_cancel(args) -> int:
     from gambit.serving.client import ConnectConfig, cancel_run
 
-    return cancel_run(args.run_id, from_args(ConnectConfig, args))
+    return cancel_run(_utf8(args, "run_id", args.run_id), from_args(ConnectConfig, args))
 
 
 def _loopback(host: str) -> bool:

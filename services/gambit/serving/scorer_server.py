@@ -16,7 +16,7 @@ import grpc
 from gambit.checks import at_least
 from gambit.ops.serve_env import check_score_message
 from gambit.scoring.spec import load_scorer_spec
-from gambit.serving.grpc_common import add_health_and_reflection
+from gambit.serving.grpc_common import DecodeErrorInterceptor, add_health_and_reflection
 from gambit.serving.limits import (
     MAX_BATCH_WAIT_MS,
     MAX_KEYS,
@@ -172,6 +172,7 @@ def scorer_grpc_server(core: ScorerCore, metrics: Metrics, address: str, token: 
     counts its Score calls in flight, up to ``workers`` (more wait in gRPC's queue, uncounted)."""
     pb2, pb2_grpc = load("scorer")
     interceptors = [BearerTokenInterceptor(token, refusal_counter(metrics))] if token else []
+    interceptors.append(DecodeErrorInterceptor())  # a request that does not parse: INVALID_ARGUMENT
     # so_reuseport 0: a taken port fails here; with gRPC's default a second server shares it silently and
     # the kernel splits the connections between the two
     server = grpc.server(futures.ThreadPoolExecutor(workers), interceptors=interceptors,
