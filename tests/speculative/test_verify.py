@@ -146,3 +146,14 @@ def test_target_probs_match_plain_sampling_rules():
     torch.testing.assert_close(p.sum(-1), torch.ones(2, 3, dtype=p.dtype))
     kept = filter_logits(logits[1] / 0.7, torch.tensor([5] * 3), torch.tensor([0.9] * 3))
     torch.testing.assert_close(p[1], kept.softmax(-1))
+
+
+def test_target_probs_at_a_temperature_that_overflows_the_logits_is_the_argmax():
+    """A temperature so small that logits / T overflow (+inf; softmax NaN) samples the argmax in plain
+    decoding (``sampler.sample``); ``target_probs`` gave NaN rows there, and ``accept`` then emitted token
+    0 every cycle. Now such rows are one-hot on the argmax, the other rows as before."""
+    logits = torch.randn(2, 3, 50, generator=torch.Generator().manual_seed(1))
+    p = target_probs(logits, torch.tensor([1e-39, 0.7]), torch.tensor([0, 0]), torch.tensor([1.0, 1.0]))
+    assert not bool(p.isnan().any())
+    assert torch.equal(p[0], torch.nn.functional.one_hot(logits[0].argmax(-1), 50).to(p.dtype))
+    torch.testing.assert_close(p[1], (logits[1] / 0.7).softmax(-1))

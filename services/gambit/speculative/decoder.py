@@ -49,6 +49,10 @@ class SpecDecoder:
         if drafter.config.hidden_size != e.model.config.hidden_size or \
                 drafter.config.vocab_size != e.model.config.vocab_size:
             raise ValueError(f"drafter {name!r} does not fit the target model")
+        layers = e.model.config.num_hidden_layers  # else the first step's taps[i] was a bare KeyError
+        if max(drafter.config.target_taps) >= layers:
+            raise ValueError(f"drafter {name!r} taps target layers {list(drafter.config.target_taps)}; "
+                             f"the target has {layers} layers")
         # the engine's tree must be buildable with this drafter: else the first draft raised inside
         # Engine.step (every trace of the batch failed) instead of here, where the caller asked for it
         s, c = e.config.spec, drafter.config
@@ -100,7 +104,13 @@ class SpecDecoder:
             return self.aliases[decoding]
         mapped = self.engine.config.spec.drafters.get(decoding)
         path = Path(mapped).expanduser() if mapped else drafter_path(decoding)
-        if not (path / "config.json").exists():
+        try:
+            found = (path / "config.json").exists()
+        except OSError as err:  # a name too long for a path (it raised OSError from Engine.add)
+            raise DecodingUnavailable(f"decoding {decoding!r}: no drafter there ({err.strerror}); use "
+                                      f"'plain', {', '.join(map(repr, SHIPPED))} or a drafter folder"
+                                      ) from None
+        if not found:
             if mapped:  # the user's --drafters: the engine-API alternatives below would not help there
                 raise DecodingUnavailable(f"decoding {decoding!r}: drafters maps it to {path}, where there "
                                           f"is no drafter (config.json)")

@@ -343,8 +343,8 @@ def load_drafter(folder: str | Path, target_model: CausalLM) -> Drafter:
     if config.hidden_size != tc.hidden_size or config.vocab_size != tc.vocab_size:
         raise DrafterMismatch(f"{path}: drafter (hidden {config.hidden_size}, vocab {config.vocab_size}) "
                               f"does not fit the target (hidden {tc.hidden_size}, vocab {tc.vocab_size})")
-    if max(config.target_taps) >= tc.num_hidden_layers:
-        raise ValueError(f"{path}: target_taps {list(config.target_taps)} outside the target's "
+    if max(config.target_taps) >= tc.num_hidden_layers:  # made for a deeper target, too
+        raise DrafterMismatch(f"{path}: target_taps {list(config.target_taps)} outside the target's "
                          f"{tc.num_hidden_layers} layers")
     state = {k.removeprefix("model."): v for k, v in load_state_dict(folder).items()}
     state.pop("embed_tokens.weight", None)  # some published drafters carry the target's embedding

@@ -69,10 +69,9 @@ def _draft(spec: SpecDecoder, traces: list[Trace], num_new: list[int]) -> dict[i
         if N + s.gamma + 2 > e.max_model_len or N + 1 + s.budget > cap:
             continue  # too close to the end of the context: a plain step
         if s.budget > room:  # no tree fits the step's token budget: a plain step (lossless either way)
-            if "spec_tokens" not in e._told:
-                e._tell_once("spec_tokens", "a speculative trace decoded plainly: its tree's %d rows "
-                             "did not fit the step's max_num_batched_tokens = %d (%d left after the "
-                             "step's other rows)", 1 + s.budget, e.config.max_num_batched_tokens, room + 1)
+            e.tell_once("spec_tokens", "a speculative trace decoded plainly: its tree's %d rows did not "
+                        "fit the step's max_num_batched_tokens = %d (%d left after the step's other rows)",
+                        1 + s.budget, e.config.max_num_batched_tokens, room + 1)
             continue
         try:
             e.blocks.ensure(t, N + 1 + s.budget)

@@ -37,13 +37,17 @@ def spec_uniforms(seeds: torch.Tensor, counters: torch.Tensor, n: int) -> torch.
 
 def target_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
                  top_p: torch.Tensor) -> torch.Tensor:
-    """logits [S, N, V] → the distribution plain decoding samples from (one-hot argmax at T = 0)."""
+    """logits [S, N, V] → the distribution plain decoding samples from (one-hot argmax at T = 0, and
+    where the scaled logits are no distribution: a tiny temperature overflowed them to +inf, NaN or
+    all -inf; the sampler takes the argmax there, and a NaN softmax here emitted token 0 every step)."""
     S, N, V = logits.shape
     flat = logits.float().reshape(S * N, V)
     rep = lambda x: x.repeat_interleave(N)  # noqa: E731
     greedy = rep(temperature == 0)
     hot = flat / torch.where(greedy, 1.0, rep(temperature))[:, None]
-    p = cpu_filter.filter_logits(hot, rep(top_k), rep(top_p)).softmax(-1)  # the sampler's filter
+    kept = cpu_filter.filter_logits(hot, rep(top_k), rep(top_p))  # the sampler's filter
+    greedy = greedy | ~kept.amax(-1).isfinite()  # ``sampler.sample``'s rule for such rows
+    p = kept.softmax(-1)
     one = torch.nn.functional.one_hot(cpu_sampler.argmax(flat), V).to(p.dtype)
     return torch.where(greedy[:, None], one, p).view(S, N, V)
 
