@@ -46,6 +46,11 @@ SCENARIOS: dict[str, tuple[list[dict], str, list[dict]]] = {
     "GambitScorerDown": (
         [{"series": f"{P}scorer_fallback_total{{{RAY}}}", "values": "0+5x20"}], "10m",
         [{"series": f"{P}scorer_fallback_total{{{RAY}}}", "values": "0x20"}]),
+    # a Target emitting NaN states: rows left out all along; healthy: a stray row at 5, 12 and 17 minutes
+    # (each a 5-minute rate above 0, never 10 minutes on end)
+    "GambitScorerBadRows": (
+        [{"series": f"{P}scorer_bad_rows_total{{{RAY}}}", "values": "0+30x30"}], "20m",
+        [{"series": f"{P}scorer_bad_rows_total{{{RAY}}}", "values": "0x4 1x6 2x4 3x8"}]),
     "GambitTraceThroughputDrop": (
         [{"series": f"{P}generation_tokens_total{{{RAY}}}", "values": "0+6000x60 360600+600x30"},
          {"series": f"{P}num_requests_running{{{RAY}}}", "values": "3x90"}], "85m",
@@ -91,6 +96,9 @@ FIRING_SUMMARY = {
     "GambitKVCacheSaturated": "KV cache above 95% on a Target replica for 5 minutes (97%)",
     "GambitScorerDown": "Rounds are ranked without the scorer (0.08 fallback Score calls/s): the Scorer is "
                         "unreachable or refuses the Target's calls",
+    "GambitScorerBadRows": "Boundary states left out of Score calls for NaN, infinity or values past float16 "
+                           "(0.50 rows/s for 10 minutes): those traces are ranked by their running mean, "
+                           "not scored",
     "GambitTraceThroughputDrop": "Trace throughput (10 generated tokens/s) is below half its 1-hour average "
                                  "while runs are in flight",
     "GambitHighErrorRate": "9.091% of Solve calls end with a server-side gRPC error (above 5%)",

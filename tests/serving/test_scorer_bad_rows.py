@@ -11,6 +11,7 @@ import torch
 
 from gambit.scoring import random_scorer
 from gambit.serving.local_scorer import LocalScorer
+from gambit.serving.metrics import Metrics, PrometheusBackend
 from gambit.serving.payload import encode_states
 from gambit.serving.protos import load
 from gambit.serving.scorer_client import RemoteScorer
@@ -127,3 +128,30 @@ def test_queued_calls_of_several_dtypes_go_together_as_float32(server):
         assert client.calls == 1 and client.fallbacks == 0
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("path", ["remote", "local", "remote-async"])
+def test_bad_rows_are_counted_in_the_metrics_every_call(server, path):
+    """The rows left out were a count on the client and a log line a minute: a Target emitting NaN
+    everywhere failed no call, so gambit_scorer_fallback_total and its alert stayed quiet (an outage no
+    panel showed). Each left-out row is counted in gambit_scorer_bad_rows_total, not only the first
+    call's of a minute."""
+    backend = PrometheusBackend()
+    metrics = Metrics(backend)
+    client = (RemoteScorer(f"127.0.0.1:{server.port}", H, kind="sequence", retry_after_s=60.0,
+                           metrics=metrics)
+              if path.startswith("remote") else LocalScorer(random_scorer("sequence", H, seed=3), metrics))
+    score = (lambda k, x: client.score_async(k, x).result(30)) if path.endswith("async") else client.score
+    count = lambda n: backend.registry.get_sample_value(f"gambit_scorer_{n}_total")  # noqa: E731
+    p = f"metric-{path}:"
+    try:
+        score([p + "a", p + "b"], X[0:2])
+        assert count("bad_rows") == 0
+        x = X[2:5].clone()
+        x[0, 1], x[2, 0] = float("nan"), float("inf")
+        score([p + "a", p + "b", p + "c"], x)
+        score([p + "b"], torch.full((1, H), 1e6))  # within the minute the warning is not said again
+        assert count("bad_rows") == 3 == client.bad_rows
+        assert not count("fallback") and client.fallbacks == 0
+    finally:
+        getattr(client, "close", lambda: None)()

@@ -85,6 +85,23 @@ ALERTS: tuple[Alert, ...] = (
         checks=("sum(rate({p}gambit_scorer_fallback_total[5m]))",),
     ),
     Alert(
+        name="GambitScorerBadRows",
+        # a model emitting NaN or inf everywhere: its rows are left out, each scored its trace's running
+        # mean, so no call fails and GambitScorerDown stays quiet; a stray row now and then is no page
+        expr="sum(rate({p}gambit_scorer_bad_rows_total[5m])) > 0",
+        for_="10m", severity="warning",
+        summary='Boundary states left out of Score calls for NaN, infinity or values past float16 '
+                '({{ $value | printf "%.2f" }} rows/s for 10 minutes): those traces are ranked by their '
+                "running mean, not scored",
+        action="The Target's hidden states (or confidence features) hold non-finite or huge values: read "
+               "the Target's log warning (it names the traces) and look for a broken or wrongly converted "
+               "target checkpoint, a dtype overflow (float16) or a bad GPU. Search quality falls back to "
+               "unscored ranking for those traces until it stops.",
+        # the counter is exported only after its first bad row (Ray): the check reads 0 until then
+        checks=("sum(rate({p}gambit_scorer_bad_rows_total[5m])) "
+                "or 0 * sum(rate({p}gambit_generation_tokens_total[5m]))",),
+    ),
+    Alert(
         name="GambitTraceThroughputDrop",
         expr="sum(rate({p}gambit_generation_tokens_total[5m])) "
              "< 0.5 * sum(rate({p}gambit_generation_tokens_total[1h])) "

@@ -110,12 +110,14 @@ PANELS: tuple[Panel, ...] = (
           + tuple((e, f"sync {legend}") for e, legend in (_pct(q, "gambit_guidance_sync_seconds")
                                                       for q in (0.5, 0.95)))),
     Panel("Scorer batch size and fallbacks", "short", "Mean states per Score call; rounds ranked without the "
-          "scorer per second (non-zero: the Scorer is unreachable or reads another width); trace histories a "
-          "sequence scorer evicted per second (non-zero: traces never dropped, or more live traces than "
-          "its max_keys).", (
+          "scorer per second (non-zero: the Scorer is unreachable or reads another width); rows left out per "
+          "second for NaN, infinity or values past float16 (non-zero: the Target emits broken states); trace "
+          "histories a sequence scorer evicted per second (non-zero: traces never dropped, or more live "
+          "traces than its max_keys).", (
               (_q(f"sum(rate({{m:gambit_scorer_batch_size_sum}}[{RATE}])) / "
                   f"sum(rate({{m:gambit_scorer_batch_size_count}}[{RATE}]))"), "mean batch"),
               (_q(_or_zero(f"sum(rate({{m:gambit_scorer_fallback_total}}[{RATE}]))")), "fallbacks/s"),
+              (_q(_or_zero(f"sum(rate({{m:gambit_scorer_bad_rows_total}}[{RATE}]))")), "bad rows/s"),
               (_q(_or_zero(f"sum(rate({{m:gambit_scorer_evictions_total}}[{RATE}]))")),
                "histories evicted/s"))),
     Panel("Errors by code", "reqps", "RPCs ended with a non-OK gRPC status, by RPC (Solve, GetRun, "

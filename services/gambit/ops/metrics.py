@@ -24,6 +24,7 @@ COUNTERS = (
     "gambit_spec_decode_num_accepted_tokens_total",
     "gambit_spec_decode_capped_steps_total",
     "gambit_scorer_fallback_total",
+    "gambit_scorer_bad_rows_total",
     "gambit_scorer_evictions_total",
     "gambit_request_errors_total",
 )

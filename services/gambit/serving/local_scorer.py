@@ -74,6 +74,8 @@ class LocalScorer:
 
     def _note_bad(self, keys: list, bad: list[int]) -> None:
         self.bad_rows += len(bad)
+        if self.metrics is not None:  # the log says it once a minute; the counter and its alert each time
+            self.metrics.inc("gambit_scorer_bad_rows_total", len(bad))
         now = time.monotonic()
         if now < self._bad_logged_at + BAD_ROWS_LOG_S:
             return

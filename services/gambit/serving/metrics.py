@@ -67,6 +67,9 @@ SPECS = [
          "One Score call as the Target waits for it: states to the scorer and back", (), SCORER_BUCKETS),
     Spec("gambit_scorer_fallback_total", "counter",
          "Score calls answered by the fallback (scorer unreachable)"),
+    Spec("gambit_scorer_bad_rows_total", "counter",
+         "Rows left out of Score calls for non-finite or out-of-range values, each scored its trace's "
+         "running mean"),
     Spec("gambit_scorer_evictions_total", "counter",
          "Trace histories a sequence scorer forgot, least recently used, beyond its max_keys"),
     Spec("gambit_time_to_first_token_seconds", "histogram", "Request to first stream event", ("method",),

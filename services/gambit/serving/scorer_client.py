@@ -147,7 +147,10 @@ class RemoteScorer(ScorerEndpoints):
         return keys, encode_states(states[:, :self.hidden_size]), feats, bad
 
     def _note_bad(self, keys: list[str], bad: list[int]) -> None:
-        """Count the rows left out and say so (a WARNING at most every ``BAD_ROWS_LOG_S``)."""
+        """Count the rows left out and say so (a WARNING at most every ``BAD_ROWS_LOG_S``; the counter
+        ``gambit_scorer_bad_rows_total`` and its alert every time: a model emitting NaN is an outage)."""
+        if self.metrics is not None:
+            self.metrics.inc("gambit_scorer_bad_rows_total", len(bad))
         with self._lock:
             self.bad_rows += len(bad)
             now = time.monotonic()
