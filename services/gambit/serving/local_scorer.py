@@ -6,7 +6,6 @@ scored its trace's running mean: one such row raised, and the driver's step fail
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 
@@ -14,12 +13,7 @@ import numpy as np
 import torch
 
 from gambit.serving.limits import MAX_KEYS
-from gambit.serving.payload import MAX_STATE
-from gambit.serving.scorer_core import bad_rows
-
-log = logging.getLogger(__name__)
-
-BAD_ROWS_LOG_S = 60.0  # the warning about rows left out is said at most this often (as the client's)
+from gambit.serving.scorer_core import BAD_ROWS_LOG_S, bad_rows, warn_bad_rows
 
 
 class LocalScorer:
@@ -80,10 +74,7 @@ class LocalScorer:
         if now < self._bad_logged_at + BAD_ROWS_LOG_S:
             return
         self._bad_logged_at = now
-        named = ", ".join(repr(keys[i]) for i in bad[:4]) + (" ..." if len(bad) > 4 else "")
-        log.warning("%d of %d boundary states hold NaN, infinity or values past %g (traces %s): not "
-                    "scored, each gets its trace's running mean (%d such rows so far)", len(bad), len(keys),
-                    MAX_STATE, named, self.bad_rows)
+        warn_bad_rows(keys, bad, self.bad_rows)
 
     def fork(self, parent_key, child_key) -> None:
         self.inner.drop(child_key)

@@ -40,8 +40,8 @@ import torch
 
 from gambit.scoring.confidence import FEATURES
 from gambit.serving.limits import MAX_PENDING
-from gambit.serving.payload import MAX_STATE, check_ids, encode_states
-from gambit.serving.scorer_core import bad_rows
+from gambit.serving.payload import check_ids, encode_states
+from gambit.serving.scorer_core import BAD_ROWS_LOG_S, bad_rows, warn_bad_rows
 from gambit.serving.scorer_endpoints import ScorerEndpoints
 from gambit.serving.security import auth_metadata
 
@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 # endpoint and on the proxy) made runs 3.3x slower at a fixed 1 s; a Scorer back within 30 s is used again
 MAX_RETRY_AFTER_S = 30.0
 MAX_DOUBLINGS = 32  # failures in a row the back-off counts (beyond, it stays at ``MAX_RETRY_AFTER_S``)
-BAD_ROWS_LOG_S = 60.0  # the warning about rows left out (NaN states) is said at most this often
 
 
 def as_float32(raw: bytes, dtype: str) -> bytes:
@@ -157,10 +156,7 @@ class RemoteScorer(ScorerEndpoints):
             if now < self._bad_logged_at + BAD_ROWS_LOG_S:
                 return
             self._bad_logged_at = now
-        named = ", ".join(repr(keys[i]) for i in bad[:4]) + (" ..." if len(bad) > 4 else "")
-        log.warning("%d of %d boundary states hold NaN, infinity or values past %g (traces %s): not "
-                    "scored, each gets its trace's running mean (%d such rows so far)", len(bad), len(keys),
-                    MAX_STATE, named, self.bad_rows)
+        warn_bad_rows(keys, bad, self.bad_rows)
 
     def _with_bad(self, keys: list[str], bad: list[int], scores: torch.Tensor) -> torch.Tensor:
         """``scores`` of the rows sent, with each left-out row's running mean put back in its place

@@ -30,6 +30,7 @@ from gambit.serving.payload import (
 
 log = logging.getLogger(__name__)
 
+BAD_ROWS_LOG_S = 60.0  # the warning about rows left out (NaN states) is said at most this often
 SCORE_TIMEOUT_S = 30.0  # how long a Score call waits for its batch at most (a Target gives up after 2 s)
 
 
@@ -67,6 +68,16 @@ def bad_rows(states: torch.Tensor, hidden_size: int) -> list[int]:
     if isinstance(good, np.ndarray):
         return np.flatnonzero(~good).tolist()
     return (~good).nonzero()[:, 0].tolist()
+
+
+def warn_bad_rows(keys: list, bad: list[int], total: int) -> None:
+    """The WARNING a Target's scorer (remote or in-process) gives for the rows ``bad_rows`` left out; its
+    caller says it at most every ``BAD_ROWS_LOG_S`` (the counter ``gambit_scorer_bad_rows_total`` each
+    time)."""
+    named = ", ".join(repr(keys[i]) for i in bad[:4]) + (" ..." if len(bad) > 4 else "")
+    log.warning("%d of %d boundary states hold NaN, infinity or values past %g (traces %s): not scored, each "
+                "gets its trace's running mean (%d such rows so far)", len(bad), len(keys), MAX_STATE, named,
+                total)
 
 
 def _values(t: torch.Tensor):
