@@ -73,6 +73,9 @@ def test_a_round_write_that_fails_fails_that_run_only(make_engine, scorer, hard_
     assert not driver.runs and not driver.owner and engine.kv_usage() == 0.0
     a = store.load("a")
     assert len(a["rounds"]) == got["a"].rounds  # written once each: the failed batch wrote none of them
+    # the failed run's unwritten rounds went with its result, and a restart does not take it back
+    assert len(store.load("bad")["rounds"]) == got["bad"].rounds
+    assert store.unfinished() == [] and SearchDriver(engine, scorer, store=store).recover() == []
 
 
 def test_a_run_whose_vote_raises_ends_failed_without_one(make_engine, hard_problems, monkeypatch):
